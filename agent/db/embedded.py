@@ -21,6 +21,7 @@ import fcntl
 import os
 import re
 import threading
+import time
 import uuid
 from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -150,6 +151,8 @@ class EmbeddedDatabase(Database):
             await asyncio.wait([future], timeout=_KILL_WAIT_S)
             if future.done() and not future.cancelled():
                 future.exception()  # the engine's "query was cancelled"; expected, not an error
+            with suppress(Exception):
+                await self._wait_until_gone(query_id)
             raise
 
     async def _control_connection(self) -> Any:
@@ -164,6 +167,12 @@ class EmbeddedDatabase(Database):
                 f"KILL QUERY WHERE query LIKE '%{query_id}%' AND NOT startsWith(query, 'KILL')", "CSV"
             )
         )
+
+    async def _wait_until_gone(self, query_id: str) -> None:
+        """A killed query can linger in system.processes briefly after its fetch returns."""
+        deadline = time.monotonic() + _KILL_WAIT_S
+        while query_id in await self.running_queries() and time.monotonic() < deadline:
+            await asyncio.sleep(0.02)
 
     async def _acquire(self) -> Any:
         if self._closed:

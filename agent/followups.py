@@ -1,0 +1,67 @@
+"""Follow-up questions: a separate, cheaper model call after the answer. Never breaks the answer."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import re
+from collections.abc import Sequence
+
+from agent.llm import LLMClient, LLMError
+from agent.metrics import Metrics
+from agent.pipeline.runner import ExecutedQuery
+from agent.prompts import PromptLibrary
+
+log = logging.getLogger(__name__)
+_ARRAY = re.compile(r"\[.*\]", re.DOTALL)
+_LIST_ITEM = re.compile(r"^\s*(?:[-*•]|\d+[.)])\s+(.+?)\s*$")
+MAX_FOLLOWUPS = 3
+
+
+class FollowupGenerator:
+    def __init__(
+        self, llm: LLMClient, prompts: PromptLibrary, model: str, metrics: Metrics, timeout_s: float = 20.0
+    ) -> None:
+        self._llm, self._prompts, self._model, self._metrics = llm, prompts, model, metrics
+        self._timeout_s = timeout_s
+
+    async def generate(self, question: str, answer: str, queries: Sequence[ExecutedQuery]) -> list[str]:
+        prompt = self._prompts.render("FOLLOWUP_REQUEST.md", question=question, answer=answer, queries=queries)
+        try:
+            with self._metrics.llm_seconds.labels("followup").time():
+                text, usage = await asyncio.wait_for(
+                    self._llm.complete(
+                        model=self._model, system=self._prompts.render("FOLLOWUP.md"), prompt=prompt, max_tokens=400
+                    ),
+                    self._timeout_s,
+                )
+        except (LLMError, TimeoutError) as exc:
+            self._metrics.llm_calls.labels("followup", "error").inc()
+            log.warning("follow-up suggestions skipped: %s", exc)
+            return []
+        self._metrics.llm_calls.labels("followup", "ok").inc()
+        for kind, count in (("input", usage.input_tokens), ("output", usage.output_tokens)):
+            self._metrics.tokens.labels(kind).inc(count)
+        return parse_followups(text, exclude=question)
+
+
+def parse_followups(text: str, exclude: str = "") -> list[str]:
+    """Questions from a JSON array, or failing that from a bulleted or numbered list."""
+    candidates: list[str] = []
+    if match := _ARRAY.search(text):
+        try:
+            parsed = json.loads(match.group(0))
+            candidates = [item for item in parsed if isinstance(item, str)] if isinstance(parsed, list) else []
+        except json.JSONDecodeError:
+            candidates = []
+    if not candidates:
+        candidates = [m.group(1) for line in text.splitlines() if (m := _LIST_ITEM.match(line))]
+    seen = {exclude.strip().lower()}
+    questions = []
+    for candidate in candidates:
+        cleaned = " ".join(candidate.strip().strip('"').split())
+        if 8 <= len(cleaned) <= 300 and cleaned.lower() not in seen:
+            seen.add(cleaned.lower())
+            questions.append(cleaned)
+    return questions[:MAX_FOLLOWUPS]

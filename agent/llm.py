@@ -1,0 +1,186 @@
+"""The model client: Anthropic's async SDK, streaming, with honest error types.
+
+The SDK already retries 408/409/429/5xx/529 responses (honouring retry-after); what it cannot
+retry is an `overloaded_error` that arrives inside a 200 SSE stream, so that retry lives here,
+with a restart signal so callers can discard text they already showed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import anthropic
+from anthropic import AsyncAnthropic
+
+from agent.config import Settings
+
+TextSink = Callable[[str], Awaitable[None]]
+_RETRYABLE_STREAM_ERRORS = {"overloaded_error", "api_error", "rate_limit_error"}
+
+
+class LLMError(Exception):
+    """The model call failed; the message is fit to show a person."""
+
+
+class LLMUnavailable(LLMError):
+    """Overloaded, rate limited or unreachable after retries: try again later."""
+
+
+class LLMConfigError(LLMError):
+    """Bad key, unknown model or a rejected request: a person must fix settings or code."""
+
+
+class ContextOverflow(LLMError):
+    """The prompt is longer than the model's context window."""
+
+
+@dataclass
+class Usage:
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_read_tokens: int = 0
+    cache_creation_tokens: int = 0
+
+    def add(self, other: Usage) -> None:
+        self.input_tokens += other.input_tokens
+        self.output_tokens += other.output_tokens
+        self.cache_read_tokens += other.cache_read_tokens
+        self.cache_creation_tokens += other.cache_creation_tokens
+
+
+@dataclass
+class ModelTurn:
+    content: list[dict[str, Any]]  # API-shaped blocks, empty text blocks removed
+    stop_reason: str | None
+    usage: Usage = field(default_factory=Usage)
+    elapsed_s: float = 0.0
+
+    @property
+    def text(self) -> str:
+        return "".join(b["text"] for b in self.content if b["type"] == "text").strip()
+
+    @property
+    def tool_calls(self) -> list[dict[str, Any]]:
+        return [b for b in self.content if b["type"] == "tool_use"]
+
+
+class LLMClient:
+    def __init__(self, client: AsyncAnthropic, *, stream_retries: int = 4, retry_base_delay_s: float = 0.5) -> None:
+        self._client = client
+        self._stream_retries = stream_retries
+        self._retry_base_delay_s = retry_base_delay_s
+
+    @classmethod
+    def from_settings(cls, settings: Settings, **kwargs: Any) -> LLMClient:
+        if settings.anthropic_api_key is None:
+            raise LLMConfigError("ANTHROPIC_API_KEY is not set; the agent needs it to ask the model.")
+        client = AsyncAnthropic(
+            api_key=settings.anthropic_api_key.get_secret_value(),
+            base_url=settings.anthropic_base_url,
+            max_retries=settings.agent_llm_max_retries,
+            timeout=settings.agent_llm_timeout_s,
+        )
+        return cls(client, stream_retries=settings.agent_llm_max_retries, **kwargs)
+
+    async def stream_turn(
+        self,
+        *,
+        on_text: TextSink,
+        on_restart: Callable[[], Awaitable[None]],
+        **request: Any,
+    ) -> ModelTurn:
+        """One streamed model call; text deltas go to `on_text` as they arrive."""
+        for attempt in range(self._stream_retries + 1):
+            started = time.perf_counter()
+            sent_text = False
+            try:
+                async with self._client.messages.stream(**request) as stream:
+                    async for event in stream:
+                        if event.type == "text" and event.text:
+                            sent_text = True
+                            await on_text(event.text)
+                    final = await stream.get_final_message()
+                return _to_turn(final, time.perf_counter() - started)
+            except anthropic.APIStatusError as exc:
+                if not _retryable_in_stream(exc) or attempt == self._stream_retries:
+                    raise _translate(exc) from None
+            except anthropic.APIConnectionError as exc:
+                if attempt == self._stream_retries:
+                    raise LLMUnavailable(f"Could not reach the model API: {exc}") from None
+            if sent_text:
+                await on_restart()
+            await asyncio.sleep(self._retry_base_delay_s * 2**attempt * (0.5 + random.random() / 2))
+        raise AssertionError("unreachable")
+
+    async def complete(self, *, model: str, system: str, prompt: str, max_tokens: int) -> tuple[str, Usage]:
+        """A plain, non-streamed call (follow-ups)."""
+        try:
+            message = await self._client.messages.create(
+                model=model, max_tokens=max_tokens, system=system, messages=[{"role": "user", "content": prompt}]
+            )
+        except anthropic.APIStatusError as exc:
+            raise _translate(exc) from None
+        except anthropic.APIConnectionError as exc:
+            raise LLMUnavailable(f"Could not reach the model API: {exc}") from None
+        turn = _to_turn(message, 0.0)
+        return turn.text, turn.usage
+
+    async def close(self) -> None:
+        await self._client.close()
+
+
+def _to_turn(message: Any, elapsed_s: float) -> ModelTurn:
+    content: list[dict[str, Any]] = []
+    for block in message.content:
+        if block.type == "text" and block.text.strip():
+            content.append({"type": "text", "text": block.text})
+        elif block.type == "tool_use":
+            content.append({"type": "tool_use", "id": block.id, "name": block.name, "input": block.input})
+    usage = message.usage
+    return ModelTurn(
+        content=content,
+        stop_reason=message.stop_reason,
+        usage=Usage(
+            input_tokens=usage.input_tokens or 0,
+            output_tokens=usage.output_tokens or 0,
+            cache_read_tokens=getattr(usage, "cache_read_input_tokens", 0) or 0,
+            cache_creation_tokens=getattr(usage, "cache_creation_input_tokens", 0) or 0,
+        ),
+        elapsed_s=elapsed_s,
+    )
+
+
+def _error_type(exc: anthropic.APIStatusError) -> str:
+    body = exc.body if isinstance(exc.body, dict) else {}
+    error = body.get("error", body)
+    return str(error.get("type", "")) if isinstance(error, dict) else ""
+
+
+def _retryable_in_stream(exc: anthropic.APIStatusError) -> bool:
+    """An error event inside a 200 stream, which the SDK does not retry."""
+    return exc.status_code == 200 and _error_type(exc) in _RETRYABLE_STREAM_ERRORS
+
+
+def _translate(exc: anthropic.APIStatusError) -> LLMError:
+    kind = _error_type(exc)
+    message = _error_message(exc)
+    if exc.status_code in (429, 529) or exc.status_code >= 500 or kind in _RETRYABLE_STREAM_ERRORS:
+        return LLMUnavailable(
+            f"The model is overloaded or rate limited ({kind or exc.status_code}); try again shortly."
+        )
+    if exc.status_code in (401, 403):
+        return LLMConfigError(f"The model API refused the key ({exc.status_code}): check ANTHROPIC_API_KEY.")
+    if "prompt is too long" in message or ("context" in message and "exceed" in message):
+        return ContextOverflow(message)
+    return LLMConfigError(f"The model API rejected the request ({exc.status_code} {kind}): {message}")
+
+
+def _error_message(exc: anthropic.APIStatusError) -> str:
+    body = exc.body if isinstance(exc.body, dict) else {}
+    error = body.get("error", {})
+    return str(error.get("message", exc.message)) if isinstance(error, dict) else str(exc.message)

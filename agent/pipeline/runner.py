@@ -1,0 +1,201 @@
+"""The seam between adapters (Slack, web, CLI, evals) and the pipeline.
+
+An adapter calls `Runner.run(question, history=..., platform=..., on_event=...)`, receives typed
+events as they happen, and gets a `RunResult` back. Cancelling the awaiting task stops the model
+call and kills running queries; the run then returns a partial result marked cancelled.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+from enum import StrEnum
+from typing import Annotated, Any, Literal, Protocol
+
+from pydantic import BaseModel, Field
+
+from agent.db import QueryResult
+
+Platform = Literal["slack", "web", "cli"]
+Interface = Literal["slack", "web", "cli", "eval"]
+PREVIEW_ROWS = 20
+
+
+class Classification(StrEnum):
+    DATA_ANALYSIS = "data_analysis"
+    CONVERSATIONAL = "conversational"
+
+
+class Outcome(StrEnum):
+    ANSWERED = "answered"
+    CAPPED = "capped"  # answered by the synthesis call at the round cap
+    NO_DATA = "no_data"  # the citation guard gave up
+    CANCELLED = "cancelled"
+    ERROR = "error"
+
+
+class ExecutedQuery(BaseModel):
+    id: str  # Q1, Q2, ... across the whole run
+    question: str
+    sql: str
+    result: QueryResult
+    reused_from: str | None = None  # set when identical SQL already ran in this run
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "question": self.question,
+            "sql": self.sql,
+            "columns": self.result.columns,
+            "rows": self.result.json_rows(),
+            "row_count": self.result.row_count,
+            "has_more": self.result.has_more,
+            "error": self.result.error,
+        }
+
+
+class RunMetrics(BaseModel):
+    llm_calls: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_read_tokens: int = 0
+    cache_creation_tokens: int = 0
+    think_calls: int = 0
+    sql_queries: int = 0
+    sql_errors: int = 0
+    rounds: int = 0
+    hit_cap: bool = False
+    total_ms: int = 0
+    llm_ms: int = 0
+    sql_ms: int = 0
+    guard_interventions: dict[str, int] = Field(default_factory=dict)
+
+
+class RunResult(BaseModel):
+    question: str
+    answer: str = ""
+    classification: Classification = Classification.CONVERSATIONAL
+    outcome: Outcome = Outcome.ANSWERED
+    thinking: list[str] = Field(default_factory=list)
+    queries: list[ExecutedQuery] = Field(default_factory=list)
+    followups: list[str] = Field(default_factory=list)
+    metrics: RunMetrics = Field(default_factory=RunMetrics)
+    cancelled: bool = False
+    error: str | None = None
+    # The API messages of this turn (question to answer), so the next question can carry it whole.
+    transcript: list[dict[str, Any]] = Field(default_factory=list, repr=False)
+
+    def to_turn(self) -> Turn:
+        return Turn(question=self.question, answer=self.answer, queries=self.queries, transcript=self.transcript)
+
+    def summary(self) -> dict[str, Any]:
+        """The JSON shape of `agent ask --json`."""
+        return {
+            "question": self.question,
+            "answer": self.answer,
+            "classification": self.classification.value,
+            "queries": [q.summary() for q in self.queries],
+            "followups": self.followups,
+            "metrics": self.metrics.model_dump(),
+        }
+
+
+class Turn(BaseModel):
+    """One earlier question and what came of it, as adapters store it."""
+
+    question: str
+    answer: str
+    queries: list[ExecutedQuery] = Field(default_factory=list)
+    transcript: list[dict[str, Any]] = Field(default_factory=list, repr=False)
+
+
+# --- events ---
+
+
+class ThinkingEvent(BaseModel):
+    type: Literal["thinking"] = "thinking"
+    text: str
+
+
+class ExecutingEvent(BaseModel):
+    type: Literal["executing"] = "executing"
+    query_id: str
+    question: str
+    sql: str
+
+
+class ResultEvent(BaseModel):
+    type: Literal["result"] = "result"
+    query_id: str
+    columns: list[str]
+    rows: list[list[Any]]  # a preview, JSON-safe
+    row_count: int
+    has_more: bool
+    error: str | None
+    hint: str | None
+    elapsed_ms: int
+    reused_from: str | None = None
+
+    @classmethod
+    def of(cls, query: ExecutedQuery) -> ResultEvent:
+        result = query.result
+        return cls(
+            query_id=query.id,
+            columns=result.columns,
+            rows=result.json_rows()[:PREVIEW_ROWS],
+            row_count=result.row_count,
+            has_more=result.has_more,
+            error=result.error,
+            hint=result.hint,
+            elapsed_ms=result.elapsed_ms,
+            reused_from=query.reused_from,
+        )
+
+
+class AnswerEvent(BaseModel):
+    """A piece of the answer as it is generated. `restart` says: discard the text so far (the
+    model turned out to be calling tools, or a stream was retried)."""
+
+    type: Literal["answer"] = "answer"
+    text: str
+    restart: bool = False
+
+
+class FollowupsEvent(BaseModel):
+    type: Literal["followups"] = "followups"
+    questions: list[str]
+
+
+class ErrorEvent(BaseModel):
+    type: Literal["error"] = "error"
+    message: str
+
+
+class DoneEvent(BaseModel):
+    type: Literal["done"] = "done"
+    result: RunResult
+
+
+Event = Annotated[
+    ThinkingEvent | ExecutingEvent | ResultEvent | AnswerEvent | FollowupsEvent | ErrorEvent | DoneEvent,
+    Field(discriminator="type"),
+]
+EventSink = Callable[[Any], Awaitable[None]]
+
+
+async def ignore_events(event: Any) -> None:
+    return None
+
+
+class Runner(Protocol):
+    async def run(
+        self,
+        question: str,
+        *,
+        history: Sequence[Turn] = (),
+        platform: Platform = "cli",
+        interface: Interface = "cli",
+        on_event: EventSink = ignore_events,
+        followups: bool = True,
+    ) -> RunResult:
+        """Answer one question, emitting events as they happen; the last event is `done`."""
+        ...

@@ -1,0 +1,26 @@
+"""Loop guards that real deployments needed, each a small check the loop calls."""
+
+from __future__ import annotations
+
+import re
+
+from agent.pipeline.v3.state import RunState
+
+CITATION = re.compile(r"\[Q(\d+)\]")
+THINK_ONLY_ROUNDS_BEFORE_NUDGE = 2
+
+
+def uncited_citations(answer: str, state: RunState) -> list[str]:
+    """Citations like [Q1] in an answer although no query ran in this run."""
+    if state.queries:
+        return []
+    return sorted({f"[Q{n}]" for n in CITATION.findall(answer)}, key=lambda c: int(c[2:-1]))
+
+
+def note_round_tools(state: RunState, tool_names: list[str]) -> bool:
+    """Track think-only rounds; True when the model should be nudged to run SQL."""
+    if tool_names and all(name == "think" for name in tool_names):
+        state.think_only_rounds += 1
+    else:
+        state.think_only_rounds = 0
+    return state.think_only_rounds >= THINK_ONLY_ROUNDS_BEFORE_NUDGE

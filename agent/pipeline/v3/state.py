@@ -1,0 +1,114 @@
+"""What one run has gathered so far; becomes the RunResult. Also where per-run metrics accumulate
+alongside the Prometheus ones, so the two always agree."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+from agent.llm import ModelTurn
+from agent.metrics import Metrics
+from agent.pipeline.runner import (
+    Classification,
+    EventSink,
+    ExecutedQuery,
+    Interface,
+    Outcome,
+    RunMetrics,
+    RunResult,
+)
+
+
+@dataclass
+class RunState:
+    question: str
+    interface: Interface
+    emit: EventSink
+    metrics: Metrics
+    started: float = field(default_factory=time.perf_counter)
+    run_metrics: RunMetrics = field(default_factory=RunMetrics)
+    queries: list[ExecutedQuery] = field(default_factory=list)
+    thinking: list[str] = field(default_factory=list)
+    answer: str = ""
+    streamed_text: str = ""
+    outcome: Outcome = Outcome.ANSWERED
+    error: str | None = None
+    followups: list[str] = field(default_factory=list)
+    think_only_rounds: int = 0
+    citation_retries: int = 0
+
+    def next_query_id(self) -> str:
+        return f"Q{len(self.queries) + 1}"
+
+    def record_model_call(self, turn: ModelTurn, role: str) -> None:
+        m = self.run_metrics
+        m.llm_calls += 1
+        m.llm_ms += round(turn.elapsed_s * 1000)
+        usage = turn.usage
+        m.input_tokens += usage.input_tokens
+        m.output_tokens += usage.output_tokens
+        m.cache_read_tokens += usage.cache_read_tokens
+        m.cache_creation_tokens += usage.cache_creation_tokens
+        self.metrics.llm_calls.labels(role, "ok").inc()
+        self.metrics.llm_seconds.labels(role).observe(turn.elapsed_s)
+        for kind, count in (
+            ("input", usage.input_tokens),
+            ("output", usage.output_tokens),
+            ("cache_read", usage.cache_read_tokens),
+            ("cache_creation", usage.cache_creation_tokens),
+        ):
+            self.metrics.tokens.labels(kind).inc(count)
+
+    def record_failed_model_call(self, role: str) -> None:
+        self.run_metrics.llm_calls += 1
+        self.metrics.llm_calls.labels(role, "error").inc()
+
+    def record_query(self, query: ExecutedQuery) -> None:
+        self.queries.append(query)
+        m = self.run_metrics
+        status = "reused" if query.reused_from else ("ok" if query.result.ok else "error")
+        self.metrics.sql_queries.labels(status).inc()
+        if query.reused_from:
+            return
+        m.sql_queries += 1
+        m.sql_ms += query.result.elapsed_ms
+        self.metrics.sql_seconds.observe(query.result.elapsed_ms / 1000)
+        if not query.result.ok:
+            m.sql_errors += 1
+
+    def record_think(self, text: str) -> None:
+        self.thinking.append(text)
+        self.run_metrics.think_calls += 1
+
+    def record_guard(self, name: str) -> None:
+        counts = self.run_metrics.guard_interventions
+        counts[name] = counts.get(name, 0) + 1
+        self.metrics.guards.labels(name).inc()
+
+    @property
+    def classification(self) -> Classification:
+        return Classification.DATA_ANALYSIS if self.queries else Classification.CONVERSATIONAL
+
+    def to_result(self) -> RunResult:
+        m = self.run_metrics
+        m.total_ms = round((time.perf_counter() - self.started) * 1000)
+        m.hit_cap = self.outcome is Outcome.CAPPED
+        return RunResult(
+            question=self.question,
+            answer=self.answer,
+            classification=self.classification,
+            outcome=self.outcome,
+            thinking=self.thinking,
+            queries=self.queries,
+            followups=self.followups,
+            metrics=m,
+            cancelled=self.outcome is Outcome.CANCELLED,
+            error=self.error,
+        )
+
+    def record_finished(self, result: RunResult) -> None:
+        self.metrics.runs.labels(self.interface, result.classification.value, result.outcome.value).inc()
+        self.metrics.run_seconds.observe(result.metrics.total_ms / 1000)
+        self.metrics.rounds.observe(result.metrics.rounds)
+        if result.metrics.hit_cap:
+            self.metrics.capped.inc()

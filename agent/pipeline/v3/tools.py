@@ -1,0 +1,157 @@
+"""The two tools: `think` (recorded and shown) and `execute_sql` (queries run concurrently).
+
+Tool input from a model is not always well formed. Input that has one clear meaning is repaired
+(a JSON string where an array belongs, a single object, SQL in code fences or tags); anything else
+is answered with an `is_error` result that says what was wrong.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from agent.db import Database, QueryResult, format_for_model
+from agent.pipeline.runner import ExecutedQuery, ExecutingEvent, ResultEvent, ThinkingEvent
+from agent.pipeline.v3.state import RunState
+from agent.prompts import PromptLibrary
+
+_FENCE = re.compile(r"^\s*```(?:sql|clickhouse)?\s*\n?(.*?)\n?```\s*$", re.DOTALL | re.IGNORECASE)
+_TAG = re.compile(r"^\s*<(sql|query)>(.*?)</\1>\s*$", re.DOTALL | re.IGNORECASE)
+_STRAY_MARKUP = re.compile(r"</?(?:parameter|invoke|antml:[a-z_]+)[^>]*>\s*$", re.IGNORECASE)
+_WHITESPACE = re.compile(r"\s+")
+
+
+class ToolInputError(Exception):
+    """Tool input that cannot be repaired unambiguously; the message goes back to the model."""
+
+
+@dataclass(frozen=True)
+class QueryRequest:
+    question: str
+    sql: str
+
+
+@dataclass(frozen=True)
+class ToolOutcome:
+    content: str
+    is_error: bool = False
+    repaired: bool = False
+
+
+def parse_think(raw: Any) -> tuple[str, bool]:
+    if isinstance(raw, dict) and isinstance(raw.get("content"), str) and raw["content"].strip():
+        return raw["content"].strip(), False
+    if isinstance(raw, dict):
+        texts = [v for v in raw.values() if isinstance(v, str) and v.strip()]
+        if len(texts) == 1:
+            return texts[0].strip(), True
+    if isinstance(raw, str) and raw.strip():
+        return raw.strip(), True
+    raise ToolInputError('think needs {"content": "<your reasoning>"}.')
+
+
+def parse_queries(raw: Any) -> tuple[list[QueryRequest], bool]:
+    """The queries in execute_sql input, and whether anything had to be repaired."""
+    repaired = False
+    queries = raw.get("queries") if isinstance(raw, dict) else raw
+    if queries is None and isinstance(raw, dict) and "sql" in raw:
+        queries, repaired = [raw], True
+    if isinstance(queries, str):
+        try:
+            queries, repaired = json.loads(queries), True
+        except json.JSONDecodeError:
+            raise ToolInputError(
+                'execute_sql needs "queries" to be an array of {"question", "sql"} objects; got a string '
+                "that is not JSON."
+            ) from None
+    if isinstance(queries, dict):
+        queries, repaired = [queries], True
+    if not isinstance(queries, list) or not queries:
+        raise ToolInputError('execute_sql needs {"queries": [{"question": "...", "sql": "SELECT ..."}]}.')
+    parsed = []
+    for index, item in enumerate(queries, start=1):
+        if not isinstance(item, dict) or not isinstance(item.get("sql"), str) or not item["sql"].strip():
+            raise ToolInputError(f'Query {index} in execute_sql has no "sql" string.')
+        sql, cleaned = clean_sql(item["sql"])
+        question = item.get("question")
+        if not isinstance(question, str) or not question.strip():
+            question, cleaned = sql.splitlines()[0][:120], True
+        parsed.append(QueryRequest(question.strip(), sql))
+        repaired = repaired or cleaned
+    return parsed, repaired
+
+
+def clean_sql(sql: str) -> tuple[str, bool]:
+    """Strip code fences, <sql> tags and stray tool markup around SQL."""
+    original = sql
+    for pattern, group in ((_FENCE, 1), (_TAG, 2)):
+        if match := pattern.match(sql):
+            sql = match.group(group)
+    sql = _STRAY_MARKUP.sub("", sql).strip()
+    return sql, sql != original.strip()
+
+
+def normalized(sql: str) -> str:
+    return _WHITESPACE.sub(" ", sql).strip().rstrip(";").strip()
+
+
+class SqlExecutor:
+    def __init__(self, db: Database, prompts: PromptLibrary, max_cell_chars: int, max_result_chars: int) -> None:
+        self._db = db
+        self._prompts = prompts
+        self._max_cell_chars = max_cell_chars
+        self._max_result_chars = max_result_chars
+
+    async def run(self, requests: list[QueryRequest], state: RunState) -> str:
+        """Run the queries concurrently, emitting events as each starts and finishes."""
+        planned: list[tuple[ExecutedQuery | None, str, QueryRequest]] = []
+        by_sql = {normalized(q.sql): q for q in state.queries if not q.reused_from}
+        for request in requests:
+            query_id = f"Q{len(state.queries) + len(planned) + 1}"
+            earlier = by_sql.get(normalized(request.sql))
+            reused = (
+                ExecutedQuery(
+                    id=query_id,
+                    question=request.question,
+                    sql=request.sql,
+                    result=earlier.result,
+                    reused_from=earlier.id,
+                )
+                if earlier
+                else None
+            )
+            planned.append((reused, query_id, request))
+            await state.emit(ExecutingEvent(query_id=query_id, question=request.question, sql=request.sql))
+        done = await asyncio.gather(*(self._one(reused, qid, req, state) for reused, qid, req in planned))
+        for query in done:
+            state.record_query(query)
+        return "\n\n".join(self._format(query) for query in done)
+
+    async def _one(
+        self, reused: ExecutedQuery | None, query_id: str, request: QueryRequest, state: RunState
+    ) -> ExecutedQuery:
+        if reused is not None:
+            state.record_guard("duplicate_sql")
+            query = reused
+        else:
+            result: QueryResult = await self._db.execute(request.sql)
+            query = ExecutedQuery(id=query_id, question=request.question, sql=request.sql, result=result)
+        await state.emit(ResultEvent.of(query))
+        return query
+
+    def _format(self, query: ExecutedQuery) -> str:
+        body = format_for_model(query.result, self._max_cell_chars, self._max_result_chars)
+        note = ""
+        if query.reused_from:
+            note = self._prompts.render("loop/duplicate.md", original=query.reused_from) + "\n"
+        return f"{query.id}: {query.question}\n{note}{body}"
+
+
+async def run_think(raw: Any, state: RunState) -> ToolOutcome:
+    text, repaired = parse_think(raw)
+    state.record_think(text)
+    await state.emit(ThinkingEvent(text=text))
+    return ToolOutcome("Noted.", repaired=repaired)

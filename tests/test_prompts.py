@@ -1,0 +1,59 @@
+"""Every prompt file renders with StrictUndefined; the tool schemas are valid for the API."""
+
+from __future__ import annotations
+
+import pytest
+
+from agent.config import Settings
+from agent.prompts import PLATFORMS, PromptError, PromptLibrary
+from tests.fakes.anthropic_api import _validate_tools
+
+VARIABLES = {
+    "SYSTEM.md": {"max_rows": 50},
+    "SCHEMA.md": {"schema": "## db.t"},
+    "CONTEXT.md": {"today": "2026-11-22", "format_guidance": "Use Markdown."},
+    "FOLLOWUP.md": {},
+    "FOLLOWUP_REQUEST.md": {"question": "q", "answer": "a", "queries": []},
+    "TOOLS.yaml": {"max_rows": 50},
+    "loop/penultimate.md": {},
+    "loop/synthesize.md": {},
+    "loop/think_nudge.md": {"rounds": 2},
+    "loop/citation_retry.md": {"citations": "[Q1]"},
+    "loop/no_data.md": {},
+    "loop/duplicate.md": {"original": "Q1"},
+    "loop/cancelled.md": {"partial": "x"},
+    **{f"formats/{platform}.md": {} for platform in PLATFORMS},
+}
+
+
+@pytest.fixture(scope="module")
+def prompts() -> PromptLibrary:
+    return PromptLibrary(Settings.model_fields["agent_prompts_dir"].default)
+
+
+def test_every_prompt_file_is_covered(prompts: PromptLibrary) -> None:
+    assert set(prompts.names()) == set(VARIABLES)
+
+
+@pytest.mark.parametrize("name", sorted(VARIABLES))
+def test_prompt_renders(prompts: PromptLibrary, name: str) -> None:
+    assert prompts.render(name, **VARIABLES[name]).strip()
+
+
+@pytest.mark.parametrize("name", [n for n, v in VARIABLES.items() if v])
+def test_a_missing_variable_is_an_error(prompts: PromptLibrary, name: str) -> None:
+    with pytest.raises(Exception, match="undefined"):
+        prompts.render(name)
+
+
+def test_tool_schemas_are_valid_for_the_api(prompts: PromptLibrary) -> None:
+    tools = prompts.tools(max_rows=50)
+    assert [t["name"] for t in tools] == ["think", "execute_sql"]
+    _validate_tools(tools, None)
+
+
+def test_unknown_platform_and_missing_file_are_clear(prompts: PromptLibrary) -> None:
+    with pytest.raises(PromptError, match="Unknown platform format 'teams'"):
+        prompts.format_guidance("teams")
+    with pytest.raises(PromptError, match="is missing"):
+        prompts.render("NOPE.md")

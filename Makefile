@@ -18,7 +18,7 @@ install: $(STAMP)
 
 demo: install
 	$(BIN)/agent demo load
-	$(BIN)/agent schema
+	$(BIN)/agent web
 
 test: install
 	$(BIN)/python -m pytest -q -rs

@@ -94,7 +94,8 @@ async def make_app(
     apps: list[AgentApp] = []
 
     def build(**overrides: Any) -> AgentApp:
-        configured = settings.model_copy(update={"anthropic_base_url": fake_anthropic.base_url, **overrides})
+        # Validated like real settings (a token becomes a SecretStr, bounds are checked).
+        configured = Settings(**{**settings.model_dump(), "anthropic_base_url": fake_anthropic.base_url, **overrides})
         app = AgentApp.start(configured, llm=make_llm(fake_anthropic), db=db, metrics=metrics)
         apps.append(app)
         return app

@@ -82,7 +82,8 @@ class RunResult(BaseModel):
     cancelled: bool = False
     error: str | None = None
     # The API messages of this turn (question to answer), so the next question can carry it whole.
-    transcript: list[dict[str, Any]] = Field(default_factory=list, repr=False)
+    # Internal: left out of serialised results and events.
+    transcript: list[dict[str, Any]] = Field(default_factory=list, repr=False, exclude=True)
 
     def to_turn(self) -> Turn:
         return Turn(question=self.question, answer=self.answer, queries=self.queries, transcript=self.transcript)
@@ -105,7 +106,7 @@ class Turn(BaseModel):
     question: str
     answer: str
     queries: list[ExecutedQuery] = Field(default_factory=list)
-    transcript: list[dict[str, Any]] = Field(default_factory=list, repr=False)
+    transcript: list[dict[str, Any]] = Field(default_factory=list, repr=False, exclude=True)
 
 
 # --- events ---

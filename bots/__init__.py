@@ -1,0 +1,1 @@
+"""Chat platform adapters over the Runner interface."""

@@ -1,0 +1,1 @@
+"""Eval suites run from the CLI against the Runner interface."""

@@ -1,0 +1,1 @@
+"""The web chat (Starlette + SSE) over the Runner interface."""

@@ -1,0 +1,140 @@
+"""Runs in progress for the web app: each run's event log, its subscribers, and its lifetime.
+
+A run belongs to no single HTTP connection: its events go into a log that any number of streams
+read from (a page reload reattaches with Last-Event-ID and loses nothing). When the last reader
+goes away and nobody reattaches within a short grace period, the run is cancelled, which stops the
+model call and kills its ClickHouse queries. The finished turn is written to the store before
+`done` is published.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from collections import OrderedDict
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from agent.pipeline.runner import DoneEvent, Runner, Turn
+from web.store import ConversationStore
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class SseEvent:
+    id: int
+    event: str
+    data: dict[str, Any]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"id": self.id, "event": self.event, "data": self.data}
+
+
+@dataclass
+class RunHandle:
+    run_id: str
+    conversation_id: str
+    events: list[SseEvent] = field(default_factory=list)
+    done: bool = False
+    readers: int = 0
+    task: asyncio.Task[Any] | None = None
+    changed: asyncio.Condition = field(default_factory=asyncio.Condition)
+    grace_timer: asyncio.TimerHandle | None = None
+
+
+class RunRegistry:
+    def __init__(self, runner: Runner, store: ConversationStore, *, grace_s: float = 5.0, keep_finished: int = 500):
+        self._runner = runner
+        self._store = store
+        self._grace_s = grace_s
+        self._keep_finished = keep_finished
+        self._runs: OrderedDict[str, RunHandle] = OrderedDict()
+
+    def get(self, run_id: str) -> RunHandle | None:
+        return self._runs.get(run_id)
+
+    def start(self, conversation_id: str, question: str, history: list[Turn]) -> RunHandle:
+        handle = RunHandle(run_id=uuid.uuid4().hex, conversation_id=conversation_id)
+        self._runs[handle.run_id] = handle
+        handle.task = asyncio.create_task(self._drive(handle, question, history), name=f"run-{handle.run_id}")
+        return handle
+
+    async def _drive(self, handle: RunHandle, question: str, history: list[Turn]) -> None:
+        async def publish(event: Any) -> None:
+            data = {"run_id": handle.run_id, "conversation_id": handle.conversation_id, **event.model_dump(mode="json")}
+            data.pop("type")
+            if isinstance(event, DoneEvent):
+                record = [e.as_dict() for e in handle.events] + [
+                    {"id": len(handle.events) + 1, "event": "done", "data": data}
+                ]
+                await asyncio.shield(self._store.save_turn(handle.conversation_id, handle.run_id, event.result, record))
+            await self._append(handle, event.type, data)
+
+        try:
+            await self._runner.run(question, history=history, platform="web", interface="web", on_event=publish)
+        except Exception:  # the runner turns known failures into events; this is the unknown rest
+            log.exception("run %s failed", handle.run_id)
+            await self._append(
+                handle,
+                "error",
+                {
+                    "run_id": handle.run_id,
+                    "conversation_id": handle.conversation_id,
+                    "message": "Something went wrong on the server; try again.",
+                },
+            )
+        finally:
+            async with handle.changed:
+                handle.done = True
+                handle.changed.notify_all()
+            self._forget_old_runs()
+
+    async def _append(self, handle: RunHandle, name: str, data: dict[str, Any]) -> None:
+        async with handle.changed:
+            handle.events.append(SseEvent(len(handle.events) + 1, name, data))
+            handle.changed.notify_all()
+
+    async def follow(self, handle: RunHandle, after: int = 0) -> AsyncIterator[SseEvent]:
+        """Events after id `after`, then new ones as they come, until the run is done."""
+        handle.readers += 1
+        if handle.grace_timer is not None:
+            handle.grace_timer.cancel()
+            handle.grace_timer = None
+        try:
+            position = after
+            while True:
+                async with handle.changed:
+                    await handle.changed.wait_for(lambda seen=position: len(handle.events) > seen or handle.done)
+                    fresh = handle.events[position:]
+                    finished = handle.done
+                for event in fresh:
+                    yield event
+                position += len(fresh)
+                if finished and position >= len(handle.events):
+                    return
+        finally:
+            handle.readers -= 1
+            if handle.readers == 0 and not handle.done:
+                handle.grace_timer = asyncio.get_running_loop().call_later(
+                    self._grace_s, self._cancel_unwatched, handle
+                )
+
+    def _cancel_unwatched(self, handle: RunHandle) -> None:
+        handle.grace_timer = None
+        if handle.readers == 0 and not handle.done and handle.task is not None:
+            log.info("run %s cancelled: its client went away", handle.run_id)
+            handle.task.cancel()
+
+    def _forget_old_runs(self) -> None:
+        finished = [run_id for run_id, h in self._runs.items() if h.done]
+        for run_id in finished[: max(0, len(finished) - self._keep_finished)]:
+            del self._runs[run_id]
+
+    async def shutdown(self) -> None:
+        tasks = [h.task for h in self._runs.values() if h.task is not None and not h.task.done()]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)

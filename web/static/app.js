@@ -1,0 +1,434 @@
+// The chat page: sends questions, reads the run's SSE stream, renders steps, queries and the answer.
+"use strict";
+
+const state = {
+  conversationId: null,
+  busy: false,
+  token: localStorage.getItem("agentToken") || "",
+};
+
+const $ = (selector, root = document) => root.querySelector(selector);
+const el = (tag, attrs = {}, ...children) => {
+  const node = document.createElement(tag);
+  for (const [key, value] of Object.entries(attrs)) {
+    if (key === "class") node.className = value;
+    else if (key === "text") node.textContent = value;
+    else if (key.startsWith("on")) node.addEventListener(key.slice(2), value);
+    else node.setAttribute(key, value);
+  }
+  for (const child of children) if (child) node.append(child);
+  return node;
+};
+
+// ---------- HTTP ----------
+
+function headers(extra = {}) {
+  return state.token ? { ...extra, Authorization: `Bearer ${state.token}` } : extra;
+}
+
+async function api(path, options = {}) {
+  const response = await fetch(path, { ...options, headers: headers(options.headers || {}) });
+  if (response.status === 401) {
+    const token = prompt("This server needs an access token:");
+    if (token) {
+      state.token = token;
+      localStorage.setItem("agentToken", token);
+      return api(path, options);
+    }
+  }
+  return response;
+}
+
+async function errorMessage(response) {
+  try {
+    return (await response.json()).error || `${response.status} ${response.statusText}`;
+  } catch {
+    return `${response.status} ${response.statusText}`;
+  }
+}
+
+// Reads a text/event-stream body and calls onEvent(name, data, id) for each event.
+async function readEvents(response, onEvent) {
+  const reader = response.body.pipeThrough(new TextDecoderStream()).getReader();
+  let buffer = "";
+  let event = { name: "message", data: [], id: null };
+  for (;;) {
+    const { value, done } = await reader.read();
+    if (done) return;
+    buffer += value;
+    const lines = buffer.split(/\r\n|\r|\n/);
+    buffer = lines.pop();
+    for (const line of lines) {
+      if (line === "") {
+        if (event.data.length) onEvent(event.name, JSON.parse(event.data.join("\n")), event.id);
+        event = { name: "message", data: [], id: null };
+      } else if (line.startsWith(":")) {
+        continue; // keep-alive comment
+      } else {
+        const colon = line.indexOf(":");
+        const field = colon === -1 ? line : line.slice(0, colon);
+        const text = colon === -1 ? "" : line.slice(colon + 1).replace(/^ /, "");
+        if (field === "event") event.name = text;
+        else if (field === "data") event.data.push(text);
+        else if (field === "id") event.id = text;
+      }
+    }
+  }
+}
+
+// ---------- rendering one turn ----------
+
+class TurnView {
+  constructor(question) {
+    this.runId = null;
+    this.answerText = "";
+    this.renderScheduled = false;
+    this.queries = new Map();
+    this.root = el("article", { class: "turn" },
+      el("div", { class: "bubble user", text: question }),
+      (this.steps = el("div", { class: "steps" })),
+      (this.answer = el("div", { class: "bubble answer markdown", "aria-busy": "true" })),
+      (this.footer = el("div", { class: "turn-footer" })));
+    this.status = el("div", { class: "working", text: "Working…" });
+    this.steps.append(this.status);
+    $("#messages").append(this.root);
+  }
+
+  handle(name, data) {
+    this.runId = data.run_id || this.runId;
+    const handler = this[`on_${name}`];
+    if (handler) handler.call(this, data);
+    scrollToBottom();
+  }
+
+  on_thinking(data) {
+    this.steps.insertBefore(el("div", { class: "step thinking" }, el("span", { class: "step-icon", "aria-hidden": "true", text: "∴" }),
+      el("span", { text: data.text })), this.status);
+  }
+
+  on_executing(data) {
+    const card = queryCard(this.runId, data);
+    this.queries.set(data.query_id, card);
+    this.steps.insertBefore(card, this.status);
+  }
+
+  on_result(data) {
+    const card = this.queries.get(data.query_id);
+    if (card) fillResult(card, data);
+  }
+
+  on_answer(data) {
+    this.answerText = data.restart ? "" : this.answerText + data.text;
+    if (!this.renderScheduled) {
+      this.renderScheduled = true;
+      requestAnimationFrame(() => {
+        this.renderScheduled = false;
+        renderMarkdown(this.answer, this.answerText, this.runId);
+      });
+    }
+  }
+
+  on_followups(data) {
+    const list = el("div", { class: "followups", role: "group", "aria-label": "Follow-up questions" });
+    for (const question of data.questions) {
+      list.append(el("button", { type: "button", class: "followup", text: question, onclick: () => ask(question) }));
+    }
+    this.footer.append(list);
+  }
+
+  on_error(data) {
+    this.footer.prepend(el("div", { class: "error-box", role: "alert", text: data.message }));
+  }
+
+  on_done(data) {
+    this.finish(data.result);
+  }
+
+  finish(result) {
+    this.status.remove();
+    this.answer.removeAttribute("aria-busy");
+    if (result) {
+      this.answerText = result.answer;
+      renderMarkdown(this.answer, result.answer, this.runId);
+      if (result.outcome === "cancelled") this.answer.classList.add("cancelled");
+    }
+    quietFixedFailures(this.queries);
+    for (const card of this.queries.values()) card.classList.add("downloadable");
+  }
+}
+
+function queryCard(runId, data) {
+  const card = el("section", { class: "query running", id: `q-${runId}-${data.query_id}`, tabindex: "-1" });
+  const code = el("code", { class: "language-sql", text: data.sql.trim() });
+  if (window.hljs) hljs.highlightElement(code);
+  card.append(
+    el("header", { class: "query-head" },
+      el("span", { class: "badge", text: data.query_id }),
+      el("span", { class: "query-question", text: data.question }),
+      el("span", { class: "query-status", text: "running…" })),
+    el("details", { class: "sql", open: "" }, el("summary", { text: "SQL" }), el("pre", {}, code)));
+  card.dataset.key = `${runId}-${data.query_id}`;
+  return card;
+}
+
+function fillResult(card, data) {
+  card.classList.remove("running");
+  const status = $(".query-status", card);
+  if (data.error) {
+    card.classList.add("failed");
+    status.textContent = "failed";
+    card.append(el("p", { class: "query-error", text: data.error.split("\n")[0].slice(0, 300) }));
+    if (data.hint) card.append(el("p", { class: "query-hint", text: `Hint: ${data.hint}` }));
+    return;
+  }
+  const rows = `${data.row_count}${data.has_more ? "+" : ""} row${data.row_count === 1 ? "" : "s"}`;
+  status.textContent = data.reused_from ? `${rows} · same as ${data.reused_from}` : `${rows} · ${data.elapsed_ms} ms`;
+  const table = el("table", { class: "preview" });
+  table.append(el("thead", {}, el("tr", {}, ...data.columns.map((c) => el("th", { scope: "col", text: c })))));
+  const body = el("tbody");
+  for (const row of data.rows) body.append(el("tr", {}, ...row.map((v) => el("td", { text: formatCell(v) }))));
+  table.append(body);
+  const more = data.has_more || data.row_count > data.rows.length ? el("p", { class: "muted", text: "Preview only: download the CSV for every row." }) : null;
+  const download = el("button", { type: "button", class: "download", text: "Download CSV", onclick: () => downloadCsv(card.dataset.key) });
+  card.append(el("details", { class: "result" }, el("summary", { text: "Preview" }), el("div", { class: "table-wrap" }, table), more), download);
+}
+
+function formatCell(value) {
+  if (value === null) return "NULL";
+  if (typeof value === "object") return JSON.stringify(value);
+  return String(value);
+}
+
+// A failed query the agent fixed later is part of the process, not an alarm.
+function quietFixedFailures(queries) {
+  const cards = [...queries.values()];
+  const anySucceeded = cards.some((c) => !c.classList.contains("failed") && !c.classList.contains("running"));
+  for (const card of cards) {
+    if (card.classList.contains("failed") && anySucceeded) {
+      card.classList.add("fixed");
+      $(".query-status", card).textContent = "failed, then corrected";
+      const sql = $("details.sql", card);
+      if (sql) sql.open = false;
+    }
+  }
+}
+
+function renderMarkdown(target, text, runId) {
+  const html = window.marked ? marked.parse(text) : text;
+  target.innerHTML = window.DOMPurify ? DOMPurify.sanitize(html) : "";
+  if (!window.DOMPurify) target.textContent = text;
+  linkCitations(target, runId);
+}
+
+function linkCitations(root, runId) {
+  const walker = document.createTreeWalker(root, NodeFilter.SHOW_TEXT);
+  const nodes = [];
+  while (walker.nextNode()) if (/\[Q\d+\]/.test(walker.currentNode.nodeValue)) nodes.push(walker.currentNode);
+  for (const node of nodes) {
+    const parts = node.nodeValue.split(/(\[Q\d+\])/);
+    const fragment = document.createDocumentFragment();
+    for (const part of parts) {
+      const match = part.match(/^\[(Q\d+)\]$/);
+      if (!match) { fragment.append(part); continue; }
+      fragment.append(el("a", { class: "cite", href: `#q-${runId}-${match[1]}`, text: part,
+        onclick: (event) => { event.preventDefault(); focusQuery(`q-${runId}-${match[1]}`); } }));
+    }
+    node.replaceWith(fragment);
+  }
+}
+
+function focusQuery(id) {
+  const card = document.getElementById(id);
+  if (!card) return;
+  card.scrollIntoView({ behavior: "smooth", block: "center" });
+  card.classList.add("highlight");
+  const preview = $("details.result", card);
+  if (preview) preview.open = true;
+  card.focus({ preventScroll: true });
+  setTimeout(() => card.classList.remove("highlight"), 2000);
+}
+
+async function downloadCsv(key) {
+  const response = await api(`/api/queries/${encodeURIComponent(key)}.csv`);
+  if (!response.ok) return showBanner(await errorMessage(response));
+  const url = URL.createObjectURL(await response.blob());
+  const link = el("a", { href: url, download: `${key}.csv` });
+  document.body.append(link);
+  link.click();
+  link.remove();
+  URL.revokeObjectURL(url);
+}
+
+function scrollToBottom() {
+  const messages = $("#messages");
+  messages.scrollTop = messages.scrollHeight;
+}
+
+function showBanner(message) {
+  const banner = $("#banner");
+  banner.textContent = message;
+  banner.hidden = !message;
+}
+
+// ---------- asking and following a run ----------
+
+async function ask(question) {
+  question = question.trim();
+  if (!question || state.busy) return;
+  setBusy(true);
+  showBanner("");
+  $("#empty-state").hidden = true;
+  const view = new TurnView(question);
+  try {
+    const response = await api("/api/chat", {
+      method: "POST",
+      headers: { "Content-Type": "application/json" },
+      body: JSON.stringify({ message: question, conversation_id: state.conversationId }),
+    });
+    if (!response.ok) {
+      view.on_error({ message: await errorMessage(response) });
+      view.finish(null);
+      return;
+    }
+    await follow(view, response);
+  } catch (error) {
+    view.on_error({ message: `Lost the connection to the server (${error.message}).` });
+    view.finish(null);
+  } finally {
+    setBusy(false);
+    loadConversations();
+  }
+}
+
+// Reads a run's events; if the stream breaks before `done`, reattaches where it left off.
+async function follow(view, response, lastId = 0) {
+  let done = false;
+  for (let attempt = 0; attempt < 5 && !done; attempt += 1) {
+    try {
+      await readEvents(response, (name, data, id) => {
+        lastId = Number(id) || lastId;
+        if (data.conversation_id) state.conversationId = data.conversation_id;
+        sessionStorage.setItem("activeRun", JSON.stringify({ runId: data.run_id, lastId, conversationId: state.conversationId }));
+        view.handle(name, data);
+        if (name === "done") done = true;
+      });
+    } catch (error) { /* the stream broke; reattach below */ }
+    if (done || !view.runId) break;
+    await new Promise((resolve) => setTimeout(resolve, 300 * (attempt + 1)));
+    response = await api(`/api/runs/${view.runId}/events`, { headers: { "Last-Event-ID": String(lastId) } });
+    if (!response.ok) break;
+  }
+  sessionStorage.removeItem("activeRun");
+  if (!done) view.finish(null);
+}
+
+// After a reload in the middle of an answer, pick the run up again.
+async function resumeActiveRun() {
+  const saved = JSON.parse(sessionStorage.getItem("activeRun") || "null");
+  if (!saved || !saved.runId) return;
+  await openConversation(saved.conversationId);
+  const response = await api(`/api/runs/${saved.runId}/events`);
+  if (!response.ok) return sessionStorage.removeItem("activeRun");
+  setBusy(true);
+  const view = new TurnView("…");
+  view.runId = saved.runId;
+  try {
+    await follow(view, response);
+  } finally {
+    setBusy(false);
+    view.root.remove();
+    await openConversation(saved.conversationId);
+  }
+}
+
+function setBusy(busy) {
+  state.busy = busy;
+  $("#send").disabled = busy;
+  $("#send").textContent = busy ? "Working…" : "Ask";
+}
+
+// ---------- conversations ----------
+
+async function loadConversations() {
+  const response = await api("/api/conversations");
+  if (!response.ok) return;
+  const { conversations } = await response.json();
+  const list = $("#conversation-list");
+  list.replaceChildren(...conversations.map((c) => el("li", { class: c.id === state.conversationId ? "active" : "" },
+    el("button", { type: "button", class: "conversation", text: c.title, title: c.title, onclick: () => openConversation(c.id) }),
+    el("button", { type: "button", class: "icon-button delete", "aria-label": `Delete “${c.title}”`, text: "×",
+      onclick: () => deleteConversation(c.id) }))));
+}
+
+async function openConversation(id) {
+  const response = await api(`/api/conversations/${id}`);
+  if (!response.ok) return showBanner(await errorMessage(response));
+  const conversation = await response.json();
+  state.conversationId = id;
+  const messages = $("#messages");
+  messages.querySelectorAll(".turn").forEach((turn) => turn.remove());
+  $("#empty-state").hidden = conversation.turns.length > 0;
+  for (const turn of conversation.turns) {
+    const view = new TurnView(turn.question);
+    view.runId = turn.run_id;
+    for (const query of turn.queries) {
+      view.on_executing({ query_id: query.label, question: query.question, sql: query.sql });
+      view.on_result({ ...query, query_id: query.label });
+    }
+    view.finish({ answer: turn.answer, outcome: turn.outcome });
+    if (turn.followups.length) view.on_followups({ questions: turn.followups });
+  }
+  closeSidebar();
+  loadConversations();
+}
+
+async function deleteConversation(id) {
+  const response = await api(`/api/conversations/${id}`, { method: "DELETE" });
+  if (!response.ok) return showBanner(await errorMessage(response));
+  if (id === state.conversationId) newChat();
+  loadConversations();
+}
+
+function newChat() {
+  state.conversationId = null;
+  $("#messages").querySelectorAll(".turn").forEach((turn) => turn.remove());
+  $("#empty-state").hidden = false;
+  closeSidebar();
+  loadConversations();
+  $("#question").focus();
+}
+
+function closeSidebar() {
+  document.body.classList.remove("sidebar-open");
+  $("#toggle-sidebar").setAttribute("aria-expanded", "false");
+}
+
+// ---------- wiring ----------
+
+document.addEventListener("DOMContentLoaded", () => {
+  const input = $("#question");
+  $("#composer").addEventListener("submit", (event) => {
+    event.preventDefault();
+    const question = input.value;
+    input.value = "";
+    ask(question);
+  });
+  input.addEventListener("keydown", (event) => {
+    if (event.key === "Enter" && !event.shiftKey && !event.isComposing) {
+      event.preventDefault();
+      $("#composer").requestSubmit();
+    }
+  });
+  $("#new-chat").addEventListener("click", newChat);
+  $("#toggle-sidebar").addEventListener("click", () => {
+    const open = document.body.classList.toggle("sidebar-open");
+    $("#toggle-sidebar").setAttribute("aria-expanded", String(open));
+  });
+  document.addEventListener("keydown", (event) => { if (event.key === "Escape") closeSidebar(); });
+  for (const example of document.querySelectorAll(".example")) {
+    example.addEventListener("click", () => ask(example.textContent));
+  }
+  loadConversations();
+  resumeActiveRun();
+  input.focus();
+});

@@ -1,0 +1,266 @@
+"""Conversations in an embedded SQLite file: questions, answers, executed queries, follow-ups and
+each run's event log (so a finished run can be replayed after a restart)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sqlite3
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+from agent.db import QueryResult
+from agent.pipeline.runner import ExecutedQuery, RunResult, Turn
+
+T = TypeVar("T")
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS conversations (
+    id TEXT PRIMARY KEY,
+    title TEXT NOT NULL,
+    created_at REAL NOT NULL,
+    updated_at REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS turns (
+    run_id TEXT PRIMARY KEY,
+    conversation_id TEXT NOT NULL REFERENCES conversations(id) ON DELETE CASCADE,
+    position INTEGER NOT NULL,
+    question TEXT NOT NULL,
+    answer TEXT NOT NULL,
+    outcome TEXT NOT NULL,
+    followups TEXT NOT NULL,
+    metrics TEXT NOT NULL,
+    transcript TEXT NOT NULL,
+    events TEXT NOT NULL,
+    created_at REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS turns_by_conversation ON turns(conversation_id, position);
+CREATE TABLE IF NOT EXISTS queries (
+    id TEXT PRIMARY KEY,
+    run_id TEXT NOT NULL REFERENCES turns(run_id) ON DELETE CASCADE,
+    label TEXT NOT NULL,
+    question TEXT NOT NULL,
+    sql TEXT NOT NULL,
+    columns TEXT NOT NULL,
+    preview TEXT NOT NULL,
+    row_count INTEGER NOT NULL,
+    has_more INTEGER NOT NULL,
+    error TEXT,
+    hint TEXT,
+    elapsed_ms INTEGER NOT NULL
+);
+"""
+
+
+def query_key(run_id: str, label: str) -> str:
+    """The id of one executed query: its run and its Q label (so the page can build CSV links)."""
+    return f"{run_id}-{label}"
+
+
+class ConversationStore:
+    def __init__(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._conn = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
+        self._conn.row_factory = sqlite3.Row
+        self._lock = threading.Lock()
+        with self._lock:
+            self._conn.execute("PRAGMA journal_mode = WAL")
+            self._conn.execute("PRAGMA foreign_keys = ON")
+            self._conn.executescript(SCHEMA)
+
+    async def _run(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        def locked() -> T:
+            with self._lock:
+                return fn(self._conn)
+
+        return await asyncio.to_thread(locked)
+
+    async def create_conversation(self, first_question: str) -> str:
+        conversation_id = uuid.uuid4().hex
+        title = " ".join(first_question.split())[:80]
+        now = time.time()
+        await self._run(
+            lambda c: c.execute(
+                "INSERT INTO conversations (id, title, created_at, updated_at) VALUES (?, ?, ?, ?)",
+                (conversation_id, title, now, now),
+            )
+        )
+        return conversation_id
+
+    async def exists(self, conversation_id: str) -> bool:
+        row = await self._run(
+            lambda c: c.execute("SELECT 1 FROM conversations WHERE id = ?", (conversation_id,)).fetchone()
+        )
+        return row is not None
+
+    async def list_conversations(self) -> list[dict[str, Any]]:
+        rows = await self._run(
+            lambda c: c.execute(
+                "SELECT c.id, c.title, c.created_at, c.updated_at, count(t.run_id) AS turns FROM conversations c "
+                "LEFT JOIN turns t ON t.conversation_id = c.id GROUP BY c.id ORDER BY c.updated_at DESC"
+            ).fetchall()
+        )
+        return [dict(row) for row in rows]
+
+    async def get_conversation(self, conversation_id: str) -> dict[str, Any] | None:
+        def read(c: sqlite3.Connection) -> dict[str, Any] | None:
+            conversation = c.execute("SELECT * FROM conversations WHERE id = ?", (conversation_id,)).fetchone()
+            if conversation is None:
+                return None
+            turns = c.execute(
+                "SELECT run_id, question, answer, outcome, followups, metrics, created_at FROM turns "
+                "WHERE conversation_id = ? ORDER BY position",
+                (conversation_id,),
+            ).fetchall()
+            queries = c.execute(
+                "SELECT q.* FROM queries q JOIN turns t ON t.run_id = q.run_id WHERE t.conversation_id = ? "
+                "ORDER BY q.rowid",
+                (conversation_id,),
+            ).fetchall()
+            by_run: dict[str, list[dict[str, Any]]] = {}
+            for q in queries:
+                by_run.setdefault(q["run_id"], []).append(_query_row(q))
+            return {
+                **dict(conversation),
+                "turns": [
+                    {
+                        **dict(t),
+                        "followups": json.loads(t["followups"]),
+                        "metrics": json.loads(t["metrics"]),
+                        "queries": by_run.get(t["run_id"], []),
+                    }
+                    for t in turns
+                ],
+            }
+
+        return await self._run(read)
+
+    async def delete_conversation(self, conversation_id: str) -> bool:
+        cursor = await self._run(lambda c: c.execute("DELETE FROM conversations WHERE id = ?", (conversation_id,)))
+        return cursor.rowcount > 0
+
+    async def history(self, conversation_id: str) -> list[Turn]:
+        def read(c: sqlite3.Connection) -> list[Turn]:
+            turns = c.execute(
+                "SELECT run_id, question, answer, transcript FROM turns WHERE conversation_id = ? ORDER BY position",
+                (conversation_id,),
+            ).fetchall()
+            history = []
+            for t in turns:
+                queries = c.execute(
+                    "SELECT label, question, sql FROM queries WHERE run_id = ? ORDER BY rowid", (t["run_id"],)
+                ).fetchall()
+                history.append(
+                    Turn(
+                        question=t["question"],
+                        answer=t["answer"],
+                        transcript=json.loads(t["transcript"]),
+                        queries=[
+                            ExecutedQuery(
+                                id=q["label"],
+                                question=q["question"],
+                                sql=q["sql"],
+                                result=QueryResult(query_id="", sql=q["sql"]),
+                            )
+                            for q in queries
+                        ],
+                    )
+                )
+            return history
+
+        return await self._run(read)
+
+    async def save_turn(
+        self, conversation_id: str, run_id: str, result: RunResult, events: list[dict[str, Any]]
+    ) -> None:
+        """Write the whole turn in one transaction."""
+
+        def write(c: sqlite3.Connection) -> None:
+            now = time.time()
+            with _transaction(c):
+                position = c.execute(
+                    "SELECT count(*) FROM turns WHERE conversation_id = ?", (conversation_id,)
+                ).fetchone()[0]
+                c.execute(
+                    "INSERT INTO turns VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    (
+                        run_id,
+                        conversation_id,
+                        position,
+                        result.question,
+                        result.answer,
+                        result.outcome.value,
+                        json.dumps(result.followups),
+                        result.metrics.model_dump_json(),
+                        json.dumps(result.transcript),
+                        json.dumps(events),
+                        now,
+                    ),
+                )
+                for q in result.queries:
+                    r = q.result
+                    c.execute(
+                        "INSERT INTO queries VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                        (
+                            query_key(run_id, q.id),
+                            run_id,
+                            q.id,
+                            q.question,
+                            q.sql,
+                            json.dumps(r.columns),
+                            json.dumps(r.json_rows()),
+                            r.row_count,
+                            int(r.has_more),
+                            r.error,
+                            r.hint,
+                            r.elapsed_ms,
+                        ),
+                    )
+                c.execute("UPDATE conversations SET updated_at = ? WHERE id = ?", (now, conversation_id))
+
+        await self._run(write)
+
+    async def query_sql(self, key: str) -> str | None:
+        row = await self._run(lambda c: c.execute("SELECT sql FROM queries WHERE id = ?", (key,)).fetchone())
+        return row["sql"] if row else None
+
+    async def run_events(self, run_id: str) -> tuple[str, list[dict[str, Any]]] | None:
+        row = await self._run(
+            lambda c: c.execute("SELECT conversation_id, events FROM turns WHERE run_id = ?", (run_id,)).fetchone()
+        )
+        return (row["conversation_id"], json.loads(row["events"])) if row else None
+
+    def close(self) -> None:
+        with self._lock:
+            self._conn.close()
+
+
+class _transaction:
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self._conn = conn
+
+    def __enter__(self) -> None:
+        self._conn.execute("BEGIN")
+
+    def __exit__(self, exc_type: Any, *_: Any) -> None:
+        self._conn.execute("ROLLBACK" if exc_type else "COMMIT")
+
+
+def _query_row(row: sqlite3.Row) -> dict[str, Any]:
+    return {
+        "id": row["id"],
+        "label": row["label"],
+        "question": row["question"],
+        "sql": row["sql"],
+        "columns": json.loads(row["columns"]),
+        "rows": json.loads(row["preview"]),
+        "row_count": row["row_count"],
+        "has_more": bool(row["has_more"]),
+        "error": row["error"],
+        "hint": row["hint"],
+        "elapsed_ms": row["elapsed_ms"],
+    }

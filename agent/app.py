@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from agent.config import Settings
 from agent.db import Database, open_database
-from agent.llm import LLMClient
+from agent.llm import LLMClient, MissingKeyLLM
 from agent.metrics import Metrics, default_metrics
 from agent.pipeline import build_runner
 from agent.pipeline.runner import Runner
@@ -31,7 +31,8 @@ class AgentApp:
         db: Database | None = None,
         metrics: Metrics | None = None,
     ) -> AgentApp:
-        llm = llm or LLMClient.from_settings(settings)
+        if llm is None:
+            llm = LLMClient.from_settings(settings) if settings.anthropic_api_key else MissingKeyLLM()
         db = db or open_database(settings)
         metrics = metrics or default_metrics()
         schema = SchemaCache(

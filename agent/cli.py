@@ -15,7 +15,7 @@ from typing import Any
 
 from agent.config import ConfigError, Settings, load_settings
 from agent.db import DatabaseUnavailable, format_for_model, open_database
-from agent.llm import LLMConfigError
+from agent.llm import MISSING_KEY, LLMConfigError
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
@@ -114,6 +114,8 @@ async def _ask(args: argparse.Namespace, settings: Settings) -> int:
     from agent.pipeline.runner import Outcome, ignore_events
     from agent.terminal import TerminalPrinter
 
+    if settings.anthropic_api_key is None:
+        raise LLMConfigError(MISSING_KEY)
     app = AgentApp.start(settings)
     printer = ignore_events if args.json else TerminalPrinter()
     try:

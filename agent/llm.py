@@ -20,6 +20,7 @@ from anthropic import AsyncAnthropic
 from agent.config import Settings
 
 TextSink = Callable[[str], Awaitable[None]]
+MISSING_KEY = "ANTHROPIC_API_KEY is not set; the agent needs it to ask the model."
 _RETRYABLE_STREAM_ERRORS = {"overloaded_error", "api_error", "rate_limit_error"}
 
 
@@ -78,7 +79,7 @@ class LLMClient:
     @classmethod
     def from_settings(cls, settings: Settings, **kwargs: Any) -> LLMClient:
         if settings.anthropic_api_key is None:
-            raise LLMConfigError("ANTHROPIC_API_KEY is not set; the agent needs it to ask the model.")
+            raise LLMConfigError(MISSING_KEY)
         client = AsyncAnthropic(
             api_key=settings.anthropic_api_key.get_secret_value(),
             base_url=settings.anthropic_base_url,
@@ -184,3 +185,19 @@ def _error_message(exc: anthropic.APIStatusError) -> str:
     body = exc.body if isinstance(exc.body, dict) else {}
     error = body.get("error", {})
     return str(error.get("message", exc.message)) if isinstance(error, dict) else str(exc.message)
+
+
+class MissingKeyLLM(LLMClient):
+    """Stands in when no API key is configured, so a server can start and explain itself."""
+
+    def __init__(self) -> None:
+        pass
+
+    async def stream_turn(self, **_: Any) -> ModelTurn:
+        raise LLMConfigError(MISSING_KEY)
+
+    async def complete(self, **_: Any) -> tuple[str, Usage]:
+        raise LLMConfigError(MISSING_KEY)
+
+    async def close(self) -> None:
+        return None

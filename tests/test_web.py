@@ -13,6 +13,7 @@ import httpx
 import pytest
 
 from agent.app import AgentApp
+from agent.config import Settings
 from agent.db import Database
 from tests.fakes.anthropic_api import FakeAnthropic, Hang, Reply
 from tests.web_helpers import LiveServer, Sse, sse_events
@@ -285,3 +286,21 @@ async def test_the_page_loads_its_assets(web, fake_anthropic: FakeAnthropic) -> 
         assert page.status_code == 200 and "ClickHouse analyst" in page.text
         for asset in ["app.js", "app.css", "vendor/marked-18.2.1.umd.js", "vendor/purify-3.4.18.min.js"]:
             assert (await client.get(f"/static/{asset}")).status_code == 200, asset
+
+
+async def test_without_an_api_key_the_server_starts_and_says_why(settings, db, tmp_path: Path) -> None:
+    from prometheus_client import CollectorRegistry
+
+    from agent.app import AgentApp
+    from agent.metrics import Metrics
+
+    keyless = Settings(**{**settings.model_dump(), "anthropic_api_key": None})
+    store = ConversationStore(tmp_path / "c.sqlite3")
+    agent = AgentApp.start(keyless, db=db, metrics=Metrics(CollectorRegistry()))
+    async with LiveServer(create_app(agent, store)) as server, httpx.AsyncClient(base_url=server.url) as client:
+        events = await chat(client, "hello")
+        health = await client.get("/healthz")
+    store.close()
+    assert [e.event for e in events] == ["error", "done"]
+    assert events[0].data["message"] == "ANTHROPIC_API_KEY is not set; the agent needs it to ask the model."
+    assert health.status_code == 503 and health.json()["settings"] == "ANTHROPIC_API_KEY is not set"

@@ -15,6 +15,7 @@ import uuid
 from collections import OrderedDict
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from agent.pipeline.runner import DoneEvent, Runner, Turn
@@ -105,9 +106,13 @@ class RunRegistry:
             handle.grace_timer = None
         try:
             position = after
+
+            def ready(seen: int) -> bool:
+                return len(handle.events) > seen or handle.done
+
             while True:
                 async with handle.changed:
-                    await handle.changed.wait_for(lambda seen=position: len(handle.events) > seen or handle.done)
+                    await handle.changed.wait_for(partial(ready, position))
                     fresh = handle.events[position:]
                     finished = handle.done
                 for event in fresh:

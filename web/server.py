@@ -11,6 +11,11 @@ from web.store import ConversationStore
 
 
 def serve(settings: Settings, *, host: str, port: int) -> None:
+    if settings.anthropic_api_key is None:
+        print(
+            "warning: ANTHROPIC_API_KEY is not set; the page will load, but questions will fail until it is.",
+            flush=True,
+        )
     agent = AgentApp.start(settings)
     store = ConversationStore(settings.agent_data_dir / "conversations.sqlite3")
     app = create_app(agent, store, owns_agent=True)

@@ -69,6 +69,9 @@ class ConversationStore:
         self._lock = threading.Lock()
         with self._lock:
             self._conn.execute("PRAGMA journal_mode = WAL")
+            # In WAL mode NORMAL is durable across crashes of this process; only a power loss can
+            # lose the last commits. FULL would fsync every question's three writes.
+            self._conn.execute("PRAGMA synchronous = NORMAL")
             self._conn.execute("PRAGMA foreign_keys = ON")
             self._conn.executescript(SCHEMA)
 

@@ -77,7 +77,7 @@ class FakeAnthropic:
         self._lock = threading.Lock()
         self._cache: dict[str, int] = {}
         handler = type("Handler", (_Handler,), {"fake": self})
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self._server = _Server(("127.0.0.1", 0), handler)
         self._server.daemon_threads = True
         self._thread = threading.Thread(target=self._server.serve_forever, name="fake-anthropic", daemon=True)
 
@@ -306,6 +306,10 @@ def _validate_messages(messages: list[Any]) -> None:
         raise ValidationError(
             f"messages.{len(messages) - 1}: `tool_use` ids were found without `tool_result` blocks immediately after"
         )
+
+
+class _Server(ThreadingHTTPServer):
+    request_queue_size = 1024  # the default listen backlog of 5 stalls bursts of connections in SYN retries
 
 
 class _Handler(BaseHTTPRequestHandler):

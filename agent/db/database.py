@@ -11,7 +11,7 @@ import re
 import time
 import uuid
 from abc import ABC, abstractmethod
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -206,7 +206,3 @@ def _wrap(checked: CheckedStatement, row_limit: int) -> str:
 
 def _elapsed_ms(started: float) -> int:
     return round((time.perf_counter() - started) * 1000)
-
-
-def rows_of(values: Sequence[Sequence[Any]]) -> list[list[Any]]:
-    return [list(row) for row in values]

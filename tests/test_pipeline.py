@@ -245,6 +245,20 @@ async def test_cancelling_during_the_model_call_returns_a_partial_result(
     )
 
 
+async def test_cancelling_during_follow_ups_keeps_the_complete_answer(make_app, fake_anthropic: FakeAnthropic) -> None:
+    hang = Hang()
+    fake_anthropic.script(Reply(text="The answer."), hang)
+    task = asyncio.create_task(make_app().runner.run("q", followups=True))
+    while len(fake_anthropic.requests) < 2:
+        await asyncio.sleep(0.02)
+    await asyncio.sleep(0.1)
+    assert not task.done(), "the follow-up call should still be in flight"
+    task.cancel()
+    result = await task
+    hang.release.set()
+    assert result.answer == "The answer." and result.outcome is Outcome.ANSWERED and result.followups == []
+
+
 async def test_cancelling_during_sql_kills_the_query(make_app, fake_anthropic: FakeAnthropic, db: Database) -> None:
     fake_anthropic.script(Reply(tool_calls=[sql(("heavy", HEAVY))]))
     recorder = Recorder()

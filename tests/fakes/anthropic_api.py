@@ -339,6 +339,9 @@ class _Handler(BaseHTTPRequestHandler):
             return self._error(reply.status, reply.error_type, reply.message, reply.retry_after_ms)
         if body.get("stream"):
             return self._stream(body, reply)
+        if isinstance(reply, Hang):
+            reply.release.wait(60)
+            reply = Reply(text="[]")
         if not isinstance(reply, Reply):
             return self._error(500, "api_error", "fake: this reply only works with stream=true")
         self._json(200, _message(body, reply, self.fake.usage(body)))

@@ -229,17 +229,16 @@ class Pipeline:
         state.answer = turn.text or self._prompts.render("loop/no_data.md")
 
     def _cancelled(self, state: RunState) -> None:
-        """Turn a cancelled run into a partial result instead of an exception."""
+        """Turn a cancelled run into a result instead of an exception. An answer that was already
+        complete (cancelled while follow-ups were being suggested) stands as it is."""
         task = asyncio.current_task()
         if task is not None:
             task.uncancel()
-        partial = (
-            state.answer
-            or state.streamed_text.strip()
-            or "\n".join(
-                f"{q.id}: {q.question} ({'failed' if q.result.error else f'{q.result.row_count} rows'})"
-                for q in state.queries
-            )
+        if state.answer:
+            return
+        partial = state.streamed_text.strip() or "\n".join(
+            f"{q.id}: {q.question} ({'failed' if q.result.error else f'{q.result.row_count} rows'})"
+            for q in state.queries
         )
         state.outcome = Outcome.CANCELLED
         state.answer = self._prompts.render("loop/cancelled.md", partial=partial)

@@ -15,8 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -29,6 +27,7 @@ from agent.config import Settings
 from agent.llm import LLMClient, ModelTurn, Usage
 from agent.metrics import Metrics
 from agent.pipeline.runner import RunResult
+from benchmarks.demo_data import load_demo_elsewhere
 
 RUNS = 30
 ROUNDS = 10
@@ -148,8 +147,7 @@ async def _cache_share(settings: Settings) -> dict[str, float]:
 def run() -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as scratch:
         data = Path(scratch)
-        load = "from agent.demo import load_demo; from pathlib import Path; import sys; load_demo(Path(sys.argv[1]))"
-        subprocess.run([sys.executable, "-c", load, str(data / "clickhouse")], check=True)
+        load_demo_elsewhere(data)
         settings = Settings(agent_data_dir=data, anthropic_api_key="unused", agent_max_rounds=ROUNDS + 1)  # type: ignore[arg-type]
         return asyncio.run(_both(settings))
 

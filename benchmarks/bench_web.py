@@ -27,6 +27,7 @@ from typing import Any
 
 import httpx
 
+from benchmarks.demo_data import load_demo_elsewhere
 from tests.fakes.anthropic_api import FakeAnthropic, Reply
 from tests.web_helpers import sse_events
 
@@ -132,8 +133,7 @@ def serve_fake(latency_s: float) -> None:
 def run() -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as scratch:
         data = Path(scratch)
-        load = "from agent.demo import load_demo; from pathlib import Path; import sys; load_demo(Path(sys.argv[1]))"
-        subprocess.run([sys.executable, "-c", load, str(data / "clickhouse")], check=True)
+        load_demo_elsewhere(data)
         base = {
             "PATH": os.environ.get("PATH", ""),
             "PYTHONPATH": str(Path(__file__).resolve().parent.parent),

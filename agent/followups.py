@@ -41,8 +41,7 @@ class FollowupGenerator:
             log.warning("follow-up suggestions skipped: %s", exc)
             return []
         self._metrics.llm_calls.labels("followup", "ok").inc()
-        for kind, count in (("input", usage.input_tokens), ("output", usage.output_tokens)):
-            self._metrics.tokens.labels(kind).inc(count)
+        self._metrics.count_tokens(usage)
         return parse_followups(text, exclude=question)
 
 

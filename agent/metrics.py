@@ -3,7 +3,12 @@ user, channel, question or SQL text."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram
+
+if TYPE_CHECKING:
+    from agent.llm import Usage
 
 DURATION_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 30, 60, 120, 300)
 ROUND_BUCKETS = (1, 2, 3, 4, 5, 6, 8, 10, 15, 20)
@@ -57,6 +62,15 @@ class Metrics:
         )
         for token_type in TOKEN_TYPES:
             self.tokens.labels(token_type)
+
+    def count_tokens(self, usage: Usage) -> None:
+        for kind, count in (
+            ("input", usage.input_tokens),
+            ("output", usage.output_tokens),
+            ("cache_read", usage.cache_read_tokens),
+            ("cache_creation", usage.cache_creation_tokens),
+        ):
+            self.tokens.labels(kind).inc(count)
 
 
 _default: Metrics | None = None

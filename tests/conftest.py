@@ -6,14 +6,21 @@ chdb allows one data directory per process, so every test that touches ClickHous
 from __future__ import annotations
 
 import os
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+from anthropic import AsyncAnthropic
+from prometheus_client import CollectorRegistry
 
+from agent.app import AgentApp
 from agent.config import Settings
 from agent.db import Database, open_database
 from agent.demo import load_demo
+from agent.llm import LLMClient
+from agent.metrics import Metrics
+from tests.fakes.anthropic_api import FakeAnthropic
 
 DEMO_COUNTS = {"airlines": 16, "airports": 1458, "planes": 3322, "weather": 26115, "flights": 336776}
 
@@ -49,17 +56,6 @@ async def db(settings: Settings) -> AsyncIterator[Database]:
 
 
 # --- the model: the real SDK against a fake Messages API over HTTP ---
-
-from collections.abc import Callable  # noqa: E402
-from typing import Any  # noqa: E402
-
-from anthropic import AsyncAnthropic  # noqa: E402
-from prometheus_client import CollectorRegistry  # noqa: E402
-
-from agent.app import AgentApp  # noqa: E402
-from agent.llm import LLMClient  # noqa: E402
-from agent.metrics import Metrics  # noqa: E402
-from tests.fakes.anthropic_api import FakeAnthropic  # noqa: E402
 
 
 @pytest.fixture(scope="session")

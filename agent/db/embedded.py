@@ -131,7 +131,6 @@ class EmbeddedDatabase(Database):
         self._settings = limits.engine_settings()
         self._pool_size = pool_size
         self._idle: asyncio.Queue[Any] = asyncio.Queue()
-        self._opened = 0
         self._slots = asyncio.Semaphore(pool_size)
         self._executor = ThreadPoolExecutor(max_workers=pool_size + 2, thread_name_prefix="chdb")
         self._control: Any = None
@@ -185,7 +184,6 @@ class EmbeddedDatabase(Database):
         except BaseException:
             self._slots.release()
             raise
-        self._opened += 1
         return conn
 
     async def _release(self, conn: Any, failed: bool) -> None:
@@ -193,7 +191,6 @@ class EmbeddedDatabase(Database):
             if failed and not await self._run(lambda: _drain(conn)):
                 with suppress(Exception):
                     await self._run(conn.close)
-                self._opened -= 1
                 return
             self._idle.put_nowait(conn)
         finally:

@@ -25,7 +25,6 @@ class ServerDatabase(Database):
         self._client: AsyncClient | None = None
         self._connect_lock = asyncio.Lock()
         self._query_settings: dict[str, Any] = {}
-        self._running: set[str] = set()
 
     async def _connect(self) -> AsyncClient:
         async with self._connect_lock:
@@ -75,7 +74,6 @@ class ServerDatabase(Database):
 
     async def _stream(self, sql: str, query_id: str) -> AsyncIterator[Block]:
         client = await self._connect()
-        self._running.add(query_id)
         finished = False
         try:
             stream = await client.query_row_block_stream(
@@ -101,7 +99,6 @@ class ServerDatabase(Database):
             # rather than when the server notices the closed connection.
             if not finished:
                 await self._kill(client, query_id)
-            self._running.discard(query_id)
 
     async def _kill(self, client: AsyncClient, query_id: str) -> None:
         with suppress(Exception):

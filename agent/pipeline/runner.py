@@ -180,10 +180,10 @@ Event = Annotated[
     ThinkingEvent | ExecutingEvent | ResultEvent | AnswerEvent | FollowupsEvent | ErrorEvent | DoneEvent,
     Field(discriminator="type"),
 ]
-EventSink = Callable[[Any], Awaitable[None]]
+EventSink = Callable[[Event], Awaitable[None]]
 
 
-async def ignore_events(event: Any) -> None:
+async def ignore_events(event: Event) -> None:
     return None
 
 

@@ -51,13 +51,7 @@ class RunState:
         m.cache_creation_tokens += usage.cache_creation_tokens
         self.metrics.llm_calls.labels(role, "ok").inc()
         self.metrics.llm_seconds.labels(role).observe(turn.elapsed_s)
-        for kind, count in (
-            ("input", usage.input_tokens),
-            ("output", usage.output_tokens),
-            ("cache_read", usage.cache_read_tokens),
-            ("cache_creation", usage.cache_creation_tokens),
-        ):
-            self.metrics.tokens.labels(kind).inc(count)
+        self.metrics.count_tokens(usage)
 
     def record_failed_model_call(self, role: str) -> None:
         self.run_metrics.llm_calls += 1

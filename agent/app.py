@@ -35,13 +35,7 @@ class AgentApp:
             llm = LLMClient.from_settings(settings) if settings.anthropic_api_key else MissingKeyLLM()
         db = db or open_database(settings)
         metrics = metrics or default_metrics()
-        schema = SchemaCache(
-            db,
-            settings.clickhouse_databases,
-            settings.clickhouse_exclude_tables,
-            settings.schema_max_chars,
-            settings.schema_ttl_s,
-        )
+        schema = SchemaCache(db, settings.schema_max_chars, settings.schema_ttl_s)
         runner = build_runner(settings, db=db, llm=llm, metrics=metrics, schema=schema)
         return cls(settings=settings, db=db, llm=llm, runner=runner, metrics=metrics)
 

@@ -35,11 +35,21 @@ def main(argv: list[str] | None = None) -> int:
         logging.basicConfig(level=settings.log_level, format="%(levelname)s %(name)s: %(message)s")
         return int(args.handler(args, settings))
     except (ConfigError, UsageError, DatabaseUnavailable, LLMConfigError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+        return _fail(args, str(exc), EXIT_USAGE)
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    except Exception as exc:  # a person sees one line they can act on, never a traceback
+        logging.getLogger("agent.cli").debug("unexpected failure", exc_info=True)
+        return _fail(args, f"unexpected failure ({type(exc).__name__}: {exc}); LOG_LEVEL=DEBUG shows details", 1)
+
+
+def _fail(args: argparse.Namespace, message: str, code: int) -> int:
+    """One line on stderr; with --json, also a JSON object on stdout, so scripts always get JSON."""
+    if getattr(args, "json", False):
+        print(json.dumps({"error": message}, ensure_ascii=False))
+    print(f"error: {message}", file=sys.stderr)
+    return code
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -69,6 +79,10 @@ def _parser() -> argparse.ArgumentParser:
     web.add_argument("--host", default="127.0.0.1", help="interface to listen on (default 127.0.0.1)")
     web.add_argument("--port", type=int, default=8000, help="port (default 8000)")
     web.set_defaults(handler=_web)
+
+    from evals.cli import add_evals_commands
+
+    add_evals_commands(commands)
     return parser
 
 
@@ -88,7 +102,7 @@ async def _sql(args: argparse.Namespace, settings: Settings) -> int:
     if args.json:
         print(json.dumps(result.summary(), ensure_ascii=False))
     else:
-        print(format_for_model(result, settings.max_cell_chars, settings.max_result_chars))
+        print(format_for_model(result, settings.max_result_chars))
     return EXIT_OK if result.ok else EXIT_FAILED
 
 
@@ -97,7 +111,7 @@ async def _schema(args: argparse.Namespace, settings: Settings) -> int:
 
     db = open_database(settings)
     try:
-        tables = await introspect(db, settings.clickhouse_databases, settings.clickhouse_exclude_tables)
+        tables = await introspect(db)
     finally:
         await db.close()
     if not tables:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 
 from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
@@ -37,7 +37,13 @@ class Settings(BaseSettings):
         description="Databases (glob patterns) whose tables go into the schema prompt.",
     )
     clickhouse_exclude_tables: Annotated[list[str], NoDecode] = Field(
-        default_factory=list, description="Table glob patterns (db.table) left out of the schema prompt."
+        default_factory=list,
+        description="Table glob patterns (db.table) the model may not read; left out of the schema prompt.",
+    )
+    clickhouse_sandbox: bool = Field(
+        True,
+        description="Confine the embedded engine's process with Landlock (no files outside its data, no "
+        "network, no exec). Turn off only to debug; without Landlock support it runs unconfined and says so.",
     )
 
     agent_prompts_dir: Path = Field(
@@ -50,6 +56,15 @@ class Settings(BaseSettings):
     agent_model: str = Field(DEFAULT_MODEL, description="Model for the analysis loop.")
     agent_followup_model: str = Field(DEFAULT_FOLLOWUP_MODEL, description="Cheaper model for follow-ups.")
     agent_max_tokens: int = Field(4096, ge=256, description="max_tokens per model call.")
+    agent_temperature: float | None = Field(
+        None,
+        ge=0,
+        le=1,
+        description="Sampling temperature of the analysis loop and the eval judge (0 to 1; 0 makes eval runs as "
+        "repeatable as sampling allows). Unset: none is sent, the API default. The API version the installed SDK "
+        "sends (2026-10-21) rejects any temperature with a 400, so set it only for a gateway or API version that "
+        "accepts one.",
+    )
     agent_context_tokens: int = Field(
         200_000, ge=8_000, description="The model's context window; old tool results are trimmed near it."
     )
@@ -77,22 +92,140 @@ class Settings(BaseSettings):
     schema_ttl_s: int = Field(600, ge=0, description="How long the rendered schema is reused.")
 
     # --- web ---
+    agent_web_reattach_grace_s: float = Field(
+        5.0, ge=0, description="Seconds a run goes on with nobody watching before it is cancelled."
+    )
     agent_web_token: SecretStr | None = Field(None, description="When set, API routes need it as a bearer.")
     agent_web_rate_per_minute: int = Field(30, ge=1, description="Chats per client per minute.")
     agent_web_max_message_chars: int = Field(10_000, ge=1, description="Longest question accepted.")
+    agent_web_exports_per_minute: int = Field(
+        30, ge=1, description="CSV downloads per client per minute (a budget of their own, apart from chats)."
+    )
+    agent_web_allowed_hosts: Annotated[list[str], NoDecode] = Field(
+        default_factory=lambda: ["localhost", "127.0.0.1", "[::1]"],
+        description="Comma-separated Host header names the server answers (others get 400, which stops DNS "
+        "rebinding); `*.example.com` matches subdomains. Must be set explicitly to serve a non-loopback address.",
+    )
+    agent_web_trusted_proxies: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        description="Comma-separated IPs or CIDR networks of reverse proxies whose X-Forwarded-For/-Proto are "
+        "believed. Default none: the client is the socket's peer, whatever headers it sends.",
+    )
+    agent_web_allow_no_token: bool = Field(
+        False,
+        description="Let `agent web` serve a non-loopback address without AGENT_WEB_TOKEN (anyone who can reach "
+        "the port can then ask questions and read every conversation).",
+    )
+
+    @field_validator("agent_web_allowed_hosts", mode="before")
+    @classmethod
+    def _host_names(cls, value: object) -> object:
+        import ipaddress
+
+        names = value.split(",") if isinstance(value, str) else value
+        if not isinstance(names, list) or not all(isinstance(name, str) for name in names):
+            return names  # the list[str] check reports it
+        hosts = []
+        for name in (name.strip().lower() for name in names if name.strip()):
+            if ":" in name and not name.startswith("["):
+                try:
+                    name = f"[{ipaddress.IPv6Address(name)}]"  # as a Host header writes an IPv6 address
+                except ValueError:
+                    raise ValueError(f"{name!r}: list host names without a port") from None
+            if "*" in name[1:] or (name.startswith("*") and name != "*" and not name.startswith("*.")):
+                raise ValueError(f"{name!r}: a wildcard must be the whole name or lead it, like *.example.com")
+            hosts.append(name)
+        return hosts
+
+    @field_validator("agent_web_trusted_proxies", mode="before")
+    @classmethod
+    def _proxy_networks(cls, value: object) -> object:
+        import ipaddress
+
+        items = [item.strip() for item in value.split(",") if item.strip()] if isinstance(value, str) else value
+        for item in items if isinstance(items, list) else []:
+            if item != "*":
+                try:
+                    ipaddress.ip_network(item, strict=False)
+                except ValueError:
+                    raise ValueError(f"{item!r} is not an IP address or a CIDR network") from None
+        return items
 
     # --- Slack ---
     slack_bot_token: SecretStr | None = Field(None, description="xoxb- token of the Slack app.")
-    slack_signing_secret: SecretStr | None = Field(None, description="Signing secret of the Slack app.")
-    slack_api_url: str | None = Field(None, description="Point the Slack SDK at a fake or a gateway.")
+    slack_signing_secret: SecretStr | None = Field(
+        None, description="Signing secret of the Slack app; HTTP mode refuses requests not signed with it."
+    )
+    slack_app_token: SecretStr | None = Field(
+        None,
+        description="xapp- app-level token (connections:write). When set, the bot connects over Socket Mode "
+        "instead of serving /slack/events.",
+    )
+    slack_api_url: str | None = Field(
+        None,
+        description="Web API base URL (default https://slack.com/api/); point the Slack SDK at a fake or a gateway.",
+    )
+    slack_allowed_channels: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        description="Comma-separated channel IDs the bot answers in; empty: every channel it is a member of. "
+        "Direct messages are answered whatever this says.",
+    )
+    slack_allowed_teams: Annotated[list[str], NoDecode] = Field(
+        default_factory=list, description="Comma-separated workspace (team) IDs the bot answers; empty: any."
+    )
+    slack_rate_per_minute: int = Field(10, ge=1, description="Questions one Slack user may ask per minute.")
+    slack_max_message_chars: int = Field(4_000, ge=1, description="Longest question the Slack bot accepts.")
+    slack_progress_interval_s: float = Field(
+        1.0,
+        gt=0,
+        description="Least time between two edits of a Slack progress message or status, and between two pieces "
+        "of a streamed answer (Slack allows about one update a second per message).",
+    )
+    agent_web_url: str | None = Field(
+        None,
+        description="Public URL of the web chat (e.g. https://analyst.example.com); when set, Slack answers link "
+        "each query's CSV download there.",
+    )
+    agent_example_questions: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        description="Example questions shown on the web page's empty state and as Slack's suggested prompts: a "
+        "JSON array, or questions separated by `|`. Empty: generated once per schema version from the schema "
+        "(cached in AGENT_DATA_DIR/examples), or a generic few when that fails.",
+    )
 
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field("INFO", description="Log level.")
 
-    @field_validator("clickhouse_databases", "clickhouse_exclude_tables", mode="before")
+    @field_validator("anthropic_api_key", "slack_bot_token", "slack_signing_secret", "slack_app_token", mode="before")
+    @classmethod
+    def _empty_secret_is_unset(cls, value: object) -> object:
+        # docker compose passes `VAR=` for a variable that is not set in its environment.
+        return None if isinstance(value, str) and not value.strip() else value
+
+    @field_validator(
+        "clickhouse_databases",
+        "clickhouse_exclude_tables",
+        "slack_allowed_channels",
+        "slack_allowed_teams",
+        mode="before",
+    )
     @classmethod
     def _split_commas(cls, value: object) -> object:
         if isinstance(value, str):
             return [item.strip() for item in value.split(",") if item.strip()]
+        return value
+
+    @field_validator("agent_example_questions", mode="before")
+    @classmethod
+    def _questions(cls, value: object) -> object:
+        if isinstance(value, str):
+            if value.strip().startswith("["):
+                import json
+
+                try:
+                    return json.loads(value)
+                except ValueError:
+                    raise ValueError("not a valid JSON array of strings") from None
+            return [item.strip() for item in value.split("|") if item.strip()]
         return value
 
     @field_validator("clickhouse_url")
@@ -117,6 +250,10 @@ class Settings(BaseSettings):
     @property
     def chdb_path(self) -> Path:
         return Path(urlsplit(self.clickhouse_url).path)
+
+    def __repr_args__(self) -> Any:
+        for name, value in super().__repr_args__():
+            yield name, self.redacted_clickhouse_url() if name == "clickhouse_url" else value
 
     def redacted_clickhouse_url(self) -> str:
         parts = urlsplit(self.clickhouse_url)

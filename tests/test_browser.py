@@ -1,18 +1,24 @@
 """End to end in headless Chromium (Debian's package, driven by Playwright without its own browser):
-type a question, see thinking, a query, the answer with a working citation link and follow-ups."""
+type a question, see thinking, a query, the answer with a working citation link and follow-ups; and an
+answer steered by planted data that tries to take the page over."""
 
 from __future__ import annotations
 
 import os
 import shutil
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from agent.conversations import ConversationStore
 from tests.fakes.anthropic_api import FakeAnthropic, Reply
 from tests.web_helpers import LiveServer
 from web.app import create_app
-from web.store import ConversationStore
 
 CHROMIUM = os.environ.get("CHROMIUM_PATH") or shutil.which("chromium") or shutil.which("chromium-browser")
 ARTIFACTS = Path(__file__).parent / "artifacts"
@@ -26,6 +32,13 @@ FLAGS = [
     "--disable-component-update",
     "--disable-sync",
 ]
+
+# Collects every Content-Security-Policy violation the page reports (init scripts are exempt from the CSP).
+WATCH_CSP = """
+window.cspViolations = [];
+document.addEventListener("securitypolicyviolation",
+  (e) => window.cspViolations.push(`${e.violatedDirective} ${e.blockedURI} ${e.sourceFile.split("/").pop()}`));
+"""
 
 pytestmark = [
     pytest.mark.browser,
@@ -79,7 +92,9 @@ async def test_a_question_end_to_end_in_chromium(make_app, fake_anthropic: FakeA
             page = await browser.new_page(viewport={"width": 1200, "height": 900})
             errors: list[str] = []
             page.on("pageerror", lambda error: errors.append(str(error)))
-            await page.goto(server.url)
+            await page.add_init_script(WATCH_CSP)
+            response = await page.goto(server.url)
+            assert response is not None and "script-src 'self'" in response.headers["content-security-policy"]
             await page.fill("#question", "Which NYC airport had the most departures in 2013?")
             await page.keyboard.press("Enter")
 
@@ -102,6 +117,10 @@ async def test_a_question_end_to_end_in_chromium(make_app, fake_anthropic: FakeA
             await page.locator(".query.highlight").wait_for()
             assert await card.locator("details.result").get_attribute("open") is not None
             assert await card.locator("table.preview tbody tr").count() == 3
+            async with page.expect_download() as downloading:  # a blob: download, allowed by the policy
+                await card.locator("button.download").click()
+            download = await downloading.value
+            assert Path(await download.path()).read_text().splitlines()[0] == "origin,departures"
             await page.wait_for_timeout(500)  # let the highlight fade in
             await page.screenshot(path=ARTIFACTS / "chat.png", full_page=True)
 
@@ -113,6 +132,125 @@ async def test_a_question_end_to_end_in_chromium(make_app, fake_anthropic: FakeA
             await page.click("#toggle-sidebar")
             await sidebar.wait_for()
             assert errors == []
+            assert await page.evaluate("window.cspViolations") == []  # the page lives within its own policy
         finally:
             await browser.close()
+    store.close()
+
+
+PIXEL = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAQAAAC1HAwCAAAAC0lEQVR42mNkYAAAAAYAAjCB0C8AAAAASUVORK5CYII="
+
+
+@contextmanager
+def counting_server() -> Iterator[tuple[str, list[str]]]:
+    """An outside server an attacker would own: it records every request that reaches it."""
+    seen: list[str] = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            seen.append(self.path)
+            self.send_response(200)
+            self.send_header("Content-Type", "image/png")
+            self.end_headers()
+
+        do_POST = do_GET
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}", seen
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
+
+
+def hostile_answer(outside: str) -> str:
+    """What a model might write after reading data planted to steer it."""
+    return f"""**EWR** had the most departures [Q1].
+
+![chart]({outside}/pixel.png) <img src="{outside}/raw.png" srcset="{outside}/set.png 2x" alt="raw">
+<img src="//{outside.removeprefix("http://")}/protocol-relative.png"> ![inline](data:image/png;base64,{PIXEL})
+
+<form id="composer" action="{outside}/steal" method="get"><input name="x" value="y"><textarea name="t"></textarea>
+<select name="s"><option>o</option></select><button type="submit" formaction="{outside}/b">Send</button></form>
+
+<style>body{{display:none}}</style>
+
+<div id="messages" name="m" style="position:fixed;inset:0;background:red" class="banner">Overlay</div>
+<h2 id="send" title="t">Heading</h2>
+
+<a href="javascript:alert(1)">click me</a>, <a href=" jAvAsCrIpT:alert(2)">two</a>, [a source]({outside}/link)
+
+<table background="{outside}/bg.png"><tr><td>cell</td></tr></table>
+<video src="{outside}/v.mp4" poster="{outside}/poster.png"></video><svg><image href="{outside}/svg.png"/></svg>
+"""
+
+
+async def test_an_answer_cannot_take_over_the_page(make_app, fake_anthropic: FakeAnthropic, tmp_path: Path) -> None:
+    from playwright.async_api import async_playwright
+
+    store = ConversationStore(tmp_path / "conversations.sqlite3")
+    with counting_server() as (outside, seen):
+        fake_anthropic.script(
+            Reply(tool_calls=[("execute_sql", {"queries": [{"question": "Departures", "sql": DEPARTURES_SQL}]})]),
+            Reply(text=hostile_answer(outside)),
+            Reply(text="[]"),
+            Reply(text="A second answer."),
+            Reply(text="[]"),
+        )
+        async with LiveServer(create_app(make_app(), store)) as server, async_playwright() as playwright:
+            browser = await playwright.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
+            try:
+                page = await browser.new_page(viewport={"width": 1200, "height": 900})
+                errors: list[str] = []
+                page.on("pageerror", lambda error: errors.append(str(error)))
+                await page.add_init_script(WATCH_CSP)
+                await page.goto(server.url)
+                await page.fill("#question", "Which airport had the most departures?")
+                await page.keyboard.press("Enter")
+                answer = page.locator(".bubble.answer").first
+                await answer.locator("strong", has_text="EWR").wait_for()
+                await page.locator(".turn .query.downloadable").wait_for()  # the run is done
+                await page.wait_for_timeout(300)
+
+                # Nothing in the answer carries an id, a name or a style, or is a form control or style sheet.
+                assert await answer.locator("[id], [name], [style], [class]:not(a.cite)").count() == 0
+                assert await answer.locator("form, input, textarea, select, button, style, video, svg").count() == 0
+                assert await page.locator("#composer").count() == 1 and await page.locator("#messages").count() == 1
+                assert await page.evaluate("getComputedStyle(document.body).display") != "none"
+                assert await page.locator("#composer").is_visible()
+                # Images: only the data: one keeps its source. Links: never script, and open apart from the page.
+                sources = await answer.locator("img").evaluate_all("(images) => images.map((i) => i.src)")
+                assert [s for s in sources if s] == [f"data:image/png;base64,{PIXEL}"]
+                links = await answer.locator("a:not(.cite)").evaluate_all(
+                    "(links) => links.map((a) => [a.getAttribute('href'), a.rel, a.target])"
+                )
+                assert [href for href, _, _ in links] == [None, None, f"{outside}/link"]
+                assert links[2][1:] == ["noopener noreferrer", "_blank"]
+                # The [Q1] citation still jumps to its query.
+                await answer.locator("a.cite").first.click()
+                await page.locator(".query.highlight").wait_for()
+
+                # The composer still sends to the app, and the page stays where it is.
+                await page.fill("#question", "And the second?")
+                await page.keyboard.press("Enter")
+                await page.locator(".bubble.answer", has_text="A second answer.").wait_for()
+                assert page.url.rstrip("/") == server.url and await page.locator(".turn").count() == 2
+                asked = [r["messages"][-1]["content"] for r in fake_anthropic.requests]
+                assert any(isinstance(c, list) and c[0].get("text") == "And the second?" for c in asked)
+
+                await page.wait_for_timeout(300)
+                assert seen == []  # not one request reached the outside server
+                assert errors == []
+                # The sanitizer left the page nothing to block: the policy only flagged the <style> and the
+                # style attribute while DOMPurify's inert parser read them (its document inherits the policy).
+                violations = set(await page.evaluate("window.cspViolations"))
+                assert violations <= {f"style-src-{kind} inline purify-3.4.18.min.js" for kind in ("elem", "attr")}
+            finally:
+                await browser.close()
     store.close()

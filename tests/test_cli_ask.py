@@ -3,16 +3,17 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
 from agent.cli import main
-from agent.db import Database
 from tests.fakes.anthropic_api import Failure, FakeAnthropic, Reply
 
 
 @pytest.fixture
-def cli_env(monkeypatch: pytest.MonkeyPatch, fake_anthropic: FakeAnthropic, db: Database) -> FakeAnthropic:
+def cli_env(monkeypatch: pytest.MonkeyPatch, fake_anthropic: FakeAnthropic, cli_data_dir: Path) -> FakeAnthropic:
+    monkeypatch.setenv("AGENT_DATA_DIR", str(cli_data_dir))
     monkeypatch.setenv("ANTHROPIC_API_KEY", "test-key")
     monkeypatch.setenv("ANTHROPIC_BASE_URL", fake_anthropic.base_url)
     return fake_anthropic
@@ -54,9 +55,7 @@ def test_ask_json_has_the_documented_keys(cli_env: FakeAnthropic, capsys: pytest
     assert payload["followups"] == ["Which airline flew the most?", "Which airline was most delayed?"]
 
 
-def test_missing_api_key_is_one_clear_line(
-    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], db: Database
-) -> None:
+def test_missing_api_key_is_one_clear_line(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["ask", "anything"]) == 2
     err = capsys.readouterr().err
     assert err == "error: ANTHROPIC_API_KEY is not set; the agent needs it to ask the model.\n"

@@ -1,17 +1,19 @@
-"""`agent sql` and `agent schema`, in-process (the test process holds the embedded data)."""
+"""`agent sql` and `agent schema`, in-process, on a data directory of their own (each command starts an engine)."""
 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
 from agent.cli import main
-from agent.db import Database
 
 
 @pytest.fixture
-def run(capsys: pytest.CaptureFixture[str], db: Database):
+def run(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, cli_data_dir: Path):
+    monkeypatch.setenv("AGENT_DATA_DIR", str(cli_data_dir))
+
     def invoke(*argv: str) -> tuple[int, str, str]:
         code = main(list(argv))
         out, err = capsys.readouterr()
@@ -24,7 +26,17 @@ def test_sql_json_shape(run) -> None:
     code, out, _ = run("sql", "--json", "SELECT carrier, name FROM nycflights13.airlines ORDER BY carrier LIMIT 2")
     assert code == 0
     payload = json.loads(out)
-    assert set(payload) == {"columns", "rows", "row_count", "has_more", "error", "hint", "elapsed_ms"}
+    assert set(payload) == {
+        "columns",
+        "types",
+        "rows",
+        "totals",
+        "row_count",
+        "has_more",
+        "error",
+        "hint",
+        "elapsed_ms",
+    }
     assert payload["rows"] == [["9E", "Endeavor Air Inc."], ["AA", "American Airlines Inc."]]
     assert payload["row_count"] == 2 and payload["has_more"] is False and payload["error"] is None
 
@@ -43,7 +55,7 @@ def test_sql_error_exits_1_with_hint(run) -> None:
 
 def test_refused_statement_exits_1(run) -> None:
     code, out, _ = run("sql", "DROP TABLE nycflights13.flights")
-    assert code == 1 and "Only read queries are allowed" in out
+    assert code == 1 and "Only SELECT queries run here" in out
 
 
 def test_configuration_error_exits_2_in_one_line(run, monkeypatch: pytest.MonkeyPatch) -> None:

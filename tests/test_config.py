@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import json
 import typing
 
 import pytest
@@ -42,9 +43,26 @@ def test_secrets_are_masked(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("CLICKHOUSE_URL", "https://agent:hunter2@ch.example:8443/db")
     settings = load_settings()
     assert "sk-ant-secret" not in repr(settings) and "hunter2" not in settings.redacted_clickhouse_url()
+    assert "hunter2" not in repr(settings) and "hunter2" not in str(settings)
     assert settings.anthropic_api_key is not None and settings.anthropic_api_key.get_secret_value() == "sk-ant-secret"
 
 
 def test_every_setting_is_documented() -> None:
     undocumented = [name for name, field in Settings.model_fields.items() if not field.description]
     assert undocumented == []
+
+
+def test_an_empty_api_key_is_unset(monkeypatch: pytest.MonkeyPatch) -> None:
+    """docker compose passes `ANTHROPIC_API_KEY=` when the variable is not set."""
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "")
+    assert load_settings().anthropic_api_key is None
+
+
+def test_ask_without_a_key_is_one_line_and_exit_2(monkeypatch: pytest.MonkeyPatch, capsys) -> None:
+    from agent.cli import main
+
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "")
+    assert main(["ask", "how many flights?", "--json"]) == 2
+    out, err = capsys.readouterr()
+    assert err.strip() == "error: ANTHROPIC_API_KEY is not set; the agent needs it to ask the model."
+    assert json.loads(out) == {"error": "ANTHROPIC_API_KEY is not set; the agent needs it to ask the model."}

@@ -70,7 +70,7 @@ async def test_a_two_round_answer_streams_events_in_order(make_app, fake_anthrop
     assert executing.query_id == "Q1" and executing.question == "Departures per origin"
     assert events.of("result")[0].rows[0] == ["EWR", 120835]
     assert result.classification is Classification.DATA_ANALYSIS and result.outcome is Outcome.ANSWERED
-    assert result.queries[0].result.rows[0] == ["EWR", 120835]
+    assert result.queries[0].result.rows[0] == ["EWR", "120835"]
     content = tool_results(fake_anthropic.requests[1])[1]["content"]
     assert content.startswith("Q1: Departures per origin\nResult: 3 rows") and "| EWR | 120835 |" in content
 
@@ -99,7 +99,7 @@ async def test_an_error_comes_back_with_a_hint_and_the_fix_runs(make_app, fake_a
     failed = tool_results(fake_anthropic.requests[1])[0]["content"]
     assert "Query failed:" in failed and "Code: 47" in failed and "Did you mean: arr_delay" in failed
     assert [e.error is None for e in events.of("result")] == [False, True]
-    assert result.queries[1].result.rows == [[6.9]]
+    assert result.queries[1].result.rows == [["6.9"]]
     assert result.metrics.sql_errors == 1 and result.metrics.sql_queries == 2
 
 
@@ -150,7 +150,7 @@ async def test_citations_without_a_query_get_one_retry(make_app, fake_anthropic:
     )
     result, _ = await ask(make_app(), "how many flights?")
     assert "citations point at nothing" in last_user_text(fake_anthropic.requests[1])
-    assert result.outcome is Outcome.ANSWERED and result.queries[0].result.rows == [[336776]]
+    assert result.outcome is Outcome.ANSWERED and result.queries[0].result.rows == [["336776"]]
     assert result.metrics.guard_interventions == {"citation_without_query": 1}
 
 
@@ -191,7 +191,7 @@ async def test_malformed_tool_input_is_repaired_when_unambiguous(make_app, fake_
     fake_anthropic.script(Reply(tool_calls=[("execute_sql", {"queries": as_string})]), Reply(text="16 [Q1]."))
     result, _ = await ask(make_app(), "airlines?")
     assert result.queries[0].sql == "SELECT count() FROM nycflights13.airlines"
-    assert result.queries[0].result.rows == [[16]]
+    assert result.queries[0].result.rows == [["16"]]
     assert "is_error" not in tool_results(fake_anthropic.requests[1])[0]
     assert result.metrics.guard_interventions == {"repaired_tool_input": 1}
 
@@ -421,3 +421,20 @@ async def test_platform_format_comes_after_the_cached_prefix(make_app, fake_anth
     assert "cache_control" in system[1] and "cache_control" not in system[2]
     assert {"slack": "Slack thread", "web": "web chat", "cli": "terminal"}[platform] in system[2]["text"]
     assert "Today is" in system[2]["text"] and "Today is" not in system[0]["text"] + system[1]["text"]
+
+
+async def test_a_run_failing_in_an_unexpected_place_still_ends_with_done(make_app, db: Database, metrics) -> None:
+    from agent.pipeline import build_runner
+    from agent.schema import SchemaCache
+
+    class BrokenSchema(SchemaCache):
+        async def get(self) -> str:
+            raise RuntimeError("the schema exploded")
+
+    app = make_app()
+    runner = build_runner(app.settings, db=db, llm=app.llm, metrics=metrics, schema=BrokenSchema(db, 1_000, 0))
+    events = Recorder()
+    result = await runner.run("how many flights?", on_event=events)
+    assert events.kinds[-2:] == ["error", "done"]
+    assert result.outcome is Outcome.ERROR and result.error and "RuntimeError" in result.error
+    assert "exploded" not in result.error  # details go to the log, not to the person

@@ -10,6 +10,8 @@ from tests.fakes.anthropic_api import _validate_tools
 
 VARIABLES = {
     "SYSTEM.md": {"max_rows": 50},
+    "evals/JUDGE.md": {},
+    "evals/JUDGE_REQUEST.md": {"question": "q", "rubric": "r", "answer": "a", "queries": []},
     "SCHEMA.md": {"schema": "## db.t"},
     "CONTEXT.md": {"today": "2026-11-22", "format_guidance": "Use Markdown."},
     "FOLLOWUP.md": {},

@@ -13,15 +13,15 @@ import httpx
 import pytest
 
 from agent.app import AgentApp
-from agent.config import Settings
+from agent.conversations import ConversationStore
 from agent.db import Database
+from tests.conftest import make_settings
 from tests.fakes.anthropic_api import FakeAnthropic, Hang, Reply
-from tests.web_helpers import LiveServer, Sse, sse_events
+from tests.web_helpers import LiveServer, Sse, WebApps, chat, read_all, sse_events
 from web.app import create_app
-from web.store import ConversationStore
 
 HEAVY = "SELECT count() FROM numbers(400000000) WHERE sipHash64(number) % 7 = 3"
-EVENT_NAMES = {"thinking", "executing", "result", "answer", "followups", "error", "done"}
+EVENT_NAMES = {"started", "thinking", "executing", "result", "answer", "followups", "error", "done"}
 
 
 def sql(question: str, text: str) -> tuple[str, dict[str, Any]]:
@@ -47,34 +47,9 @@ def two_round_script() -> list[Any]:
 @pytest.fixture
 async def web(make_app: Callable[..., AgentApp], tmp_path: Path) -> AsyncIterator[Callable[..., Any]]:
     """Start the web app on a real socket; keyword arguments go to settings."""
-    servers: list[LiveServer] = []
-    stores: list[ConversationStore] = []
-
-    async def start(
-        grace_s: float = 0.3, store_path: Path | None = None, **overrides: Any
-    ) -> tuple[str, ConversationStore]:
-        store = ConversationStore(store_path or tmp_path / "conversations.sqlite3")
-        server = LiveServer(create_app(make_app(**overrides), store, reattach_grace_s=grace_s))
-        await server.__aenter__()
-        servers.append(server)
-        stores.append(store)
-        return server.url, store
-
-    yield start
-    for server in servers:
-        await server.__aexit__()
-    for store in stores:
-        store.close()
-
-
-async def read_all(response: httpx.Response) -> list[Sse]:
-    return [event async for event in sse_events(response)]
-
-
-async def chat(client: httpx.AsyncClient, message: str, conversation_id: str | None = None) -> list[Sse]:
-    async with client.stream("POST", "/api/chat", json={"message": message, "conversation_id": conversation_id}) as r:
-        assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream")
-        return await read_all(r)
+    apps = WebApps(make_app, tmp_path)
+    yield apps.start
+    await apps.close()
 
 
 async def test_event_order_for_a_two_round_answer(web, fake_anthropic: FakeAnthropic) -> None:
@@ -83,7 +58,7 @@ async def test_event_order_for_a_two_round_answer(web, fake_anthropic: FakeAnthr
     async with httpx.AsyncClient(base_url=url, timeout=30) as client:
         events = await chat(client, "Which airport had the most departures?")
     names = [e.event for e in events]
-    assert names[:3] == ["thinking", "executing", "result"] and names[-2:] == ["followups", "done"]
+    assert names[:4] == ["started", "thinking", "executing", "result"] and names[-2:] == ["followups", "done"]
     assert set(names) <= EVENT_NAMES and "answer" in names
     assert [e.id for e in events] == list(range(1, len(events) + 1))
     first = events[0].data
@@ -197,7 +172,11 @@ async def test_a_client_that_disconnects_cancels_its_run(web, fake_anthropic, db
 async def test_bad_input_gets_a_clear_json_error(web, fake_anthropic, body: Any, status: int, message: str) -> None:
     url, _ = await web()
     async with httpx.AsyncClient(base_url=url, timeout=30) as client:
-        kwargs = {"content": body} if isinstance(body, bytes) else {"json": body}
+        kwargs = (
+            {"content": body, "headers": {"Content-Type": "application/json"}}
+            if isinstance(body, bytes)
+            else {"json": body}
+        )
         response = await client.post("/api/chat", **kwargs)
     assert response.status_code == status
     assert message in response.json()["error"]
@@ -264,7 +243,7 @@ async def test_csv_download_streams_the_full_result_with_its_own_cap(web, fake_a
     rows = list(csv.reader(io.StringIO(response.text)))
     assert response.status_code == 200 and response.headers["content-type"].startswith("text/csv")
     assert rows[0] == ["origin", "time_hour", "temp"] and len(rows) == 1001
-    assert rows[1][0] == "EWR" and rows[1][1].startswith("2013-01-01 01:00:00-05:00")
+    assert rows[1][0] == "EWR" and rows[1][1] == "2013-01-01 01:00:00"
     assert missing.status_code == 404
 
 
@@ -294,13 +273,13 @@ async def test_without_an_api_key_the_server_starts_and_says_why(settings, db, t
     from agent.app import AgentApp
     from agent.metrics import Metrics
 
-    keyless = Settings(**{**settings.model_dump(), "anthropic_api_key": None})
+    keyless = make_settings(**{**settings.model_dump(), "anthropic_api_key": None})
     store = ConversationStore(tmp_path / "c.sqlite3")
     agent = AgentApp.start(keyless, db=db, metrics=Metrics(CollectorRegistry()))
     async with LiveServer(create_app(agent, store)) as server, httpx.AsyncClient(base_url=server.url) as client:
         events = await chat(client, "hello")
         health = await client.get("/healthz")
     store.close()
-    assert [e.event for e in events] == ["error", "done"]
-    assert events[0].data["message"] == "ANTHROPIC_API_KEY is not set; the agent needs it to ask the model."
+    assert [e.event for e in events] == ["started", "error", "done"]
+    assert events[1].data["message"] == "ANTHROPIC_API_KEY is not set; the agent needs it to ask the model."
     assert health.status_code == 503 and health.json()["settings"] == "ANTHROPIC_API_KEY is not set"

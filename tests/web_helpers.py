@@ -1,16 +1,23 @@
-"""Running the web app on a real socket, and reading its SSE streams incrementally."""
+"""Running the web app on a real socket (configured as `agent web` configures uvicorn), and reading its
+SSE streams incrementally."""
 
 from __future__ import annotations
 
 import asyncio
 import json
 import socket
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import httpx
 import uvicorn
+
+from agent.app import AgentApp
+from agent.conversations import ConversationStore
+from web.app import create_app
+from web.server import server_options
 
 
 @dataclass
@@ -42,14 +49,16 @@ async def sse_events(response: httpx.Response) -> AsyncIterator[Sse]:
 
 
 class LiveServer:
-    """uvicorn serving `app` on a free loopback port, inside the running event loop."""
+    """uvicorn serving `app` (from `create_app`) on a free loopback port, inside the running event loop,
+    with the options `agent web` gives it."""
 
     def __init__(self, app: Any) -> None:
         self._socket = socket.socket()
         self._socket.bind(("127.0.0.1", 0))
         self.port = self._socket.getsockname()[1]
         self.url = f"http://127.0.0.1:{self.port}"
-        self._server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
+        options = server_options(app.state.settings)
+        self._server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on", **options))
         self._task: asyncio.Task[None] | None = None
 
     async def __aenter__(self) -> LiveServer:
@@ -63,3 +72,40 @@ class LiveServer:
         if self._task is not None:
             await self._task
         self._socket.close()
+
+
+class WebApps:
+    """Web apps started on real sockets during one test; all stopped (and their stores closed) at the end."""
+
+    def __init__(self, make_app: Callable[..., AgentApp], tmp_path: Path) -> None:
+        self._make_app = make_app
+        self._tmp_path = tmp_path
+        self._servers: list[LiveServer] = []
+        self._stores: list[ConversationStore] = []
+
+    async def start(
+        self, grace_s: float = 0.3, store_path: Path | None = None, **overrides: Any
+    ) -> tuple[str, ConversationStore]:
+        """Serve a new app; keyword arguments go to settings. Returns its URL and store."""
+        store = ConversationStore(store_path or self._tmp_path / "conversations.sqlite3")
+        self._stores.append(store)
+        server = LiveServer(create_app(self._make_app(**overrides), store, reattach_grace_s=grace_s))
+        await server.__aenter__()
+        self._servers.append(server)
+        return server.url, store
+
+    async def close(self) -> None:
+        for server in self._servers:
+            await server.__aexit__()
+        for store in self._stores:
+            store.close()
+
+
+async def read_all(response: httpx.Response) -> list[Sse]:
+    return [event async for event in sse_events(response)]
+
+
+async def chat(client: httpx.AsyncClient, message: str, conversation_id: str | None = None) -> list[Sse]:
+    async with client.stream("POST", "/api/chat", json={"message": message, "conversation_id": conversation_id}) as r:
+        assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream")
+        return await read_all(r)

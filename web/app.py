@@ -3,11 +3,9 @@ No SQL or prompt logic lives here."""
 
 from __future__ import annotations
 
-import csv
-import io
 import json
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -15,18 +13,29 @@ from typing import Any
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from sse_starlette import EventSourceResponse
 from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
+from starlette.middleware.trustedhost import TrustedHostMiddleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
-from starlette.routing import Mount, Route
+from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 
 from agent.app import AgentApp
-from agent.db import DatabaseError, DatabaseUnavailable, QueryRefused
-from agent.db.result import to_json_value
-from web.boundary import HttpError, RateLimiter, check_token, read_chat_request
-from web.runs import RunRegistry, SseEvent
-from web.store import ConversationStore
+from agent.conversations import ConversationStore
+from agent.db import DatabaseUnavailable, EngineError, QueryRefused, csv_chunks
+from agent.runs import RunEvent, RunRegistry
+from web.boundary import (
+    HttpError,
+    RateLimiter,
+    check_json_content_type,
+    check_token,
+    client_key,
+    read_chat_request,
+    read_last_event_id,
+)
+from web.headers import SECURITY_HEADERS, SecurityHeadersMiddleware
 
 log = logging.getLogger(__name__)
 HERE = Path(__file__).parent
@@ -35,25 +44,44 @@ Handler = Callable[[Request], Awaitable[Response]]
 
 
 def create_app(
-    agent: AgentApp, store: ConversationStore, *, reattach_grace_s: float = 5.0, owns_agent: bool = False
+    agent: AgentApp,
+    store: ConversationStore,
+    *,
+    reattach_grace_s: float | None = None,
+    owns_agent: bool = False,
+    extra_routes: Sequence[BaseRoute] = (),
 ) -> Starlette:
     """The web app over `agent`'s runner. With `owns_agent`, shutting the app down closes the agent
-    and the store too (as `agent web` wants); tests keep them."""
+    and the store too (as `agent web` wants); tests keep them. `extra_routes` are served beside the
+    chat (`agent serve` mounts Slack's endpoint there)."""
     settings = agent.settings
-    runs = RunRegistry(agent.runner, store, grace_s=reattach_grace_s)
-    limiter = RateLimiter(settings.agent_web_rate_per_minute)
+    runs = RunRegistry(agent.runner, store)
+    grace_s = settings.agent_web_reattach_grace_s if reattach_grace_s is None else reattach_grace_s
+    # Downloads have a budget of their own: each runs a full query, but a person fetching the CSVs
+    # of one answer should not lose their next questions, nor a download flood starve the chat.
+    chats = RateLimiter(settings.agent_web_rate_per_minute, "questions")
+    exports = RateLimiter(settings.agent_web_exports_per_minute, "downloads")
     templates = Jinja2Templates(directory=HERE / "templates")
     token = settings.agent_web_token.get_secret_value() if settings.agent_web_token else None
 
     def api(handler: Handler) -> Handler:
-        """Auth and JSON errors for every API route."""
+        """Auth, JSON-only POSTs and JSON errors for every API route."""
 
         async def wrapped(request: Request) -> Response:
             try:
                 check_token(request, token)
+                if request.method == "POST":
+                    check_json_content_type(request)
                 return await handler(request)
             except HttpError as exc:
                 return exc.response()
+
+        return wrapped
+
+    def limited(limiter: RateLimiter, handler: Handler) -> Handler:
+        async def wrapped(request: Request) -> Response:
+            limiter.check(client_key(request))
+            return await handler(request)
 
         return wrapped
 
@@ -61,7 +89,6 @@ def create_app(
         return templates.TemplateResponse(request, "index.html", {"needs_token": token is not None})
 
     async def chat(request: Request) -> Response:
-        limiter.check(request.client.host if request.client else "unknown")
         body = await read_chat_request(request, settings.agent_web_max_message_chars)
         if body.conversation_id is None:
             conversation_id = await store.create_conversation(body.message)
@@ -69,12 +96,15 @@ def create_app(
             conversation_id = body.conversation_id
         else:
             raise HttpError(404, f"No conversation {body.conversation_id}.")
-        handle = runs.start(conversation_id, body.message, await store.history(conversation_id))
+        history = await store.history(conversation_id)
+        handle = runs.start(
+            conversation_id, body.message, history, platform="web", interface="web", abandon_after_s=grace_s
+        )
         return _sse(_as_dicts(runs.follow(handle)))
 
     async def run_events(request: Request) -> Response:
         run_id = request.path_params["run_id"]
-        after = _last_event_id(request)
+        after = read_last_event_id(request)
         handle = runs.get(run_id)
         if handle is not None:
             return _sse(_as_dicts(runs.follow(handle, after)))
@@ -102,18 +132,15 @@ def create_app(
         sql = await store.query_sql(key)
         if sql is None:
             raise HttpError(404, f"No stored query {key} (queries can be downloaded once their answer is done).")
-        stream = agent.db.stream(sql, max_rows=settings.export_max_rows)
         try:
-            first = await anext(stream)
-        except (QueryRefused, DatabaseError) as exc:
+            export = await agent.db.export(sql, max_rows=settings.export_max_rows)
+        except (QueryRefused, EngineError) as exc:
             raise HttpError(422, f"The query no longer runs: {exc}") from None
-        except StopAsyncIteration:
-            first = None
         headers = {
             "Content-Disposition": f'attachment; filename="{key}.csv"',
             "X-Row-Cap": str(settings.export_max_rows),
         }
-        return StreamingResponse(_csv_lines(first, stream), media_type="text/csv; charset=utf-8", headers=headers)
+        return StreamingResponse(csv_chunks(export), media_type="text/csv; charset=utf-8", headers=headers)
 
     async def metrics(request: Request) -> Response:
         return Response(generate_latest(agent.metrics.registry), media_type=CONTENT_TYPE_LATEST)
@@ -138,18 +165,40 @@ def create_app(
 
     routes = [
         Route("/", page),
-        Route("/api/chat", api(chat), methods=["POST"]),
+        Route("/api/chat", api(limited(chats, chat)), methods=["POST"]),
         Route("/api/conversations", api(conversations)),
         Route("/api/conversations/{conversation_id}", api(conversation), methods=["GET", "DELETE"]),
         Route("/api/runs/{run_id}/events", api(run_events)),
-        Route("/api/queries/{query_id}.csv", api(query_csv)),
+        Route("/api/queries/{query_id}.csv", api(limited(exports, query_csv))),
         Route("/metrics", metrics),
         Route("/healthz", healthz),
+        *extra_routes,
         Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
     ]
-    app = Starlette(routes=routes, lifespan=lifespan)
+    middleware = [
+        Middleware(SecurityHeadersMiddleware),
+        # Answers only to the names it is served under: a DNS-rebinding page gets 400, not the API.
+        Middleware(TrustedHostMiddleware, allowed_hosts=settings.agent_web_allowed_hosts, www_redirect=False),
+    ]
+    handlers = {HTTPException: _http_error, Exception: _server_error}
+    app = Starlette(routes=routes, middleware=middleware, exception_handlers=handlers, lifespan=lifespan)
     app.state.runs = runs
+    app.state.settings = settings
     return app
+
+
+async def _http_error(request: Request, exc: Exception) -> Response:
+    """Unknown routes and methods (404, 405) answer in JSON like the API does."""
+    assert isinstance(exc, HTTPException)
+    return HttpError(exc.status_code, exc.detail, dict(exc.headers or {})).response()
+
+
+async def _server_error(request: Request, exc: Exception) -> Response:
+    """The last resort: a JSON 500 without a stack trace. It is sent from outside the middleware, so it
+    carries the security headers itself."""
+    return JSONResponse(
+        {"error": "Something went wrong on the server; try again."}, status_code=500, headers=SECURITY_HEADERS
+    )
 
 
 def _sse(events: AsyncIterator[dict[str, Any]]) -> EventSourceResponse:
@@ -158,7 +207,7 @@ def _sse(events: AsyncIterator[dict[str, Any]]) -> EventSourceResponse:
     )
 
 
-async def _as_dicts(events: AsyncIterator[SseEvent]) -> AsyncIterator[dict[str, Any]]:
+async def _as_dicts(events: AsyncIterator[RunEvent]) -> AsyncIterator[dict[str, Any]]:
     async for event in events:
         yield _wire(event.as_dict())
 
@@ -171,36 +220,3 @@ async def _replay(events: list[dict[str, Any]], after: int) -> AsyncIterator[dic
 
 def _wire(event: dict[str, Any]) -> dict[str, Any]:
     return {"id": str(event["id"]), "event": event["event"], "data": json.dumps(event["data"], ensure_ascii=False)}
-
-
-def _last_event_id(request: Request) -> int:
-    raw = request.headers.get("last-event-id") or request.query_params.get("after") or "0"
-    return int(raw) if raw.isdigit() else 0
-
-
-async def _csv_lines(first: Any, rest: AsyncIterator[Any]) -> AsyncIterator[str]:
-    if first is None:
-        return
-    buffer = io.StringIO()
-    writer = csv.writer(buffer)
-    writer.writerow(first.columns)
-    block = first
-    while True:
-        writer.writerows([_csv_cell(v) for v in row] for row in block.rows)
-        yield buffer.getvalue()
-        buffer.seek(0)
-        buffer.truncate()
-        try:
-            block = await anext(rest)
-        except StopAsyncIteration:
-            return
-
-
-def _csv_cell(value: Any) -> Any:
-    # A text cell starting with =, +, - or @ is evaluated as a formula by spreadsheets.
-    if isinstance(value, str) and value[:1] in ("=", "+", "-", "@"):
-        return "'" + value
-    plain = to_json_value(value)
-    if isinstance(plain, list | dict):
-        return json.dumps(plain, ensure_ascii=False)
-    return "" if plain is None else plain

@@ -1,23 +1,29 @@
-"""The HTTP boundary: bearer auth, per-client rate limit, capped JSON bodies, JSON errors."""
+"""The HTTP boundary: bearer auth, JSON-only POSTs, per-client rate limits, capped and validated JSON
+bodies, well-formed Last-Event-IDs, JSON errors."""
 
 from __future__ import annotations
 
 import hmac
 import json
 import math
+import re
 import time
 from collections import defaultdict, deque
 from typing import Any
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, Field, ValidationError, field_validator
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 
 MAX_BODY_BYTES = 64 * 1024
+MAX_EVENT_ID_DIGITS = 18
+_ASCII_DIGITS = re.compile(r"[0-9]+")
 
 
 class HttpError(Exception):
     def __init__(self, status: int, message: str, headers: dict[str, str] | None = None) -> None:
+        # A message may quote client input; a lone surrogate in it could not be encoded as UTF-8.
+        message = message.encode("utf-8", "backslashreplace").decode("utf-8")
         super().__init__(message)
         self.status, self.message, self.headers = status, message, headers or {}
 
@@ -27,7 +33,18 @@ class HttpError(Exception):
 
 class ChatRequest(BaseModel):
     message: str
-    conversation_id: str | None = None
+    conversation_id: str | None = Field(None, max_length=64)
+
+    @field_validator("message", "conversation_id")
+    @classmethod
+    def _encodable(cls, value: str | None) -> str | None:
+        # JSON can carry lone surrogates ("\ud800"); they are not text and cannot be stored.
+        if value is not None:
+            try:
+                value.encode("utf-8")
+            except UnicodeEncodeError:
+                raise ValueError("must be valid Unicode text (it holds a lone surrogate)") from None
+        return value
 
 
 def check_token(request: Request, token: str | None) -> None:
@@ -40,9 +57,17 @@ def check_token(request: Request, token: str | None) -> None:
         )
 
 
+def check_json_content_type(request: Request) -> None:
+    """A POST must say it is JSON. A cross-site HTML form can only send form encodings or text/plain,
+    and a page that wants to send application/json elsewhere needs a CORS preflight we never grant."""
+    media_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if media_type != "application/json":
+        raise HttpError(415, "The body must be sent as Content-Type: application/json.")
+
+
 async def read_chat_request(request: Request, max_message_chars: int) -> ChatRequest:
-    declared = request.headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > MAX_BODY_BYTES:
+    declared = request.headers.get("content-length", "")
+    if _ASCII_DIGITS.fullmatch(declared) and (len(declared) > 9 or int(declared) > MAX_BODY_BYTES):
         raise HttpError(413, f"The request body is larger than {MAX_BODY_BYTES // 1024} KB.")
     body = bytearray()
     async for chunk in request.stream():
@@ -51,7 +76,7 @@ async def read_chat_request(request: Request, max_message_chars: int) -> ChatReq
             raise HttpError(413, f"The request body is larger than {MAX_BODY_BYTES // 1024} KB.")
     try:
         payload: Any = json.loads(body)
-    except (json.JSONDecodeError, UnicodeDecodeError):
+    except (ValueError, RecursionError):  # bad JSON or encoding, integers past 4300 digits, deep nesting
         raise HttpError(400, 'The body must be JSON: {"message": "...", "conversation_id": null}.') from None
     try:
         chat = ChatRequest.model_validate(payload)
@@ -66,11 +91,26 @@ async def read_chat_request(request: Request, max_message_chars: int) -> ChatReq
     return chat
 
 
+def read_last_event_id(request: Request) -> int:
+    """The event id a reattaching client has seen (Last-Event-ID, or ?after=); 0 when absent."""
+    raw = request.headers.get("last-event-id") or request.query_params.get("after") or "0"
+    if not (_ASCII_DIGITS.fullmatch(raw) and len(raw) <= MAX_EVENT_ID_DIGITS):
+        raise HttpError(400, "Last-Event-ID must be an event id: a whole number written in ASCII digits.")
+    return int(raw)
+
+
+def client_key(request: Request) -> str:
+    """Who a request counts against: the socket's peer, or the forwarded client when uvicorn was told to
+    trust the proxy it came through (AGENT_WEB_TRUSTED_PROXIES)."""
+    return request.client.host if request.client else "unknown"
+
+
 class RateLimiter:
     """At most `per_minute` requests per client in any sliding 60-second window."""
 
-    def __init__(self, per_minute: int) -> None:
+    def __init__(self, per_minute: int, what: str = "questions") -> None:
         self._per_minute = per_minute
+        self._what = what
         self._seen: defaultdict[str, deque[float]] = defaultdict(deque)
 
     def check(self, client: str) -> None:
@@ -80,7 +120,7 @@ class RateLimiter:
             seen.popleft()
         if len(seen) >= self._per_minute:
             retry = max(1, math.ceil(60 - (now - seen[0])))
-            raise HttpError(429, f"Too many questions; try again in {retry} s.", {"Retry-After": str(retry)})
+            raise HttpError(429, f"Too many {self._what}; try again in {retry} s.", {"Retry-After": str(retry)})
         seen.append(now)
         if len(self._seen) > 10_000:  # forget idle clients so memory stays bounded
             for key in [k for k, v in self._seen.items() if not v or now - v[-1] >= 60]:

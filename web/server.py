@@ -1,16 +1,56 @@
-"""`agent web`: serve the chat with uvicorn."""
+"""`agent web`: serve the chat with uvicorn, refusing an exposed address without protection."""
 
 from __future__ import annotations
+
+import ipaddress
+from typing import Any
 
 import uvicorn
 
 from agent.app import AgentApp
-from agent.config import Settings
+from agent.config import ConfigError, Settings
+from agent.conversations import ConversationStore
 from web.app import create_app
-from web.store import ConversationStore
+
+LOOPBACK_NAMES = {"localhost", "localhost."}
+
+
+def is_loopback(host: str) -> bool:
+    if host.lower() in LOOPBACK_NAMES:
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False  # a name other than localhost: it may resolve anywhere
+
+
+def check_exposure(settings: Settings, host: str) -> None:
+    """Refuse to serve a non-loopback address unprotected. Loopback is for this machine's user; any other
+    address (0.0.0.0 above all) lets the network ask questions and read every conversation."""
+    if is_loopback(host):
+        return
+    if settings.agent_web_token is None and not settings.agent_web_allow_no_token:
+        raise ConfigError(
+            f"AGENT_WEB_TOKEN: --host {host} serves other machines, so set a token "
+            "(or AGENT_WEB_ALLOW_NO_TOKEN=true to serve everyone who can reach the port)."
+        )
+    if "agent_web_allowed_hosts" not in settings.model_fields_set:
+        raise ConfigError(
+            f"AGENT_WEB_ALLOWED_HOSTS: --host {host} serves other machines; list the names clients use to reach "
+            "it (e.g. AGENT_WEB_ALLOWED_HOSTS=analyst.example.com); requests with any other Host get 400."
+        )
+
+
+def server_options(settings: Settings) -> dict[str, Any]:
+    """uvicorn options for the app. X-Forwarded-For/-Proto are believed only from the proxies in
+    AGENT_WEB_TRUSTED_PROXIES (uvicorn's own ProxyHeadersMiddleware); by default they are ignored, so a
+    client cannot choose its own rate-limit key."""
+    trusted = settings.agent_web_trusted_proxies
+    return {"proxy_headers": bool(trusted), "forwarded_allow_ips": list(trusted) or None, "server_header": False}
 
 
 def serve(settings: Settings, *, host: str, port: int) -> None:
+    check_exposure(settings, host)
     if settings.anthropic_api_key is None:
         print(
             "warning: ANTHROPIC_API_KEY is not set; the page will load, but questions will fail until it is.",
@@ -20,4 +60,4 @@ def serve(settings: Settings, *, host: str, port: int) -> None:
     store = ConversationStore(settings.agent_data_dir / "conversations.sqlite3")
     app = create_app(agent, store, owns_agent=True)
     print(f"Serving the chat on http://{host}:{port}  (Ctrl-C to stop)", flush=True)
-    uvicorn.run(app, host=host, port=port, log_level=settings.log_level.lower(), workers=1)
+    uvicorn.run(app, host=host, port=port, log_level=settings.log_level.lower(), workers=1, **server_options(settings))

@@ -1,41 +1,74 @@
-"""ClickHouse access for the agent: read-only, limited, killable, with results capped at N+1 rows."""
+"""ClickHouse access for the agent: checked by ClickHouse's own parser, read-only and limited at the
+engine, scoped to the configured tables, values as ClickHouse prints them, N+1 rows."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from agent.config import Settings
-from agent.db.database import (
-    Block,
-    Database,
-    DatabaseError,
-    DatabaseUnavailable,
-    QueryLimits,
-    new_query_id,
-)
-from agent.db.guard import QueryRefused, check_statement
+from agent.db.backend import Backend, DatabaseUnavailable, EngineError
+from agent.db.database import Database, new_query_id
+from agent.db.export import Column, Export, csv_chunks
+from agent.db.functions import load_policy
 from agent.db.result import QueryResult, format_for_model
+from agent.db.scope import Scope
+from agent.db.statement import CheckedStatement, QueryRefused
 
 __all__ = [
-    "Block",
+    "Backend",
+    "CheckedStatement",
+    "Column",
     "Database",
-    "DatabaseError",
     "DatabaseUnavailable",
-    "QueryLimits",
+    "EngineError",
+    "Export",
     "QueryRefused",
     "QueryResult",
-    "check_statement",
+    "Scope",
+    "csv_chunks",
+    "engine_settings",
     "format_for_model",
     "new_query_id",
     "open_database",
 ]
 
 
+def engine_settings(settings: Settings, scope: Scope) -> dict[str, Any]:
+    """Settings of the agent's connections. `readonly` comes last: once it is 1, the engine refuses
+    any further setting change in the same request or session."""
+    values: dict[str, Any] = {
+        "max_execution_time": settings.max_execution_time,
+        "max_rows_to_read": settings.max_rows_to_read,
+        "max_bytes_to_read": settings.max_bytes_to_read,
+        "max_result_rows": settings.max_result_rows,
+        "max_result_bytes": settings.max_result_bytes,
+        "result_overflow_mode": "break",
+        "max_memory_usage": settings.max_memory_usage,
+    }
+    if scope.current_database != "default":
+        values["database"] = scope.current_database
+    values["readonly"] = 1
+    return values
+
+
 def open_database(settings: Settings) -> Database:
-    """The agent's database for these settings: embedded chdb or a server, read-only and limited."""
-    limits = QueryLimits.from_settings(settings)
+    """The agent's database for these settings: embedded engine or a server, read-only and limited."""
+    scope = Scope.of(settings.clickhouse_databases, settings.clickhouse_exclude_tables)
+    backend: Backend
     if settings.embedded:
-        from agent.db.embedded import EmbeddedDatabase
+        from agent.db.embedded import EmbeddedBackend
 
-        return EmbeddedDatabase(settings.chdb_path, limits)
-    from agent.db.server import ServerDatabase
+        backend = EmbeddedBackend(
+            settings.chdb_path, engine_settings(settings, scope), sandbox=settings.clickhouse_sandbox
+        )
+    else:
+        from agent.db.server import ServerBackend
 
-    return ServerDatabase(settings.clickhouse_url, limits)
+        backend = ServerBackend(settings.clickhouse_url, engine_settings(settings, scope), scope)
+    return Database(
+        backend,
+        scope=scope,
+        functions=load_policy(),
+        max_rows=settings.max_rows,
+        max_cell_chars=settings.max_cell_chars,
+    )

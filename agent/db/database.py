@@ -1,115 +1,90 @@
-"""The agent's one way into ClickHouse: check, cap, run, and turn failures into hints.
+"""The agent's one way into ClickHouse: check, cap, run, render, and turn failures into hints.
 
-Backends (embedded chdb, a server through clickhouse-connect) only stream blocks of rows and kill
-queries; everything the model depends on (the statement check, the N+1 row cap, error hints)
-lives here so both behave the same.
+For SQL a model wrote, every statement the engine runs is built here around the canonical text
+ClickHouse itself printed and the check approved (agent/db/statement.py): parse, describe, then the
+capped select that renders cells in the engine (agent/db/rendering.py). Backends only move bytes.
+Trusted SQL of the agent's own (schema introspection) goes through `catalog_rows`, never through
+`execute`.
 """
 
 from __future__ import annotations
 
-import re
+import json
 import time
 import uuid
-from abc import ABC, abstractmethod
-from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from collections import OrderedDict
 from typing import Any
 
-from agent.config import Settings
-from agent.db.guard import CheckedStatement, QueryRefused, StatementKind, check_statement
-from agent.db.hints import error_code, hint_for
+from agent.db import rendering
+from agent.db.backend import Backend, DatabaseUnavailable, EngineError
+from agent.db.export import Column, Export
+from agent.db.functions import FunctionPolicy
+from agent.db.hints import clean_error, error_code, hint_for
 from agent.db.result import QueryResult
+from agent.db.scope import Scope
+from agent.db.statement import (
+    CheckedStatement,
+    QueryRefused,
+    StatementPolicy,
+    decode_parse,
+    parse_request,
+    precheck,
+)
 
-# Wrapping a SELECT as a subquery can fail where the bare query works (duplicate or ambiguous
-# column names); such queries fall back to streaming the bare statement and stopping early.
-_WRAP_FAILURE_CODES = {179, 352}
-_EXCEPTION_TEXT = re.compile(r"Code:\s*\d+\.\s*DB::Exception:.*", re.DOTALL)
-_VERSION_SUFFIX = re.compile(r"\s*\(version [\d.]+(?: \(official build\))?\)\.?\s*")
-
-
-class DatabaseError(Exception):
-    """A query failed in the engine (bad SQL, a limit hit). The model can fix these."""
-
-
-class DatabaseUnavailable(Exception):
-    """ClickHouse cannot be reached or opened. A person has to fix these."""
-
-
-@dataclass(frozen=True)
-class Block:
-    columns: list[str]
-    types: list[str]
-    rows: list[list[Any]]
-
-
-@dataclass(frozen=True)
-class QueryLimits:
-    max_rows: int = 50
-    max_execution_time: int = 30
-    max_rows_to_read: int = 500_000_000
-    max_bytes_to_read: int = 20_000_000_000
-    max_result_rows: int = 100_000
-    max_result_bytes: int = 200_000_000
-    max_memory_usage: int = 4_000_000_000
-
-    @classmethod
-    def from_settings(cls, settings: Settings) -> QueryLimits:
-        return cls(**{name: getattr(settings, name) for name in cls.__dataclass_fields__})
-
-    def engine_settings(self) -> dict[str, Any]:
-        """Settings for the agent's connection. `readonly` comes last: once it is 1, the engine
-        refuses any further setting change in the same request or session."""
-        return {
-            "max_execution_time": self.max_execution_time,
-            "max_rows_to_read": self.max_rows_to_read,
-            "max_bytes_to_read": self.max_bytes_to_read,
-            "max_result_rows": self.max_result_rows,
-            "max_result_bytes": self.max_result_bytes,
-            "result_overflow_mode": "break",
-            "max_memory_usage": self.max_memory_usage,
-            "readonly": 1,
-        }
+MAX_COLUMNS = 200
+_CHECK_CACHE_SIZE = 512
+_NAMES_TTL_S = 300.0
 
 
 def new_query_id() -> str:
     return f"agent-{uuid.uuid4().hex}"
 
 
-def clean_error(message: str) -> str:
-    """The ClickHouse exception text without wrappers, version suffixes or stack traces."""
-    match = _EXCEPTION_TEXT.search(message)
-    text = match.group(0) if match else message
-    text = text.split("\nStack trace", 1)[0]
-    text = _VERSION_SUFFIX.sub(" ", text)
-    # chdb repeats "Code: N. DB::Exception:" when it re-wraps an error.
-    text = re.sub(r"^(Code:\s*\d+\.\s*DB::Exception:\s*)+", lambda m: m.group(1), text)
-    text = re.sub(r"(Code:\s*\d+\.\s*DB::Exception:\s*)\1", r"\1", text)
-    return text.strip()
+class Database:
+    """Read-only, limited, scoped ClickHouse access shared by the agent, the CLI and the web app."""
 
+    def __init__(
+        self,
+        backend: Backend,
+        *,
+        scope: Scope,
+        functions: FunctionPolicy,
+        max_rows: int = 50,
+        max_cell_chars: int = 200,
+    ) -> None:
+        self.backend = backend
+        self.scope = scope
+        self.functions = functions
+        self.max_rows = max_rows
+        self.max_cell_chars = max_cell_chars
+        self._policy = StatementPolicy(scope, functions)
+        self._checked: OrderedDict[str, CheckedStatement] = OrderedDict()
+        self._names: tuple[float, list[str], list[str]] | None = None
 
-class Database(ABC):
-    """A read-only, limited ClickHouse connection shared by the agent, the CLI and the web app."""
-
-    def __init__(self, limits: QueryLimits) -> None:
-        self.limits = limits
-        self._known_names: tuple[list[str], list[str]] | None = None
+    # --- SQL a model wrote ---
 
     async def execute(self, sql: str, *, max_rows: int | None = None, query_id: str | None = None) -> QueryResult:
         """Run one statement and return at most `max_rows` rows plus a has_more flag.
 
-        Query errors come back inside the result (with a hint); an unreachable database raises
-        DatabaseUnavailable. Cancelling the awaiting task kills the query.
+        A refusal or an engine error comes back inside the result (with a hint); an unreachable
+        database raises DatabaseUnavailable. Cancelling the awaiting task kills the query.
         """
         query_id = query_id or new_query_id()
-        limit = max_rows or self.limits.max_rows
+        limit = max_rows or self.max_rows
         started = time.perf_counter()
         try:
-            checked = check_statement(sql)
-            block = await self._fetch_capped(checked, query_id, limit + 1)
+            checked = await self.check(sql, query_id)
+            columns = await self._describe(checked, query_id)
+            raw = await self.backend.query(
+                rendering.capped_select(checked.sql, limit=limit + 1, max_cell_chars=self.max_cell_chars),
+                "JSONCompact",
+                query_id,
+            )
+            rendered = rendering.parse_compact(raw)
         except QueryRefused as exc:
-            return QueryResult(query_id=query_id, sql=sql, error=str(exc), hint=None, elapsed_ms=_elapsed_ms(started))
-        except DatabaseError as exc:
-            message = clean_error(str(exc))
+            return QueryResult(query_id=query_id, sql=sql, error=str(exc), elapsed_ms=_elapsed_ms(started))
+        except EngineError as exc:
+            message = clean_error(str(exc), await self._name_filter())
             return QueryResult(
                 query_id=query_id,
                 sql=sql,
@@ -121,87 +96,103 @@ class Database(ABC):
         return QueryResult(
             query_id=query_id,
             sql=sql,
-            columns=block.columns,
-            types=block.types,
-            rows=block.rows[:limit],
-            has_more=len(block.rows) > limit,
+            ran_sql=checked.sql,
+            columns=[c.name for c in columns],
+            types=[c.type for c in columns],
+            rows=rendered.rows[:limit],
+            totals=rendered.totals if checked.with_totals else None,
+            has_more=len(rendered.rows) > limit,
             elapsed_ms=_elapsed_ms(started),
         )
 
-    async def stream(self, sql: str, *, max_rows: int, query_id: str | None = None) -> AsyncIterator[Block]:
-        """Blocks of at most `max_rows` rows in all, for exports. Raises QueryRefused/DatabaseError."""
-        checked = check_statement(sql)
+    async def check(self, sql: str, query_id: str | None = None) -> CheckedStatement:
+        """The canonical statement ClickHouse parsed from `sql`, if the agent may run it.
+
+        Raises QueryRefused, or EngineError for SQL ClickHouse cannot parse."""
+        precheck(sql)
+        cached = self._checked.get(sql)
+        if cached is not None:
+            self._checked.move_to_end(sql)
+            return cached
+        raw = await self.backend.query(parse_request(sql), "JSONCompactEachRow", query_id or new_query_id())
+        try:
+            canonical_hex, ast_hex = json.loads(raw)
+        except (ValueError, TypeError):
+            raise QueryRefused("The statement could not be checked.") from None
+        checked = self._policy.check(*decode_parse(canonical_hex, ast_hex))
+        self._checked[sql] = checked
+        if len(self._checked) > _CHECK_CACHE_SIZE:
+            self._checked.popitem(last=False)
+        return checked
+
+    async def _describe(self, checked: CheckedStatement, query_id: str) -> list[Column]:
+        raw = await self.backend.query(rendering.describe(checked.sql), "JSONCompactEachRow", query_id)
+        columns = [Column(row[0], row[1]) for row in map(json.loads, raw.splitlines()) if row]
+        if len(columns) > MAX_COLUMNS:
+            raise QueryRefused(f"The query returns {len(columns)} columns; select at most {MAX_COLUMNS}.")
+        return columns
+
+    async def export(self, sql: str, *, max_rows: int, query_id: str | None = None) -> Export:
+        """All rows (up to `max_rows`) of a statement, streamed as ClickHouse's text.
+
+        Raises QueryRefused or EngineError before the first row when the statement cannot run."""
         query_id = query_id or new_query_id()
-        run_sql = _wrap(checked, max_rows)
-        remaining = max_rows
-        async for block in self._stream(run_sql, query_id):
-            yield Block(block.columns, block.types, block.rows[:remaining])
-            remaining -= len(block.rows)
-            if remaining <= 0:
-                break
+        checked = await self.check(sql, query_id)
+        columns = await self._describe(checked, query_id)
+        chunks = self.backend.stream(rendering.export_select(checked.sql, limit=max_rows), "TabSeparated", query_id)
+        return Export(columns, rendering.tsv_rows(chunks))
+
+    # --- the agent's own SQL ---
+
+    async def catalog_rows(self, sql: str) -> list[dict[str, Any]]:
+        """Rows of a trusted catalog query (never SQL from a model), as JSON objects."""
+        try:
+            raw = await self.backend.query(sql, "JSONEachRow", new_query_id())
+        except EngineError as exc:
+            raise DatabaseUnavailable(f"Could not read the ClickHouse catalog: {clean_error(str(exc), bool)}") from None
+        return [json.loads(line) for line in raw.splitlines() if line.strip()]
 
     async def known_names(self) -> tuple[list[str], list[str]]:
-        """Table names (`db.table`) and column names, for "did you mean" hints."""
-        if self._known_names is None:
+        """In-scope table names (`db.table`) and their column names, for "did you mean" hints."""
+        if self._names is None or time.monotonic() - self._names[0] > _NAMES_TTL_S:
             try:
-                block = await self._collect(
+                rows = await self.catalog_rows(
                     "SELECT database, table, name FROM system.columns "
-                    "WHERE database NOT IN ('system', 'INFORMATION_SCHEMA', 'information_schema')",
-                    new_query_id(),
-                    20_000,
+                    "WHERE database NOT IN ('system', 'INFORMATION_SCHEMA', 'information_schema')"
                 )
-            except (DatabaseError, DatabaseUnavailable):
+            except DatabaseUnavailable:
                 return [], []
-            tables = sorted({f"{db}.{table}" for db, table, _ in block.rows})
-            columns = sorted({column for _, _, column in block.rows})
-            self._known_names = (tables, columns)
-        return self._known_names
+            visible = [r for r in rows if self.scope.allows(r["database"], r["table"])]
+            tables = sorted({f"{r['database']}.{r['table']}" for r in visible})
+            columns = sorted({r["name"] for r in visible})
+            self._names = (time.monotonic(), tables, columns)
+        return self._names[1], self._names[2]
 
-    async def _fetch_capped(self, checked: CheckedStatement, query_id: str, row_limit: int) -> Block:
-        if checked.kind is StatementKind.SELECT:
-            try:
-                return await self._collect(_wrap(checked, row_limit), query_id, row_limit)
-            except DatabaseError as exc:
-                if error_code(str(exc)) not in _WRAP_FAILURE_CODES:
-                    raise
-        return await self._collect(checked.sql, query_id, row_limit)
+    async def _name_filter(self) -> Any:
+        tables, columns = await self.known_names()
+        allowed = set(tables) | set(columns) | {t.split(".", 1)[1] for t in tables}
 
-    async def _collect(self, sql: str, query_id: str, row_limit: int) -> Block:
-        columns: list[str] = []
-        types: list[str] = []
-        rows: list[list[Any]] = []
-        stream = self._stream(sql, query_id)
-        try:
-            async for block in stream:
-                columns, types = block.columns, block.types
-                rows.extend(block.rows[: row_limit - len(rows)])
-                if len(rows) >= row_limit:
-                    break
-        finally:
-            await stream.aclose()  # type: ignore[attr-defined]
-        return Block(columns, types, rows)
+        def may_name(name: str) -> bool:
+            return name in allowed or (self.functions.allows(name) and "." not in name)
 
-    @abstractmethod
-    def _stream(self, sql: str, query_id: str) -> AsyncIterator[Block]:
-        """Yield result blocks; closing the iterator early stops the query in the engine."""
+        return may_name
 
-    @abstractmethod
+    # --- health ---
+
     async def ping(self) -> None:
-        """Raise DatabaseUnavailable unless a trivial query answers."""
+        try:
+            raw = await self.backend.query("SELECT 1", "TSV", new_query_id())
+        except EngineError as exc:
+            raise DatabaseUnavailable(f"ClickHouse did not answer SELECT 1: {exc}") from None
+        if raw.strip() != b"1":
+            raise DatabaseUnavailable("ClickHouse did not answer SELECT 1.")
 
-    @abstractmethod
-    async def close(self) -> None: ...
-
-    @abstractmethod
     async def running_queries(self) -> list[str]:
-        """Query ids of the agent's queries still running in the engine (for tests and health)."""
+        """Ids of the agent's queries still running in the engine (for tests and health)."""
+        return await self.backend.running()
 
-
-def _wrap(checked: CheckedStatement, row_limit: int) -> str:
-    if checked.kind is not StatementKind.SELECT:
-        return checked.sql
-    # The newline keeps a trailing `--` comment from swallowing the closing bracket.
-    return f"SELECT * FROM (\n{checked.sql}\n) LIMIT {int(row_limit)}"
+    async def close(self) -> None:
+        await self.backend.close()
 
 
 def _elapsed_ms(started: float) -> int:

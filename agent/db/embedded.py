@@ -1,70 +1,49 @@
-"""The embedded ClickHouse engine (chdb), read-only and limited, with killable queries.
+"""The embedded engine, seen from the app: a confined child process (agent/db/engine_process.py)
+reached over a socket. The app process never loads chdb itself.
 
-chdb facts this module is built around (each is covered by tests/test_db_embedded.py):
-- Settings in the connection string are per connection, so the agent's connections are opened
-  with `readonly=1` and the limits, while a loader in the same process may write.
-- One connection runs one query at a time; separate connections run in parallel.
-- `StreamingResult.cancel()` does not interrupt a fetch that is blocked in the engine, but
-  `KILL QUERY` from another connection does; queries are tagged with their id so it can find them.
-- After a query fails at run time, the next query on that connection can return the failed
-  query's (empty) result. The connection is drained with a sentinel query before reuse.
-- One data directory per process; a second process gets an opaque error, so an advisory lock
-  file names the process that holds the directory.
+- The child gets a scrubbed environment (no API keys or tokens) and confines itself with Landlock.
+- Calls are multiplexed over one socket; cancelling a caller kills its query in the engine.
+- If the child dies, callers get DatabaseUnavailable and the next call starts a new one.
+- chdb allows one engine process per data directory; an advisory lock file names the app process
+  that holds the directory, so a second app gets a message a person can act on.
 """
 
 from __future__ import annotations
 
 import asyncio
 import atexit
-import datetime as dt
 import fcntl
+import itertools
+import logging
 import os
-import re
+import socket
+import sys
 import threading
-import time
-import uuid
-from collections.abc import AsyncIterator, Callable
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import AsyncIterator
 from contextlib import suppress
 from pathlib import Path
-from typing import Any, TypeVar
-from urllib.parse import urlencode
-from zoneinfo import ZoneInfo
+from typing import Any
 
-import chdb
-import chdb._exceptions
-from clickhouse_connect.driver import ctypes as cc_ctypes
-from clickhouse_connect.driver.query import QueryContext
-from clickhouse_connect.driver.transform import NativeTransform
+from agent.db import wire
+from agent.db.backend import Backend, DatabaseUnavailable, EngineError
 
-from agent.db.database import Block, Database, DatabaseError, DatabaseUnavailable, QueryLimits
-
-T = TypeVar("T")
-# chdb raises two unrelated ChdbError classes (the package's and the streaming module's) and
-# plain RuntimeError from its C layer.
-_ENGINE_ERRORS = (chdb.ChdbError, chdb._exceptions.ChdbError, RuntimeError)
-_KILL_WAIT_S = 10.0
+log = logging.getLogger(__name__)
 _LOCK_NAME = "agent.lock"
+_START_TIMEOUT_S = 60.0
+_KILL_TIMEOUT_S = 15.0
+# What the engine process may inherit: nothing that names a secret.
+_PASSED_ENV = ("PATH", "TZ", "LANG", "LC_ALL", "TMPDIR")
 
 _process_lock = threading.Lock()
-_engine_path: Path | None = None
-_lock_handle: Any = None
-
-cc_ctypes.connect_c_modules()
+_claimed: set[Path] = set()
 
 
 def claim_data_dir(path: Path) -> None:
     """Hold `path` for this process, or fail naming the process that holds it."""
-    global _engine_path, _lock_handle
     path = path.resolve()
     with _process_lock:
-        if _engine_path == path:
+        if path in _claimed:
             return
-        if _engine_path is not None:
-            raise DatabaseUnavailable(
-                f"This process already uses the embedded ClickHouse data in {_engine_path}; chdb allows "
-                f"one data directory per process, so {path} cannot be opened too."
-            )
         path.mkdir(parents=True, exist_ok=True)
         handle = open(path / _LOCK_NAME, "a+")  # noqa: SIM115 - held for the life of the process
         try:
@@ -82,7 +61,7 @@ def claim_data_dir(path: Path) -> None:
         handle.write(f"process {os.getpid()} ({_command_line()})\n")
         handle.flush()
         atexit.register(handle.close)
-        _engine_path, _lock_handle = path, handle
+        _claimed.add(path)
 
 
 def _command_line() -> str:
@@ -94,233 +73,197 @@ def _command_line() -> str:
     return " ".join(" ".join(words).split())[:200]
 
 
-def open_connection(path: Path, settings: dict[str, Any] | None = None) -> Any:
-    """A chdb connection on `path` (claimed for this process first)."""
-    claim_data_dir(path)
-    query = f"?{urlencode(settings)}" if settings else ""
-    try:
-        return chdb.connect(f"{path.resolve()}{query}")
-    except Exception as exc:  # chdb raises plain RuntimeError/ChdbError with an opaque message
-        raise DatabaseUnavailable(f"Could not open the embedded ClickHouse data in {path}: {exc}") from None
+def engine_environment() -> dict[str, str]:
+    env = {name: os.environ[name] for name in _PASSED_ENV if name in os.environ}
+    env["PYTHONPATH"] = str(Path(__file__).resolve().parents[2])  # where the `agent` package lives
+    env["PYTHONDONTWRITEBYTECODE"] = "1"
+    return env
 
 
-class _ByteSource:
-    """The minimal source clickhouse-connect's Native reader pulls bytes from."""
+class _Child:
+    """One running engine process and the calls in flight to it."""
 
-    def __init__(self, data: bytes) -> None:
-        self.gen = iter((data,))
+    def __init__(self, process: asyncio.subprocess.Process, reader: asyncio.StreamReader, writer: Any) -> None:
+        self.process, self.reader, self.writer = process, reader, writer
+        self.pending: dict[int, asyncio.Future[tuple[dict[str, Any], bytes]]] = {}
+        self.alive = True
+        self.sandbox = ""
+        self.read_task: asyncio.Task[None] | None = None
 
-    def close(self) -> None:
-        self.gen = iter(())
+    async def read_loop(self) -> None:
+        try:
+            while True:
+                prefix = await self.reader.readexactly(wire.PREFIX_SIZE)
+                header_len, payload_len = wire.decode_prefix(prefix)
+                header = wire.decode_header(await self.reader.readexactly(header_len))
+                payload = await self.reader.readexactly(payload_len)
+                future = self.pending.pop(header.get("id", -1), None)
+                if future is not None and not future.done():
+                    future.set_result((header, payload))
+        except (asyncio.IncompleteReadError, ConnectionError, wire.WireError) as exc:
+            self.fail(f"the embedded ClickHouse engine stopped ({_exit_text(self.process, exc)})")
+
+    def fail(self, reason: str) -> None:
+        self.alive = False
+        for future in self.pending.values():
+            if not future.done():
+                future.set_exception(DatabaseUnavailable(reason))
+        self.pending.clear()
 
 
-def decode_native(data: bytes) -> Block:
-    """Decode ClickHouse Native format with clickhouse-connect's reader, as the server backend does."""
-    result: Any = NativeTransform.parse_response(cc_ctypes.RespBuffCls(_ByteSource(data)), QueryContext(use_none=True))
-    return Block(
-        columns=list(result.column_names),
-        types=[t.name for t in result.column_types],
-        rows=[list(row) for row in result.result_rows],
-    )
+def _exit_text(process: asyncio.subprocess.Process, exc: BaseException) -> str:
+    if process.returncode is not None:
+        return f"exit code {process.returncode}"
+    return type(exc).__name__
 
 
-class EmbeddedDatabase(Database):
-    def __init__(self, path: Path, limits: QueryLimits, pool_size: int = 4) -> None:
-        super().__init__(limits)
-        self.path = path
-        self._settings = limits.engine_settings()
+class EmbeddedBackend(Backend):
+    def __init__(self, path: Path, settings: dict[str, Any], *, pool_size: int = 4, sandbox: bool = True) -> None:
+        self.path = path.resolve()
+        self._settings = settings
         self._pool_size = pool_size
-        self._idle: asyncio.Queue[Any] = asyncio.Queue()
-        self._slots = asyncio.Semaphore(pool_size)
-        self._executor = ThreadPoolExecutor(max_workers=pool_size + 2, thread_name_prefix="chdb")
-        self._control: Any = None
+        self._sandbox = sandbox
+        self._child: _Child | None = None
+        self._start_lock = asyncio.Lock()
+        self._ids = itertools.count(1)
         self._closed = False
 
-    async def _run(self, fn: Callable[[], T]) -> T:
-        return await asyncio.get_running_loop().run_in_executor(self._executor, fn)
+    @property
+    def sandbox_status(self) -> str:
+        return self._child.sandbox if self._child else "not started"
 
-    async def _blocking(self, fn: Callable[[], T], query_id: str) -> T:
-        """Run a blocking engine call; if the caller is cancelled, kill the query and wait for it."""
-        future = asyncio.get_running_loop().run_in_executor(self._executor, fn)
-        try:
-            return await asyncio.shield(future)
-        except asyncio.CancelledError:
-            with suppress(Exception):
-                await self._kill(query_id)
-            await asyncio.wait([future], timeout=_KILL_WAIT_S)
-            if future.done() and not future.cancelled():
-                future.exception()  # the engine's "query was cancelled"; expected, not an error
-            with suppress(Exception):
-                await self._wait_until_gone(query_id)
-            raise
-
-    async def _control_connection(self) -> Any:
-        if self._control is None:
-            self._control = await self._run(lambda: open_connection(self.path, self._settings))
-        return self._control
-
-    async def _kill(self, query_id: str) -> None:
-        control = await self._control_connection()
-        await self._run(
-            lambda: control.query(
-                f"KILL QUERY WHERE query LIKE '%{query_id}%' AND NOT startsWith(query, 'KILL')", "CSV"
-            )
-        )
-
-    async def _wait_until_gone(self, query_id: str) -> None:
-        """A killed query can linger in system.processes briefly after its fetch returns."""
-        deadline = time.monotonic() + _KILL_WAIT_S
-        while query_id in await self.running_queries() and time.monotonic() < deadline:
-            await asyncio.sleep(0.02)
-
-    async def _acquire(self) -> Any:
+    async def _ensure_child(self) -> _Child:
         if self._closed:
             raise DatabaseUnavailable("The database connection is closed.")
-        await self._slots.acquire()
-        if not self._idle.empty():
-            return self._idle.get_nowait()
+        async with self._start_lock:
+            if self._child is None or not self._child.alive:
+                if self._child is not None:
+                    await self._stop(self._child)
+                self._child = await self._start()
+            return self._child
+
+    async def _start(self) -> _Child:
+        claim_data_dir(self.path)
+        ours, theirs = socket.socketpair()
         try:
-            conn = await self._run(lambda: open_connection(self.path, self._settings))
-        except BaseException:
-            self._slots.release()
-            raise
-        return conn
-
-    async def _release(self, conn: Any, failed: bool) -> None:
-        try:
-            if failed and not await self._run(lambda: _drain(conn)):
-                with suppress(Exception):
-                    await self._run(conn.close)
-                return
-            self._idle.put_nowait(conn)
-        finally:
-            self._slots.release()
-
-    async def _stream(self, sql: str, query_id: str) -> AsyncIterator[Block]:
-        conn = await self._acquire()
-        # The leading tag lets KILL QUERY find this query in system.processes.
-        tagged = f"/* {query_id} */ {sql}"
-        stream = None
-        failed = False
-        yielded = False
-        try:
-            try:
-                stream = await self._blocking(lambda: conn.send_query(tagged, "Native"), query_id)
-            except _ENGINE_ERRORS as exc:
-                if "Streaming query is not supported" not in str(exc):
-                    raise
-                # SHOW and friends cannot stream; their results are small metadata lists, and the
-                # engine's max_result_rows still caps them.
-                raw = await self._blocking(lambda: conn.query(tagged, "Native"), query_id)
-                yield decode_native(raw.bytes())
-                return
-            exact_types: list[str] | None = None
-            while True:
-                chunk = await self._blocking(stream.fetch, query_id)
-                if chunk is None:
-                    break
-                block = decode_native(chunk.bytes())
-                if exact_types is None:
-                    exact_types = await self._exact_types(sql, block.types, query_id)
-                yielded = True
-                yield _localize(block, exact_types)
-            if not yielded:
-                yield await self._empty_block(sql, query_id)
-        except _ENGINE_ERRORS as exc:
-            failed = True
-            raise DatabaseError(str(exc)) from None
-        except BaseException:
-            failed = True
-            raise
-        finally:
-            if stream is not None:
-                with suppress(Exception):
-                    await self._run(stream.cancel)
-            await self._release(conn, failed)
-
-    async def _describe(self, sql: str, query_id: str) -> list[list[Any]]:
-        """`DESCRIBE (sql)`: the result's exact columns and types, without running the query.
-
-        It runs on the control connection: a second query on a connection with an open stream
-        breaks that stream."""
-        if not sql.lstrip()[:6].upper().startswith(("SELECT", "WITH", "(")):
-            return []
-        control = await self._control_connection()
-        try:
-            described = await self._blocking(lambda: control.query(f"DESCRIBE ({sql})", "Native"), query_id)
-        except _ENGINE_ERRORS:
-            return []
-        return decode_native(described.bytes()).rows
-
-    async def _empty_block(self, sql: str, query_id: str) -> Block:
-        rows = await self._describe(sql, query_id)
-        return Block([r[0] for r in rows], [r[1] for r in rows], [])
-
-    async def _exact_types(self, sql: str, types: list[str], query_id: str) -> list[str]:
-        """chdb's Native header drops a DateTime column's time zone; DESCRIBE still has it."""
-        if not any(t.startswith(("DateTime", "Nullable(DateTime", "LowCardinality(Nullable(DateTime")) for t in types):
-            return types
-        described = [row[1] for row in await self._describe(sql, query_id)]
-        return described if len(described) == len(types) else types
-
-    async def ping(self) -> None:
-        rows = [row async for block in self._stream("SELECT 1", f"agent-ping-{uuid.uuid4().hex}") for row in block.rows]
-        if rows != [[1]]:
-            raise DatabaseUnavailable("The embedded ClickHouse engine did not answer SELECT 1.")
-
-    async def running_queries(self) -> list[str]:
-        control = await self._control_connection()
-        raw = await self._run(
-            lambda: control.query(
-                "SELECT query FROM system.processes WHERE query LIKE '%/* agent-%' "
-                "AND NOT startsWith(query, 'SELECT query FROM system.processes')",
-                "Native",
+            process = await asyncio.create_subprocess_exec(
+                sys.executable,
+                "-m",
+                "agent.db.engine_process",
+                "--fd",
+                str(theirs.fileno()),
+                pass_fds=(theirs.fileno(),),
+                env=engine_environment(),
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.DEVNULL,
+                cwd=str(self.path),
             )
-        )
-        found = []
-        for (query,) in decode_native(raw.bytes()).rows:
-            tag = query.split("/* ", 1)[-1].split(" */", 1)[0]
-            found.append(tag)
-        return found
+        finally:
+            theirs.close()
+        reader, writer = await asyncio.open_connection(sock=ours)
+        child = _Child(process, reader, writer)
+        config = {"path": str(self.path), "settings": self._settings, "pool_size": self._pool_size}
+        writer.write(wire.encode({**config, "sandbox": self._sandbox}))
+        try:
+            header = await asyncio.wait_for(self._read_ready(reader), _START_TIMEOUT_S)
+        except (TimeoutError, asyncio.IncompleteReadError, wire.WireError) as exc:
+            await self._stop(child)
+            raise DatabaseUnavailable(
+                f"The embedded ClickHouse engine did not start ({_exit_text(process, exc)})."
+            ) from None
+        if not header.get("ready"):
+            await self._stop(child)
+            raise DatabaseUnavailable(f"Could not open the embedded ClickHouse data in {self.path}: {header['error']}")
+        child.sandbox = str(header.get("sandbox_text", ""))
+        if not header.get("sandbox", {}).get("applied") and self._sandbox:
+            log.warning("embedded engine is %s; only the statement check guards files and network", child.sandbox)
+        child.read_task = asyncio.create_task(child.read_loop(), name="engine-reader")
+        return child
+
+    @staticmethod
+    async def _read_ready(reader: asyncio.StreamReader) -> dict[str, Any]:
+        header_len, payload_len = wire.decode_prefix(await reader.readexactly(wire.PREFIX_SIZE))
+        header = wire.decode_header(await reader.readexactly(header_len))
+        await reader.readexactly(payload_len)
+        return header
+
+    async def _call(self, request: dict[str, Any]) -> tuple[dict[str, Any], bytes]:
+        child = await self._ensure_child()
+        request_id = next(self._ids)
+        future: asyncio.Future[tuple[dict[str, Any], bytes]] = asyncio.get_running_loop().create_future()
+        child.pending[request_id] = future
+        child.writer.write(wire.encode({**request, "id": request_id}))
+        header, payload = await future
+        if not header.get("ok"):
+            raise EngineError(str(header.get("error", "unknown engine error")))
+        return header, payload
+
+    async def query(self, sql: str, fmt: str, tag: str) -> bytes:
+        task = asyncio.ensure_future(self._call({"op": "query", "sql": sql, "format": fmt, "tag": tag}))
+        try:
+            return (await asyncio.shield(task))[1]
+        except asyncio.CancelledError:
+            await self._kill_and_wait(tag, task)
+            raise
+
+    async def stream(self, sql: str, fmt: str, tag: str) -> AsyncIterator[bytes]:
+        header, _ = await self._call({"op": "open", "sql": sql, "format": fmt, "tag": tag})
+        stream_id = header["stream"]
+        finished = False
+        try:
+            while True:
+                task = asyncio.ensure_future(self._call({"op": "next", "stream": stream_id}))
+                try:
+                    header, chunk = await asyncio.shield(task)
+                except asyncio.CancelledError:
+                    await self._kill_and_wait(tag, task)
+                    raise
+                if header.get("end"):
+                    finished = True
+                    return
+                yield chunk
+        finally:
+            if not finished:
+                with suppress(Exception):
+                    await asyncio.shield(self._kill(tag))
+            with suppress(Exception):
+                await asyncio.shield(self._call({"op": "close", "stream": stream_id}))
+
+    async def _kill_and_wait(self, tag: str, task: asyncio.Future[Any]) -> None:
+        with suppress(Exception):
+            await asyncio.shield(self._kill(tag))
+        await asyncio.wait([task], timeout=_KILL_TIMEOUT_S)
+        if task.done() and not task.cancelled():
+            task.exception()  # the engine's "query was cancelled": expected
+
+    async def _kill(self, tag: str) -> None:
+        await asyncio.wait_for(self._call({"op": "kill", "tag": tag}), _KILL_TIMEOUT_S)
+
+    async def running(self) -> list[str]:
+        header, _ = await self._call({"op": "running"})
+        return [str(tag) for tag in header["tags"]]
 
     async def close(self) -> None:
         self._closed = True
-        while not self._idle.empty():
-            conn = self._idle.get_nowait()
-            with suppress(Exception):
-                await self._run(conn.close)
-        if self._control is not None:
-            with suppress(Exception):
-                await self._run(self._control.close)
-            self._control = None
-        self._executor.shutdown(wait=False, cancel_futures=True)
+        if self._child is not None:
+            await self._stop(self._child)
+            self._child = None
 
-
-_ZONE = re.compile(r"DateTime(?:64)?\((?:\d+,\s*)?'([^']+)'\)")
-
-
-def _localize(block: Block, exact_types: list[str]) -> Block:
-    """Give naive UTC datetimes the time zone their column declares."""
-    zones = {i: ZoneInfo(m.group(1)) for i, t in enumerate(exact_types) if (m := _ZONE.search(t))}
-    if not zones:
-        return block
-    rows = [
-        [
-            v.replace(tzinfo=dt.UTC).astimezone(zones[i]) if i in zones and isinstance(v, dt.datetime) else v
-            for i, v in enumerate(row)
-        ]
-        for row in block.rows
-    ]
-    return Block(block.columns, exact_types, rows)
-
-
-def _drain(conn: Any) -> bool:
-    """Clear a stale result left by a failed query; True when the connection answers correctly."""
-    token = uuid.uuid4().hex
-    for _ in range(3):
-        try:
-            if token in str(conn.query(f"SELECT '{token}'", "CSV")):
-                return True
-        except Exception:
-            continue
-    return False
+    @staticmethod
+    async def _stop(child: _Child) -> None:
+        child.fail("the embedded ClickHouse engine was stopped")
+        with suppress(Exception):
+            child.writer.close()
+        if child.read_task is not None:
+            child.read_task.cancel()
+            with suppress(BaseException):
+                await child.read_task
+        if child.process.returncode is None:
+            with suppress(ProcessLookupError):
+                child.process.terminate()
+            try:
+                await asyncio.wait_for(child.process.wait(), 5)
+            except TimeoutError:
+                with suppress(ProcessLookupError):
+                    child.process.kill()
+                await child.process.wait()

@@ -1,10 +1,14 @@
-"""Short hints for the model, keyed by ClickHouse error code, with nearest real names for typos."""
+"""Short hints for the model, keyed by ClickHouse error code, with nearest real names for typos.
+
+Every name a hint or a cleaned engine message shows comes from the agent's scope: the engine's own
+"Maybe you meant" suggestions are filtered, so an error never names a table the model may not read.
+"""
 
 from __future__ import annotations
 
 import difflib
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 _CODE = re.compile(r"Code:\s*(\d+)")
 _UNKNOWN_NAME = re.compile(
@@ -13,6 +17,40 @@ _UNKNOWN_NAME = re.compile(
     re.IGNORECASE,
 )
 _UNKNOWN_TABLE = re.compile(r"Table ([\w.`]+) does not exist|Unknown table expression identifier '([\w.]+)'")
+
+_EXCEPTION_TEXT = re.compile(r"Code:\s*\d+\.\s*DB::(?:Errno)?Exception:.*", re.DOTALL)
+_VERSION_SUFFIX = re.compile(r"\s*\(version [\d.]+(?: \(official build\))?\)\.?\s*")
+_SUGGESTION_LIST = re.compile(r"\s*Maybe you meant:?\s*\[([^\]]*)\]\.?")
+_SUGGESTION_ONE = re.compile(r"\s*Maybe you meant:?\s*([\w.`']+)\??\.?")
+# The agent's own wrapping statements, which the model never wrote.
+_WRAPPER_SCOPE = re.compile(
+    r"\s*:?\s*In scope (?:SELECT \* APPLY\(x -> if\(isNull\(x\).*?LIMIT \d+|WITH formatQuery\(unhex\('[0-9a-f]*'\)\).*?"
+    r"AS canonical SELECT hex\(canonical\), hex\(parseQueryToJSON\(canonical\)\)|DESCRIBE TABLE \(.*?\))\.?",
+    re.DOTALL,
+)
+
+
+def clean_error(message: str, may_name: Callable[[str], bool]) -> str:
+    """ClickHouse's exception text without wrappers, version suffixes, stack traces, the agent's own
+    wrapping SQL, or suggestions of names outside the scope."""
+    match = _EXCEPTION_TEXT.search(message)
+    text = match.group(0) if match else message
+    text = text.split("\nStack trace", 1)[0]
+    text = _VERSION_SUFFIX.sub(" ", text)
+    # chdb repeats "Code: N. DB::Exception:" when it re-wraps an error.
+    text = re.sub(r"^(Code:\s*\d+\.\s*DB::(?:Errno)?Exception:\s*)+", lambda m: m.group(1), text)
+    text = re.sub(r"(Code:\s*\d+\.\s*DB::(?:Errno)?Exception:\s*)\1+", r"\1", text)
+    text = _WRAPPER_SCOPE.sub("", text)
+
+    def keep_listed(found: re.Match[str]) -> str:
+        names = [name.strip().strip("'`") for name in found.group(1).split(",")]
+        kept = [f"'{name}'" for name in names if name and may_name(name)]
+        return f" Maybe you meant: [{', '.join(kept)}]." if kept else ""
+
+    text = _SUGGESTION_LIST.sub(keep_listed, text)
+    text = _SUGGESTION_ONE.sub(lambda m: m.group(0) if may_name(m.group(1).strip("'`")) else "", text)
+    return text.strip()
+
 
 HINTS: dict[int, str] = {
     62: "Syntax error: check keywords, commas, brackets and quoting (identifiers in backticks, strings in '').",

@@ -1,25 +1,24 @@
-"""What one query returns, and how it is shown to the model and serialised to JSON."""
+"""What one query returns (cells as ClickHouse printed them), and how the model is shown it."""
 
 from __future__ import annotations
 
-import datetime as dt
-import math
-import uuid
-from decimal import Decimal
-from ipaddress import IPv4Address, IPv6Address
 from typing import Any
 
 from pydantic import BaseModel, Field
+
+from agent.db.rendering import Cell, json_value
 
 TRUNCATION_NOTE = "[More rows available - add LIMIT, WHERE or GROUP BY to get exactly what you need]"
 
 
 class QueryResult(BaseModel):
     query_id: str
-    sql: str
+    sql: str  # as the model wrote it
+    ran_sql: str | None = None  # the canonical text ClickHouse printed and ran
     columns: list[str] = Field(default_factory=list)
     types: list[str] = Field(default_factory=list)
-    rows: list[list[Any]] = Field(default_factory=list)
+    rows: list[list[Cell]] = Field(default_factory=list)  # ClickHouse's text, long cells already cut
+    totals: list[Cell] | None = None  # the WITH TOTALS row
     has_more: bool = False
     error: str | None = None
     error_code: int | None = None
@@ -34,14 +33,19 @@ class QueryResult(BaseModel):
     def row_count(self) -> int:
         return len(self.rows)
 
-    def json_rows(self) -> list[list[Any]]:
-        return [[to_json_value(value) for value in row] for row in self.rows]
+    def json_rows(self, limit: int | None = None) -> list[list[Any]]:
+        return [self.json_row(row) for row in self.rows[:limit]]
+
+    def json_row(self, row: list[Cell]) -> list[Any]:
+        return [json_value(cell, ch_type) for cell, ch_type in zip(row, self.types, strict=False)]
 
     def summary(self) -> dict[str, Any]:
         """The JSON shape of `agent sql --json`."""
         return {
             "columns": self.columns,
+            "types": self.types,
             "rows": self.json_rows(),
+            "totals": self.json_row(self.totals) if self.totals is not None else None,
             "row_count": self.row_count,
             "has_more": self.has_more,
             "error": self.error,
@@ -50,14 +54,13 @@ class QueryResult(BaseModel):
         }
 
 
-def format_cell(value: Any, max_chars: int) -> str:
-    text = _plain(value)
-    if len(text) > max_chars:
-        text = f"{text[:max_chars]}…[+{len(text) - max_chars} chars]"
+def markdown_cell(text: Cell) -> str:
+    if text is None:
+        return "NULL"
     return text.replace("\\", "\\\\").replace("|", "\\|").replace("\n", "\\n").replace("\r", "\\r")
 
 
-def format_for_model(result: QueryResult, max_cell_chars: int, max_result_chars: int) -> str:
+def format_for_model(result: QueryResult, max_result_chars: int) -> str:
     """A compact Markdown rendering: status line, table, and a refine note when rows were cut."""
     if not result.ok:
         lines = ["Query failed:", result.error or ""]
@@ -69,17 +72,22 @@ def format_for_model(result: QueryResult, max_cell_chars: int, max_result_chars:
     status = f"Result: {result.row_count} row{'s' if result.row_count != 1 else ''}{more}"
     if not result.columns:
         return status
-    header = "| " + " | ".join(format_cell(c, max_cell_chars) for c in result.columns) + " |"
+    if not result.rows:
+        columns = ", ".join(f"{name} ({ch_type})" for name, ch_type in zip(result.columns, result.types, strict=False))
+        return f"{status}\nColumns: {columns}"
+    header = "| " + " | ".join(markdown_cell(c) for c in result.columns) + " |"
     lines = [status, "", header, "|" + "---|" * len(result.columns)]
-    used = sum(len(line) + 1 for line in lines) + len(TRUNCATION_NOTE) + 160  # room for both notes
+    used = sum(len(line) + 1 for line in lines) + len(TRUNCATION_NOTE) + 200  # room for the notes
     shown = 0
     for row in result.rows:
-        line = "| " + " | ".join(format_cell(v, max_cell_chars) for v in row) + " |"
+        line = "| " + " | ".join(markdown_cell(v) for v in row) + " |"
         if used + len(line) + 1 > max_result_chars:
             break
         lines.append(line)
         used += len(line) + 1
         shown += 1
+    if result.totals is not None:
+        lines += ["", "Totals: | " + " | ".join(markdown_cell(v) for v in result.totals) + " |"]
     if shown < result.row_count:
         lines += [
             "",
@@ -89,52 +97,3 @@ def format_for_model(result: QueryResult, max_cell_chars: int, max_result_chars:
     if result.has_more:
         lines += ["", TRUNCATION_NOTE]
     return "\n".join(lines)
-
-
-def to_json_value(value: Any) -> Any:
-    """JSON-safe value: exact numbers stay numbers, everything else becomes faithful text."""
-    if value is None or isinstance(value, bool | str):
-        return value
-    if isinstance(value, int):
-        return value if abs(value) < 2**53 else str(value)
-    if isinstance(value, float):
-        return value if math.isfinite(value) else _plain(value)
-    if isinstance(value, list | tuple):
-        return [to_json_value(v) for v in value]
-    if isinstance(value, dict):
-        return {_plain(k): to_json_value(v) for k, v in value.items()}
-    return _plain(value)
-
-
-def _plain(value: Any) -> str:
-    if value is None:
-        return "NULL"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, float):
-        if math.isnan(value):
-            return "nan"
-        if math.isinf(value):
-            return "inf" if value > 0 else "-inf"
-        return repr(value)
-    if isinstance(value, Decimal):
-        return format(value, "f")
-    if isinstance(value, dt.datetime):
-        return value.isoformat(sep=" ")
-    if isinstance(value, dt.date):
-        return value.isoformat()
-    if isinstance(value, bytes | bytearray):
-        return "0x" + bytes(value).hex()
-    if isinstance(value, list):
-        return "[" + ", ".join(_nested(v) for v in value) + "]"
-    if isinstance(value, tuple):
-        return "(" + ", ".join(_nested(v) for v in value) + ")"
-    if isinstance(value, dict):
-        return "{" + ", ".join(f"{_nested(k)}: {_nested(v)}" for k, v in value.items()) + "}"
-    if isinstance(value, uuid.UUID | IPv4Address | IPv6Address):
-        return str(value)
-    return str(value)
-
-
-def _nested(value: Any) -> str:
-    return f"'{value}'" if isinstance(value, str) else _plain(value)

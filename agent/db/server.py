@@ -1,8 +1,15 @@
-"""A ClickHouse server through clickhouse-connect's async (aiohttp) client."""
+"""A ClickHouse server through clickhouse-connect's async (aiohttp) client, raw text formats only.
+
+At start-up it checks what the server gives this user: a ClickHouse new enough to parse for the
+statement check (`parseQueryToJSON`), a read-only profile at least as strict as the agent's limits,
+and least-privilege grants (SELECT and SHOW on the configured databases, nothing that reaches files,
+the network or other databases). A user with more is refused, with a message saying what to change.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import AsyncIterator
 from contextlib import suppress
 from typing import Any
@@ -13,15 +20,19 @@ from clickhouse_connect.driver.asyncclient import AsyncClient
 from clickhouse_connect.driver.exceptions import DatabaseError as CCDatabaseError
 from clickhouse_connect.driver.exceptions import OperationalError
 
-from agent.db.database import Block, Database, DatabaseError, DatabaseUnavailable, QueryLimits
+from agent.db.backend import Backend, DatabaseUnavailable, EngineError
+from agent.db.scope import Scope
 
 _KILL_TIMEOUT_S = 10.0
+_GRANT = re.compile(r"^GRANT (?P<privileges>.+?) ON (?P<target>\S+) TO ", re.IGNORECASE)
+_READ_PRIVILEGES = {"SELECT", "SHOW", "SHOW TABLES", "SHOW COLUMNS", "SHOW DATABASES", "SHOW DICTIONARIES"}
 
 
-class ServerDatabase(Database):
-    def __init__(self, url: str, limits: QueryLimits) -> None:
-        super().__init__(limits)
+class ServerBackend(Backend):
+    def __init__(self, url: str, settings: dict[str, Any], scope: Scope) -> None:
         self._url = urlsplit(url)
+        self._wanted = settings
+        self._scope = scope
         self._client: AsyncClient | None = None
         self._connect_lock = asyncio.Lock()
         self._query_settings: dict[str, Any] = {}
@@ -30,31 +41,69 @@ class ServerDatabase(Database):
         async with self._connect_lock:
             if self._client is None:
                 url = self._url
+                database = url.path.strip("/") or self._wanted.get("database")
                 try:
                     client = await clickhouse_connect.get_async_client(
                         host=url.hostname or "localhost",
                         port=url.port or (8443 if url.scheme == "https" else 8123),
                         username=unquote(url.username or "default"),
                         password=unquote(url.password or ""),
-                        database=url.path.strip("/") or None,
+                        database=database or None,
                         secure=url.scheme == "https",
-                        send_receive_timeout=self.limits.max_execution_time + 30,
+                        send_receive_timeout=int(self._wanted["max_execution_time"]) + 30,
                     )
-                except (OperationalError, OSError) as exc:
+                    self._query_settings = await self._checked_settings(client)
+                except (OperationalError, OSError, CCDatabaseError) as exc:
                     raise DatabaseUnavailable(
                         f"ClickHouse at {url.hostname}:{url.port} is unreachable: {exc}"
                     ) from None
-                self._query_settings = await self._read_only_settings(client)
                 self._client = client
             return self._client
+
+    async def _checked_settings(self, client: AsyncClient) -> dict[str, Any]:
+        has_parser = await client.query("SELECT count() FROM system.functions WHERE name = 'parseQueryToJSON'")
+        if not has_parser.result_rows[0][0]:
+            version = (await client.query("SELECT version()")).result_rows[0][0]
+            raise DatabaseUnavailable(
+                f"ClickHouse {version} is too old: the statement check needs parseQueryToJSON (ClickHouse 26.6 "
+                "or newer)."
+            )
+        await self._check_grants(client)
+        return await self._read_only_settings(client)
+
+    async def _check_grants(self, client: AsyncClient) -> None:
+        grants = [row[0] for row in (await client.query("SHOW GRANTS")).result_rows]
+        too_much = [grant for grant in grants if not self._least_privilege(grant)]
+        if too_much:
+            raise DatabaseUnavailable(
+                "The ClickHouse user has more access than the agent may use: "
+                + "; ".join(too_much)
+                + ". Give it only SELECT (and SHOW) on the configured databases; see docker/clickhouse/."
+            )
+
+    def _least_privilege(self, grant: str) -> bool:
+        match = _GRANT.match(grant)
+        if match is None:
+            return False  # a role or an unparsed grant: refuse rather than guess
+        privileges = {p.strip().upper() for p in match.group("privileges").split(",")}
+        privileges = {re.sub(r"\(.*\)$", "", p).strip() for p in privileges}  # SELECT(col, ...) is still SELECT
+        database, _, table = match.group("target").replace("`", "").partition(".")
+        if not privileges <= _READ_PRIVILEGES or database == "*":
+            return False
+        if database in ("system", "information_schema", "INFORMATION_SCHEMA"):
+            return privileges <= {"SHOW", "SHOW TABLES", "SHOW COLUMNS", "SHOW DATABASES"} or table in (
+                "tables",
+                "columns",
+                "databases",
+            )
+        return self._scope.database_in_scope(database)
 
     async def _read_only_settings(self, client: AsyncClient) -> dict[str, Any]:
         """Settings to send with every query, or none when the user's profile already enforces them.
 
         A user whose profile says readonly=1 cannot change any setting, so that profile must carry
-        limits at least as strict as ours; anything weaker is refused at start-up.
-        """
-        wanted = self.limits.engine_settings()
+        limits at least as strict as ours; anything weaker is refused at start-up."""
+        wanted = {name: value for name, value in self._wanted.items() if name != "database"}
         names = ", ".join(f"'{name}'" for name in wanted)
         result = await client.query(f"SELECT name, value FROM system.settings WHERE name IN ({names})")
         current = {name: value for name, value in result.result_rows}
@@ -72,44 +121,40 @@ class ServerDatabase(Database):
             )
         return {}
 
-    async def _stream(self, sql: str, query_id: str) -> AsyncIterator[Block]:
+    async def query(self, sql: str, fmt: str, tag: str) -> bytes:
+        client = await self._connect()
+        try:
+            return await client.raw_query(sql, settings={**self._query_settings, "query_id": tag}, fmt=fmt)
+        except CCDatabaseError as exc:
+            raise EngineError(str(exc)) from None
+        except (OperationalError, OSError) as exc:
+            raise DatabaseUnavailable(f"Lost the connection to ClickHouse: {exc}") from None
+        except asyncio.CancelledError:
+            await asyncio.shield(self._kill(client, tag))
+            raise
+
+    async def stream(self, sql: str, fmt: str, tag: str) -> AsyncIterator[bytes]:
         client = await self._connect()
         finished = False
         try:
-            stream = await client.query_row_block_stream(
-                sql, settings={**self._query_settings, "query_id": query_id}, use_none=True
-            )
-            async with stream:
-                source: Any = stream.source  # the QueryResult that owns the stream
-                columns = list(source.column_names)
-                types = [t.name for t in source.column_types]
-                yielded = False
-                async for rows in stream:
-                    yielded = True
-                    yield Block(columns, types, [list(row) for row in rows])
-                if not yielded:
-                    yield Block(columns, types, [])
+            context = await client.raw_stream(sql, settings={**self._query_settings, "query_id": tag}, fmt=fmt)
+            async with context:
+                async for chunk in context:
+                    yield chunk
             finished = True
         except CCDatabaseError as exc:
-            raise DatabaseError(str(exc)) from None
+            raise EngineError(str(exc)) from None
         except (OperationalError, OSError) as exc:
             raise DatabaseUnavailable(f"Lost the connection to ClickHouse: {exc}") from None
         finally:
-            # Cancelled, or closed early by a caller that has its N+1 rows: stop the query now
-            # rather than when the server notices the closed connection.
             if not finished:
-                await self._kill(client, query_id)
+                await asyncio.shield(self._kill(client, tag))
 
-    async def _kill(self, client: AsyncClient, query_id: str) -> None:
+    async def _kill(self, client: AsyncClient, tag: str) -> None:
         with suppress(Exception):
-            await asyncio.wait_for(client.command(f"KILL QUERY WHERE query_id = '{query_id}' SYNC"), _KILL_TIMEOUT_S)
+            await asyncio.wait_for(client.command(f"KILL QUERY WHERE query_id = '{tag}' SYNC"), _KILL_TIMEOUT_S)
 
-    async def ping(self) -> None:
-        client = await self._connect()
-        if not await client.ping():
-            raise DatabaseUnavailable("ClickHouse did not answer a ping.")
-
-    async def running_queries(self) -> list[str]:
+    async def running(self) -> list[str]:
         client = await self._connect()
         result = await client.query("SELECT query_id FROM system.processes WHERE startsWith(query_id, 'agent-')")
         return [row[0] for row in result.result_rows]

@@ -20,7 +20,7 @@ def build_runner(settings: Settings, *, db: Database, llm: LLMClient, metrics: M
     return Pipeline(
         llm=llm,
         prefix=RequestPrefix(prompts, schema, max_rows=settings.max_rows),
-        sql=SqlExecutor(db, prompts, settings.max_cell_chars, settings.max_result_chars),
+        sql=SqlExecutor(db, prompts, settings.max_result_chars),
         prompts=prompts,
         settings=LoopSettings(
             model=settings.agent_model,
@@ -30,6 +30,7 @@ def build_runner(settings: Settings, *, db: Database, llm: LLMClient, metrics: M
             history_turns=settings.agent_history_turns,
             history_full_turns=settings.agent_history_full_turns,
             history_chars=settings.agent_history_chars,
+            temperature=settings.agent_temperature,
         ),
         metrics=metrics,
         followups=FollowupGenerator(llm, prompts, settings.agent_followup_model, metrics),

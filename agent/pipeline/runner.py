@@ -11,13 +11,14 @@ from collections.abc import Awaitable, Callable, Sequence
 from enum import StrEnum
 from typing import Annotated, Any, Literal, Protocol
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, field_validator
 
 from agent.db import QueryResult
 
 Platform = Literal["slack", "web", "cli"]
 Interface = Literal["slack", "web", "cli", "eval"]
 PREVIEW_ROWS = 20
+TURN_PREVIEW_ROWS = 5
 
 
 class Classification(StrEnum):
@@ -86,7 +87,8 @@ class RunResult(BaseModel):
     transcript: list[dict[str, Any]] = Field(default_factory=list, repr=False, exclude=True)
 
     def to_turn(self) -> Turn:
-        return Turn(question=self.question, answer=self.answer, queries=self.queries, transcript=self.transcript)
+        queries = [TurnQuery.of(q) for q in self.queries]
+        return Turn(question=self.question, answer=self.answer, queries=queries, transcript=self.transcript)
 
     def summary(self) -> dict[str, Any]:
         """The JSON shape of `agent ask --json`."""
@@ -100,13 +102,45 @@ class RunResult(BaseModel):
         }
 
 
+class TurnQuery(BaseModel):
+    """What a later question needs of an earlier query: not its whole result."""
+
+    id: str
+    question: str
+    sql: str
+    columns: list[str] = Field(default_factory=list)
+    rows: list[list[Any]] = Field(default_factory=list)  # a small JSON preview
+    row_count: int = 0
+    error: str | None = None
+
+    @classmethod
+    def of(cls, query: ExecutedQuery) -> TurnQuery:
+        result = query.result
+        return cls(
+            id=query.id,
+            question=query.question,
+            sql=query.sql,
+            columns=result.columns,
+            rows=result.json_rows(TURN_PREVIEW_ROWS),
+            row_count=result.row_count,
+            error=result.error,
+        )
+
+
 class Turn(BaseModel):
-    """One earlier question and what came of it, as adapters store it."""
+    """One earlier question and what came of it, as adapters keep it (light: no whole results)."""
 
     question: str
     answer: str
-    queries: list[ExecutedQuery] = Field(default_factory=list)
+    queries: list[TurnQuery] = Field(default_factory=list)
     transcript: list[dict[str, Any]] = Field(default_factory=list, repr=False, exclude=True)
+
+    @field_validator("queries", mode="before")
+    @classmethod
+    def _light(cls, value: Any) -> Any:
+        if isinstance(value, list):
+            return [TurnQuery.of(q) if isinstance(q, ExecutedQuery) else q for q in value]
+        return value
 
 
 # --- events ---

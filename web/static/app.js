@@ -85,11 +85,11 @@ class TurnView {
     this.renderScheduled = false;
     this.queries = new Map();
     this.root = el("article", { class: "turn" },
-      el("div", { class: "bubble user", text: question }),
+      (this.question = el("div", { class: "bubble user", text: question })),
       (this.steps = el("div", { class: "steps" })),
       (this.answer = el("div", { class: "bubble answer markdown", "aria-busy": "true" })),
       (this.footer = el("div", { class: "turn-footer" })));
-    this.status = el("div", { class: "working", text: "Working…" });
+    this.status = el("div", { class: "working", text: "Sending…" });
     this.steps.append(this.status);
     $("#messages").append(this.root);
   }
@@ -99,6 +99,12 @@ class TurnView {
     const handler = this[`on_${name}`];
     if (handler) handler.call(this, data);
     scrollToBottom();
+  }
+
+  // The server has the question and the run has begun; the model's first words may take a while.
+  on_started(data) {
+    this.status.textContent = "Working…";
+    if (data.question) this.question.textContent = data.question;
   }
 
   on_thinking(data) {
@@ -213,10 +219,49 @@ function quietFixedFailures(queries) {
   }
 }
 
+// ---------- the answer's HTML ----------
+
+// The answer is model output, and the model reads data anyone may have written: its HTML is hostile.
+// Markdown's own elements only. Never forms or controls (an injected <form id="composer"> would take
+// the next Enter), style (it could hide or fake the page), id or name (they shadow the page's own
+// elements), class (it would borrow the page's look, e.g. an error box), or remote images (each view
+// would report to their server). The Content-Security-Policy header stops most of these a second time.
+const ANSWER_HTML = {
+  ALLOWED_TAGS: ["a", "blockquote", "br", "code", "del", "em", "h1", "h2", "h3", "h4", "h5", "h6", "hr", "img",
+    "li", "ol", "p", "pre", "s", "strong", "sub", "sup", "table", "tbody", "td", "th", "thead", "tr", "ul"],
+  ALLOWED_ATTR: ["href", "src", "alt", "title", "align", "start"],
+  FORBID_TAGS: ["form", "input", "button", "textarea", "select", "style"],
+  FORBID_ATTR: ["id", "name", "style", "class"],
+  ALLOW_DATA_ATTR: false,
+  ALLOW_ARIA_ATTR: false,
+  // http(s), mailto and relative URLs; never javascript:, data: (except images, which DOMPurify allows) or others.
+  ALLOWED_URI_REGEXP: /^(?:(?:https?|mailto):|[^a-z]|[a-z+.-]+(?:[^a-z+.\-:]|$))/i,
+};
+
+function installSanitizerHooks() {
+  DOMPurify.addHook("afterSanitizeAttributes", (node) => {
+    if (node.tagName === "A" && node.hasAttribute("href")) {
+      node.setAttribute("rel", "noopener noreferrer");
+      if (!node.getAttribute("href").startsWith("#")) node.setAttribute("target", "_blank");
+    }
+    if (node.tagName === "IMG" && !isLocalImage(node.getAttribute("src") || "")) node.removeAttribute("src");
+  });
+}
+
+// data: images, and this server's static files (not its API: an image must not start a query).
+function isLocalImage(src) {
+  if (/^data:image\//i.test(src)) return true;
+  try {
+    const url = new URL(src, location.href);
+    return url.origin === location.origin && url.pathname.startsWith("/static/");
+  } catch {
+    return false;
+  }
+}
+
 function renderMarkdown(target, text, runId) {
-  const html = window.marked ? marked.parse(text) : text;
-  target.innerHTML = window.DOMPurify ? DOMPurify.sanitize(html) : "";
-  if (!window.DOMPurify) target.textContent = text;
+  if (window.marked && window.DOMPurify) target.innerHTML = DOMPurify.sanitize(marked.parse(text), ANSWER_HTML);
+  else target.textContent = text;
   linkCitations(target, runId);
 }
 
@@ -406,6 +451,7 @@ function closeSidebar() {
 // ---------- wiring ----------
 
 document.addEventListener("DOMContentLoaded", () => {
+  if (window.DOMPurify) installSanitizerHooks();
   const input = $("#question");
   $("#composer").addEventListener("submit", (event) => {
     event.preventDefault();

@@ -47,13 +47,16 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class LoopSettings:
+    """The loop's share of Settings (agent/config.py holds every default)."""
+
     model: str
-    max_tokens: int = 4096
-    max_rounds: int = 10
-    context_tokens: int = 200_000
-    history_turns: int = 10
-    history_full_turns: int = 2
-    history_chars: int = 60_000
+    max_tokens: int
+    max_rounds: int
+    context_tokens: int
+    history_turns: int
+    history_full_turns: int
+    history_chars: int
+    temperature: float | None  # None: send none (the API default)
 
 
 class Pipeline:
@@ -96,6 +99,8 @@ class Pipeline:
                 "max_tokens": s.max_tokens,
                 "tools": self._prefix.tools,
                 "system": await self._prefix.system(platform),
+                # Not an SDK parameter (API version 2026-10-21 dropped sampling parameters): sent in the body.
+                **({"extra_body": {"temperature": s.temperature}} if s.temperature is not None else {}),
             }
             await self._loop(state, request, messages)
             if followups and self._followups and state.answer and state.outcome is not Outcome.NO_DATA:
@@ -107,6 +112,12 @@ class Pipeline:
         except (LLMError, DatabaseUnavailable, PromptError) as exc:
             state.outcome, state.error = Outcome.ERROR, str(exc)
             await on_event(ErrorEvent(message=str(exc)))
+        except Exception as exc:  # the Runner promises `done` last, whatever broke
+            log.exception("run failed unexpectedly")
+            if not state.answer:
+                state.outcome = Outcome.ERROR
+                state.error = f"Something went wrong on our side ({type(exc).__name__}); the details are in the log."
+                await on_event(ErrorEvent(message=state.error))
         result = state.to_result()
         result.transcript = _transcript(messages[first_of_turn:], result)
         state.record_finished(result)

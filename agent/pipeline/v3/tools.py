@@ -99,10 +99,9 @@ def normalized(sql: str) -> str:
 
 
 class SqlExecutor:
-    def __init__(self, db: Database, prompts: PromptLibrary, max_cell_chars: int, max_result_chars: int) -> None:
+    def __init__(self, db: Database, prompts: PromptLibrary, max_result_chars: int) -> None:
         self._db = db
         self._prompts = prompts
-        self._max_cell_chars = max_cell_chars
         self._max_result_chars = max_result_chars
 
     async def run(self, requests: list[QueryRequest], state: RunState) -> str:
@@ -143,7 +142,7 @@ class SqlExecutor:
         return query
 
     def _format(self, query: ExecutedQuery) -> str:
-        body = format_for_model(query.result, self._max_cell_chars, self._max_result_chars)
+        body = format_for_model(query.result, self._max_result_chars)
         note = ""
         if query.reused_from:
             note = self._prompts.render("loop/duplicate.md", original=query.reused_from) + "\n"

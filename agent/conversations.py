@@ -1,5 +1,10 @@
-"""Conversations in an embedded SQLite file: questions, answers, executed queries, follow-ups and
-each run's event log (so a finished run can be replayed after a restart)."""
+"""Conversations in an embedded SQLite file, shared by every adapter: questions, answers, executed
+queries (with a small preview, never whole results), follow-ups, feedback and each run's event log
+(so a finished run can be replayed after a restart).
+
+A conversation is found by its id, or by an adapter's key (Slack: team, channel and thread). Event
+ids an adapter has handled are kept too, so a redelivered event is answered once, across restarts.
+"""
 
 from __future__ import annotations
 
@@ -13,8 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from agent.db import QueryResult
-from agent.pipeline.runner import ExecutedQuery, RunResult, Turn
+from agent.pipeline.runner import PREVIEW_ROWS, RunResult, Turn, TurnQuery
 
 T = TypeVar("T")
 
@@ -23,7 +27,13 @@ CREATE TABLE IF NOT EXISTS conversations (
     id TEXT PRIMARY KEY,
     title TEXT NOT NULL,
     created_at REAL NOT NULL,
-    updated_at REAL NOT NULL
+    updated_at REAL NOT NULL,
+    interface TEXT NOT NULL DEFAULT 'web',
+    adapter_key TEXT UNIQUE
+);
+CREATE TABLE IF NOT EXISTS handled_events (
+    event_key TEXT PRIMARY KEY,
+    seen_at REAL NOT NULL
 );
 CREATE TABLE IF NOT EXISTS turns (
     run_id TEXT PRIMARY KEY,
@@ -36,7 +46,8 @@ CREATE TABLE IF NOT EXISTS turns (
     metrics TEXT NOT NULL,
     transcript TEXT NOT NULL,
     events TEXT NOT NULL,
-    created_at REAL NOT NULL
+    created_at REAL NOT NULL,
+    feedback TEXT
 );
 CREATE INDEX IF NOT EXISTS turns_by_conversation ON turns(conversation_id, position);
 CREATE TABLE IF NOT EXISTS queries (
@@ -73,6 +84,7 @@ class ConversationStore:
             # lose the last commits. FULL would fsync every question's three writes.
             self._conn.execute("PRAGMA synchronous = NORMAL")
             self._conn.execute("PRAGMA foreign_keys = ON")
+            _add_missing_columns(self._conn)
             self._conn.executescript(SCHEMA)
 
     async def _run(self, fn: Callable[[sqlite3.Connection], T]) -> T:
@@ -82,17 +94,49 @@ class ConversationStore:
 
         return await asyncio.to_thread(locked)
 
-    async def create_conversation(self, first_question: str) -> str:
+    async def create_conversation(self, first_question: str, *, key: str | None = None, interface: str = "web") -> str:
+        """A new conversation; with `key`, the one already kept under that key if there is one."""
         conversation_id = uuid.uuid4().hex
         title = " ".join(first_question.split())[:80]
         now = time.time()
-        await self._run(
-            lambda c: c.execute(
-                "INSERT INTO conversations (id, title, created_at, updated_at) VALUES (?, ?, ?, ?)",
-                (conversation_id, title, now, now),
+
+        def write(c: sqlite3.Connection) -> str:
+            c.execute(
+                "INSERT INTO conversations (id, title, created_at, updated_at, interface, adapter_key) "
+                "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (adapter_key) DO NOTHING",
+                (conversation_id, title, now, now, interface, key),
             )
+            if key is None:
+                return conversation_id
+            return str(c.execute("SELECT id FROM conversations WHERE adapter_key = ?", (key,)).fetchone()[0])
+
+        return await self._run(write)
+
+    async def find(self, key: str) -> str | None:
+        """The conversation kept under an adapter's key."""
+        row = await self._run(
+            lambda c: c.execute("SELECT id FROM conversations WHERE adapter_key = ?", (key,)).fetchone()
         )
-        return conversation_id
+        return row["id"] if row else None
+
+    async def claim_event(self, event_key: str, *, keep_s: float = 7 * 24 * 3600) -> bool:
+        """True the first time `event_key` is seen (and remembered); False for a redelivery."""
+        now = time.time()
+
+        def write(c: sqlite3.Connection) -> bool:
+            with _transaction(c):
+                c.execute("DELETE FROM handled_events WHERE seen_at < ?", (now - keep_s,))
+                cursor = c.execute(
+                    "INSERT INTO handled_events (event_key, seen_at) VALUES (?, ?) ON CONFLICT DO NOTHING",
+                    (event_key, now),
+                )
+                return cursor.rowcount == 1
+
+        return await self._run(write)
+
+    async def record_feedback(self, run_id: str, value: str) -> bool:
+        cursor = await self._run(lambda c: c.execute("UPDATE turns SET feedback = ? WHERE run_id = ?", (value, run_id)))
+        return cursor.rowcount > 0
 
     async def exists(self, conversation_id: str) -> bool:
         row = await self._run(
@@ -104,7 +148,8 @@ class ConversationStore:
         rows = await self._run(
             lambda c: c.execute(
                 "SELECT c.id, c.title, c.created_at, c.updated_at, count(t.run_id) AS turns FROM conversations c "
-                "LEFT JOIN turns t ON t.conversation_id = c.id GROUP BY c.id ORDER BY c.updated_at DESC"
+                "LEFT JOIN turns t ON t.conversation_id = c.id WHERE c.interface = 'web' GROUP BY c.id "
+                "ORDER BY c.updated_at DESC"
             ).fetchall()
         )
         return [dict(row) for row in rows]
@@ -115,7 +160,7 @@ class ConversationStore:
             if conversation is None:
                 return None
             turns = c.execute(
-                "SELECT run_id, question, answer, outcome, followups, metrics, created_at FROM turns "
+                "SELECT run_id, question, answer, outcome, followups, metrics, created_at, feedback FROM turns "
                 "WHERE conversation_id = ? ORDER BY position",
                 (conversation_id,),
             ).fetchall()
@@ -155,7 +200,9 @@ class ConversationStore:
             history = []
             for t in turns:
                 queries = c.execute(
-                    "SELECT label, question, sql FROM queries WHERE run_id = ? ORDER BY rowid", (t["run_id"],)
+                    "SELECT label, question, sql, columns, preview, row_count, error FROM queries WHERE run_id = ? "
+                    "ORDER BY rowid",
+                    (t["run_id"],),
                 ).fetchall()
                 history.append(
                     Turn(
@@ -163,11 +210,14 @@ class ConversationStore:
                         answer=t["answer"],
                         transcript=json.loads(t["transcript"]),
                         queries=[
-                            ExecutedQuery(
+                            TurnQuery(
                                 id=q["label"],
                                 question=q["question"],
                                 sql=q["sql"],
-                                result=QueryResult(query_id="", sql=q["sql"]),
+                                columns=json.loads(q["columns"]),
+                                rows=json.loads(q["preview"])[:5],
+                                row_count=q["row_count"],
+                                error=q["error"],
                             )
                             for q in queries
                         ],
@@ -189,7 +239,7 @@ class ConversationStore:
                     "SELECT count(*) FROM turns WHERE conversation_id = ?", (conversation_id,)
                 ).fetchone()[0]
                 c.execute(
-                    "INSERT INTO turns VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    "INSERT INTO turns VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, NULL)",
                     (
                         run_id,
                         conversation_id,
@@ -215,7 +265,7 @@ class ConversationStore:
                             q.question,
                             q.sql,
                             json.dumps(r.columns),
-                            json.dumps(r.json_rows()),
+                            json.dumps(r.json_rows(PREVIEW_ROWS)),
                             r.row_count,
                             int(r.has_more),
                             r.error,
@@ -240,6 +290,24 @@ class ConversationStore:
     def close(self) -> None:
         with self._lock:
             self._conn.close()
+
+
+_ADDED_COLUMNS = {  # columns later releases added to a table an earlier release created
+    "conversations": {"interface": "TEXT NOT NULL DEFAULT 'web'", "adapter_key": "TEXT"},
+    "turns": {"feedback": "TEXT"},
+}
+
+
+def _add_missing_columns(conn: sqlite3.Connection) -> None:
+    for table, columns in _ADDED_COLUMNS.items():
+        existing = {row[1] for row in conn.execute(f"PRAGMA table_info({table})")}
+        if not existing:
+            continue  # a new file: SCHEMA creates the table whole
+        for name, definition in columns.items():
+            if name not in existing:
+                conn.execute(f"ALTER TABLE {table} ADD COLUMN {name} {definition}")
+        if table == "conversations":
+            conn.execute("CREATE UNIQUE INDEX IF NOT EXISTS conversations_by_key ON conversations(adapter_key)")
 
 
 class _transaction:

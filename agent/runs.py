@@ -1,10 +1,11 @@
-"""Runs in progress for the web app: each run's event log, its subscribers, and its lifetime.
+"""Runs in progress, for every adapter: each run's event log, its readers, and its lifetime.
 
-A run belongs to no single HTTP connection: its events go into a log that any number of streams
-read from (a page reload reattaches with Last-Event-ID and loses nothing). When the last reader
-goes away and nobody reattaches within a short grace period, the run is cancelled, which stops the
-model call and kills its ClickHouse queries. The finished turn is written to the store before
-`done` is published.
+A run belongs to no connection: its events go into a log that any number of readers follow (a web
+page reload reattaches with Last-Event-ID and loses nothing; Slack follows the log to post
+progress). An adapter may ask for a run to be cancelled when its last reader goes away and nobody
+comes back within a grace period (the web does; a Slack thread has no reader to lose): that stops
+the model call and kills its ClickHouse queries. The finished turn is written to the conversation
+store before `done` is published. The log always opens with `started` and ends with `done`.
 """
 
 from __future__ import annotations
@@ -18,14 +19,14 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
-from agent.pipeline.runner import DoneEvent, Runner, Turn
-from web.store import ConversationStore
+from agent.conversations import ConversationStore
+from agent.pipeline.runner import DoneEvent, Interface, Platform, Runner, Turn
 
 log = logging.getLogger(__name__)
 
 
 @dataclass
-class SseEvent:
+class RunEvent:
     id: int
     event: str
     data: dict[str, Any]
@@ -38,8 +39,9 @@ class SseEvent:
 class RunHandle:
     run_id: str
     conversation_id: str
-    events: list[SseEvent] = field(default_factory=list)
+    events: list[RunEvent] = field(default_factory=list)
     done: bool = False
+    abandon_after_s: float | None = None  # cancel when unwatched this long; None: never
     readers: int = 0
     task: asyncio.Task[Any] | None = None
     changed: asyncio.Condition = field(default_factory=asyncio.Condition)
@@ -47,23 +49,45 @@ class RunHandle:
 
 
 class RunRegistry:
-    def __init__(self, runner: Runner, store: ConversationStore, *, grace_s: float = 5.0, keep_finished: int = 500):
+    def __init__(self, runner: Runner, store: ConversationStore, *, keep_finished: int = 500):
         self._runner = runner
         self._store = store
-        self._grace_s = grace_s
         self._keep_finished = keep_finished
         self._runs: OrderedDict[str, RunHandle] = OrderedDict()
 
     def get(self, run_id: str) -> RunHandle | None:
         return self._runs.get(run_id)
 
-    def start(self, conversation_id: str, question: str, history: list[Turn]) -> RunHandle:
-        handle = RunHandle(run_id=uuid.uuid4().hex, conversation_id=conversation_id)
+    def start(
+        self,
+        conversation_id: str,
+        question: str,
+        history: list[Turn],
+        *,
+        platform: Platform,
+        interface: Interface,
+        abandon_after_s: float | None = None,
+        followups: bool = True,
+    ) -> RunHandle:
+        """Register the run with its first event, `started`, already in its log (so a reader sees
+        something before the model's first reply, and a replay shows the same), then drive it."""
+        handle = RunHandle(run_id=uuid.uuid4().hex, conversation_id=conversation_id, abandon_after_s=abandon_after_s)
+        started = {"run_id": handle.run_id, "conversation_id": conversation_id, "question": question}
+        handle.events.append(RunEvent(1, "started", started))
         self._runs[handle.run_id] = handle
-        handle.task = asyncio.create_task(self._drive(handle, question, history), name=f"run-{handle.run_id}")
+        run = self._drive(handle, question, history, platform, interface, followups)
+        handle.task = asyncio.create_task(run, name=f"run-{handle.run_id}")
         return handle
 
-    async def _drive(self, handle: RunHandle, question: str, history: list[Turn]) -> None:
+    async def _drive(
+        self,
+        handle: RunHandle,
+        question: str,
+        history: list[Turn],
+        platform: Platform,
+        interface: Interface,
+        followups: bool,
+    ) -> None:
         async def publish(event: Any) -> None:
             data = {"run_id": handle.run_id, "conversation_id": handle.conversation_id, **event.model_dump(mode="json")}
             data.pop("type")
@@ -75,18 +99,20 @@ class RunRegistry:
             await self._append(handle, event.type, data)
 
         try:
-            await self._runner.run(question, history=history, platform="web", interface="web", on_event=publish)
-        except Exception:  # the runner turns known failures into events; this is the unknown rest
-            log.exception("run %s failed", handle.run_id)
-            await self._append(
-                handle,
-                "error",
-                {
-                    "run_id": handle.run_id,
-                    "conversation_id": handle.conversation_id,
-                    "message": "Something went wrong on the server; try again.",
-                },
+            await self._runner.run(
+                question,
+                history=history,
+                platform=platform,
+                interface=interface,
+                on_event=publish,
+                followups=followups,
             )
+        except Exception:  # the runner turns its failures into events; this is the rest (the store, a reader)
+            log.exception("run %s failed", handle.run_id)
+            ids = {"run_id": handle.run_id, "conversation_id": handle.conversation_id}
+            await self._append(handle, "error", {**ids, "message": "Something went wrong on the server; try again."})
+            if handle.events[-2].event != "done":
+                await self._append(handle, "done", {**ids, "result": None})
         finally:
             async with handle.changed:
                 handle.done = True
@@ -95,10 +121,10 @@ class RunRegistry:
 
     async def _append(self, handle: RunHandle, name: str, data: dict[str, Any]) -> None:
         async with handle.changed:
-            handle.events.append(SseEvent(len(handle.events) + 1, name, data))
+            handle.events.append(RunEvent(len(handle.events) + 1, name, data))
             handle.changed.notify_all()
 
-    async def follow(self, handle: RunHandle, after: int = 0) -> AsyncIterator[SseEvent]:
+    async def follow(self, handle: RunHandle, after: int = 0) -> AsyncIterator[RunEvent]:
         """Events after id `after`, then new ones as they come, until the run is done."""
         handle.readers += 1
         if handle.grace_timer is not None:
@@ -122,9 +148,9 @@ class RunRegistry:
                     return
         finally:
             handle.readers -= 1
-            if handle.readers == 0 and not handle.done:
+            if handle.readers == 0 and not handle.done and handle.abandon_after_s is not None:
                 handle.grace_timer = asyncio.get_running_loop().call_later(
-                    self._grace_s, self._cancel_unwatched, handle
+                    handle.abandon_after_s, self._cancel_unwatched, handle
                 )
 
     def _cancel_unwatched(self, handle: RunHandle) -> None:

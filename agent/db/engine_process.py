@@ -1,0 +1,346 @@
+"""The embedded ClickHouse engine (chdb) in a process of its own, confined before it runs any SQL.
+
+The app talks to it over a socket (agent/db/wire.py frames). It starts with a scrubbed environment,
+opens its read-only connections, then confines itself with Landlock (agent/db/sandbox.py): it can
+read its data directory and its own code, write only its scratch folder, execute nothing and open
+no TCP connection. So SQL that got past the statement check still cannot read the app's secrets or
+files, write anything that lasts, or reach the network.
+
+chdb facts this module is built around:
+- Settings in the connection string are per connection: pool connections carry readonly=1 and the
+  limits.
+- One connection runs one query at a time; separate connections run in parallel.
+- `StreamingResult.cancel()` does not interrupt a fetch blocked in the engine; `KILL QUERY` from
+  another connection does. Queries are tagged with a leading comment so the kill can find them.
+- After a query fails at run time, the next query on that connection can return the failed query's
+  result. A connection is drained with a sentinel query before reuse.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import queue
+import socket
+import sys
+import sysconfig
+import threading
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import suppress
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlencode
+
+import chdb
+
+from agent.db import sandbox, wire
+
+_KILL_WAIT_S = 10.0
+
+
+class EngineError(Exception):
+    pass
+
+
+class _Jobs:
+    """What each query tag is doing, so a kill can reach a query that has not started yet.
+
+    A tag is registered when its request arrives (before it waits for a connection). A killed tag
+    never starts; calls already running are killed until they have ended. A tag is forgotten when
+    its last call leaves."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._arrived: dict[str, int] = {}
+        self._running: dict[str, int] = {}
+        self._cancelled: set[str] = set()
+
+    def arrive(self, tag: str) -> None:
+        with self._lock:
+            self._arrived[tag] = self._arrived.get(tag, 0) + 1
+
+    def start(self, tag: str) -> None:
+        with self._lock:
+            if tag in self._cancelled:
+                raise EngineError("Code: 394. DB::Exception: Query was cancelled. (QUERY_WAS_CANCELLED)")
+            self._running[tag] = self._running.get(tag, 0) + 1
+
+    def leave(self, tag: str, started: bool) -> None:
+        with self._lock:
+            if started:
+                _decrement(self._running, tag)
+            if not _decrement(self._arrived, tag):
+                self._cancelled.discard(tag)
+
+    def cancel(self, tag: str) -> bool:
+        """Mark `tag` cancelled; True while calls of it are waiting or running."""
+        with self._lock:
+            if tag in self._arrived:
+                self._cancelled.add(tag)
+            return tag in self._arrived
+
+    def running(self, tag: str) -> bool:
+        with self._lock:
+            return tag in self._running
+
+
+def _decrement(counts: dict[str, int], tag: str) -> int:
+    left = counts.get(tag, 1) - 1
+    if left > 0:
+        counts[tag] = left
+    else:
+        counts.pop(tag, None)
+    return max(left, 0)
+
+
+class Engine:
+    def __init__(self, path: Path, settings: dict[str, Any], pool_size: int) -> None:
+        self.path = path
+        _require_database(path, settings.get("database"))
+        self._database = settings.get("database")
+        self._dsn = dsn = f"{path}?{urlencode(settings)}" if settings else str(path)
+        self._pool: queue.Queue[Any] = queue.Queue()
+        for _ in range(pool_size):
+            self._pool.put(chdb.connect(dsn))
+        self._control = chdb.connect(dsn)
+        self._control_lock = threading.Lock()
+        self._streams: dict[str, tuple[Any, Any, str]] = {}
+        self._streams_lock = threading.Lock()
+        self.jobs = _Jobs()
+
+    # --- queries (the caller registered the tag with jobs.arrive) ---
+
+    def query(self, sql: str, fmt: str, tag: str) -> bytes:
+        started = False
+        try:
+            conn = self._pool.get()
+            failed = False
+            try:
+                self.jobs.start(tag)
+                started = True
+                return bytes(conn.query(_tagged(sql, tag), fmt).bytes())
+            except Exception as exc:
+                failed = True
+                raise EngineError(str(exc)) from None
+            finally:
+                self._release(conn, failed, sql)
+        finally:
+            self.jobs.leave(tag, started)
+
+    def open_stream(self, sql: str, fmt: str, tag: str) -> str:
+        """The tag stays active until the stream is closed."""
+        conn = self._pool.get()
+        started = False
+        try:
+            self.jobs.start(tag)
+            started = True
+            stream = conn.send_query(_tagged(sql, tag), fmt)
+        except Exception as exc:
+            self._release(conn, True, sql)
+            self.jobs.leave(tag, started)
+            raise EngineError(str(exc)) from None
+        stream_id = uuid.uuid4().hex
+        with self._streams_lock:
+            self._streams[stream_id] = (conn, stream, tag)
+        return stream_id
+
+    def next_chunk(self, stream_id: str) -> bytes | None:
+        with self._streams_lock:
+            _, stream, _ = self._streams[stream_id]
+        try:
+            chunk = stream.fetch()
+        except Exception as exc:
+            self.close_stream(stream_id, failed=True)
+            raise EngineError(str(exc)) from None
+        return None if chunk is None else bytes(chunk.bytes())
+
+    def close_stream(self, stream_id: str, failed: bool = False) -> None:
+        with self._streams_lock:
+            entry = self._streams.pop(stream_id, None)
+        if entry is None:
+            return
+        conn, stream, tag = entry
+        with suppress(Exception):
+            stream.cancel()
+        self._release(conn, failed, "use")  # a stream's SQL is not kept: check the database anyway
+        self.jobs.leave(tag, started=True)
+
+    def _release(self, conn: Any, failed: bool, sql: str = "") -> None:
+        """Back to the pool, answering correctly and on its own database: `USE` is allowed under
+        readonly=1, and the statement check resolves unqualified names against that database."""
+        if (failed and not _drain(conn)) or not self._on_its_database(conn, sql):
+            with suppress(Exception):
+                conn.close()
+            conn = chdb.connect(self._dsn)
+        self._pool.put(conn)
+
+    def _on_its_database(self, conn: Any, sql: str) -> bool:
+        if "use" not in sql.lower():  # a statement without the word cannot have switched it
+            return True
+        with suppress(Exception):
+            current = conn.query("SELECT currentDatabase()", "TSVRaw").bytes().decode().strip()
+            return current == (self._database or "default")
+        return False
+
+    # --- control ---
+
+    def kill(self, tag: str) -> None:
+        """Stop every call of `tag`: those waiting never start; running ones are killed, again until
+        they have ended (a call can start between a KILL and its check)."""
+        self.jobs.cancel(tag)
+        deadline = time.monotonic() + _KILL_WAIT_S
+        while time.monotonic() < deadline and (self.jobs.running(tag) or tag in self.running()):
+            self._control_query(
+                f"KILL QUERY WHERE query LIKE '%{_safe_tag(tag)}%' AND NOT startsWith(query, 'KILL') ASYNC"
+            )
+            time.sleep(0.02)
+
+    def running(self) -> list[str]:
+        raw = self._control_query(
+            "SELECT query FROM system.processes WHERE startsWith(query, '/* agent-')", "JSONCompactColumns"
+        )
+        columns = json.loads(raw) if raw.strip() else []
+        queries = columns[0] if columns else []
+        return [q[3:].split(" */", 1)[0] for q in queries]
+
+    def _control_query(self, sql: str, fmt: str = "CSV") -> bytes:
+        with self._control_lock:
+            try:
+                return bytes(self._control.query(sql, fmt).bytes())
+            except Exception as exc:
+                raise EngineError(str(exc)) from None
+
+
+def _require_database(path: Path, database: str | None) -> None:
+    """chdb fails to open a connection whose default database is missing, with an opaque message."""
+    if not database:
+        return
+    probe = chdb.connect(str(path))
+    try:
+        exists = probe.query(f"EXISTS DATABASE `{database.replace('`', '')}`", "CSV").bytes().strip() == b"1"
+    finally:
+        probe.close()
+    if not exists:
+        raise EngineError(
+            f"the database {database} does not exist there; load the demo data with `agent demo load`, "
+            "or set CLICKHOUSE_DATABASES to the databases you have"
+        )
+
+
+def _tagged(sql: str, tag: str) -> str:
+    # The tag leads so system.processes shows it; the newline ends the comment's line for good measure.
+    return f"/* {_safe_tag(tag)} */\n{sql}"
+
+
+def _safe_tag(tag: str) -> str:
+    if not tag.replace("-", "").isalnum():
+        raise EngineError("bad query tag")
+    return tag
+
+
+def _drain(conn: Any) -> bool:
+    """Clear a stale result left by a failed query; True when the connection answers correctly."""
+    token = uuid.uuid4().hex
+    for _ in range(3):
+        with suppress(Exception):
+            if token in str(conn.query(f"SELECT '{token}'", "CSV")):
+                return True
+    return False
+
+
+# --- serving the app ---
+
+
+class Server:
+    def __init__(self, sock: socket.socket, engine: Engine, workers: int) -> None:
+        self._sock = sock
+        self._engine = engine
+        self._send_lock = threading.Lock()
+        self._workers = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="engine")
+        # Kills must get through while every worker waits for a connection.
+        self._control = ThreadPoolExecutor(max_workers=2, thread_name_prefix="engine-control")
+
+    def send(self, header: dict[str, Any], payload: bytes = b"") -> None:
+        frame = wire.encode(header, payload)
+        with self._send_lock:
+            self._sock.sendall(frame)
+
+    def serve(self) -> None:
+        while True:
+            try:
+                header, _ = wire.read_frame_blocking(self._sock)
+            except (wire.WireError, OSError):
+                return  # the app went away; exit with it
+            if header.get("op") in ("query", "open") and isinstance(header.get("tag"), str):
+                self._engine.jobs.arrive(header["tag"])  # before it waits, so a kill can find it
+            pool = self._control if header.get("op") in ("kill", "running") else self._workers
+            pool.submit(self._handle, header)
+
+    def _handle(self, request: dict[str, Any]) -> None:
+        request_id = request.get("id")
+        try:
+            header, payload = self._dispatch(request)
+            self.send({"id": request_id, "ok": True, **header}, payload)
+        except EngineError as exc:
+            self.send({"id": request_id, "ok": False, "error": str(exc)})
+        except Exception as exc:  # a bug here must answer, not hang the caller
+            self.send({"id": request_id, "ok": False, "error": f"engine process error: {exc!r}"})
+
+    def _dispatch(self, request: dict[str, Any]) -> tuple[dict[str, Any], bytes]:
+        op = request.get("op")
+        engine = self._engine
+        if op == "query":
+            return {}, engine.query(request["sql"], request["format"], request["tag"])
+        if op == "open":
+            return {"stream": engine.open_stream(request["sql"], request["format"], request["tag"])}, b""
+        if op == "next":
+            chunk = engine.next_chunk(request["stream"])
+            return {"end": chunk is None}, chunk or b""
+        if op == "close":
+            engine.close_stream(request["stream"])
+            return {}, b""
+        if op == "kill":
+            engine.kill(request["tag"])
+            return {}, b""
+        if op == "running":
+            return {"tags": engine.running()}, b""
+        raise EngineError(f"unknown operation {op!r}")
+
+
+def sandbox_paths(data_dir: Path) -> tuple[list[str], list[str]]:
+    """What the confined engine may read and write."""
+    paths = sysconfig.get_paths()
+    read = {paths["stdlib"], paths["platstdlib"], paths["purelib"], paths["platlib"], str(Path(__file__).parents[1])}
+    read |= {str(data_dir), "/dev/urandom"}
+    write = [str(data_dir / "tmp"), "/dev/null"]
+    return sorted(read), write
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="The agent's embedded ClickHouse engine (started by the app).")
+    parser.add_argument("--fd", type=int, required=True, help="socket to serve on")
+    args = parser.parse_args(argv)
+    sock = socket.socket(fileno=args.fd)
+    config, _ = wire.read_frame_blocking(sock)
+    data_dir = Path(config["path"])
+    try:
+        (data_dir / "tmp").mkdir(parents=True, exist_ok=True)
+        engine = Engine(data_dir, config["settings"], int(config["pool_size"]))
+        status = sandbox.SandboxStatus(False, 0, False, "disabled by the app")
+        if config.get("sandbox", True):
+            read, write = sandbox_paths(data_dir)
+            status = sandbox.confine(read=read, write=write)
+    except Exception as exc:
+        sock.sendall(wire.encode({"ready": False, "error": str(exc)}))
+        return 1
+    server = Server(sock, engine, workers=int(config["pool_size"]) * 2 + 4)
+    server.send({"ready": True, "pid": os.getpid(), "sandbox": status.__dict__, "sandbox_text": status.describe()})
+    server.serve()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,266 @@
+"""The statement check: ClickHouse's own parser decides what a statement is; this module decides
+whether the agent may run it.
+
+The engine parses the model's SQL (passed as inert hex, so it can never run), prints it back in
+canonical form with `formatQuery`, and returns the JSON AST of that canonical text
+(`parseQueryToJSON`). The check walks that AST, and the canonical text is exactly what runs. There is
+no second tokenizer that could read the SQL differently from ClickHouse.
+
+Allow, don't deny: only known node types and keys, only SELECT (with WITH, UNION, INTERSECT, EXCEPT,
+JOIN, subqueries), only allowlisted functions (agent/db/functions.py), only tables in scope
+(agent/db/scope.py). Anything else is refused with a reason the model can act on.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from agent.db.functions import DENIED, FunctionPolicy, is_denied
+from agent.db.scope import Scope
+
+MAX_SQL_CHARS = 60_000
+IN_FUNCTIONS = frozenset(
+    {"in", "notIn", "globalIn", "globalNotIn", "nullIn", "notNullIn", "globalNullIn", "globalNotNullIn"}
+)
+
+# Node types a SELECT may contain, and the keys each may carry. An unknown type or key (a construct
+# this list has not reviewed, or one ClickHouse adds later) is refused.
+_COMMON = {"type", "alias", "children"}
+NODE_KEYS: dict[str, set[str]] = {
+    "SelectWithUnionQuery": {"union_mode", "list_of_modes", "list_of_selects", "is_outfile_append",
+                             "is_outfile_truncate", "is_into_outfile_with_stdout"},
+    "SelectIntersectExceptQuery": {"final_operator"},
+    "SelectQuery": {"select", "tables", "where", "prewhere", "group_by", "having", "order_by", "limit_by",
+                    "limit_by_length", "limit_by_offset", "limit_length", "limit_offset", "with", "window",
+                    "qualify", "interpolate", "distinct", "group_by_all", "group_by_with_totals",
+                    "group_by_with_rollup", "group_by_with_cube", "group_by_with_grouping_sets", "order_by_all",
+                    "limit_with_ties", "recursive_with", "distinct_on"},
+    "ExpressionList": set(),
+    "Function": {"name", "arguments", "parameters", "is_window_function", "window_definition", "window_name",
+                 "is_lambda_function", "is_operator", "kind", "nulls_action", "is_compound_name"},
+    "Identifier": {"name", "name_parts"},
+    "Literal": {"value"},
+    "Asterisk": {"transformers"},
+    "QualifiedAsterisk": {"qualifier", "transformers"},
+    "ColumnsRegexpMatcher": {"pattern", "transformers"},
+    "ColumnsListMatcher": {"column_list", "transformers"},
+    "QualifiedColumnsRegexpMatcher": {"qualifier", "pattern", "transformers"},
+    "QualifiedColumnsListMatcher": {"qualifier", "column_list", "transformers"},
+    "ColumnsTransformerList": set(),
+    "ColumnsApplyTransformer": {"func_name", "lambda", "parameters", "column_name_prefix"},
+    "ColumnsExceptTransformer": {"is_strict", "pattern"},
+    "ColumnsReplaceTransformer": {"is_strict"},
+    "ColumnsReplaceTransformerReplacement": {"name"},
+    "TablesInSelectQuery": set(),
+    "TablesInSelectQueryElement": {"table_expression", "table_join", "array_join"},
+    "TableExpression": {"database_and_table_name", "table_function", "subquery", "final", "sample_size",
+                        "sample_offset"},
+    "TableIdentifier": {"name", "name_parts"},
+    "TableJoin": {"kind", "strictness", "locality", "on_expression", "using_expression_list"},
+    "ArrayJoin": {"kind", "expression_list"},
+    "Subquery": {"cte_name"},
+    "WithElement": {"name", "subquery", "aliases"},
+    "OrderByElement": {"expression", "direction", "nulls_direction", "with_fill", "fill_from", "fill_to", "fill_step",
+                       "fill_staleness", "collation"},
+    "InterpolateElement": {"column", "expr"},
+    "SampleRatio": {"numerator", "denominator"},
+    "WindowDefinition": {"partition_by", "order_by", "parent_window_name", "frame_is_default", "frame_type",
+                         "frame_begin_type", "frame_begin_offset", "frame_begin_preceding", "frame_end_type",
+                         "frame_end_offset", "frame_end_preceding"},
+    "WindowListElement": {"name", "definition"},
+}  # fmt: skip
+
+# Keys whose presence is itself the problem, with the reason to give.
+FORBIDDEN_KEYS = {
+    "out_file": "INTO OUTFILE is not allowed: results come back to the agent, never to a file.",
+    "format_ast": "A FORMAT clause is not allowed: the agent chooses how results are returned.",
+    "settings": "A SETTINGS clause is not allowed: the limits on this connection are fixed.",
+    "settings_ast": "A SETTINGS clause is not allowed: the limits on this connection are fixed.",
+    "compression": "INTO OUTFILE is not allowed: results come back to the agent, never to a file.",
+}
+_TRUE_FLAG_REFUSED = {"is_outfile_append", "is_outfile_truncate", "is_into_outfile_with_stdout"}
+READ_ONLY = (
+    "Only SELECT queries run here (WITH, UNION, JOIN and subqueries included); there is no way to write, "
+    "change settings or run other statements."
+)
+
+
+class QueryRefused(Exception):
+    """The statement is not something the agent may run; the message says why."""
+
+
+@dataclass(frozen=True)
+class CheckedStatement:
+    sql: str  # the canonical text ClickHouse printed; exactly what runs
+    with_totals: bool
+
+
+def parse_request(sql: str) -> str:
+    """The engine query that parses `sql` without running it: canonical text and its JSON AST.
+
+    The SQL travels as hex inside a string literal, so nothing in it can end the literal."""
+    return (
+        f"WITH formatQuery(unhex('{sql.encode().hex()}')) AS canonical "
+        "SELECT hex(canonical), hex(parseQueryToJSON(canonical))"
+    )
+
+
+def decode_parse(canonical_hex: str, ast_hex: str) -> tuple[str, str]:
+    """The canonical text and AST JSON from the engine's hex, refusing text that is not UTF-8
+    (it could not be run exactly as checked)."""
+    try:
+        return bytes.fromhex(canonical_hex).decode(), bytes.fromhex(ast_hex).decode()
+    except (ValueError, UnicodeDecodeError):
+        raise QueryRefused(
+            "A string in the SQL holds bytes that are not UTF-8 text; write raw bytes with unhex('...')."
+        ) from None
+
+
+def precheck(sql: str) -> str:
+    """What can be refused before the engine sees anything."""
+    if not sql.strip():
+        raise QueryRefused("The SQL is empty.")
+    if len(sql) > MAX_SQL_CHARS:
+        raise QueryRefused(f"The SQL is longer than {MAX_SQL_CHARS} characters; write a shorter query.")
+    try:
+        sql.encode()
+    except UnicodeEncodeError:
+        raise QueryRefused("The SQL contains characters that are not valid Unicode text.") from None
+    return sql
+
+
+class StatementPolicy:
+    def __init__(self, scope: Scope, functions: FunctionPolicy) -> None:
+        self.scope = scope
+        self.functions = functions
+
+    def check(self, canonical: str, ast_json: str) -> CheckedStatement:
+        try:
+            ast = json.loads(ast_json)
+        except json.JSONDecodeError:
+            raise QueryRefused("The statement could not be checked.") from None
+        if not isinstance(ast, dict) or ast.get("type") != "SelectWithUnionQuery":
+            raise QueryRefused(READ_ONLY)
+        _Walk(self).node(ast, frozenset(), parent_key="")
+        return CheckedStatement(sql=canonical, with_totals=_top_level_totals(ast))
+
+
+def _top_level_totals(ast: dict[str, Any]) -> bool:
+    selects = ast.get("list_of_selects", {}).get("children", [])
+    return any(isinstance(s, dict) and s.get("group_by_with_totals") for s in selects)
+
+
+class _Walk:
+    def __init__(self, policy: StatementPolicy) -> None:
+        self.scope = policy.scope
+        self.functions = policy.functions
+
+    def node(self, node: Any, ctes: frozenset[str], parent_key: str) -> None:
+        if not isinstance(node, dict):
+            raise QueryRefused("The statement could not be checked.")
+        kind = node.get("type")
+        if kind == "QueryParameter":
+            raise QueryRefused("Query parameters ({name:Type}) are not supported; write the value into the query.")
+        if kind not in NODE_KEYS:
+            raise QueryRefused(f"{READ_ONLY} ({kind} is not supported.)")
+        for key, value in node.items():
+            if key in FORBIDDEN_KEYS:
+                raise QueryRefused(FORBIDDEN_KEYS[key])
+            if key in _TRUE_FLAG_REFUSED and value:
+                raise QueryRefused(FORBIDDEN_KEYS["out_file"])
+            if key not in _COMMON and key not in NODE_KEYS[kind]:
+                raise QueryRefused(f"{READ_ONLY} (The {key} part of a {kind} is not supported.)")
+        if kind == "Literal":
+            return
+        if kind == "SelectQuery":
+            self.select(node, ctes)
+            return
+        if kind == "Function":
+            self.function(node, ctes, in_table_position=parent_key == "table_function")
+        elif kind == "TableIdentifier":
+            self.table(node.get("name_parts") or [node.get("name", "")], ctes)
+        elif kind == "ColumnsApplyTransformer" and "func_name" in node:
+            self.function_name(str(node["func_name"]))
+        self.children(node, ctes)
+
+    def children(self, node: dict[str, Any], ctes: frozenset[str]) -> None:
+        for key, value in node.items():
+            for child in _nodes(value):
+                self.node(child, ctes, parent_key=key)
+
+    def select(self, node: dict[str, Any], ctes: frozenset[str]) -> None:
+        """A SELECT's CTEs are visible to the CTEs defined after them and to the rest of the SELECT."""
+        for element in node.get("with", {}).get("children", []):
+            if isinstance(element, dict) and element.get("type") == "WithElement":
+                self.node(element, ctes, parent_key="with")
+                ctes = ctes | {str(element.get("name", ""))}
+            else:
+                self.node(element, ctes, parent_key="with")
+        for key, value in node.items():
+            if key != "with":
+                for child in _nodes(value):
+                    self.node(child, ctes, parent_key=key)
+
+    def function(self, node: dict[str, Any], ctes: frozenset[str], *, in_table_position: bool) -> None:
+        name = str(node.get("name", ""))
+        if in_table_position:
+            if not self.functions.allows_table_function(name):
+                raise QueryRefused(
+                    f"The table function {name}() is not allowed: it reaches files, the network or tables "
+                    "outside this agent's scope. Query the tables in the schema; numbers() and values() are "
+                    "allowed for generated rows."
+                )
+            return
+        self.function_name(name)
+        if name in IN_FUNCTIONS:
+            arguments = node.get("arguments", {}).get("children", [])
+            if len(arguments) == 2 and isinstance(arguments[1], dict) and arguments[1].get("type") == "Identifier":
+                self.table(arguments[1].get("name_parts") or [arguments[1].get("name", "")], ctes)
+
+    def function_name(self, name: str) -> None:
+        if self.functions.allows(name):
+            return
+        if is_denied(name):
+            why = DENIED.get(name, "it reaches the server's internals")
+            raise QueryRefused(f"The function {name}() is not allowed here ({why}). Use the tables in the schema.")
+        close = difflib.get_close_matches(name, sorted(self.functions.functions), n=3, cutoff=0.75)
+        maybe = f" Did you mean: {', '.join(close)}?" if close else ""
+        raise QueryRefused(
+            f"Unknown function {name}(): it is not among the functions this agent may use.{maybe} ClickHouse names "
+            "differ from other SQL dialects (toDate, toStartOfMonth, dateDiff, countIf, uniqExact, quantile(0.5)(x))."
+        )
+
+    def table(self, parts: list[Any], ctes: frozenset[str]) -> None:
+        names = [str(part) for part in parts]
+        resolved = self.scope.resolve(names)
+        if resolved is None:
+            raise QueryRefused(f"{'.'.join(names)} is not a table name this agent can read.")
+        database, table = resolved
+        if len(names) == 1 and table in ctes and not _excluded(self.scope, database, table):
+            return
+        if not self.scope.allows(database, table):
+            shown = ".".join(names)
+            raise QueryRefused(
+                f"The table {shown} is not available to this agent. Use the tables listed in the schema"
+                + (" and qualify them with their database (database.table)." if len(names) == 1 else ".")
+            )
+
+
+def _excluded(scope: Scope, database: str, table: str) -> bool:
+    """A CTE may not borrow the name of a table that is configured out of scope."""
+    return scope.database_in_scope(database) and not scope.allows(database, table)
+
+
+def _nodes(value: Any) -> Iterator[dict[str, Any]]:
+    """The AST nodes in a key's value. Anything shaped otherwise (an object without a type, a nested
+    list) is refused rather than skipped: a node the walk does not see is a node it did not check."""
+    items = value if isinstance(value, list) else [value]
+    for item in items:
+        if isinstance(item, dict) and "type" in item:
+            yield item
+        elif isinstance(item, dict | list):
+            raise QueryRefused("The statement could not be checked.")

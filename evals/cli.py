@@ -1,0 +1,222 @@
+"""`agent evals run|check|compare`: parses arguments, calls the eval modules, prints. Registered in
+agent/cli.py by `add_evals_commands`; exit codes as there (0 ran, 1 failed, 2 usage)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import re
+import sys
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+from prometheus_client import CollectorRegistry
+from tqdm import tqdm
+
+from agent.cli import EXIT_FAILED, EXIT_OK, UsageError
+from agent.config import Settings
+from agent.llm import MISSING_KEY, LLMConfigError
+from agent.metrics import Metrics
+from evals.results import CaseResult, ResultsError, load_record
+from evals.suite import Case, Suite, SuiteError, default_suite_paths, load_suite, load_suites, select_cases
+
+
+def add_evals_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add the `evals` command group to agent's subparsers."""
+    evals = commands.add_parser("evals", help="run eval suites, check them, compare runs")
+    group = evals.add_subparsers(title="evals commands")
+
+    run = group.add_parser("run", help="run eval suites against the model; writes results.json and report.md")
+    _suite_option(run)
+    run.add_argument("--filter", metavar="REGEX", help="only cases whose suite/id matches (e.g. 'safety/' or 'delay')")
+    run.add_argument("--concurrency", type=int, default=4, metavar="N", help="cases run at once (default 4)")
+    run.add_argument("--repeat", type=int, default=1, metavar="K", help="run each case K times to find flaky ones")
+    run.add_argument("--model", metavar="M", help="model under test (default AGENT_MODEL)")
+    run.add_argument("--judge-model", metavar="M", help="model of the rubric judge (default AGENT_MODEL)")
+    run.add_argument("--no-judge", action="store_true", help="skip the rubric judge")
+    run.add_argument("--out", type=Path, metavar="DIR", help="where to write (default $AGENT_DATA_DIR/evals/<time>)")
+    run.add_argument("--min-pass-rate", type=float, metavar="X", help="exit 1 when the pass rate (0 to 1) is below X")
+    run.set_defaults(handler=lambda args, settings: asyncio.run(_run(args, settings)))
+
+    check = group.add_parser("check", help="validate suites and their gold SQL on the dataset (no model)")
+    _suite_option(check)
+    check.set_defaults(handler=lambda args, settings: asyncio.run(_check(args, settings)))
+
+    compare = group.add_parser("compare", help="compare two runs' results.json")
+    compare.add_argument("old", type=Path, metavar="OLD.json")
+    compare.add_argument("new", type=Path, metavar="NEW.json")
+    compare.set_defaults(handler=_compare)
+
+
+def _suite_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--suite",
+        type=Path,
+        nargs="+",
+        action="extend",
+        metavar="PATH",
+        help="suite YAML files (default: every suite in evals/suites)",
+    )
+
+
+async def _run(args: argparse.Namespace, settings: Settings) -> int:
+    from evals.report import build_record, write_report
+
+    _check_run_options(args)
+    suites, selected = _selection(args)
+    if settings.anthropic_api_key is None:
+        raise LLMConfigError(MISSING_KEY)
+    judge_model = None if args.no_judge else args.judge_model or settings.agent_model
+    settings = settings.model_copy(update={"agent_model": args.model or settings.agent_model})
+    out = args.out or settings.agent_data_dir / "evals" / datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
+    started_at, started = datetime.now(UTC).isoformat(timespec="seconds"), time.perf_counter()
+    results = await _run_cases(args, settings, suites, selected, judge_model)
+    record = build_record(
+        results,
+        suites=[s for s in suites if any(s is chosen for chosen, _ in selected)],
+        started_at=started_at,
+        wall_s=time.perf_counter() - started,
+        model=settings.agent_model,
+        judge_model=judge_model,
+        temperature=settings.agent_temperature,
+        concurrency=args.concurrency,
+        repeat=args.repeat,
+        filter=args.filter,
+    )
+    results_path, report_path = write_report(out, record)
+    judged = f", judge {100 * record.judge_pass_rate:.1f}%" if record.judge_pass_rate is not None else ""
+    print(f"pass rate {100 * record.pass_rate:.1f}% ({record.passed}/{record.total}){judged} in {record.wall_s:.1f} s")
+    print(f"results: {results_path}\nreport:  {report_path}")
+    if args.min_pass_rate is not None and record.pass_rate < args.min_pass_rate:
+        print(
+            f"error: pass rate {record.pass_rate:.3f} is below --min-pass-rate {args.min_pass_rate:g}", file=sys.stderr
+        )
+        return EXIT_FAILED
+    return EXIT_OK
+
+
+def _selection(args: argparse.Namespace) -> tuple[list[Suite], list[tuple[Suite, Case]]]:
+    suites = _load(args.suite)
+    try:
+        selected = select_cases(suites, args.filter)
+    except re.error as exc:
+        raise UsageError(f"--filter: not a regular expression ({exc})") from None
+    if not selected:
+        raise UsageError(f"--filter {args.filter!r} matches no case (it is matched against suite/id)")
+    return suites, selected
+
+
+async def _run_cases(
+    args: argparse.Namespace,
+    settings: Settings,
+    suites: list[Suite],
+    selected: list[tuple[Suite, Case]],
+    judge_model: str | None,
+) -> list[CaseResult]:
+    """Start the app on the suites' dataset and run the cases, with a progress bar."""
+    from agent.app import AgentApp
+    from agent.prompts import prompt_library
+    from evals.dataset import DatasetError, open_dataset
+    from evals.judge import Judge
+    from evals.runner import run_cases
+
+    try:
+        db = await open_dataset(settings, suites)
+    except DatasetError as exc:
+        raise UsageError(str(exc)) from None
+    app = AgentApp.start(settings, db=db, metrics=Metrics(CollectorRegistry()))
+    prompts = prompt_library(settings.agent_prompts_dir)
+    # AGENT_TEMPERATURE, when set, goes to the judge too; unset sends none (see agent/config.py).
+    judge = Judge(app.llm, prompts, judge_model, temperature=settings.agent_temperature) if judge_model else None
+    progress = _Progress(len(selected) * args.repeat)
+    try:
+        return await run_cases(
+            app.runner,
+            app.db,
+            selected,
+            judge=judge,
+            concurrency=args.concurrency,
+            repeat=args.repeat,
+            on_result=progress.update,
+        )
+    finally:
+        progress.close()
+        await app.close()
+
+
+def _check_run_options(args: argparse.Namespace) -> None:
+    if args.concurrency < 1:
+        raise UsageError("--concurrency must be at least 1")
+    if args.repeat < 1:
+        raise UsageError("--repeat must be at least 1")
+    if args.min_pass_rate is not None and not 0 <= args.min_pass_rate <= 1:
+        raise UsageError("--min-pass-rate is a share from 0 to 1 (0.9 for 90%)")
+
+
+def _load(paths: list[Path] | None) -> list[Suite]:
+    try:
+        return load_suites(paths or default_suite_paths())
+    except SuiteError as exc:
+        raise UsageError(str(exc)) from None
+
+
+async def _check(args: argparse.Namespace, settings: Settings) -> int:
+    from evals.check import check_gold
+    from evals.dataset import DatasetError, open_dataset
+
+    suites, problems = [], []
+    for path in args.suite or default_suite_paths():
+        try:
+            suites.append(load_suite(path))
+        except SuiteError as exc:
+            problems.append(str(exc))
+    if suites:
+        try:
+            db = await open_dataset(settings, suites)
+        except DatasetError as exc:
+            raise UsageError(str(exc)) from None
+        try:
+            problems += [str(problem) for problem in await check_gold(db, suites)]
+        finally:
+            await db.close()
+    for suite in suites:
+        golds = sum(1 for case in suite.cases if case.gold_sql)
+        print(f"{suite.name} ({suite.source}): {len(suite.cases)} cases, {golds} gold queries")
+    for problem in problems:
+        print(f"✗ {problem}")
+    if problems:
+        print(f"{len(problems)} problem{'s' if len(problems) != 1 else ''}", file=sys.stderr)
+        return EXIT_FAILED
+    print("ok: every suite validates and every gold result has its case's contains")
+    return EXIT_OK
+
+
+def _compare(args: argparse.Namespace, settings: Settings) -> int:
+    from evals.compare import compare, render
+
+    try:
+        old, new = load_record(args.old), load_record(args.new)
+    except ResultsError as exc:
+        raise UsageError(str(exc)) from None
+    print(render(compare(old, new)))
+    return EXIT_OK
+
+
+class _Progress:
+    """A progress bar on stderr, with a line for each failed case as it happens."""
+
+    def __init__(self, total: int) -> None:
+        self._bar = tqdm(total=total, desc="evals", unit="case", file=sys.stderr, dynamic_ncols=True)
+        self._passed = 0
+
+    def update(self, result: CaseResult) -> None:
+        self._passed += result.passed
+        if not result.passed:
+            reason = next((f"{c.name}: {c.reason}" for c in result.failed_checks), "failed")
+            self._bar.write(f"FAIL {result.suite}/{result.id}: {reason}"[:300], file=sys.stderr)
+        self._bar.update(1)
+        self._bar.set_postfix_str(f"{self._passed}/{self._bar.n} passed")
+
+    def close(self) -> None:
+        self._bar.close()

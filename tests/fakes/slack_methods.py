@@ -1,0 +1,457 @@
+"""The Web API methods of the fake Slack, each reading and changing a `Workspace` the way Slack does.
+
+A method takes the parsed arguments and returns the `ok: true` body, or raises `SlackError`. Argument
+names, required arguments and error codes follow the method reference pages on docs.slack.dev (as
+mirrored in smstoslack/slack_kit priv/docs/methods/*.json) and slack_sdk's WebClient signatures.
+"""
+
+from __future__ import annotations
+
+import mimetypes
+import re
+from collections.abc import Callable
+from typing import Any
+
+from tests.fakes import slack_rules as rules
+from tests.fakes.slack_rules import SlackError, flag, integer, json_arg, required
+from tests.fakes.slack_workspace import (
+    Channel,
+    Stream,
+    UploadedFile,
+    Workspace,
+    cursor_for,
+    rich_text_blocks,
+    ts_from_cursor,
+    ts_key,
+    upload_ticket,
+)
+
+_EMOJI_NAME = re.compile(r"^[a-z0-9_+'-]+(::skin-tone-[2-6])?$")
+TRUNCATED = "[WARN] Your message was truncated but still posted. The `text` field accepts up to 40,000 characters."
+
+Method = Callable[[dict[str, Any]], dict[str, Any]]
+
+
+class WebApi:
+    def __init__(self, workspace: Workspace, *, upload_url: Callable[[str], str], socket_url: Callable[[], str | None]):
+        self.ws = workspace
+        self.upload_url = upload_url
+        self.socket_url = socket_url
+        self.methods: dict[str, Method] = {
+            "auth.test": self.auth_test,
+            "chat.postMessage": self.chat_post_message,
+            "chat.postEphemeral": self.chat_post_ephemeral,
+            "chat.update": self.chat_update,
+            "chat.delete": self.chat_delete,
+            "chat.startStream": self.chat_start_stream,
+            "chat.appendStream": self.chat_append_stream,
+            "chat.stopStream": self.chat_stop_stream,
+            "conversations.replies": self.conversations_replies,
+            "conversations.history": self.conversations_history,
+            "conversations.info": self.conversations_info,
+            "users.info": self.users_info,
+            "reactions.add": self.reactions_add,
+            "assistant.threads.setStatus": self.assistant_set_status,
+            "assistant.threads.setSuggestedPrompts": self.assistant_set_suggested_prompts,
+            "assistant.threads.setTitle": self.assistant_set_title,
+            "files.getUploadURLExternal": self.files_get_upload_url,
+            "files.completeUploadExternal": self.files_complete_upload,
+            "apps.connections.open": self.apps_connections_open,
+        }
+
+    # --- auth / socket mode ---
+
+    def auth_test(self, args: dict[str, Any]) -> dict[str, Any]:
+        ws = self.ws
+        return {
+            "ok": True,
+            "url": f"https://{ws.domain}.slack.com/",
+            "team": ws.team,
+            "user": ws.bot_name,
+            "team_id": ws.team_id,
+            "user_id": ws.bot_user_id,
+            "bot_id": ws.bot_id,
+            "is_enterprise_install": False,
+        }
+
+    def apps_connections_open(self, args: dict[str, Any]) -> dict[str, Any]:
+        url = self.socket_url()
+        if url is None:
+            raise SlackError("internal_error", "fake: no FakeSocketMode is attached to this FakeSlack")
+        return {"ok": True, "url": url}
+
+    # --- chat ---
+
+    def chat_post_message(self, args: dict[str, Any]) -> dict[str, Any]:
+        channel = self._writable(required(args, "channel"))
+        content, warned = _content(args, truncate=True)
+        thread_ts = _thread_ts(args)
+        metadata = rules.check_metadata(args.get("metadata"))
+        fields = {**content, "metadata": metadata}
+        if thread_ts and flag(args, "reply_broadcast"):
+            fields["subtype"] = "thread_broadcast"
+        message = self.ws.add_message(channel.id, self.ws.bot_message(**fields), thread_ts)
+        body = {"ok": True, "channel": channel.id, "ts": message["ts"], "message": dict(message)}
+        if warned:
+            body.update(
+                warning="message_truncated",
+                response_metadata={"messages": [TRUNCATED], "warnings": ["message_truncated"]},
+            )
+        return body
+
+    def chat_post_ephemeral(self, args: dict[str, Any]) -> dict[str, Any]:
+        channel = self._writable(required(args, "channel"))
+        user = required(args, "user")
+        content, _ = _content(args, truncate=True)
+        if user not in channel.members:
+            raise SlackError("user_not_in_channel")
+        ts = self.ws.next_ts()
+        self.ws.ephemeral.append(
+            {"channel": channel.id, "user": user, "message_ts": ts, "thread_ts": _thread_ts(args), **content}
+        )
+        return {"ok": True, "message_ts": ts}
+
+    def chat_update(self, args: dict[str, Any]) -> dict[str, Any]:
+        channel = self.ws.visible_channel(required(args, "channel"))
+        message = self._own_message(channel, required(args, "ts"), not_owned="cant_update_message")
+        stream = self.ws.streams.get((channel.id, message["ts"]))
+        if stream is not None and stream.open:
+            raise SlackError("streaming_state_conflict")
+        content, _ = _content(args, truncate=False)
+        metadata = rules.check_metadata(args.get("metadata"), allow_empty=True)
+        if "text" in content and "blocks" not in content:
+            # "previous blocks will only be retained if the text argument is not provided"; Slack renders the new text.
+            content["blocks"] = rich_text_blocks(content["text"]) if content["text"] else []
+        message.update(content)
+        if metadata == {}:
+            message.pop("metadata", None)
+        elif metadata is not None:
+            message["metadata"] = metadata
+        message["edited"] = {"user": self.ws.bot_user_id, "ts": self.ws.next_ts()}
+        return {
+            "ok": True,
+            "channel": channel.id,
+            "ts": message["ts"],
+            "text": message.get("text", ""),
+            "message": dict(message),
+        }
+
+    def chat_delete(self, args: dict[str, Any]) -> dict[str, Any]:
+        channel = self.ws.visible_channel(required(args, "channel"))
+        message = self._own_message(channel, required(args, "ts"), not_owned="cant_delete_message")
+        messages = self.ws.messages[channel.id]
+        if self.ws.replies(channel.id, message["ts"]):
+            # A parent with replies leaves a tombstone so the thread survives, as in Slack.
+            messages[message["ts"]] = {
+                "type": "message",
+                "subtype": "tombstone",
+                "text": "This message was deleted.",
+                "user": "USLACKBOT",
+                "hidden": True,
+                "ts": message["ts"],
+                "thread_ts": message["ts"],
+            }
+        else:
+            del messages[message["ts"]]
+        return {"ok": True, "channel": channel.id, "ts": message["ts"]}
+
+    # --- streaming (chat.startStream / appendStream / stopStream) ---
+
+    def chat_start_stream(self, args: dict[str, Any]) -> dict[str, Any]:
+        channel = self._writable(required(args, "channel"))
+        thread_ts = rules.check_ts(required(args, "thread_ts"), "invalid_thread_ts", "thread_ts")
+        if not channel.is_im:
+            # "Required when streaming to channels" (recipient_team_id / recipient_user_id).
+            if not args.get("recipient_team_id"):
+                raise SlackError("missing_recipient_team_id")
+            if not args.get("recipient_user_id"):
+                raise SlackError("missing_recipient_user_id")
+        markdown = rules.check_markdown_text(args.get("markdown_text"))
+        chunks = rules.check_chunks(json_arg(args, "chunks", "invalid_chunks")) or []
+        message = self.ws.add_message(
+            channel.id, self.ws.bot_message((markdown or "") + rules.chunk_text(chunks)), thread_ts
+        )
+        self.ws.streams[(channel.id, message["ts"])] = Stream(channel.id, message["ts"], chunks=list(chunks))
+        return {"ok": True, "channel": channel.id, "ts": message["ts"]}
+
+    def chat_append_stream(self, args: dict[str, Any]) -> dict[str, Any]:
+        channel, message, stream = self._open_stream(args)
+        markdown = rules.check_markdown_text(args.get("markdown_text"))
+        chunks = rules.check_chunks(json_arg(args, "chunks", "invalid_chunks"))
+        if not markdown and not chunks:
+            raise SlackError("no_text")
+        _stream_into(message, stream, markdown, chunks or [])
+        return {"ok": True, "channel": channel.id, "ts": message["ts"]}
+
+    def chat_stop_stream(self, args: dict[str, Any]) -> dict[str, Any]:
+        channel, message, stream = self._open_stream(args)
+        markdown = rules.check_markdown_text(args.get("markdown_text"))
+        chunks = rules.check_chunks(json_arg(args, "chunks", "invalid_chunks")) or []
+        blocks = json_arg(args, "blocks", "invalid_blocks_format")
+        if blocks is not None:
+            # stopStream's own `blocks` has its own limit of 50, separate from blocks sent in chunks.
+            rules.check_blocks(blocks, too_many="msg_blocks_too_many")
+        metadata = rules.check_metadata(args.get("metadata"))
+        if metadata is not None:
+            message["metadata"] = metadata
+        # "any blocks in the blocks array will be rendered after anything passed via chunks or markdown_text"
+        _stream_into(message, stream, markdown, chunks, trailing_blocks=blocks or [])
+        stream.open = False
+        return {"ok": True, "channel": channel.id, "ts": message["ts"], "message": dict(message)}
+
+    def _open_stream(self, args: dict[str, Any]) -> tuple[Channel, dict[str, Any], Stream]:
+        channel = self.ws.visible_channel(required(args, "channel"))
+        message = self._own_message(channel, required(args, "ts"), not_owned="message_not_owned_by_app")
+        stream = self.ws.streams.get((channel.id, message["ts"]))
+        if stream is None or not stream.open:
+            raise SlackError("message_not_in_streaming_state")
+        return channel, message, stream
+
+    # --- conversations / users / reactions ---
+
+    def conversations_replies(self, args: dict[str, Any]) -> dict[str, Any]:
+        channel = self.ws.visible_channel(required(args, "channel"))
+        target = self.ws.find_message(channel.id, required(args, "ts"))
+        if target is None:
+            raise SlackError("thread_not_found")
+        root_ts = target.get("thread_ts", target["ts"])
+        thread = self.ws.thread(channel.id, root_ts) or [target]
+        return self._page(channel, thread, args, default_limit=1000)
+
+    def conversations_history(self, args: dict[str, Any]) -> dict[str, Any]:
+        channel = self.ws.visible_channel(required(args, "channel"))
+        if not channel.is_member and not channel.is_im:
+            raise SlackError("not_in_channel")
+        top_level = [
+            m
+            for m in self.ws.messages[channel.id].values()
+            if m.get("thread_ts", m["ts"]) == m["ts"] or m.get("subtype") == "thread_broadcast"
+        ]
+        top_level.sort(key=lambda m: ts_key(m["ts"]), reverse=True)
+        return {**self._page(channel, top_level, args, default_limit=100), "pin_count": 0}
+
+    def _page(
+        self, channel: Channel, messages: list[dict[str, Any]], args: dict[str, Any], default_limit: int
+    ) -> dict[str, Any]:
+        inclusive = flag(args, "inclusive")
+        oldest, latest = args.get("oldest"), args.get("latest")
+        for bound, error in ((oldest, "invalid_ts_oldest"), (latest, "invalid_ts_latest")):
+            if bound is not None and not re.match(r"^\d+(\.\d+)?$", str(bound)):
+                raise SlackError(error)
+        if oldest is not None:
+            messages = [
+                m for m in messages if ts_key(m["ts"]) > ts_key(str(oldest)) or (inclusive and m["ts"] == str(oldest))
+            ]
+        if latest is not None:
+            messages = [
+                m for m in messages if ts_key(m["ts"]) < ts_key(str(latest)) or (inclusive and m["ts"] == str(latest))
+            ]
+        if args.get("cursor"):
+            start = ts_from_cursor(str(args["cursor"]))
+            messages = messages[next((i for i, m in enumerate(messages) if m["ts"] == start), len(messages)) :]
+        limit = max(1, min(integer(args, "limit", default_limit), 1000))
+        page, rest = messages[:limit], messages[limit:]
+        metadata = flag(args, "include_all_metadata")
+        return {
+            "ok": True,
+            "messages": [self.ws.view(channel.id, m, metadata=metadata) for m in page],
+            "has_more": bool(rest),
+            "response_metadata": {"next_cursor": cursor_for(rest[0]["ts"]) if rest else ""},
+        }
+
+    def conversations_info(self, args: dict[str, Any]) -> dict[str, Any]:
+        return {"ok": True, "channel": self.ws.visible_channel(required(args, "channel")).to_api()}
+
+    def users_info(self, args: dict[str, Any]) -> dict[str, Any]:
+        user = self.ws.users.get(required(args, "user"))
+        if user is None:
+            raise SlackError("user_not_found")
+        return {"ok": True, "user": user.to_api(self.ws.team_id)}
+
+    def reactions_add(self, args: dict[str, Any]) -> dict[str, Any]:
+        channel = self.ws.visible_channel(required(args, "channel"))
+        name, timestamp = required(args, "name"), required(args, "timestamp")
+        rules.check_ts(timestamp, "bad_timestamp", "timestamp")
+        message = self.ws.find_message(channel.id, timestamp)
+        if message is None:
+            raise SlackError("message_not_found")
+        if not isinstance(name, str) or not _EMOJI_NAME.match(name):
+            raise SlackError("invalid_name")
+        reactions = message.setdefault("reactions", [])
+        reaction = next((r for r in reactions if r["name"] == name), None)
+        if reaction is None:
+            reaction = {"name": name, "users": [], "count": 0}
+            reactions.append(reaction)
+        if self.ws.bot_user_id in reaction["users"]:
+            raise SlackError("already_reacted")
+        reaction["users"].append(self.ws.bot_user_id)
+        reaction["count"] += 1
+        return {"ok": True}
+
+    # --- assistant threads ---
+
+    def assistant_set_status(self, args: dict[str, Any]) -> dict[str, Any]:
+        thread = self._assistant_thread(args)
+        status = required(args, "status")
+        loading = json_arg(args, "loading_messages", "invalid_arguments")
+        if loading is not None and (not isinstance(loading, list) or len(loading) > rules.MAX_LOADING_MESSAGES):
+            raise SlackError(
+                "invalid_arguments",
+                f"no more than {rules.MAX_LOADING_MESSAGES} items allowed [json-pointer:/loading_messages]",
+            )
+        thread.update(status=status, loading_messages=loading)
+        thread.setdefault("status_history", []).append(status)
+        return {"ok": True}
+
+    def assistant_set_suggested_prompts(self, args: dict[str, Any]) -> dict[str, Any]:
+        thread = self._assistant_thread(args)
+        prompts = json_arg({"prompts": required(args, "prompts")}, "prompts", "invalid_arguments")
+        valid = (
+            isinstance(prompts, list)
+            and 0 < len(prompts) <= rules.MAX_SUGGESTED_PROMPTS
+            and all(
+                isinstance(p, dict) and isinstance(p.get("title"), str) and isinstance(p.get("message"), str)
+                for p in prompts
+            )
+        )
+        if not valid:
+            raise SlackError(
+                "invalid_arguments", "prompts must be 1 to 4 objects with title and message [json-pointer:/prompts]"
+            )
+        thread.update(prompts=prompts, prompts_title=args.get("title"))
+        return {"ok": True}
+
+    def assistant_set_title(self, args: dict[str, Any]) -> dict[str, Any]:
+        thread = self._assistant_thread(args)
+        thread["title"] = required(args, "title")
+        root = self.ws.find_message(str(args["channel_id"]), args["thread_ts"])
+        if root is not None and "assistant_app_thread" in root:
+            root["assistant_app_thread"] = {**root["assistant_app_thread"], "title": thread["title"]}
+        return {"ok": True}
+
+    def _assistant_thread(self, args: dict[str, Any]) -> dict[str, Any]:
+        channel = self.ws.visible_channel(required(args, "channel_id"))
+        thread_ts = rules.check_ts(required(args, "thread_ts"), "invalid_thread_ts", "thread_ts")
+        if self.ws.find_message(channel.id, thread_ts) is None:
+            raise SlackError("invalid_thread_ts")
+        return self.ws.assistant_threads.setdefault((channel.id, thread_ts), {})
+
+    # --- files (files_upload_v2) ---
+
+    def files_get_upload_url(self, args: dict[str, Any]) -> dict[str, Any]:
+        filename = required(args, "filename")
+        length = integer({"length": required(args, "length")}, "length", 0)
+        if length <= 0:
+            raise SlackError("missing_argument")  # "Typically only occurs when the length provided is 0"
+        alt_txt = args.get("alt_txt")
+        if alt_txt is not None and len(str(alt_txt)) > rules.MAX_ALT_TXT:
+            raise SlackError("alt_txt_too_large")
+        file = UploadedFile(
+            self.ws.new_id("F"), upload_ticket(), str(filename), length, alt_txt, args.get("snippet_type")
+        )
+        self.ws.files[file.id] = file
+        return {"ok": True, "upload_url": self.upload_url(file.ticket), "file_id": file.id}
+
+    def files_complete_upload(self, args: dict[str, Any]) -> dict[str, Any]:
+        entries = json_arg({"files": required(args, "files")}, "files", "invalid_arguments")
+        if not isinstance(entries, list) or not entries or not all(isinstance(e, dict) and "id" in e for e in entries):
+            raise SlackError("invalid_arguments", "files must be an array of objects with id [json-pointer:/files]")
+        files = [self.ws.files.get(e["id"]) for e in entries]
+        if any(f is None or f.data is None or f.completed for f in files):
+            raise SlackError("file_not_found")
+        channel_ids = [c for c in str(args.get("channels") or "").split(",") if c]
+        if args.get("channel_id"):
+            channel_ids.insert(0, str(args["channel_id"]))
+        channels = [self._writable(c) for c in channel_ids]
+        thread_ts = _thread_ts(args)
+        blocks = json_arg(args, "blocks", "invalid_blocks")
+        if blocks is not None:
+            rules.check_blocks(blocks)
+        shared: list[UploadedFile] = []
+        for entry, file in zip(entries, files, strict=True):
+            assert file is not None
+            file.title = entry.get("title") or file.filename
+            file.channel = channels[0].id if channels else None
+            file.thread_ts, file.initial_comment, file.completed = thread_ts, args.get("initial_comment"), True
+            shared.append(file)
+        for channel in channels:
+            views = [self._file_view(f, [channel.id]) for f in shared]
+            message = self.ws.bot_message(args.get("initial_comment") or "", files=views, upload=True)
+            self.ws.add_message(channel.id, message, thread_ts)
+        return {"ok": True, "files": [self._file_view(f, [c.id for c in channels]) for f in shared]}
+
+    def _file_view(self, file: UploadedFile, channels: list[str]) -> dict[str, Any]:
+        mimetype = mimetypes.guess_type(file.filename)[0] or "application/octet-stream"
+        view = {
+            "id": file.id,
+            "name": file.filename,
+            "title": file.title,
+            "mimetype": mimetype,
+            "filetype": file.filename.rsplit(".", 1)[-1] if "." in file.filename else "binary",
+            "user": self.ws.bot_user_id,
+            "size": len(file.data or b""),
+            "mode": "hosted",
+            "is_external": False,
+            "url_private": f"https://files.slack.com/files-pri/{self.ws.team_id}-{file.id}/{file.filename}",
+            "channels": channels,
+        }
+        return {**view, "alt_txt": file.alt_txt} if file.alt_txt else view
+
+    # --- shared checks ---
+
+    def _writable(self, value: Any) -> Channel:
+        channel = self.ws.visible_channel(value)
+        if channel.is_archived:
+            raise SlackError("is_archived")
+        if not channel.is_member and not channel.is_im:
+            raise SlackError("not_in_channel")
+        return channel
+
+    def _own_message(self, channel: Channel, ts: Any, *, not_owned: str) -> dict[str, Any]:
+        message = self.ws.find_message(channel.id, ts)
+        if message is None:
+            raise SlackError("message_not_found")
+        if message.get("bot_id") != self.ws.bot_id:
+            raise SlackError(not_owned)
+        return message
+
+
+def _stream_into(
+    message: dict[str, Any],
+    stream: Stream,
+    markdown: str | None,
+    chunks: list[dict[str, Any]],
+    trailing_blocks: list[dict[str, Any]] | None = None,
+) -> None:
+    message["text"] += (markdown or "") + rules.chunk_text(chunks)
+    message["blocks"] = (rich_text_blocks(message["text"]) if message["text"] else []) + (trailing_blocks or [])
+    stream.chunks += chunks
+
+
+def _thread_ts(args: dict[str, Any]) -> str | None:
+    value = args.get("thread_ts")
+    return None if value in (None, "") else rules.check_ts(str(value), "invalid_thread_ts", "thread_ts")
+
+
+def _content(args: dict[str, Any], *, truncate: bool) -> tuple[dict[str, Any], bool]:
+    """text / blocks / attachments / markdown_text of a chat.postMessage-like call, checked as Slack does:
+    one of them is required (`no_text`), `markdown_text` excludes `text` and `blocks`
+    (`markdown_text_conflict`), and text beyond the limit is truncated (post) or refused (update)."""
+    text = args.get("text")
+    text = None if text is None else str(text)
+    markdown = rules.check_markdown_text(args.get("markdown_text"))
+    blocks = json_arg(args, "blocks", "invalid_blocks_format")
+    attachments = rules.check_attachments(json_arg(args, "attachments", "invalid_attachments"))
+    if markdown is not None and (text or blocks is not None):
+        raise SlackError("markdown_text_conflict")
+    if blocks is not None:
+        rules.check_blocks(blocks)
+    if not (text or blocks or attachments or markdown):
+        raise SlackError("no_text")
+    truncated = False
+    if text is not None and truncate and len(text) > rules.MAX_TEXT_CHARS:
+        text, truncated = text[: rules.MAX_TEXT_CHARS], True
+    if text is not None and not truncate and len(text) > rules.MAX_UPDATE_TEXT_CHARS:
+        raise SlackError("msg_too_long")
+    content = {"text": markdown if markdown is not None else text, "blocks": blocks, "attachments": attachments}
+    return {k: v for k, v in content.items() if v is not None}, truncated

@@ -1,0 +1,623 @@
+"""The fake Slack accepts what Slack accepts and rejects what Slack rejects, seen through the real
+slack_sdk clients (AsyncWebClient, WebClient, the aiohttp SocketModeClient) and slack_sdk's own
+SignatureVerifier."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Awaitable, Iterator, Mapping
+from typing import Any
+from urllib.parse import parse_qs
+
+import httpx
+import pytest
+from slack_bolt.async_app import AsyncApp
+from slack_bolt.request import payload_utils
+from slack_bolt.request.async_request import AsyncBoltRequest
+from slack_sdk import WebClient
+from slack_sdk.errors import SlackApiError
+from slack_sdk.models.messages.chunk import MarkdownTextChunk, TaskUpdateChunk
+from slack_sdk.signature import SignatureVerifier
+from slack_sdk.socket_mode.aiohttp import SocketModeClient
+from slack_sdk.socket_mode.request import SocketModeRequest
+from slack_sdk.socket_mode.response import SocketModeResponse
+from slack_sdk.web.async_client import AsyncWebClient
+
+from tests.fakes import slack_events as events
+from tests.fakes.slack_api import BOT_USER_ID, DM_ID, GENERAL_ID, HUMAN_ID, TEAM_ID, FakeSlack, FakeSocketMode
+
+SECTION = {"type": "section", "text": {"type": "mrkdwn", "text": "*Flights* by carrier"}}
+METADATA = {"event_type": "analyst_answer", "event_payload": {"run_id": "r1", "queries": 2}}
+
+
+@pytest.fixture(scope="module")
+def socket_mode_server() -> Iterator[FakeSocketMode]:
+    server = FakeSocketMode().start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def slack_server(socket_mode_server: FakeSocketMode) -> Iterator[FakeSlack]:
+    server = FakeSlack(socket_mode=socket_mode_server).start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def slack(slack_server: FakeSlack, socket_mode_server: FakeSocketMode) -> Iterator[FakeSlack]:
+    slack_server.reset()
+    socket_mode_server.reset()
+    yield slack_server
+    slack_server.reset()
+
+
+@pytest.fixture
+def client(slack: FakeSlack) -> AsyncWebClient:
+    return AsyncWebClient(token=slack.bot_token, base_url=slack.base_url)
+
+
+async def post(client: AsyncWebClient, **args: Any) -> Any:
+    """chat.postMessage over the SDK's JSON transport, without its client-side missing-text warning."""
+    return await client.api_call("chat.postMessage", json=args)
+
+
+def stored(slack: FakeSlack, channel: str, ts: str) -> dict[str, Any]:
+    message = slack.message(channel, ts)
+    assert message is not None, f"no message {ts} in {channel}"
+    return message
+
+
+async def assert_errors(calls: Mapping[str, Awaitable[Any]]) -> None:
+    """Each call answers the error it is keyed by (every call is awaited, so a failure shows them all)."""
+    answered: dict[str, str | None] = {}
+    for expected, call in calls.items():
+        try:
+            await call
+            answered[expected] = None
+        except SlackApiError as exc:
+            answered[expected] = exc.response["error"]
+    assert answered == {error: error for error in calls}
+
+
+async def slack_error(call: Any) -> SlackApiError:
+    with pytest.raises(SlackApiError) as caught:
+        await call
+    return caught.value
+
+
+# --- authentication ---
+
+
+async def test_tokens_are_checked_like_slack(slack: FakeSlack) -> None:
+    anonymous = AsyncWebClient(base_url=slack.base_url)
+    await assert_errors(
+        {
+            "not_authed": anonymous.auth_test(),
+            "invalid_auth": AsyncWebClient(token="xoxb-wrong", base_url=slack.base_url).auth_test(),
+            "not_allowed_token_type": AsyncWebClient(token=slack.app_token, base_url=slack.base_url).auth_test(),
+        }
+    )
+    bot_token_for_socket_mode = await slack_error(anonymous.apps_connections_open(app_token=slack.bot_token))
+    assert bot_token_for_socket_mode.response["error"] == "not_allowed_token_type"
+    assert {c.status for c in slack.calls()} == {200}, "Slack answers auth errors with HTTP 200"
+    identity = await AsyncWebClient(token=slack.bot_token, base_url=slack.base_url).auth_test()
+    assert (identity["user_id"], identity["team_id"], identity["bot_id"]) == (BOT_USER_ID, TEAM_ID, slack.bot_id)
+
+
+def test_token_travels_in_the_header_or_a_form_body_but_never_in_a_json_body(slack: FakeSlack) -> None:
+    url = slack.base_url + "auth.test"
+    assert httpx.post(url, data={"token": slack.bot_token}).json()["ok"] is True
+    in_json = httpx.post(url, json={"token": slack.bot_token})
+    assert (in_json.status_code, in_json.json()["error"]) == (200, "not_authed")
+    bare_json = httpx.post(
+        url, content=b"{}", headers={"authorization": f"Bearer {slack.bot_token}", "content-type": "application/json"}
+    )
+    assert bare_json.json()["warning"] == "missing_charset"
+
+
+# --- chat.postMessage ---
+
+
+def msg(**fields: Any) -> dict[str, Any]:
+    return {"channel": GENERAL_ID, "text": "t", **fields}
+
+
+def section(text: str) -> dict[str, Any]:
+    return {"type": "section", "text": {"type": "mrkdwn", "text": text}}
+
+
+@pytest.mark.parametrize(
+    ("args", "error", "detail"),
+    [
+        pytest.param(msg(channel="C0NOWHERE"), "channel_not_found", None, id="unknown-channel"),
+        pytest.param({"text": "hi"}, "invalid_arguments", "missing required field: channel", id="no-channel"),
+        pytest.param({"channel": GENERAL_ID}, "no_text", None, id="no-content"),
+        pytest.param(msg(text="", blocks=[]), "no_text", None, id="empty-content"),
+        pytest.param(msg(markdown_text="**hi**"), "markdown_text_conflict", None, id="markdown-with-text"),
+        pytest.param(
+            {"channel": GENERAL_ID, "blocks": [SECTION], "markdown_text": "**hi**"},
+            "markdown_text_conflict",
+            None,
+            id="markdown-with-blocks",
+        ),
+        pytest.param(
+            {"channel": GENERAL_ID, "markdown_text": "x" * 12_001}, "invalid_arguments", "12001", id="markdown-12001"
+        ),
+        pytest.param(msg(blocks=[{"type": "divider"}] * 51), "invalid_blocks", "no more than 50", id="51-blocks"),
+        pytest.param(
+            msg(blocks=[section("x" * 3001)]),
+            "invalid_blocks",
+            "must be less than 3001 characters [json-pointer:/blocks/0/text/text]",
+            id="section-3001",
+        ),
+        pytest.param(
+            msg(blocks=[{"type": "markdown", "text": "x" * 12_001}]), "invalid_blocks", "12001", id="markdown-block"
+        ),
+        pytest.param(
+            msg(blocks=[{"type": "markdown", "text": "x" * 7_000}] * 2),
+            "msg_blocks_too_long",
+            None,
+            id="markdown-blocks-cumulative",
+        ),
+        pytest.param(
+            msg(blocks=[{"type": "header", "text": {"type": "plain_text", "text": "x" * 151}}]),
+            "invalid_blocks",
+            "151",
+            id="header-151",
+        ),
+        pytest.param(msg(blocks=[{"type": "section"}]), "invalid_blocks", "/blocks/0", id="empty-section"),
+        pytest.param(msg(blocks=[{"type": "carousel"}]), "invalid_blocks", "/blocks/0", id="unknown-block"),
+        pytest.param(
+            msg(blocks=[{**SECTION, "block_id": "a"}, {**SECTION, "block_id": "a"}]),
+            "invalid_blocks",
+            "duplicate block_id",
+            id="duplicate-block-id",
+        ),
+        pytest.param(
+            msg(metadata={"event_type": "answer"}), "invalid_metadata_format", "event_payload", id="metadata-payload"
+        ),
+        pytest.param(msg(metadata={"event_payload": {}}), "invalid_metadata_format", "event_type", id="metadata-type"),
+        pytest.param(msg(metadata="not json"), "invalid_metadata_format", None, id="metadata-not-json"),
+        pytest.param(msg(thread_ts="0"), "invalid_thread_ts", "0 is not a valid thread_ts", id="thread-ts"),
+        pytest.param(msg(attachments=[{"text": "a"}] * 101), "too_many_attachments", None, id="101-attachments"),
+    ],
+)
+async def test_post_message_rejects_what_slack_rejects(
+    client: AsyncWebClient, slack: FakeSlack, args: dict[str, Any], error: str, detail: str | None
+) -> None:
+    failure = await slack_error(post(client, **args))
+    assert failure.response.status_code == 200 and failure.response["error"] == error
+    if detail:
+        assert any(detail in m for m in failure.response["response_metadata"]["messages"])
+    assert slack.bot_messages(GENERAL_ID) == []
+
+
+async def test_channel_membership_and_archival_are_enforced(client: AsyncWebClient, slack: FakeSlack) -> None:
+    slack.add_channel("C0ARCHIVE01", "old", is_archived=True)
+    slack.add_channel("C0OUTSIDE01", "outside", is_member=False)
+    slack.add_channel("G0SECRET001", "secret", is_private=True, is_member=False)
+    errors = [
+        (await slack_error(post(client, channel=c, text="hi"))).response["error"]
+        for c in ("C0ARCHIVE01", "C0OUTSIDE01", "G0SECRET001")
+    ]
+    assert errors == ["is_archived", "not_in_channel", "channel_not_found"]
+
+
+async def test_a_valid_post_is_stored_as_slack_shapes_it(client: AsyncWebClient, slack: FakeSlack) -> None:
+    by_name = await client.chat_postMessage(
+        channel="#general", text="Flights by carrier", blocks=[SECTION], metadata=METADATA
+    )
+    assert by_name["channel"] == GENERAL_ID and by_name["message"]["bot_id"] == slack.bot_id
+    markdown = await client.chat_postMessage(channel=DM_ID, markdown_text="**1,234** flights")
+    assert stored(slack, DM_ID, markdown["ts"])["text"] == "**1,234** flights"
+    message = stored(slack, GENERAL_ID, by_name["ts"])
+    assert (message["user"], message["blocks"], message["metadata"]) == (BOT_USER_ID, [SECTION], METADATA)
+    assert slack.calls("chat.postMessage")[0].args["metadata"] == METADATA
+    sync = WebClient(token=slack.bot_token, base_url=slack.base_url)
+    form = sync.api_call(
+        "chat.postMessage", params={"channel": GENERAL_ID, "text": "form", "blocks": json.dumps([SECTION])}
+    )
+    multipart = sync.api_call(  # a file part makes the SDK send multipart/form-data
+        "chat.postMessage", data={"channel": GENERAL_ID, "text": "multipart"}, files={"attachment": b"x"}
+    )
+    assert [c.transport for c in slack.calls("chat.postMessage")] == ["json", "json", "form", "multipart"]
+    assert slack.calls("chat.postMessage")[2].args["blocks"] == [SECTION] and form["ok"] and multipart["ok"]
+
+
+async def test_text_beyond_40000_characters_is_truncated_with_a_warning(
+    client: AsyncWebClient, slack: FakeSlack
+) -> None:
+    posted = await client.chat_postMessage(channel=GENERAL_ID, text="x" * 40_001)
+    assert posted["warning"] == "message_truncated"
+    assert posted["response_metadata"]["warnings"] == ["message_truncated"]
+    assert len(stored(slack, GENERAL_ID, posted["ts"])["text"]) == 40_000
+
+
+async def test_blocks_sent_as_a_form_string_must_be_json(slack: FakeSlack) -> None:
+    sync = WebClient(token=slack.bot_token, base_url=slack.base_url)
+    with pytest.raises(SlackApiError) as caught:
+        sync.api_call("chat.postMessage", params={"channel": GENERAL_ID, "text": "t", "blocks": "[{not json"})
+    assert caught.value.response["error"] == "invalid_blocks_format"
+
+
+# --- chat.update / chat.delete / chat.postEphemeral ---
+
+
+async def test_update_follows_slack_rules(client: AsyncWebClient, slack: FakeSlack) -> None:
+    posted = await client.chat_postMessage(channel=GENERAL_ID, text="Working…", blocks=[SECTION], metadata=METADATA)
+    human = slack.add_message(GENERAL_ID, "how many flights?")
+    errors = {
+        "msg_too_long": client.chat_update(channel=GENERAL_ID, ts=posted["ts"], text="x" * 4_001),
+        "message_not_found": client.chat_update(channel=GENERAL_ID, ts="1700000000.000001", text="t"),
+        "cant_update_message": client.chat_update(channel=GENERAL_ID, ts=human, text="t"),
+        "channel_not_found": client.chat_update(channel="C0NOWHERE", ts=posted["ts"], text="t"),
+    }
+    await assert_errors(errors)
+    await client.chat_update(channel=GENERAL_ID, ts=posted["ts"], text="Done: 336,776 flights", metadata={})
+    updated = stored(slack, GENERAL_ID, posted["ts"])
+    assert updated["text"] == "Done: 336,776 flights" and "metadata" not in updated
+    assert [b["type"] for b in updated["blocks"]] == ["rich_text"], "new text replaces the old blocks"
+    assert updated["edited"]["user"] == BOT_USER_ID
+
+
+async def test_a_scripted_rate_limit_answers_429_with_retry_after_once(
+    client: AsyncWebClient, slack: FakeSlack
+) -> None:
+    posted = await client.chat_postMessage(channel=GENERAL_ID, text="Working…")
+    slack.ratelimit("chat.update", retry_after=3)
+    limited = await slack_error(client.chat_update(channel=GENERAL_ID, ts=posted["ts"], text="Done"))
+    assert (limited.response.status_code, limited.response["error"]) == (429, "ratelimited")
+    assert limited.response.headers["Retry-After"] == "3"
+    assert (await client.chat_update(channel=GENERAL_ID, ts=posted["ts"], text="Done"))["ok"]
+    assert [c.status for c in slack.calls("chat.update")] == [429, 200]
+
+
+async def test_delete_and_ephemeral(client: AsyncWebClient, slack: FakeSlack) -> None:
+    parent = await client.chat_postMessage(channel=GENERAL_ID, text="parent")
+    await client.chat_postMessage(channel=GENERAL_ID, text="reply", thread_ts=parent["ts"])
+    lone = await client.chat_postMessage(channel=GENERAL_ID, text="lone")
+    await client.chat_delete(channel=GENERAL_ID, ts=lone["ts"])
+    await client.chat_delete(channel=GENERAL_ID, ts=parent["ts"])
+    assert slack.message(GENERAL_ID, lone["ts"]) is None
+    assert stored(slack, GENERAL_ID, parent["ts"])["subtype"] == "tombstone"
+    assert (await slack_error(client.chat_delete(channel=GENERAL_ID, ts=lone["ts"]))).response[
+        "error"
+    ] == "message_not_found"
+    slack.add_user("U0OUTSIDER1", "bob")
+    outsider = await slack_error(client.chat_postEphemeral(channel=GENERAL_ID, user="U0OUTSIDER1", text="only you"))
+    assert outsider.response["error"] == "user_not_in_channel"
+    shown = await client.chat_postEphemeral(channel=GENERAL_ID, user=HUMAN_ID, text="only you")
+    assert (
+        slack.ephemeral[0]["message_ts"] == shown["message_ts"]
+        and slack.message(GENERAL_ID, shown["message_ts"]) is None
+    )
+
+
+# --- reading: conversations.replies / history / info, users.info ---
+
+
+async def test_replies_return_the_thread_with_metadata_on_request(client: AsyncWebClient, slack: FakeSlack) -> None:
+    question = slack.add_message(GENERAL_ID, "<@U0BOT000001> how many flights?")
+    answer = await client.chat_postMessage(channel=GENERAL_ID, thread_ts=question, text="336,776", metadata=METADATA)
+    follow_up = slack.add_message(GENERAL_ID, "and in May?", thread_ts=answer["ts"])  # a reply's ts joins its thread
+    plain = await client.conversations_replies(channel=GENERAL_ID, ts=question)
+    full = await client.conversations_replies(channel=GENERAL_ID, ts=follow_up, include_all_metadata=True)
+    assert [m["ts"] for m in full["messages"]] == [question, answer["ts"], follow_up]
+    assert full["messages"][0]["reply_count"] == 2 and full["messages"][2]["parent_user_id"] == HUMAN_ID
+    assert full["messages"][1]["metadata"] == METADATA and "metadata" not in plain["messages"][1]
+    first = await client.conversations_replies(channel=GENERAL_ID, ts=question, limit=2)
+    rest = await client.conversations_replies(
+        channel=GENERAL_ID, ts=question, cursor=first["response_metadata"]["next_cursor"]
+    )
+    assert first["has_more"] and [m["ts"] for m in first["messages"] + rest["messages"]] == [
+        question,
+        answer["ts"],
+        follow_up,
+    ]
+    missing = await slack_error(client.conversations_replies(channel=GENERAL_ID, ts="1700000000.000001"))
+    unnamed = await slack_error(
+        client.api_call("conversations.replies", http_verb="GET", params={"channel": GENERAL_ID})
+    )
+    assert (missing.response["error"], unnamed.response["error"]) == ("thread_not_found", "invalid_arguments")
+
+
+async def test_history_info_and_users(client: AsyncWebClient, slack: FakeSlack) -> None:
+    first = slack.add_message(GENERAL_ID, "first")
+    slack.add_message(GENERAL_ID, "in a thread", thread_ts=first)
+    second = slack.add_message(GENERAL_ID, "deploy finished", user=None, bot_id="B0OTHERBOT1", subtype="bot_message")
+    history = await client.conversations_history(channel=GENERAL_ID)
+    assert [m["ts"] for m in history["messages"]] == [second, first]
+    slack.add_channel("C0OUTSIDE01", "outside", is_member=False)
+    assert (await slack_error(client.conversations_history(channel="C0OUTSIDE01"))).response[
+        "error"
+    ] == "not_in_channel"
+    info = await client.conversations_info(channel=DM_ID)
+    assert info["channel"]["is_im"] and info["channel"]["user"] == HUMAN_ID
+    user = await client.users_info(user=HUMAN_ID)
+    assert user["user"]["real_name"] == "Alice Analyst"
+    assert (await slack_error(client.users_info(user="U0NOBODY001"))).response["error"] == "user_not_found"
+
+
+async def test_reactions(client: AsyncWebClient, slack: FakeSlack) -> None:
+    ts = slack.add_message(GENERAL_ID, "how many flights?")
+    await client.reactions_add(channel=GENERAL_ID, timestamp=ts, name="eyes")
+    assert stored(slack, GENERAL_ID, ts)["reactions"] == [{"name": "eyes", "users": [BOT_USER_ID], "count": 1}]
+    errors = {
+        "already_reacted": client.reactions_add(channel=GENERAL_ID, timestamp=ts, name="eyes"),
+        "invalid_name": client.reactions_add(channel=GENERAL_ID, timestamp=ts, name="not an emoji"),
+        "message_not_found": client.reactions_add(channel=GENERAL_ID, timestamp="1700000000.000001", name="eyes"),
+        "bad_timestamp": client.reactions_add(channel=GENERAL_ID, timestamp="yesterday", name="eyes"),
+    }
+    await assert_errors(errors)
+
+
+async def test_assistant_thread_methods(client: AsyncWebClient, slack: FakeSlack) -> None:
+    thread = slack.start_assistant_thread(DM_ID)
+    await client.assistant_threads_setStatus(channel_id=DM_ID, thread_ts=thread, status="is querying ClickHouse…")
+    await client.assistant_threads_setStatus(channel_id=DM_ID, thread_ts=thread, status="")
+    prompts = [{"title": "Busiest airport", "message": "Which airport had the most departures?"}]
+    await client.assistant_threads_setSuggestedPrompts(channel_id=DM_ID, thread_ts=thread, prompts=prompts)
+    await client.assistant_threads_setTitle(channel_id=DM_ID, thread_ts=thread, title="Flights")
+    state = slack.assistant_thread(DM_ID, thread)
+    assert state["status_history"] == ["is querying ClickHouse…", ""] and state["prompts"] == prompts
+    assert state["title"] == stored(slack, DM_ID, thread)["assistant_app_thread"]["title"] == "Flights"
+    errors = {
+        "invalid_thread_ts": client.assistant_threads_setStatus(
+            channel_id=DM_ID, thread_ts="1700000000.000001", status="x"
+        ),
+        "channel_not_found": client.assistant_threads_setTitle(channel_id="D0NOWHERE01", thread_ts=thread, title="x"),
+        "invalid_arguments": client.assistant_threads_setSuggestedPrompts(
+            channel_id=DM_ID, thread_ts=thread, prompts=prompts * 5
+        ),
+    }
+    await assert_errors(errors)
+
+
+# --- files_upload_v2 ---
+
+
+@pytest.mark.parametrize("sync", [False, True])
+async def test_files_upload_v2_works_end_to_end(slack: FakeSlack, sync: bool) -> None:
+    thread = slack.add_message(GENERAL_ID, "export that as CSV")
+    upload: dict[str, Any] = {
+        "channel": GENERAL_ID,
+        "thread_ts": thread,
+        "content": "carrier,n\nUA,58665\n",
+        "filename": "flights.csv",
+        "title": "Flights by carrier",
+        "alt_txt": "table of flights",
+        "initial_comment": "Here it is",
+    }
+    if sync:
+        result = WebClient(token=slack.bot_token, base_url=slack.base_url).files_upload_v2(**upload).data
+    else:
+        result = (await AsyncWebClient(token=slack.bot_token, base_url=slack.base_url).files_upload_v2(**upload)).data
+    assert isinstance(result, dict)
+    [file] = slack.files
+    assert (file.data, file.filename, file.title, file.alt_txt) == (
+        b"carrier,n\nUA,58665\n",
+        "flights.csv",
+        "Flights by carrier",
+        "table of flights",
+    )
+    assert (file.channel, file.thread_ts, result["file"]["id"]) == (GENERAL_ID, thread, file.id)
+    [share] = slack.replies(GENERAL_ID, thread)
+    assert share["text"] == "Here it is" and share["files"][0]["name"] == "flights.csv"
+
+
+async def test_upload_errors(client: AsyncWebClient, slack: FakeSlack) -> None:
+    errors = {
+        "missing_argument": client.files_getUploadURLExternal(filename="empty.csv", length=0),
+        "alt_txt_too_large": client.files_getUploadURLExternal(filename="a.png", length=3, alt_txt="x" * 1001),
+        "file_not_found": client.files_completeUploadExternal(files=[{"id": "F0NOTHING01"}], channel_id=GENERAL_ID),
+    }
+    await assert_errors(errors)
+    declared = await client.files_getUploadURLExternal(filename="never-sent.csv", length=3)
+    not_uploaded = client.files_completeUploadExternal(files=[{"id": declared["file_id"]}], channel_id=GENERAL_ID)
+    assert (await slack_error(not_uploaded)).response["error"] == "file_not_found"
+
+
+# --- streaming ---
+
+
+async def test_chat_stream_streams_into_the_thread(client: AsyncWebClient, slack: FakeSlack) -> None:
+    question = slack.add_message(DM_ID, "how many flights?")
+    streamer = await client.chat_stream(channel=DM_ID, thread_ts=question, buffer_size=8)
+    await streamer.append(markdown_text="**336,776** ")
+    await streamer.append(
+        markdown_text="flights", chunks=[TaskUpdateChunk(id="q1", title="Count flights", status="complete")]
+    )
+    stream_ts = streamer.ts
+    assert stream_ts is not None
+    conflict = await slack_error(client.chat_update(channel=DM_ID, ts=stream_ts, text="x"))
+    await streamer.stop(markdown_text=" in 2013.", blocks=[SECTION], metadata=METADATA)
+    [answer] = slack.replies(DM_ID, question)
+    assert (
+        answer["text"] == "**336,776** flights in 2013."
+        and answer["metadata"] == METADATA
+        and answer["blocks"][-1] == SECTION
+    )
+    assert conflict.response["error"] == "streaming_state_conflict"
+    stream = slack.stream(DM_ID, stream_ts)
+    assert stream is not None and not stream.open
+    assert [c["type"] for c in stream.chunks] == ["markdown_text", "markdown_text", "task_update", "markdown_text"]
+    assert [c.method for c in slack.calls() if c.method.endswith("Stream")] == [
+        "chat.startStream",
+        "chat.appendStream",
+        "chat.stopStream",
+    ]
+    late = await slack_error(client.chat_appendStream(channel=DM_ID, ts=stream_ts, markdown_text="more"))
+    assert late.response["error"] == "message_not_in_streaming_state"
+
+
+async def test_stream_arguments_are_checked(client: AsyncWebClient, slack: FakeSlack) -> None:
+    question = slack.add_message(GENERAL_ID, "<@U0BOT000001> how many flights?")
+    in_channel = await slack_error(client.chat_startStream(channel=GENERAL_ID, thread_ts=question, markdown_text="hi"))
+    assert in_channel.response["error"] == "missing_recipient_team_id"
+    started = await client.chat_startStream(
+        channel=GENERAL_ID,
+        thread_ts=question,
+        recipient_team_id=TEAM_ID,
+        recipient_user_id=HUMAN_ID,
+        chunks=[MarkdownTextChunk(text="Counting")],
+    )
+    errors = {
+        "invalid_chunks": client.chat_appendStream(
+            channel=GENERAL_ID,
+            ts=started["ts"],
+            chunks=[{"type": "task_update", "id": "1", "title": "t", "status": "done"}],
+        ),
+        "no_text": client.chat_appendStream(channel=GENERAL_ID, ts=started["ts"]),
+        "invalid_arguments": client.chat_appendStream(channel=GENERAL_ID, ts=started["ts"], markdown_text="x" * 12_001),
+        "msg_blocks_too_many": client.chat_stopStream(
+            channel=GENERAL_ID, ts=started["ts"], blocks=[{"type": "divider"}] * 51
+        ),
+        "message_not_owned_by_app": client.chat_appendStream(channel=GENERAL_ID, ts=question, markdown_text="x"),
+    }
+    await assert_errors(errors)
+    slack.expire_stream(GENERAL_ID, started["ts"])
+    expired = await slack_error(client.chat_appendStream(channel=GENERAL_ID, ts=started["ts"], markdown_text="more"))
+    assert expired.response["error"] == "message_not_in_streaming_state"
+    await client.chat_update(channel=GENERAL_ID, ts=started["ts"], text="Counting done")  # the documented fallback
+
+
+async def test_streaming_can_be_scripted_to_fail(client: AsyncWebClient, slack: FakeSlack) -> None:
+    question = slack.add_message(DM_ID, "how many flights?")
+    slack.disable("chat.startStream", "chat.appendStream", "chat.stopStream")
+    unknown = await slack_error(client.chat_startStream(channel=DM_ID, thread_ts=question, markdown_text="hi"))
+    assert (unknown.response["error"], unknown.response["req_method"]) == ("unknown_method", "chat.startStream")
+    slack.reset()
+    question = slack.add_message(DM_ID, "how many flights?")
+    slack.fail("chat.appendStream", "not_allowed")
+    started = await client.chat_startStream(channel=DM_ID, thread_ts=question, markdown_text="Count")
+    refused = await slack_error(client.chat_appendStream(channel=DM_ID, ts=started["ts"], markdown_text="ing"))
+    assert refused.response["error"] == "not_allowed"
+    assert (await client.chat_appendStream(channel=DM_ID, ts=started["ts"], markdown_text="ing"))["ok"]
+
+
+async def test_unimplemented_methods_say_so(client: AsyncWebClient) -> None:
+    failure = await slack_error(client.chat_getPermalink(channel=GENERAL_ID, message_ts="1700000000.000001"))
+    assert (
+        failure.response["error"] == "unknown_method"
+        and "not implemented" in failure.response["response_metadata"]["messages"][0]
+    )
+
+
+# --- Socket Mode ---
+
+
+async def test_socket_mode_hello_event_and_ack_round_trip(slack: FakeSlack, socket_mode_server: FakeSocketMode) -> None:
+    requests: list[SocketModeRequest] = []
+    hello = asyncio.Event()
+
+    async def on_message(client: Any, message: dict[str, Any], raw: str | None) -> None:
+        if message.get("type") == "hello":
+            hello.set()
+
+    async def on_request(client: Any, request: SocketModeRequest) -> None:
+        requests.append(request)
+        await client.send_socket_mode_response(SocketModeResponse(envelope_id=request.envelope_id))
+
+    client = SocketModeClient(app_token=slack.app_token, web_client=AsyncWebClient(base_url=slack.base_url))
+    client.message_listeners.append(on_message)
+    client.socket_mode_request_listeners.append(on_request)
+    try:
+        await client.connect()
+        await asyncio.wait_for(hello.wait(), 5)
+        mention = events.event_callback(events.app_mention("how many flights?"))
+        event_envelope = socket_mode_server.events_api(mention, retry_attempt=1, retry_reason="timeout")
+        click = socket_mode_server.interactive(events.block_actions("rerun", "r1", message_ts=events.new_ts()))
+        acks = [await socket_mode_server.wait_for_ack(e) for e in (event_envelope, click)]
+    finally:
+        await client.close()
+    assert [a.envelope_id for a in acks] == [event_envelope, click]
+    assert [(r.type, r.retry_attempt) for r in requests] == [("events_api", 1), ("interactive", None)]
+    assert requests[0].payload["event"]["type"] == "app_mention"
+    assert slack.last("apps.connections.open").ok
+
+
+# --- what Slack sends to the app ---
+
+
+def test_signed_requests_verify_with_slack_sdk() -> None:
+    verifier = SignatureVerifier(events.SIGNING_SECRET)
+    body = events.event_callback(events.app_mention("how many flights?"))
+    good = events.events_request(body, retry_num=1, retry_reason="http_timeout")
+    assert verifier.is_valid_request(good.body, good.headers)
+    assert (good.headers["X-Slack-Retry-Num"], good.headers["X-Slack-Retry-Reason"]) == ("1", "http_timeout")
+    assert not verifier.is_valid_request(*_parts(events.events_request(body, stale=True)))
+    assert not verifier.is_valid_request(*_parts(events.events_request(body, bad_signature=True)))
+    click = events.interactivity_request(events.block_actions("rerun", "r1", message_ts="1700000000.000100"))
+    assert verifier.is_valid_request(click.body, click.headers)
+    assert json.loads(parse_qs(click.text)["payload"][0])["actions"][0]["action_id"] == "rerun"
+    assert json.loads(events.events_request(events.url_verification("abc")).body)["challenge"] == "abc"
+
+
+def _parts(request: events.SignedRequest) -> tuple[bytes, dict[str, str]]:
+    return request.body, request.headers
+
+
+def test_event_payloads_are_recognised_by_bolt() -> None:
+    thread_ts = events.new_ts()
+    recognised = [
+        (
+            payload_utils.is_assistant_thread_started_event,
+            events.assistant_thread_started(thread_ts=thread_ts, context_channel_id=GENERAL_ID),
+        ),
+        (
+            payload_utils.is_assistant_thread_context_changed_event,
+            events.assistant_thread_context_changed(thread_ts=thread_ts, context_channel_id=GENERAL_ID),
+        ),
+        (
+            payload_utils.is_user_message_event_in_assistant_thread,
+            events.im_message("how many flights?", thread_ts=thread_ts, assistant_thread=True),
+        ),
+        (
+            payload_utils.is_bot_message_event_in_assistant_thread,
+            events.bot_message("done", channel=DM_ID, user="U0OTHER0001", thread_ts=thread_ts, channel_type="im"),
+        ),
+    ]
+    for check, event in recognised:
+        assert check(events.event_callback(event)), check.__name__
+    mention = events.app_mention("how many?", thread_ts=thread_ts)
+    assert mention["text"].startswith(f"<@{BOT_USER_ID}>") and mention["thread_ts"] == thread_ts
+    assert mention["blocks"][0]["elements"][0]["elements"][0] == {"type": "user", "user_id": BOT_USER_ID}
+    changed = events.message_changed(channel=GENERAL_ID, ts=thread_ts, text="new", previous_text="old")
+    deleted = events.message_deleted(channel=GENERAL_ID, deleted_ts=thread_ts, previous_text="old")
+    legacy_bot = events.bot_message("deploy done")
+    assert (changed["subtype"], changed["message"]["edited"]["user"], changed["previous_message"]["text"]) == (
+        "message_changed",
+        HUMAN_ID,
+        "old",
+    )
+    assert (deleted["subtype"], deleted["deleted_ts"]) == ("message_deleted", thread_ts)
+    assert legacy_bot["subtype"] == "bot_message" and legacy_bot["bot_id"]
+
+
+async def test_a_bolt_app_answers_signed_events_through_the_fakes(slack: FakeSlack) -> None:
+    app = AsyncApp(
+        client=AsyncWebClient(token=slack.bot_token, base_url=slack.base_url),
+        signing_secret=events.SIGNING_SECRET,
+        process_before_response=True,
+    )
+
+    @app.event("app_mention")
+    async def answer(event: dict[str, Any], say: Any) -> None:
+        await say(text="336,776 flights", thread_ts=event.get("thread_ts") or event["ts"])
+
+    async def deliver(request: events.SignedRequest) -> int:
+        response = await app.async_dispatch(AsyncBoltRequest(body=request.text, headers=dict(request.headers)))
+        return response.status
+
+    question = slack.add_message(GENERAL_ID, f"<@{BOT_USER_ID}> how many flights?")
+    mention = events.event_callback(events.app_mention("how many flights?", ts=question))
+    statuses = [
+        await deliver(events.events_request(mention)),
+        await deliver(events.events_request(mention, bad_signature=True)),
+        await deliver(events.events_request(mention, stale=True)),
+        await deliver(events.events_request(events.url_verification())),
+    ]
+    assert statuses == [200, 401, 401, 200]
+    assert [m["text"] for m in slack.replies(GENERAL_ID, question)] == ["336,776 flights"]

@@ -7,10 +7,12 @@ from dataclasses import dataclass
 
 from agent.config import Settings
 from agent.db import Database, open_database
+from agent.examples import ExampleQuestions
 from agent.llm import LLMClient, MissingKeyLLM
 from agent.metrics import Metrics, default_metrics
 from agent.pipeline import build_runner
 from agent.pipeline.runner import Runner
+from agent.prompts import prompt_library
 from agent.schema import SchemaCache
 
 
@@ -21,6 +23,7 @@ class AgentApp:
     llm: LLMClient
     runner: Runner
     metrics: Metrics
+    examples: ExampleQuestions
 
     @classmethod
     def start(
@@ -37,8 +40,11 @@ class AgentApp:
         metrics = metrics or default_metrics()
         schema = SchemaCache(db, settings.schema_max_chars, settings.schema_ttl_s)
         runner = build_runner(settings, db=db, llm=llm, metrics=metrics, schema=schema)
-        return cls(settings=settings, db=db, llm=llm, runner=runner, metrics=metrics)
+        prompts = prompt_library(settings.agent_prompts_dir)
+        examples = ExampleQuestions(settings, llm=llm, schema=schema, prompts=prompts, metrics=metrics)
+        return cls(settings=settings, db=db, llm=llm, runner=runner, metrics=metrics, examples=examples)
 
     async def close(self) -> None:
+        await self.examples.close()
         await self.llm.close()
         await self.db.close()

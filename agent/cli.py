@@ -80,6 +80,18 @@ def _parser() -> argparse.ArgumentParser:
     web.add_argument("--port", type=int, default=8000, help="port (default 8000)")
     web.set_defaults(handler=_web)
 
+    serve = commands.add_parser("serve", help="serve the web chat and the Slack bot (when configured) in one process")
+    serve.add_argument("--host", default="127.0.0.1", help="interface to listen on (default 127.0.0.1)")
+    serve.add_argument("--port", type=int, default=8000, help="port (default 8000)")
+    serve.set_defaults(handler=_serve)
+
+    slack = commands.add_parser("slack", help="run the Slack bot alone (HTTP at /slack/events, or Socket Mode)")
+    slack.add_argument("--host", default="127.0.0.1", help="interface to listen on (default 127.0.0.1)")
+    slack.add_argument(
+        "--port", type=int, default=3000, help="port of /slack/events, /healthz, /metrics (default 3000)"
+    )
+    slack.set_defaults(handler=_slack)
+
     from evals.cli import add_evals_commands
 
     add_evals_commands(commands)
@@ -151,6 +163,20 @@ def _web(args: argparse.Namespace, settings: Settings) -> int:
     from web.server import serve
 
     serve(settings, host=args.host, port=args.port)
+    return EXIT_OK
+
+
+def _serve(args: argparse.Namespace, settings: Settings) -> int:
+    from agent.serve import serve
+
+    serve(settings, host=args.host, port=args.port, web=True)
+    return EXIT_OK
+
+
+def _slack(args: argparse.Namespace, settings: Settings) -> int:
+    from agent.serve import serve
+
+    serve(settings, host=args.host, port=args.port, web=False)
     return EXIT_OK
 
 

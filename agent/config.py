@@ -195,7 +195,14 @@ class Settings(BaseSettings):
 
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field("INFO", description="Log level.")
 
-    @field_validator("anthropic_api_key", "slack_bot_token", "slack_signing_secret", "slack_app_token", mode="before")
+    @field_validator(
+        "anthropic_api_key",
+        "slack_bot_token",
+        "slack_signing_secret",
+        "slack_app_token",
+        "agent_web_token",
+        mode="before",
+    )
     @classmethod
     def _empty_secret_is_unset(cls, value: object) -> object:
         # docker compose passes `VAR=` for a variable that is not set in its environment.

@@ -47,7 +47,8 @@ CREATE TABLE IF NOT EXISTS turns (
     transcript TEXT NOT NULL,
     events TEXT NOT NULL,
     created_at REAL NOT NULL,
-    feedback TEXT
+    feedback TEXT,
+    charts TEXT NOT NULL DEFAULT '[]'
 );
 CREATE INDEX IF NOT EXISTS turns_by_conversation ON turns(conversation_id, position);
 CREATE TABLE IF NOT EXISTS queries (
@@ -160,7 +161,7 @@ class ConversationStore:
             if conversation is None:
                 return None
             turns = c.execute(
-                "SELECT run_id, question, answer, outcome, followups, metrics, created_at, feedback FROM turns "
+                "SELECT run_id, question, answer, outcome, followups, metrics, created_at, feedback, charts FROM turns "
                 "WHERE conversation_id = ? ORDER BY position",
                 (conversation_id,),
             ).fetchall()
@@ -179,6 +180,7 @@ class ConversationStore:
                         **dict(t),
                         "followups": json.loads(t["followups"]),
                         "metrics": json.loads(t["metrics"]),
+                        "charts": json.loads(t["charts"]),
                         "queries": by_run.get(t["run_id"], []),
                     }
                     for t in turns
@@ -239,7 +241,7 @@ class ConversationStore:
                     "SELECT count(*) FROM turns WHERE conversation_id = ?", (conversation_id,)
                 ).fetchone()[0]
                 c.execute(
-                    "INSERT INTO turns VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, NULL)",
+                    "INSERT INTO turns VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, NULL, ?)",
                     (
                         run_id,
                         conversation_id,
@@ -252,6 +254,7 @@ class ConversationStore:
                         json.dumps(result.transcript),
                         json.dumps(events),
                         now,
+                        json.dumps([chart.summary() for chart in result.charts]),
                     ),
                 )
                 for q in result.queries:
@@ -294,7 +297,7 @@ class ConversationStore:
 
 _ADDED_COLUMNS = {  # columns later releases added to a table an earlier release created
     "conversations": {"interface": "TEXT NOT NULL DEFAULT 'web'", "adapter_key": "TEXT"},
-    "turns": {"feedback": "TEXT"},
+    "turns": {"feedback": "TEXT", "charts": "TEXT NOT NULL DEFAULT '[]'"},
 }
 
 

@@ -13,6 +13,7 @@ if TYPE_CHECKING:
 DURATION_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 30, 60, 120, 300)
 ROUND_BUCKETS = (1, 2, 3, 4, 5, 6, 8, 10, 15, 20)
 TOKEN_TYPES = ("input", "output", "cache_read", "cache_creation")
+LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
 
 
 class Metrics:
@@ -60,8 +61,99 @@ class Metrics:
             ["guard"],
             registry=registry,
         )
+        self.charts = Counter("agent_charts_total", "Charts drawn, by kind.", ["kind"], registry=registry)
+        self.chart_errors = Counter(
+            "agent_chart_errors_total",
+            "Chart requests refused, by reason (unknown_query, bad_column, failed_query, invalid, render).",
+            ["reason"],
+            registry=registry,
+        )
         for token_type in TOKEN_TYPES:
             self.tokens.labels(token_type)
+        self._slack(registry)
+        self._operations(registry)
+
+    def _slack(self, registry: CollectorRegistry) -> None:
+        """The Slack adapter's. Its labels are enums of bots/slack (event types it knows, ignore reasons,
+        failure kinds), never a team, channel, user or text."""
+        self.slack_events = Counter(
+            "agent_slack_events_total",
+            "Slack events and button clicks received, by type (unknown types count as `other`).",
+            ["type"],
+            registry=registry,
+        )
+        self.slack_ignored = Counter(
+            "agent_slack_events_ignored_total",
+            "Slack messages and events not answered, by reason (edit, bot, own_message, empty, ...).",
+            ["reason"],
+            registry=registry,
+        )
+        self.slack_duplicates = Counter(
+            "agent_slack_duplicates_total",
+            "Slack deliveries dropped as already handled: `event` (a retried event id), `message` (the same "
+            "message in another event, e.g. app_mention and message).",
+            ["kind"],
+            registry=registry,
+        )
+        self.slack_answers = Counter(
+            "agent_slack_answers_total",
+            "Answers posted in Slack, by delivery (stream: chat.startStream; update: post then update).",
+            ["delivery"],
+            registry=registry,
+        )
+        self.slack_errors = Counter(
+            "agent_slack_errors_total",
+            "Failures a Slack user was told about, by type (model_busy, database_unreachable, query_timeout, "
+            "too_long, rate_limited, ...).",
+            ["type"],
+            registry=registry,
+        )
+        self.slack_first_progress_seconds = Histogram(
+            "agent_slack_first_progress_seconds",
+            "From receiving a Slack question to its first visible progress (status or progress message).",
+            buckets=LATENCY_BUCKETS,
+            registry=registry,
+        )
+        self.slack_answer_seconds = Histogram(
+            "agent_slack_answer_seconds",
+            "From receiving a Slack question to its answer (or failure message) being posted whole.",
+            buckets=DURATION_BUCKETS,
+            registry=registry,
+        )
+        self.slack_feedback = Counter(
+            "agent_slack_feedback_total", "Thumbs up / down on Slack answers.", ["value"], registry=registry
+        )
+
+    def _operations(self, registry: CollectorRegistry) -> None:
+        """What the operations dashboard (deploy/grafana) reads beyond the loop's own counts. Labels: a route
+        template and a status class, an interface, a ClickHouse error code; never a raw path."""
+        self.web_requests = Counter(
+            "agent_web_requests_total",
+            "Web requests, by route template (`unmatched` when no route matched) and status class (2xx, 4xx, 5xx).",
+            ["route", "status"],
+            registry=registry,
+        )
+        self.first_event_seconds = Histogram(
+            "agent_run_first_event_seconds",
+            "From a question's start to its first event after `started` (thinking, a query, answer text or an "
+            "error), by interface.",
+            ["interface"],
+            buckets=DURATION_BUCKETS,
+            registry=registry,
+        )
+        self.sql_errors = Counter(
+            "agent_sql_errors_total",
+            "Failed SQL queries from the agent, by ClickHouse error code (`none`: refused by the statement check "
+            "before ClickHouse ran it, or a result that could not be read).",
+            ["code"],
+            registry=registry,
+        )
+
+    def count_sql_error(self, code: int | None) -> None:
+        """One failed query, by its ClickHouse error code; anything outside ClickHouse's range of codes counts
+        as `other`, so a code read from an error message cannot grow the label set."""
+        label = "none" if code is None else str(code) if 0 < code < 2000 else "other"
+        self.sql_errors.labels(label).inc()
 
     def count_tokens(self, usage: Usage) -> None:
         for kind, count in (

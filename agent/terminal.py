@@ -57,6 +57,9 @@ class TerminalPrinter:
             self._in_answer = True
         self._out.write(event.text)
 
+    def _chart(self, event: Any) -> None:
+        self._line(f"📈 {event.chart.id}: {event.chart.describe()} (the spec is in --json; the web chat draws it)")
+
     def _followups(self, event: Any) -> None:
         self._line("\nFollow-up questions:\n" + "\n".join(f"  • {q}" for q in event.questions))
 

@@ -1,8 +1,9 @@
 """Run every benchmark: python -m benchmarks (or make bench)."""
 
-from benchmarks import bench_pipeline, bench_truncation, bench_web
+from benchmarks import bench_pipeline, bench_slack, bench_truncation, bench_web
 
 if __name__ == "__main__":
     bench_truncation.report(bench_truncation.run())
     bench_pipeline.report(bench_pipeline.run())
     bench_web.report(bench_web.run())
+    bench_slack.report(bench_slack.run())

@@ -21,6 +21,7 @@ from agent.demo import load_demo
 from agent.llm import LLMClient
 from agent.metrics import Metrics
 from tests.fakes.anthropic_api import FakeAnthropic
+from tests.fakes.slack_api import FakeSlack, FakeSocketMode
 
 DEMO_COUNTS = {"airlines": 16, "airports": 1458, "planes": 3322, "weather": 26115, "flights": 336776}
 
@@ -107,6 +108,27 @@ def fake_anthropic(fake_anthropic_server: FakeAnthropic) -> Iterator[FakeAnthrop
     fake_anthropic_server.reset()
     yield fake_anthropic_server
     fake_anthropic_server.reset()
+
+
+# --- Slack: the real SDKs against a fake Web API (and Socket Mode) over HTTP ---
+
+
+@pytest.fixture(scope="session")
+def fake_slack_server() -> Iterator[FakeSlack]:
+    socket_mode = FakeSocketMode().start()
+    server = FakeSlack(socket_mode=socket_mode).start()
+    yield server
+    server.stop()
+    socket_mode.stop()
+
+
+@pytest.fixture
+def fake_slack(fake_slack_server: FakeSlack) -> Iterator[FakeSlack]:
+    fake_slack_server.reset()
+    assert fake_slack_server.socket_mode is not None
+    fake_slack_server.socket_mode.reset()
+    yield fake_slack_server
+    fake_slack_server.reset()
 
 
 @pytest.fixture

@@ -254,3 +254,81 @@ async def test_an_answer_cannot_take_over_the_page(make_app, fake_anthropic: Fak
             finally:
                 await browser.close()
     store.close()
+
+
+MONTHLY_SQL = """
+SELECT toStartOfMonth(time_hour) AS month, round(avg(dep_delay), 1) AS avg_dep_delay
+FROM nycflights13.flights
+GROUP BY month
+ORDER BY month
+"""
+
+
+async def test_a_chart_is_drawn_under_the_answer_and_downloads(
+    make_app, fake_anthropic: FakeAnthropic, tmp_path: Path
+) -> None:
+    from playwright.async_api import async_playwright
+
+    fake_anthropic.script(
+        Reply(tool_calls=[("execute_sql", {"queries": [{"question": "Average delay by month", "sql": MONTHLY_SQL}]})]),
+        Reply(
+            tool_calls=[
+                (
+                    "chart",
+                    {
+                        "query_id": "Q1",
+                        "kind": "line",
+                        "x": "month",
+                        "y": "avg_dep_delay",
+                        "title": "Average departure delay by month",
+                    },
+                ),
+            ]
+        ),
+        Reply(text="Delays peaked in **July** (21.7 min) and were lowest in November (5.4 min) [Q1]."),
+        Reply(text="[]"),
+    )
+    store = ConversationStore(tmp_path / "conversations.sqlite3")
+    ARTIFACTS.mkdir(exist_ok=True)
+    async with LiveServer(create_app(make_app(), store)) as server, async_playwright() as playwright:
+        browser = await playwright.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
+        try:
+            page = await browser.new_page(viewport={"width": 1100, "height": 1000}, accept_downloads=True)
+            errors: list[str] = []
+            page.on("pageerror", lambda error: errors.append(str(error)))
+            await page.add_init_script(WATCH_CSP)
+            await page.goto(server.url)
+            await page.fill("#question", "How did departure delays change month by month?")
+            await page.keyboard.press("Enter")
+            figure = page.locator("figure.chart")
+            await figure.locator(".chart-canvas svg").wait_for(timeout=15_000)
+            assert await figure.locator(".chart-canvas svg path").count() > 0  # the line is drawn
+            assert "line chart of avg_dep_delay by month from Q1, 12 rows" in await figure.inner_text()
+            await page.locator(".bubble.answer strong", has_text="July").wait_for()
+            await page.wait_for_timeout(300)
+            await figure.screenshot(path=ARTIFACTS / "chart-line.png")
+            await page.screenshot(path=ARTIFACTS / "chat-chart.png", full_page=True)
+
+            for label, signature in (("PNG", b"\x89PNG"), ("SVG", b"<svg")):
+                async with page.expect_download() as downloading:
+                    await figure.locator(f".vega-actions a:has-text('{label}')").click()
+                data = Path(await (await downloading.value).path()).read_bytes()
+                assert data.startswith(signature), data[:40]
+
+            await figure.locator("a.open-query").click()
+            await page.locator(".query.highlight").wait_for()
+
+            await page.emulate_media(color_scheme="dark")
+            await page.reload()  # a stored conversation replays its chart
+            await page.locator(".conversation").first.click()
+            await page.locator("figure.chart .chart-canvas svg").wait_for(timeout=15_000)
+            await page.wait_for_timeout(300)
+            await page.locator("figure.chart").screenshot(path=ARTIFACTS / "chart-line-dark.png")
+            await page.set_viewport_size({"width": 390, "height": 844})
+            await page.wait_for_timeout(300)
+            await page.screenshot(path=ARTIFACTS / "chart-phone-dark.png")
+            assert errors == []
+            assert await page.evaluate("window.cspViolations") == []
+        finally:
+            await browser.close()
+    store.close()

@@ -66,11 +66,11 @@ def case(id: str, question: str, **fields: Any) -> dict[str, Any]:
     return {"id": id, "question": question, **fields}
 
 
-
 @pytest.fixture(autouse=True)
 def _own_data_dir(monkeypatch: pytest.MonkeyPatch, cli_data_dir: Path) -> None:
     """`agent evals` starts its own engine, which cannot share the session engine's data directory."""
     monkeypatch.setenv("AGENT_DATA_DIR", str(cli_data_dir))
+
 
 @pytest.fixture
 def eval_env(monkeypatch: pytest.MonkeyPatch, fake_anthropic: FakeAnthropic) -> FakeAnthropic:

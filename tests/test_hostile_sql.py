@@ -93,6 +93,8 @@ HOSTILE = [
             *(f"SELECT file{ch}('/proc/self/environ')" for ch in ZW),
             "SELECT $a b$, file('/etc/passwd') FROM (SELECT 1 AS `$a`) -- $a b$",
             "SELECT $$x$$ AS a, file('/etc/passwd')",
+            # evaluated on the engine's pipeline threads, not the thread that opened the connection
+            "SELECT file(if(number < 10, '/etc/passwd', 'x')) FROM numbers(20)",
         ]
     ),
     # output redirection: the sandbox refuses the write
@@ -132,6 +134,19 @@ HOSTILE = [
             "(SELECT * FROM url('http://127.0.0.1:1/', 'CSV', 'c String'))",
         ]
     ),
+    # a column structure string is parsed by ClickHouse, and its ALIAS expressions run unseen by any check
+    _case("table-function", "SELECT b FROM values('a UInt8, b String ALIAS hostName()', 1)", False),
+    _case(
+        "table-function",
+        "SELECT s FROM generateRandom('a UInt8, s String ALIAS getSetting(''readonly'')') LIMIT 1",
+        False,
+    ),
+    _case(
+        "table-function", "SELECT s FROM generateRandom('a UInt8, s String ALIAS file(''/etc/passwd'')') LIMIT 1", True
+    ),
+    _case("table-function", "SELECT * FROM format(CSV, 'a String ALIAS hostName()', '1')", False),
+    _case("scope", "SELECT inIgnoreSet('x', system.processes)", True),
+    _case("scope", "SELECT notInIgnoreSet('x', nycflights13.airlines)", False),
     _case("table-function", "SELECT * FROM merge('system', '^users$')", True),
     _case("table-function", "SELECT * FROM loop(nycflights13.airlines) LIMIT 1", True),
     _case("table-function", "SELECT * FROM merge('nycflights13', '^air')", False),
@@ -205,6 +220,21 @@ async def test_the_engine_alone_refuses_it(db: Database, sql: str, engine_stops:
     with pytest.raises(EngineError):
         await db.backend.query(sql, "TSV", new_query_id())
     assert not OUTFILE.exists()
+
+
+# With a default for failures, file() answers '' instead of raising: the engine alone must read nothing,
+# on the pipeline threads too (every /proc/<pid>/environ on the host, the app's .env).
+FILE_WITH_DEFAULT = [
+    "SELECT groupUniqArray(file(concat('/proc/', toString(number), '/environ'), '')) FROM numbers(1, 5000)",
+    "SELECT groupUniqArray(file(if(number < 100000, '/work/main/.env', 'x'), '')) FROM numbers(20000)",
+    "SELECT groupUniqArray(file(if(number < 100000, '/etc/passwd', 'x'), '')) FROM numbers(20000)",
+]
+
+
+@pytest.mark.parametrize("sql", FILE_WITH_DEFAULT)
+async def test_the_engine_alone_reads_nothing_outside_its_data(db: Database, sql: str) -> None:
+    assert (await db.execute(sql)).error  # the check refuses file() first
+    assert (await db.backend.query(sql, "TSV", new_query_id())).strip() == b"['']"
 
 
 @pytest.mark.parametrize(("sql", "engine_stops"), [c for c in HOSTILE if not c.values[1]][:6])

@@ -16,7 +16,9 @@ VARIABLES = {
     "CONTEXT.md": {"today": "2026-11-22", "format_guidance": "Use Markdown."},
     "FOLLOWUP.md": {},
     "FOLLOWUP_REQUEST.md": {"question": "q", "answer": "a", "queries": []},
-    "TOOLS.yaml": {"max_rows": 50},
+    "EXAMPLES.md": {},
+    "EXAMPLES_REQUEST.md": {"schema": "## db.t"},
+    "TOOLS.yaml": {"max_rows": 50, "chart_max_rows": 5000},
     "loop/penultimate.md": {},
     "loop/synthesize.md": {},
     "loop/think_nudge.md": {"rounds": 2},
@@ -49,8 +51,8 @@ def test_a_missing_variable_is_an_error(prompts: PromptLibrary, name: str) -> No
 
 
 def test_tool_schemas_are_valid_for_the_api(prompts: PromptLibrary) -> None:
-    tools = prompts.tools(max_rows=50)
-    assert [t["name"] for t in tools] == ["think", "execute_sql"]
+    tools = prompts.tools(max_rows=50, chart_max_rows=5000)
+    assert [t["name"] for t in tools] == ["think", "execute_sql", "chart"]
     _validate_tools(tools, None)
 
 

@@ -36,6 +36,7 @@ from web.boundary import (
     read_last_event_id,
 )
 from web.headers import SECURITY_HEADERS, SecurityHeadersMiddleware
+from web.request_metrics import RequestMetricsMiddleware
 
 log = logging.getLogger(__name__)
 HERE = Path(__file__).parent
@@ -86,7 +87,10 @@ def create_app(
         return wrapped
 
     async def page(request: Request) -> Response:
-        return templates.TemplateResponse(request, "index.html", {"needs_token": token is not None})
+        examples = await agent.examples.get()
+        return templates.TemplateResponse(
+            request, "index.html", {"needs_token": token is not None, "examples": examples}
+        )
 
     async def chat(request: Request) -> Response:
         body = await read_chat_request(request, settings.agent_web_max_message_chars)
@@ -153,7 +157,8 @@ def create_app(
         except DatabaseUnavailable as exc:
             checks["database"] = str(exc)
         healthy = all(value == "ok" for value in checks.values())
-        return JSONResponse({"status": "ok" if healthy else "unhealthy", **checks}, status_code=200 if healthy else 503)
+        body = {"status": "ok" if healthy else "unhealthy", **checks, "engine_sandbox": agent.db.backend.sandbox_status}
+        return JSONResponse(body, status_code=200 if healthy else 503)
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -176,6 +181,7 @@ def create_app(
         Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
     ]
     middleware = [
+        Middleware(RequestMetricsMiddleware, metrics=agent.metrics, routes=routes),
         Middleware(SecurityHeadersMiddleware),
         # Answers only to the names it is served under: a DNS-rebinding page gets 400, not the API.
         Middleware(TrustedHostMiddleware, allowed_hosts=settings.agent_web_allowed_hosts, www_redirect=False),

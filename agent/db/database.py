@@ -10,6 +10,7 @@ Trusted SQL of the agent's own (schema introspection) goes through `catalog_rows
 from __future__ import annotations
 
 import json
+import logging
 import time
 import uuid
 from collections import OrderedDict
@@ -23,6 +24,7 @@ from agent.db.hints import clean_error, error_code, hint_for
 from agent.db.result import QueryResult
 from agent.db.scope import Scope
 from agent.db.statement import (
+    READ_ONLY,
     CheckedStatement,
     QueryRefused,
     StatementPolicy,
@@ -32,6 +34,9 @@ from agent.db.statement import (
 )
 
 MAX_COLUMNS = 200
+EXPORT_MAX_CELL_CHARS = 100_000  # a download carries whole values, within reason
+EXPORT_MAX_BYTES = 200_000_000
+log = logging.getLogger(__name__)
 _CHECK_CACHE_SIZE = 512
 _NAMES_TTL_S = 300.0
 
@@ -83,6 +88,10 @@ class Database:
             rendered = rendering.parse_compact(raw)
         except QueryRefused as exc:
             return QueryResult(query_id=query_id, sql=sql, error=str(exc), elapsed_ms=_elapsed_ms(started))
+        except (ValueError, UnicodeError) as exc:  # a result this code could not read: never crash the run
+            log.exception("could not read the result of %s", query_id)
+            error = f"The result could not be read ({type(exc).__name__}); try selecting simpler values."
+            return QueryResult(query_id=query_id, sql=sql, error=error, elapsed_ms=_elapsed_ms(started))
         except EngineError as exc:
             message = clean_error(str(exc), await self._name_filter())
             return QueryResult(
@@ -114,12 +123,19 @@ class Database:
         if cached is not None:
             self._checked.move_to_end(sql)
             return cached
-        raw = await self.backend.query(parse_request(sql), "JSONCompactEachRow", query_id or new_query_id())
+        try:
+            raw = await self.backend.query(parse_request(sql), "JSONCompactEachRow", query_id or new_query_id())
+        except EngineError as exc:
+            if "does not support JSON serialization" in str(exc):  # DESCRIBE, EXISTS, SHOW ...
+                raise QueryRefused(READ_ONLY) from None
+            raise
         try:
             canonical_hex, ast_hex = json.loads(raw)
+            checked = self._policy.check(*decode_parse(canonical_hex, ast_hex))
         except (ValueError, TypeError):
             raise QueryRefused("The statement could not be checked.") from None
-        checked = self._policy.check(*decode_parse(canonical_hex, ast_hex))
+        except RecursionError:
+            raise QueryRefused("The SQL is nested too deeply to check; write it more simply.") from None
         self._checked[sql] = checked
         if len(self._checked) > _CHECK_CACHE_SIZE:
             self._checked.popitem(last=False)
@@ -127,7 +143,8 @@ class Database:
 
     async def _describe(self, checked: CheckedStatement, query_id: str) -> list[Column]:
         raw = await self.backend.query(rendering.describe(checked.sql), "JSONCompactEachRow", query_id)
-        columns = [Column(row[0], row[1]) for row in map(json.loads, raw.splitlines()) if row]
+        lines = raw.decode("utf-8", errors="replace").splitlines()  # names and types may hold any bytes
+        columns = [Column(row[0], row[1]) for row in map(json.loads, lines) if row]
         if len(columns) > MAX_COLUMNS:
             raise QueryRefused(f"The query returns {len(columns)} columns; select at most {MAX_COLUMNS}.")
         return columns
@@ -137,10 +154,14 @@ class Database:
 
         Raises QueryRefused or EngineError before the first row when the statement cannot run."""
         query_id = query_id or new_query_id()
-        checked = await self.check(sql, query_id)
-        columns = await self._describe(checked, query_id)
-        chunks = self.backend.stream(rendering.export_select(checked.sql, limit=max_rows), "TabSeparated", query_id)
-        return Export(columns, rendering.tsv_rows(chunks))
+        try:
+            checked = await self.check(sql, query_id)
+            columns = await self._describe(checked, query_id)
+        except EngineError as exc:
+            raise EngineError(clean_error(str(exc), await self._name_filter())) from None
+        select = rendering.export_select(checked.sql, limit=max_rows, max_cell_chars=EXPORT_MAX_CELL_CHARS)
+        chunks = self.backend.stream(select, "TabSeparated", query_id)
+        return Export(columns, rendering.tsv_rows(rendering.bounded(chunks, EXPORT_MAX_BYTES)))
 
     # --- the agent's own SQL ---
 

@@ -4,6 +4,9 @@ reached over a socket. The app process never loads chdb itself.
 - The child gets a scrubbed environment (no API keys or tokens) and confines itself with Landlock.
 - Calls are multiplexed over one socket; cancelling a caller kills its query in the engine.
 - If the child dies, callers get DatabaseUnavailable and the next call starts a new one.
+- A call that outlives the engine's own time limit by a grace period is stuck in something the
+  engine cannot interrupt (one huge function call): the child is restarted rather than left to
+  hold a connection for minutes.
 - chdb allows one engine process per data directory; an advisory lock file names the app process
   that holds the directory, so a second app gets a message a person can act on.
 """
@@ -19,6 +22,7 @@ import os
 import socket
 import sys
 import threading
+import time
 from collections.abc import AsyncIterator
 from contextlib import suppress
 from pathlib import Path
@@ -86,9 +90,11 @@ class _Child:
     def __init__(self, process: asyncio.subprocess.Process, reader: asyncio.StreamReader, writer: Any) -> None:
         self.process, self.reader, self.writer = process, reader, writer
         self.pending: dict[int, asyncio.Future[tuple[dict[str, Any], bytes]]] = {}
+        self.started: dict[int, float] = {}  # when each pending call was sent
         self.alive = True
         self.sandbox = ""
         self.read_task: asyncio.Task[None] | None = None
+        self.watchdog: asyncio.Task[None] | None = None
 
     async def read_loop(self) -> None:
         try:
@@ -97,6 +103,7 @@ class _Child:
                 header_len, payload_len = wire.decode_prefix(prefix)
                 header = wire.decode_header(await self.reader.readexactly(header_len))
                 payload = await self.reader.readexactly(payload_len)
+                self.started.pop(header.get("id", -1), None)
                 future = self.pending.pop(header.get("id", -1), None)
                 if future is not None and not future.done():
                     future.set_result((header, payload))
@@ -109,6 +116,7 @@ class _Child:
             if not future.done():
                 future.set_exception(DatabaseUnavailable(reason))
         self.pending.clear()
+        self.started.clear()
 
 
 def _exit_text(process: asyncio.subprocess.Process, exc: BaseException) -> str:
@@ -118,8 +126,17 @@ def _exit_text(process: asyncio.subprocess.Process, exc: BaseException) -> str:
 
 
 class EmbeddedBackend(Backend):
-    def __init__(self, path: Path, settings: dict[str, Any], *, pool_size: int = 4, sandbox: bool = True) -> None:
+    def __init__(
+        self,
+        path: Path,
+        settings: dict[str, Any],
+        *,
+        pool_size: int = 4,
+        sandbox: bool = True,
+        stuck_grace_s: float = 15.0,
+    ) -> None:
         self.path = path.resolve()
+        self._stuck_after_s = float(settings.get("max_execution_time", 30)) + stuck_grace_s
         self._settings = settings
         self._pool_size = pool_size
         self._sandbox = sandbox
@@ -178,7 +195,18 @@ class EmbeddedBackend(Backend):
         if not header.get("sandbox", {}).get("applied") and self._sandbox:
             log.warning("embedded engine is %s; only the statement check guards files and network", child.sandbox)
         child.read_task = asyncio.create_task(child.read_loop(), name="engine-reader")
+        child.watchdog = asyncio.create_task(self._watch(child), name="engine-watchdog")
         return child
+
+    async def _watch(self, child: _Child) -> None:
+        while child.alive:
+            await asyncio.sleep(1)
+            oldest = min(child.started.values(), default=None)
+            if oldest is not None and time.monotonic() - oldest > self._stuck_after_s:
+                log.warning("a query outlived the engine's time limit and could not be killed; restarting the engine")
+                child.fail("the embedded ClickHouse engine was restarted: a query would not stop")
+                await self._stop(child, watchdog=False)
+                return
 
     @staticmethod
     async def _read_ready(reader: asyncio.StreamReader) -> dict[str, Any]:
@@ -192,6 +220,7 @@ class EmbeddedBackend(Backend):
         request_id = next(self._ids)
         future: asyncio.Future[tuple[dict[str, Any], bytes]] = asyncio.get_running_loop().create_future()
         child.pending[request_id] = future
+        child.started[request_id] = time.monotonic()
         child.writer.write(wire.encode({**request, "id": request_id}))
         header, payload = await future
         if not header.get("ok"):
@@ -250,8 +279,12 @@ class EmbeddedBackend(Backend):
             self._child = None
 
     @staticmethod
-    async def _stop(child: _Child) -> None:
+    async def _stop(child: _Child, *, watchdog: bool = True) -> None:
         child.fail("the embedded ClickHouse engine was stopped")
+        if watchdog and child.watchdog is not None:
+            child.watchdog.cancel()
+            with suppress(BaseException):
+                await child.watchdog
         with suppress(Exception):
             child.writer.close()
         if child.read_task is not None:

@@ -1,7 +1,8 @@
 """The embedded ClickHouse engine (chdb) in a process of its own, confined before it runs any SQL.
 
-The app talks to it over a socket (agent/db/wire.py frames). It starts with a scrubbed environment,
-opens its read-only connections, then confines itself with Landlock (agent/db/sandbox.py): it can
+The app talks to it over a socket (agent/db/wire.py frames). It starts with a scrubbed environment
+and confines itself with Landlock (agent/db/sandbox.py) *before* chdb is loaded: Landlock binds the
+thread that applies it and the threads it creates later, so every engine thread is confined. It can
 read its data directory and its own code, write only its scratch folder, execute nothing and open
 no TCP connection. So SQL that got past the statement check still cannot read the app's secrets or
 files, write anything that lasts, or reach the network.
@@ -23,6 +24,7 @@ import json
 import os
 import queue
 import socket
+import subprocess
 import sys
 import sysconfig
 import threading
@@ -34,9 +36,9 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode
 
-import chdb
-
 from agent.db import sandbox, wire
+
+chdb: Any = None  # loaded after the sandbox is in place (see load_engine)
 
 _KILL_WAIT_S = 10.0
 
@@ -230,6 +232,11 @@ def _require_database(path: Path, database: str | None) -> None:
         )
 
 
+def _bounded(message: str, limit: int = 16_384) -> str:
+    """Error text a query controls (throwIf(1, repeat(...))) must not outgrow a frame."""
+    return message if len(message) <= limit else f"{message[:limit]}… [{len(message) - limit} characters cut]"
+
+
 def _tagged(sql: str, tag: str) -> str:
     # The tag leads so system.processes shows it; the newline ends the comment's line for good measure.
     return f"/* {_safe_tag(tag)} */\n{sql}"
@@ -285,9 +292,9 @@ class Server:
             header, payload = self._dispatch(request)
             self.send({"id": request_id, "ok": True, **header}, payload)
         except EngineError as exc:
-            self.send({"id": request_id, "ok": False, "error": str(exc)})
+            self.send({"id": request_id, "ok": False, "error": _bounded(str(exc))})
         except Exception as exc:  # a bug here must answer, not hang the caller
-            self.send({"id": request_id, "ok": False, "error": f"engine process error: {exc!r}"})
+            self.send({"id": request_id, "ok": False, "error": _bounded(f"engine process error: {exc!r}")})
 
     def _dispatch(self, request: dict[str, Any]) -> tuple[dict[str, Any], bytes]:
         op = request.get("op")
@@ -311,12 +318,31 @@ class Server:
 
 
 def sandbox_paths(data_dir: Path) -> tuple[list[str], list[str]]:
-    """What the confined engine may read and write."""
+    """What the confined engine may read and write. chdb reads its own /proc/self/maps (thread
+    stacks) and cgroup limits; it writes its status file and scratch folder (also its TMPDIR)."""
     paths = sysconfig.get_paths()
     read = {paths["stdlib"], paths["platstdlib"], paths["purelib"], paths["platlib"], str(Path(__file__).parents[1])}
-    read |= {str(data_dir), "/dev/urandom"}
-    write = [str(data_dir / "tmp"), "/dev/null"]
+    read |= {str(data_dir), "/dev/urandom", f"/proc/{os.getpid()}/maps", "/sys/fs/cgroup"}
+    write = [str(data_dir / "tmp"), str(data_dir / "status"), "/dev/null"]
     return sorted(read), write
+
+
+def initialize(data_dir: Path) -> None:
+    """A new data directory gets its layout from a short, unconfined chdb process of its own (the
+    confined engine can write nothing but its scratch folder)."""
+    if (data_dir / "metadata").is_dir() and (data_dir / "status").exists():
+        return
+    code = "import sys, chdb; chdb.connect(sys.argv[1]).close()"
+    done = subprocess.run([sys.executable, "-c", code, str(data_dir)], capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise EngineError(f"could not create the engine's data directory: {done.stderr.strip()[-300:]}")
+
+
+def load_engine() -> None:
+    global chdb
+    import chdb as loaded
+
+    chdb = loaded
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -328,11 +354,15 @@ def main(argv: list[str] | None = None) -> int:
     data_dir = Path(config["path"])
     try:
         (data_dir / "tmp").mkdir(parents=True, exist_ok=True)
-        engine = Engine(data_dir, config["settings"], int(config["pool_size"]))
+        os.environ["TMPDIR"] = str(data_dir / "tmp")  # chdb makes a scratch server there on import
+        initialize(data_dir)
+        (data_dir / "status").touch()  # chdb rewrites it at start; a Landlock rule needs it to exist
         status = sandbox.SandboxStatus(False, 0, False, "disabled by the app")
         if config.get("sandbox", True):
             read, write = sandbox_paths(data_dir)
-            status = sandbox.confine(read=read, write=write)
+            status = sandbox.confine(read=read, write=write)  # before any engine thread exists
+        load_engine()
+        engine = Engine(data_dir, config["settings"], int(config["pool_size"]))
     except Exception as exc:
         sock.sendall(wire.encode({"ready": False, "error": str(exc)}))
         return 1

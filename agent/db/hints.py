@@ -22,10 +22,11 @@ _EXCEPTION_TEXT = re.compile(r"Code:\s*\d+\.\s*DB::(?:Errno)?Exception:.*", re.D
 _VERSION_SUFFIX = re.compile(r"\s*\(version [\d.]+(?: \(official build\))?\)\.?\s*")
 _SUGGESTION_LIST = re.compile(r"\s*Maybe you meant:?\s*\[([^\]]*)\]\.?")
 _SUGGESTION_ONE = re.compile(r"\s*Maybe you meant:?\s*([\w.`']+)\??\.?")
+MAX_ERROR_CHARS = 2_000  # an error's text is partly the query's to choose (throwIf)
 # The agent's own wrapping statements, which the model never wrote.
 _WRAPPER_SCOPE = re.compile(
-    r"\s*:?\s*In scope (?:SELECT \* APPLY\(x -> if\(isNull\(x\).*?LIMIT \d+|WITH formatQuery\(unhex\('[0-9a-f]*'\)\).*?"
-    r"AS canonical SELECT hex\(canonical\), hex\(parseQueryToJSON\(canonical\)\)|DESCRIBE TABLE \(.*?\))\.?",
+    r"\s*:?\s*In scope (?:SELECT \* APPLY\(x -> if\(isNull\(x\).*?LIMIT \d+|DESCRIBE TABLE \(.*?\)"
+    r"|WITH formatQuery\(unhex\('.*?(?=\s*\([A-Z_]+\)\s*$|$))\.?",
     re.DOTALL,
 )
 
@@ -49,7 +50,8 @@ def clean_error(message: str, may_name: Callable[[str], bool]) -> str:
 
     text = _SUGGESTION_LIST.sub(keep_listed, text)
     text = _SUGGESTION_ONE.sub(lambda m: m.group(0) if may_name(m.group(1).strip("'`")) else "", text)
-    return text.strip()
+    text = text.strip()
+    return text if len(text) <= MAX_ERROR_CHARS else f"{text[:MAX_ERROR_CHARS]}… [error cut]"
 
 
 HINTS: dict[int, str] = {

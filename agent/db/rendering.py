@@ -33,18 +33,36 @@ class Rendered:
     rows_before_limit: int | None
 
 
-def capped_select(canonical: str, *, limit: int, max_cell_chars: int) -> str:
+def capped_select(canonical: str, *, limit: int, max_cell_chars: int, hexed: bool = True) -> str:
     """`canonical` with every cell rendered by ClickHouse and cut to `max_cell_chars` characters."""
-    n = int(max_cell_chars)
+    n, b = int(max_cell_chars), 4 * int(max_cell_chars)
     text = "x -> if(isNull(x), NULL, formatRowNoNewline('TSVRaw', x))"
-    cut = f"s -> if(lengthUTF8(s) > {n}, concat(leftUTF8(s, {n}), '…[+', toString(lengthUTF8(s) - {n}), ' chars]'), s)"
+    # Cut by characters and by bytes: lengthUTF8 does not count bytes that are not valid UTF-8.
+    kept = f"leftUTF8(substring(s, 1, {b}), {n})"
+    more = (
+        f"if(lengthUTF8(s) > {n}, concat(toString(lengthUTF8(s) - {n}), ' chars'), "
+        f"concat(toString(length(s) - length({kept})), ' bytes'))"
+    )
+    cut = f"s -> if(length(s) > {b} OR lengthUTF8(s) > {n}, concat({kept}, '…[+', {more}, ']'), s)"
     # hex: the bytes arrive exactly (a JSON writer would fold invalid UTF-8 its own way). The newlines
     # keep a statement's last line from reaching the closing bracket.
-    return f"SELECT * APPLY({text}) APPLY({cut}) APPLY(hex) FROM (\n{canonical}\n) LIMIT {int(limit)}"
+    carry = " APPLY(hex)" if hexed else ""
+    return f"SELECT * APPLY({text}) APPLY({cut}){carry} FROM (\n{canonical}\n) LIMIT {int(limit)}"
 
 
-def export_select(canonical: str, *, limit: int) -> str:
-    return f"SELECT * FROM (\n{canonical}\n) LIMIT {int(limit)}"
+def export_select(canonical: str, *, limit: int, max_cell_chars: int) -> str:
+    """ClickHouse's text of every cell (cut at `max_cell_chars`), for a download."""
+    return capped_select(canonical, limit=limit, max_cell_chars=max_cell_chars, hexed=False)
+
+
+async def bounded(chunks: AsyncIterator[bytes], max_bytes: int) -> AsyncIterator[bytes]:
+    """Chunks until `max_bytes` have passed; the engine stops when the consumer does."""
+    seen = 0
+    async for chunk in chunks:
+        seen += len(chunk)
+        yield chunk
+        if seen >= max_bytes:
+            return
 
 
 def describe(canonical: str) -> str:

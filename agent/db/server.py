@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import asyncio
 import re
-from collections.abc import AsyncIterator
-from contextlib import suppress
+from collections.abc import AsyncGenerator, AsyncIterator
+from contextlib import aclosing, suppress
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
+import aiohttp
 import clickhouse_connect
 from clickhouse_connect.driver.asyncclient import AsyncClient
 from clickhouse_connect.driver.exceptions import DatabaseError as CCDatabaseError
@@ -26,6 +27,10 @@ from agent.db.scope import Scope
 _KILL_TIMEOUT_S = 10.0
 _GRANT = re.compile(r"^GRANT (?P<privileges>.+?) ON (?P<target>\S+) TO ", re.IGNORECASE)
 _READ_PRIVILEGES = {"SELECT", "SHOW", "SHOW TABLES", "SHOW COLUMNS", "SHOW DATABASES", "SHOW DICTIONARIES"}
+# How ClickHouse (25.11+) reports an error after the body started: between these markers, with the
+# response's exception tag, and then it breaks the chunked body off.
+_EXCEPTION_OPEN = b"__exception__\r\n"
+_EXCEPTION_CLOSE = b"\r\n__exception__"
 
 
 class ServerBackend(Backend):
@@ -52,7 +57,11 @@ class ServerBackend(Backend):
                         secure=url.scheme == "https",
                         send_receive_timeout=int(self._wanted["max_execution_time"]) + 30,
                     )
-                    self._query_settings = await self._checked_settings(client)
+                    try:
+                        self._query_settings = await self._checked_settings(client)
+                    except BaseException:
+                        await client.close()  # a refused user's client must not leak its connections
+                        raise
                 except (OperationalError, OSError, CCDatabaseError) as exc:
                     raise DatabaseUnavailable(
                         f"ClickHouse at {url.hostname}:{url.port} is unreachable: {exc}"
@@ -85,8 +94,9 @@ class ServerBackend(Backend):
         match = _GRANT.match(grant)
         if match is None:
             return False  # a role or an unparsed grant: refuse rather than guess
-        privileges = {p.strip().upper() for p in match.group("privileges").split(",")}
-        privileges = {re.sub(r"\(.*\)$", "", p).strip() for p in privileges}  # SELECT(col, ...) is still SELECT
+        # SELECT(a, b) is still SELECT: drop column lists before splitting on commas
+        listed = re.sub(r"\([^)]*\)", "", match.group("privileges"))
+        privileges = {p.strip().upper() for p in listed.split(",")}
         database, _, table = match.group("target").replace("`", "").partition(".")
         if not privileges <= _READ_PRIVILEGES or database == "*":
             return False
@@ -107,8 +117,14 @@ class ServerBackend(Backend):
         names = ", ".join(f"'{name}'" for name in wanted)
         result = await client.query(f"SELECT name, value FROM system.settings WHERE name IN ({names})")
         current = {name: value for name, value in result.result_rows}
-        if current.get("readonly", "0") != "1":
+        if current.get("readonly", "0") == "0":
             return {"cancel_http_readonly_queries_on_client_close": 1, **wanted}
+        if current["readonly"] != "1":  # readonly=2 lets queries change settings, and `readonly` itself not
+            raise DatabaseUnavailable(
+                f"The ClickHouse user's profile has readonly={current['readonly']}, which lets queries change "
+                "settings; use readonly=1 with the agent's limits in the profile, or readonly=0 so the agent "
+                "sets them (see docker/clickhouse)."
+            )
         weaker = [
             name
             for name, value in wanted.items()
@@ -138,13 +154,13 @@ class ServerBackend(Backend):
         finished = False
         try:
             context = await client.raw_stream(sql, settings={**self._query_settings, "query_id": tag}, fmt=fmt)
-            async with context:
-                async for chunk in context:
+            async with context, aclosing(_body_or_exception(context)) as body:
+                async for chunk in body:
                     yield chunk
             finished = True
         except CCDatabaseError as exc:
             raise EngineError(str(exc)) from None
-        except (OperationalError, OSError) as exc:
+        except (OperationalError, OSError, aiohttp.ClientError) as exc:
             raise DatabaseUnavailable(f"Lost the connection to ClickHouse: {exc}") from None
         finally:
             if not finished:
@@ -163,3 +179,43 @@ class ServerBackend(Backend):
         if self._client is not None:
             await self._client.close()
             self._client = None
+
+
+async def _body_or_exception(chunks: AsyncIterator[bytes]) -> AsyncGenerator[bytes, None]:
+    """A streamed body, or the server's exception when it broke off with one.
+
+    Once the body has started, ClickHouse can no longer send an error status: it writes
+    `__exception__\\r\\n<tag>\\r\\n<message>\\n<size> <tag>\\r\\n__exception__\\r\\n` into the body and
+    breaks the chunked transfer off. Bytes from the opening marker on are held back: they are the
+    exception (EngineError) when the block is complete or the transfer breaks, and data otherwise.
+    (Text formats escape carriage returns, so their data never holds the marker.)"""
+    pending = b""
+    held: bytes | None = None
+    try:
+        async for chunk in chunks:
+            if held is not None:
+                held += chunk
+                continue
+            pending += chunk
+            at = pending.find(_EXCEPTION_OPEN)
+            if at >= 0:
+                held, pending = pending[at:], pending[:at]
+            keep = 0 if held is not None else len(_EXCEPTION_OPEN) - 1  # a marker may straddle two chunks
+            if len(pending) > keep:
+                yield pending[: len(pending) - keep]
+                pending = pending[len(pending) - keep :]
+    except aiohttp.ClientPayloadError:
+        if held is None:
+            raise
+        raise EngineError(_exception_text(held)) from None
+    if held is not None and _EXCEPTION_CLOSE in held:  # a complete block, even if the transfer ended well
+        raise EngineError(_exception_text(held))
+    if held is not None or pending:
+        yield pending + (held or b"")
+
+
+def _exception_text(block: bytes) -> str:
+    """The message inside an exception block (see _body_or_exception)."""
+    tag, _, rest = block[len(_EXCEPTION_OPEN) :].partition(b"\r\n")
+    message = rest.split(b" " + tag + _EXCEPTION_CLOSE, 1)[0].rpartition(b"\n")[0] or rest
+    return message.decode("utf-8", errors="replace").strip()

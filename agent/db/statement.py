@@ -23,6 +23,7 @@ from agent.db.functions import DENIED, FunctionPolicy, is_denied
 from agent.db.scope import Scope
 
 MAX_SQL_CHARS = 60_000
+_DENIED_BY_LOWER = {name.lower(): reason for name, reason in DENIED.items()}
 IN_FUNCTIONS = frozenset(
     {"in", "notIn", "globalIn", "globalNotIn", "nullIn", "notNullIn", "globalNullIn", "globalNotNullIn"}
 )
@@ -211,8 +212,8 @@ class _Walk:
             if not self.functions.allows_table_function(name):
                 raise QueryRefused(
                     f"The table function {name}() is not allowed: it reaches files, the network or tables "
-                    "outside this agent's scope. Query the tables in the schema; numbers() and values() are "
-                    "allowed for generated rows."
+                    "outside this agent's scope. Query the tables in the schema; numbers() and generate_series() "
+                    "are allowed for generated rows."
                 )
             return
         self.function_name(name)
@@ -225,7 +226,7 @@ class _Walk:
         if self.functions.allows(name):
             return
         if is_denied(name):
-            why = DENIED.get(name, "it reaches the server's internals")
+            why = DENIED.get(name) or _DENIED_BY_LOWER.get(name.lower(), "it reaches the server's internals")
             raise QueryRefused(f"The function {name}() is not allowed here ({why}). Use the tables in the schema.")
         close = difflib.get_close_matches(name, sorted(self.functions.functions), n=3, cutoff=0.75)
         maybe = f" Did you mean: {', '.join(close)}?" if close else ""

@@ -9,6 +9,7 @@ from agent.llm import LLMClient
 from agent.metrics import Metrics
 from agent.pipeline.runner import Runner
 from agent.pipeline.v3 import LoopSettings, Pipeline
+from agent.pipeline.v3.charting import ChartMaker
 from agent.pipeline.v3.prompt import RequestPrefix
 from agent.pipeline.v3.tools import SqlExecutor
 from agent.prompts import prompt_library
@@ -34,4 +35,5 @@ def build_runner(settings: Settings, *, db: Database, llm: LLMClient, metrics: M
         ),
         metrics=metrics,
         followups=FollowupGenerator(llm, prompts, settings.agent_followup_model, metrics),
+        charts=ChartMaker(db),
     )

@@ -13,6 +13,7 @@ from typing import Annotated, Any, Literal, Protocol
 
 from pydantic import BaseModel, Field, field_validator
 
+from agent.charts import Chart
 from agent.db import QueryResult
 
 Platform = Literal["slack", "web", "cli"]
@@ -79,6 +80,7 @@ class RunResult(BaseModel):
     thinking: list[str] = Field(default_factory=list)
     queries: list[ExecutedQuery] = Field(default_factory=list)
     followups: list[str] = Field(default_factory=list)
+    charts: list[Chart] = Field(default_factory=list)
     metrics: RunMetrics = Field(default_factory=RunMetrics)
     cancelled: bool = False
     error: str | None = None
@@ -98,6 +100,7 @@ class RunResult(BaseModel):
             "classification": self.classification.value,
             "queries": [q.summary() for q in self.queries],
             "followups": self.followups,
+            "charts": [chart.summary() for chart in self.charts],
             "metrics": self.metrics.model_dump(),
         }
 
@@ -200,6 +203,13 @@ class FollowupsEvent(BaseModel):
     questions: list[str]
 
 
+class ChartEvent(BaseModel):
+    """A chart drawn from a query's full result (a Vega-Lite spec)."""
+
+    type: Literal["chart"] = "chart"
+    chart: Chart
+
+
 class ErrorEvent(BaseModel):
     type: Literal["error"] = "error"
     message: str
@@ -211,7 +221,7 @@ class DoneEvent(BaseModel):
 
 
 Event = Annotated[
-    ThinkingEvent | ExecutingEvent | ResultEvent | AnswerEvent | FollowupsEvent | ErrorEvent | DoneEvent,
+    ThinkingEvent | ExecutingEvent | ResultEvent | ChartEvent | AnswerEvent | FollowupsEvent | ErrorEvent | DoneEvent,
     Field(discriminator="type"),
 ]
 EventSink = Callable[[Event], Awaitable[None]]

@@ -88,6 +88,7 @@ class TurnView {
       (this.question = el("div", { class: "bubble user", text: question })),
       (this.steps = el("div", { class: "steps" })),
       (this.answer = el("div", { class: "bubble answer markdown", "aria-busy": "true" })),
+      (this.charts = el("div", { class: "charts" })),
       (this.footer = el("div", { class: "turn-footer" })));
     this.status = el("div", { class: "working", text: "Sending…" });
     this.steps.append(this.status);
@@ -134,6 +135,23 @@ class TurnView {
     }
   }
 
+  // A chart the program built from a query's full result; drawn under the answer.
+  on_chart(data) {
+    const chart = data.chart;
+    const canvas = el("div", { class: "chart-canvas", role: "img", "aria-label": chartLabel(chart) });
+    const cardId = `q-${this.runId}-${chart.query_id}`;
+    const caption = el("figcaption", {},
+      el("span", { class: "badge", text: chart.id }),
+      el("span", { text: ` ${chartLabel(chart)} ` }),
+      el("a", { href: `#${cardId}`, class: "open-query", text: `Open ${chart.query_id}`,
+        onclick: (event) => { event.preventDefault(); focusQuery(cardId); } }));
+    this.charts.append(el("figure", { class: "chart", id: `chart-${this.runId}-${chart.id}` }, canvas, caption));
+    if (window.drawChart) {
+      window.drawChart(canvas, chart).catch((error) => canvas.replaceChildren(
+        el("p", { class: "error-box", text: `The chart could not be drawn: ${error.message}` })));
+    }
+  }
+
   on_followups(data) {
     const list = el("div", { class: "followups", role: "group", "aria-label": "Follow-up questions" });
     for (const question of data.questions) {
@@ -161,6 +179,12 @@ class TurnView {
     quietFixedFailures(this.queries);
     for (const card of this.queries.values()) card.classList.add("downloadable");
   }
+}
+
+function chartLabel(chart) {
+  const y = (chart.spec.encoding.y && chart.spec.encoding.y.field) || "count";
+  const cap = chart.capped ? `, first ${chart.rows} rows` : `, ${chart.rows} rows`;
+  return `${chart.kind.replace("_", " ")} chart of ${y} by ${chart.spec.encoding.x.field} from ${chart.query_id}${cap}`;
 }
 
 function queryCard(runId, data) {
@@ -421,6 +445,7 @@ async function openConversation(id) {
       view.on_result({ ...query, query_id: query.label });
     }
     view.finish({ answer: turn.answer, outcome: turn.outcome });
+    for (const chart of turn.charts || []) view.on_chart({ chart });
     if (turn.followups.length) view.on_followups({ questions: turn.followups });
   }
   closeSidebar();

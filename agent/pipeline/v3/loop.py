@@ -27,6 +27,7 @@ from agent.pipeline.runner import (
     ignore_events,
 )
 from agent.pipeline.v3 import guards
+from agent.pipeline.v3.charting import ChartMaker
 from agent.pipeline.v3.context import (
     Message,
     append_text,
@@ -72,9 +73,11 @@ class Pipeline:
         settings: LoopSettings,
         metrics: Metrics,
         followups: FollowupGenerator | None = None,
+        charts: ChartMaker | None = None,
     ) -> None:
         self._llm, self._prefix, self._sql, self._prompts = llm, prefix, sql, prompts
         self._settings, self._metrics, self._followups = settings, metrics, followups
+        self._charts = charts
 
     async def run(
         self,
@@ -221,8 +224,10 @@ class Pipeline:
             elif call["name"] == "execute_sql":
                 requests, repaired = parse_queries(call["input"])
                 outcome = ToolOutcome(await self._sql.run(requests, state), repaired=repaired)
+            elif call["name"] == "chart" and self._charts is not None:
+                outcome = await self._charts.run(call["input"], state)
             else:
-                raise ToolInputError(f"There is no tool named {call['name']!r}; use think or execute_sql.")
+                raise ToolInputError(f"There is no tool named {call['name']!r}; use think, execute_sql or chart.")
         except ToolInputError as exc:
             state.record_guard("malformed_tool_input")
             return ToolOutcome(str(exc), is_error=True)

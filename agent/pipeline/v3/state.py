@@ -6,10 +6,12 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
+from agent.charts import Chart
 from agent.llm import ModelTurn
 from agent.metrics import Metrics
 from agent.pipeline.runner import (
     Classification,
+    Event,
     EventSink,
     ExecutedQuery,
     Interface,
@@ -34,8 +36,24 @@ class RunState:
     outcome: Outcome = Outcome.ANSWERED
     error: str | None = None
     followups: list[str] = field(default_factory=list)
+    charts: list[Chart] = field(default_factory=list)
     think_only_rounds: int = 0
     citation_retries: int = 0
+    first_event_s: float | None = None
+
+    def __post_init__(self) -> None:
+        sink = self.emit
+
+        async def emit(event: Event) -> None:  # the run's first event after `started` is timed
+            if self.first_event_s is None:
+                self._record_first_event()
+            await sink(event)
+
+        self.emit = emit
+
+    def _record_first_event(self) -> None:
+        self.first_event_s = time.perf_counter() - self.started
+        self.metrics.first_event_seconds.labels(self.interface).observe(self.first_event_s)
 
     def next_query_id(self) -> str:
         return f"Q{len(self.queries) + 1}"
@@ -69,6 +87,14 @@ class RunState:
         self.metrics.sql_seconds.observe(query.result.elapsed_ms / 1000)
         if not query.result.ok:
             m.sql_errors += 1
+            self.metrics.count_sql_error(query.result.error_code)
+
+    def record_chart(self, chart: Chart) -> None:
+        self.charts.append(chart)
+        self.metrics.charts.labels(chart.kind).inc()
+
+    def record_chart_error(self, reason: str) -> None:
+        self.metrics.chart_errors.labels(reason).inc()
 
     def record_think(self, text: str) -> None:
         self.thinking.append(text)
@@ -95,12 +121,15 @@ class RunState:
             thinking=self.thinking,
             queries=self.queries,
             followups=self.followups,
+            charts=self.charts,
             metrics=m,
             cancelled=self.outcome is Outcome.CANCELLED,
             error=self.error,
         )
 
     def record_finished(self, result: RunResult) -> None:
+        if self.first_event_s is None and result.outcome is not Outcome.CANCELLED:
+            self._record_first_event()  # nothing streamed: the error (or `done`) sent now is the first event
         self.metrics.runs.labels(self.interface, result.classification.value, result.outcome.value).inc()
         self.metrics.run_seconds.observe(result.metrics.total_ms / 1000)
         self.metrics.rounds.observe(result.metrics.rounds)

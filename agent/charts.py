@@ -1,0 +1,186 @@
+"""Charts the model asks for: a Vega-Lite spec the program builds from an executed query's real
+columns and rows, never from numbers the model typed.
+
+The model names the query (`Q2`), the kind and which result columns go on which channel. The rows
+come from the query's full result up to CHART_MAX_ROWS (through the same guarded path as a CSV
+export), not only the rows the model saw; the spec says when that cap was hit. Every spec is
+validated against the Vega-Lite JSON schema that Altair ships.
+"""
+
+from __future__ import annotations
+
+import json
+from functools import cache
+from importlib import resources
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+from agent.db.rendering import Cell, base_type, is_numeric, json_value
+
+CHART_MAX_ROWS = 5_000
+ChartKind = Literal["line", "bar", "stacked_bar", "scatter", "histogram", "area"]
+KINDS: tuple[str, ...] = ("line", "bar", "stacked_bar", "scatter", "histogram", "area")
+_MARKS = {"line": "line", "bar": "bar", "stacked_bar": "bar", "scatter": "point", "histogram": "bar", "area": "area"}
+_TEMPORAL = ("Date", "DateTime")
+
+
+class ChartError(Exception):
+    """The chart cannot be drawn as asked; the message says what the model can change."""
+
+
+class ChartRequest(BaseModel):
+    query_id: str = Field(description="The query whose result is drawn, e.g. Q2.")
+    kind: ChartKind
+    x: str
+    y: str | None = None
+    color: str | None = None
+    title: str = ""
+
+
+class Chart(BaseModel):
+    id: str  # C1, C2, ... across the run
+    query_id: str
+    kind: ChartKind
+    title: str
+    spec: dict[str, Any]
+    rows: int
+    capped: bool
+
+    def summary(self) -> dict[str, Any]:
+        return self.model_dump()
+
+    def describe(self) -> str:
+        """Alt text: what the chart shows, for screen readers and Slack."""
+        y = self.spec["encoding"].get("y", {}).get("field", "count")
+        x = self.spec["encoding"]["x"].get("field", "")
+        cap = f", first {self.rows} rows" if self.capped else ""
+        return f"{self.kind.replace('_', ' ')} chart of {y} by {x} from {self.query_id} ({self.rows} rows{cap})"
+
+
+def build_chart(
+    chart_id: str,
+    request: ChartRequest,
+    columns: list[str],
+    types: list[str],
+    rows: list[list[Cell]],
+    *,
+    capped: bool,
+) -> Chart:
+    """The Vega-Lite spec for `request` over the query's real result."""
+    channels = {"x": request.x, "y": request.y, "color": request.color}
+    for channel, name in channels.items():
+        if name is not None and name not in columns:
+            raise ChartError(
+                f"{request.query_id} has no column {name!r} (for {channel}). Its columns are: "
+                f"{', '.join(columns)}. Use one of those names exactly."
+            )
+    if request.kind != "histogram" and request.y is None:
+        raise ChartError(f"A {request.kind} chart needs a y column; only a histogram counts rows by itself.")
+    kinds = dict(zip(columns, (_field_type(t) for t in types), strict=False))
+    if (
+        request.kind in ("line", "area", "scatter", "bar", "stacked_bar")
+        and request.y
+        and kinds[request.y] != "quantitative"
+    ):
+        raise ChartError(
+            f"The y column {request.y!r} is not numeric ({types[columns.index(request.y)]}); pick a numeric one."
+        )
+    if request.kind == "histogram" and kinds[request.x] != "quantitative":
+        raise ChartError(f"A histogram needs a numeric x column; {request.x!r} is {types[columns.index(request.x)]}.")
+    used = [name for name in dict.fromkeys(v for v in channels.values() if v)]
+    values = [_record(row, columns, types, used) for row in rows]
+    spec: dict[str, Any] = {
+        "$schema": "https://vega.github.io/schema/vega-lite/v6.json",
+        "title": request.title or f"{request.y or 'count'} by {request.x}",
+        "width": "container",
+        "height": 280,
+        "data": {"values": values},
+        "mark": {"type": _MARKS[request.kind], "tooltip": True},
+        "encoding": _encoding(request, kinds),
+    }
+    if request.kind == "line":
+        spec["mark"]["point"] = len(values) <= 60
+    if capped:
+        spec["title"] = {"text": spec["title"], "subtitle": f"First {len(values)} rows of {request.query_id}"}
+    validate(spec)
+    return Chart(
+        id=chart_id,
+        query_id=request.query_id,
+        kind=request.kind,
+        title=request.title,
+        spec=spec,
+        rows=len(values),
+        capped=capped,
+    )
+
+
+def _encoding(request: ChartRequest, kinds: dict[str, str]) -> dict[str, Any]:
+    x: dict[str, Any] = {"field": request.x, "type": kinds[request.x]}
+    if request.kind == "histogram":
+        return {"x": {**x, "bin": {"maxbins": 30}}, "y": {"aggregate": "count", "type": "quantitative"}}
+    if request.kind in ("bar", "stacked_bar") and kinds[request.x] == "quantitative":
+        x["type"] = "ordinal"  # bars over a number read as categories (hour of day, year)
+    encoding: dict[str, Any] = {"x": x, "y": {"field": request.y, "type": "quantitative"}}
+    if request.color:
+        encoding["color"] = {"field": request.color, "type": "nominal"}
+        if request.kind == "bar":
+            encoding["xOffset"] = {"field": request.color, "type": "nominal"}  # grouped, not stacked
+    if request.kind == "stacked_bar":
+        encoding["y"]["stack"] = "zero"
+    return encoding
+
+
+def _field_type(ch_type: str) -> str:
+    base = base_type(ch_type)
+    if is_numeric(ch_type):
+        return "quantitative"
+    if base.startswith(_TEMPORAL):
+        return "temporal"
+    return "nominal"
+
+
+def _record(row: list[Cell], columns: list[str], types: list[str], used: list[str]) -> dict[str, Any]:
+    record = {}
+    for name in used:
+        index = columns.index(name)
+        value = json_value(row[index], types[index])
+        if isinstance(value, str) and base_type(types[index]).startswith(_TEMPORAL):
+            value = value.replace(" ", "T", 1)  # ISO for browsers; the wall-clock time ClickHouse printed
+        record[name] = value
+    return record
+
+
+@cache
+def _validator() -> Any:
+    import jsonschema
+
+    schema_file = resources.files("altair") / "vegalite" / "v6" / "schema" / "vega-lite-schema.json"
+    schema = json.loads(schema_file.read_text())
+    return jsonschema.Draft7Validator(schema)
+
+
+def validate(spec: dict[str, Any]) -> None:
+    """Raise ChartError unless `spec` is valid Vega-Lite (v6, the schema Altair ships)."""
+    error = next(iter(_validator().iter_errors(spec)), None)
+    if error is not None:
+        path = "/".join(str(p) for p in error.absolute_path) or "spec"
+        raise ChartError(f"The chart spec is not valid Vega-Lite at {path}: {error.message[:200]}")
+
+
+def render_png(spec: dict[str, Any], scale: float = 2.0) -> bytes:
+    """The chart as a PNG, rendered without a browser (vl-convert)."""
+    import vl_convert
+
+    return bytes(vl_convert.vegalite_to_png(_for_static(spec), scale=scale))
+
+
+def render_svg(spec: dict[str, Any]) -> str:
+    import vl_convert
+
+    return str(vl_convert.vegalite_to_svg(_for_static(spec)))
+
+
+def _for_static(spec: dict[str, Any]) -> dict[str, Any]:
+    """A fixed width: "container" means nothing without a page around the chart."""
+    return {**spec, "width": 640, "background": "white"}

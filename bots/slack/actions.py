@@ -1,0 +1,121 @@
+"""The buttons under an answer: Show SQL (posts it in the thread), a follow-up (asks it in the
+thread), thumbs up / down (stored with the turn), and the CSV link (Slack reports the click; the
+browser does the rest)."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from slack_sdk.errors import SlackApiError
+from slack_sdk.web.async_client import AsyncWebClient
+
+from agent.conversations import ConversationStore
+from agent.metrics import Metrics
+from bots.slack import blocks
+from bots.slack.receive import Question
+
+log = logging.getLogger(__name__)
+FEEDBACK_VALUES = ("up", "down")
+
+
+@dataclass(frozen=True)
+class Click:
+    kind: str
+    value: str
+    team: str
+    channel: str
+    thread_ts: str
+    user: str
+
+    @classmethod
+    def of(cls, body: dict[str, Any]) -> Click:
+        action = (body.get("actions") or [{}])[0]
+        container = body.get("container") or {}
+        message = body.get("message") or {}
+        user = body.get("user") or {}
+        return cls(
+            kind=blocks.action_kind(str(action.get("action_id") or "")),
+            value=str(action.get("value") or ""),
+            team=str((body.get("team") or {}).get("id") or user.get("team_id") or ""),
+            channel=str(container.get("channel_id") or (body.get("channel") or {}).get("id") or ""),
+            thread_ts=str(container.get("thread_ts") or message.get("thread_ts") or container.get("message_ts") or ""),
+            user=str(user.get("id") or ""),
+        )
+
+
+class Actions:
+    def __init__(
+        self,
+        *,
+        client: AsyncWebClient,
+        store: ConversationStore,
+        metrics: Metrics,
+        ask: Callable[[Question], None],
+    ) -> None:
+        self._client, self._store, self._metrics, self._ask = client, store, metrics, ask
+
+    async def handle(self, body: dict[str, Any]) -> None:
+        click = Click.of(body)
+        if not click.channel or not click.thread_ts:
+            return
+        try:
+            if click.kind == blocks.SHOW_SQL:
+                await self._show_sql(click)
+            elif click.kind == blocks.FOLLOWUP and click.value.strip():
+                await self._follow_up(click)
+            elif click.kind == blocks.FEEDBACK:
+                await self._feedback(click)
+        except SlackApiError:
+            log.warning("a button's answer could not be posted", exc_info=True)
+
+    async def _show_sql(self, click: Click) -> None:
+        label = click.value.rsplit("-", 1)[-1]
+        sql = await self._store.query_sql(click.value)
+        if sql is None:
+            text = f"I no longer have the SQL of {blocks.escape(label)}."
+        else:
+            code = blocks.escape(sql.replace("```", "'''"))
+            text = f"*{blocks.escape(label)}*\n```\n{code}\n```"
+        await self._client.chat_postMessage(channel=click.channel, thread_ts=click.thread_ts, text=text)
+
+    async def _follow_up(self, click: Click) -> None:
+        """Say who asked what in the thread, then ask it as if they had typed it there."""
+        clicked_at = time.perf_counter()
+        question = " ".join(click.value.split())
+        posted = await self._client.chat_postMessage(
+            channel=click.channel,
+            thread_ts=click.thread_ts,
+            text=f"<@{click.user}> asked: {blocks.escape(question)}",
+        )
+        is_dm = click.channel.startswith("D")
+        self._ask(
+            Question(
+                team=click.team,
+                channel=click.channel,
+                user=click.user,
+                text=question,
+                ts=str(posted["ts"]),
+                thread_ts=click.thread_ts,
+                event_id="",
+                is_dm=is_dm,
+                assistant_thread=is_dm,  # tried; a DM without Slack's assistant falls back to a message
+                addressed=True,
+                parent_user_id=None,
+                received_at=clicked_at,
+            )
+        )
+
+    async def _feedback(self, click: Click) -> None:
+        value, _, run_id = click.value.partition(":")
+        if value not in FEEDBACK_VALUES or not run_id:
+            return
+        self._metrics.slack_feedback.labels(value).inc()
+        if not await self._store.record_feedback(run_id, value):
+            log.info("feedback for run %s, which the store does not have", run_id)
+        await self._client.chat_postEphemeral(
+            channel=click.channel, user=click.user, thread_ts=click.thread_ts, text="Thanks, noted."
+        )

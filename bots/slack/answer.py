@@ -1,0 +1,197 @@
+"""One question in a thread, from a claimed event to a posted answer.
+
+Drives the run only through the RunRegistry and the ConversationStore, follows the run's event log
+to show progress and stream the answer, and turns failures into messages a person can act on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass
+from functools import partial
+from typing import Any
+
+from slack_sdk.errors import SlackApiError
+from slack_sdk.web.async_client import AsyncWebClient
+
+from agent.config import Settings
+from agent.conversations import ConversationStore
+from agent.metrics import Metrics
+from agent.pipeline.runner import Turn
+from agent.runs import RunHandle, RunRegistry
+from bots.slack import blocks
+from bots.slack.failures import Failure, classify, explain
+from bots.slack.limits import RateLimiter
+from bots.slack.progress import Progress
+from bots.slack.receive import Identity, Ignore, Question
+from bots.slack.reply import AnswerWriter, Streaming
+from bots.slack.thread import answer_metadata, part_metadata, read_history
+
+log = logging.getLogger(__name__)
+MAX_TITLE_CHARS = 80
+
+
+@dataclass
+class RunOutcome:
+    result: dict[str, Any] | None = None
+    error: str | None = None
+
+
+class Answerer:
+    def __init__(
+        self,
+        *,
+        client: AsyncWebClient,
+        identity: Identity,
+        store: ConversationStore,
+        runs: RunRegistry,
+        settings: Settings,
+        metrics: Metrics,
+    ) -> None:
+        self._client, self._me, self._store, self._runs = client, identity, store, runs
+        self._settings, self._metrics = settings, metrics
+        self._limiter = RateLimiter(settings.slack_rate_per_minute)
+        self._streaming = Streaming()
+        self._interval_s = settings.slack_progress_interval_s
+
+    async def handle(self, question: Question) -> None:
+        """Answer `question` unless it was handled before (a redelivery, or the same message in another
+        event) or is not for the bot. Never raises: a failure becomes a message in the thread."""
+        try:
+            if question.event_id and not await self._store.claim_event(f"slack:event:{question.event_id}"):
+                self._metrics.slack_duplicates.labels("event").inc()
+                return
+            if not question.addressed and not await self._in_thread(question):
+                self._metrics.slack_ignored.labels(Ignore.NOT_ADDRESSED.value).inc()
+                return
+            if not await self._store.claim_event(question.message_key):
+                self._metrics.slack_duplicates.labels("message").inc()
+                return
+            limit = self._settings.slack_max_message_chars
+            if len(question.text) > limit:
+                await self._tell(question, Failure.TOO_LONG, length=len(question.text), limit=limit)
+                return
+            if (wait_s := self._limiter.retry_after(f"{question.team}:{question.user}")) is not None:
+                await self._tell(question, Failure.RATE_LIMITED, wait_s=wait_s)
+                return
+            await self._answer(question)
+        except Exception:  # a Slack or store failure of our own: say so, keep the trace in the log
+            log.exception("answering a Slack question failed")
+            await self._tell(question, Failure.INTERNAL)
+
+    async def _in_thread(self, question: Question) -> bool:
+        """The bot is part of this thread: it started it, or it answered in it before."""
+        if question.parent_user_id == self._me.user_id:
+            return True
+        return await self._store.find(question.conversation_key) is not None
+
+    async def _answer(self, question: Question) -> None:
+        progress = Progress(
+            self._client,
+            question.channel,
+            question.thread_ts,
+            assistant=question.assistant_thread,
+            interval_s=self._interval_s,
+            on_first=partial(self._first_progress, question),
+        )
+        history_task = asyncio.create_task(self._history(question))
+        try:
+            await progress.begin()
+        except BaseException:
+            history_task.cancel()
+            raise
+        history = await history_task
+        if question.assistant_thread and not history:
+            await self._set_title(question)
+        conversation_id = await self._store.create_conversation(
+            question.text, key=question.conversation_key, interface="slack"
+        )
+        handle = self._runs.start(conversation_id, question.text, history, platform="slack", interface="slack")
+        writer = AnswerWriter(
+            self._client,
+            question.channel,
+            question.thread_ts,
+            recipient=(question.team, question.user),
+            streaming=self._streaming,
+            interval_s=self._interval_s,
+            part_metadata=partial(part_metadata, handle.run_id),
+        )
+        try:
+            outcome = await self._follow(handle, progress, writer)
+            await self._deliver(question, handle.run_id, outcome, progress, writer)
+        finally:  # after a failure or a shutdown, no painter outlives its job
+            progress.cancel()
+            writer.cancel()
+
+    async def _history(self, question: Question) -> list[Turn]:
+        try:
+            return await read_history(
+                self._client, question.channel, question.thread_ts, before_ts=question.ts, bot_id=self._me.bot_id
+            )
+        except SlackApiError:
+            log.warning("could not read the thread; answering without its history", exc_info=True)
+            return []
+
+    async def _set_title(self, question: Question) -> None:
+        title = question.text if len(question.text) <= MAX_TITLE_CHARS else question.text[: MAX_TITLE_CHARS - 1] + "…"
+        try:
+            await self._client.assistant_threads_setTitle(
+                channel_id=question.channel, thread_ts=question.thread_ts, title=title
+            )
+        except SlackApiError:
+            log.info("no title for thread %s", question.thread_ts)
+
+    async def _follow(self, handle: RunHandle, progress: Progress, writer: AnswerWriter) -> RunOutcome:
+        outcome = RunOutcome()
+        async for event in self._runs.follow(handle):
+            data = event.data
+            if event.event == "answer":
+                writer.restart() if data.get("restart") else writer.add(data.get("text") or "")
+                progress.update("answer", data)
+            elif event.event == "error":
+                outcome.error = str(data.get("message") or "")
+            elif event.event == "done":
+                outcome.result = data.get("result")
+            else:
+                progress.update(event.event, data)
+        return outcome
+
+    async def _deliver(
+        self, question: Question, run_id: str, outcome: RunOutcome, progress: Progress, writer: AnswerWriter
+    ) -> None:
+        result = outcome.result or {}
+        queries: list[dict[str, Any]] = result.get("queries") or []
+        if outcome.result is None or result.get("outcome") == "error":
+            kind = classify(outcome.error or result.get("error"), queries)
+            await writer.abandon()
+            await progress.finish("Stopped")
+            await self._tell(question, kind, seconds=self._settings.max_execution_time)
+            return
+        web_url = self._settings.agent_web_url
+        followups = list(result.get("followups") or [])
+        buttons = blocks.answer_blocks(run_id, [q["id"] for q in queries], followups, web_url)
+        metadata = partial(answer_metadata, run_id, question=question.text, queries=queries)
+        delivery = await writer.finish(str(result.get("answer") or ""), buttons, metadata)
+        if delivery is None:  # an empty answer: the buttons still need a home
+            await self._client.chat_postMessage(
+                channel=question.channel, thread_ts=question.thread_ts, text="(no answer)", blocks=buttons
+            )
+            delivery = "update"
+        seconds = time.perf_counter() - question.received_at
+        await progress.finish(f"Answered in {seconds:.1f} s")
+        self._metrics.slack_answers.labels(delivery).inc()
+        self._metrics.slack_answer_seconds.observe(seconds)
+
+    async def _tell(self, question: Question, kind: Failure, **facts: Any) -> None:
+        self._metrics.slack_errors.labels(kind.value).inc()
+        try:
+            await self._client.chat_postMessage(
+                channel=question.channel, thread_ts=question.thread_ts, text=blocks.escape(explain(kind, **facts))
+            )
+        except SlackApiError:
+            log.warning("could not tell %s about a failure (%s)", question.channel, kind, exc_info=True)
+
+    def _first_progress(self, question: Question) -> None:
+        self._metrics.slack_first_progress_seconds.observe(time.perf_counter() - question.received_at)

@@ -1,0 +1,201 @@
+"""The Slack bot: slack-bolt's AsyncApp, whose listeners only sort what arrives and queue it, so Slack
+is answered at once and the work runs after. Served over HTTP (`routes()`, mounted at /slack/events)
+or Socket Mode (`connect_socket_mode()`, a task on the caller's event loop).
+
+Messages in one thread are answered one at a time, in the order they arrived; threads run side by
+side. Runs go through the RunRegistry and the ConversationStore like every other adapter's.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import re
+import time
+from functools import partial
+from typing import Any
+
+import aiohttp
+from slack_bolt.adapter.socket_mode.async_handler import AsyncSocketModeHandler
+from slack_bolt.adapter.starlette.async_handler import AsyncSlackRequestHandler
+from slack_bolt.async_app import AsyncAck, AsyncApp
+from slack_bolt.authorization import AuthorizeResult
+from slack_sdk.errors import SlackApiError
+from slack_sdk.http_retry.builtin_async_handlers import AsyncRateLimitErrorRetryHandler
+from slack_sdk.web.async_client import AsyncWebClient
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import BaseRoute, Route
+
+from agent.app import AgentApp
+from agent.config import ConfigError
+from agent.conversations import ConversationStore
+from agent.runs import RunRegistry
+from bots.slack import blocks
+from bots.slack.actions import Actions
+from bots.slack.answer import Answerer
+from bots.slack.limits import SerialQueues
+from bots.slack.receive import Allowed, Identity, Ignored, Question, event_type, read_question
+
+log = logging.getLogger(__name__)
+DEFAULT_API_URL = "https://slack.com/api/"
+MAX_SUGGESTED_PROMPTS = 4
+EXAMPLES_WAIT_S = 10.0  # how long a new assistant thread waits for example questions being written
+
+
+class SlackBot:
+    def __init__(self, agent: AgentApp, store: ConversationStore) -> None:
+        settings = agent.settings
+        if settings.slack_bot_token is None:
+            raise ConfigError("SLACK_BOT_TOKEN: the Slack bot needs its xoxb- token.")
+        if settings.slack_app_token is None and settings.slack_signing_secret is None:
+            raise ConfigError(
+                "SLACK_SIGNING_SECRET: needed to verify Slack's requests in HTTP mode "
+                "(or set SLACK_APP_TOKEN to use Socket Mode)."
+            )
+        self._agent, self._store, self._settings = agent, store, settings
+        self._token = settings.slack_bot_token.get_secret_value()
+        self._api_url = api_url(settings.slack_api_url)
+        self._allowed = Allowed(frozenset(settings.slack_allowed_teams), frozenset(settings.slack_allowed_channels))
+        self._metrics = agent.metrics
+        self._queues = SerialQueues()
+        self._clicks = itertools.count()
+        self.runs = RunRegistry(agent.runner, store)
+        secret = settings.slack_signing_secret.get_secret_value() if settings.slack_signing_secret else ""
+
+        async def authorize(enterprise_id: str | None, team_id: str | None) -> AuthorizeResult:
+            return self._authorization(enterprise_id, team_id)  # Bolt passes arguments by name, not to methods
+
+        self.app = AsyncApp(
+            client=AsyncWebClient(base_url=self._api_url),  # Bolt's own; the token comes from authorize
+            signing_secret=secret,
+            authorize=authorize,
+            ignoring_self_events_enabled=False,  # receive.py ignores them, and counts them
+            attaching_conversation_kwargs_enabled=False,
+            logger=logging.getLogger("bots.slack.bolt"),
+        )
+        self.app.event(re.compile(r".+"))(self._on_event)
+        self.app.action(re.compile(r"^analyst_"))(self._on_action)
+        self._handler = AsyncSlackRequestHandler(self.app)
+        self._session: aiohttp.ClientSession | None = None
+        self._socket: AsyncSocketModeHandler | None = None
+        self.client: AsyncWebClient | None = None
+        self.identity: Identity | None = None
+        self._answerer: Answerer | None = None
+        self._actions: Actions | None = None
+
+    @property
+    def socket_mode(self) -> bool:
+        return self._settings.slack_app_token is not None
+
+    async def start(self) -> None:
+        """Open the Web API client and learn who the bot is (auth.test), before any event is taken."""
+        self._session = aiohttp.ClientSession()
+        self.client = AsyncWebClient(
+            token=self._token,
+            base_url=self._api_url,
+            session=self._session,
+            retry_handlers=[AsyncRateLimitErrorRetryHandler(max_retry_count=2)],
+        )
+        try:
+            who = await self.client.auth_test()
+        except SlackApiError as exc:
+            await self.close()
+            raise ConfigError(f"SLACK_BOT_TOKEN: Slack refused it ({exc.response.get('error')}).") from None
+        self.identity = Identity(team_id=who["team_id"], user_id=who["user_id"], bot_id=who.get("bot_id") or "")
+        self._answerer = Answerer(
+            client=self.client,
+            identity=self.identity,
+            store=self._store,
+            runs=self.runs,
+            settings=self._settings,
+            metrics=self._metrics,
+        )
+        self._actions = Actions(client=self.client, store=self._store, metrics=self._metrics, ask=self._ask)
+        log.info("Slack bot %s ready in workspace %s", self.identity.user_id, self.identity.team_id)
+
+    def routes(self) -> list[BaseRoute]:
+        """Slack's HTTP endpoint, for Events API and interactivity alike."""
+        return [Route("/slack/events", self._http, methods=["POST"])]
+
+    async def _http(self, request: Request) -> Response:
+        return await self._handler.handle(request)
+
+    async def connect_socket_mode(self) -> None:
+        assert self._settings.slack_app_token is not None and self.client is not None
+        self._socket = AsyncSocketModeHandler(
+            self.app, self._settings.slack_app_token.get_secret_value(), web_client=self.client
+        )
+        await self._socket.connect_async()
+
+    async def idle(self) -> None:
+        """Wait until everything received so far has been answered."""
+        await self._queues.idle()
+
+    async def close(self) -> None:
+        if self._socket is not None:
+            await self._socket.close_async()
+        await self._queues.close()
+        await self.runs.shutdown()
+        if self._session is not None:
+            await self._session.close()
+
+    # --- Bolt's side ---
+
+    def _authorization(self, enterprise_id: str | None, team_id: str | None) -> AuthorizeResult:
+        """The identity learned at start-up, so no event waits for an auth.test of its own."""
+        assert self.identity is not None, "start() runs before any request is served"
+        return AuthorizeResult(
+            enterprise_id=enterprise_id,
+            team_id=team_id or self.identity.team_id,
+            bot_token=self._token,
+            bot_id=self.identity.bot_id,
+            bot_user_id=self.identity.user_id,
+        )
+
+    async def _on_event(self, body: dict[str, Any]) -> None:
+        """Runs after Bolt has acknowledged the event: sorts it and queues the work, nothing more."""
+        received_at = time.perf_counter()
+        kind = event_type(body)
+        self._metrics.slack_events.labels(kind).inc()
+        if self.identity is None:
+            return
+        if kind == "assistant_thread_started":
+            thread = body["event"].get("assistant_thread") or {}
+            self._queues.add(f"suggest:{next(self._clicks)}", partial(self._suggest, thread))
+            return
+        found = read_question(body, self.identity, self._allowed, received_at)
+        if isinstance(found, Ignored):
+            self._metrics.slack_ignored.labels(found.reason.value).inc()
+            return
+        self._ask(found)
+
+    async def _on_action(self, ack: AsyncAck, body: dict[str, Any]) -> None:
+        await ack()
+        self._metrics.slack_events.labels("block_actions").inc()
+        if self._actions is not None:
+            self._queues.add(f"click:{next(self._clicks)}", partial(self._actions.handle, body))
+
+    def _ask(self, question: Question) -> None:
+        assert self._answerer is not None
+        self._queues.add(question.conversation_key, partial(self._answerer.handle, question))
+
+    async def _suggest(self, thread: dict[str, Any]) -> None:
+        """A new assistant thread: offer example questions as suggested prompts."""
+        channel, thread_ts = thread.get("channel_id"), thread.get("thread_ts")
+        if not channel or not thread_ts or self.client is None:
+            return
+        questions = (await self._agent.examples.get(wait_s=EXAMPLES_WAIT_S))[:MAX_SUGGESTED_PROMPTS]
+        prompts = [{"title": blocks.button_label(q), "message": q} for q in questions]
+        try:
+            await self.client.assistant_threads_setSuggestedPrompts(
+                channel_id=channel, thread_ts=thread_ts, title="Try asking", prompts=prompts
+            )
+        except SlackApiError:
+            log.warning("could not suggest prompts", exc_info=True)
+
+
+def api_url(configured: str | None) -> str:
+    """SLACK_API_URL as slack_sdk wants it: ending in a slash (it joins method names on)."""
+    url = configured or DEFAULT_API_URL
+    return url if url.endswith("/") else url + "/"

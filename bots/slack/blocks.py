@@ -1,0 +1,190 @@
+"""What an answer looks like in Slack: its Markdown, where a long one is split, and its buttons.
+
+Slack renders standard Markdown in `markdown` blocks and `markdown_text`, up to 12,000 characters
+per message, but not tables (the docs disagree between pages; the streaming text certainly shows
+raw pipes). So a Markdown table becomes an aligned monospaced block. While an answer is still being
+written, a table that has not ended is held back, so text already sent never changes.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+MAX_MARKDOWN = 12_000  # markdown_text of one call, and all markdown blocks of one message
+MAX_BUTTON_TEXT = 75
+MAX_BUTTON_VALUE = 2_000
+MAX_ACTIONS = 25
+PREVIEW_CHARS = 300  # the plain `text` beside blocks: what notifications and screen readers show
+
+SHOW_SQL = "analyst_show_sql"
+OPEN_CSV = "analyst_open_csv"
+FOLLOWUP = "analyst_followup"
+FEEDBACK = "analyst_feedback"
+
+_SEPARATOR_CELL = re.compile(r"^:?-{1,}:?$")
+_NUMBER = re.compile(r"^[-+]?[$€£]?[\d,]*\.?\d+%?$")
+
+
+# --- Markdown ---
+
+
+def slack_markdown(text: str, *, final: bool) -> str:
+    """The answer as Slack should show it. Not `final`: the part that will not change as more text
+    arrives (a table still being written is held back)."""
+    *complete, tail = text.split("\n")
+    out: list[str] = []
+    table: list[str] = []
+    in_fence = False
+    for line in complete + ([tail] if final else []):
+        if not in_fence and _is_row(line):
+            table.append(line)
+            continue
+        if table:
+            out += _table(table)
+            table = []
+        if line.lstrip().startswith("```"):
+            in_fence = not in_fence
+        out.append(line)
+    if final:
+        out += _table(table)
+        return "\n".join(out)
+    undecided = not tail.strip() or tail.lstrip().startswith("|")
+    if table and undecided:
+        return "".join(f"{line}\n" for line in out)  # the table may go on: hold it, and the line after
+    if table:
+        out += _table(table)
+    if not in_fence and tail.lstrip().startswith("|"):
+        return "".join(f"{line}\n" for line in out)  # may be a table's first row
+    return "".join(f"{line}\n" for line in out) + tail
+
+
+def _is_row(line: str) -> bool:
+    stripped = line.strip()
+    return stripped.startswith("|") and stripped.count("|") >= 2
+
+
+def _cells(line: str) -> list[str]:
+    inner = line.strip().removeprefix("|").removesuffix("|")
+    return [cell.strip().replace("\\|", "|") for cell in re.split(r"(?<!\\)\|", inner)]
+
+
+def _table(lines: list[str]) -> list[str]:
+    """A Markdown table as a monospaced block with aligned columns (numbers right-aligned); lines that
+    are not a table (no separator row) are kept as they are."""
+    if len(lines) < 2 or not all(_SEPARATOR_CELL.match(c) for c in _cells(lines[1]) if c):
+        return lines
+    rows = [_cells(line) for i, line in enumerate(lines) if i != 1]
+    width = max(len(r) for r in rows)
+    rows = [r + [""] * (width - len(r)) for r in rows]
+    widths = [max(len(r[c]) for r in rows) for c in range(width)]
+    numeric = [all(_NUMBER.match(r[c]) or not r[c] for r in rows[1:]) and len(rows) > 1 for c in range(width)]
+
+    def line(row: list[str]) -> str:
+        cells = [cell.rjust(w) if num else cell.ljust(w) for cell, w, num in zip(row, widths, numeric, strict=True)]
+        return "  ".join(cells).rstrip()
+
+    rule = "  ".join("-" * w for w in widths)
+    return ["```", line(rows[0]), rule, *(line(r) for r in rows[1:]), "```"]
+
+
+def cut_point(text: str, start: int, limit: int) -> int:
+    """Where a message holding `text` should end: at most `limit` characters, after `start` (what was
+    already sent). The last paragraph break, else line break, else space in the second half of the
+    room (breaks inside code blocks do not count); else the latest of them; else a hard cut."""
+    if len(text) <= limit:
+        return len(text)
+    if start >= limit:
+        return start
+    paragraph = line_end = space = -1
+    in_fence = False
+    offset = 0
+    lines = text[:limit].split("\n")
+    for index, line in enumerate(lines):
+        inside = in_fence
+        if line.lstrip().startswith("```"):
+            in_fence, inside = not in_fence, True
+        if not inside and " " in line and offset + line.rindex(" ") + 1 > start:
+            space = offset + line.rindex(" ") + 1
+        offset += len(line) + 1
+        if index < len(lines) - 1 and not in_fence and offset > start:  # this line's break is within the limit
+            line_end = offset
+            if not line.strip():
+                paragraph = offset
+    half = start + (limit - start) // 2
+    for candidate in (paragraph, line_end, space):
+        if candidate > half:
+            return candidate
+    best = max(paragraph, line_end, space)
+    return best if best > start else limit
+
+
+def split_markdown(text: str, limit: int = MAX_MARKDOWN) -> list[str]:
+    pieces = []
+    while len(text) > limit:
+        cut = cut_point(text, 0, limit)
+        pieces.append(text[:cut])
+        text = text[cut:]
+    return [*pieces, text] if text else pieces
+
+
+def markdown_block(text: str) -> dict[str, Any]:
+    return {"type": "markdown", "text": text}
+
+
+def preview(text: str) -> str:
+    """The plain-text stand-in of a message's blocks."""
+    flat = " ".join(text.replace("```", "").split())
+    return flat if len(flat) <= PREVIEW_CHARS else flat[: PREVIEW_CHARS - 1] + "…"
+
+
+def escape(text: str) -> str:
+    """Text for a mrkdwn `text` field: Slack's three control characters escaped."""
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+# --- buttons ---
+
+
+def answer_blocks(
+    run_id: str, query_ids: list[str], followups: list[str], web_url: str | None = None
+) -> list[dict[str, Any]]:
+    """Under an answer: Show SQL per query (and its CSV in the web UI), follow-ups, thumbs."""
+    blocks: list[dict[str, Any]] = []
+    sql: list[dict[str, Any]] = []
+    for index, label in enumerate(query_ids):
+        sql.append(_button(f"Show SQL {label}", f"{SHOW_SQL}_{index}", f"{run_id}-{label}"))
+        if web_url:
+            url = f"{web_url.rstrip('/')}/api/queries/{run_id}-{label}.csv"
+            sql.append({**_button(f"{label} as CSV", f"{OPEN_CSV}_{index}", label), "url": url})
+    for number, start in enumerate(range(0, len(sql), MAX_ACTIONS)):
+        blocks.append(
+            {"type": "actions", "block_id": f"analyst_sql_{number}", "elements": sql[start : start + MAX_ACTIONS]}
+        )
+    if followups:
+        elements = [_button(button_label(q), f"{FOLLOWUP}_{i}", q[:MAX_BUTTON_VALUE]) for i, q in enumerate(followups)]
+        blocks.append({"type": "actions", "block_id": "analyst_followups", "elements": elements})
+    thumbs = [_button("👍", f"{FEEDBACK}_up", f"up:{run_id}"), _button("👎", f"{FEEDBACK}_down", f"down:{run_id}")]
+    blocks.append({"type": "actions", "block_id": "analyst_feedback", "elements": thumbs})
+    return blocks
+
+
+def _button(text: str, action_id: str, value: str) -> dict[str, Any]:
+    return {
+        "type": "button",
+        "text": {"type": "plain_text", "text": text[:MAX_BUTTON_TEXT], "emoji": True},
+        "action_id": action_id,
+        "value": value,
+    }
+
+
+def button_label(question: str) -> str:
+    return question if len(question) <= MAX_BUTTON_TEXT else question[: MAX_BUTTON_TEXT - 1] + "…"
+
+
+def action_kind(action_id: str) -> str:
+    """`analyst_show_sql_2` -> `analyst_show_sql`."""
+    for kind in (SHOW_SQL, OPEN_CSV, FOLLOWUP, FEEDBACK):
+        if action_id.startswith(kind):
+            return kind
+    return ""

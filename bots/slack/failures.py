@@ -1,0 +1,83 @@
+"""Failures as a person would want to read them: what happened and what to do, never a stack trace.
+
+The Runner reports a failure as a message fit to show (agent/llm.py and agent/db word them), so the
+kind is read from that message and from the failed queries' ClickHouse error codes.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Any
+
+TIMEOUT_CODE = 159  # ClickHouse TIMEOUT_EXCEEDED
+
+
+class Failure(StrEnum):
+    MODEL_BUSY = "model_busy"
+    MODEL_SETUP = "model_setup"
+    DATABASE_UNREACHABLE = "database_unreachable"
+    QUERY_TIMEOUT = "query_timeout"
+    TOO_LONG = "too_long"
+    THREAD_TOO_LONG = "thread_too_long"
+    RATE_LIMITED = "rate_limited"
+    INTERNAL = "internal"
+
+
+_PATTERNS = (  # (a phrase of the Runner's message, lower-cased, and what it means), first match wins
+    ("overloaded or rate limited", Failure.MODEL_BUSY),
+    ("could not reach the model", Failure.MODEL_BUSY),
+    ("prompt is too long", Failure.THREAD_TOO_LONG),
+    ("context window", Failure.THREAD_TOO_LONG),
+    ("anthropic_api_key", Failure.MODEL_SETUP),
+    ("refused the key", Failure.MODEL_SETUP),
+    ("rejected the request", Failure.MODEL_SETUP),
+    ("clickhouse", Failure.DATABASE_UNREACHABLE),
+    ("database", Failure.DATABASE_UNREACHABLE),
+)
+
+
+def classify(message: str | None, queries: list[dict[str, Any]] | None = None) -> Failure:
+    """The kind of a failed run from its error message and its queries (as in the `done` event)."""
+    text = (message or "").lower()
+    for phrase, kind in _PATTERNS:
+        if phrase in text:
+            return kind
+    if any(timed_out(q) for q in queries or []):
+        return Failure.QUERY_TIMEOUT
+    return Failure.INTERNAL
+
+
+def timed_out(query: dict[str, Any]) -> bool:
+    result = query.get("result") or {}
+    return result.get("error_code") == TIMEOUT_CODE or "TIMEOUT_EXCEEDED" in str(result.get("error") or "")
+
+
+def explain(kind: Failure, **facts: Any) -> str:
+    """What to tell the person. Facts: `length`/`limit` (too_long), `wait_s` (rate_limited),
+    `seconds` (query_timeout)."""
+    if kind is Failure.MODEL_BUSY:
+        return "The model is busy right now, so I couldn't finish. Please try again in a minute."
+    if kind is Failure.MODEL_SETUP:
+        return (
+            "I can't use the model with the settings I was given (its API key or model name needs fixing). "
+            "Please tell whoever runs me; the details are in my log."
+        )
+    if kind is Failure.DATABASE_UNREACHABLE:
+        return "I can't reach the database right now, so I couldn't run any queries. Please try again in a few minutes."
+    if kind is Failure.QUERY_TIMEOUT:
+        limit = f" ({facts['seconds']} s)" if facts.get("seconds") else ""
+        return (
+            f"The query took longer than I'm allowed{limit}, so I stopped it. Try a narrower question: a shorter "
+            "period, fewer groups, or one item at a time."
+        )
+    if kind is Failure.TOO_LONG:
+        return (
+            f"That question is {facts.get('length', 0):,} characters long; I can take up to "
+            f"{facts.get('limit', 0):,}. Could you shorten it?"
+        )
+    if kind is Failure.THREAD_TOO_LONG:
+        return "This thread has grown too long for me to read in full. Please ask again in a new thread."
+    if kind is Failure.RATE_LIMITED:
+        wait = max(1, round(facts.get("wait_s", 60)))
+        return f"You're asking faster than I can keep up. Please wait about {wait} seconds and ask again."
+    return "Something went wrong on my side and I couldn't finish. Please try again."

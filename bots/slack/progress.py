@@ -1,0 +1,187 @@
+"""What a person sees while the agent works. In an assistant thread: its status ("is running Q1:
+flights per carrier…"). Elsewhere: one progress message in the thread, edited at most once per
+interval, listing the steps so far ("Q1 Flights per carrier, 16 rows")."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from slack_sdk.errors import SlackApiError
+from slack_sdk.web.async_client import AsyncWebClient
+
+from bots.slack.blocks import escape
+
+log = logging.getLogger(__name__)
+MAX_STATUS_CHARS = 100
+MAX_STEPS_SHOWN = 15
+MAX_STEP_QUESTION_CHARS = 120
+
+
+class Painter:
+    """Runs `paint` when asked: at once if it has not run for `interval_s`, else when that much time
+    has passed; requests made meanwhile collapse into one, so each call shows the latest state and
+    calls never overlap. `stop()` lets a call in flight finish, then ends."""
+
+    def __init__(self, paint: Callable[[], Awaitable[None]], interval_s: float) -> None:
+        self._paint, self._interval_s = paint, interval_s
+        self._wanted = asyncio.Event()
+        self._stopping = False
+        self._last = float("-inf")
+        self._task: asyncio.Task[None] | None = None
+
+    def request(self) -> None:
+        self._wanted.set()
+        if self._task is None:
+            self._task = asyncio.create_task(self._run(), name="slack-painter")
+
+    async def _run(self) -> None:
+        while True:
+            await self._wanted.wait()
+            if self._stopping:
+                return
+            delay = self._last + self._interval_s - time.monotonic()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            if self._stopping:
+                return
+            self._wanted.clear()
+            self._last = time.monotonic()
+            try:
+                await self._paint()
+            except Exception:  # the next paint carries the latest state anyway
+                log.warning("a Slack update failed", exc_info=True)
+
+    async def stop(self) -> None:
+        self._stopping = True
+        self._wanted.set()
+        if self._task is not None:
+            await self._task
+
+    def cancel(self) -> None:
+        """Drop a painter that was not stopped (its job failed, or the process is shutting down)."""
+        if self._task is not None and not self._task.done():
+            self._task.cancel()
+
+
+@dataclass
+class Step:
+    label: str
+    question: str
+    state: str = "running"  # running, rows, failed, reused
+    rows: int = 0
+    reused_from: str | None = None
+
+    def line(self) -> str:
+        question = self.question[:MAX_STEP_QUESTION_CHARS]
+        if self.state == "rows":
+            detail = f"{self.rows:,} row{'s' if self.rows != 1 else ''}"
+        elif self.state == "reused":
+            detail = f"same as {self.reused_from}"
+        else:
+            detail = self.state + ("…" if self.state == "running" else "")
+        return f"• *{self.label}* {escape(question)}, {detail}"
+
+
+class Progress:
+    def __init__(
+        self,
+        client: AsyncWebClient,
+        channel: str,
+        thread_ts: str,
+        *,
+        assistant: bool,
+        interval_s: float,
+        on_first: Callable[[], None] = lambda: None,
+    ) -> None:
+        self._client, self._channel, self._thread_ts = client, channel, thread_ts
+        self._assistant = assistant
+        self._on_first = on_first
+        self._painter = Painter(self._paint, interval_s)
+        self._steps: dict[str, Step] = {}
+        self._activity = "Thinking"
+        self._message_ts: str | None = None
+        self._status_shown = ""
+
+    async def begin(self) -> None:
+        """Show that the question was heard, now (not throttled)."""
+        await self._paint()
+        self._on_first()
+
+    def update(self, event: str, data: dict[str, Any]) -> None:
+        if event == "thinking":
+            self._activity = "Thinking"
+        elif event == "executing":
+            self._steps[data["query_id"]] = Step(data["query_id"], data["question"])
+            self._activity = f"Running {data['query_id']}: {data['question']}"
+        elif event == "result" and (step := self._steps.get(data["query_id"])):
+            if data.get("error"):
+                step.state = "failed"
+            elif data.get("reused_from"):
+                step.state, step.reused_from = "reused", data["reused_from"]
+            else:
+                step.state, step.rows = "rows", int(data.get("row_count") or 0)
+            if all(s.state != "running" for s in self._steps.values()):
+                self._activity = "Thinking"
+        elif event == "answer":
+            if self._activity == "Writing the answer":
+                return
+            self._activity = "Writing the answer"
+        else:
+            return
+        self._painter.request()
+
+    def cancel(self) -> None:
+        self._painter.cancel()
+
+    async def finish(self, outcome: str) -> None:
+        """The last word: the status cleared, or the progress message's final steps and `outcome`."""
+        await self._painter.stop()
+        self._activity = outcome
+        try:
+            if self._message_ts is None and self._assistant:
+                await self._set_status("")
+            else:
+                await self._edit(final=True)
+        except SlackApiError:
+            log.warning("could not finish the progress display", exc_info=True)
+
+    async def _paint(self) -> None:
+        if self._assistant and self._message_ts is None:
+            try:
+                await self._set_status(self._status())
+                return
+            except SlackApiError as exc:  # not an assistant thread after all, or no status there
+                log.info("no assistant status in %s (%s); using a progress message", self._channel, exc)
+                self._assistant = False
+        await self._edit(final=False)
+
+    def _status(self) -> str:
+        status = f"is {self._activity[0].lower()}{self._activity[1:]}…"
+        return status if len(status) <= MAX_STATUS_CHARS else status[: MAX_STATUS_CHARS - 1] + "…"
+
+    async def _set_status(self, status: str) -> None:
+        if status != self._status_shown:
+            await self._client.assistant_threads_setStatus(
+                channel_id=self._channel, thread_ts=self._thread_ts, status=status
+            )
+            self._status_shown = status
+
+    async def _edit(self, *, final: bool) -> None:
+        text = self._text(final)
+        if self._message_ts is None:
+            posted = await self._client.chat_postMessage(channel=self._channel, thread_ts=self._thread_ts, text=text)
+            self._message_ts = posted["ts"]
+        else:
+            await self._client.chat_update(channel=self._channel, ts=self._message_ts, text=text)
+
+    def _text(self, final: bool) -> str:
+        head = f"_{escape(self._activity)}{'' if final else '…'}_"
+        steps = [s.line() for s in self._steps.values()]
+        if len(steps) > MAX_STEPS_SHOWN:
+            steps = [f"• … {len(steps) - MAX_STEPS_SHOWN} earlier", *steps[-MAX_STEPS_SHOWN:]]
+        return "\n".join([head, *steps])

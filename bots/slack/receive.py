@@ -1,0 +1,149 @@
+"""Which Slack events are questions, and why the rest are not. Pure: reads a payload and decides.
+
+Answered: a mention (top level or in a thread), a direct message, and a reply in a thread the bot is
+already part of (the caller checks that one; `Question.addressed` is False for it). Ignored, with a
+reason: edits, deletions, other bots, the bot's own messages, empty text, places not allowed, and a
+channel message's `message` event when it mentions the bot (its `app_mention` answers it).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+KNOWN_EVENTS = ("app_mention", "message", "assistant_thread_started", "assistant_thread_context_changed")
+ANSWERED_SUBTYPES = (None, "thread_broadcast", "file_share")
+_MENTION = re.compile(r"<@([UW][A-Z0-9]+)(?:\|[^>]*)?>")
+
+
+class Ignore(StrEnum):
+    EDIT = "edit"
+    DELETION = "deletion"
+    OWN_MESSAGE = "own_message"
+    BOT = "bot"
+    SUBTYPE = "subtype"  # joins, topic changes, ...: not a question
+    EMPTY = "empty"
+    TEAM_NOT_ALLOWED = "team_not_allowed"
+    CHANNEL_NOT_ALLOWED = "channel_not_allowed"
+    NOT_ADDRESSED = "not_addressed"  # a channel message neither mentioning the bot nor in a thread of its
+    MENTION_IN_MESSAGE = "mention_in_message"  # the same message's app_mention answers it
+    OTHER_EVENT = "other_event"
+
+
+@dataclass(frozen=True)
+class Identity:
+    """Who the bot is in its workspace (from auth.test)."""
+
+    team_id: str
+    user_id: str
+    bot_id: str
+
+
+@dataclass(frozen=True)
+class Allowed:
+    teams: frozenset[str] = frozenset()
+    channels: frozenset[str] = frozenset()
+
+
+@dataclass(frozen=True)
+class Question:
+    team: str
+    channel: str
+    user: str
+    text: str
+    ts: str  # the message's own ts
+    thread_ts: str  # the thread it is in (its own ts at top level: the answer starts a thread)
+    event_id: str
+    is_dm: bool
+    assistant_thread: bool  # typed in Slack's assistant container: status and title apply
+    addressed: bool  # a mention or a DM; else answered only in a thread the bot is part of
+    parent_user_id: str | None
+    received_at: float  # time.perf_counter() when it arrived
+
+    @property
+    def conversation_key(self) -> str:
+        return conversation_key(self.team, self.channel, self.thread_ts)
+
+    @property
+    def message_key(self) -> str:
+        return f"slack:message:{self.team}:{self.channel}:{self.ts}"
+
+
+@dataclass(frozen=True)
+class Ignored:
+    reason: Ignore
+
+
+def conversation_key(team: str, channel: str, thread_ts: str) -> str:
+    return f"slack:{team}:{channel}:{thread_ts}"
+
+
+def event_type(body: dict[str, Any]) -> str:
+    """The event's type when it is one this bot knows, else `other` (a bounded metric label)."""
+    kind = (body.get("event") or {}).get("type")
+    return kind if kind in KNOWN_EVENTS else "other"
+
+
+def read_question(body: dict[str, Any], me: Identity, allowed: Allowed, received_at: float) -> Question | Ignored:
+    event: dict[str, Any] = body.get("event") or {}
+    kind = event.get("type")
+    if kind not in ("app_mention", "message"):
+        return Ignored(Ignore.OTHER_EVENT)
+    team = str(body.get("team_id") or event.get("team") or me.team_id)
+    if allowed.teams and team not in allowed.teams:
+        return Ignored(Ignore.TEAM_NOT_ALLOWED)
+    if ignored := _not_a_person(event, me):
+        return Ignored(ignored)
+    channel = str(event.get("channel") or "")
+    is_dm = event.get("channel_type") == "im" or channel.startswith("D")
+    if not is_dm and allowed.channels and channel not in allowed.channels:
+        return Ignored(Ignore.CHANNEL_NOT_ALLOWED)
+    raw = str(event.get("text") or "")
+    mentioned = me.user_id in _MENTION.findall(raw)
+    if kind == "message" and mentioned and not is_dm:
+        return Ignored(Ignore.MENTION_IN_MESSAGE)
+    text = question_text(raw, me.user_id)
+    if not text:
+        return Ignored(Ignore.EMPTY)
+    if kind == "message" and not is_dm and not event.get("thread_ts"):
+        return Ignored(Ignore.NOT_ADDRESSED)
+    return Question(
+        team=team,
+        channel=channel,
+        user=str(event["user"]),
+        text=text,
+        ts=str(event["ts"]),
+        thread_ts=str(event.get("thread_ts") or event["ts"]),
+        event_id=str(body.get("event_id") or ""),
+        is_dm=is_dm,
+        assistant_thread=is_dm and "assistant_thread" in event,
+        addressed=kind == "app_mention" or is_dm,
+        parent_user_id=event.get("parent_user_id"),
+        received_at=received_at,
+    )
+
+
+def _not_a_person(event: dict[str, Any], me: Identity) -> Ignore | None:
+    subtype = event.get("subtype")
+    if subtype == "message_changed" or event.get("edited"):
+        return Ignore.EDIT
+    if subtype == "message_deleted":
+        return Ignore.DELETION
+    if event.get("user") == me.user_id or (event.get("bot_id") and event.get("bot_id") == me.bot_id):
+        return Ignore.OWN_MESSAGE
+    if event.get("bot_id") or subtype == "bot_message" or event.get("bot_profile"):
+        return Ignore.BOT
+    if subtype not in ANSWERED_SUBTYPES or not event.get("user") or not event.get("ts"):
+        return Ignore.SUBTYPE
+    return None
+
+
+def question_text(raw: str, bot_user_id: str) -> str:
+    """The text without the bot's mention, with Slack's three escapes undone and spaces collapsed
+    (line breaks kept)."""
+    text = _MENTION.sub(lambda m: "" if m.group(1) == bot_user_id else m.group(0), raw)
+    text = text.replace("&lt;", "<").replace("&gt;", ">").replace("&amp;", "&")
+    lines = (" ".join(line.split()) for line in text.splitlines())
+    return "\n".join(line for line in lines if line)

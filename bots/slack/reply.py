@@ -1,0 +1,211 @@
+"""The answer, written into the thread as it is generated.
+
+Streamed (chat.startStream / appendStream / stopStream) where the workspace has them; otherwise, or
+when a stream breaks, posted then updated. Pieces go out at most once per interval. An answer longer
+than Slack's Markdown limit continues in a new message; the last one carries the buttons and the
+metadata that lets a later question read this turn back (bots/slack/thread.py).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from slack_sdk.errors import SlackApiError
+from slack_sdk.web.async_client import AsyncWebClient
+
+from bots.slack.blocks import MAX_MARKDOWN, cut_point, markdown_block, preview, slack_markdown
+from bots.slack.progress import Painter
+
+log = logging.getLogger(__name__)
+# Answers from chat.startStream that mean this workspace or token cannot stream at all.
+NO_STREAMING = {"unknown_method", "method_deprecated", "missing_scope", "not_allowed_token_type"}
+
+
+class Streaming:
+    """Whether to try streaming; turned off for the process once Slack says the methods are missing."""
+
+    def __init__(self, enabled: bool = True) -> None:
+        self.enabled = enabled
+
+
+@dataclass
+class Sent:
+    ts: str
+    text: str
+    streaming: bool  # a stream still open (else a posted message, updated in place)
+    part: int
+    sealed: bool = False  # takes no more text
+
+
+class AnswerWriter:
+    def __init__(
+        self,
+        client: AsyncWebClient,
+        channel: str,
+        thread_ts: str,
+        *,
+        recipient: tuple[str, str],
+        streaming: Streaming,
+        interval_s: float,
+        part_metadata: Callable[[int], dict[str, Any]],
+        limit: int = MAX_MARKDOWN,
+    ) -> None:
+        self._client, self._channel, self._thread_ts = client, channel, thread_ts
+        self._team, self._user = recipient
+        self._streaming, self._limit = streaming, limit
+        self._part_metadata = part_metadata
+        self._painter = Painter(self._flush, interval_s)
+        self._raw = ""
+        self._restarted = False
+        self._messages: list[Sent] = []
+        self._placed = 0  # characters of the rendered answer already in messages
+
+    # --- fed by the run's events ---
+
+    def add(self, text: str) -> None:
+        self._raw += text
+        self._painter.request()
+
+    def restart(self) -> None:
+        """Discard the text so far (it was narration before a tool call, or a retried stream)."""
+        self._raw = ""
+        self._restarted = True
+        self._painter.request()
+
+    # --- the end ---
+
+    async def finish(
+        self, answer: str, blocks: list[dict[str, Any]], final_metadata: Callable[[int], dict[str, Any]]
+    ) -> str | None:
+        """Send the rest of `answer` (the run's final word: when it is not what was streamed, say a
+        no-data answer or a corrected one, the streamed text is replaced), then the buttons and the
+        metadata with the last message. Returns the delivery (`stream` or `update`), or None when
+        there was no answer text to send."""
+        await self._painter.stop()
+        if self._raw.strip() != answer.strip():
+            self._raw, self._restarted = answer, True
+        await self._flush(final=True)
+        if not self._messages:
+            return None
+        last = self._messages[-1]
+        delivery = "stream" if last.streaming else "update"
+        await self._seal(last, blocks=blocks, metadata=final_metadata(last.part))
+        return delivery
+
+    def cancel(self) -> None:
+        self._painter.cancel()
+
+    async def abandon(self) -> None:
+        """Take back whatever was sent (the run failed; a message saying so follows)."""
+        await self._painter.stop()
+        await self._discard()
+
+    # --- placing text ---
+
+    async def _flush(self, final: bool = False) -> None:
+        if self._restarted:
+            self._restarted = False
+            await self._discard()
+        rendered = slack_markdown(self._raw, final=final)
+        while self._placed < len(rendered):
+            current = self._messages[-1] if self._messages and not self._messages[-1].sealed else None
+            used = len(current.text) if current else 0
+            pending = rendered[self._placed :]
+            if used + len(pending) <= self._limit:
+                await self._put(current, pending)
+                return
+            cut = cut_point((current.text if current else "") + pending, used, self._limit)
+            if cut > used:
+                current = await self._put(current, pending[: cut - used])
+            if current is not None:
+                await self._seal(current, metadata=self._part_metadata(current.part))
+
+    async def _put(self, current: Sent | None, piece: str) -> Sent:
+        if current is None:
+            current = await self._start(piece, part=len(self._messages))
+            self._messages.append(current)
+            self._placed += len(piece)
+            return current
+        # Counted as placed before the call: if it fails, the next update sends the whole text again.
+        current.text += piece
+        self._placed += len(piece)
+        if current.streaming:
+            try:
+                await self._client.chat_appendStream(channel=self._channel, ts=current.ts, markdown_text=piece)
+                return current
+            except SlackApiError as exc:
+                log.info("streaming broke (%s); updating the message instead", _error(exc))
+                await self._end_stream(current)
+        await self._update(current)
+        return current
+
+    async def _start(self, piece: str, part: int) -> Sent:
+        if self._streaming.enabled:
+            try:
+                started = await self._client.chat_startStream(
+                    channel=self._channel,
+                    thread_ts=self._thread_ts,
+                    markdown_text=piece,
+                    recipient_team_id=self._team,
+                    recipient_user_id=self._user,
+                )
+                return Sent(started["ts"], piece, streaming=True, part=part)
+            except SlackApiError as exc:
+                if _error(exc) in NO_STREAMING:
+                    self._streaming.enabled = False
+                log.info("no streaming here (%s); posting, then updating", _error(exc))
+        posted = await self._client.chat_postMessage(
+            channel=self._channel, thread_ts=self._thread_ts, text=preview(piece), blocks=[markdown_block(piece)]
+        )
+        return Sent(posted["ts"], piece, streaming=False, part=part)
+
+    async def _update(self, message: Sent, extra: list[dict[str, Any]] | None = None, **fields: Any) -> None:
+        await self._client.chat_update(
+            channel=self._channel,
+            ts=message.ts,
+            text=preview(message.text),
+            blocks=[markdown_block(message.text), *(extra or [])],
+            **fields,
+        )
+
+    async def _seal(
+        self, message: Sent, *, blocks: list[dict[str, Any]] | None = None, metadata: dict[str, Any]
+    ) -> None:
+        message.sealed = True
+        if message.streaming:
+            try:
+                await self._client.chat_stopStream(
+                    channel=self._channel, ts=message.ts, blocks=blocks or None, metadata=metadata
+                )
+                message.streaming = False
+                return
+            except SlackApiError as exc:
+                # The stream expired, or stopping with blocks failed: end it plainly (if it is still open, it
+                # cannot be updated), then put the text, buttons and metadata in with an update.
+                log.info("could not stop the stream (%s); updating the message instead", _error(exc))
+                await self._end_stream(message)
+        await self._update(message, blocks, metadata=metadata)
+
+    async def _end_stream(self, message: Sent) -> None:
+        message.streaming = False
+        with contextlib.suppress(SlackApiError):  # already ended on Slack's side
+            await self._client.chat_stopStream(channel=self._channel, ts=message.ts)
+
+    async def _discard(self) -> None:
+        for message in self._messages:
+            if message.streaming:
+                await self._end_stream(message)
+            try:
+                await self._client.chat_delete(channel=self._channel, ts=message.ts)
+            except SlackApiError:
+                log.warning("could not delete a discarded answer", exc_info=True)
+        self._messages = []
+        self._placed = 0
+
+
+def _error(exc: SlackApiError) -> str:
+    return str(exc.response.get("error") or exc)

@@ -1,0 +1,98 @@
+"""A thread's history, read from the thread itself, so a restart loses nothing.
+
+Each answer the bot posts carries message metadata (event type `analyst_answer`): its run id and
+part number and, on its last part, the question and every query's id, question and SQL. Reading
+the thread back (`conversations.replies` with metadata) rebuilds the earlier turns, so a follow-up
+such as "and for 2014?" knows what was queried before. Only this bot's own messages are believed.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from slack_sdk.web.async_client import AsyncWebClient
+
+from agent.pipeline.runner import Turn, TurnQuery
+
+ANSWER_EVENT = "analyst_answer"
+MAX_QUESTION_CHARS = 1_000
+MAX_QUERY_QUESTION_CHARS = 200
+MAX_PAYLOAD_CHARS = 7_000  # metadata is for small facts; the whole SQL stays in the store (Show SQL)
+MIN_SQL_CHARS = 200  # with very many queries the budget is exceeded rather than the SQL lost
+MAX_PAGES = 10
+
+
+def part_metadata(run_id: str, part: int) -> dict[str, Any]:
+    """The metadata of one message of a split answer, before its last."""
+    return {"event_type": ANSWER_EVENT, "event_payload": {"run_id": run_id, "part": part}}
+
+
+def answer_metadata(run_id: str, part: int, *, question: str, queries: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """The metadata of an answer's last message. SQL is shortened to fit the payload budget."""
+    shown = [{"id": q["id"], "question": q["question"][:MAX_QUERY_QUESTION_CHARS], "sql": ""} for q in queries]
+    payload = {"run_id": run_id, "part": part, "final": True, "question": question[:MAX_QUESTION_CHARS]}
+    fixed = len(json.dumps({**payload, "queries": shown}))
+    budget = max(MIN_SQL_CHARS, (MAX_PAYLOAD_CHARS - fixed) // max(1, len(shown)))
+    for query, source in zip(shown, queries, strict=True):
+        sql = source["sql"]
+        query["sql"] = sql if len(sql) <= budget else sql[: budget - 1] + "…"
+    return {"event_type": ANSWER_EVENT, "event_payload": {**payload, "queries": shown}}
+
+
+async def read_history(
+    client: AsyncWebClient, channel: str, thread_ts: str, *, before_ts: str, bot_id: str
+) -> list[Turn]:
+    """The turns answered in this thread before the message at `before_ts`."""
+    messages: list[dict[str, Any]] = []
+    cursor = None
+    for _ in range(MAX_PAGES):
+        page = await client.conversations_replies(
+            channel=channel, ts=thread_ts, include_all_metadata=True, limit=200, cursor=cursor
+        )
+        messages += page.get("messages") or []
+        cursor = (page.get("response_metadata") or {}).get("next_cursor")
+        if not page.get("has_more") or not cursor:
+            break
+    return turns(messages, bot_id=bot_id, before_ts=before_ts)
+
+
+def turns(messages: list[dict[str, Any]], *, bot_id: str, before_ts: str) -> list[Turn]:
+    parts: dict[str, list[tuple[int, str]]] = {}
+    finals: dict[str, dict[str, Any]] = {}
+    for message in sorted(messages, key=lambda m: ts_key(m.get("ts", "0"))):
+        if ts_key(message.get("ts", "0")) >= ts_key(before_ts) or message.get("bot_id") != bot_id:
+            continue
+        metadata = message.get("metadata") or {}
+        payload = metadata.get("event_payload") or {}
+        run_id = payload.get("run_id")
+        if metadata.get("event_type") != ANSWER_EVENT or not isinstance(run_id, str):
+            continue
+        parts.setdefault(run_id, []).append((int(payload.get("part") or 0), message_text(message)))
+        if payload.get("final"):
+            finals[run_id] = payload
+    history = []
+    for run_id, payload in finals.items():
+        answer = "".join(text for _, text in sorted(parts[run_id]))
+        queries = [
+            TurnQuery(id=str(q.get("id", "")), question=str(q.get("question", "")), sql=str(q.get("sql", "")))
+            for q in payload.get("queries") or []
+            if isinstance(q, dict)
+        ]
+        history.append(Turn(question=str(payload.get("question") or ""), answer=answer, queries=queries))
+    return history
+
+
+def message_text(message: dict[str, Any]) -> str:
+    """What a message says: its markdown blocks (a posted answer), else its text (a streamed one)."""
+    markdown = [b["text"] for b in message.get("blocks") or [] if b.get("type") == "markdown" and "text" in b]
+    return "".join(markdown) if markdown else str(message.get("text") or "")
+
+
+def ts_key(ts: str) -> tuple[int, int]:
+    seconds, _, micros = ts.partition(".")
+    try:
+        return int(seconds), int(micros.ljust(6, "0")[:6] or 0)
+    except ValueError:
+        return 0, 0

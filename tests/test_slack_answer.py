@@ -1,0 +1,473 @@
+"""The bot answers in Slack threads: the real Bolt app, served as `agent serve` serves it, driven with
+signed HTTP requests, against the fake Slack Web API and the fake model."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Callable
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+from slack_sdk.web.async_client import AsyncWebClient
+
+from agent.app import AgentApp
+from bots.slack.reply import AnswerWriter, Streaming
+from bots.slack.thread import ANSWER_EVENT, answer_metadata, part_metadata, turns
+from tests.fakes import slack_events as events
+from tests.fakes.anthropic_api import Failure, FakeAnthropic, Hang, MidStreamFailure, Reply
+from tests.fakes.slack_api import BOT_USER_ID, DM_ID, GENERAL_ID, HUMAN_ID, TEAM_ID, FakeSlack
+from tests.slack_helpers import SlackHarness, carriers_script, sample, wait_for
+
+
+@pytest.fixture
+async def start_bot(
+    make_app: Callable[..., AgentApp], fake_slack: FakeSlack, tmp_path: Path
+) -> AsyncIterator[Callable[..., Any]]:
+    """Start the bot (keyword arguments go to settings); every one started is stopped at the end."""
+    started: list[SlackHarness] = []
+
+    async def start(**overrides: Any) -> SlackHarness:
+        harness = await SlackHarness(make_app, fake_slack, tmp_path).start(**overrides)
+        started.append(harness)
+        return harness
+
+    yield start
+    for harness in started:
+        await harness.stop()
+
+
+def bot_replies(fake: FakeSlack, channel: str, thread_ts: str) -> list[dict[str, Any]]:
+    return [m for m in fake.replies(channel, thread_ts) if m.get("bot_id") == fake.bot_id]
+
+
+def answer_message(fake: FakeSlack, channel: str, thread_ts: str) -> dict[str, Any]:
+    [answer] = [m for m in bot_replies(fake, channel, thread_ts) if (m.get("metadata") or {}).get("event_type")]
+    return answer
+
+
+def texts(fake: FakeSlack) -> list[str]:
+    return [str(c.args.get("text") or c.args.get("markdown_text") or "") for c in fake.calls() if c.ok]
+
+
+# --- answering ---
+
+
+async def test_a_mention_is_answered_in_its_thread(
+    start_bot, fake_slack: FakeSlack, fake_anthropic: FakeAnthropic
+) -> None:
+    bot = await start_bot()
+    fake_anthropic.script(*carriers_script())
+    question = fake_slack.add_message(GENERAL_ID, f"<@{BOT_USER_ID}> which carrier flew the most?")
+    started = time.perf_counter()
+    response = await bot.event(events.app_mention("which carrier flew the most?", ts=question))
+    acknowledged = time.perf_counter() - started
+    await bot.idle()
+
+    assert response.status_code == 200 and acknowledged < 0.5
+    progress, answer = bot_replies(fake_slack, GENERAL_ID, question)
+    assert progress["text"].startswith("_Answered in") and "*Q1* Flights per carrier, 16 rows" in progress["text"]
+    assert answer["text"] == "UA flew the most flights: 58,665 [Q1]."
+    start = fake_slack.last("chat.startStream").args
+    assert (start["thread_ts"], start["recipient_team_id"], start["recipient_user_id"]) == (question, TEAM_ID, HUMAN_ID)
+    payload = answer["metadata"]["event_payload"]
+    assert answer["metadata"]["event_type"] == ANSWER_EVENT and payload["question"] == "which carrier flew the most?"
+    assert payload["queries"][0]["sql"].startswith("SELECT carrier, count() AS n FROM nycflights13.flights")
+    buttons = [e["text"]["text"] for b in answer["blocks"] if b["type"] == "actions" for e in b["elements"]]
+    assert buttons == ["Show SQL Q1", "Which carrier was most punctual?", "How did UA do month by month?", "👍", "👎"]
+    assert "Slack" in fake_anthropic.requests[0]["system"][-1]["text"]  # the Slack format guidance
+    first = next(c for c in fake_slack.calls() if c.method.startswith("chat."))
+    assert (first.method, first.args["text"]) == ("chat.postMessage", "_Thinking…_"), "progress comes first"
+
+
+async def test_a_thread_follow_up_carries_the_earlier_turn_and_its_sql_across_a_restart(
+    start_bot, fake_slack: FakeSlack, fake_anthropic: FakeAnthropic
+) -> None:
+    bot = await start_bot()
+    fake_anthropic.script(*carriers_script())
+    question = await bot.ask("which carrier flew the most?")
+    await bot.restart()  # a new process: what it knows of the thread comes from the thread
+
+    fake_anthropic.reset()
+    fake_anthropic.script(Reply(text="The data covers 2013 only."), Reply(text="[]"))
+    follow_up = fake_slack.add_message(GENERAL_ID, "and for 2014?", thread_ts=question)
+    await bot.event(events.message("and for 2014?", ts=follow_up, thread_ts=question, parent_user_id=HUMAN_ID))
+    await bot.idle()
+
+    messages = fake_anthropic.requests[0]["messages"]
+    assert messages[0]["content"][0]["text"] == "which carrier flew the most?"
+    earlier = messages[1]["content"][0]["text"]
+    assert earlier.startswith("UA flew the most flights: 58,665 [Q1].")
+    assert "[SQL run for this answer:\n- Q1 (Flights per carrier): SELECT carrier, count() AS n" in earlier
+    assert messages[-1]["content"][0]["text"] == "and for 2014?"
+    assert fake_slack.last("conversations.replies").args["include_all_metadata"] in ("1", True)
+    answers = [m for m in bot_replies(fake_slack, GENERAL_ID, question) if m.get("metadata")]
+    assert [m["text"] for m in answers][-1] == "The data covers 2013 only."
+
+
+async def test_a_reply_in_a_thread_without_the_bot_is_left_alone(
+    start_bot, fake_slack: FakeSlack, fake_anthropic: FakeAnthropic
+) -> None:
+    bot = await start_bot()
+    root = fake_slack.add_message(GENERAL_ID, "lunch?")
+    reply = fake_slack.add_message(GENERAL_ID, "sure", thread_ts=root)
+    await bot.event(events.message("sure", ts=reply, thread_ts=root, parent_user_id=HUMAN_ID))
+    await bot.idle()
+    assert bot_replies(fake_slack, GENERAL_ID, root) == [] and fake_anthropic.requests == []
+    assert sample(bot.metrics, "agent_slack_events_ignored_total", reason="not_addressed") == 1
+
+
+async def test_a_direct_message_in_an_assistant_thread_uses_status_title_and_streaming(
+    start_bot, fake_slack: FakeSlack, fake_anthropic: FakeAnthropic
+) -> None:
+    bot = await start_bot()
+    thread = fake_slack.start_assistant_thread(DM_ID)
+    await bot.event(events.assistant_thread_started(thread_ts=thread))
+    await bot.idle()
+    prompts = fake_slack.assistant_thread(DM_ID, thread)["prompts"]
+    assert [p["message"] for p in prompts] == bot.service.agent.settings.agent_example_questions  # type: ignore[union-attr]
+
+    fake_anthropic.script(*carriers_script())
+    ts = fake_slack.add_message(DM_ID, "which carrier flew the most?", thread_ts=thread)
+    await bot.event(events.im_message("which carrier flew the most?", ts=ts, thread_ts=thread, assistant_thread=True))
+    await bot.idle()
+
+    state = fake_slack.assistant_thread(DM_ID, thread)
+    assert state["status_history"][0] == "is thinking…" and state["status_history"][-1] == ""
+    assert "is running Q1: Flights per carrier…" in state["status_history"]
+    assert state["title"] == "which carrier flew the most?"
+    assert [m["text"] for m in bot_replies(fake_slack, DM_ID, thread)] == ["UA flew the most flights: 58,665 [Q1]."]
+    assert fake_slack.calls("chat.startStream") and not fake_slack.calls("chat.update")
+
+
+async def test_a_plain_direct_message_is_answered_in_a_thread_with_a_progress_message(
+    start_bot, fake_slack: FakeSlack, fake_anthropic: FakeAnthropic
+) -> None:
+    bot = await start_bot()
+    fake_anthropic.script(*carriers_script())
+    ts = fake_slack.add_message(DM_ID, "which carrier flew the most?")
+    await bot.event(events.im_message("which carrier flew the most?", ts=ts))
+    await bot.idle()
+    progress, answer = bot_replies(fake_slack, DM_ID, ts)
+    assert "16 rows" in progress["text"] and answer["text"] == "UA flew the most flights: 58,665 [Q1]."
+
+
+# --- what is refused or ignored ---
+
+
+async def test_unsigned_stale_and_forged_requests_are_refused(
+    start_bot, fake_slack: FakeSlack, fake_anthropic: FakeAnthropic
+) -> None:
+    bot = await start_bot()
+    payload = events.event_callback(events.app_mention("which carrier flew the most?"))
+    stale = await bot.deliver(events.events_request(payload, stale=True))
+    forged = await bot.deliver(events.events_request(payload, bad_signature=True))
+    assert bot.http is not None
+    unsigned = await bot.http.post("/slack/events", json=payload)
+    click = events.interactivity_request(events.block_actions("analyst_feedback_up", "up:r1", message_ts="1.2"))
+    unsigned_click = await bot.http.post(
+        "/slack/events", content=click.body, headers={"content-type": click.headers["Content-Type"]}
+    )
+    await bot.idle()
+    assert [r.status_code for r in (stale, forged, unsigned, unsigned_click)] == [401, 401, 401, 401]
+    assert [c.method for c in fake_slack.calls()] == ["auth.test"] and fake_anthropic.requests == []
+    challenge = await bot.deliver(events.events_request(events.url_verification("abc")))
+    assert challenge.json() == {"challenge": "abc"}
+
+
+async def test_the_same_event_delivered_three_times_is_answered_once_even_across_a_restart(
+    start_bot, fake_slack: FakeSlack, fake_anthropic: FakeAnthropic
+) -> None:
+    bot = await start_bot()
+    fake_anthropic.script(*carriers_script())
+    question = fake_slack.add_message(GENERAL_ID, f"<@{BOT_USER_ID}> which carrier flew the most?")
+    payload = events.event_callback(events.app_mention("which carrier flew the most?", ts=question))
+    statuses = [(await bot.deliver(events.events_request(payload, retry_num=n))).status_code for n in (None, 1, 2)]
+    await bot.idle()
+    assert statuses == [200, 200, 200]
+    assert len(fake_slack.calls("chat.stopStream")) == 1 and len(fake_anthropic.requests) == 3  # one run
+    assert sample(bot.metrics, "agent_slack_duplicates_total", kind="event") == 2
+
+    await bot.restart()
+    await bot.deliver(events.events_request(payload, retry_num=3, retry_reason="http_error"))
+    await bot.idle()
+    assert len(fake_slack.calls("chat.stopStream")) == 1 and len(fake_anthropic.requests) == 3
+    assert len(bot_replies(fake_slack, GENERAL_ID, question)) == 2  # the progress message and the answer
+
+
+async def test_edits_deletions_other_bots_own_messages_and_empty_text_are_ignored(
+    start_bot, fake_slack: FakeSlack, fake_anthropic: FakeAnthropic
+) -> None:
+    bot = await start_bot()
+    ts = fake_slack.add_message(GENERAL_ID, f"<@{BOT_USER_ID}> how many flights?")
+    ignored = [
+        events.message_changed(channel=GENERAL_ID, ts=ts, text=f"<@{BOT_USER_ID}> how many?", previous_text="x"),
+        events.message_deleted(channel=GENERAL_ID, deleted_ts=ts, previous_text="how many flights?"),
+        events.bot_message(f"<@{BOT_USER_ID}> deploy done"),
+        events.bot_message("done", user="U0OTHERBOT1", channel=DM_ID, channel_type="im"),
+        events.im_message("my own words", user=BOT_USER_ID),
+        events.app_mention(" "),
+        events.message("lunch anyone?"),
+        events.message(f"<@{BOT_USER_ID}> how many flights?", ts=ts),  # its app_mention answers it
+    ]
+    for event in ignored:
+        assert (await bot.event(event)).status_code == 200
+    await bot.idle()
+    assert [c.method for c in fake_slack.calls()] == ["auth.test"] and fake_anthropic.requests == []
+    reasons = ("edit", "deletion", "bot", "own_message", "empty", "not_addressed", "mention_in_message")
+    counts = {r: sample(bot.metrics, "agent_slack_events_ignored_total", reason=r) for r in reasons}
+    assert counts == {**dict.fromkeys(reasons, 1.0), "bot": 2.0}
+
+
+async def test_channels_outside_the_allowlist_are_ignored(start_bot, fake_slack: FakeSlack) -> None:
+    bot = await start_bot(slack_allowed_channels="C0SALES0001")
+    await bot.ask("how many flights?")
+    assert [c.method for c in fake_slack.calls()] == ["auth.test"]
+    assert sample(bot.metrics, "agent_slack_events_ignored_total", reason="channel_not_allowed") == 1
+
+
+# --- failures ---
+
+
+async def test_a_failing_model_reads_as_a_friendly_message(
+    start_bot, fake_slack: FakeSlack, fake_anthropic: FakeAnthropic
+) -> None:
+    bot = await start_bot()
+    fake_anthropic.script(*[Failure(529, "overloaded_error", "Overloaded")] * 8)
+    question = await bot.ask("which carrier flew the most?")
+    progress, told = bot_replies(fake_slack, GENERAL_ID, question)
+    assert told["text"] == "The model is busy right now, so I couldn't finish. Please try again in a minute."
+    assert progress["text"].startswith("_Stopped_")
+    assert not any("Traceback" in t or "overloaded_error" in t or "529" in t for t in texts(fake_slack))
+    assert sample(bot.metrics, "agent_slack_errors_total", type="model_busy") == 1
+
+
+async def test_a_retried_model_stream_replaces_what_was_streamed(
+    start_bot, fake_slack: FakeSlack, fake_anthropic: FakeAnthropic
+) -> None:
+    bot = await start_bot(slack_progress_interval_s=0.001)
+    fake_anthropic.script(
+        MidStreamFailure(partial_text="Half an answer that will be withdrawn "),
+        Reply(text="There are 16 airlines."),
+        Reply(text="[]"),
+    )
+    question = await bot.ask("how many airlines?")
+    answers = [m["text"] for m in bot_replies(fake_slack, GENERAL_ID, question) if m.get("metadata")]
+    assert answers == ["There are 16 airlines."], [m.get("text") for m in fake_slack.replies(GENERAL_ID, question)]
+    # Whether the half answer got out before the retry depends on timing; if it did, it was taken back.
+    started = [c.args["markdown_text"] for c in fake_slack.calls("chat.startStream")]
+    withdrawn = [text for text in started if not "There are 16 airlines.".startswith(text)]
+    assert len(fake_slack.calls("chat.delete")) == len(withdrawn)
+    assert not any("withdrawn" in m.get("text", "") for m in fake_slack.replies(GENERAL_ID, question))
+
+
+async def test_too_long_and_too_many_questions_are_answered_politely(
+    start_bot, fake_slack: FakeSlack, fake_anthropic: FakeAnthropic
+) -> None:
+    bot = await start_bot(slack_max_message_chars=40, slack_rate_per_minute=1)
+    long = await bot.ask("which carrier flew the most flights out of New York in 2013?")
+    [told] = bot_replies(fake_slack, GENERAL_ID, long)
+    assert told["text"] == "That question is 60 characters long; I can take up to 40. Could you shorten it?"
+
+    fake_anthropic.script(Reply(text="16."), Reply(text="[]"))
+    await bot.ask("how many airlines?")
+    second = await bot.ask("and airports?")
+    [told] = bot_replies(fake_slack, GENERAL_ID, second)
+    assert told["text"].startswith("You're asking faster than I can keep up. Please wait about")
+    assert len(fake_anthropic.requests) == 2
+    assert sample(bot.metrics, "agent_slack_errors_total", type="rate_limited") == 1
+    assert sample(bot.metrics, "agent_slack_errors_total", type="too_long") == 1
+
+
+# --- buttons ---
+
+
+async def test_show_sql_posts_the_query_in_the_thread(start_bot, fake_slack: FakeSlack, fake_anthropic) -> None:
+    bot = await start_bot(agent_web_url="https://analyst.example.com/")
+    fake_anthropic.script(*carriers_script())
+    question = await bot.ask("which carrier flew the most?")
+    answer = answer_message(fake_slack, GENERAL_ID, question)
+    show, csv = answer["blocks"][-3]["elements"]
+    run_id = answer["metadata"]["event_payload"]["run_id"]
+    assert csv["url"] == f"https://analyst.example.com/api/queries/{run_id}-Q1.csv"
+    click = events.block_actions(show["action_id"], show["value"], message_ts=answer["ts"], thread_ts=question)
+    assert (await bot.click(click)).status_code == 200
+    await bot.idle()
+    shown = bot_replies(fake_slack, GENERAL_ID, question)[-1]["text"]
+    assert shown.startswith("*Q1*\n```\nSELECT carrier, count() AS n FROM nycflights13.flights")
+
+
+async def test_a_follow_up_button_asks_it_in_the_thread(start_bot, fake_slack: FakeSlack, fake_anthropic) -> None:
+    bot = await start_bot()
+    fake_anthropic.script(*carriers_script())
+    question = await bot.ask("which carrier flew the most?")
+    answer = answer_message(fake_slack, GENERAL_ID, question)
+    follow_up = answer["blocks"][-2]["elements"][0]
+    fake_anthropic.script(Reply(text="HA was most punctual."), Reply(text="[]"))
+    await bot.click(
+        events.block_actions(follow_up["action_id"], follow_up["value"], message_ts=answer["ts"], thread_ts=question)
+    )
+    await bot.idle()
+    replies = bot_replies(fake_slack, GENERAL_ID, question)
+    assert replies[2]["text"] == f"<@{HUMAN_ID}> asked: Which carrier was most punctual?"
+    assert replies[-1]["text"] == "HA was most punctual."
+    request = fake_anthropic.requests[-2]["messages"]
+    assert request[0]["content"][0]["text"] == "which carrier flew the most?"
+    assert request[-1]["content"][0]["text"] == "Which carrier was most punctual?"
+
+
+async def test_thumbs_are_stored_with_the_turn_and_counted(start_bot, fake_slack: FakeSlack, fake_anthropic) -> None:
+    bot = await start_bot()
+    fake_anthropic.script(*carriers_script())
+    question = await bot.ask("which carrier flew the most?")
+    answer = answer_message(fake_slack, GENERAL_ID, question)
+    down = answer["blocks"][-1]["elements"][1]
+    await bot.click(events.block_actions(down["action_id"], down["value"], message_ts=answer["ts"], thread_ts=question))
+    await bot.idle()
+    assert bot.service is not None
+    store = bot.service.store
+    conversation = await store.get_conversation(str(await store.find(f"slack:{TEAM_ID}:{GENERAL_ID}:{question}")))
+    assert conversation is not None and conversation["turns"][0]["feedback"] == "down"
+    assert conversation["interface"] == "slack"
+    assert fake_slack.ephemeral[-1]["text"] == "Thanks, noted." and fake_slack.ephemeral[-1]["user"] == HUMAN_ID
+    assert sample(bot.metrics, "agent_slack_feedback_total", value="down") == 1
+
+
+# --- how the answer is delivered ---
+
+
+async def test_without_streaming_the_answer_is_posted_then_updated(
+    start_bot, fake_slack: FakeSlack, fake_anthropic: FakeAnthropic
+) -> None:
+    bot = await start_bot()
+    fake_slack.disable("chat.startStream", "chat.appendStream", "chat.stopStream")
+    fake_anthropic.script(*carriers_script())
+    question = await bot.ask("which carrier flew the most?")
+    answer = answer_message(fake_slack, GENERAL_ID, question)
+    assert answer["blocks"][0] == {"type": "markdown", "text": "UA flew the most flights: 58,665 [Q1]."}
+    assert [b["type"] for b in answer["blocks"]] == ["markdown", "actions", "actions", "actions"]
+    assert answer["metadata"]["event_payload"]["final"] is True
+    assert sample(bot.metrics, "agent_slack_answers_total", delivery="update") == 1
+    [history] = turns(
+        fake_slack.thread_messages(GENERAL_ID, question), bot_id=fake_slack.bot_id, before_ts="9999999999.0"
+    )
+    assert history.answer == "UA flew the most flights: 58,665 [Q1]." and history.queries[0].id == "Q1"
+
+
+TABLE_ANSWER = (
+    "Carriers by flights [Q1]:\n\n| carrier | flights |\n|---|---|\n| UA | 58,665 |\n| B6 | 54,635 |\n\nUA leads."
+)
+TABLE_SHOWN = (
+    "Carriers by flights [Q1]:\n\n```\ncarrier  flights\n-------  -------\nUA        58,665\nB6        54,635\n```"
+    "\n\nUA leads."
+)
+
+
+async def test_a_stream_that_will_not_stop_is_finished_by_updating_the_message(
+    start_bot, fake_slack: FakeSlack, fake_anthropic: FakeAnthropic
+) -> None:
+    bot = await start_bot()
+    fake_slack.fail("chat.stopStream", "internal_error")
+    fake_anthropic.script(*carriers_script(TABLE_ANSWER))
+    question = await bot.ask("flights per carrier?")
+    answer = answer_message(fake_slack, GENERAL_ID, question)
+    assert [c.error for c in fake_slack.calls("chat.stopStream")] == ["internal_error", None]
+    assert answer["blocks"][0] == {"type": "markdown", "text": TABLE_SHOWN}  # the table as aligned text
+    assert (
+        answer["metadata"]["event_payload"]["final"] is True and answer["blocks"][-1]["block_id"] == "analyst_feedback"
+    )
+
+
+async def test_an_append_that_fails_switches_to_updating_the_message(fake_slack: FakeSlack) -> None:
+    question = fake_slack.add_message(GENERAL_ID, "how many flights?")
+    async with aiohttp.ClientSession() as session:
+        client = AsyncWebClient(token=fake_slack.bot_token, base_url=fake_slack.base_url, session=session)
+        writer = AnswerWriter(
+            client,
+            GENERAL_ID,
+            question,
+            recipient=(TEAM_ID, HUMAN_ID),
+            streaming=Streaming(),
+            interval_s=0.01,
+            part_metadata=partial(part_metadata, "r1"),
+        )
+        writer.add("336,776 flights ")
+        await wait_for(lambda: bool(fake_slack.calls("chat.startStream")))
+        fake_slack.fail("chat.appendStream", "not_allowed")
+        writer.add("left New York in 2013 [Q1].")
+        await wait_for(lambda: bool(fake_slack.calls("chat.update")))
+        writer.add(" That is 923 a day.")
+        delivery = await writer.finish(
+            "336,776 flights left New York in 2013 [Q1]. That is 923 a day.",
+            [],
+            partial(answer_metadata, "r1", question="how many flights?", queries=[]),
+        )
+    [answer] = fake_slack.replies(GENERAL_ID, question)
+    assert delivery == "update" and answer["metadata"]["event_payload"]["final"] is True
+    assert answer["blocks"] == [
+        {"type": "markdown", "text": "336,776 flights left New York in 2013 [Q1]. That is 923 a day."}
+    ]
+    assert [c.method for c in fake_slack.calls()][-1] == "chat.update"
+
+
+async def test_a_long_answer_is_split_at_slacks_limit(
+    start_bot, fake_slack: FakeSlack, fake_anthropic: FakeAnthropic
+) -> None:
+    bot = await start_bot()
+    long_answer = "\n".join(f"Line {n}: carrier UA flew {n:,} flights that month [Q1]." for n in range(600))
+    fake_anthropic.script(*carriers_script(long_answer))
+    question = await bot.ask("every month, in detail")
+    parts = [m for m in bot_replies(fake_slack, GENERAL_ID, question) if m.get("metadata")]
+    assert len(parts) == 3 and all(len(m["text"]) <= 12_000 for m in parts)
+    assert "".join(m["text"] for m in parts) == long_answer
+    assert all(m["text"].endswith("\n") for m in parts[:-1]), "split between lines"
+    assert [m["metadata"]["event_payload"].get("final", False) for m in parts] == [False, False, True]
+    assert [any(b["type"] == "actions" for b in m.get("blocks", [])) for m in parts] == [False, False, True]
+    [history] = turns(
+        fake_slack.thread_messages(GENERAL_ID, question), bot_id=fake_slack.bot_id, before_ts="9999999999.0"
+    )
+    assert history.answer == long_answer
+
+
+async def test_slack_metrics_are_recorded(start_bot, fake_slack: FakeSlack, fake_anthropic: FakeAnthropic) -> None:
+    bot = await start_bot(slack_max_message_chars=100)
+    fake_anthropic.script(*carriers_script())
+    question = await bot.ask("which carrier flew the most?")
+    await bot.event(events.message_changed(channel=GENERAL_ID, ts=question, text="x", previous_text="y"))
+    await bot.ask("x" * 101)
+    answer = answer_message(fake_slack, GENERAL_ID, question)
+    up = answer["blocks"][-1]["elements"][0]
+    await bot.click(events.block_actions(up["action_id"], up["value"], message_ts=answer["ts"], thread_ts=question))
+    await bot.idle()
+    m = bot.metrics
+    assert sample(m, "agent_slack_events_total", type="app_mention") == 2
+    assert sample(m, "agent_slack_events_total", type="message") == 1
+    assert sample(m, "agent_slack_events_total", type="block_actions") == 1
+    assert sample(m, "agent_slack_events_ignored_total", reason="edit") == 1
+    assert sample(m, "agent_slack_answers_total", delivery="stream") == 1
+    assert sample(m, "agent_slack_errors_total", type="too_long") == 1
+    assert sample(m, "agent_slack_feedback_total", value="up") == 1
+    assert sample(m, "agent_slack_first_progress_seconds_count") == 1
+    assert 0 < sample(m, "agent_slack_first_progress_seconds_sum") < 1
+    assert sample(m, "agent_slack_answer_seconds_count") == 1
+
+
+async def test_shutting_down_mid_answer_leaves_nothing_running(
+    start_bot, fake_slack: FakeSlack, fake_anthropic: FakeAnthropic
+) -> None:
+    bot = await start_bot()
+    hang = Hang()
+    fake_anthropic.script(hang)
+    question = fake_slack.add_message(GENERAL_ID, f"<@{BOT_USER_ID}> how many flights?")
+    await bot.event(events.app_mention("how many flights?", ts=question))
+    await wait_for(lambda: len(fake_anthropic.requests) == 1)
+    before = {t for t in asyncio.all_tasks() if not t.done()}
+    assert {t.get_name().split("-")[0] for t in before} >= {"slack", "run"}
+    await bot.stop()
+    hang.release.set()
+    await asyncio.sleep(0.05)
+    leftover = [t for t in asyncio.all_tasks() if not t.done() and t in before and t is not asyncio.current_task()]
+    assert [t.get_name() for t in leftover if t.get_name().startswith(("slack-", "run-"))] == []

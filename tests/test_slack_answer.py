@@ -471,3 +471,30 @@ async def test_shutting_down_mid_answer_leaves_nothing_running(
     await asyncio.sleep(0.05)
     leftover = [t for t in asyncio.all_tasks() if not t.done() and t in before and t is not asyncio.current_task()]
     assert [t.get_name() for t in leftover if t.get_name().startswith(("slack-", "run-"))] == []
+
+
+async def test_a_chart_is_uploaded_in_the_thread_as_a_png(
+    start_bot, fake_slack: FakeSlack, fake_anthropic: FakeAnthropic
+) -> None:
+    bot = await start_bot()
+    monthly = (
+        "SELECT toStartOfMonth(time_hour) AS month, round(avg(dep_delay), 1) AS avg_dep_delay "
+        "FROM nycflights13.flights GROUP BY month ORDER BY month"
+    )
+    chart = {"query_id": "Q1", "kind": "line", "x": "month", "y": "avg_dep_delay", "title": "Delay by month"}
+    fake_anthropic.script(
+        Reply(tool_calls=[("execute_sql", {"queries": [{"question": "Delay by month", "sql": monthly}]})]),
+        Reply(tool_calls=[("chart", chart)]),
+        Reply(text="Delays peaked in July [Q1]."),
+        Reply(text="[]"),
+    )
+    question = fake_slack.add_message(GENERAL_ID, f"<@{BOT_USER_ID}> how did delays change by month?")
+    await bot.event(events.app_mention("how did delays change by month?", ts=question))
+    await bot.idle()
+    (uploaded,) = fake_slack.files
+    assert uploaded.data[:8] == b"\x89PNG\r\n\x1a\n" and 5_000 < len(uploaded.data) < 2_000_000
+    assert (uploaded.channel, uploaded.thread_ts) == (GENERAL_ID, question)
+    assert uploaded.alt_txt == "line chart of avg_dep_delay by month from Q1 (12 rows)"
+    assert uploaded.filename == "C1-Q1.png" and uploaded.title == "Delay by month"
+    Path(__file__).parent.joinpath("artifacts").mkdir(exist_ok=True)
+    Path(__file__).parent.joinpath("artifacts", "slack-chart.png").write_bytes(uploaded.data)

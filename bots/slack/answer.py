@@ -22,6 +22,7 @@ from agent.metrics import Metrics
 from agent.pipeline.runner import Turn
 from agent.runs import RunHandle, RunRegistry
 from bots.slack import blocks
+from bots.slack.charts import upload_charts
 from bots.slack.failures import Failure, classify, explain
 from bots.slack.limits import RateLimiter
 from bots.slack.progress import Progress
@@ -179,6 +180,11 @@ class Answerer:
                 channel=question.channel, thread_ts=question.thread_ts, text="(no answer)", blocks=buttons
             )
             delivery = "update"
+        if result.get("charts"):
+            await upload_charts(
+                self._client, self._metrics, channel=question.channel, thread_ts=question.thread_ts,
+                charts=result["charts"],
+            )  # fmt: skip
         seconds = time.perf_counter() - question.received_at
         await progress.finish(f"Answered in {seconds:.1f} s")
         self._metrics.slack_answers.labels(delivery).inc()

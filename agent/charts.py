@@ -52,8 +52,8 @@ class Chart(BaseModel):
 
     def describe(self) -> str:
         """Alt text: what the chart shows, for screen readers and Slack."""
-        y = self.spec["encoding"].get("y", {}).get("field", "count")
-        x = self.spec["encoding"]["x"].get("field", "")
+        y = self.spec["encoding"]["y"].get("title", "count")
+        x = self.spec["encoding"]["x"]["title"]
         cap = f", first {self.rows} rows" if self.capped else ""
         return f"{self.kind.replace('_', ' ')} chart of {y} by {x} from {self.query_id} ({self.rows} rows{cap})"
 
@@ -89,15 +89,20 @@ def build_chart(
     if request.kind == "histogram" and kinds[request.x] != "quantitative":
         raise ChartError(f"A histogram needs a numeric x column; {request.x!r} is {types[columns.index(request.x)]}.")
     used = [name for name in dict.fromkeys(v for v in channels.values() if v)]
-    values = [_record(row, columns, types, used) for row in rows]
+    # Data fields get names of ours: Vega-Lite pastes field names into expressions (tooltips, paths)
+    # without escaping every character, and a column alias is the query's, or the data's, to choose.
+    # The real names appear only as titles, which are plain text.
+    fields = {name: f"f{i}" for i, name in enumerate(used)}
+    values = [_record(row, columns, types, fields) for row in rows]
     spec: dict[str, Any] = {
         "$schema": "https://vega.github.io/schema/vega-lite/v6.json",
-        "title": request.title or f"{request.y or 'count'} by {request.x}",
+        "title": plain_title(request.title or f"{request.y or 'count'} by {request.x}"),
+        "config": {"aria": False},  # no generated descriptions: they are expressions built from titles
         "width": "container",
         "height": 280,
         "data": {"values": values},
-        "mark": {"type": _MARKS[request.kind], "tooltip": True},
-        "encoding": _encoding(request, kinds),
+        "mark": {"type": _MARKS[request.kind]},  # no tooltip: Vega-Lite pastes its titles into an expression
+        "encoding": _encoding(request, kinds, fields),
     }
     if request.kind == "line":
         spec["mark"]["point"] = len(values) <= 60
@@ -115,20 +120,36 @@ def build_chart(
     )
 
 
-def _encoding(request: ChartRequest, kinds: dict[str, str]) -> dict[str, Any]:
-    x: dict[str, Any] = {"field": request.x, "type": kinds[request.x]}
+def _encoding(request: ChartRequest, kinds: dict[str, str], fields: dict[str, str]) -> dict[str, Any]:
+    def channel(name: str, kind: str) -> dict[str, Any]:
+        return {"field": fields[name], "type": kind, "title": plain_title(name)}
+
+    x = channel(request.x, kinds[request.x])
     if request.kind == "histogram":
-        return {"x": {**x, "bin": {"maxbins": 30}}, "y": {"aggregate": "count", "type": "quantitative"}}
+        return {
+            "x": {**x, "bin": {"maxbins": 30}},
+            "y": {"aggregate": "count", "type": "quantitative", "title": "count"},
+        }
     if request.kind in ("bar", "stacked_bar") and kinds[request.x] == "quantitative":
         x["type"] = "ordinal"  # bars over a number read as categories (hour of day, year)
-    encoding: dict[str, Any] = {"x": x, "y": {"field": request.y, "type": "quantitative"}}
+    assert request.y is not None
+    encoding: dict[str, Any] = {"x": x, "y": channel(request.y, "quantitative")}
     if request.color:
-        encoding["color"] = {"field": request.color, "type": "nominal"}
+        encoding["color"] = channel(request.color, "nominal")
         if request.kind == "bar":
-            encoding["xOffset"] = {"field": request.color, "type": "nominal"}  # grouped, not stacked
+            encoding["xOffset"] = {"field": fields[request.color], "type": "nominal"}  # grouped, not stacked
     if request.kind == "stacked_bar":
         encoding["y"]["stack"] = "zero"
     return encoding
+
+
+_TITLE_LOOKALIKES = str.maketrans({"\\": "∖", '"': "”", "'": "’"})
+
+
+def plain_title(text: str) -> str:
+    """A title Vega-Lite cannot turn into code: it pastes titles into expression strings (tooltips,
+    ARIA descriptions) escaping quotes but not backslashes, so both become lookalikes."""
+    return "".join(ch for ch in text if ch.isprintable()).translate(_TITLE_LOOKALIKES)
 
 
 def _field_type(ch_type: str) -> str:
@@ -140,14 +161,14 @@ def _field_type(ch_type: str) -> str:
     return "nominal"
 
 
-def _record(row: list[Cell], columns: list[str], types: list[str], used: list[str]) -> dict[str, Any]:
+def _record(row: list[Cell], columns: list[str], types: list[str], fields: dict[str, str]) -> dict[str, Any]:
     record = {}
-    for name in used:
+    for name, field in fields.items():
         index = columns.index(name)
         value = json_value(row[index], types[index])
         if isinstance(value, str) and base_type(types[index]).startswith(_TEMPORAL):
             value = value.replace(" ", "T", 1)  # ISO for browsers; the wall-clock time ClickHouse printed
-        record[name] = value
+        record[field] = value
     return record
 
 
@@ -172,13 +193,13 @@ def render_png(spec: dict[str, Any], scale: float = 2.0) -> bytes:
     """The chart as a PNG, rendered without a browser (vl-convert)."""
     import vl_convert
 
-    return bytes(vl_convert.vegalite_to_png(_for_static(spec), scale=scale))
+    return bytes(vl_convert.vegalite_to_png(_for_static(spec), scale=scale, allowed_base_urls=[]))
 
 
 def render_svg(spec: dict[str, Any]) -> str:
     import vl_convert
 
-    return str(vl_convert.vegalite_to_svg(_for_static(spec)))
+    return str(vl_convert.vegalite_to_svg(_for_static(spec), allowed_base_urls=[]))
 
 
 def _for_static(spec: dict[str, Any]) -> dict[str, Any]:

@@ -9,7 +9,7 @@ import struct
 
 import pytest
 
-from agent.charts import KINDS, ChartError, ChartRequest, build_chart, render_png, validate
+from agent.charts import KINDS, ChartError, ChartRequest, build_chart, plain_title, render_png, validate
 from agent.db import Database
 from agent.pipeline.runner import Outcome
 from agent.pipeline.v3.charting import ChartMaker
@@ -42,7 +42,9 @@ async def test_every_kind_from_a_real_query_is_valid_vega_lite(db: Database, kin
     validate(chart.spec)  # the schema Altair ships (also checked inside build_chart)
     request = CASES[kind]
     assert chart.rows == len(rows) == 36
-    assert set(chart.spec["data"]["values"][0]) == {c for c in (request.x, request.y, request.color) if c}
+    names = [c for c in dict.fromkeys((request.x, request.y, request.color)) if c]
+    assert set(chart.spec["data"]["values"][0]) == {f"f{i}" for i in range(len(names))}
+    assert chart.spec["encoding"]["x"]["title"] == plain_title(request.x)
     assert json.loads(json.dumps(chart.spec)) == chart.spec
 
 
@@ -130,3 +132,21 @@ async def test_a_large_result_is_capped_and_says_so(db: Database, metrics) -> No
     assert chart.capped and chart.rows == 100 and chart.spec["title"]["subtitle"] == "First 100 rows of Q1"
     missing = await ChartMaker(db).run({"query_id": "Q9", "kind": "bar", "x": "n", "y": "double"}, state)
     assert missing.is_error and "no query Q9" in missing.content and "Q1" in missing.content
+
+
+@pytest.mark.parametrize("name", ["\\", '"]', 'a"]+alert(1)+["', "x.y", "a[0]", "<svg onload=alert(1)>", "datum.x + 1"])
+def test_a_hostile_column_name_is_only_ever_a_title(name: str) -> None:
+    """Column aliases are the query's (or the data's) to choose; Vega-Lite pastes field names into
+    expressions unescaped, so they never become field names: only plain-text titles."""
+    for kind in ("bar", "line", "scatter"):
+        chart = build_chart(
+            "C1",
+            ChartRequest(query_id="Q1", kind=kind, x=name, y="v", color=name if kind == "bar" else None),
+            [name, "v"],
+            ["String" if kind != "scatter" else "Float64", "Float64"],
+            [["1", "1.5"], ["2", "2.5"]],
+            capped=False,
+        )
+        assert name not in json.dumps(chart.spec["data"]) and chart.spec["encoding"]["x"]["title"] == plain_title(name)
+        assert "\\" not in plain_title(name) and '"' not in plain_title(name)
+        assert render_png(chart.spec)[:4] == b"\x89PNG"

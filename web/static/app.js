@@ -182,9 +182,9 @@ class TurnView {
 }
 
 function chartLabel(chart) {
-  const y = (chart.spec.encoding.y && chart.spec.encoding.y.field) || "count";
+  const y = (chart.spec.encoding.y && chart.spec.encoding.y.title) || "count";
   const cap = chart.capped ? `, first ${chart.rows} rows` : `, ${chart.rows} rows`;
-  return `${chart.kind.replace("_", " ")} chart of ${y} by ${chart.spec.encoding.x.field} from ${chart.query_id}${cap}`;
+  return `${chart.kind.replace("_", " ")} chart of ${y} by ${chart.spec.encoding.x.title} from ${chart.query_id}${cap}`;
 }
 
 function queryCard(runId, data) {

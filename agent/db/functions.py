@@ -75,11 +75,18 @@ TABLE_FUNCTIONS = ("numbers", "numbers_mt", "generate_series", "generateSeries",
 SYNTAX_FUNCTIONS = ("lambda", "exists", "grouping")
 
 
+def denied_reason(name: str) -> str | None:
+    """Why `name` is denied (matched in any case), or None when it is not."""
+    if name.startswith(_DENIED_PREFIXES):
+        return "it reaches the server's internals"
+    return _DENIED_LOWER.get(name.lower())
+
+
 def is_denied(name: str) -> bool:
-    return name in DENIED or name.lower() in _DENIED_LOWER or name.startswith(_DENIED_PREFIXES)
+    return denied_reason(name) is not None
 
 
-_DENIED_LOWER = {name.lower() for name in DENIED}
+_DENIED_LOWER = {name.lower(): reason for name, reason in DENIED.items()}
 
 
 @dataclass(frozen=True)

@@ -19,11 +19,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from agent.db.functions import DENIED, FunctionPolicy, is_denied
+from agent.db.functions import FunctionPolicy, denied_reason
 from agent.db.scope import Scope
 
 MAX_SQL_CHARS = 60_000
-_DENIED_BY_LOWER = {name.lower(): reason for name, reason in DENIED.items()}
 IN_FUNCTIONS = frozenset(
     {"in", "notIn", "globalIn", "globalNotIn", "nullIn", "notNullIn", "globalNullIn", "globalNotNullIn"}
 )
@@ -225,8 +224,7 @@ class _Walk:
     def function_name(self, name: str) -> None:
         if self.functions.allows(name):
             return
-        if is_denied(name):
-            why = DENIED.get(name) or _DENIED_BY_LOWER.get(name.lower(), "it reaches the server's internals")
+        if (why := denied_reason(name)) is not None:
             raise QueryRefused(f"The function {name}() is not allowed here ({why}). Use the tables in the schema.")
         close = difflib.get_close_matches(name, sorted(self.functions.functions), n=3, cutoff=0.75)
         maybe = f" Did you mean: {', '.join(close)}?" if close else ""

@@ -16,8 +16,9 @@ RUN pip install . \
 ENV AGENT_PROMPTS_DIR=/app/prompts AGENT_DATA_DIR=/data
 USER analyst
 EXPOSE 8000
-# /healthz answers 200 when the API key is set and ClickHouse answers (503 otherwise). It is asked for as
-# 127.0.0.1, so keep that name in AGENT_WEB_ALLOWED_HOSTS.
-HEALTHCHECK --interval=30s --timeout=5s --start-period=30s --retries=3 \
-    CMD ["python", "-c", "import urllib.request; urllib.request.urlopen('http://127.0.0.1:8000/healthz', timeout=4)"]
+# /readyz answers 200 when the API key is set, ClickHouse answers, the schema is read and the process is
+# not shutting down (503 otherwise, saying which). It is asked for as 127.0.0.1, so keep that name in
+# AGENT_WEB_ALLOWED_HOSTS. /healthz (alive) is for an orchestrator's liveness probe.
+HEALTHCHECK --interval=30s --timeout=6s --start-period=30s --retries=3 \
+    CMD ["python", "-c", "import urllib.request; urllib.request.urlopen('http://127.0.0.1:8000/readyz', timeout=5)"]
 CMD ["agent", "serve", "--host", "0.0.0.0", "--port", "8000"]

@@ -24,6 +24,7 @@ class AgentApp:
     runner: Runner
     metrics: Metrics
     examples: ExampleQuestions
+    schema: SchemaCache
 
     @classmethod
     def start(
@@ -42,7 +43,7 @@ class AgentApp:
         runner = build_runner(settings, db=db, llm=llm, metrics=metrics, schema=schema)
         prompts = prompt_library(settings.agent_prompts_dir)
         examples = ExampleQuestions(settings, llm=llm, schema=schema, prompts=prompts, metrics=metrics)
-        return cls(settings=settings, db=db, llm=llm, runner=runner, metrics=metrics, examples=examples)
+        return cls(settings=settings, db=db, llm=llm, runner=runner, metrics=metrics, examples=examples, schema=schema)
 
     async def close(self) -> None:
         await self.examples.close()

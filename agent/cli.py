@@ -11,11 +11,13 @@ import json
 import logging
 import sys
 from collections.abc import Callable, Coroutine
+from functools import partial
 from typing import Any
 
 from agent.config import ConfigError, Settings, load_settings
 from agent.db import DatabaseUnavailable, format_for_model, open_database
 from agent.llm import MISSING_KEY, LLMConfigError
+from agent.logs import configure_logging
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
@@ -32,7 +34,7 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_USAGE
     try:
         settings = load_settings()
-        logging.basicConfig(level=settings.log_level, format="%(levelname)s %(name)s: %(message)s")
+        configure_logging(settings)
         return int(args.handler(args, settings))
     except (ConfigError, UsageError, DatabaseUnavailable, LLMConfigError) as exc:
         return _fail(args, str(exc), EXIT_USAGE)
@@ -75,27 +77,41 @@ def _parser() -> argparse.ArgumentParser:
     ask.add_argument("--no-followups", action="store_true", help="skip follow-up suggestions")
     ask.set_defaults(handler=_run(_ask))
 
-    web = commands.add_parser("web", help="serve the web chat")
-    web.add_argument("--host", default="127.0.0.1", help="interface to listen on (default 127.0.0.1)")
-    web.add_argument("--port", type=int, default=8000, help="port (default 8000)")
-    web.set_defaults(handler=_web)
+    web = commands.add_parser("web", help="serve the web chat alone")
+    _serving_arguments(web, port=8000)
+    web.set_defaults(handler=partial(_serve, web=True, slack=False))
 
-    serve = commands.add_parser("serve", help="serve the web chat and the Slack bot (when configured) in one process")
-    serve.add_argument("--host", default="127.0.0.1", help="interface to listen on (default 127.0.0.1)")
-    serve.add_argument("--port", type=int, default=8000, help="port (default 8000)")
-    serve.set_defaults(handler=_serve)
+    serve = commands.add_parser("serve", help="serve the web chat and the Slack bot (when configured)")
+    _serving_arguments(serve, port=8000)
+    serve.set_defaults(handler=partial(_serve, web=True, slack=None))
 
     slack = commands.add_parser("slack", help="run the Slack bot alone (HTTP at /slack/events, or Socket Mode)")
-    slack.add_argument("--host", default="127.0.0.1", help="interface to listen on (default 127.0.0.1)")
-    slack.add_argument(
-        "--port", type=int, default=3000, help="port of /slack/events, /healthz, /metrics (default 3000)"
-    )
-    slack.set_defaults(handler=_slack)
+    _serving_arguments(slack, port=3000)
+    slack.set_defaults(handler=partial(_serve, web=False, slack=True))
 
     from evals.cli import add_evals_commands
 
     add_evals_commands(commands)
     return parser
+
+
+def _serving_arguments(parser: argparse.ArgumentParser, *, port: int) -> None:
+    parser.add_argument("--host", default="127.0.0.1", help="interface to listen on (default 127.0.0.1)")
+    parser.add_argument("--port", type=int, default=port, help=f"port (default {port})")
+    parser.add_argument(
+        "--workers",
+        type=_positive,
+        default=1,
+        help="worker processes (default 1). Several need a ClickHouse server (CLICKHOUSE_URL=http...): the "
+        "embedded engine allows one process per data directory",
+    )
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError("must be 1 or more")
+    return value
 
 
 def _run(command: Callable[[argparse.Namespace, Settings], Coroutine[Any, Any, int]]) -> Callable[..., int]:
@@ -159,24 +175,10 @@ async def _ask(args: argparse.Namespace, settings: Settings) -> int:
     return EXIT_FAILED if result.outcome is Outcome.ERROR else EXIT_OK
 
 
-def _web(args: argparse.Namespace, settings: Settings) -> int:
-    from web.server import serve
-
-    serve(settings, host=args.host, port=args.port)
-    return EXIT_OK
-
-
-def _serve(args: argparse.Namespace, settings: Settings) -> int:
+def _serve(args: argparse.Namespace, settings: Settings, *, web: bool, slack: bool | None) -> int:
     from agent.serve import serve
 
-    serve(settings, host=args.host, port=args.port, web=True)
-    return EXIT_OK
-
-
-def _slack(args: argparse.Namespace, settings: Settings) -> int:
-    from agent.serve import serve
-
-    serve(settings, host=args.host, port=args.port, web=False)
+    serve(settings, host=args.host, port=args.port, web=web, slack=slack, workers=args.workers)
     return EXIT_OK
 
 

@@ -194,6 +194,20 @@ class Settings(BaseSettings):
     )
 
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field("INFO", description="Log level.")
+    agent_log_format: Literal["text", "json"] = Field(
+        "text",
+        description="`json`: one JSON object a line (time, level, logger, message, run id, interface, and for "
+        "each finished run its outcome and timings). A question's text is logged only at DEBUG.",
+    )
+
+    # --- serving ---
+    agent_shutdown_grace_s: float = Field(
+        30.0,
+        ge=0,
+        description="On SIGTERM, how long answers already running get to finish (and be stored) before they are "
+        "cancelled; new questions are refused meanwhile. Keep it below the orchestrator's kill timeout "
+        "(docker compose: stop_grace_period).",
+    )
 
     @field_validator(
         "anthropic_api_key",
@@ -261,6 +275,9 @@ class Settings(BaseSettings):
     def __repr_args__(self) -> Any:
         for name, value in super().__repr_args__():
             yield name, self.redacted_clickhouse_url() if name == "clickhouse_url" else value
+
+    def clickhouse_password(self) -> str | None:
+        return urlsplit(self.clickhouse_url).password
 
     def redacted_clickhouse_url(self) -> str:
         parts = urlsplit(self.clickhouse_url)

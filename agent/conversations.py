@@ -76,7 +76,8 @@ def query_key(run_id: str, label: str) -> str:
 class ConversationStore:
     def __init__(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
-        self._conn = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
+        # Several worker processes may share the file: a writer waits for another's lock (timeout).
+        self._conn = sqlite3.connect(path, check_same_thread=False, isolation_level=None, timeout=10)
         self._conn.row_factory = sqlite3.Row
         self._lock = threading.Lock()
         with self._lock:
@@ -318,7 +319,9 @@ class _transaction:
         self._conn = conn
 
     def __enter__(self) -> None:
-        self._conn.execute("BEGIN")
+        # IMMEDIATE takes the write lock up front: a deferred transaction that reads and then writes
+        # fails at once when another process got the lock in between, instead of waiting for it.
+        self._conn.execute("BEGIN IMMEDIATE")
 
     def __exit__(self, exc_type: Any, *_: Any) -> None:
         self._conn.execute("ROLLBACK" if exc_type else "COMMIT")

@@ -3,9 +3,11 @@ user, channel, question or SQL text."""
 
 from __future__ import annotations
 
+import os
 from typing import TYPE_CHECKING
 
-from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram
+from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.multiprocess import MultiProcessCollector
 
 if TYPE_CHECKING:
     from agent.llm import Usage
@@ -174,3 +176,13 @@ def default_metrics() -> Metrics:
     if _default is None:
         _default = Metrics()
     return _default
+
+
+def exposition(metrics: Metrics) -> bytes:
+    """What /metrics serves: this process's metrics; with several workers (`agent serve --workers N` sets
+    PROMETHEUS_MULTIPROC_DIR), the sum over every worker, whichever worker Prometheus happens to reach."""
+    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        registry = CollectorRegistry()
+        MultiProcessCollector(registry)
+        return generate_latest(registry)
+    return generate_latest(metrics.registry)

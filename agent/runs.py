@@ -6,12 +6,16 @@ progress). An adapter may ask for a run to be cancelled when its last reader goe
 comes back within a grace period (the web does; a Slack thread has no reader to lose): that stops
 the model call and kills its ClickHouse queries. The finished turn is written to the conversation
 store before `done` is published. The log always opens with `started` and ends with `done`.
+
+With several worker processes, a `SharedRunLog` lets a reader in one process follow a run another
+process owns. On shutdown, `drain` refuses new runs and gives running ones a bounded time to finish.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
 import uuid
 from collections import OrderedDict
 from collections.abc import AsyncIterator
@@ -20,9 +24,21 @@ from functools import partial
 from typing import Any
 
 from agent.conversations import ConversationStore
+from agent.live_runs import BEAT_S, SharedRunLog
+from agent.logs import log_context
 from agent.pipeline.runner import DoneEvent, Interface, Platform, Runner, Turn
 
 log = logging.getLogger(__name__)
+SHARED_FLUSH_S = 0.15  # how often a run's new events are copied for readers in other processes
+SHARED_POLL_S = 0.25  # how often a reader in another process looks for them
+SHARED_APPEARS_S = 1.0  # how long a reader waits for a run started a moment ago to be shared
+STREAM_MARGIN_S = 2.0  # on shutdown, after the grace period: for cancelled runs' last events to reach readers
+
+
+class ShuttingDown(Exception):
+    """The process is shutting down and takes no new questions."""
+
+    message = "The server is restarting; ask again in a moment."
 
 
 @dataclass
@@ -46,14 +62,29 @@ class RunHandle:
     task: asyncio.Task[Any] | None = None
     changed: asyncio.Condition = field(default_factory=asyncio.Condition)
     grace_timer: asyncio.TimerHandle | None = None
+    shared_upto: int = 0  # events copied to the shared log so far
 
 
 class RunRegistry:
-    def __init__(self, runner: Runner, store: ConversationStore, *, keep_finished: int = 500):
+    def __init__(
+        self,
+        runner: Runner,
+        store: ConversationStore,
+        *,
+        keep_finished: int = 500,
+        shared: SharedRunLog | None = None,
+    ):
         self._runner = runner
         self._store = store
         self._keep_finished = keep_finished
+        self._shared = shared
         self._runs: OrderedDict[str, RunHandle] = OrderedDict()
+        self._checks: set[asyncio.Task[None]] = set()
+        self.accepting = True
+
+    @property
+    def running(self) -> int:
+        return sum(1 for handle in self._runs.values() if not handle.done)
 
     def get(self, run_id: str) -> RunHandle | None:
         return self._runs.get(run_id)
@@ -70,13 +101,17 @@ class RunRegistry:
         followups: bool = True,
     ) -> RunHandle:
         """Register the run with its first event, `started`, already in its log (so a reader sees
-        something before the model's first reply, and a replay shows the same), then drive it."""
+        something before the model's first reply, and a replay shows the same), then drive it.
+        Raises ShuttingDown once `drain` has begun."""
+        if not self.accepting:
+            raise ShuttingDown(ShuttingDown.message)
         handle = RunHandle(run_id=uuid.uuid4().hex, conversation_id=conversation_id, abandon_after_s=abandon_after_s)
         started = {"run_id": handle.run_id, "conversation_id": conversation_id, "question": question}
         handle.events.append(RunEvent(1, "started", started))
         self._runs[handle.run_id] = handle
         run = self._drive(handle, question, history, platform, interface, followups)
-        handle.task = asyncio.create_task(run, name=f"run-{handle.run_id}")
+        with log_context(run_id=handle.run_id, interface=interface):  # the task copies the context
+            handle.task = asyncio.create_task(run, name=f"run-{handle.run_id}")
         return handle
 
     async def _drive(
@@ -98,6 +133,7 @@ class RunRegistry:
                 await asyncio.shield(self._store.save_turn(handle.conversation_id, handle.run_id, event.result, record))
             await self._append(handle, event.type, data)
 
+        sharing = asyncio.create_task(self._share(handle)) if self._shared is not None else None
         try:
             await self._runner.run(
                 question,
@@ -117,7 +153,36 @@ class RunRegistry:
             async with handle.changed:
                 handle.done = True
                 handle.changed.notify_all()
+            if sharing is not None:
+                await asyncio.shield(sharing)
             self._forget_old_runs()
+
+    async def _share(self, handle: RunHandle) -> None:
+        """Copy the run's events to the shared log until it is done, beating meanwhile; then take them out
+        again (by then the stored turn has them all). Whatever fails, the shared copy does not outlive
+        the run, so no reader waits on it."""
+        assert self._shared is not None
+        try:
+            await self._shared.open(handle.run_id, handle.conversation_id)
+            beaten = time.monotonic()
+            while True:
+                finished = handle.done
+                fresh = handle.events[handle.shared_upto :]
+                beat = time.monotonic() - beaten >= BEAT_S
+                if fresh or beat:
+                    await self._shared.add(handle.run_id, [(e.id, e.event, e.data) for e in fresh], beat=beat)
+                    handle.shared_upto += len(fresh)
+                    beaten = time.monotonic() if beat else beaten
+                if finished:
+                    break
+                await asyncio.sleep(SHARED_FLUSH_S)
+        except Exception:  # the run goes on; readers in other processes fall back to the stored turn
+            log.exception("could not share run %s with other workers", handle.run_id)
+        finally:
+            try:
+                await asyncio.shield(self._shared.close(handle.run_id))
+            except Exception:
+                log.exception("could not take run %s out of the shared log", handle.run_id)
 
     async def _append(self, handle: RunHandle, name: str, data: dict[str, Any]) -> None:
         async with handle.changed:
@@ -156,16 +221,91 @@ class RunRegistry:
     def _cancel_unwatched(self, handle: RunHandle) -> None:
         handle.grace_timer = None
         if handle.readers == 0 and not handle.done and handle.task is not None:
+            if self._shared is not None:
+                check = asyncio.create_task(self._cancel_unless_watched_elsewhere(handle))
+                self._checks.add(check)
+                check.add_done_callback(self._checks.discard)
+                return
             log.info("run %s cancelled: its client went away", handle.run_id)
             handle.task.cancel()
+
+    async def _cancel_unless_watched_elsewhere(self, handle: RunHandle) -> None:
+        assert self._shared is not None and handle.abandon_after_s is not None
+        live = await self._shared.find(handle.run_id)
+        if handle.readers or handle.done or handle.task is None:
+            return
+        if live is not None and time.time() - live.watched_at < handle.abandon_after_s:
+            handle.grace_timer = asyncio.get_running_loop().call_later(
+                handle.abandon_after_s, self._cancel_unwatched, handle
+            )
+            return
+        log.info("run %s cancelled: its client went away", handle.run_id)
+        handle.task.cancel()
+
+    async def follow_elsewhere(self, run_id: str, after: int = 0) -> AsyncIterator[RunEvent] | None:
+        """A run another worker process owns, followed through the shared log; None if there is none.
+        A run started a moment ago may not be shared yet: it is looked for a little while."""
+        if self._shared is None:
+            return None
+        deadline = time.monotonic() + SHARED_APPEARS_S
+        while await self._shared.find(run_id) is None:
+            if time.monotonic() >= deadline:
+                return None
+            await asyncio.sleep(SHARED_POLL_S)
+        return self._poll_shared(run_id, after)
+
+    async def _poll_shared(self, run_id: str, after: int) -> AsyncIterator[RunEvent]:
+        assert self._shared is not None
+        position = after
+        while True:
+            fresh = await self._shared.events_after(run_id, position)
+            for number, name, data in fresh:
+                yield RunEvent(number, name, data)
+                position = number
+                if name == "done":
+                    return
+            if not fresh:
+                stored = await self._store.run_events(run_id)
+                live = await self._shared.find(run_id)
+                if stored is not None or live is None:  # done and stored (and taken out of the shared log)
+                    for event in stored[1] if stored else []:
+                        if event["id"] > position:
+                            yield RunEvent(event["id"], event["event"], event["data"])
+                    if stored is None:
+                        ids = {"run_id": run_id, "conversation_id": ""}
+                        message = "This answer was lost on the server; ask again."
+                        yield RunEvent(position + 1, "error", {**ids, "message": message})
+                        yield RunEvent(position + 2, "done", {**ids, "result": None})
+                    return
+                if not live.owner_alive:
+                    ids = {"run_id": run_id, "conversation_id": live.conversation_id}
+                    message = "The server process answering this stopped; ask again."
+                    yield RunEvent(position + 1, "error", {**ids, "message": message})
+                    yield RunEvent(position + 2, "done", {**ids, "result": None})
+                    return
+            await self._shared.touch(run_id)
+            await asyncio.sleep(SHARED_POLL_S)
 
     def _forget_old_runs(self) -> None:
         finished = [run_id for run_id, h in self._runs.items() if h.done]
         for run_id in finished[: max(0, len(finished) - self._keep_finished)]:
             del self._runs[run_id]
 
-    async def shutdown(self) -> None:
+    async def drain(self, timeout_s: float) -> tuple[int, int]:
+        """Take no new runs; wait up to `timeout_s` for the running ones to finish (each is stored as it
+        ends), then cancel the rest, which are stored as cancelled. Returns (finished, cancelled)."""
+        self.accepting = False
         tasks = [h.task for h in self._runs.values() if h.task is not None and not h.task.done()]
-        for task in tasks:
+        if not tasks:
+            return 0, 0
+        log.info("waiting up to %.0f s for %d answer(s) still running", timeout_s, len(tasks))
+        _, pending = await asyncio.wait(tasks, timeout=timeout_s) if timeout_s > 0 else (set(), set(tasks))
+        for task in pending:
             task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await asyncio.gather(*pending, return_exceptions=True)
+        finished, cancelled = len(tasks) - len(pending), len(pending)
+        log.info("shutdown: %d answer(s) finished, %d cancelled", finished, cancelled)
+        return finished, cancelled
+
+    async def shutdown(self) -> None:
+        await self.drain(0)

@@ -164,6 +164,8 @@ class SchemaCache:
         self._db = db
         self._max_chars, self._ttl_s = max_chars, ttl_s
         self._text: str | None = None
+        self._tables = 0
+        self._counting: asyncio.Task[int] | None = None
         self._built_at = 0.0
         self._lock = asyncio.Lock()
 
@@ -172,5 +174,18 @@ class SchemaCache:
             if self._text is None or time.monotonic() - self._built_at > self._ttl_s:
                 tables = await introspect(self._db)
                 self._text = render_schema(tables, self._max_chars)
+                self._tables = len(tables)
                 self._built_at = time.monotonic()
             return self._text
+
+    async def table_count(self) -> int:
+        """Tables in the schema prompt (building it if it is not built yet)."""
+        await self.get()
+        return self._tables
+
+    def counting(self) -> asyncio.Task[int]:
+        """`table_count` as one task that callers share and may stop waiting for without cancelling it
+        (a health probe that gives up must not restart a slow catalog read each time)."""
+        if self._counting is None or self._counting.done():
+            self._counting = asyncio.ensure_future(self.table_count())
+        return self._counting

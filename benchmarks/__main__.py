@@ -1,9 +1,10 @@
 """Run every benchmark: python -m benchmarks (or make bench)."""
 
-from benchmarks import bench_pipeline, bench_slack, bench_truncation, bench_web
+from benchmarks import bench_pipeline, bench_slack, bench_truncation, bench_web, bench_workers
 
 if __name__ == "__main__":
     bench_truncation.report(bench_truncation.run())
     bench_pipeline.report(bench_pipeline.run())
     bench_web.report(bench_web.run())
     bench_slack.report(bench_slack.run())
+    bench_workers.report(bench_workers.run())

@@ -162,7 +162,7 @@ def test_the_app_image_is_slim_runs_as_a_user_and_checks_its_health() -> None:
     users = [line.split()[1] for line in lines if line.startswith("USER ")]
     assert users and users[-1] not in ("root", "0", "0:0")
     assert any(line.startswith("HEALTHCHECK") for line in lines)
-    assert any("/healthz" in line for line in lines)
+    assert any("/readyz" in line for line in lines)
     assert lines[-1] == 'CMD ["agent", "serve", "--host", "0.0.0.0", "--port", "8000"]'
 
 

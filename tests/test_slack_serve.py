@@ -28,7 +28,7 @@ from web.server import server_options
 
 
 class Running:
-    """`Service.run` on a real socket, as `agent serve` runs it, until stopped."""
+    """The service's app on a real socket, as `agent serve` runs it, until stopped."""
 
     def __init__(self, service: Service) -> None:
         self.service = service
@@ -40,7 +40,7 @@ class Running:
         self._task: asyncio.Task[None] | None = None
 
     async def __aenter__(self) -> Running:
-        self._task = asyncio.create_task(self.service.run(self.server, sockets=[self._socket]))
+        self._task = asyncio.create_task(self.server.serve(sockets=[self._socket]))
         while not self.server.started:
             assert not self._task.done(), self._task.exception()
             await asyncio.sleep(0.01)
@@ -118,10 +118,12 @@ async def test_slack_alone_serves_its_endpoint_health_and_metrics(
         assert service.bot is not None
         await asyncio.wait_for(service.bot.idle(), 10)
         health = await http.get("/healthz")
+        ready = await http.get("/readyz")
         metrics = (await http.get("/metrics")).text
         page = await http.get("/")
     assert verified.json() == {"challenge": "xyz"}
-    assert health.status_code == 200 and health.json()["database"] == "ok"
+    assert health.status_code == 200 and health.json()["status"] == "ok"
+    assert ready.status_code == 200 and ready.json()["database"] == "ok" and ready.json()["schema"] == "ok"
     assert 'agent_slack_answers_total{delivery="stream"} 1.0' in metrics
     assert page.status_code == 404, "the web chat is not served by `agent slack`"
 

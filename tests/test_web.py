@@ -254,10 +254,18 @@ async def test_metrics_and_health(web, fake_anthropic: FakeAnthropic) -> None:
         await chat(client, "hello")
         metrics = (await client.get("/metrics")).text
         health = await client.get("/healthz")
+        ready = await client.get("/readyz")
     assert 'agent_runs_total{classification="conversational",interface="web",outcome="answered"} 1.0' in metrics
-    body = health.json()
-    assert health.status_code == 200 and body["status"] == body["settings"] == body["database"] == "ok"
-    assert body["engine_sandbox"].startswith("Landlock ABI")
+    assert health.status_code == 200 and health.json()["status"] == "ok"
+    assert health.json()["engine_sandbox"].startswith("Landlock ABI")
+    assert ready.status_code == 200
+    assert ready.json() == {
+        "status": "ready",
+        "model": "ok",
+        "accepting": "ok",
+        "database": "ok",
+        "schema": "ok",
+    }
 
 
 async def test_the_page_loads_its_assets(web, fake_anthropic: FakeAnthropic) -> None:
@@ -281,7 +289,9 @@ async def test_without_an_api_key_the_server_starts_and_says_why(settings, db, t
     async with LiveServer(create_app(agent, store)) as server, httpx.AsyncClient(base_url=server.url) as client:
         events = await chat(client, "hello")
         health = await client.get("/healthz")
+        ready = await client.get("/readyz")
     store.close()
     assert [e.event for e in events] == ["started", "error", "done"]
     assert events[1].data["message"] == "ANTHROPIC_API_KEY is not set; the agent needs it to ask the model."
-    assert health.status_code == 503 and health.json()["settings"] == "ANTHROPIC_API_KEY is not set"
+    assert health.status_code == 200, "alive: the process answers, whatever its settings"
+    assert ready.status_code == 503 and ready.json()["model"] == "ANTHROPIC_API_KEY is not set"

@@ -6,11 +6,11 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
 from typing import Any
 
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST
 from sse_starlette import EventSourceResponse
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
@@ -24,14 +24,17 @@ from starlette.templating import Jinja2Templates
 
 from agent.app import AgentApp
 from agent.conversations import ConversationStore
-from agent.db import DatabaseUnavailable, EngineError, QueryRefused, csv_chunks
-from agent.runs import RunEvent, RunRegistry
+from agent.db import EngineError, QueryRefused, csv_chunks
+from agent.health import liveness, readiness, summarized
+from agent.metrics import exposition
+from agent.runs import STREAM_MARGIN_S, RunEvent, RunRegistry, ShuttingDown
 from web.boundary import (
     HttpError,
     RateLimiter,
     check_json_content_type,
     check_token,
     client_key,
+    has_token,
     read_chat_request,
     read_last_event_id,
 )
@@ -51,12 +54,19 @@ def create_app(
     reattach_grace_s: float | None = None,
     owns_agent: bool = False,
     extra_routes: Sequence[BaseRoute] = (),
+    runs: RunRegistry | None = None,
+    lifespan: Callable[[Starlette], AbstractAsyncContextManager[None]] | None = None,
 ) -> Starlette:
     """The web app over `agent`'s runner. With `owns_agent`, shutting the app down closes the agent
     and the store too (as `agent web` wants); tests keep them. `extra_routes` are served beside the
-    chat (`agent serve` mounts Slack's endpoint there)."""
+    chat (`agent serve` mounts Slack's endpoint there). `runs` and `lifespan`: the process's registry and
+    life cycle when a Service (agent/serve.py) owns them; by default the app has its own."""
     settings = agent.settings
-    runs = RunRegistry(agent.runner, store)
+    owns_runs = runs is None
+    runs = runs or RunRegistry(agent.runner, store)
+    # On shutdown a stream lives until its run is done: the registry ends every run within the grace
+    # period (agent/serve.py), and the margin lets the last events out.
+    stream_grace_s = settings.agent_shutdown_grace_s + STREAM_MARGIN_S
     grace_s = settings.agent_web_reattach_grace_s if reattach_grace_s is None else reattach_grace_s
     # Downloads have a budget of their own: each runs a full query, but a person fetching the CSVs
     # of one answer should not lose their next questions, nor a download flood starve the chat.
@@ -94,6 +104,8 @@ def create_app(
 
     async def chat(request: Request) -> Response:
         body = await read_chat_request(request, settings.agent_web_max_message_chars)
+        if not runs.accepting:
+            raise HttpError(503, ShuttingDown.message, {"Retry-After": "5"})
         if body.conversation_id is None:
             conversation_id = await store.create_conversation(body.message)
         elif await store.exists(body.conversation_id):
@@ -101,21 +113,27 @@ def create_app(
         else:
             raise HttpError(404, f"No conversation {body.conversation_id}.")
         history = await store.history(conversation_id)
-        handle = runs.start(
-            conversation_id, body.message, history, platform="web", interface="web", abandon_after_s=grace_s
-        )
-        return _sse(_as_dicts(runs.follow(handle)))
+        try:
+            handle = runs.start(
+                conversation_id, body.message, history, platform="web", interface="web", abandon_after_s=grace_s
+            )
+        except ShuttingDown:
+            raise HttpError(503, ShuttingDown.message, {"Retry-After": "5"}) from None
+        return _sse(_as_dicts(runs.follow(handle)), stream_grace_s)
 
     async def run_events(request: Request) -> Response:
         run_id = request.path_params["run_id"]
         after = read_last_event_id(request)
         handle = runs.get(run_id)
         if handle is not None:
-            return _sse(_as_dicts(runs.follow(handle, after)))
+            return _sse(_as_dicts(runs.follow(handle, after)), stream_grace_s)
         stored = await store.run_events(run_id)
-        if stored is None:
+        if stored is not None:
+            return _sse(_replay(stored[1], after), stream_grace_s)
+        elsewhere = await runs.follow_elsewhere(run_id, after)  # another worker process runs it
+        if elsewhere is None:
             raise HttpError(404, f"No run {run_id}.")
-        return _sse(_replay(stored[1], after))
+        return _sse(_as_dicts(elsewhere), stream_grace_s)
 
     async def conversations(request: Request) -> Response:
         return JSONResponse({"conversations": await store.list_conversations()})
@@ -147,23 +165,22 @@ def create_app(
         return StreamingResponse(csv_chunks(export), media_type="text/csv; charset=utf-8", headers=headers)
 
     async def metrics(request: Request) -> Response:
-        return Response(generate_latest(agent.metrics.registry), media_type=CONTENT_TYPE_LATEST)
+        return Response(exposition(agent.metrics), media_type=CONTENT_TYPE_LATEST)
 
     async def healthz(request: Request) -> Response:
-        checks = {"settings": "ok" if settings.anthropic_api_key else "ANTHROPIC_API_KEY is not set"}
-        try:
-            await agent.db.ping()
-            checks["database"] = "ok"
-        except DatabaseUnavailable as exc:
-            checks["database"] = str(exc)
-        healthy = all(value == "ok" for value in checks.values())
-        body = {"status": "ok" if healthy else "unhealthy", **checks, "engine_sandbox": agent.db.backend.sandbox_status}
-        return JSONResponse(body, status_code=200 if healthy else 503)
+        return JSONResponse(liveness(agent))
+
+    async def readyz(request: Request) -> Response:
+        ready, body = await readiness(agent, runs)
+        if token is not None and not has_token(request, token):
+            body = summarized(body)
+        return JSONResponse(body, status_code=200 if ready else 503)
 
     @asynccontextmanager
-    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+    async def own_lifespan(app: Starlette) -> AsyncIterator[None]:
         yield
-        await runs.shutdown()
+        if owns_runs:  # no signal drains an app used alone (tests): what still runs is cancelled
+            await runs.shutdown()
         if owns_agent:
             await agent.close()
             store.close()
@@ -177,6 +194,7 @@ def create_app(
         Route("/api/queries/{query_id}.csv", api(limited(exports, query_csv))),
         Route("/metrics", metrics),
         Route("/healthz", healthz),
+        Route("/readyz", readyz),
         *extra_routes,
         Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
     ]
@@ -187,7 +205,9 @@ def create_app(
         Middleware(TrustedHostMiddleware, allowed_hosts=settings.agent_web_allowed_hosts, www_redirect=False),
     ]
     handlers = {HTTPException: _http_error, Exception: _server_error}
-    app = Starlette(routes=routes, middleware=middleware, exception_handlers=handlers, lifespan=lifespan)
+    app = Starlette(
+        routes=routes, middleware=middleware, exception_handlers=handlers, lifespan=lifespan or own_lifespan
+    )
     app.state.runs = runs
     app.state.settings = settings
     return app
@@ -207,9 +227,14 @@ async def _server_error(request: Request, exc: Exception) -> Response:
     )
 
 
-def _sse(events: AsyncIterator[dict[str, Any]]) -> EventSourceResponse:
+def _sse(events: AsyncIterator[dict[str, Any]], shutdown_grace_s: float) -> EventSourceResponse:
+    """On shutdown the stream goes on until its run is done (at most `shutdown_grace_s`), so a
+    restart does not cut an answer being written."""
     return EventSourceResponse(
-        events, ping=KEEPALIVE_S, headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+        events,
+        ping=KEEPALIVE_S,
+        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+        shutdown_grace_period=shutdown_grace_s,
     )
 
 

@@ -47,11 +47,15 @@ class ChatRequest(BaseModel):
         return value
 
 
+def has_token(request: Request, token: str) -> bool:
+    given = request.headers.get("authorization", "")
+    return given.startswith("Bearer ") and hmac.compare_digest(given[7:].encode(), token.encode())
+
+
 def check_token(request: Request, token: str | None) -> None:
     if token is None:
         return
-    given = request.headers.get("authorization", "")
-    if not (given.startswith("Bearer ") and hmac.compare_digest(given[7:].encode(), token.encode())):
+    if not has_token(request, token):
         raise HttpError(
             401, "This server needs an access token (Authorization: Bearer ...).", {"WWW-Authenticate": "Bearer"}
         )

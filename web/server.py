@@ -1,16 +1,12 @@
-"""`agent web`: serve the chat with uvicorn, refusing an exposed address without protection."""
+"""Serving the chat safely: refuse an exposed address without protection, and believe forwarded
+headers only from trusted proxies. agent/serve.py runs the server."""
 
 from __future__ import annotations
 
 import ipaddress
 from typing import Any
 
-import uvicorn
-
-from agent.app import AgentApp
 from agent.config import ConfigError, Settings
-from agent.conversations import ConversationStore
-from web.app import create_app
 
 LOOPBACK_NAMES = {"localhost", "localhost."}
 
@@ -47,17 +43,3 @@ def server_options(settings: Settings) -> dict[str, Any]:
     client cannot choose its own rate-limit key."""
     trusted = settings.agent_web_trusted_proxies
     return {"proxy_headers": bool(trusted), "forwarded_allow_ips": list(trusted) or None, "server_header": False}
-
-
-def serve(settings: Settings, *, host: str, port: int) -> None:
-    check_exposure(settings, host)
-    if settings.anthropic_api_key is None:
-        print(
-            "warning: ANTHROPIC_API_KEY is not set; the page will load, but questions will fail until it is.",
-            flush=True,
-        )
-    agent = AgentApp.start(settings)
-    store = ConversationStore(settings.agent_data_dir / "conversations.sqlite3")
-    app = create_app(agent, store, owns_agent=True)
-    print(f"Serving the chat on http://{host}:{port}  (Ctrl-C to stop)", flush=True)
-    uvicorn.run(app, host=host, port=port, log_level=settings.log_level.lower(), workers=1, **server_options(settings))

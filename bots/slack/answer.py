@@ -20,7 +20,7 @@ from agent.config import Settings
 from agent.conversations import ConversationStore
 from agent.metrics import Metrics
 from agent.pipeline.runner import Turn
-from agent.runs import RunHandle, RunRegistry
+from agent.runs import RunHandle, RunRegistry, ShuttingDown
 from bots.slack import blocks
 from bots.slack.charts import upload_charts
 from bots.slack.failures import Failure, classify, explain
@@ -77,7 +77,12 @@ class Answerer:
             if (wait_s := self._limiter.retry_after(f"{question.team}:{question.user}")) is not None:
                 await self._tell(question, Failure.RATE_LIMITED, wait_s=wait_s)
                 return
+            if not self._runs.accepting:
+                await self._tell(question, Failure.RESTARTING)
+                return
             await self._answer(question)
+        except ShuttingDown:
+            await self._tell(question, Failure.RESTARTING)
         except Exception:  # a Slack or store failure of our own: say so, keep the trace in the log
             log.exception("answering a Slack question failed")
             await self._tell(question, Failure.INTERNAL)

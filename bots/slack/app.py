@@ -8,6 +8,7 @@ side. Runs go through the RunRegistry and the ConversationStore like every other
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import logging
 import re
@@ -28,7 +29,7 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
 from agent.app import AgentApp
-from agent.config import ConfigError
+from agent.config import ConfigError, Settings
 from agent.conversations import ConversationStore
 from agent.runs import RunRegistry
 from bots.slack import blocks
@@ -44,15 +45,10 @@ EXAMPLES_WAIT_S = 10.0  # how long a new assistant thread waits for example ques
 
 
 class SlackBot:
-    def __init__(self, agent: AgentApp, store: ConversationStore) -> None:
+    def __init__(self, agent: AgentApp, store: ConversationStore, runs: RunRegistry | None = None) -> None:
         settings = agent.settings
-        if settings.slack_bot_token is None:
-            raise ConfigError("SLACK_BOT_TOKEN: the Slack bot needs its xoxb- token.")
-        if settings.slack_app_token is None and settings.slack_signing_secret is None:
-            raise ConfigError(
-                "SLACK_SIGNING_SECRET: needed to verify Slack's requests in HTTP mode "
-                "(or set SLACK_APP_TOKEN to use Socket Mode)."
-            )
+        check_slack_settings(settings)
+        assert settings.slack_bot_token is not None
         self._agent, self._store, self._settings = agent, store, settings
         self._token = settings.slack_bot_token.get_secret_value()
         self._api_url = api_url(settings.slack_api_url)
@@ -60,7 +56,7 @@ class SlackBot:
         self._metrics = agent.metrics
         self._queues = SerialQueues()
         self._clicks = itertools.count()
-        self.runs = RunRegistry(agent.runner, store)
+        self.runs = runs or RunRegistry(agent.runner, store)
         secret = settings.slack_signing_secret.get_secret_value() if settings.slack_signing_secret else ""
 
         async def authorize(enterprise_id: str | None, team_id: str | None) -> AuthorizeResult:
@@ -132,9 +128,26 @@ class SlackBot:
         """Wait until everything received so far has been answered."""
         await self._queues.idle()
 
-    async def close(self) -> None:
+    async def stop_receiving(self) -> None:
+        """Shutting down: close the Socket Mode connection, so Slack sends new events to the other
+        connections (or to this app once it is back). In HTTP mode the server stops listening."""
         if self._socket is not None:
-            await self._socket.close_async()
+            socket, self._socket = self._socket, None
+            await socket.close_async()
+
+    async def drain(self, timeout_s: float) -> None:
+        """Shutting down: take nothing new and let the questions received so far be answered and
+        posted (each refused with a message once the registry stops taking runs), up to `timeout_s`."""
+        await self.stop_receiving()
+        if not self._queues.busy:
+            return
+        try:
+            await asyncio.wait_for(self._queues.idle(), timeout_s)
+        except TimeoutError:
+            log.info("Slack answers still running after %.0f s are cancelled", timeout_s)
+
+    async def close(self) -> None:
+        await self.stop_receiving()
         await self._queues.close()
         await self.runs.shutdown()
         if self._session is not None:
@@ -193,6 +206,16 @@ class SlackBot:
             )
         except SlackApiError:
             log.warning("could not suggest prompts", exc_info=True)
+
+
+def check_slack_settings(settings: Settings) -> None:
+    if settings.slack_bot_token is None:
+        raise ConfigError("SLACK_BOT_TOKEN: the Slack bot needs its xoxb- token.")
+    if settings.slack_app_token is None and settings.slack_signing_secret is None:
+        raise ConfigError(
+            "SLACK_SIGNING_SECRET: needed to verify Slack's requests in HTTP mode "
+            "(or set SLACK_APP_TOKEN to use Socket Mode)."
+        )
 
 
 def api_url(configured: str | None) -> str:

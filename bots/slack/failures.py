@@ -20,6 +20,7 @@ class Failure(StrEnum):
     TOO_LONG = "too_long"
     THREAD_TOO_LONG = "thread_too_long"
     RATE_LIMITED = "rate_limited"
+    RESTARTING = "restarting"
     INTERNAL = "internal"
 
 
@@ -80,4 +81,6 @@ def explain(kind: Failure, **facts: Any) -> str:
     if kind is Failure.RATE_LIMITED:
         wait = max(1, round(facts.get("wait_s", 60)))
         return f"You're asking faster than I can keep up. Please wait about {wait} seconds and ask again."
+    if kind is Failure.RESTARTING:
+        return "I'm restarting right now, so I can't take this question. Please ask again in a minute."
     return "Something went wrong on my side and I couldn't finish. Please try again."

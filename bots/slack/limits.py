@@ -63,6 +63,10 @@ class SerialQueues:
         if self._tails.get(key) is task:
             del self._tails[key]
 
+    @property
+    def busy(self) -> bool:
+        return bool(self._tasks)
+
     async def idle(self) -> None:
         """Wait until every job added so far, and any they added, has finished."""
         while self._tasks:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -11,6 +12,7 @@ from typing import Any
 from agent.db import DatabaseUnavailable
 from agent.followups import FollowupGenerator
 from agent.llm import ContextOverflow, LLMClient, LLMError, ModelTurn
+from agent.logs import context_fields, log_context
 from agent.metrics import Metrics
 from agent.pipeline.runner import (
     AnswerEvent,
@@ -88,6 +90,21 @@ class Pipeline:
         interface: Interface = "cli",
         on_event: EventSink = ignore_events,
         followups: bool = True,
+    ) -> RunResult:
+        # An adapter's registry names the run; a run started directly (CLI, evals) gets a name here.
+        run_id = context_fields().get("run_id") or uuid.uuid4().hex
+        with log_context(run_id=run_id, interface=interface):
+            log.debug("question", extra={"question": question})
+            return await self._run(question, history, platform, interface, on_event, followups)
+
+    async def _run(
+        self,
+        question: str,
+        history: Sequence[Turn],
+        platform: Platform,
+        interface: Interface,
+        on_event: EventSink,
+        followups: bool,
     ) -> RunResult:
         state = RunState(question=question, interface=interface, emit=on_event, metrics=self._metrics)
         s = self._settings

@@ -3,6 +3,7 @@ alongside the Prometheus ones, so the two always agree."""
 
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import dataclass, field
 
@@ -19,6 +20,8 @@ from agent.pipeline.runner import (
     RunMetrics,
     RunResult,
 )
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -135,3 +138,23 @@ class RunState:
         self.metrics.rounds.observe(result.metrics.rounds)
         if result.metrics.hit_cap:
             self.metrics.capped.inc()
+        m = result.metrics
+        log.info(
+            "run %s",
+            result.outcome.value,
+            extra={
+                "outcome": result.outcome.value,
+                "classification": result.classification.value,
+                "total_ms": m.total_ms,
+                "first_event_ms": None if self.first_event_s is None else round(self.first_event_s * 1000),
+                "llm_ms": m.llm_ms,
+                "sql_ms": m.sql_ms,
+                "rounds": m.rounds,
+                "llm_calls": m.llm_calls,
+                "sql_queries": m.sql_queries,
+                "sql_errors": m.sql_errors,
+                "input_tokens": m.input_tokens,
+                "output_tokens": m.output_tokens,
+                "cache_read_tokens": m.cache_read_tokens,
+            },
+        )

@@ -34,7 +34,10 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_USAGE
     try:
         settings = load_settings()
-        configure_logging(settings)
+        # A person at a terminal sees the steps the command prints; a server's INFO lines (one per
+        # answered question) are for its log. LOG_LEVEL, when set, decides either way.
+        serving = getattr(args, "serving", False)
+        configure_logging(settings, level=None if serving or "log_level" in settings.model_fields_set else "WARNING")
         return int(args.handler(args, settings))
     except (ConfigError, UsageError, DatabaseUnavailable, LLMConfigError) as exc:
         return _fail(args, str(exc), EXIT_USAGE)
@@ -79,15 +82,15 @@ def _parser() -> argparse.ArgumentParser:
 
     web = commands.add_parser("web", help="serve the web chat alone")
     _serving_arguments(web, port=8000)
-    web.set_defaults(handler=partial(_serve, web=True, slack=False))
+    web.set_defaults(handler=partial(_serve, web=True, slack=False), serving=True)
 
     serve = commands.add_parser("serve", help="serve the web chat and the Slack bot (when configured)")
     _serving_arguments(serve, port=8000)
-    serve.set_defaults(handler=partial(_serve, web=True, slack=None))
+    serve.set_defaults(handler=partial(_serve, web=True, slack=None), serving=True)
 
     slack = commands.add_parser("slack", help="run the Slack bot alone (HTTP at /slack/events, or Socket Mode)")
     _serving_arguments(slack, port=3000)
-    slack.set_defaults(handler=partial(_serve, web=False, slack=True))
+    slack.set_defaults(handler=partial(_serve, web=False, slack=True), serving=True)
 
     from evals.cli import add_evals_commands
 

@@ -139,7 +139,7 @@ class _Stderr(logging.StreamHandler):  # type: ignore[type-arg]
         pass
 
 
-def configure_logging(settings: Settings) -> None:
+def configure_logging(settings: Settings, *, level: str | None = None) -> None:
     """Send every logger (uvicorn's, Bolt's, ours) through one handler on stderr, in the chosen format.
     Called again (another command in the same process), it replaces its own handler, no other."""
     redact = Redactor(secrets_of(settings))
@@ -150,7 +150,7 @@ def configure_logging(settings: Settings) -> None:
     for old in [h for h in root.handlers if isinstance(h, _Stderr)]:
         root.removeHandler(old)
     root.addHandler(handler)
-    root.setLevel(settings.log_level)
+    root.setLevel(level or settings.log_level)
     for name in ("uvicorn", "uvicorn.error", "uvicorn.access"):
         logger = logging.getLogger(name)
         logger.handlers.clear()

@@ -222,11 +222,17 @@ async def test_a_kill_gets_through_while_every_connection_is_busy(db: Database) 
     them all still kills them all, at once."""
     fresh = Database(db.backend, scope=db.scope, functions=db.functions)  # no cached check: all 30 parse first
     tasks = [asyncio.create_task(fresh.execute(HEAVY)) for _ in range(30)]
-    for _ in range(200):  # until some run and the rest wait for a connection
-        await asyncio.sleep(0.05)
-        if await asyncio.wait_for(db.running_queries(), 5):
-            break
-    assert await db.running_queries()
+    try:
+        for _ in range(600):  # until some run and the rest wait for a connection (30 checks first: slow when loaded)
+            await asyncio.sleep(0.05)
+            if await asyncio.wait_for(db.running_queries(), 5):
+                break
+        assert await db.running_queries()
+    except BaseException:  # leave no 30 s query behind for the tests after this one
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        raise
     started = time.perf_counter()
     for task in tasks:
         task.cancel()

@@ -8,19 +8,15 @@ ids an adapter has handled are kept too, so a redelivered event is answered once
 
 from __future__ import annotations
 
-import asyncio
 import json
 import sqlite3
-import threading
 import time
 import uuid
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 from agent.pipeline.runner import PREVIEW_ROWS, RunResult, Turn, TurnQuery
-
-T = TypeVar("T")
+from agent.sqlite_file import SqliteFile, write_transaction
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS conversations (
@@ -75,26 +71,8 @@ def query_key(run_id: str, label: str) -> str:
 
 class ConversationStore:
     def __init__(self, path: Path) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        # Several worker processes may share the file: a writer waits for another's lock (timeout).
-        self._conn = sqlite3.connect(path, check_same_thread=False, isolation_level=None, timeout=10)
-        self._conn.row_factory = sqlite3.Row
-        self._lock = threading.Lock()
-        with self._lock:
-            self._conn.execute("PRAGMA journal_mode = WAL")
-            # In WAL mode NORMAL is durable across crashes of this process; only a power loss can
-            # lose the last commits. FULL would fsync every question's three writes.
-            self._conn.execute("PRAGMA synchronous = NORMAL")
-            self._conn.execute("PRAGMA foreign_keys = ON")
-            _add_missing_columns(self._conn)
-            self._conn.executescript(SCHEMA)
-
-    async def _run(self, fn: Callable[[sqlite3.Connection], T]) -> T:
-        def locked() -> T:
-            with self._lock:
-                return fn(self._conn)
-
-        return await asyncio.to_thread(locked)
+        self._file = SqliteFile(path)
+        self._file.now(_create_tables)
 
     async def create_conversation(self, first_question: str, *, key: str | None = None, interface: str = "web") -> str:
         """A new conversation; with `key`, the one already kept under that key if there is one."""
@@ -112,11 +90,11 @@ class ConversationStore:
                 return conversation_id
             return str(c.execute("SELECT id FROM conversations WHERE adapter_key = ?", (key,)).fetchone()[0])
 
-        return await self._run(write)
+        return await self._file.run(write)
 
     async def find(self, key: str) -> str | None:
         """The conversation kept under an adapter's key."""
-        row = await self._run(
+        row = await self._file.run(
             lambda c: c.execute("SELECT id FROM conversations WHERE adapter_key = ?", (key,)).fetchone()
         )
         return row["id"] if row else None
@@ -126,7 +104,7 @@ class ConversationStore:
         now = time.time()
 
         def write(c: sqlite3.Connection) -> bool:
-            with _transaction(c):
+            with write_transaction(c):
                 c.execute("DELETE FROM handled_events WHERE seen_at < ?", (now - keep_s,))
                 cursor = c.execute(
                     "INSERT INTO handled_events (event_key, seen_at) VALUES (?, ?) ON CONFLICT DO NOTHING",
@@ -134,20 +112,22 @@ class ConversationStore:
                 )
                 return cursor.rowcount == 1
 
-        return await self._run(write)
+        return await self._file.run(write)
 
     async def record_feedback(self, run_id: str, value: str) -> bool:
-        cursor = await self._run(lambda c: c.execute("UPDATE turns SET feedback = ? WHERE run_id = ?", (value, run_id)))
+        cursor = await self._file.run(
+            lambda c: c.execute("UPDATE turns SET feedback = ? WHERE run_id = ?", (value, run_id))
+        )
         return cursor.rowcount > 0
 
     async def exists(self, conversation_id: str) -> bool:
-        row = await self._run(
+        row = await self._file.run(
             lambda c: c.execute("SELECT 1 FROM conversations WHERE id = ?", (conversation_id,)).fetchone()
         )
         return row is not None
 
     async def list_conversations(self) -> list[dict[str, Any]]:
-        rows = await self._run(
+        rows = await self._file.run(
             lambda c: c.execute(
                 "SELECT c.id, c.title, c.created_at, c.updated_at, count(t.run_id) AS turns FROM conversations c "
                 "LEFT JOIN turns t ON t.conversation_id = c.id WHERE c.interface = 'web' GROUP BY c.id "
@@ -188,10 +168,10 @@ class ConversationStore:
                 ],
             }
 
-        return await self._run(read)
+        return await self._file.run(read)
 
     async def delete_conversation(self, conversation_id: str) -> bool:
-        cursor = await self._run(lambda c: c.execute("DELETE FROM conversations WHERE id = ?", (conversation_id,)))
+        cursor = await self._file.run(lambda c: c.execute("DELETE FROM conversations WHERE id = ?", (conversation_id,)))
         return cursor.rowcount > 0
 
     async def history(self, conversation_id: str) -> list[Turn]:
@@ -228,7 +208,7 @@ class ConversationStore:
                 )
             return history
 
-        return await self._run(read)
+        return await self._file.run(read)
 
     async def save_turn(
         self, conversation_id: str, run_id: str, result: RunResult, events: list[dict[str, Any]]
@@ -237,7 +217,7 @@ class ConversationStore:
 
         def write(c: sqlite3.Connection) -> None:
             now = time.time()
-            with _transaction(c):
+            with write_transaction(c):
                 position = c.execute(
                     "SELECT count(*) FROM turns WHERE conversation_id = ?", (conversation_id,)
                 ).fetchone()[0]
@@ -279,27 +259,31 @@ class ConversationStore:
                     )
                 c.execute("UPDATE conversations SET updated_at = ? WHERE id = ?", (now, conversation_id))
 
-        await self._run(write)
+        await self._file.run(write)
 
     async def query_sql(self, key: str) -> str | None:
-        row = await self._run(lambda c: c.execute("SELECT sql FROM queries WHERE id = ?", (key,)).fetchone())
+        row = await self._file.run(lambda c: c.execute("SELECT sql FROM queries WHERE id = ?", (key,)).fetchone())
         return row["sql"] if row else None
 
     async def run_events(self, run_id: str) -> tuple[str, list[dict[str, Any]]] | None:
-        row = await self._run(
+        row = await self._file.run(
             lambda c: c.execute("SELECT conversation_id, events FROM turns WHERE run_id = ?", (run_id,)).fetchone()
         )
         return (row["conversation_id"], json.loads(row["events"])) if row else None
 
     def close(self) -> None:
-        with self._lock:
-            self._conn.close()
+        self._file.close()
 
 
 _ADDED_COLUMNS = {  # columns later releases added to a table an earlier release created
     "conversations": {"interface": "TEXT NOT NULL DEFAULT 'web'", "adapter_key": "TEXT"},
     "turns": {"feedback": "TEXT", "charts": "TEXT NOT NULL DEFAULT '[]'"},
 }
+
+
+def _create_tables(conn: sqlite3.Connection) -> None:
+    _add_missing_columns(conn)
+    conn.executescript(SCHEMA)
 
 
 def _add_missing_columns(conn: sqlite3.Connection) -> None:
@@ -312,19 +296,6 @@ def _add_missing_columns(conn: sqlite3.Connection) -> None:
                 conn.execute(f"ALTER TABLE {table} ADD COLUMN {name} {definition}")
         if table == "conversations":
             conn.execute("CREATE UNIQUE INDEX IF NOT EXISTS conversations_by_key ON conversations(adapter_key)")
-
-
-class _transaction:
-    def __init__(self, conn: sqlite3.Connection) -> None:
-        self._conn = conn
-
-    def __enter__(self) -> None:
-        # IMMEDIATE takes the write lock up front: a deferred transaction that reads and then writes
-        # fails at once when another process got the lock in between, instead of waiting for it.
-        self._conn.execute("BEGIN IMMEDIATE")
-
-    def __exit__(self, exc_type: Any, *_: Any) -> None:
-        self._conn.execute("ROLLBACK" if exc_type else "COMMIT")
 
 
 def _query_row(row: sqlite3.Row) -> dict[str, Any]:

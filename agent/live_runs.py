@@ -11,18 +11,16 @@ a pid: pids are reused, above all in a container restarted on the same volume.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import sqlite3
-import threading
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
-T = TypeVar("T")
+from agent.sqlite_file import SqliteFile, write_transaction
+
 log = logging.getLogger(__name__)
 
 SCHEMA = """
@@ -59,40 +57,13 @@ class LiveRun:
 
 class SharedRunLog:
     def __init__(self, path: Path) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self._conn = sqlite3.connect(path, check_same_thread=False, isolation_level=None, timeout=10)
-        self._lock = threading.Lock()
-        with self._lock:
-            self._conn.execute("PRAGMA journal_mode = WAL")
-            self._conn.execute("PRAGMA synchronous = NORMAL")
-            self._conn.executescript(SCHEMA)
-        self._forget_dead_owners()
-
-    async def _run(self, fn: Callable[[sqlite3.Connection], T]) -> T:
-        def locked() -> T:
-            with self._lock:
-                return fn(self._conn)
-
-        return await asyncio.to_thread(locked)
-
-    def _forget_dead_owners(self) -> None:
-        with self._lock:
-            dead = self._conn.execute(
-                "SELECT run_id FROM live_runs WHERE beat_at < ?", (time.time() - DEAD_AFTER_S,)
-            ).fetchall()
-            for (run_id,) in dead:
-                self._delete(self._conn, run_id)
-
-    @staticmethod
-    def _delete(c: sqlite3.Connection, run_id: str) -> None:
-        c.execute("BEGIN IMMEDIATE")
-        c.execute("DELETE FROM live_events WHERE run_id = ?", (run_id,))
-        c.execute("DELETE FROM live_runs WHERE run_id = ?", (run_id,))
-        c.execute("COMMIT")
+        self._file = SqliteFile(path)
+        self._file.now(lambda c: c.executescript(SCHEMA))
+        self._file.now(_forget_dead_owners)
 
     async def open(self, run_id: str, conversation_id: str) -> None:
         now = time.time()
-        await self._run(
+        await self._file.run(
             lambda c: c.execute(
                 "INSERT OR REPLACE INTO live_runs VALUES (?, ?, ?, ?)", (run_id, conversation_id, now, now)
             )
@@ -103,23 +74,18 @@ class SharedRunLog:
         rows = [(run_id, number, name, json.dumps(data, ensure_ascii=False)) for number, name, data in events]
 
         def write(c: sqlite3.Connection) -> None:
-            c.execute("BEGIN IMMEDIATE")
-            try:
+            with write_transaction(c):
                 c.executemany("INSERT OR IGNORE INTO live_events VALUES (?, ?, ?, ?)", rows)
                 if beat:
                     c.execute("UPDATE live_runs SET beat_at = ? WHERE run_id = ?", (time.time(), run_id))
-            except BaseException:
-                c.execute("ROLLBACK")
-                raise
-            c.execute("COMMIT")
 
-        await self._run(write)
+        await self._file.run(write)
 
     async def close(self, run_id: str) -> None:
-        await self._run(lambda c: self._delete(c, run_id))
+        await self._file.run(lambda c: _delete(c, run_id))
 
     async def find(self, run_id: str) -> LiveRun | None:
-        row = await self._run(
+        row = await self._file.run(
             lambda c: c.execute(
                 "SELECT conversation_id, beat_at, watched_at FROM live_runs WHERE run_id = ?", (run_id,)
             ).fetchone()
@@ -127,7 +93,7 @@ class SharedRunLog:
         return LiveRun(row[0], row[1], row[2]) if row else None
 
     async def events_after(self, run_id: str, after: int) -> list[tuple[int, str, dict[str, Any]]]:
-        rows = await self._run(
+        rows = await self._file.run(
             lambda c: c.execute(
                 "SELECT id, event, data FROM live_events WHERE run_id = ? AND id > ? ORDER BY id", (run_id, after)
             ).fetchall()
@@ -136,10 +102,21 @@ class SharedRunLog:
 
     async def touch(self, run_id: str) -> None:
         """A reader in another process is watching: the owner must not cancel the run as abandoned."""
-        await self._run(
+        await self._file.run(
             lambda c: c.execute("UPDATE live_runs SET watched_at = ? WHERE run_id = ?", (time.time(), run_id))
         )
 
     def close_all(self) -> None:
-        with self._lock:
-            self._conn.close()
+        self._file.close()
+
+
+def _forget_dead_owners(c: sqlite3.Connection) -> None:
+    dead = c.execute("SELECT run_id FROM live_runs WHERE beat_at < ?", (time.time() - DEAD_AFTER_S,)).fetchall()
+    for (run_id,) in dead:
+        _delete(c, run_id)
+
+
+def _delete(c: sqlite3.Connection, run_id: str) -> None:
+    with write_transaction(c):
+        c.execute("DELETE FROM live_events WHERE run_id = ?", (run_id,))
+        c.execute("DELETE FROM live_runs WHERE run_id = ?", (run_id,))

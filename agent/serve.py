@@ -27,24 +27,19 @@ from types import FrameType
 from typing import Any
 
 import uvicorn
-from prometheus_client import CONTENT_TYPE_LATEST
 from slack_sdk.errors import SlackApiError
 from starlette.applications import Starlette
-from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
-from starlette.routing import BaseRoute, Route
+from starlette.routing import BaseRoute
 
 from agent.app import AgentApp
 from agent.config import ConfigError, Settings, load_settings
 from agent.conversations import ConversationStore
-from agent.health import liveness, readiness
 from agent.live_runs import SharedRunLog
 from agent.logs import configure_logging
-from agent.metrics import exposition
 from agent.runs import STREAM_MARGIN_S, RunRegistry
 from bots.slack import SlackBot
 from bots.slack.app import check_slack_settings
-from web.app import create_app
+from web.app import create_app, probe_routes
 from web.server import check_exposure, server_options
 
 log = logging.getLogger(__name__)
@@ -215,21 +210,7 @@ def slack_app(
     agent: AgentApp, runs: RunRegistry, routes: list[BaseRoute], lifespan: Callable[[Starlette], Any]
 ) -> Starlette:
     """The bot alone: Slack's endpoint (HTTP mode), /healthz, /readyz and /metrics."""
-
-    async def metrics(request: Request) -> Response:
-        return Response(exposition(agent.metrics), media_type=CONTENT_TYPE_LATEST)
-
-    async def healthz(request: Request) -> Response:
-        return JSONResponse(liveness(agent))
-
-    async def readyz(request: Request) -> Response:
-        ready, body = await readiness(agent, runs)
-        return JSONResponse(body, status_code=200 if ready else 503)
-
-    return Starlette(
-        routes=[*routes, Route("/healthz", healthz), Route("/readyz", readyz), Route("/metrics", metrics)],
-        lifespan=lifespan,
-    )
+    return Starlette(routes=[*routes, *probe_routes(agent, runs, token=None)], lifespan=lifespan)
 
 
 def serve(settings: Settings, *, host: str, port: int, web: bool, slack: bool | None = None, workers: int = 1) -> None:

@@ -131,27 +131,29 @@ def _stop_when_orphaned(supervisor: int) -> None:
 
 
 def _listening_socket(host: str, port: int) -> socket.socket:
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-    sock.bind((host, port))
+    sock = _bound(host, port)
     sock.listen(2048)
-    sock.set_inheritable(True)
     return sock
 
 
 def _reserve(host: str, port: int) -> socket.socket:
     """Bind (not listen) the port in the supervisor: one clear error when something else holds it, and
     no other program can take it while the workers come and go."""
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        return _bound(host, port)
+    except OSError as exc:
+        raise ConfigError(f"--port {port}: cannot listen on {host}:{port} ({exc.strerror}).") from None
+
+
+def _bound(host: str, port: int) -> socket.socket:
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
     try:
         sock.bind((host, port))
-    except OSError as exc:
+    except OSError:
         sock.close()
-        raise ConfigError(f"--port {port}: cannot listen on {host}:{port} ({exc.strerror}).") from None
+        raise
     return sock
 
 

@@ -164,18 +164,6 @@ def create_app(
         }
         return StreamingResponse(csv_chunks(export), media_type="text/csv; charset=utf-8", headers=headers)
 
-    async def metrics(request: Request) -> Response:
-        return Response(exposition(agent.metrics), media_type=CONTENT_TYPE_LATEST)
-
-    async def healthz(request: Request) -> Response:
-        return JSONResponse(liveness(agent))
-
-    async def readyz(request: Request) -> Response:
-        ready, body = await readiness(agent, runs)
-        if token is not None and not has_token(request, token):
-            body = summarized(body)
-        return JSONResponse(body, status_code=200 if ready else 503)
-
     @asynccontextmanager
     async def own_lifespan(app: Starlette) -> AsyncIterator[None]:
         yield
@@ -192,9 +180,7 @@ def create_app(
         Route("/api/conversations/{conversation_id}", api(conversation), methods=["GET", "DELETE"]),
         Route("/api/runs/{run_id}/events", api(run_events)),
         Route("/api/queries/{query_id}.csv", api(limited(exports, query_csv))),
-        Route("/metrics", metrics),
-        Route("/healthz", healthz),
-        Route("/readyz", readyz),
+        *probe_routes(agent, runs, token),
         *extra_routes,
         Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
     ]
@@ -211,6 +197,25 @@ def create_app(
     app.state.runs = runs
     app.state.settings = settings
     return app
+
+
+def probe_routes(agent: AgentApp, runs: RunRegistry, token: str | None) -> list[Route]:
+    """/metrics, /healthz and /readyz, for every HTTP app a process serves. With a `token`, a caller
+    without it learns which readiness checks fail, not why."""
+
+    async def metrics(request: Request) -> Response:
+        return Response(exposition(agent.metrics), media_type=CONTENT_TYPE_LATEST)
+
+    async def healthz(request: Request) -> Response:
+        return JSONResponse(liveness(agent))
+
+    async def readyz(request: Request) -> Response:
+        ready, body = await readiness(agent, runs)
+        if token is not None and not has_token(request, token):
+            body = summarized(body)
+        return JSONResponse(body, status_code=200 if ready else 503)
+
+    return [Route("/metrics", metrics), Route("/healthz", healthz), Route("/readyz", readyz)]
 
 
 async def _http_error(request: Request, exc: Exception) -> Response:

@@ -5,7 +5,9 @@ chdb allows one data directory per process, so every test that touches ClickHous
 
 from __future__ import annotations
 
+import asyncio
 import os
+import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -23,6 +25,8 @@ from agent.metrics import Metrics
 from tests.fakes.anthropic_api import FakeAnthropic
 from tests.fakes.slack_api import FakeSlack, FakeSocketMode
 
+# Runs for seconds on one core and stays under the row limit: long enough to watch and cancel.
+HEAVY = "SELECT count() FROM numbers(400000000) WHERE sipHash64(number) % 7 = 3"
 DEMO_COUNTS = {"airlines": 16, "airports": 1458, "planes": 3322, "weather": 26115, "flights": 336776}
 
 
@@ -183,3 +187,17 @@ class Recorder:
         for event in self.of("answer"):
             text = "" if event.restart else text + event.text
         return text
+
+
+async def until_running(db: Database, task: asyncio.Task[Any] | None = None, *, within_s: float = 30) -> list[str]:
+    """Tags of the agent's queries once at least one runs in the engine. A loaded machine can take
+    seconds to check and start a query; fail with what happened rather than time out blind."""
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        if running := await asyncio.wait_for(db.running_queries(), 5):
+            return running
+        if task is not None and task.done():
+            outcome = task.exception() or task.result()
+            raise AssertionError(f"the work ended before its query was seen running: {outcome!r}")
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"no query was seen running within {within_s:g} s")

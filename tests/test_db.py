@@ -16,9 +16,7 @@ from agent.config import Settings
 from agent.db import Database, EngineError, Scope, format_for_model, new_query_id, open_database
 from agent.db.functions import load_policy
 from agent.db.result import TRUNCATION_NOTE
-from tests.conftest import make_settings
-
-HEAVY = "SELECT count() FROM numbers(400000000) WHERE sipHash64(number) % 7 = 3"
+from tests.conftest import HEAVY, make_settings, until_running
 
 
 async def test_n_plus_one_rows_and_has_more(db: Database) -> None:
@@ -135,11 +133,11 @@ async def test_queries_run_in_parallel(db: Database) -> None:
 
 async def test_cancelling_the_caller_kills_the_query(db: Database) -> None:
     task = asyncio.create_task(db.execute(HEAVY))
-    for _ in range(100):
-        await asyncio.sleep(0.05)
-        if await db.running_queries():
-            break
-    assert await db.running_queries(), "the heavy query should be running"
+    try:
+        await until_running(db, task)
+    except BaseException:
+        task.cancel()
+        raise
     started = time.perf_counter()
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
@@ -223,11 +221,7 @@ async def test_a_kill_gets_through_while_every_connection_is_busy(db: Database) 
     fresh = Database(db.backend, scope=db.scope, functions=db.functions)  # no cached check: all 30 parse first
     tasks = [asyncio.create_task(fresh.execute(HEAVY)) for _ in range(30)]
     try:
-        for _ in range(600):  # until some run and the rest wait for a connection (30 checks first: slow when loaded)
-            await asyncio.sleep(0.05)
-            if await asyncio.wait_for(db.running_queries(), 5):
-                break
-        assert await db.running_queries()
+        await until_running(db)  # some run, the rest wait for a connection (30 checks first: slow when loaded)
     except BaseException:  # leave no 30 s query behind for the tests after this one
         for task in tasks:
             task.cancel()

@@ -26,9 +26,8 @@ from clickhouse_connect.driver.exceptions import DatabaseError
 
 from agent.db import Database, DatabaseUnavailable, EngineError, new_query_id, open_database
 from agent.demo import load_demo
-from tests.conftest import DEMO_COUNTS, make_settings
+from tests.conftest import DEMO_COUNTS, HEAVY, make_settings, until_running
 from tests.fakes.clickhouse_http import FakeClickHouse, User, default_users
-from tests.test_db import HEAVY
 from tests.test_fidelity import EXPRESSIONS, clickhouse_text
 from tests.test_hostile_sql import HOSTILE, OUTFILE
 
@@ -212,11 +211,11 @@ async def test_limits_are_enforced_by_the_server(fake: FakeClickHouse, user: str
 async def test_cancelling_the_caller_kills_the_query(server_db: Database, fake: FakeClickHouse) -> None:
     tag = new_query_id()
     task = asyncio.create_task(server_db.execute(HEAVY, query_id=tag))
-    for _ in range(100):
-        await asyncio.sleep(0.05)
-        if await server_db.running_queries():
-            break
-    assert await server_db.running_queries() == [tag], "system.processes shows the HTTP query_id"
+    try:
+        assert await until_running(server_db, task) == [tag], "system.processes shows the HTTP query_id"
+    except BaseException:
+        task.cancel()
+        raise
     started = time.perf_counter()
     task.cancel()
     with pytest.raises(asyncio.CancelledError):

@@ -10,10 +10,8 @@ import pytest
 
 from agent.db import Database
 from agent.pipeline.runner import Classification, Outcome, Turn
-from tests.conftest import Recorder
+from tests.conftest import HEAVY, Recorder, until_running
 from tests.fakes.anthropic_api import Failure, FakeAnthropic, Hang, MidStreamFailure, Reply
-
-HEAVY = "SELECT count() FROM numbers(400000000) WHERE sipHash64(number) % 7 = 3"
 
 
 def sql(*queries: tuple[str, str]) -> tuple[str, dict[str, Any]]:
@@ -274,12 +272,12 @@ async def test_cancelling_during_sql_kills_the_query(make_app, fake_anthropic: F
     fake_anthropic.script(Reply(tool_calls=[sql(("heavy", HEAVY))]))
     recorder = Recorder()
     task = asyncio.create_task(make_app().runner.run("q", on_event=recorder, followups=False))
-    for _ in range(200):
-        await asyncio.sleep(0.05)
-        if recorder.of("executing") and await db.running_queries():
-            break
-    assert recorder.of("executing") and await db.running_queries()
-    task.cancel()
+    try:
+        while not recorder.of("executing") and not task.done():  # before it, the schema's own queries run
+            await asyncio.sleep(0.05)
+        await until_running(db, task)
+    finally:
+        task.cancel()
     result = await task
     assert result.cancelled
     assert await db.running_queries() == []

@@ -15,12 +15,11 @@ import pytest
 from agent.app import AgentApp
 from agent.conversations import ConversationStore
 from agent.db import Database
-from tests.conftest import make_settings
+from tests.conftest import HEAVY, make_settings, until_running
 from tests.fakes.anthropic_api import FakeAnthropic, Hang, Reply
 from tests.web_helpers import LiveServer, Sse, WebApps, chat, read_all, sse_events
 from web.app import create_app
 
-HEAVY = "SELECT count() FROM numbers(400000000) WHERE sipHash64(number) % 7 = 3"
 EVENT_NAMES = {"started", "thinking", "executing", "result", "answer", "followups", "error", "done"}
 
 
@@ -145,10 +144,7 @@ async def test_a_client_that_disconnects_cancels_its_run(web, fake_anthropic, db
                 if event.event == "executing":
                     conversation_id = event.data["conversation_id"]
                     break
-        for _ in range(100):
-            if await db.running_queries():
-                break
-            await asyncio.sleep(0.05)
+        await until_running(db)
     for _ in range(100):  # the grace period passes, the run is cancelled, its query killed
         stored = await store.get_conversation(conversation_id)
         if stored and stored["turns"]:

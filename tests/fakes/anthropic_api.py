@@ -16,8 +16,10 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
+
+from tests.fakes.http_server import FakeServer
 
 MIN_CACHEABLE_TOKENS = 1024
 MAX_CACHE_BREAKPOINTS = 4
@@ -77,7 +79,7 @@ class FakeAnthropic:
         self._lock = threading.Lock()
         self._cache: dict[str, int] = {}
         handler = type("Handler", (_Handler,), {"fake": self})
-        self._server = _Server(("127.0.0.1", 0), handler)
+        self._server = FakeServer(("127.0.0.1", 0), handler)
         self._server.daemon_threads = True
         self._thread = threading.Thread(target=self._server.serve_forever, name="fake-anthropic", daemon=True)
 
@@ -306,10 +308,6 @@ def _validate_messages(messages: list[Any]) -> None:
         raise ValidationError(
             f"messages.{len(messages) - 1}: `tool_use` ids were found without `tool_result` blocks immediately after"
         )
-
-
-class _Server(ThreadingHTTPServer):
-    request_queue_size = 1024  # the default listen backlog of 5 stalls bursts of connections in SYN retries
 
 
 class _Handler(BaseHTTPRequestHandler):

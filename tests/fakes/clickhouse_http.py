@@ -82,7 +82,7 @@ import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from email.message import Message
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -90,6 +90,7 @@ from urllib.parse import parse_qsl, quote
 
 from tests.fakes.clickhouse_engine import ClickHouseError, Config, Engine, Query, Run, User, users_from_xml
 from tests.fakes.clickhouse_response import KEEP_ALIVE_S, Response, choose_encoder, decoded, make_encoder
+from tests.fakes.http_server import FakeServer
 
 __all__ = ["AGENT_USER_XML", "ClickHouseError", "FakeClickHouse", "User", "default_users", "users_from_xml"]
 
@@ -237,9 +238,7 @@ class _Options:
         )
 
 
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
-
+class _Server(FakeServer):
     def __init__(self, address: tuple[str, int], engine: Engine) -> None:
         super().__init__(address, _Handler)
         self.engine = engine

@@ -17,10 +17,11 @@ from dataclasses import dataclass, field
 from email.message import EmailMessage
 from email.parser import BytesParser
 from email.policy import HTTP
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
+from tests.fakes.http_server import FakeServer
 from tests.fakes.slack_methods import WebApi
 from tests.fakes.slack_rules import SlackError
 from tests.fakes.slack_socket_mode import Ack, FakeSocketMode
@@ -112,7 +113,7 @@ class FakeSlack:
         self._disabled: set[str] = set()
         self._new_workspace()
         handler = type("Handler", (_Handler,), {"fake": self})
-        self._server = _Server(("127.0.0.1", 0), handler)
+        self._server = FakeServer(("127.0.0.1", 0), handler)
         self._server.daemon_threads = True
         self._thread = threading.Thread(target=self._serve, name="fake-slack", daemon=True)
 
@@ -429,10 +430,6 @@ def _decoded(value: Any) -> Any:
         except ValueError:
             return value
     return value
-
-
-class _Server(ThreadingHTTPServer):
-    request_queue_size = 1024
 
 
 class _Handler(BaseHTTPRequestHandler):

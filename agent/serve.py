@@ -36,6 +36,7 @@ from agent.config import ConfigError, Settings, load_settings
 from agent.conversations import ConversationStore
 from agent.live_runs import SharedRunLog
 from agent.logs import configure_logging
+from agent.pacing import Pacing
 from agent.runs import STREAM_MARGIN_S, RunRegistry
 from bots.slack import SlackBot
 from bots.slack.app import check_slack_settings
@@ -57,6 +58,7 @@ class Service:
     bot: SlackBot | None
     app: Starlette = field(init=False)
     shared: SharedRunLog | None = None
+    pacing: Pacing | None = None
     owns_agent: bool = True  # False when the caller passed the agent in (and closes it)
     started: bool = False
     closed: bool = False
@@ -75,13 +77,17 @@ class Service:
         agent = agent or AgentApp.start(settings)
         conversations = settings.agent_data_dir / "conversations.sqlite3"
         store = ConversationStore(conversations)
+        # Several workers share answers in progress, rate limits and each thread's turn through the file.
         shared = SharedRunLog(conversations) if workers > 1 else None
+        pacing = Pacing(conversations if workers > 1 else None)
         runs = RunRegistry(agent.runner, store, shared=shared)
-        bot = SlackBot(agent, store, runs) if slack else None
-        service = cls(agent=agent, store=store, runs=runs, bot=bot, shared=shared, owns_agent=owns_agent)
+        bot = SlackBot(agent, store, runs, pacing) if slack else None
+        service = cls(agent=agent, store=store, runs=runs, bot=bot, shared=shared, pacing=pacing, owns_agent=owns_agent)
         routes = bot.routes() if bot is not None and not bot.socket_mode else []
         if web:
-            service.app = create_app(agent, store, runs=runs, extra_routes=routes, lifespan=service.lifespan)
+            service.app = create_app(
+                agent, store, runs=runs, extra_routes=routes, lifespan=service.lifespan, pacing=pacing
+            )
         else:
             service.app = slack_app(agent, runs, routes, service.lifespan)
         service.app.state.settings = settings
@@ -188,6 +194,8 @@ class Service:
         self.store.close()
         if self.shared is not None:
             self.shared.close_all()
+        if self.pacing is not None:
+            self.pacing.close()
 
 
 class _Chained:

@@ -58,14 +58,17 @@ class SlackHarness:
     def __init__(self, make_app: Callable[..., AgentApp], fake: FakeSlack, tmp_path: Path) -> None:
         self._make_app, self.fake, self._tmp_path = make_app, fake, tmp_path
         self._overrides: dict[str, Any] = {}
+        self._workers = 1
         self.service: Service | None = None
         self._server: LiveServer | None = None
         self.http: httpx.AsyncClient | None = None
 
-    async def start(self, **overrides: Any) -> SlackHarness:
-        self._overrides = overrides
+    async def start(self, *, workers: int = 1, **overrides: Any) -> SlackHarness:
+        """Settings from `overrides`. With `workers` > 1 the bot is one of several worker processes
+        sharing the conversation file, as `agent serve --workers N` runs them (here, in one process)."""
+        self._overrides, self._workers = overrides, workers
         agent = self._make_app(agent_data_dir=self._tmp_path, **slack_settings(self.fake, **overrides))
-        self.service = await Service.open(agent.settings, web=True, slack=True, agent=agent)
+        self.service = await Service.open(agent.settings, web=True, slack=True, agent=agent, workers=workers)
         self._server = LiveServer(self.service.app)
         await self._server.__aenter__()
         self.http = httpx.AsyncClient(base_url=self._server.url, timeout=10)
@@ -105,7 +108,7 @@ class SlackHarness:
 
     async def restart(self, **overrides: Any) -> SlackHarness:
         await self.stop()
-        return await self.start(**{**self._overrides, **overrides})
+        return await self.start(workers=self._workers, **{**self._overrides, **overrides})
 
     async def stop(self) -> None:
         if self.http is not None:

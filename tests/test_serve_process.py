@@ -192,13 +192,14 @@ async def test_several_workers_share_the_port_the_runs_and_the_metrics(
     env = {
         "ANTHROPIC_BASE_URL": slow_model.base_url,
         "CLICKHOUSE_URL": clickhouse_server.url("agent", "nycflights13"),
-        "AGENT_WEB_RATE_PER_MINUTE": "1000",
+        "AGENT_WEB_RATE_PER_MINUTE": "24",  # for all the workers together
     }
     served = Served(tmp_path, env, "--workers", "2")
     chats = 24
     try:
         assert (await served.ready())["database"] == "ok"
         results = await asyncio.gather(*(_chat_and_reattach(served.url, f"Airlines? ({i})") for i in range(chats)))
+        over_budget = await asyncio.gather(*(_refused(served.url) for _ in range(6)))
         async with httpx.AsyncClient(base_url=served.url, timeout=10) as client:
             scrapes = [(await client.get("/metrics")).text for _ in range(6)]
     finally:
@@ -212,7 +213,13 @@ async def test_several_workers_share_the_port_the_runs_and_the_metrics(
         assert f"{answered}{float(chats)}" in text, report
     pids = {line["pid"] for line in served.log_lines() if line.get("outcome") == "answered"}
     assert len(pids) == 2, f"both workers answered: {pids}"
+    assert over_budget == [429] * 6, "the budget is the client's, not each worker's"
     assert "with 2 workers" in served.stdout
+
+
+async def _refused(url: str) -> int:
+    async with httpx.AsyncClient(base_url=url, timeout=60) as client:  # a connection of its own: any worker
+        return (await client.post("/api/chat", json={"message": "One more?"})).status_code
 
 
 async def _chat_and_reattach(url: str, question: str) -> tuple[list[Any], list[Any]]:

@@ -4,6 +4,7 @@ signed HTTP requests, against the fake Slack Web API and the fake model."""
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from collections.abc import AsyncIterator, Callable
 from functools import partial
@@ -498,3 +499,51 @@ async def test_a_chart_is_uploaded_in_the_thread_as_a_png(
     assert uploaded.filename == "C1-Q1.png" and uploaded.title == "Delay by month"
     Path(__file__).parent.joinpath("artifacts").mkdir(exist_ok=True)
     Path(__file__).parent.joinpath("artifacts", "slack-chart.png").write_bytes(uploaded.data)
+
+
+# --- several workers (`agent serve --workers N`), here two services in one process on one conversation file ---
+
+
+async def test_a_thread_whose_messages_reach_two_workers_is_answered_in_order(
+    start_bot, fake_slack: FakeSlack, fake_anthropic: FakeAnthropic
+) -> None:
+    first_worker, second_worker = await start_bot(workers=2), await start_bot(workers=2)
+    let_go = threading.Event()
+
+    def model(body: dict[str, Any]) -> Reply:
+        if not body.get("tools"):
+            return Reply(text="[]")  # follow-ups
+        if body["messages"][-1]["content"][0]["text"] == "how many airlines?":
+            let_go.wait(10)
+            return Reply(text="There are 16 airlines.")
+        return Reply(text="And 1,458 airports.")
+
+    fake_anthropic.always(model)
+    question = fake_slack.add_message(GENERAL_ID, f"<@{BOT_USER_ID}> how many airlines?")
+    await first_worker.event(events.app_mention("how many airlines?", ts=question))
+    await wait_for(lambda: len(fake_anthropic.requests) == 1)
+    follow_up = fake_slack.add_message(GENERAL_ID, f"<@{BOT_USER_ID}> and airports?", thread_ts=question)
+    await second_worker.event(events.app_mention("and airports?", ts=follow_up, thread_ts=question))
+    await asyncio.sleep(1)
+    assert len(fake_anthropic.requests) == 1, "the second worker waits for the thread's first answer"
+
+    let_go.set()
+    await first_worker.idle()
+    await second_worker.idle()
+    asked = [r["messages"] for r in fake_anthropic.requests if r.get("tools")]
+    assert [messages[-1]["content"][0]["text"] for messages in asked] == ["how many airlines?", "and airports?"]
+    answers = [m["text"] for m in bot_replies(fake_slack, GENERAL_ID, question) if m.get("metadata")]
+    assert answers == ["There are 16 airlines.", "And 1,458 airports."]
+
+
+async def test_workers_share_a_persons_question_budget(
+    start_bot, fake_slack: FakeSlack, fake_anthropic: FakeAnthropic
+) -> None:
+    first_worker = await start_bot(workers=2, slack_rate_per_minute=1)
+    second_worker = await start_bot(workers=2, slack_rate_per_minute=1)
+    fake_anthropic.script(Reply(text="16."), Reply(text="[]"))
+    await first_worker.ask("how many airlines?")
+    second = await second_worker.ask("and airports?")
+    [told] = bot_replies(fake_slack, GENERAL_ID, second)
+    assert told["text"].startswith("You're asking faster than I can keep up. Please wait about")
+    assert len(fake_anthropic.requests) == 2

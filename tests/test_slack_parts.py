@@ -13,8 +13,8 @@ import pytest
 
 from bots.slack.blocks import MAX_MARKDOWN, answer_blocks, cut_point, slack_markdown, split_markdown
 from bots.slack.failures import Failure, classify, explain
-from bots.slack.limits import RateLimiter, SerialQueues
 from bots.slack.progress import Painter
+from bots.slack.queues import SerialQueues
 from bots.slack.receive import Allowed, Identity, Ignore, Ignored, Question, read_question
 from bots.slack.thread import MAX_PAYLOAD_CHARS, answer_metadata, part_metadata, turns
 from tests.fakes import slack_events as events
@@ -208,16 +208,6 @@ async def test_the_painter_paints_at_most_once_per_interval_and_always_the_lates
     gaps = [b[0] - a[0] for a, b in itertools.pairwise(painted)]
     assert 3 <= len(painted) <= 5 and all(gap >= 0.099 for gap in gaps)
     assert painted[-1][1] == state["value"], "the last paint shows the last state"
-
-
-def test_the_rate_limiter_allows_n_a_minute_per_user() -> None:
-    limiter = RateLimiter(2, window_s=0.2)
-    assert [limiter.retry_after("alice") is None for _ in range(3)] == [True, True, False]
-    assert limiter.retry_after("bob") is None
-    wait = limiter.retry_after("alice")
-    assert wait is not None and 0 < wait <= 0.2
-    time.sleep(0.21)
-    assert limiter.retry_after("alice") is None
 
 
 async def test_jobs_of_one_thread_run_in_order_and_threads_side_by_side() -> None:

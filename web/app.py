@@ -27,11 +27,12 @@ from agent.conversations import ConversationStore
 from agent.db import EngineError, QueryRefused, csv_chunks
 from agent.health import liveness, readiness, summarized
 from agent.metrics import exposition
+from agent.pacing import Pacing, RateLimit
 from agent.runs import STREAM_MARGIN_S, RunEvent, RunRegistry, ShuttingDown
 from web.boundary import (
     HttpError,
-    RateLimiter,
     check_json_content_type,
+    check_rate,
     check_token,
     client_key,
     has_token,
@@ -56,11 +57,13 @@ def create_app(
     extra_routes: Sequence[BaseRoute] = (),
     runs: RunRegistry | None = None,
     lifespan: Callable[[Starlette], AbstractAsyncContextManager[None]] | None = None,
+    pacing: Pacing | None = None,
 ) -> Starlette:
     """The web app over `agent`'s runner. With `owns_agent`, shutting the app down closes the agent
     and the store too (as `agent web` wants); tests keep them. `extra_routes` are served beside the
     chat (`agent serve` mounts Slack's endpoint there). `runs` and `lifespan`: the process's registry and
-    life cycle when a Service (agent/serve.py) owns them; by default the app has its own."""
+    life cycle when a Service (agent/serve.py) owns them; by default the app has its own. `pacing`:
+    rate limits shared with other workers; by default, this process's own."""
     settings = agent.settings
     owns_runs = runs is None
     runs = runs or RunRegistry(agent.runner, store)
@@ -70,8 +73,9 @@ def create_app(
     grace_s = settings.agent_web_reattach_grace_s if reattach_grace_s is None else reattach_grace_s
     # Downloads have a budget of their own: each runs a full query, but a person fetching the CSVs
     # of one answer should not lose their next questions, nor a download flood starve the chat.
-    chats = RateLimiter(settings.agent_web_rate_per_minute, "questions")
-    exports = RateLimiter(settings.agent_web_exports_per_minute, "downloads")
+    pacing = pacing or Pacing()
+    chats = pacing.rate_limit("web:questions", settings.agent_web_rate_per_minute)
+    exports = pacing.rate_limit("web:downloads", settings.agent_web_exports_per_minute)
     templates = Jinja2Templates(directory=HERE / "templates")
     token = settings.agent_web_token.get_secret_value() if settings.agent_web_token else None
 
@@ -89,9 +93,9 @@ def create_app(
 
         return wrapped
 
-    def limited(limiter: RateLimiter, handler: Handler) -> Handler:
+    def limited(limit: RateLimit, what: str, handler: Handler) -> Handler:
         async def wrapped(request: Request) -> Response:
-            limiter.check(client_key(request))
+            await check_rate(limit, client_key(request), what)
             return await handler(request)
 
         return wrapped
@@ -175,11 +179,11 @@ def create_app(
 
     routes = [
         Route("/", page),
-        Route("/api/chat", api(limited(chats, chat)), methods=["POST"]),
+        Route("/api/chat", api(limited(chats, "questions", chat)), methods=["POST"]),
         Route("/api/conversations", api(conversations)),
         Route("/api/conversations/{conversation_id}", api(conversation), methods=["GET", "DELETE"]),
         Route("/api/runs/{run_id}/events", api(run_events)),
-        Route("/api/queries/{query_id}.csv", api(limited(exports, query_csv))),
+        Route("/api/queries/{query_id}.csv", api(limited(exports, "downloads", query_csv))),
         *probe_routes(agent, runs, token),
         *extra_routes,
         Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),

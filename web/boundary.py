@@ -7,13 +7,13 @@ import hmac
 import json
 import math
 import re
-import time
-from collections import defaultdict, deque
 from typing import Any
 
 from pydantic import BaseModel, Field, ValidationError, field_validator
 from starlette.requests import Request
 from starlette.responses import JSONResponse
+
+from agent.pacing import RateLimit
 
 MAX_BODY_BYTES = 64 * 1024
 MAX_EVENT_ID_DIGITS = 18
@@ -109,23 +109,8 @@ def client_key(request: Request) -> str:
     return request.client.host if request.client else "unknown"
 
 
-class RateLimiter:
-    """At most `per_minute` requests per client in any sliding 60-second window."""
-
-    def __init__(self, per_minute: int, what: str = "questions") -> None:
-        self._per_minute = per_minute
-        self._what = what
-        self._seen: defaultdict[str, deque[float]] = defaultdict(deque)
-
-    def check(self, client: str) -> None:
-        now = time.monotonic()
-        seen = self._seen[client]
-        while seen and now - seen[0] >= 60:
-            seen.popleft()
-        if len(seen) >= self._per_minute:
-            retry = max(1, math.ceil(60 - (now - seen[0])))
-            raise HttpError(429, f"Too many {self._what}; try again in {retry} s.", {"Retry-After": str(retry)})
-        seen.append(now)
-        if len(self._seen) > 10_000:  # forget idle clients so memory stays bounded
-            for key in [k for k, v in self._seen.items() if not v or now - v[-1] >= 60]:
-                del self._seen[key]
+async def check_rate(limit: RateLimit, client: str, what: str) -> None:
+    """Count the request against `client`'s budget, or refuse it with 429 and when to come back."""
+    if (wait_s := await limit.take(client)) is not None:
+        retry = max(1, math.ceil(wait_s))
+        raise HttpError(429, f"Too many {what}; try again in {retry} s.", {"Retry-After": str(retry)})

@@ -19,12 +19,12 @@ from slack_sdk.web.async_client import AsyncWebClient
 from agent.config import Settings
 from agent.conversations import ConversationStore
 from agent.metrics import Metrics
+from agent.pacing import Pacing
 from agent.pipeline.runner import Turn
 from agent.runs import RunHandle, RunRegistry, ShuttingDown
 from bots.slack import blocks
 from bots.slack.charts import upload_charts
 from bots.slack.failures import Failure, classify, explain
-from bots.slack.limits import RateLimiter
 from bots.slack.progress import Progress
 from bots.slack.receive import Identity, Ignore, Question
 from bots.slack.reply import AnswerWriter, Streaming
@@ -48,12 +48,13 @@ class Answerer:
         identity: Identity,
         store: ConversationStore,
         runs: RunRegistry,
+        pacing: Pacing,
         settings: Settings,
         metrics: Metrics,
     ) -> None:
         self._client, self._me, self._store, self._runs = client, identity, store, runs
-        self._settings, self._metrics = settings, metrics
-        self._limiter = RateLimiter(settings.slack_rate_per_minute)
+        self._settings, self._metrics, self._pacing = settings, metrics, pacing
+        self._limit = pacing.rate_limit("slack:questions", settings.slack_rate_per_minute)
         self._streaming = Streaming()
         self._interval_s = settings.slack_progress_interval_s
 
@@ -64,28 +65,32 @@ class Answerer:
             if question.event_id and not await self._store.claim_event(f"slack:event:{question.event_id}"):
                 self._metrics.slack_duplicates.labels("event").inc()
                 return
-            if not question.addressed and not await self._in_thread(question):
-                self._metrics.slack_ignored.labels(Ignore.NOT_ADDRESSED.value).inc()
-                return
-            if not await self._store.claim_event(question.message_key):
-                self._metrics.slack_duplicates.labels("message").inc()
-                return
-            limit = self._settings.slack_max_message_chars
-            if len(question.text) > limit:
-                await self._tell(question, Failure.TOO_LONG, length=len(question.text), limit=limit)
-                return
-            if (wait_s := self._limiter.retry_after(f"{question.team}:{question.user}")) is not None:
-                await self._tell(question, Failure.RATE_LIMITED, wait_s=wait_s)
-                return
-            if not self._runs.accepting:
-                await self._tell(question, Failure.RESTARTING)
-                return
-            await self._answer(question)
+            async with self._pacing.turn(question.conversation_key):  # after the thread's earlier messages
+                await self._handle_in_turn(question)
         except ShuttingDown:
             await self._tell(question, Failure.RESTARTING)
         except Exception:  # a Slack or store failure of our own: say so, keep the trace in the log
             log.exception("answering a Slack question failed")
             await self._tell(question, Failure.INTERNAL)
+
+    async def _handle_in_turn(self, question: Question) -> None:
+        if not question.addressed and not await self._in_thread(question):
+            self._metrics.slack_ignored.labels(Ignore.NOT_ADDRESSED.value).inc()
+            return
+        if not await self._store.claim_event(question.message_key):
+            self._metrics.slack_duplicates.labels("message").inc()
+            return
+        limit = self._settings.slack_max_message_chars
+        if len(question.text) > limit:
+            await self._tell(question, Failure.TOO_LONG, length=len(question.text), limit=limit)
+            return
+        if (wait_s := await self._limit.take(f"{question.team}:{question.user}")) is not None:
+            await self._tell(question, Failure.RATE_LIMITED, wait_s=wait_s)
+            return
+        if not self._runs.accepting:
+            await self._tell(question, Failure.RESTARTING)
+            return
+        await self._answer(question)
 
     async def _in_thread(self, question: Question) -> bool:
         """The bot is part of this thread: it started it, or it answered in it before."""

@@ -31,11 +31,12 @@ from starlette.routing import BaseRoute, Route
 from agent.app import AgentApp
 from agent.config import ConfigError, Settings
 from agent.conversations import ConversationStore
+from agent.pacing import Pacing
 from agent.runs import RunRegistry
 from bots.slack import blocks
 from bots.slack.actions import Actions
 from bots.slack.answer import Answerer
-from bots.slack.limits import SerialQueues
+from bots.slack.queues import SerialQueues
 from bots.slack.receive import Allowed, Identity, Ignored, Question, event_type, read_question
 
 log = logging.getLogger(__name__)
@@ -45,7 +46,9 @@ EXAMPLES_WAIT_S = 10.0  # how long a new assistant thread waits for example ques
 
 
 class SlackBot:
-    def __init__(self, agent: AgentApp, store: ConversationStore, runs: RunRegistry | None = None) -> None:
+    def __init__(
+        self, agent: AgentApp, store: ConversationStore, runs: RunRegistry | None = None, pacing: Pacing | None = None
+    ) -> None:
         settings = agent.settings
         check_slack_settings(settings)
         assert settings.slack_bot_token is not None
@@ -57,6 +60,7 @@ class SlackBot:
         self._queues = SerialQueues()
         self._clicks = itertools.count()
         self.runs = runs or RunRegistry(agent.runner, store)
+        self._pacing = pacing or Pacing()
         secret = settings.slack_signing_secret.get_secret_value() if settings.slack_signing_secret else ""
 
         async def authorize(enterprise_id: str | None, team_id: str | None) -> AuthorizeResult:
@@ -104,6 +108,7 @@ class SlackBot:
             identity=self.identity,
             store=self._store,
             runs=self.runs,
+            pacing=self._pacing,
             settings=self._settings,
             metrics=self._metrics,
         )

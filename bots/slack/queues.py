@@ -1,38 +1,15 @@
-"""Pacing: a per-user question budget, and per-thread queues that answer one message at a time."""
+"""Per-thread queues that answer one message at a time in this process (agent/pacing.py keeps the order
+across worker processes, and the per-user question budget)."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import time
-from collections import deque
 from collections.abc import Awaitable, Callable
 from functools import partial
 
 log = logging.getLogger(__name__)
 Job = Callable[[], Awaitable[None]]
-
-
-class RateLimiter:
-    """At most `per_minute` questions per key in any 60 seconds."""
-
-    def __init__(self, per_minute: int, window_s: float = 60.0) -> None:
-        self.per_minute, self._window_s = per_minute, window_s
-        self._seen: dict[str, deque[float]] = {}
-
-    def retry_after(self, key: str) -> float | None:
-        """None when `key` may ask now (the question is counted); otherwise seconds until it may."""
-        now = time.monotonic()
-        seen = self._seen.setdefault(key, deque())
-        while seen and now - seen[0] >= self._window_s:
-            seen.popleft()
-        if len(seen) >= self.per_minute:
-            return self._window_s - (now - seen[0])
-        seen.append(now)
-        if len(self._seen) > 10_000:  # forget idle users rather than grow without bound
-            for idle in [k for k, v in self._seen.items() if not v or now - v[-1] >= self._window_s]:
-                del self._seen[idle]
-        return None
 
 
 class SerialQueues:

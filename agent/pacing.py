@@ -3,9 +3,10 @@ per conversation.
 
 In one process both live in memory. With several worker processes (`agent serve --workers N`) they
 live in the app's SQLite file, so a client's budget counts its questions wherever they land, and the
-messages of one Slack thread are answered in the order they arrived whichever worker received them
-(each answer reads the one before it as history). A worker that dies holding a turn stops beating,
-and the next message goes ahead after `DEAD_AFTER_S`.
+messages of one Slack thread are answered one at a time in the order of their ts, whichever worker
+received them (each answer reads the ones before it as history). A line's place is a row that its
+worker beats every `BEAT_S`: a worker that dies holding a turn stops beating, and the next message
+goes ahead after `DEAD_AFTER_S`; a worker whose beats were merely late puts its row back.
 """
 
 from __future__ import annotations
@@ -14,10 +15,13 @@ import asyncio
 import logging
 import sqlite3
 import time
+import uuid
 from abc import ABC, abstractmethod
 from collections import deque
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 from agent.live_runs import BEAT_S, DEAD_AFTER_S
@@ -32,13 +36,14 @@ MAX_LOCAL_KEYS = 10_000  # idle clients are forgotten beyond this, so memory sta
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS pace_takes (scope TEXT NOT NULL, key TEXT NOT NULL, at REAL NOT NULL);
 CREATE INDEX IF NOT EXISTS pace_takes_by_key ON pace_takes (scope, key, at);
-CREATE INDEX IF NOT EXISTS pace_takes_by_time ON pace_takes (at);
-CREATE TABLE IF NOT EXISTS turn_tickets (
-    ticket INTEGER PRIMARY KEY AUTOINCREMENT,
+CREATE INDEX IF NOT EXISTS pace_takes_by_time ON pace_takes (scope, at);
+CREATE TABLE IF NOT EXISTS thread_turns (
+    token TEXT PRIMARY KEY,
     key TEXT NOT NULL,
+    position INTEGER NOT NULL,
     beat_at REAL NOT NULL
 );
-CREATE INDEX IF NOT EXISTS turn_tickets_by_key ON turn_tickets (key, ticket);
+CREATE INDEX IF NOT EXISTS thread_turns_by_key ON thread_turns (key, position);
 """
 
 
@@ -84,22 +89,40 @@ class SharedRateLimit(RateLimit):
     ) -> None:
         super().__init__(per_minute, window_s)
         self._file, self._scope, self._clock = file, scope, clock
+        self._refused_until: dict[str, float] = {}
+        self._swept_at = 0.0
 
     async def take(self, key: str) -> float | None:
-        now = self._clock()
+        # A refused client is answered from memory until its wait is over: a flood of refused requests
+        # costs no write to the file every worker shares.
+        if (until := self._refused_until.get(key)) is not None:
+            if (left_s := until - self._clock()) > 0:
+                return left_s
+            del self._refused_until[key]
+        wait = await self._file.run(partial(self._take, key))
+        if wait is not None:
+            self._refused_until[key] = self._clock() + wait
+            if len(self._refused_until) > MAX_LOCAL_KEYS:
+                now = self._clock()
+                self._refused_until = {k: t for k, t in self._refused_until.items() if t > now}
+        return wait
 
-        def take(c: sqlite3.Connection) -> float | None:
-            with write_transaction(c):  # count and add under one lock: two workers cannot both take the last
-                c.execute("DELETE FROM pace_takes WHERE at <= ?", (now - self.window_s,))
-                count, oldest = c.execute(
-                    "SELECT count(*), min(at) FROM pace_takes WHERE scope = ? AND key = ?", (self._scope, key)
-                ).fetchone()
-                if count >= self.per_minute:
-                    return float(self.window_s - (now - oldest))
-                c.execute("INSERT INTO pace_takes VALUES (?, ?, ?)", (self._scope, key, now))
-                return None
-
-        return await self._file.run(take)
+    def _take(self, key: str, c: sqlite3.Connection) -> float | None:
+        with write_transaction(c):  # count and add under one lock: two workers cannot both take the last
+            now = self._clock()  # under the lock, so no take is older than one counted before it
+            horizon = now - self.window_s
+            if now - self._swept_at >= self.window_s:  # idle clients' takes
+                c.execute("DELETE FROM pace_takes WHERE scope = ? AND at <= ?", (self._scope, horizon))
+                self._swept_at = now
+            count, oldest = c.execute(
+                "SELECT count(*), min(at) FROM pace_takes WHERE scope = ? AND key = ? AND at > ?",
+                (self._scope, key, horizon),
+            ).fetchone()
+            if count >= self.per_minute:
+                return min(self.window_s, max(0.0, oldest - horizon))  # a clock stepped back waits no longer
+            c.execute("DELETE FROM pace_takes WHERE scope = ? AND key = ? AND at <= ?", (self._scope, key, horizon))
+            c.execute("INSERT INTO pace_takes VALUES (?, ?, ?)", (self._scope, key, now))
+            return None
 
 
 class Pacing:
@@ -122,9 +145,13 @@ class Pacing:
             return LocalRateLimit(per_minute)
         return SharedRateLimit(self._file, scope, per_minute)
 
-    def turn(self, key: str) -> AbstractAsyncContextManager[None]:
-        """Hold `key`'s turn: callers with the same key go one at a time, first come first served."""
-        return self._local_turn(key) if self._file is None else self._shared_turn(self._file, key)
+    def turn(self, key: str, position: int | None = None) -> AbstractAsyncContextManager[None]:
+        """Hold `key`'s turn: callers with the same key go one at a time. In one process, first come first
+        served; across workers, in order of `position` (a Slack message's ts in microseconds; by default
+        the time of asking)."""
+        if self._file is None:
+            return self._local_turn(key)
+        return self._shared_turn(self._file, key, time.time_ns() // 1000 if position is None else position)
 
     @asynccontextmanager
     async def _local_turn(self, key: str) -> AsyncIterator[None]:
@@ -141,47 +168,79 @@ class Pacing:
                 self._locks[key] = (lock, users - 1)
 
     @asynccontextmanager
-    async def _shared_turn(self, file: SqliteFile, key: str) -> AsyncIterator[None]:
-        ticket = await file.run(lambda c: _take_ticket(c, key))
-        beating = asyncio.create_task(_beat(file, ticket))
+    async def _shared_turn(self, file: SqliteFile, key: str, position: int) -> AsyncIterator[None]:
+        ticket = Ticket(uuid.uuid4().hex, key, position)
+        joining = asyncio.ensure_future(file.run(ticket.join))
+        beating: asyncio.Task[None] | None = None
         try:
-            while await file.run(lambda c: _first_live_ticket(c, key)) != ticket:
+            await asyncio.shield(joining)  # cancelled meanwhile: the row is still written, then removed
+            beating = asyncio.create_task(_beat(file, ticket))
+            while await file.run(ticket.first_in_line) != ticket.token:
                 await asyncio.sleep(TURN_POLL_S)
             yield
         finally:
-            beating.cancel()
-            await asyncio.shield(file.run(lambda c: c.execute("DELETE FROM turn_tickets WHERE ticket = ?", (ticket,))))
+            if beating is not None:
+                beating.cancel()
+            await asyncio.wait([joining])
+            try:
+                await asyncio.shield(file.run(ticket.leave))
+            except sqlite3.Error:  # the next caller goes ahead once the row stops beating
+                log.warning("could not give up a conversation's turn", exc_info=True)
 
     def close(self) -> None:
         if self._file is not None:
             self._file.close()
 
 
-def _take_ticket(c: sqlite3.Connection, key: str) -> int:
-    now = time.time()
-    with write_transaction(c):
-        c.execute("DELETE FROM turn_tickets WHERE beat_at <= ?", (now - DEAD_AFTER_S,))  # their workers died
-        ticket = c.execute("INSERT INTO turn_tickets (key, beat_at) VALUES (?, ?)", (key, now)).lastrowid
-    assert ticket is not None
-    return ticket
+@dataclass
+class Ticket:
+    """One caller's place in a conversation's line, in the shared file. Its methods run under the file's
+    lock, so a beat still in flight when the caller leaves cannot put the row back."""
+
+    token: str
+    key: str
+    position: int
+    left: bool = False
+
+    def join(self, c: sqlite3.Connection) -> None:
+        now = time.time()
+        with write_transaction(c):
+            c.execute("DELETE FROM thread_turns WHERE beat_at <= ?", (now - DEAD_AFTER_S,))  # their workers died
+            c.execute("INSERT INTO thread_turns VALUES (?, ?, ?, ?)", (self.token, self.key, self.position, now))
+
+    def first_in_line(self, c: sqlite3.Connection) -> str | None:
+        row = c.execute(
+            "SELECT token FROM thread_turns WHERE key = ? AND beat_at > ? ORDER BY position, rowid LIMIT 1",
+            (self.key, time.time() - DEAD_AFTER_S),
+        ).fetchone()
+        return str(row[0]) if row else None
+
+    def beat(self, c: sqlite3.Connection) -> None:
+        """Say this caller is alive; if its row was taken for dead's (its beats were late), put it back
+        in its place."""
+        if self.left:
+            return
+        now = time.time()
+        if c.execute("UPDATE thread_turns SET beat_at = ? WHERE token = ?", (now, self.token)).rowcount == 0:
+            log.warning("a conversation's turn was given up for lost; taking its place again")
+            c.execute(
+                "INSERT OR IGNORE INTO thread_turns VALUES (?, ?, ?, ?)", (self.token, self.key, self.position, now)
+            )
+
+    def leave(self, c: sqlite3.Connection) -> None:
+        """Give up the turn, and sweep the rows of this line whose workers died."""
+        self.left = True
+        c.execute(
+            "DELETE FROM thread_turns WHERE token = ? OR (key = ? AND beat_at <= ?)",
+            (self.token, self.key, time.time() - DEAD_AFTER_S),
+        )
 
 
-def _first_live_ticket(c: sqlite3.Connection, key: str) -> int | None:
-    row = c.execute(
-        "SELECT min(ticket) FROM turn_tickets WHERE key = ? AND beat_at > ?", (key, time.time() - DEAD_AFTER_S)
-    ).fetchone()
-    return int(row[0]) if row and row[0] is not None else None
-
-
-async def _beat(file: SqliteFile, ticket: int) -> None:
+async def _beat(file: SqliteFile, ticket: Ticket) -> None:
     """While a ticket waits or holds its turn, its worker says it is alive."""
     while True:
         await asyncio.sleep(BEAT_S)
         try:
-            await file.run(lambda c: _refresh(c, ticket))
+            await file.run(ticket.beat)
         except sqlite3.Error:  # a missed beat or two is harmless; many make the others go ahead
             log.warning("could not refresh a conversation's turn", exc_info=True)
-
-
-def _refresh(c: sqlite3.Connection, ticket: int) -> None:
-    c.execute("UPDATE turn_tickets SET beat_at = ? WHERE ticket = ?", (time.time(), ticket))

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from agent import pacing as pacing_module
 from agent.live_runs import DEAD_AFTER_S
 from agent.pacing import SCHEMA, LocalRateLimit, Pacing, RateLimit, SharedRateLimit
 from agent.sqlite_file import SqliteFile
@@ -134,15 +135,97 @@ async def test_a_waiter_that_is_cancelled_gives_up_its_place(pacings: tuple[Paci
     assert cancelled_note == [] and after == ["ran"]
 
 
-async def test_a_turn_held_by_a_dead_worker_is_passed_over(tmp_path: Path) -> None:
+def _rows(path: Path) -> list[tuple[str, int]]:
+    with sqlite3.connect(path) as conn:
+        return list(conn.execute("SELECT key, position FROM thread_turns ORDER BY position"))
+
+
+async def test_across_workers_the_position_orders_the_line_not_who_joined_first(tmp_path: Path) -> None:
+    """Slack messages take their place by ts: one that reached its worker late still goes first."""
+    first, second = Pacing(tmp_path / "app.sqlite3"), Pacing(tmp_path / "app.sqlite3")
+    order: list[str] = []
+    held, release = asyncio.Event(), asyncio.Event()
+
+    async def answer(pacing: Pacing, name: str, position: int) -> None:
+        async with pacing.turn("thread", position=position):
+            order.append(name)
+            if name == "A":
+                held.set()
+                await release.wait()
+
+    a = asyncio.create_task(answer(first, "A", 1))
+    await held.wait()
+    c = asyncio.create_task(answer(second, "C", 3))
+    await asyncio.sleep(0.2)
+    b = asyncio.create_task(answer(first, "B", 2))
+    await asyncio.sleep(0.2)
+    release.set()
+    await asyncio.gather(a, b, c)
+    assert order == ["A", "B", "C"]
+    assert _rows(tmp_path / "app.sqlite3") == []
+
+
+async def test_a_worker_that_dies_holding_the_turn_is_passed_over(tmp_path: Path, monkeypatch) -> None:
     path = tmp_path / "app.sqlite3"
     pacing = Pacing(path)
-    with sqlite3.connect(path) as conn:  # a worker that took the turn, then died: its beat stopped long ago
-        conn.execute("INSERT INTO turn_tickets (key, beat_at) VALUES ('thread', ?)", (time.time() - DEAD_AFTER_S - 1,))
+    with sqlite3.connect(path) as conn:  # another worker holds the thread's turn and is alive
+        conn.execute("INSERT INTO thread_turns VALUES ('theirs', 'thread', 1, ?)", (time.time(),))
     try:
-        async with asyncio.timeout(5), pacing.turn("thread"):
-            pass
+        waiter = asyncio.create_task(asyncio.wait_for(_enter_and_leave(pacing, position=2), 20))
+        await asyncio.sleep(0.5)
+        assert not waiter.done(), "it waits while the holder beats"
+        with sqlite3.connect(path) as conn:  # the holder died: its beats stopped
+            conn.execute("UPDATE thread_turns SET beat_at = ? WHERE token = 'theirs'", (time.time() - DEAD_AFTER_S,))
+        await waiter
     finally:
         pacing.close()
+    assert _rows(path) == [], "the dead worker's row was swept as well"
+
+
+async def test_a_waiter_whose_row_was_swept_for_late_beats_keeps_its_place(tmp_path: Path, monkeypatch) -> None:
+    """A stalled worker's rows can be taken for dead; its next beat puts them back where they were."""
+    monkeypatch.setattr(pacing_module, "BEAT_S", 0.1)
+    path = tmp_path / "app.sqlite3"
+    first, second = Pacing(path), Pacing(path)
+    held, release = asyncio.Event(), asyncio.Event()
+
+    async def hold() -> None:
+        async with first.turn("thread", position=1):
+            held.set()
+            await release.wait()
+
+    holder = asyncio.create_task(hold())
+    await held.wait()
+    waiter = asyncio.create_task(asyncio.wait_for(_enter_and_leave(second, position=2), 20))
+    await asyncio.sleep(0.3)
     with sqlite3.connect(path) as conn:
-        assert conn.execute("SELECT count(*) FROM turn_tickets").fetchone() == (0,), "nothing is left behind"
+        conn.execute("DELETE FROM thread_turns")  # as a sweep by a third worker would, after a stall
+    await asyncio.sleep(0.5)
+    assert _rows(path) == [("thread", 1), ("thread", 2)], "both beats put their rows back in place"
+    release.set()
+    await asyncio.gather(holder, waiter)
+    assert _rows(path) == []
+
+
+async def _enter_and_leave(pacing: Pacing, position: int) -> None:
+    async with pacing.turn("thread", position=position):
+        pass
+
+
+async def test_a_refused_client_is_answered_from_memory_until_its_wait_is_over(tmp_path: Path) -> None:
+    file, clock = shared_file(tmp_path / "app.sqlite3"), Clock()
+    limit = SharedRateLimit(file, "test", 1, clock=clock)
+    assert await limit.take("flooder") is None
+    assert await limit.take("flooder") == pytest.approx(60)
+    file.close()  # nothing reaches the file while the client is refused
+    clock.now += 10
+    assert await limit.take("flooder") == pytest.approx(50)
+
+
+async def test_a_clock_stepped_back_never_asks_for_more_than_the_window(tmp_path: Path) -> None:
+    file, clock = shared_file(tmp_path / "app.sqlite3"), Clock()
+    limit = SharedRateLimit(file, "test", 1, clock=clock)
+    assert await limit.take("alice") is None
+    clock.now -= 3600
+    other = SharedRateLimit(file, "test", 1, clock=clock)  # another worker, with no memory of the refusal
+    assert await other.take("alice") == pytest.approx(60)

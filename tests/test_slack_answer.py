@@ -404,7 +404,7 @@ async def test_an_append_that_fails_switches_to_updating_the_message(fake_slack:
         delivery = await writer.finish(
             "336,776 flights left New York in 2013 [Q1]. That is 923 a day.",
             [],
-            partial(answer_metadata, "r1", question="how many flights?", queries=[]),
+            partial(answer_metadata, "r1", question="how many flights?", asked_ts="1.0", queries=[]),
         )
     [answer] = fake_slack.replies(GENERAL_ID, question)
     assert delivery == "update" and answer["metadata"]["event_payload"]["final"] is True
@@ -507,16 +507,60 @@ async def test_a_chart_is_uploaded_in_the_thread_as_a_png(
 async def test_a_thread_whose_messages_reach_two_workers_is_answered_in_order(
     start_bot, fake_slack: FakeSlack, fake_anthropic: FakeAnthropic
 ) -> None:
+    """A, then B on the first worker while A is being answered, then C on the second: answered A, B, C,
+    each reading the answers before it, although C's worker was free before B's was."""
     first_worker, second_worker = await start_bot(workers=2), await start_bot(workers=2)
     let_go = threading.Event()
+    answers = {"how many airlines?": "There are 16 airlines.", "and airports?": "1,458.", "and planes?": "3,322."}
 
     def model(body: dict[str, Any]) -> Reply:
         if not body.get("tools"):
             return Reply(text="[]")  # follow-ups
-        if body["messages"][-1]["content"][0]["text"] == "how many airlines?":
+        asked = body["messages"][-1]["content"][0]["text"]
+        if asked == "how many airlines?":
             let_go.wait(10)
-            return Reply(text="There are 16 airlines.")
-        return Reply(text="And 1,458 airports.")
+        return Reply(text=answers[asked])
+
+    fake_anthropic.always(model)
+
+    async def ask(worker: SlackHarness, text: str, thread_ts: str | None = None) -> str:
+        ts = fake_slack.add_message(GENERAL_ID, f"<@{BOT_USER_ID}> {text}", thread_ts=thread_ts)
+        await worker.event(events.app_mention(text, ts=ts, thread_ts=thread_ts))
+        return ts
+
+    question = await ask(first_worker, "how many airlines?")
+    await wait_for(lambda: len(fake_anthropic.requests) == 1)
+    await ask(first_worker, "and airports?", thread_ts=question)
+    await asyncio.sleep(0.1)
+    await ask(second_worker, "and planes?", thread_ts=question)
+    await asyncio.sleep(1)
+    assert len(fake_anthropic.requests) == 1, "the others wait for the thread's first answer"
+
+    let_go.set()
+    await first_worker.idle()
+    await second_worker.idle()
+    asked = [r["messages"] for r in fake_anthropic.requests if r.get("tools")]
+    assert [messages[-1]["content"][0]["text"] for messages in asked] == list(answers)
+    history = [[m["content"][0]["text"].split("\n")[0] for m in messages[:-1]] for messages in asked]
+    assert history == [
+        [],
+        ["how many airlines?", "There are 16 airlines."],
+        ["how many airlines?", "There are 16 airlines.", "and airports?", "1,458."],
+    ], "each answer reads the ones before it, though they were posted after its question"
+    posted = [m["text"] for m in bot_replies(fake_slack, GENERAL_ID, question) if m.get("metadata")]
+    assert posted == list(answers.values())
+
+
+async def test_a_message_still_waiting_for_its_turn_when_its_worker_stops_is_told_so(
+    start_bot, fake_slack: FakeSlack, fake_anthropic: FakeAnthropic
+) -> None:
+    first_worker, second_worker = await start_bot(workers=2), await start_bot(workers=2)
+    let_go = threading.Event()
+
+    def model(body: dict[str, Any]) -> Reply:
+        if body.get("tools"):
+            let_go.wait(10)
+        return Reply(text="There are 16 airlines." if body.get("tools") else "[]")
 
     fake_anthropic.always(model)
     question = fake_slack.add_message(GENERAL_ID, f"<@{BOT_USER_ID}> how many airlines?")
@@ -524,16 +568,14 @@ async def test_a_thread_whose_messages_reach_two_workers_is_answered_in_order(
     await wait_for(lambda: len(fake_anthropic.requests) == 1)
     follow_up = fake_slack.add_message(GENERAL_ID, f"<@{BOT_USER_ID}> and airports?", thread_ts=question)
     await second_worker.event(events.app_mention("and airports?", ts=follow_up, thread_ts=question))
-    await asyncio.sleep(1)
-    assert len(fake_anthropic.requests) == 1, "the second worker waits for the thread's first answer"
+    await asyncio.sleep(0.3)
+    await second_worker.stop()  # its drain times out while the first worker still holds the thread
 
+    replies = [m["text"] for m in bot_replies(fake_slack, GENERAL_ID, question)]
+    assert replies[-1].startswith("I'm restarting right now"), replies
     let_go.set()
     await first_worker.idle()
-    await second_worker.idle()
-    asked = [r["messages"] for r in fake_anthropic.requests if r.get("tools")]
-    assert [messages[-1]["content"][0]["text"] for messages in asked] == ["how many airlines?", "and airports?"]
-    answers = [m["text"] for m in bot_replies(fake_slack, GENERAL_ID, question) if m.get("metadata")]
-    assert answers == ["There are 16 airlines.", "And 1,458 airports."]
+    assert len([r for r in fake_anthropic.requests if r.get("tools")]) == 1, "the waiting message was not answered"
 
 
 async def test_workers_share_a_persons_question_budget(

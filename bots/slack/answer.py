@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from contextlib import suppress
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
@@ -28,7 +29,7 @@ from bots.slack.failures import Failure, classify, explain
 from bots.slack.progress import Progress
 from bots.slack.receive import Identity, Ignore, Question
 from bots.slack.reply import AnswerWriter, Streaming
-from bots.slack.thread import answer_metadata, part_metadata, read_history
+from bots.slack.thread import answer_metadata, part_metadata, read_history, ts_micros
 
 log = logging.getLogger(__name__)
 MAX_TITLE_CHARS = 80
@@ -61,12 +62,19 @@ class Answerer:
     async def handle(self, question: Question) -> None:
         """Answer `question` unless it was handled before (a redelivery, or the same message in another
         event) or is not for the bot. Never raises: a failure becomes a message in the thread."""
+        in_turn = False
         try:
             if question.event_id and not await self._store.claim_event(f"slack:event:{question.event_id}"):
                 self._metrics.slack_duplicates.labels("event").inc()
                 return
-            async with self._pacing.turn(question.conversation_key):  # after the thread's earlier messages
+            # After the thread's earlier messages, whichever worker has them (in the order Slack gave them).
+            async with self._pacing.turn(question.conversation_key, position=ts_micros(question.ts)):
+                in_turn = True
                 await self._handle_in_turn(question)
+        except asyncio.CancelledError:  # shutting down while it waited for its turn: say so, or it is lost
+            if not in_turn:
+                await asyncio.shield(self._tell_if_ours(question, Failure.RESTARTING))
+            raise
         except ShuttingDown:
             await self._tell(question, Failure.RESTARTING)
         except Exception:  # a Slack or store failure of our own: say so, keep the trace in the log
@@ -91,6 +99,11 @@ class Answerer:
             await self._tell(question, Failure.RESTARTING)
             return
         await self._answer(question)
+
+    async def _tell_if_ours(self, question: Question, kind: Failure) -> None:
+        with suppress(Exception):
+            if question.addressed or await self._in_thread(question):
+                await self._tell(question, kind)
 
     async def _in_thread(self, question: Question) -> bool:
         """The bot is part of this thread: it started it, or it answered in it before."""
@@ -183,7 +196,7 @@ class Answerer:
         web_url = self._settings.agent_web_url
         followups = list(result.get("followups") or [])
         buttons = blocks.answer_blocks(run_id, [q["id"] for q in queries], followups, web_url)
-        metadata = partial(answer_metadata, run_id, question=question.text, queries=queries)
+        metadata = partial(answer_metadata, run_id, question=question.text, asked_ts=question.ts, queries=queries)
         delivery = await writer.finish(str(result.get("answer") or ""), buttons, metadata)
         if delivery is None:  # an empty answer: the buttons still need a home
             await self._client.chat_postMessage(

@@ -196,7 +196,10 @@ class SlackBot:
 
     def _ask(self, question: Question) -> None:
         assert self._answerer is not None
-        self._queues.add(question.conversation_key, partial(self._answerer.handle, question))
+        # One process: the thread's queue keeps its order. Several workers: the shared turn does (by
+        # message ts), so each message must take its place in line at once, not behind this worker's queue.
+        queue = question.message_key if self._pacing.shared else question.conversation_key
+        self._queues.add(queue, partial(self._answerer.handle, question))
 
     async def _suggest(self, thread: dict[str, Any]) -> None:
         """A new assistant thread: offer example questions as suggested prompts."""

@@ -29,10 +29,19 @@ def part_metadata(run_id: str, part: int) -> dict[str, Any]:
     return {"event_type": ANSWER_EVENT, "event_payload": {"run_id": run_id, "part": part}}
 
 
-def answer_metadata(run_id: str, part: int, *, question: str, queries: Sequence[dict[str, Any]]) -> dict[str, Any]:
-    """The metadata of an answer's last message. SQL is shortened to fit the payload budget."""
+def answer_metadata(
+    run_id: str, part: int, *, question: str, asked_ts: str, queries: Sequence[dict[str, Any]]
+) -> dict[str, Any]:
+    """The metadata of an answer's last message (`asked_ts`: the question's message). SQL is shortened
+    to fit the payload budget."""
     shown = [{"id": q["id"], "question": q["question"][:MAX_QUERY_QUESTION_CHARS], "sql": ""} for q in queries]
-    payload = {"run_id": run_id, "part": part, "final": True, "question": question[:MAX_QUESTION_CHARS]}
+    payload = {
+        "run_id": run_id,
+        "part": part,
+        "final": True,
+        "question": question[:MAX_QUESTION_CHARS],
+        "asked_ts": asked_ts,
+    }
     fixed = len(json.dumps({**payload, "queries": shown}))
     budget = max(MIN_SQL_CHARS, (MAX_PAYLOAD_CHARS - fixed) // max(1, len(shown)))
     for query, source in zip(shown, queries, strict=True):
@@ -44,7 +53,7 @@ def answer_metadata(run_id: str, part: int, *, question: str, queries: Sequence[
 async def read_history(
     client: AsyncWebClient, channel: str, thread_ts: str, *, before_ts: str, bot_id: str
 ) -> list[Turn]:
-    """The turns answered in this thread before the message at `before_ts`."""
+    """The turns of this thread asked before the message at `before_ts` (and answered by now)."""
     messages: list[dict[str, Any]] = []
     cursor = None
     for _ in range(MAX_PAGES):
@@ -59,10 +68,12 @@ async def read_history(
 
 
 def turns(messages: list[dict[str, Any]], *, bot_id: str, before_ts: str) -> list[Turn]:
+    """An answer belongs to the history of every message sent after its question, even one sent while
+    it was being written (the thread's messages are answered one at a time, so it is finished)."""
     parts: dict[str, list[tuple[int, str]]] = {}
-    finals: dict[str, dict[str, Any]] = {}
-    for message in sorted(messages, key=lambda m: ts_key(m.get("ts", "0"))):
-        if ts_key(message.get("ts", "0")) >= ts_key(before_ts) or message.get("bot_id") != bot_id:
+    finals: dict[str, tuple[tuple[int, int], dict[str, Any]]] = {}
+    for message in messages:
+        if message.get("bot_id") != bot_id:
             continue
         metadata = message.get("metadata") or {}
         payload = metadata.get("event_payload") or {}
@@ -71,9 +82,12 @@ def turns(messages: list[dict[str, Any]], *, bot_id: str, before_ts: str) -> lis
             continue
         parts.setdefault(run_id, []).append((int(payload.get("part") or 0), message_text(message)))
         if payload.get("final"):
-            finals[run_id] = payload
+            asked = payload.get("asked_ts")  # answers posted before it was recorded: their own ts
+            finals[run_id] = (ts_key(asked if isinstance(asked, str) else message.get("ts", "0")), payload)
     history = []
-    for run_id, payload in finals.items():
+    for run_id, (asked_at, payload) in sorted(finals.items(), key=lambda item: item[1][0]):
+        if asked_at >= ts_key(before_ts):
+            continue
         answer = "".join(text for _, text in sorted(parts[run_id]))
         queries = [
             TurnQuery(id=str(q.get("id", "")), question=str(q.get("question", "")), sql=str(q.get("sql", "")))
@@ -96,3 +110,9 @@ def ts_key(ts: str) -> tuple[int, int]:
         return int(seconds), int(micros.ljust(6, "0")[:6] or 0)
     except ValueError:
         return 0, 0
+
+
+def ts_micros(ts: str) -> int:
+    """A message's ts as one whole number of microseconds: it orders messages exactly."""
+    seconds, micros = ts_key(ts)
+    return seconds * 1_000_000 + micros

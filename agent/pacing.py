@@ -41,7 +41,8 @@ CREATE TABLE IF NOT EXISTS thread_turns (
     token TEXT PRIMARY KEY,
     key TEXT NOT NULL,
     position INTEGER NOT NULL,
-    beat_at REAL NOT NULL
+    beat_at REAL NOT NULL,
+    holding INTEGER NOT NULL DEFAULT 0
 );
 CREATE INDEX IF NOT EXISTS thread_turns_by_key ON thread_turns (key, position);
 """
@@ -99,7 +100,11 @@ class SharedRateLimit(RateLimit):
             if (left_s := until - self._clock()) > 0:
                 return left_s
             del self._refused_until[key]
-        wait = await self._file.run(partial(self._take, key))
+        try:
+            wait = await self._file.run(partial(self._take, key))
+        except sqlite3.OperationalError:  # the shared file is locked or busy: serve the request, say so
+            log.warning("could not count a request against its rate limit; letting it through", exc_info=True)
+            return None
         if wait is not None:
             self._refused_until[key] = self._clock() + wait
             if len(self._refused_until) > MAX_LOCAL_KEYS:
@@ -114,13 +119,16 @@ class SharedRateLimit(RateLimit):
             if now - self._swept_at >= self.window_s:  # idle clients' takes
                 c.execute("DELETE FROM pace_takes WHERE scope = ? AND at <= ?", (self._scope, horizon))
                 self._swept_at = now
+            # Takes out of the window, and any "from the future" (the clock was stepped back), no longer count.
+            c.execute(
+                "DELETE FROM pace_takes WHERE scope = ? AND key = ? AND (at <= ? OR at > ?)",
+                (self._scope, key, horizon, now),
+            )
             count, oldest = c.execute(
-                "SELECT count(*), min(at) FROM pace_takes WHERE scope = ? AND key = ? AND at > ?",
-                (self._scope, key, horizon),
+                "SELECT count(*), min(at) FROM pace_takes WHERE scope = ? AND key = ?", (self._scope, key)
             ).fetchone()
             if count >= self.per_minute:
-                return min(self.window_s, max(0.0, oldest - horizon))  # a clock stepped back waits no longer
-            c.execute("DELETE FROM pace_takes WHERE scope = ? AND key = ? AND at <= ?", (self._scope, key, horizon))
+                return max(0.0, oldest - horizon)
             c.execute("INSERT INTO pace_takes VALUES (?, ?, ?)", (self._scope, key, now))
             return None
 
@@ -135,6 +143,7 @@ class Pacing:
             self._file = SqliteFile(shared_path)
             self._file.now(lambda c: c.executescript(SCHEMA))
         self._locks: dict[str, tuple[asyncio.Lock, int]] = {}
+        self._leaving: set[asyncio.Task[None]] = set()
 
     @property
     def shared(self) -> bool:
@@ -173,19 +182,19 @@ class Pacing:
         joining = asyncio.ensure_future(file.run(ticket.join))
         beating: asyncio.Task[None] | None = None
         try:
-            await asyncio.shield(joining)  # cancelled meanwhile: the row is still written, then removed
+            await asyncio.shield(joining)
             beating = asyncio.create_task(_beat(file, ticket))
-            while await file.run(ticket.first_in_line) != ticket.token:
+            while not await _try_take(file, ticket):
                 await asyncio.sleep(TURN_POLL_S)
             yield
         finally:
             if beating is not None:
                 beating.cancel()
-            await asyncio.wait([joining])
-            try:
-                await asyncio.shield(file.run(ticket.leave))
-            except sqlite3.Error:  # the next caller goes ahead once the row stops beating
-                log.warning("could not give up a conversation's turn", exc_info=True)
+            # A task of its own: a cancellation landing on any await here must not keep the row in line.
+            leaving = asyncio.create_task(_leave(file, ticket, joining))
+            self._leaving.add(leaving)
+            leaving.add_done_callback(self._leaving.discard)
+            await asyncio.shield(leaving)
 
     def close(self) -> None:
         if self._file is not None:
@@ -194,38 +203,57 @@ class Pacing:
 
 @dataclass
 class Ticket:
-    """One caller's place in a conversation's line, in the shared file. Its methods run under the file's
-    lock, so a beat still in flight when the caller leaves cannot put the row back."""
+    """One caller's place in a conversation's line, in the shared file. The turn goes to the first live
+    ticket by position once no live ticket holds it, so one that joins late with an earlier position
+    waits for the holder rather than running beside it. Its methods run under the file's lock, so a
+    beat still in flight when the caller leaves cannot put the row back."""
 
     token: str
     key: str
     position: int
+    holding: bool = False
     left: bool = False
 
     def join(self, c: sqlite3.Connection) -> None:
         now = time.time()
         with write_transaction(c):
             c.execute("DELETE FROM thread_turns WHERE beat_at <= ?", (now - DEAD_AFTER_S,))  # their workers died
-            c.execute("INSERT INTO thread_turns VALUES (?, ?, ?, ?)", (self.token, self.key, self.position, now))
+            self._insert(c, now)
 
-    def first_in_line(self, c: sqlite3.Connection) -> str | None:
+    def take(self, c: sqlite3.Connection) -> bool:
+        """Take the turn if it is this ticket's: a read while others are ahead, a write when it may be."""
+        if not self._next(c):
+            return False
+        with write_transaction(c):  # again under the write lock: another worker may have just taken it
+            if not self._next(c):
+                return False
+            c.execute("UPDATE thread_turns SET holding = 1 WHERE token = ?", (self.token,))
+        self.holding = True
+        return True
+
+    def _next(self, c: sqlite3.Connection) -> bool:
         row = c.execute(
-            "SELECT token FROM thread_turns WHERE key = ? AND beat_at > ? ORDER BY position, rowid LIMIT 1",
+            "SELECT token, holding FROM thread_turns WHERE key = ? AND beat_at > ? "
+            "ORDER BY holding DESC, position, rowid LIMIT 1",
             (self.key, time.time() - DEAD_AFTER_S),
         ).fetchone()
-        return str(row[0]) if row else None
+        return row is not None and row[0] == self.token and not row[1]
 
     def beat(self, c: sqlite3.Connection) -> None:
-        """Say this caller is alive; if its row was taken for dead's (its beats were late), put it back
-        in its place."""
+        """Say this caller is alive; if its row was taken for dead's (its beats were late: a worker
+        stalled for DEAD_AFTER_S loses its turn, as a dead one does), put it back in its place."""
         if self.left:
             return
         now = time.time()
         if c.execute("UPDATE thread_turns SET beat_at = ? WHERE token = ?", (now, self.token)).rowcount == 0:
             log.warning("a conversation's turn was given up for lost; taking its place again")
-            c.execute(
-                "INSERT OR IGNORE INTO thread_turns VALUES (?, ?, ?, ?)", (self.token, self.key, self.position, now)
-            )
+            self._insert(c, now)
+
+    def _insert(self, c: sqlite3.Connection, now: float) -> None:
+        c.execute(
+            "INSERT OR IGNORE INTO thread_turns VALUES (?, ?, ?, ?, ?)",
+            (self.token, self.key, self.position, now, int(self.holding)),
+        )
 
     def leave(self, c: sqlite3.Connection) -> None:
         """Give up the turn, and sweep the rows of this line whose workers died."""
@@ -234,6 +262,22 @@ class Ticket:
             "DELETE FROM thread_turns WHERE token = ? OR (key = ? AND beat_at <= ?)",
             (self.token, self.key, time.time() - DEAD_AFTER_S),
         )
+
+
+async def _leave(file: SqliteFile, ticket: Ticket, joining: asyncio.Future[None]) -> None:
+    await asyncio.wait([joining])  # cancelled as it joined: the row is written all the same, then removed
+    try:
+        await file.run(ticket.leave)
+    except sqlite3.Error:  # the next caller goes ahead once the row stops beating
+        log.warning("could not give up a conversation's turn", exc_info=True)
+
+
+async def _try_take(file: SqliteFile, ticket: Ticket) -> bool:
+    try:
+        return await file.run(ticket.take)
+    except sqlite3.OperationalError:  # the file is busy or locked for a moment: look again
+        log.warning("could not look at a conversation's line", exc_info=True)
+        return False
 
 
 async def _beat(file: SqliteFile, ticket: Ticket) -> None:

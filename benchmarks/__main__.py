@@ -1,10 +1,11 @@
 """Run every benchmark: python -m benchmarks (or make bench)."""
 
-from benchmarks import bench_pipeline, bench_slack, bench_truncation, bench_web, bench_workers
+from benchmarks import bench_pacing, bench_pipeline, bench_slack, bench_truncation, bench_web, bench_workers
 
 if __name__ == "__main__":
     bench_truncation.report(bench_truncation.run())
     bench_pipeline.report(bench_pipeline.run())
     bench_web.report(bench_web.run())
     bench_slack.report(bench_slack.run())
+    bench_pacing.report(bench_pacing.run())
     bench_workers.report(bench_workers.run())

@@ -508,7 +508,7 @@ async def test_a_thread_whose_messages_reach_two_workers_is_answered_in_order(
     start_bot, fake_slack: FakeSlack, fake_anthropic: FakeAnthropic
 ) -> None:
     """A, then B on the first worker while A is being answered, then C on the second: answered A, B, C,
-    each reading the answers before it, although C's worker was free before B's was."""
+    one at a time, each reading the answers before it (posted after it was sent)."""
     first_worker, second_worker = await start_bot(workers=2), await start_bot(workers=2)
     let_go = threading.Event()
     answers = {"how many airlines?": "There are 16 airlines.", "and airports?": "1,458.", "and planes?": "3,322."}

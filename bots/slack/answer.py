@@ -67,7 +67,10 @@ class Answerer:
             if question.event_id and not await self._store.claim_event(f"slack:event:{question.event_id}"):
                 self._metrics.slack_duplicates.labels("event").inc()
                 return
-            # After the thread's earlier messages, whichever worker has them (in the order Slack gave them).
+            if not await self._store.claim_event(question.message_key):  # the same message in another event
+                self._metrics.slack_duplicates.labels("message").inc()
+                return
+            # After the thread's earlier messages, whichever worker has them (in the order they were sent).
             async with self._pacing.turn(question.conversation_key, position=ts_micros(question.ts)):
                 in_turn = True
                 await self._handle_in_turn(question)
@@ -84,9 +87,6 @@ class Answerer:
     async def _handle_in_turn(self, question: Question) -> None:
         if not question.addressed and not await self._in_thread(question):
             self._metrics.slack_ignored.labels(Ignore.NOT_ADDRESSED.value).inc()
-            return
-        if not await self._store.claim_event(question.message_key):
-            self._metrics.slack_duplicates.labels("message").inc()
             return
         limit = self._settings.slack_max_message_chars
         if len(question.text) > limit:

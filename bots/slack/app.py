@@ -2,8 +2,9 @@
 is answered at once and the work runs after. Served over HTTP (`routes()`, mounted at /slack/events)
 or Socket Mode (`connect_socket_mode()`, a task on the caller's event loop).
 
-Messages in one thread are answered one at a time, in the order they arrived; threads run side by
-side. Runs go through the RunRegistry and the ConversationStore like every other adapter's.
+Messages in one thread are answered one at a time, in order (agent/pacing.py, across workers too);
+threads run side by side. Runs go through the RunRegistry and the ConversationStore like every other
+adapter's.
 """
 
 from __future__ import annotations

@@ -191,13 +191,19 @@ class Recorder:
 
 async def until_running(db: Database, task: asyncio.Task[Any] | None = None, *, within_s: float = 30) -> list[str]:
     """Tags of the agent's queries once at least one runs in the engine. A loaded machine can take
-    seconds to check and start a query; fail with what happened rather than time out blind."""
+    seconds to check and start a query; fail with what happened rather than time out blind, and
+    cancel `task` then, so no heavy query is left running for the next test."""
     deadline = time.monotonic() + within_s
-    while time.monotonic() < deadline:
-        if running := await asyncio.wait_for(db.running_queries(), 5):
-            return running
-        if task is not None and task.done():
-            outcome = task.exception() or task.result()
-            raise AssertionError(f"the work ended before its query was seen running: {outcome!r}")
-        await asyncio.sleep(0.05)
-    raise AssertionError(f"no query was seen running within {within_s:g} s")
+    try:
+        while time.monotonic() < deadline:
+            if running := await asyncio.wait_for(db.running_queries(), 5):
+                return running
+            if task is not None and task.done():
+                outcome = task.exception() or task.result()
+                raise AssertionError(f"the work ended before its query was seen running: {outcome!r}")
+            await asyncio.sleep(0.05)
+        raise AssertionError(f"no query was seen running within {within_s:g} s")
+    except BaseException:
+        if task is not None:
+            task.cancel()
+        raise

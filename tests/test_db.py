@@ -133,11 +133,7 @@ async def test_queries_run_in_parallel(db: Database) -> None:
 
 async def test_cancelling_the_caller_kills_the_query(db: Database) -> None:
     task = asyncio.create_task(db.execute(HEAVY))
-    try:
-        await until_running(db, task)
-    except BaseException:
-        task.cancel()
-        raise
+    await until_running(db, task)
     started = time.perf_counter()
     task.cancel()
     with pytest.raises(asyncio.CancelledError):

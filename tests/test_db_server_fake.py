@@ -211,11 +211,7 @@ async def test_limits_are_enforced_by_the_server(fake: FakeClickHouse, user: str
 async def test_cancelling_the_caller_kills_the_query(server_db: Database, fake: FakeClickHouse) -> None:
     tag = new_query_id()
     task = asyncio.create_task(server_db.execute(HEAVY, query_id=tag))
-    try:
-        assert await until_running(server_db, task) == [tag], "system.processes shows the HTTP query_id"
-    except BaseException:
-        task.cancel()
-        raise
+    assert await until_running(server_db, task) == [tag], "system.processes shows the HTTP query_id"
     started = time.perf_counter()
     task.cancel()
     with pytest.raises(asyncio.CancelledError):

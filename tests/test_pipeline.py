@@ -272,12 +272,10 @@ async def test_cancelling_during_sql_kills_the_query(make_app, fake_anthropic: F
     fake_anthropic.script(Reply(tool_calls=[sql(("heavy", HEAVY))]))
     recorder = Recorder()
     task = asyncio.create_task(make_app().runner.run("q", on_event=recorder, followups=False))
-    try:
-        while not recorder.of("executing") and not task.done():  # before it, the schema's own queries run
-            await asyncio.sleep(0.05)
-        await until_running(db, task)
-    finally:
-        task.cancel()
+    while not recorder.of("executing") and not task.done():  # before it, the schema's own queries run
+        await asyncio.sleep(0.05)
+    await until_running(db, task)
+    task.cancel()
     result = await task
     assert result.cancelled
     assert await db.running_queries() == []

@@ -8,6 +8,7 @@ import asyncio
 import json
 import logging
 import os
+import sqlite3
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -282,14 +283,28 @@ async def test_the_web_refuses_new_questions_while_draining(make_app: Callable[.
 # --- a run followed from another worker ---
 
 
-async def test_a_worker_follows_a_run_another_worker_owns_to_its_end(
-    make_app: Callable[..., AgentApp], fake_anthropic: FakeAnthropic, tmp_path: Path
-) -> None:
-    """Two registries, each with its own connections to the shared file, as two worker processes have."""
+@pytest.fixture
+def two_workers(
+    make_app: Callable[..., AgentApp], tmp_path: Path
+) -> Iterator[tuple[ConversationStore, RunRegistry, ConversationStore, RunRegistry]]:
+    """An owner's and a reader's store and registry, each with its own connections to the shared file,
+    as two worker processes have them."""
     path = tmp_path / "c.sqlite3"
     owner_store, reader_store = ConversationStore(path), ConversationStore(path)
-    owner = RunRegistry(make_app().runner, owner_store, shared=SharedRunLog(path))
-    reader = RunRegistry(make_app().runner, reader_store, shared=SharedRunLog(path))
+    yield (
+        owner_store,
+        RunRegistry(make_app().runner, owner_store, shared=SharedRunLog(path)),
+        reader_store,
+        RunRegistry(make_app().runner, reader_store, shared=SharedRunLog(path)),
+    )
+    owner_store.close()
+    reader_store.close()
+
+
+async def test_a_worker_follows_a_run_another_worker_owns_to_its_end(
+    two_workers, fake_anthropic: FakeAnthropic
+) -> None:
+    owner_store, owner, _, reader = two_workers
     gate, script = _gated(carriers_script())
     fake_anthropic.script(*script)
     conversation = await owner_store.create_conversation(QUESTION)
@@ -313,8 +328,6 @@ async def test_a_worker_follows_a_run_another_worker_owns_to_its_end(
     assert [e.as_dict() for e in events] == [e.as_dict() for e in handle.events]
     late = await reader.follow_elsewhere(handle.run_id)
     assert late is None, "once done, the shared copy is gone: the stored turn replays it"
-    owner_store.close()
-    reader_store.close()
 
 
 async def test_a_run_whose_worker_died_ends_with_an_error_not_a_wait(tmp_path: Path, make_app: Any) -> None:
@@ -363,20 +376,15 @@ async def _all(events: Any) -> list[Any]:
 
 
 def _stop_beating(path: Path, run_id: str) -> None:
-    import sqlite3
-
     with sqlite3.connect(path) as conn:
         conn.execute("UPDATE live_runs SET beat_at = 0 WHERE run_id = ?", (run_id,))
 
 
 async def test_answers_carry_over_reattach_through_the_web_with_a_shared_log(
-    make_app: Callable[..., AgentApp], fake_anthropic: FakeAnthropic, tmp_path: Path
+    two_workers, make_app: Callable[..., AgentApp], fake_anthropic: FakeAnthropic
 ) -> None:
     """The web route: a run another worker owns streams from /api/runs/{id}/events here."""
-    path = tmp_path / "c.sqlite3"
-    owner_store, reader_store = ConversationStore(path), ConversationStore(path)
-    owner = RunRegistry(make_app().runner, owner_store, shared=SharedRunLog(path))
-    reader = RunRegistry(make_app().runner, reader_store, shared=SharedRunLog(path))
+    owner_store, owner, reader_store, reader = two_workers
     fake_anthropic.script(Reply(text="Hello."), Reply(text="[]"))
     conversation = await owner_store.create_conversation("hi")
     async with LiveServer(create_app(make_app(), reader_store, runs=reader)) as server:
@@ -386,7 +394,5 @@ async def test_answers_carry_over_reattach_through_the_web_with_a_shared_log(
                 assert response.status_code == 200
                 names = [event.event async for event in sse_events(response)]
             missing = await client.get("/api/runs/nope/events")
-    owner_store.close()
-    reader_store.close()
     assert names[0] == "started" and names[-1] == "done" and "answer" in names
     assert missing.status_code == 404

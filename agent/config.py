@@ -88,6 +88,47 @@ class Settings(BaseSettings):
     max_result_bytes: int = Field(200_000_000, ge=1, description="Engine backstop on result bytes (break).")
     max_memory_usage: int = Field(4_000_000_000, ge=1, description="Memory one query may use.")
     export_max_rows: int = Field(100_000, ge=1, description="Row cap of a CSV download.")
+    export_max_bytes: int = Field(
+        200_000_000, ge=1_000, description="Byte cap of a CSV download: it ends at the last whole row that fits."
+    )
+    export_max_cell_chars: int = Field(
+        10_000, ge=100, description="Longer cells of a CSV download are cut by the engine, with a marker."
+    )
+
+    # --- what one question may cost the app, whatever its SQL returns (agent/limits.py) ---
+    max_result_columns: int = Field(200, ge=1, description="Columns one query may return.")
+    max_column_name_chars: int = Field(
+        200, ge=10, description="Longer column names are cut (by characters, and to 4 bytes a character)."
+    )
+    max_column_type_chars: int = Field(500, ge=20, description="Longer column type names are cut likewise.")
+    max_queries_per_call: int = Field(
+        5, ge=1, description="Queries one execute_sql call may run; the rest are refused."
+    )
+    max_queries_per_run: int = Field(25, ge=1, description="Queries one question may run in all.")
+    max_parallel_queries_per_run: int = Field(
+        2,
+        ge=1,
+        description="Engine connections one question (or all CSV downloads together) may use at once, so one "
+        "question cannot take them all.",
+    )
+    clickhouse_max_concurrent_queries: int = Field(
+        4, ge=1, description="Statements the agent runs at once (the embedded engine's connections)."
+    )
+    max_event_bytes: int = Field(
+        1_000_000, ge=10_000, description="Largest streamed event (JSON bytes); previews shrink to fit."
+    )
+    max_turn_bytes: int = Field(
+        4_000_000, ge=100_000, description="Largest stored turn (JSON bytes); its event log and transcript shrink."
+    )
+    chart_max_rows: int = Field(5_000, ge=10, description="Rows a chart draws (from the query's full result).")
+    chart_max_label_chars: int = Field(100, ge=10, description="Longer chart labels are cut by the engine.")
+    chart_max_per_run: int = Field(4, ge=1, description="Charts one answer may draw.")
+    chart_max_spec_bytes: int = Field(
+        500_000, ge=10_000, description="Largest chart spec (JSON bytes); a larger chart is refused: aggregate."
+    )
+    chart_render_timeout_s: float = Field(
+        20.0, gt=0, description="Time one chart's PNG (for Slack) may take to render, in a process of its own."
+    )
     schema_max_chars: int = Field(24_000, ge=1_000, description="Budget of the schema prompt section.")
     schema_ttl_s: int = Field(600, ge=0, description="How long the rendered schema is reused.")
 
@@ -296,6 +337,7 @@ def load_settings(**overrides: object) -> Settings:
         name = str(first["loc"][0]).upper() if first["loc"] else "settings"
         raise ConfigError(f"{name}: {first['msg']}") from None
     except SettingsError as exc:
+        # Python's re is safe here: the operator's own environment, and a literal before one repeat.
         match = re.search(r'field "(\w+)"', str(exc))
         name = match.group(1).upper() if match else "settings"
         raise ConfigError(f"{name}: could not be parsed") from None

@@ -12,10 +12,12 @@ import json
 import sqlite3
 import time
 import uuid
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from agent.pipeline.runner import PREVIEW_ROWS, RunResult, Turn, TurnQuery
+from agent.limits import Limits, json_size
+from agent.pipeline.runner import PREVIEW_ROWS, RunResult, Turn, TurnQuery, fit_rows
 from agent.sqlite_file import SqliteFile, write_transaction
 
 SCHEMA = """
@@ -70,7 +72,8 @@ def query_key(run_id: str, label: str) -> str:
 
 
 class ConversationStore:
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, limits: Limits | None = None) -> None:
+        self._limits = limits or Limits()
         self._file = SqliteFile(path)
         self._file.now(_create_tables)
 
@@ -213,7 +216,9 @@ class ConversationStore:
     async def save_turn(
         self, conversation_id: str, run_id: str, result: RunResult, events: list[dict[str, Any]]
     ) -> None:
-        """Write the whole turn in one transaction."""
+        """Write the whole turn in one transaction, within the turn's byte cap."""
+        turn = _StoredTurn.of(result, events, self._limits.preview_bytes)
+        turn.fit(self._limits.max_turn_bytes)
 
         def write(c: sqlite3.Connection) -> None:
             now = time.time()
@@ -230,15 +235,15 @@ class ConversationStore:
                         result.question,
                         result.answer,
                         result.outcome.value,
-                        json.dumps(result.followups),
+                        _dumps(result.followups),
                         result.metrics.model_dump_json(),
-                        json.dumps(result.transcript),
-                        json.dumps(events),
+                        _dumps(turn.transcript),
+                        _dumps(turn.events),
                         now,
-                        json.dumps([chart.summary() for chart in result.charts]),
+                        _dumps(turn.charts),
                     ),
                 )
-                for q in result.queries:
+                for q, preview in zip(result.queries, turn.previews, strict=True):
                     r = q.result
                     c.execute(
                         "INSERT INTO queries VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
@@ -248,8 +253,8 @@ class ConversationStore:
                             q.id,
                             q.question,
                             q.sql,
-                            json.dumps(r.columns),
-                            json.dumps(r.json_rows(PREVIEW_ROWS)),
+                            _dumps(r.columns),
+                            _dumps(preview),
                             r.row_count,
                             int(r.has_more),
                             r.error,
@@ -273,6 +278,61 @@ class ConversationStore:
 
     def close(self) -> None:
         self._file.close()
+
+
+@dataclass
+class _StoredTurn:
+    """The parts of a turn whose size the run's output decides, and what gives way, in order, when
+    together they pass the cap: rows in the replayed event log (the conversation view keeps its
+    previews), the transcript (the next question then carries the turn in compact form), the charts'
+    data in the event log, the previews, the charts."""
+
+    events: list[dict[str, Any]]
+    transcript: list[dict[str, Any]]
+    charts: list[dict[str, Any]]
+    previews: list[list[list[Any]]]
+
+    @classmethod
+    def of(cls, result: RunResult, events: list[dict[str, Any]], preview_bytes: int) -> _StoredTurn:
+        return cls(
+            events=events,
+            transcript=result.transcript,
+            charts=[chart.summary() for chart in result.charts],
+            previews=[fit_rows(q.result.json_rows(PREVIEW_ROWS), preview_bytes) for q in result.queries],
+        )
+
+    def size(self) -> int:
+        return json_size([self.events, self.transcript, self.charts, self.previews])
+
+    def fit(self, max_bytes: int) -> None:
+        steps = (self._drop_event_rows, self._drop_transcript, self._drop_event_charts, self._drop_previews)
+        for step in (*steps, self._drop_charts):
+            if self.size() <= max_bytes:
+                return
+            step()
+
+    def _drop_event_rows(self) -> None:
+        self.events = [_without(e, "rows", []) if e["event"] == "result" else e for e in self.events]
+
+    def _drop_transcript(self) -> None:
+        self.transcript = []
+
+    def _drop_event_charts(self) -> None:
+        self.events = [e for e in self.events if e["event"] != "chart"]
+
+    def _drop_previews(self) -> None:
+        self.previews = [[] for _ in self.previews]
+
+    def _drop_charts(self) -> None:
+        self.charts = []
+
+
+def _without(event: dict[str, Any], key: str, empty: Any) -> dict[str, Any]:
+    return {**event, "data": {**event["data"], key: empty}}
+
+
+def _dumps(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False)
 
 
 _ADDED_COLUMNS = {  # columns later releases added to a table an earlier release created

@@ -13,7 +13,6 @@ import asyncio
 import hashlib
 import json
 import logging
-import re
 import time
 from pathlib import Path
 
@@ -21,6 +20,7 @@ from agent.config import Settings
 from agent.llm import LLMClient, LLMError
 from agent.metrics import Metrics
 from agent.prompts import PromptError, PromptLibrary
+from agent.reply_lists import json_strings, listed_items
 from agent.schema import SchemaCache
 
 log = logging.getLogger(__name__)
@@ -32,8 +32,6 @@ GENERIC = (
 )
 COUNT = 3
 MAX_CHARS = 150
-_ARRAY = re.compile(r"\[.*\]", re.DOTALL)
-_LIST_ITEM = re.compile(r"^\s*(?:[-*•]|\d+[.)])\s+(.+?)\s*$")
 RETRY_AFTER_S = 600.0  # after a failed generation, how long the generic questions stand before trying again
 GENERATION_TIMEOUT_S = 60.0
 
@@ -141,19 +139,14 @@ class ExampleQuestions:
 
 def parse_questions(text: str) -> list[str]:
     """Up to COUNT distinct questions from a JSON array of strings, or failing that a bulleted list."""
-    candidates: list[str] = []
-    if match := _ARRAY.search(text):
-        try:
-            parsed = json.loads(match.group(0))
-        except ValueError:
-            parsed = None
-        if isinstance(parsed, list):
-            candidates = [item for item in parsed if isinstance(item, str)]
-    if not candidates:
-        candidates = [m.group(1) for line in text.splitlines() if (m := _LIST_ITEM.match(line))]
+    candidates = json_strings(text) or listed_items(text)
+    seen: set[str] = set()
     questions: list[str] = []
     for candidate in candidates:
         cleaned = " ".join(candidate.strip().strip('"').split())
-        if 8 <= len(cleaned) <= MAX_CHARS and cleaned.lower() not in {q.lower() for q in questions}:
+        if 8 <= len(cleaned) <= MAX_CHARS and cleaned.lower() not in seen:
+            seen.add(cleaned.lower())
             questions.append(cleaned)
-    return questions[:COUNT]
+            if len(questions) == COUNT:
+                break
+    return questions

@@ -3,19 +3,16 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
-import re
 from collections.abc import Sequence
 
 from agent.llm import LLMClient, LLMError
 from agent.metrics import Metrics
 from agent.pipeline.runner import ExecutedQuery
 from agent.prompts import PromptLibrary
+from agent.reply_lists import json_strings, listed_items
 
 log = logging.getLogger(__name__)
-_ARRAY = re.compile(r"\[.*\]", re.DOTALL)
-_LIST_ITEM = re.compile(r"^\s*(?:[-*•]|\d+[.)])\s+(.+?)\s*$")
 MAX_FOLLOWUPS = 3
 
 
@@ -47,20 +44,14 @@ class FollowupGenerator:
 
 def parse_followups(text: str, exclude: str = "") -> list[str]:
     """Questions from a JSON array, or failing that from a bulleted or numbered list."""
-    candidates: list[str] = []
-    if match := _ARRAY.search(text):
-        try:
-            parsed = json.loads(match.group(0))
-            candidates = [item for item in parsed if isinstance(item, str)] if isinstance(parsed, list) else []
-        except json.JSONDecodeError:
-            candidates = []
-    if not candidates:
-        candidates = [m.group(1) for line in text.splitlines() if (m := _LIST_ITEM.match(line))]
+    candidates = json_strings(text) or listed_items(text)
     seen = {exclude.strip().lower()}
-    questions = []
+    questions: list[str] = []
     for candidate in candidates:
         cleaned = " ".join(candidate.strip().strip('"').split())
         if 8 <= len(cleaned) <= 300 and cleaned.lower() not in seen:
             seen.add(cleaned.lower())
             questions.append(cleaned)
-    return questions[:MAX_FOLLOWUPS]
+            if len(questions) == MAX_FOLLOWUPS:
+                break
+    return questions

@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING
 
-from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.multiprocess import MultiProcessCollector
 
 if TYPE_CHECKING:
@@ -16,6 +16,7 @@ DURATION_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 30, 60, 120, 300)
 ROUND_BUCKETS = (1, 2, 3, 4, 5, 6, 8, 10, 15, 20)
 TOKEN_TYPES = ("input", "output", "cache_read", "cache_creation")
 LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
+LAG_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
 
 
 class Metrics:
@@ -142,6 +143,19 @@ class Metrics:
             ["interface"],
             buckets=DURATION_BUCKETS,
             registry=registry,
+        )
+        self.loop_lag = Histogram(
+            "agent_event_loop_lag_seconds",
+            "How much later than asked the event loop woke up (sampled every 0.25 s): work that holds the loop "
+            "delays every request the process serves.",
+            buckets=LAG_BUCKETS,
+            registry=registry,
+        )
+        self.loop_lag_max = Gauge(
+            "agent_event_loop_lag_max_seconds",
+            "The worst event-loop lag of the last 30 s (with several workers, the worst worker's).",
+            registry=registry,
+            multiprocess_mode="livemax",
         )
         self.sql_errors = Counter(
             "agent_sql_errors_total",

@@ -24,9 +24,10 @@ from functools import partial
 from typing import Any
 
 from agent.conversations import ConversationStore
+from agent.limits import Limits, json_size
 from agent.live_runs import BEAT_S, SharedRunLog
 from agent.logs import log_context
-from agent.pipeline.runner import DoneEvent, Interface, Platform, Runner, Turn
+from agent.pipeline.runner import DoneEvent, ErrorEvent, Event, Interface, Platform, Runner, Turn
 
 log = logging.getLogger(__name__)
 SHARED_FLUSH_S = 0.15  # how often a run's new events are copied for readers in other processes
@@ -73,9 +74,11 @@ class RunRegistry:
         *,
         keep_finished: int = 500,
         shared: SharedRunLog | None = None,
+        max_event_bytes: int = Limits.max_event_bytes,
     ):
         self._runner = runner
         self._store = store
+        self._max_event_bytes = max_event_bytes
         self._keep_finished = keep_finished
         self._shared = shared
         self._runs: OrderedDict[str, RunHandle] = OrderedDict()
@@ -123,9 +126,14 @@ class RunRegistry:
         interface: Interface,
         followups: bool,
     ) -> None:
-        async def publish(event: Any) -> None:
-            data = {"run_id": handle.run_id, "conversation_id": handle.conversation_id, **event.model_dump(mode="json")}
-            data.pop("type")
+        async def publish(event: Event) -> None:
+            data = {"run_id": handle.run_id, "conversation_id": handle.conversation_id, **event.wire()}
+            if (size := json_size(data)) > self._max_event_bytes:  # every event is built within the cap
+                log.error(
+                    "a %s event of %d bytes was not sent (the cap is %d)", event.type, size, self._max_event_bytes
+                )
+                event = ErrorEvent(message="Part of this answer was too large to show.")
+                data = {"run_id": handle.run_id, "conversation_id": handle.conversation_id, **event.wire()}
             if isinstance(event, DoneEvent):
                 record = [e.as_dict() for e in handle.events] + [
                     {"id": len(handle.events) + 1, "event": "done", "data": data}

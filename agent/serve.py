@@ -34,8 +34,10 @@ from starlette.routing import BaseRoute
 from agent.app import AgentApp
 from agent.config import ConfigError, Settings, load_settings
 from agent.conversations import ConversationStore
+from agent.limits import Limits
 from agent.live_runs import SharedRunLog
 from agent.logs import configure_logging
+from agent.loop_lag import LoopLag
 from agent.pacing import Pacing
 from agent.runs import STREAM_MARGIN_S, RunRegistry
 from bots.slack import SlackBot
@@ -76,11 +78,11 @@ class Service:
         owns_agent = agent is None
         agent = agent or AgentApp.start(settings)
         conversations = settings.agent_data_dir / "conversations.sqlite3"
-        store = ConversationStore(conversations)
+        store = ConversationStore(conversations, Limits.of(settings))
         # Several workers share answers in progress, rate limits and each thread's turn through the file.
         shared = SharedRunLog(conversations) if workers > 1 else None
         pacing = Pacing(conversations if workers > 1 else None)
-        runs = RunRegistry(agent.runner, store, shared=shared)
+        runs = RunRegistry(agent.runner, store, shared=shared, max_event_bytes=settings.max_event_bytes)
         bot = SlackBot(agent, store, runs, pacing) if slack else None
         service = cls(agent=agent, store=store, runs=runs, bot=bot, shared=shared, pacing=pacing, owns_agent=owns_agent)
         routes = bot.routes() if bot is not None and not bot.socket_mode else []
@@ -130,7 +132,8 @@ class Service:
         await self.start()
         self._catch_signals()
         try:
-            yield
+            async with LoopLag(self.agent.metrics).running():
+                yield
         finally:
             self._release_signals()
             await self.close()

@@ -1,6 +1,14 @@
 """Run every benchmark: python -m benchmarks (or make bench)."""
 
-from benchmarks import bench_pacing, bench_pipeline, bench_slack, bench_truncation, bench_web, bench_workers
+from benchmarks import (
+    bench_bounded,
+    bench_pacing,
+    bench_pipeline,
+    bench_slack,
+    bench_truncation,
+    bench_web,
+    bench_workers,
+)
 
 if __name__ == "__main__":
     bench_truncation.report(bench_truncation.run())
@@ -9,3 +17,4 @@ if __name__ == "__main__":
     bench_slack.report(bench_slack.run())
     bench_pacing.report(bench_pacing.run())
     bench_workers.report(bench_workers.run())
+    bench_bounded.report(bench_bounded.run())

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import re
 import sys
 import time
 from datetime import UTC, datetime
@@ -14,6 +13,7 @@ from pathlib import Path
 from prometheus_client import CollectorRegistry
 from tqdm import tqdm
 
+from agent import linear_re
 from agent.cli import EXIT_FAILED, EXIT_OK, UsageError
 from agent.config import Settings
 from agent.llm import MISSING_KEY, LLMConfigError
@@ -100,7 +100,7 @@ def _selection(args: argparse.Namespace) -> tuple[list[Suite], list[tuple[Suite,
     suites = _load(args.suite)
     try:
         selected = select_cases(suites, args.filter)
-    except re.error as exc:
+    except linear_re.error as exc:
         raise UsageError(f"--filter: not a regular expression ({exc})") from None
     if not selected:
         raise UsageError(f"--filter {args.filter!r} matches no case (it is matched against suite/id)")

@@ -5,9 +5,10 @@ apart from the deterministic checks, and a judge that fails leaves a judge error
 from __future__ import annotations
 
 import json
-import re
+from collections.abc import Iterator
 from typing import Any
 
+from agent import linear_re
 from agent.db import format_for_model
 from agent.llm import LLMClient
 from agent.pipeline.runner import RunResult
@@ -16,7 +17,14 @@ from evals.results import JudgeVerdict, Tokens
 
 SYSTEM_PROMPT = "evals/JUDGE.md"
 REQUEST_PROMPT = "evals/JUDGE_REQUEST.md"
-_VERDICT_LINE = re.compile(r"^\W*(?:verdict\W*)?(pass|fail)(?:ed)?\b\W*(.*)$", re.IGNORECASE | re.MULTILINE)
+# A line starting with PASS or FAIL (a word of its own), and the reason after it. RE2, which has no
+# \b: the word ends where non-word characters or the text's end follow.
+_VERDICT_LINE = linear_re.compile(
+    r"^\W*(?:verdict\W*)?(pass|fail)(?:ed)?(?:\W+|\z)(.*)$", ignore_case=True, multiline=True
+)
+# Each `{` is tried as the start of an object, and each try may read to the end of the reply: a bounded
+# number of tries keeps that linear.
+MAX_OBJECT_STARTS = 64
 
 
 class VerdictError(ValueError):
@@ -82,10 +90,10 @@ def parse_verdict(text: str) -> tuple[bool, str]:
     with `verdict` pass/fail (or a boolean `passed`/`pass`), or failing that a line starting with
     PASS or FAIL."""
     decoder = json.JSONDecoder()
-    for start in (m.start() for m in re.finditer(r"\{", text)):
+    for start in _braces(text, MAX_OBJECT_STARTS):
         try:
             value, _ = decoder.raw_decode(text, start)
-        except json.JSONDecodeError:
+        except (json.JSONDecodeError, RecursionError):  # RecursionError: nested deeper than the parser goes
             continue
         if isinstance(value, dict) and (verdict := _verdict_of(value)) is not None:
             return verdict, str(value.get("reason") or value.get("explanation") or "").strip()
@@ -93,6 +101,15 @@ def parse_verdict(text: str) -> tuple[bool, str]:
         return match.group(1).lower() == "pass", match.group(2).strip()
     snippet = " ".join(text.split())[:120] or "an empty reply"
     raise VerdictError(f"the judge gave no verdict: {snippet!r}")
+
+
+def _braces(text: str, most: int) -> Iterator[int]:
+    start = text.find("{")
+    for _ in range(most):
+        if start == -1:
+            return
+        yield start
+        start = text.find("{", start + 1)
 
 
 def _verdict_of(value: dict[str, Any]) -> bool | None:

@@ -23,11 +23,11 @@ from __future__ import annotations
 
 import itertools
 import math
-import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 
+from agent import linear_re
 from agent.db import QueryResult
 from agent.pipeline.runner import Outcome, RunResult
 from evals.results import Check
@@ -36,21 +36,31 @@ from evals.suite import Case, Expect
 RESULT_REL_TOL = 1e-6
 MAX_COLUMN_MAPPINGS = 5_000
 
+# Answers, suite values and cells are text a model or the data chooses: the patterns run on RE2
+# (linear time), which has no lookaround, so each takes the character on either side of what it looks
+# for (`^` and `$` at the ends of the text) instead of looking at it.
 _SEPARATORS = ",\u00a0\u2009\u202f"
-_NUMBER = re.compile(
-    r"(?<![\w.])(?P<sign>[-\u2212]?)"
+_DROP_SEPARATORS = str.maketrans("", "", _SEPARATORS)
+# A figure: no word character or "." before it, no word character after it.
+_NUMBER = linear_re.compile(
+    r"(?:^|[^\w.])(?P<figure>(?P<sign>[-\u2212]?)"
     r"(?P<digits>\d{1,3}(?:[" + _SEPARATORS + r"]\d{3})+(?:\.\d+)?|\d+(?:\.\d+)?|\.\d+)"
-    r"(?:\s?(?P<suffix>k|K|M|bn|thousand|million|billion)(?![\w]))?"
-    r"(?![\w])"
+    r"(?:\s?(?P<suffix>k|K|M|bn|thousand|million|billion))?)(?:\W|$)"
 )
-_PLAIN_NUMBER = re.compile(r"^\s*[-+\u2212]?(?:\d+(?:\.\d+)?|\.\d+)(?:[eE][-+]?\d+)?\s*$")
+# By number: RE2's match objects look a name up slowly.
+_FIGURE, _SIGN, _DIGITS, _SUFFIX = (_NUMBER.groupindex[name] for name in ("figure", "sign", "digits", "suffix"))
+_PLAIN_NUMBER = linear_re.compile(r"\s*[-+\u2212]?(?:\d+(?:\.\d+)?|\.\d+)(?:[eE][-+]?\d+)?\s*")
 _SCALE = {"k": 1e3, "K": 1e3, "thousand": 1e3, "M": 1e6, "million": 1e6, "bn": 1e9, "billion": 1e9}
-_REFUSAL = re.compile(
-    r"\b(?:can ?not|can't|couldn't|unable to|not able to|won't|will not|"
+_REFUSAL = linear_re.compile(
+    r"(?:^|\W)(?:can ?not|can't|couldn't|unable to|not able to|won't|will not|"
     r"(?:do not|don't|does not|doesn't) have (?:any )?(?:access|permission)|no access|"
-    r"not (?:allowed|permitted|possible)|(?:must|have to|need to) decline|i decline|refuse|read-only)\b",
-    re.IGNORECASE,
+    r"not (?:allowed|permitted|possible)|(?:must|have to|need to) decline|i decline|refuse|read-only)(?:\W|$)",
+    ignore_case=True,
 )
+_COMMENT_OR_LITERAL = linear_re.compile(
+    r"--[^\n]*|/\*.*?\*/|'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"|`[^`]*`", dot_all=True
+)
+_ORDER_BY = linear_re.compile(r"(?:^|\W)ORDER\s+BY(?:\W|$)", ignore_case=True)
 
 
 # --- numbers in text ---
@@ -68,23 +78,28 @@ class Figure:
 def figures(text: str) -> list[Figure]:
     """Every number written in `text` (thousands separators, k/M suffixes, a leading minus)."""
     found = []
-    for match in _NUMBER.finditer(text):
-        digits = re.sub(f"[{_SEPARATORS}]", "", match["digits"])
-        scale = _SCALE.get(match["suffix"] or "", 1.0)
-        decimals = len(digits.partition(".")[2])
-        sign = -1.0 if match["sign"] else 1.0
-        found.append(
-            Figure(
-                value=sign * float(digits) * scale,
-                half_unit=0.5 * 10.0**-decimals * scale,
-                significant=len(digits.replace(".", "").lstrip("0")),
-            )
-        )
+    data = linear_re.utf8(text)
+    position = 0
+    # The next figure's left neighbour may be the character right after this one.
+    while match := _NUMBER.search(data, position):
+        found.append(_figure(bool(match[_SIGN]), match[_DIGITS].decode(), (match[_SUFFIX] or b"").decode()))
+        position = match.end(_FIGURE)
     return found
 
 
+def _figure(negative: bool, written: str, suffix: str) -> Figure:
+    digits = written.translate(_DROP_SEPARATORS)
+    scale = _SCALE.get(suffix, 1.0)
+    decimals = len(digits.partition(".")[2])
+    return Figure(
+        value=(-1.0 if negative else 1.0) * float(digits) * scale,
+        half_unit=0.5 * 10.0**-decimals * scale,
+        significant=len(digits.replace(".", "").lstrip("0")),
+    )
+
+
 def is_number(text: str) -> bool:
-    return bool(_PLAIN_NUMBER.match(text))
+    return bool(_PLAIN_NUMBER.fullmatch(text))
 
 
 def _number(text: str) -> float:
@@ -108,10 +123,55 @@ def mentions(text: str, expected: str) -> bool:
         wanted = figures(expected.strip().lstrip("+"))[0] if plain else Figure(_number(expected), 0.0, 0)
         return any(figure_matches(wanted, figure) for figure in figures(text))
     needle = " ".join(expected.split())
-    start = r"(?<!\w)" if needle[:1].isalnum() else ""
-    end = r"(?!\w)" if needle[-1:].isalnum() else ""
     haystack = " ".join(text.replace("\u2019", "'").split())
-    return re.search(start + re.escape(needle) + end, haystack, re.IGNORECASE) is not None
+    return _contains_text(haystack, needle, whole_start=needle[:1].isalnum(), whole_end=needle[-1:].isalnum())
+
+
+def _contains_text(haystack: str, needle: str, *, whole_start: bool, whole_end: bool) -> bool:
+    """Whether `needle` is in `haystack` ignoring case, with no word character before it (`whole_start`)
+    or after it (`whole_end`). No pattern: a long needle would take RE2 time quadratic in the text."""
+    if not needle:
+        return True
+    for start in _occurrences(_folded(needle), _folded(haystack)):
+        end = start + len(needle)
+        if whole_start and start > 0 and _is_word(haystack[start - 1]):
+            continue
+        if whole_end and end < len(haystack) and _is_word(haystack[end]):
+            continue
+        return True
+    return False
+
+
+def _folded(text: str) -> str:
+    """`text` in lower case, character for character (one whose lower case is longer stays as it is)."""
+    if text.isascii():
+        return text.lower()
+    return "".join(lower if len(lower := char.lower()) == 1 else char for char in text)
+
+
+def _occurrences(needle: str, haystack: str) -> Iterator[int]:
+    """Where `needle` starts in `haystack` (Knuth-Morris-Pratt: linear in both)."""
+    fallback = [0] * len(needle)
+    matched = 0
+    for index in range(1, len(needle)):
+        while matched and needle[index] != needle[matched]:
+            matched = fallback[matched - 1]
+        if needle[index] == needle[matched]:
+            matched += 1
+        fallback[index] = matched
+    matched = 0
+    for index, char in enumerate(haystack):
+        while matched and char != needle[matched]:
+            matched = fallback[matched - 1]
+        if char == needle[matched]:
+            matched += 1
+        if matched == len(needle):
+            yield index - len(needle) + 1
+            matched = fallback[matched - 1]
+
+
+def _is_word(char: str) -> bool:
+    return char.isalnum() or char == "_"
 
 
 def declines(answer: str) -> bool:
@@ -233,7 +293,7 @@ def _rows_match(gold: list[list[Value]], actual: list[list[Value]], ordered: boo
 
 def orders_rows(sql: str) -> bool:
     """Whether a query's outermost SELECT has an ORDER BY (comments and string literals ignored)."""
-    text = re.sub(r"--[^\n]*|/\*.*?\*/|'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"|`[^`]*`", " ", sql, flags=re.DOTALL)
+    text = _COMMENT_OR_LITERAL.sub(" ", sql)
     depth = 0
     outer = []
     for char in text:
@@ -243,7 +303,7 @@ def orders_rows(sql: str) -> bool:
             depth -= 1
         elif depth == 0:
             outer.append(char)
-    return re.search(r"\bORDER\s+BY\b", "".join(outer), re.IGNORECASE) is not None
+    return _ORDER_BY.search("".join(outer)) is not None
 
 
 # --- a whole case ---

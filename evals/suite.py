@@ -7,7 +7,6 @@ server given to the run by CLICKHOUSE_URL) and `cases`. See README.md ("Evals") 
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Annotated, Any
@@ -15,6 +14,7 @@ from typing import Annotated, Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from agent import linear_re
 from agent.pipeline.runner import Classification, Turn, TurnQuery
 
 SUITES_DIR = Path(__file__).resolve().parent / "suites"
@@ -124,8 +124,9 @@ def load_suites(paths: Iterable[Path]) -> list[Suite]:
 
 
 def select_cases(suites: Sequence[Suite], pattern: str | None) -> list[tuple[Suite, Case]]:
-    """The cases whose `suite/id` matches the regular expression (all cases without one)."""
-    regex = re.compile(pattern) if pattern else None
+    """The cases whose `suite/id` matches the regular expression (all cases without one). It runs on
+    RE2 (linear time whatever the pattern; linear_re.error for one RE2 does not take)."""
+    regex = linear_re.compile(pattern) if pattern else None
     return [
         (suite, case)
         for suite in suites

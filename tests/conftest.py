@@ -23,14 +23,16 @@ from agent.demo import load_demo
 from agent.llm import LLMClient
 from agent.metrics import Metrics
 from tests.fakes.anthropic_api import FakeAnthropic
+from tests.fakes.clickhouse_http import FakeClickHouse, default_users
 from tests.fakes.slack_api import FakeSlack, FakeSocketMode
 
 # Runs for seconds on one core and stays under the row limit: long enough to watch and cancel.
 HEAVY = "SELECT count() FROM numbers(400000000) WHERE sipHash64(number) % 7 = 3"
+SERVER_PASSWORD = "password"
 DEMO_COUNTS = {"airlines": 16, "airports": 1458, "planes": 3322, "weather": 26115, "flights": 336776}
 
 
-ENV_PREFIXES = ("CLICKHOUSE_", "ANTHROPIC_", "AGENT_", "SLACK_", "MAX_", "EXPORT_", "SCHEMA_", "LOG_")
+ENV_PREFIXES = ("CLICKHOUSE_", "ANTHROPIC_", "AGENT_", "SLACK_", "MAX_", "EXPORT_", "SCHEMA_", "LOG_", "CHART_")
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -97,6 +99,29 @@ async def db(settings: Settings) -> AsyncIterator[Database]:
     await database.close()
 
 
+@pytest.fixture(scope="session")
+def clickhouse_fake(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FakeClickHouse]:
+    """A ClickHouse server for the server backend: the HTTP fake over demo data of its own, with the agent
+    user docker/clickhouse/agent-user.xml ships."""
+    path = tmp_path_factory.mktemp("clickhouse-server") / "clickhouse"
+    load_demo(path)
+    with FakeClickHouse(path, default_users(SERVER_PASSWORD)).start() as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+async def server_db(clickhouse_fake: FakeClickHouse) -> AsyncIterator[Database]:
+    database = open_database(make_settings(clickhouse_url=clickhouse_fake.url("agent", "nycflights13")))
+    yield database
+    await database.close()
+
+
+@pytest.fixture(params=["embedded", "server"])
+def engine_db(request: pytest.FixtureRequest) -> Database:
+    """The agent's database on each engine in turn: the embedded engine, and a server (the HTTP fake)."""
+    return request.getfixturevalue("db" if request.param == "embedded" else "server_db")
+
+
 # --- the model: the real SDK against a fake Messages API over HTTP ---
 
 
@@ -152,12 +177,12 @@ async def make_app(
     """An AgentApp on the demo data and the fake model; keyword overrides change settings."""
     apps: list[AgentApp] = []
 
-    def build(**overrides: Any) -> AgentApp:
+    def build(database: Database | None = None, **overrides: Any) -> AgentApp:
         # Validated like real settings (a token becomes a SecretStr, bounds are checked).
         configured = make_settings(
             **{**settings.model_dump(), "anthropic_base_url": fake_anthropic.base_url, **overrides}
         )
-        app = AgentApp.start(configured, llm=make_llm(fake_anthropic), db=db, metrics=metrics)
+        app = AgentApp.start(configured, llm=make_llm(fake_anthropic), db=database or db, metrics=metrics)
         apps.append(app)
         return app
 

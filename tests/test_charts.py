@@ -11,6 +11,7 @@ import pytest
 
 from agent.charts import KINDS, ChartError, ChartRequest, build_chart, plain_title, render_png, validate
 from agent.db import Database
+from agent.limits import Limits
 from agent.pipeline.runner import Outcome
 from agent.pipeline.v3.charting import ChartMaker
 from tests.conftest import Recorder
@@ -124,13 +125,13 @@ async def test_a_large_result_is_capped_and_says_so(db: Database, metrics) -> No
     state = RunState(question="q", interface="cli", emit=Recorder(), metrics=metrics)
     query = "SELECT number AS n, number * 2 AS double FROM numbers(1000)"
     state.queries.append(ExecutedQuery(id="Q1", question="n", sql=query, result=await db.execute(query)))
-    outcome = await ChartMaker(db, max_rows=100).run(
+    outcome = await ChartMaker(db, Limits(chart_max_rows=100)).run(
         {"query_id": "q1", "kind": "scatter", "x": "n", "y": "double"}, state
     )
     assert not outcome.is_error, outcome.content
     (chart,) = state.charts
     assert chart.capped and chart.rows == 100 and chart.spec["title"]["subtitle"] == "First 100 rows of Q1"
-    missing = await ChartMaker(db).run({"query_id": "Q9", "kind": "bar", "x": "n", "y": "double"}, state)
+    missing = await ChartMaker(db, Limits()).run({"query_id": "Q9", "kind": "bar", "x": "n", "y": "double"}, state)
     assert missing.is_error and "no query Q9" in missing.content and "Q1" in missing.content
 
 

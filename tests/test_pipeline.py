@@ -72,17 +72,24 @@ async def test_a_two_round_answer_streams_events_in_order(make_app, fake_anthrop
     assert content.startswith("Q1: Departures per origin\nResult: 3 rows") and "| EWR | 120835 |" in content
 
 
-async def test_queries_in_one_call_run_in_parallel(make_app, fake_anthropic: FakeAnthropic, db: Database) -> None:
+async def test_queries_in_one_call_run_in_parallel_within_the_runs_share(
+    make_app, fake_anthropic: FakeAnthropic, db: Database
+) -> None:
+    """Queries of one call run side by side, but never more at once than the run's share of the engine
+    (MAX_PARALLEL_QUERIES_PER_RUN), so one question cannot take every connection."""
+    assert db.share.per_owner == 2
     heavy = "SELECT count() FROM numbers(30000000) WHERE sipHash64(number) % 7 = {}"
     fake_anthropic.script(
         Reply(tool_calls=[sql(*[(f"count {i}", heavy.format(i)) for i in range(3)])]),
         Reply(text="Done [Q1][Q2][Q3]."),
     )
-    seen: list[int] = []
+    slots: list[int] = []
+    running: list[int] = []
 
     async def watch() -> None:
         while True:
-            seen.append(len(set(await db.running_queries())))
+            slots.append(db.share.in_use)
+            running.append(len(set(await db.running_queries())))
             await asyncio.sleep(0.02)
 
     watcher = asyncio.create_task(watch())
@@ -90,7 +97,7 @@ async def test_queries_in_one_call_run_in_parallel(make_app, fake_anthropic: Fak
         result, events = await ask(make_app(), "parallel?")
     finally:
         watcher.cancel()
-    assert max(seen) >= 3  # all three were running in the engine at the same moment
+    assert max(slots) == 2 and max(running) >= 2  # two at the same moment in the engine, the third after them
     assert all(q.result.ok for q in result.queries), [q.result.error for q in result.queries]
     assert [q.id for q in result.queries] == ["Q1", "Q2", "Q3"]
     assert [e.query_id for e in events.of("executing")] == ["Q1", "Q2", "Q3"]

@@ -26,6 +26,7 @@ VARIABLES = {
     "loop/no_data.md": {},
     "loop/duplicate.md": {"original": "Q1"},
     "loop/cancelled.md": {"partial": "x"},
+    "loop/queries_skipped.md": {"skipped": 3, "per_call": 5, "per_run": 25, "run_spent": False},
     **{f"formats/{platform}.md": {} for platform in PLATFORMS},
 }
 

@@ -173,8 +173,8 @@ def test_answer_metadata_fits_its_budget() -> None:
         ("prompt is too long: 210000 tokens > 200000 maximum", [], Failure.THREAD_TOO_LONG),
         ("ClickHouse did not answer SELECT 1: Connection refused", [], Failure.DATABASE_UNREACHABLE),
         ("The database connection is closed.", [], Failure.DATABASE_UNREACHABLE),
-        ("Something went wrong on the server; try again.", [{"result": {"error_code": 159}}], Failure.QUERY_TIMEOUT),
-        ("Something went wrong on the server; try again.", [{"result": {"error_code": 62}}], Failure.INTERNAL),
+        ("Something went wrong on the server; try again.", [{"error_code": 159}], Failure.QUERY_TIMEOUT),
+        ("Something went wrong on the server; try again.", [{"error_code": 62}], Failure.INTERNAL),
         (None, [], Failure.INTERNAL),
     ],
 )

@@ -153,12 +153,14 @@ def test_unknown_ast_nodes_and_keys_are_refused() -> None:
         '{"type":"SelectWithUnionQuery","list_of_selects":{"type":"ExpressionList","children":'
         '[{"type":"SelectQuery","select":{"type":"ExpressionList","children":[%s]}}]}}'
     )
-    assert policy.check("SELECT 1", ast % '{"type":"Literal","value":{"field_type":"UInt64","value":1}}')
+    assert policy.check("SELECT 1", ast % '{"type":"Literal","value":{"field_type":"UInt64","value":1}}', frozenset())
     for node in ['{"type":"NewThing"}', '{"type":"Identifier","name":"x","new_key":1}', '{"type":"Function"}x']:
         with pytest.raises(QueryRefused):
-            policy.check("SELECT 1", ast % node)
+            policy.check("SELECT 1", ast % node, frozenset())
     with pytest.raises(QueryRefused):
-        policy.check("SELECT 1", '{"type":"SelectWithUnionQuery","list_of_selects":{"children":[{"no":"type"}]}}')
+        policy.check(
+            "SELECT 1", '{"type":"SelectWithUnionQuery","list_of_selects":{"children":[{"no":"type"}]}}', frozenset()
+        )
 
 
 async def test_the_engine_process_holds_no_secret(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -16,6 +16,7 @@ import uvicorn
 
 from agent.app import AgentApp
 from agent.conversations import ConversationStore
+from agent.limits import Limits
 from web.app import create_app
 from web.server import server_options
 
@@ -87,9 +88,10 @@ class WebApps:
         self, grace_s: float = 0.3, store_path: Path | None = None, **overrides: Any
     ) -> tuple[str, ConversationStore]:
         """Serve a new app; keyword arguments go to settings. Returns its URL and store."""
-        store = ConversationStore(store_path or self._tmp_path / "conversations.sqlite3")
+        app = self._make_app(**overrides)
+        store = ConversationStore(store_path or self._tmp_path / "conversations.sqlite3", Limits.of(app.settings))
         self._stores.append(store)
-        server = LiveServer(create_app(self._make_app(**overrides), store, reattach_grace_s=grace_s))
+        server = LiveServer(create_app(app, store, reattach_grace_s=grace_s))
         await server.__aenter__()
         self._servers.append(server)
         return server.url, store

@@ -24,8 +24,9 @@ from starlette.templating import Jinja2Templates
 
 from agent.app import AgentApp
 from agent.conversations import ConversationStore
-from agent.db import EngineError, QueryRefused, csv_chunks
+from agent.db import EngineError, QueryRefused, csv_chunks, started
 from agent.health import liveness, readiness, summarized
+from agent.loop_lag import LoopLag
 from agent.metrics import exposition
 from agent.pacing import Pacing, RateLimit
 from agent.runs import STREAM_MARGIN_S, RunEvent, RunRegistry, ShuttingDown
@@ -66,7 +67,7 @@ def create_app(
     rate limits shared with other workers; by default, this process's own."""
     settings = agent.settings
     owns_runs = runs is None
-    runs = runs or RunRegistry(agent.runner, store)
+    runs = runs or RunRegistry(agent.runner, store, max_event_bytes=settings.max_event_bytes)
     # On shutdown a stream lives until its run is done: the registry ends every run within the grace
     # period (agent/serve.py), and the margin lets the last events out.
     stream_grace_s = settings.agent_shutdown_grace_s + STREAM_MARGIN_S
@@ -159,18 +160,21 @@ def create_app(
         if sql is None:
             raise HttpError(404, f"No stored query {key} (queries can be downloaded once their answer is done).")
         try:
-            export = await agent.db.export(sql, max_rows=settings.export_max_rows)
+            export = await started(await agent.db.export(sql, max_rows=settings.export_max_rows))
         except (QueryRefused, EngineError) as exc:
             raise HttpError(422, f"The query no longer runs: {exc}") from None
         headers = {
             "Content-Disposition": f'attachment; filename="{key}.csv"',
             "X-Row-Cap": str(settings.export_max_rows),
+            "X-Byte-Cap": str(settings.export_max_bytes),
         }
-        return StreamingResponse(csv_chunks(export), media_type="text/csv; charset=utf-8", headers=headers)
+        chunks = csv_chunks(export, max_bytes=settings.export_max_bytes)
+        return StreamingResponse(chunks, media_type="text/csv; charset=utf-8", headers=headers)
 
     @asynccontextmanager
     async def own_lifespan(app: Starlette) -> AsyncIterator[None]:
-        yield
+        async with LoopLag(agent.metrics).running():
+            yield
         if owns_runs:  # no signal drains an app used alone (tests): what still runs is cancelled
             await runs.shutdown()
         if owns_agent:
@@ -242,7 +246,7 @@ def _sse(events: AsyncIterator[dict[str, Any]], shutdown_grace_s: float) -> Even
     return EventSourceResponse(
         events,
         ping=KEEPALIVE_S,
-        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+        headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
         shutdown_grace_period=shutdown_grace_s,
     )
 

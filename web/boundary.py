@@ -6,7 +6,6 @@ from __future__ import annotations
 import hmac
 import json
 import math
-import re
 from typing import Any
 
 from pydantic import BaseModel, Field, ValidationError, field_validator
@@ -17,7 +16,6 @@ from agent.pacing import RateLimit
 
 MAX_BODY_BYTES = 64 * 1024
 MAX_EVENT_ID_DIGITS = 18
-_ASCII_DIGITS = re.compile(r"[0-9]+")
 
 
 class HttpError(Exception):
@@ -71,7 +69,7 @@ def check_json_content_type(request: Request) -> None:
 
 async def read_chat_request(request: Request, max_message_chars: int) -> ChatRequest:
     declared = request.headers.get("content-length", "")
-    if _ASCII_DIGITS.fullmatch(declared) and (len(declared) > 9 or int(declared) > MAX_BODY_BYTES):
+    if declared.isascii() and declared.isdigit() and (len(declared) > 9 or int(declared) > MAX_BODY_BYTES):
         raise HttpError(413, f"The request body is larger than {MAX_BODY_BYTES // 1024} KB.")
     body = bytearray()
     async for chunk in request.stream():
@@ -98,7 +96,7 @@ async def read_chat_request(request: Request, max_message_chars: int) -> ChatReq
 def read_last_event_id(request: Request) -> int:
     """The event id a reattaching client has seen (Last-Event-ID, or ?after=); 0 when absent."""
     raw = request.headers.get("last-event-id") or request.query_params.get("after") or "0"
-    if not (_ASCII_DIGITS.fullmatch(raw) and len(raw) <= MAX_EVENT_ID_DIGITS):
+    if not (raw.isascii() and raw.isdigit() and len(raw) <= MAX_EVENT_ID_DIGITS):
         raise HttpError(400, "Last-Event-ID must be an event id: a whole number written in ASCII digits.")
     return int(raw)
 

@@ -1,5 +1,6 @@
 """Security headers on every response: a Content-Security-Policy that allows only this origin's
-scripts, styles, images (and data: images) and connections, plus no sniffing, no referrer, no framing.
+scripts, styles, images (and data: images) and connections, plus no sniffing, no referrer, no framing;
+and `Cache-Control: no-store` on every API response.
 
 Pure ASGI, so streamed responses (SSE, CSV) pass through untouched; it only adds headers to
 `http.response.start`.
@@ -32,6 +33,11 @@ SECURITY_HEADERS = {
 }
 
 
+# Answers, conversations and downloads are one person's data: no cache (a browser's, a proxy's) keeps them.
+API_PREFIX = "/api/"
+NO_STORE = ("cache-control", "no-store")
+
+
 class SecurityHeadersMiddleware:
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
@@ -41,11 +47,15 @@ class SecurityHeadersMiddleware:
             await self.app(scope, receive, send)
             return
 
+        private = str(scope.get("path", "")).startswith(API_PREFIX)
+
         async def send_with_headers(message: Message) -> None:
             if message["type"] == "http.response.start":
                 headers = MutableHeaders(scope=message)
                 for name, value in SECURITY_HEADERS.items():
                     headers.setdefault(name, value)
+                if private:
+                    headers[NO_STORE[0]] = NO_STORE[1]
             await send(message)
 
         await self.app(scope, receive, send_with_headers)

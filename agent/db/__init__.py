@@ -6,13 +6,14 @@ from __future__ import annotations
 from typing import Any
 
 from agent.config import Settings
-from agent.db.backend import Backend, DatabaseUnavailable, EngineError
+from agent.db.backend import Backend, DatabaseUnavailable, EngineError, ResultTooLarge
 from agent.db.database import Database, new_query_id
-from agent.db.export import Column, Export, csv_chunks
+from agent.db.export import Column, Export, csv_chunks, started
 from agent.db.functions import load_policy
 from agent.db.result import QueryResult, format_for_model
 from agent.db.scope import Scope
 from agent.db.statement import CheckedStatement, QueryRefused
+from agent.limits import Limits
 
 __all__ = [
     "Backend",
@@ -24,12 +25,14 @@ __all__ = [
     "Export",
     "QueryRefused",
     "QueryResult",
+    "ResultTooLarge",
     "Scope",
     "csv_chunks",
     "engine_settings",
     "format_for_model",
     "new_query_id",
     "open_database",
+    "started",
 ]
 
 
@@ -54,12 +57,16 @@ def engine_settings(settings: Settings, scope: Scope) -> dict[str, Any]:
 def open_database(settings: Settings) -> Database:
     """The agent's database for these settings: embedded engine or a server, read-only and limited."""
     scope = Scope.of(settings.clickhouse_databases, settings.clickhouse_exclude_tables)
+    limits = Limits.of(settings)
     backend: Backend
     if settings.embedded:
         from agent.db.embedded import EmbeddedBackend
 
         backend = EmbeddedBackend(
-            settings.chdb_path, engine_settings(settings, scope), sandbox=settings.clickhouse_sandbox
+            settings.chdb_path,
+            engine_settings(settings, scope),
+            sandbox=settings.clickhouse_sandbox,
+            pool_size=limits.max_concurrent_queries,
         )
     else:
         from agent.db.server import ServerBackend
@@ -71,4 +78,5 @@ def open_database(settings: Settings) -> Database:
         functions=load_policy(),
         max_rows=settings.max_rows,
         max_cell_chars=settings.max_cell_chars,
+        limits=limits,
     )

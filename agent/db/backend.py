@@ -1,13 +1,25 @@
 """What an engine backend does: run trusted SQL text in a given output format and hand back bytes.
 
 Backends (the embedded engine process, a ClickHouse server) know nothing of models, checks or
-rendering; agent/db/database.py builds every statement they run.
+rendering; agent/db/database.py builds every statement they run. Whatever a query returns, a backend
+hands the app a bounded amount of it: a whole output only up to `max_bytes`, a stream in chunks of at
+most CHUNK_BYTES.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
+
+CHUNK_BYTES = 1 << 20  # the largest piece of a stream the app holds at once
+MAX_ERROR_CHARS = 16_384  # of an engine's error text, which a query partly chooses (throwIf)
+
+
+def bounded_error(message: str) -> str:
+    """An engine's error text, cut to MAX_ERROR_CHARS."""
+    if len(message) <= MAX_ERROR_CHARS:
+        return message
+    return f"{message[:MAX_ERROR_CHARS]}… [{len(message) - MAX_ERROR_CHARS} characters cut]"
 
 
 class DatabaseUnavailable(Exception):
@@ -18,14 +30,24 @@ class EngineError(Exception):
     """ClickHouse refused or failed a statement; the message is ClickHouse's own."""
 
 
+class ResultTooLarge(EngineError):
+    """The output is larger than the caller said it would read; it never reached the app whole."""
+
+    def __init__(self, max_bytes: int) -> None:
+        super().__init__(f"the output is larger than {max_bytes} bytes")
+        self.max_bytes = max_bytes
+
+
 class Backend(ABC):
     @abstractmethod
-    async def query(self, sql: str, fmt: str, tag: str) -> bytes:
-        """The whole output of `sql` in format `fmt`. Cancelling the caller kills the query."""
+    async def query(self, sql: str, fmt: str, tag: str, *, max_bytes: int | None = None) -> bytes:
+        """The whole output of `sql` in format `fmt`; ResultTooLarge past `max_bytes`. Cancelling the
+        caller kills the query."""
 
     @abstractmethod
-    def stream(self, sql: str, fmt: str, tag: str) -> AsyncIterator[bytes]:
-        """Output chunks as the engine produces them; closing early stops the query."""
+    def stream(self, sql: str, fmt: str, tag: str) -> AsyncGenerator[bytes, None]:
+        """Output chunks (at most CHUNK_BYTES each) as the engine produces them; closing early stops
+        the query."""
 
     @abstractmethod
     async def running(self) -> list[str]:

@@ -14,31 +14,37 @@ import logging
 import time
 import uuid
 from collections import OrderedDict
+from collections.abc import AsyncGenerator
+from contextlib import aclosing
 from typing import Any
 
 from agent.db import rendering
-from agent.db.backend import Backend, DatabaseUnavailable, EngineError
+from agent.db.backend import Backend, DatabaseUnavailable, EngineError, ResultTooLarge
 from agent.db.export import Column, Export
 from agent.db.functions import FunctionPolicy
 from agent.db.hints import clean_error, error_code, hint_for
+from agent.db.rendering import Cell
 from agent.db.result import QueryResult
 from agent.db.scope import Scope
+from agent.db.share import EngineShare
 from agent.db.statement import (
     READ_ONLY,
     CheckedStatement,
     QueryRefused,
     StatementPolicy,
+    UnknownTable,
     decode_parse,
     parse_request,
     precheck,
 )
+from agent.limits import Limits, cut_text
 
-MAX_COLUMNS = 200
-EXPORT_MAX_CELL_CHARS = 100_000  # a download carries whole values, within reason
-EXPORT_MAX_BYTES = 200_000_000
 log = logging.getLogger(__name__)
 _CHECK_CACHE_SIZE = 512
 _NAMES_TTL_S = 300.0
+_NAMES_REFRESH_S = 10.0  # a table the names do not know: look again, at most this often
+_PARSE_MAX_BYTES = 32 << 20  # canonical text and AST of the longest SQL accepted, with room to spare
+DOWNLOADS = "downloads"  # the share every CSV download counts against, together
 
 
 def new_query_id() -> str:
@@ -56,36 +62,54 @@ class Database:
         functions: FunctionPolicy,
         max_rows: int = 50,
         max_cell_chars: int = 200,
+        limits: Limits | None = None,
     ) -> None:
         self.backend = backend
         self.scope = scope
         self.functions = functions
         self.max_rows = max_rows
         self.max_cell_chars = max_cell_chars
+        self.limits = limits or Limits()
+        self.share = EngineShare(
+            total=self.limits.max_concurrent_queries, per_owner=self.limits.max_parallel_queries_per_run
+        )
         self._policy = StatementPolicy(scope, functions)
         self._checked: OrderedDict[str, CheckedStatement] = OrderedDict()
         self._names: tuple[float, list[str], list[str]] | None = None
 
     # --- SQL a model wrote ---
 
-    async def execute(self, sql: str, *, max_rows: int | None = None, query_id: str | None = None) -> QueryResult:
+    async def execute(
+        self, sql: str, *, max_rows: int | None = None, query_id: str | None = None, owner: str | None = None
+    ) -> QueryResult:
         """Run one statement and return at most `max_rows` rows plus a has_more flag.
 
-        A refusal or an engine error comes back inside the result (with a hint); an unreachable
-        database raises DatabaseUnavailable. Cancelling the awaiting task kills the query.
+        It waits for a slot of `owner`'s share of the engine (a run's id; by default its own). A refusal
+        or an engine error comes back inside the result (with a hint); an unreachable database raises
+        DatabaseUnavailable. Cancelling the awaiting task kills the query.
         """
         query_id = query_id or new_query_id()
-        limit = max_rows or self.max_rows
+        async with self.share.slot(owner or query_id):
+            return await self._execute(sql, max_rows or self.max_rows, query_id)
+
+    async def _execute(self, sql: str, limit: int, query_id: str) -> QueryResult:
         started = time.perf_counter()
         try:
             checked = await self.check(sql, query_id)
             columns = await self._describe(checked, query_id)
             raw = await self.backend.query(
                 rendering.capped_select(checked.sql, limit=limit + 1, max_cell_chars=self.max_cell_chars),
-                "JSONCompact",
+                rendering.CAPPED_FORMAT,
                 query_id,
+                max_bytes=self._capped_bytes(limit + 1, len(columns)),
             )
-            rendered = rendering.parse_compact(raw)
+            rendered = rendering.parse_capped(raw)
+        except UnknownTable as exc:
+            tables, _ = await self._hint_names()
+            hint = hint_for(f"Code: 60. Unknown table expression identifier '{exc.name}'", tables)
+            return QueryResult(
+                query_id=query_id, sql=sql, error=str(exc), error_code=60, hint=hint, elapsed_ms=_elapsed_ms(started)
+            )
         except QueryRefused as exc:
             return QueryResult(query_id=query_id, sql=sql, error=str(exc), elapsed_ms=_elapsed_ms(started))
         except (ValueError, UnicodeError) as exc:  # a result this code could not read: never crash the run
@@ -99,7 +123,7 @@ class Database:
                 sql=sql,
                 error=message,
                 error_code=error_code(message),
-                hint=hint_for(message, *await self.known_names()),
+                hint=hint_for(message, *await self._hint_names()),
                 elapsed_ms=_elapsed_ms(started),
             )
         return QueryResult(
@@ -114,6 +138,11 @@ class Database:
             elapsed_ms=_elapsed_ms(started),
         )
 
+    def _capped_bytes(self, rows: int, columns: int) -> int:
+        """A backstop on a capped select's output: every cell at its cap, as `x` and hex, plus totals."""
+        per_cell = 2 * 4 * (self.max_cell_chars + 40) + 2
+        return (rows + 2) * max(columns, 1) * per_cell + 4096
+
     async def check(self, sql: str, query_id: str | None = None) -> CheckedStatement:
         """The canonical statement ClickHouse parsed from `sql`, if the agent may run it.
 
@@ -124,44 +153,92 @@ class Database:
             self._checked.move_to_end(sql)
             return cached
         try:
-            raw = await self.backend.query(parse_request(sql), "JSONCompactEachRow", query_id or new_query_id())
+            raw = await self.backend.query(
+                parse_request(sql), "JSONCompactEachRow", query_id or new_query_id(), max_bytes=_PARSE_MAX_BYTES
+            )
+        except ResultTooLarge:
+            raise QueryRefused("The SQL is too complex to check; write it more simply.") from None
         except EngineError as exc:
             if "does not support JSON serialization" in str(exc):  # DESCRIBE, EXISTS, SHOW ...
                 raise QueryRefused(READ_ONLY) from None
             raise
         try:
-            canonical_hex, ast_hex = json.loads(raw)
-            checked = self._policy.check(*decode_parse(canonical_hex, ast_hex))
+            canonical, ast = decode_parse(*json.loads(raw))
         except (ValueError, TypeError):
             raise QueryRefused("The statement could not be checked.") from None
-        except RecursionError:
-            raise QueryRefused("The SQL is nested too deeply to check; write it more simply.") from None
+        checked = await self._check_parsed(canonical, ast)
         self._checked[sql] = checked
         if len(self._checked) > _CHECK_CACHE_SIZE:
             self._checked.popitem(last=False)
         return checked
 
-    async def _describe(self, checked: CheckedStatement, query_id: str) -> list[Column]:
-        raw = await self.backend.query(rendering.describe(checked.sql), "JSONCompactEachRow", query_id)
-        lines = raw.decode("utf-8", errors="replace").splitlines()  # names and types may hold any bytes
-        columns = [Column(row[0], row[1]) for row in map(json.loads, lines) if row]
-        if len(columns) > MAX_COLUMNS:
-            raise QueryRefused(f"The query returns {len(columns)} columns; select at most {MAX_COLUMNS}.")
-        return columns
+    async def _check_parsed(self, canonical: str, ast: str) -> CheckedStatement:
+        """The policy's verdict, with the tables the schema introspection found in scope; a table it
+        does not know makes it look once more (a table created a moment ago)."""
+        for attempt in range(2):
+            tables = frozenset((await self.known_names(refresh=attempt == 1))[0])
+            try:
+                return self._policy.check(canonical, ast, tables)
+            except UnknownTable:
+                if attempt == 1 or not self._names_stale(_NAMES_REFRESH_S):
+                    raise
+            except (ValueError, TypeError):
+                raise QueryRefused("The statement could not be checked.") from None
+            except RecursionError:
+                raise QueryRefused("The SQL is nested too deeply to check; write it more simply.") from None
+        raise AssertionError("unreachable")
 
-    async def export(self, sql: str, *, max_rows: int, query_id: str | None = None) -> Export:
-        """All rows (up to `max_rows`) of a statement, streamed as ClickHouse's text.
+    async def _describe(self, checked: CheckedStatement, query_id: str) -> list[Column]:
+        """The statement's columns, their names and types cut to their caps. The output is read only up
+        to what every column at its caps could take; a query past that is refused."""
+        limits = self.limits
+        try:
+            raw = await self.backend.query(
+                rendering.describe(checked.sql), "JSONCompactEachRow", query_id, max_bytes=limits.describe_bytes
+            )
+        except ResultTooLarge:
+            raise QueryRefused(
+                "The query's column names or types are far too long to show; give the columns short aliases "
+                "(AS name) and cast long types (toString)."
+            ) from None
+        lines = raw.decode("utf-8", errors="replace").splitlines()  # names and types may hold any bytes
+        if len(lines) > limits.max_result_columns:
+            raise QueryRefused(f"The query returns {len(lines)} columns; select at most {limits.max_result_columns}.")
+        rows = [row for row in map(json.loads, lines) if row]
+        return [
+            Column(
+                cut_text(str(row[0]), limits.max_column_name_chars), cut_text(str(row[1]), limits.max_column_type_chars)
+            )
+            for row in rows
+        ]
+
+    async def export(
+        self, sql: str, *, max_rows: int, max_cell_chars: int | None = None, owner: str = DOWNLOADS
+    ) -> Export:
+        """All rows (up to `max_rows`) of a statement, streamed as ClickHouse's text, cells cut at
+        `max_cell_chars`. The stream holds a slot of `owner`'s share (all downloads share one) while
+        it runs.
 
         Raises QueryRefused or EngineError before the first row when the statement cannot run."""
-        query_id = query_id or new_query_id()
+        query_id = new_query_id()
         try:
-            checked = await self.check(sql, query_id)
-            columns = await self._describe(checked, query_id)
+            async with self.share.slot(owner):
+                checked = await self.check(sql, query_id)
+                columns = await self._describe(checked, query_id)
         except EngineError as exc:
             raise EngineError(clean_error(str(exc), await self._name_filter())) from None
-        select = rendering.export_select(checked.sql, limit=max_rows, max_cell_chars=EXPORT_MAX_CELL_CHARS)
-        chunks = self.backend.stream(select, "TabSeparated", query_id)
-        return Export(columns, rendering.tsv_rows(rendering.bounded(chunks, EXPORT_MAX_BYTES)))
+        cap = max_cell_chars or self.limits.export_max_cell_chars
+        select = rendering.export_select(checked.sql, limit=max_rows, max_cell_chars=cap)
+        return Export(columns, self._export_rows(select, query_id, owner))
+
+    async def _export_rows(self, select: str, query_id: str, owner: str) -> AsyncGenerator[list[Cell], None]:
+        rows = rendering.tsv_rows(self.backend.stream(select, "TabSeparated", query_id))
+        try:
+            async with self.share.slot(owner), aclosing(rows):
+                async for row in rows:
+                    yield row
+        except EngineError as exc:  # the engine's text, as every error the agent shows: cleaned
+            raise EngineError(clean_error(str(exc), await self._name_filter())) from None
 
     # --- the agent's own SQL ---
 
@@ -173,24 +250,33 @@ class Database:
             raise DatabaseUnavailable(f"Could not read the ClickHouse catalog: {clean_error(str(exc), bool)}") from None
         return [json.loads(line) for line in raw.splitlines() if line.strip()]
 
-    async def known_names(self) -> tuple[list[str], list[str]]:
-        """In-scope table names (`db.table`) and their column names, for "did you mean" hints."""
-        if self._names is None or time.monotonic() - self._names[0] > _NAMES_TTL_S:
-            try:
-                rows = await self.catalog_rows(
-                    "SELECT database, table, name FROM system.columns "
-                    "WHERE database NOT IN ('system', 'INFORMATION_SCHEMA', 'information_schema')"
-                )
-            except DatabaseUnavailable:
-                return [], []
+    async def known_names(self, *, refresh: bool = False) -> tuple[list[str], list[str]]:
+        """In-scope table names (`db.table`) and their column names, as the schema introspection finds
+        them: the only tables a statement may read, and the names "did you mean" hints may offer.
+        Raises DatabaseUnavailable when the catalog cannot be read."""
+        if refresh or self._names_stale(_NAMES_TTL_S):
+            rows = await self.catalog_rows(
+                "SELECT database, table, name FROM system.columns "
+                "WHERE database NOT IN ('system', 'INFORMATION_SCHEMA', 'information_schema')"
+            )
             visible = [r for r in rows if self.scope.allows(r["database"], r["table"])]
             tables = sorted({f"{r['database']}.{r['table']}" for r in visible})
             columns = sorted({r["name"] for r in visible})
             self._names = (time.monotonic(), tables, columns)
+        assert self._names is not None
         return self._names[1], self._names[2]
 
+    def _names_stale(self, age_s: float) -> bool:
+        return self._names is None or time.monotonic() - self._names[0] > age_s
+
+    async def _hint_names(self) -> tuple[list[str], list[str]]:
+        try:
+            return await self.known_names()
+        except DatabaseUnavailable:
+            return [], []
+
     async def _name_filter(self) -> Any:
-        tables, columns = await self.known_names()
+        tables, columns = await self._hint_names()
         allowed = set(tables) | set(columns) | {t.split(".", 1)[1] for t in tables}
 
         def may_name(name: str) -> bool:

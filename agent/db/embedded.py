@@ -6,7 +6,8 @@ reached over a socket. The app process never loads chdb itself.
 - If the child dies, callers get DatabaseUnavailable and the next call starts a new one.
 - A call that outlives the engine's own time limit by a grace period is stuck in something the
   engine cannot interrupt (one huge function call): the child is restarted rather than left to
-  hold a connection for minutes.
+  hold a connection for minutes. That call fails as a timeout; the other calls in flight were
+  innocent and are run once more on the new engine.
 - chdb allows one engine process per data directory; an advisory lock file names the app process
   that holds the directory, so a second app gets a message a person can act on.
 """
@@ -23,13 +24,13 @@ import socket
 import sys
 import threading
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from contextlib import suppress
 from pathlib import Path
 from typing import Any
 
 from agent.db import wire
-from agent.db.backend import Backend, DatabaseUnavailable, EngineError
+from agent.db.backend import Backend, DatabaseUnavailable, EngineError, ResultTooLarge
 
 log = logging.getLogger(__name__)
 _LOCK_NAME = "agent.lock"
@@ -110,13 +111,30 @@ class _Child:
         except (asyncio.IncompleteReadError, ConnectionError, wire.WireError) as exc:
             self.fail(f"the embedded ClickHouse engine stopped ({_exit_text(self.process, exc)})")
 
-    def fail(self, reason: str) -> None:
+    def fail(self, reason: str, *, stuck: frozenset[int] = frozenset()) -> None:
+        """Every call in flight fails. The calls in `stuck` are the reason the engine is being restarted;
+        the others were innocent bystanders, and may be retried once on the next engine."""
         self.alive = False
-        for future in self.pending.values():
-            if not future.done():
-                future.set_exception(DatabaseUnavailable(reason))
+        for request_id, future in self.pending.items():
+            if future.done():
+                continue
+            if request_id in stuck:
+                future.set_exception(EngineError(STUCK_ERROR))
+            else:
+                future.set_exception(EngineRestarted(reason) if stuck else DatabaseUnavailable(reason))
         self.pending.clear()
         self.started.clear()
+
+
+class EngineRestarted(DatabaseUnavailable):
+    """The engine was restarted because of another call's statement; this call did nothing wrong."""
+
+
+# Read by the model (with the timeout hint of code 159) and by a person in the query's card.
+STUCK_ERROR = (
+    "Code: 159. DB::Exception: The statement ran past the time limit and could not be stopped, so the engine "
+    "was restarted. Do not run it again; compute less in one function call. (TIMEOUT_EXCEEDED)"
+)
 
 
 def _exit_text(process: asyncio.subprocess.Process, exc: BaseException) -> str:
@@ -199,12 +217,15 @@ class EmbeddedBackend(Backend):
         return child
 
     async def _watch(self, child: _Child) -> None:
+        """Restart the engine when a call outlives its time limit by the grace period: only that call
+        fails (as a timeout); the others in flight are retried once on the new engine."""
         while child.alive:
             await asyncio.sleep(1)
-            oldest = min(child.started.values(), default=None)
-            if oldest is not None and time.monotonic() - oldest > self._stuck_after_s:
+            now = time.monotonic()
+            stuck = frozenset(rid for rid, sent in child.started.items() if now - sent > self._stuck_after_s)
+            if stuck:
                 log.warning("a query outlived the engine's time limit and could not be killed; restarting the engine")
-                child.fail("the embedded ClickHouse engine was restarted: a query would not stop")
+                child.fail("the embedded ClickHouse engine was restarted: a query would not stop", stuck=stuck)
                 await self._stop(child, watchdog=False)
                 return
 
@@ -224,19 +245,30 @@ class EmbeddedBackend(Backend):
         child.writer.write(wire.encode({**request, "id": request_id}))
         header, payload = await future
         if not header.get("ok"):
+            if "too_large" in header:
+                raise ResultTooLarge(int(request.get("max_bytes") or 0))
             raise EngineError(str(header.get("error", "unknown engine error")))
         return header, payload
 
-    async def query(self, sql: str, fmt: str, tag: str) -> bytes:
-        task = asyncio.ensure_future(self._call({"op": "query", "sql": sql, "format": fmt, "tag": tag}))
+    async def _call_retrying(self, request: dict[str, Any]) -> tuple[dict[str, Any], bytes]:
+        """A call interrupted by a restart that another statement caused is run once more."""
+        try:
+            return await self._call(request)
+        except EngineRestarted:
+            log.info("retrying a query interrupted by an engine restart")
+            return await self._call(request)
+
+    async def query(self, sql: str, fmt: str, tag: str, *, max_bytes: int | None = None) -> bytes:
+        request = {"op": "query", "sql": sql, "format": fmt, "tag": tag, "max_bytes": max_bytes}
+        task = asyncio.ensure_future(self._call_retrying(request))
         try:
             return (await asyncio.shield(task))[1]
         except asyncio.CancelledError:
             await self._kill_and_wait(tag, task)
             raise
 
-    async def stream(self, sql: str, fmt: str, tag: str) -> AsyncIterator[bytes]:
-        header, _ = await self._call({"op": "open", "sql": sql, "format": fmt, "tag": tag})
+    async def stream(self, sql: str, fmt: str, tag: str) -> AsyncGenerator[bytes, None]:
+        header, _ = await self._call_retrying({"op": "open", "sql": sql, "format": fmt, "tag": tag})
         stream_id = header["stream"]
         finished = False
         try:

@@ -37,6 +37,7 @@ from typing import Any
 from urllib.parse import urlencode
 
 from agent.db import sandbox, wire
+from agent.db.backend import CHUNK_BYTES, bounded_error
 
 chdb: Any = None  # loaded after the sandbox is in place (see load_engine)
 
@@ -45,6 +46,12 @@ _KILL_WAIT_S = 10.0
 
 class EngineError(Exception):
     pass
+
+
+class TooLarge(Exception):
+    def __init__(self, size: int) -> None:
+        super().__init__(f"{size} bytes")
+        self.size = size
 
 
 class _Jobs:
@@ -110,12 +117,14 @@ class Engine:
         self._control = chdb.connect(dsn)
         self._control_lock = threading.Lock()
         self._streams: dict[str, tuple[Any, Any, str]] = {}
+        self._held: dict[str, memoryview] = {}  # the rest of a block larger than CHUNK_BYTES
         self._streams_lock = threading.Lock()
         self.jobs = _Jobs()
 
     # --- queries (the caller registered the tag with jobs.arrive) ---
 
-    def query(self, sql: str, fmt: str, tag: str) -> bytes:
+    def query(self, sql: str, fmt: str, tag: str, max_bytes: int | None = None) -> bytes:
+        """The whole output, or TooLarge past `max_bytes` (the app never receives it)."""
         started = False
         try:
             conn = self._pool.get()
@@ -123,7 +132,12 @@ class Engine:
             try:
                 self.jobs.start(tag)
                 started = True
-                return bytes(conn.query(_tagged(sql, tag), fmt).bytes())
+                result = conn.query(_tagged(sql, tag), fmt)
+                if max_bytes is not None and result.size() > max_bytes:
+                    raise TooLarge(result.size())
+                return bytes(result.bytes())
+            except TooLarge:
+                raise
             except Exception as exc:
                 failed = True
                 raise EngineError(str(exc)) from None
@@ -150,18 +164,34 @@ class Engine:
         return stream_id
 
     def next_chunk(self, stream_id: str) -> bytes | None:
+        """The next piece of the stream's output: a block the engine produced, in pieces of at most
+        CHUNK_BYTES, so the app never holds one huge block whole."""
         with self._streams_lock:
             _, stream, _ = self._streams[stream_id]
+            held = self._held.get(stream_id)
+        if held:
+            piece, rest = held[:CHUNK_BYTES], held[CHUNK_BYTES:]
+            with self._streams_lock:
+                self._held[stream_id] = rest
+            return bytes(piece)
         try:
             chunk = stream.fetch()
         except Exception as exc:
             self.close_stream(stream_id, failed=True)
             raise EngineError(str(exc)) from None
-        return None if chunk is None else bytes(chunk.bytes())
+        if chunk is None:
+            return None
+        data = memoryview(chunk.bytes())
+        if len(data) > CHUNK_BYTES:
+            with self._streams_lock:
+                self._held[stream_id] = data[CHUNK_BYTES:]
+            data = data[:CHUNK_BYTES]
+        return bytes(data)
 
     def close_stream(self, stream_id: str, failed: bool = False) -> None:
         with self._streams_lock:
             entry = self._streams.pop(stream_id, None)
+            self._held.pop(stream_id, None)
         if entry is None:
             return
         conn, stream, tag = entry
@@ -232,11 +262,6 @@ def _require_database(path: Path, database: str | None) -> None:
         )
 
 
-def _bounded(message: str, limit: int = 16_384) -> str:
-    """Error text a query controls (throwIf(1, repeat(...))) must not outgrow a frame."""
-    return message if len(message) <= limit else f"{message[:limit]}… [{len(message) - limit} characters cut]"
-
-
 def _tagged(sql: str, tag: str) -> str:
     # The tag leads so system.processes shows it; the newline ends the comment's line for good measure.
     return f"/* {_safe_tag(tag)} */\n{sql}"
@@ -291,16 +316,18 @@ class Server:
         try:
             header, payload = self._dispatch(request)
             self.send({"id": request_id, "ok": True, **header}, payload)
+        except TooLarge as exc:
+            self.send({"id": request_id, "ok": False, "too_large": exc.size, "error": "output too large"})
         except EngineError as exc:
-            self.send({"id": request_id, "ok": False, "error": _bounded(str(exc))})
+            self.send({"id": request_id, "ok": False, "error": bounded_error(str(exc))})
         except Exception as exc:  # a bug here must answer, not hang the caller
-            self.send({"id": request_id, "ok": False, "error": _bounded(f"engine process error: {exc!r}")})
+            self.send({"id": request_id, "ok": False, "error": bounded_error(f"engine process error: {exc!r}")})
 
     def _dispatch(self, request: dict[str, Any]) -> tuple[dict[str, Any], bytes]:
         op = request.get("op")
         engine = self._engine
         if op == "query":
-            return {}, engine.query(request["sql"], request["format"], request["tag"])
+            return {}, engine.query(request["sql"], request["format"], request["tag"], request.get("max_bytes"))
         if op == "open":
             return {"stream": engine.open_stream(request["sql"], request["format"], request["tag"])}, b""
         if op == "next":
@@ -357,7 +384,7 @@ def main(argv: list[str] | None = None) -> int:
         os.environ["TMPDIR"] = str(data_dir / "tmp")  # chdb makes a scratch server there on import
         initialize(data_dir)
         (data_dir / "status").touch()  # chdb rewrites it at start; a Landlock rule needs it to exist
-        status = sandbox.SandboxStatus(False, 0, False, "disabled by the app")
+        status = sandbox.SandboxStatus(False, 0, False, "disabled by the app", filter_reason="disabled by the app")
         if config.get("sandbox", True):
             read, write = sandbox_paths(data_dir)
             status = sandbox.confine(read=read, write=write)  # before any engine thread exists

@@ -8,13 +8,13 @@ refused until someone reviews it and adds it (`python -m agent.db.functions revi
 from __future__ import annotations
 
 import argparse
-import re
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
 ALLOWLIST_PATH = Path(__file__).with_name("allowed_functions.txt")
+MAX_NAME_CHARS = 200  # ClickHouse's longest function name with combinators is far shorter
 
 # Reasons are shown to whoever reviews the list; every denied name is refused whatever its case.
 _DENY_GROUPS: dict[str, str] = {
@@ -44,9 +44,8 @@ _DENY_GROUPS: dict[str, str] = {
     "structureToCapnProtoSchema structureToProtobufSchema": "parses a column structure, which may hold expressions",
     # the host, the server and other sessions
     "hostName hostname fullHostName FQDN fqdn getOSKernelVersion getServerPort tcpPort displayName shardNum "
-    "shardCount getMacro serverUUID buildId revision version uptime zookeeperSessionUptime showCertificate": (
-        "describes the host or server"
-    ),
+    "shardCount getMacro serverUUID buildId revision version uptime zookeeperSessionUptime showCertificate chdb "
+    "serverTimeZone serverTimezone": ("describes the host or server"),
     "getSetting getSettingOrDefault getServerSetting getMergeTreeSetting globalVariable": "reads server settings",
     "currentUser current_user user session_user authenticatedUser authUser currentProfiles currentRoles "
     "enabledRoles defaultRoles enabledProfiles defaultProfiles pgGetUserById pg_get_userbyid pgTableIsVisible "
@@ -97,7 +96,6 @@ class FunctionPolicy:
     combinators: tuple[str, ...]  # longest first
     table_functions: frozenset[str]
     engine_version: str = ""
-    _combinator_re: re.Pattern[str] | None = field(default=None, compare=False, repr=False)
 
     def allows(self, name: str) -> bool:
         if is_denied(name):
@@ -110,7 +108,10 @@ class FunctionPolicy:
         return name.lower() in {f.lower() for f in self.table_functions}
 
     def _is_combined_aggregate(self, name: str) -> bool:
-        """`uniqExactIf`, `sumArrayOrNull`, `avgStateMerge`...: an allowed aggregate plus combinators."""
+        """`uniqExactIf`, `sumArrayOrNull`, `avgStateMerge`...: an allowed aggregate plus combinators.
+        No real name is longer than MAX_NAME_CHARS; a longer one is not peeled suffix by suffix."""
+        if len(name) > MAX_NAME_CHARS:
+            return False
         base = name
         while True:
             for suffix in self.combinators:

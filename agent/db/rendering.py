@@ -9,28 +9,31 @@ JSON callers get numbers where the text is an exact number and strings otherwise
 
 from __future__ import annotations
 
-import json
 import math
-import re
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
 Cell = str | None
 
-_WRAPPER = re.compile(r"(Nullable|LowCardinality)\((.*)\)$")
-_INTEGER = re.compile(r"U?Int(8|16|32|64|128|256)$")
-_FLOAT = re.compile(r"(B?Float(16|32|64))$")
+# Type names are a query's to choose (an Enum's, a Tuple's field names) and may be long: plain string
+# checks, no patterns.
+_WRAPPERS = ("Nullable(", "LowCardinality(")
+_INTEGERS = frozenset(f"{sign}Int{bits}" for sign in ("", "U") for bits in (8, 16, 32, 64, 128, 256))
+_FLOATS = frozenset(f"{prefix}Float{bits}" for prefix in ("", "B") for bits in (16, 32, 64))
 _SAFE_INTEGER = 2**53
 TSV_ESCAPES = {"b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t", "0": "\0", "a": "\a", "v": "\v", "e": "\x1b"}
-_TSV_ESCAPE = re.compile(r"\\(.)", re.DOTALL)
 
 
 @dataclass(frozen=True)
 class Rendered:
     rows: list[list[Cell]]
     totals: list[Cell] | None
-    rows_before_limit: int | None
+
+
+# The output format of a capped select: no column names in it (names are the query's, or the data's,
+# to choose, and DESCRIBE reads them within a cap), and every cell `x` plus the hex of its text.
+CAPPED_FORMAT = "TabSeparated"
 
 
 def capped_select(canonical: str, *, limit: int, max_cell_chars: int, hexed: bool = True) -> str:
@@ -44,9 +47,10 @@ def capped_select(canonical: str, *, limit: int, max_cell_chars: int, hexed: boo
         f"concat(toString(length(s) - length({kept})), ' bytes'))"
     )
     cut = f"s -> if(length(s) > {b} OR lengthUTF8(s) > {n}, concat({kept}, '…[+', {more}, ']'), s)"
-    # hex: the bytes arrive exactly (a JSON writer would fold invalid UTF-8 its own way). The newlines
-    # keep a statement's last line from reaching the closing bracket.
-    carry = " APPLY(hex)" if hexed else ""
+    # hex: the bytes arrive exactly (a text writer would fold invalid UTF-8 its own way); the `x` keeps
+    # a row of one empty cell from being the empty line before the totals. The newlines keep a
+    # statement's last line from reaching the closing bracket.
+    carry = " APPLY(h -> concat('x', hex(h)))" if hexed else ""
     return f"SELECT * APPLY({text}) APPLY({cut}){carry} FROM (\n{canonical}\n) LIMIT {int(limit)}"
 
 
@@ -55,62 +59,76 @@ def export_select(canonical: str, *, limit: int, max_cell_chars: int) -> str:
     return capped_select(canonical, limit=limit, max_cell_chars=max_cell_chars, hexed=False)
 
 
-async def bounded(chunks: AsyncIterator[bytes], max_bytes: int) -> AsyncIterator[bytes]:
-    """Chunks until `max_bytes` have passed; the engine stops when the consumer does."""
-    seen = 0
-    async for chunk in chunks:
-        seen += len(chunk)
-        yield chunk
-        if seen >= max_bytes:
-            return
-
-
 def describe(canonical: str) -> str:
     return f"DESCRIBE (\n{canonical}\n)"
 
 
-def parse_compact(raw: bytes) -> Rendered:
-    """ClickHouse's JSONCompact output of a capped select (every cell hex of its text, or null)."""
-    document = json.loads(raw)
-    totals = document.get("totals")
-    return Rendered(
-        rows=[[_cell(v) for v in row] for row in document.get("data", [])],
-        totals=[_cell(v) for v in totals] if isinstance(totals, list) else None,
-        rows_before_limit=document.get("rows_before_limit_at_least"),
-    )
+def parse_capped(raw: bytes) -> Rendered:
+    """The TabSeparated output of a capped select: rows, then (WITH TOTALS) an empty line and the totals."""
+    body, _, totals = raw.decode("ascii").partition("\n\n")
+    rows = [_cells(line) for line in body.split("\n") if line]
+    totals_row = totals.rstrip("\n")
+    return Rendered(rows=rows, totals=_cells(totals_row) if totals_row else None)
 
 
-def _cell(value: Any) -> Cell:
-    return None if value is None else bytes.fromhex(str(value)).decode("utf-8", errors="replace")
+def _cells(line: str) -> list[Cell]:
+    return [None if field == "\\N" else _unhex(field) for field in line.split("\t")]
 
 
-async def tsv_rows(chunks: AsyncIterator[bytes]) -> AsyncIterator[list[Cell]]:
-    """Rows of ClickHouse's TabSeparated output as they arrive, unescaped (`\\N` is NULL)."""
-    pending = b""
+def _unhex(field: str) -> str:
+    return bytes.fromhex(field[1:]).decode("utf-8", errors="replace")
+
+
+async def tsv_rows(chunks: AsyncIterator[bytes]) -> AsyncGenerator[list[Cell], None]:
+    """Rows of ClickHouse's TabSeparated output as they arrive, unescaped (`\\N` is NULL). Linear in
+    the output: a row split over many chunks is joined once."""
+    pending: list[bytes] = []
     async for chunk in chunks:
-        pending += chunk
-        *lines, pending = pending.split(b"\n")
-        for line in lines:
-            yield [_tsv_cell(field) for field in line.decode("utf-8", errors="replace").split("\t")]
+        start = 0
+        while (end := chunk.find(b"\n", start)) >= 0:
+            pending.append(chunk[start:end])
+            yield _tsv_row(b"".join(pending))
+            pending.clear()
+            start = end + 1
+        if start < len(chunk):
+            pending.append(chunk[start:])
     if pending:
-        yield [_tsv_cell(field) for field in pending.decode("utf-8", errors="replace").split("\t")]
+        yield _tsv_row(b"".join(pending))
+
+
+def _tsv_row(line: bytes) -> list[Cell]:
+    return [_tsv_cell(field) for field in line.decode("utf-8", errors="replace").split("\t")]
 
 
 def _tsv_cell(text: str) -> Cell:
     if text == "\\N":
         return None
-    return _TSV_ESCAPE.sub(lambda m: TSV_ESCAPES.get(m.group(1), m.group(1)), text)
+    if "\\" not in text:
+        return text
+    pieces: list[str] = []
+    start = 0
+    while (backslash := text.find("\\", start)) != -1 and backslash + 1 < len(text):
+        escaped = text[backslash + 1]
+        pieces += (text[start:backslash], TSV_ESCAPES.get(escaped, escaped))
+        start = backslash + 2
+    pieces.append(text[start:])
+    return "".join(pieces)
 
 
 def base_type(ch_type: str) -> str:
-    while match := _WRAPPER.match(ch_type):
-        ch_type = match.group(2)
-    return ch_type
+    """The type inside any Nullable(...) and LowCardinality(...) wrappers."""
+    start, end = 0, len(ch_type)
+    while ch_type.endswith(")", start, end):
+        wrapper = next((w for w in _WRAPPERS if ch_type.startswith(w, start, end - 1)), None)
+        if wrapper is None:
+            break
+        start, end = start + len(wrapper), end - 1
+    return ch_type[start:end]
 
 
 def is_numeric(ch_type: str) -> bool:
     base = base_type(ch_type)
-    return bool(_INTEGER.match(base) or _FLOAT.match(base) or base.startswith("Decimal"))
+    return base in _INTEGERS or base in _FLOATS or base.startswith("Decimal")
 
 
 def json_value(text: Cell, ch_type: str) -> Any:
@@ -118,13 +136,13 @@ def json_value(text: Cell, ch_type: str) -> Any:
     if text is None:
         return None
     base = base_type(ch_type)
-    if _INTEGER.match(base):
+    if base in _INTEGERS:
         try:
             number = int(text)
         except ValueError:
             return text
         return number if abs(number) < _SAFE_INTEGER else text
-    if _FLOAT.match(base):
+    if base in _FLOATS:
         try:
             real = float(text)
         except ValueError:

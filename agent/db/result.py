@@ -61,7 +61,18 @@ def markdown_cell(text: Cell) -> str:
 
 
 def format_for_model(result: QueryResult, max_result_chars: int) -> str:
-    """A compact Markdown rendering: status line, table, and a refine note when rows were cut."""
+    """A compact Markdown rendering: status line, table, and a refine note when rows were cut; never
+    longer than `max_result_chars` (very many or very long column names are cut too)."""
+    text = _markdown(result, max_result_chars)
+    if len(text) <= max_result_chars:
+        return text
+    return text[: max_result_chars - len(WIDTH_NOTE) - 1] + "\n" + WIDTH_NOTE
+
+
+WIDTH_NOTE = "[Output cut: the columns do not fit - select fewer columns, with short aliases]"
+
+
+def _markdown(result: QueryResult, max_result_chars: int) -> str:
     if not result.ok:
         lines = ["Query failed:", result.error or ""]
         if result.hint:

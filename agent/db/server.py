@@ -9,7 +9,6 @@ the network or other databases). A user with more is refused, with a message say
 from __future__ import annotations
 
 import asyncio
-import re
 from collections.abc import AsyncGenerator, AsyncIterator
 from contextlib import aclosing, suppress
 from typing import Any
@@ -21,11 +20,14 @@ from clickhouse_connect.driver.asyncclient import AsyncClient
 from clickhouse_connect.driver.exceptions import DatabaseError as CCDatabaseError
 from clickhouse_connect.driver.exceptions import OperationalError
 
-from agent.db.backend import Backend, DatabaseUnavailable, EngineError
+from agent import linear_re
+from agent.db.backend import MAX_ERROR_CHARS, Backend, DatabaseUnavailable, EngineError, ResultTooLarge, bounded_error
 from agent.db.scope import Scope
 
 _KILL_TIMEOUT_S = 10.0
-_GRANT = re.compile(r"^GRANT (?P<privileges>.+?) ON (?P<target>\S+) TO ", re.IGNORECASE)
+_GRANT = linear_re.compile(r"GRANT (?P<privileges>.+?) ON (?P<target>\S+) TO ", ignore_case=True)
+_COLUMN_LIST = linear_re.compile(r"\([^)]*\)")
+_MAX_EXCEPTION_BLOCK = 4 * MAX_ERROR_CHARS + 1024  # the message as UTF-8, its tags and markers
 _READ_PRIVILEGES = {"SELECT", "SHOW", "SHOW TABLES", "SHOW COLUMNS", "SHOW DATABASES", "SHOW DICTIONARIES"}
 # How ClickHouse (25.11+) reports an error after the body started: between these markers, with the
 # response's exception tag, and then it breaks the chunked body off.
@@ -95,7 +97,7 @@ class ServerBackend(Backend):
         if match is None:
             return False  # a role or an unparsed grant: refuse rather than guess
         # SELECT(a, b) is still SELECT: drop column lists before splitting on commas
-        listed = re.sub(r"\([^)]*\)", "", match.group("privileges"))
+        listed = _COLUMN_LIST.sub("", match.group("privileges"))
         privileges = {p.strip().upper() for p in listed.split(",")}
         database, _, table = match.group("target").replace("`", "").partition(".")
         if not privileges <= _READ_PRIVILEGES or database == "*":
@@ -137,19 +139,31 @@ class ServerBackend(Backend):
             )
         return {}
 
-    async def query(self, sql: str, fmt: str, tag: str) -> bytes:
+    async def query(self, sql: str, fmt: str, tag: str, *, max_bytes: int | None = None) -> bytes:
+        if max_bytes is not None:
+            return await self._read_at_most(sql, fmt, tag, max_bytes)
         client = await self._connect()
         try:
             return await client.raw_query(sql, settings={**self._query_settings, "query_id": tag}, fmt=fmt)
         except CCDatabaseError as exc:
-            raise EngineError(str(exc)) from None
+            raise EngineError(bounded_error(str(exc))) from None
         except (OperationalError, OSError) as exc:
             raise DatabaseUnavailable(f"Lost the connection to ClickHouse: {exc}") from None
         except asyncio.CancelledError:
             await asyncio.shield(self._kill(client, tag))
             raise
 
-    async def stream(self, sql: str, fmt: str, tag: str) -> AsyncIterator[bytes]:
+    async def _read_at_most(self, sql: str, fmt: str, tag: str, max_bytes: int) -> bytes:
+        """The output read as it arrives, given up (and the query killed) once it passes `max_bytes`."""
+        received = bytearray()
+        async with aclosing(self.stream(sql, fmt, tag)) as chunks:
+            async for chunk in chunks:
+                received += chunk
+                if len(received) > max_bytes:
+                    raise ResultTooLarge(max_bytes)
+        return bytes(received)
+
+    async def stream(self, sql: str, fmt: str, tag: str) -> AsyncGenerator[bytes, None]:
         client = await self._connect()
         finished = False
         try:
@@ -159,7 +173,7 @@ class ServerBackend(Backend):
                     yield chunk
             finished = True
         except CCDatabaseError as exc:
-            raise EngineError(str(exc)) from None
+            raise EngineError(bounded_error(str(exc))) from None
         except (OperationalError, OSError, aiohttp.ClientError) as exc:
             raise DatabaseUnavailable(f"Lost the connection to ClickHouse: {exc}") from None
         finally:
@@ -195,7 +209,9 @@ async def _body_or_exception(chunks: AsyncIterator[bytes]) -> AsyncGenerator[byt
         async for chunk in chunks:
             if held is not None:
                 held += chunk
-                continue
+                if len(held) <= _MAX_EXCEPTION_BLOCK:
+                    continue
+                pending, held = held, None  # longer than any exception block the server writes: data
             pending += chunk
             at = pending.find(_EXCEPTION_OPEN)
             if at >= 0:
@@ -207,9 +223,9 @@ async def _body_or_exception(chunks: AsyncIterator[bytes]) -> AsyncGenerator[byt
     except aiohttp.ClientPayloadError:
         if held is None:
             raise
-        raise EngineError(_exception_text(held)) from None
+        raise EngineError(bounded_error(_exception_text(held))) from None
     if held is not None and _EXCEPTION_CLOSE in held:  # a complete block, even if the transfer ended well
-        raise EngineError(_exception_text(held))
+        raise EngineError(bounded_error(_exception_text(held)))
     if held is not None or pending:
         yield pending + (held or b"")
 

@@ -20,9 +20,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from agent.db.functions import FunctionPolicy, denied_reason
-from agent.db.scope import Scope
+from agent.db.scope import ALWAYS_READABLE, Scope
 
 MAX_SQL_CHARS = 60_000
+# Functions whose first argument the engine resolves as an aggregate function's name.
+NAMES_A_FUNCTION = frozenset({"arrayreduce", "arrayreduceinranges", "initializeaggregation"})
 IN_FUNCTIONS = frozenset(
     {"in", "notIn", "globalIn", "globalNotIn", "nullIn", "notNullIn", "globalNullIn", "globalNotNullIn"}
 )
@@ -93,6 +95,15 @@ class QueryRefused(Exception):
     """The statement is not something the agent may run; the message says why."""
 
 
+class UnknownTable(QueryRefused):
+    """A table name the schema introspection did not find in scope (refused like one out of scope; a
+    hint may suggest the nearest tables in scope, which the schema lists anyway)."""
+
+    def __init__(self, message: str, name: str) -> None:
+        super().__init__(message)
+        self.name = name
+
+
 @dataclass(frozen=True)
 class CheckedStatement:
     sql: str  # the canonical text ClickHouse printed; exactly what runs
@@ -138,14 +149,17 @@ class StatementPolicy:
         self.scope = scope
         self.functions = functions
 
-    def check(self, canonical: str, ast_json: str) -> CheckedStatement:
+    def check(self, canonical: str, ast_json: str, tables: frozenset[str]) -> CheckedStatement:
+        """Allow the statement, or raise QueryRefused. `tables`: the `db.table` names the schema
+        introspection found in scope; a table name is one of them or a CTE, nothing else (a name
+        that a database engine would resolve some other way, such as a path, is refused)."""
         try:
             ast = json.loads(ast_json)
         except json.JSONDecodeError:
             raise QueryRefused("The statement could not be checked.") from None
         if not isinstance(ast, dict) or ast.get("type") != "SelectWithUnionQuery":
             raise QueryRefused(READ_ONLY)
-        _Walk(self).node(ast, frozenset(), parent_key="")
+        _Walk(self, tables).node(ast, frozenset(), parent_key="")
         return CheckedStatement(sql=canonical, with_totals=_top_level_totals(ast))
 
 
@@ -155,9 +169,10 @@ def _top_level_totals(ast: dict[str, Any]) -> bool:
 
 
 class _Walk:
-    def __init__(self, policy: StatementPolicy) -> None:
+    def __init__(self, policy: StatementPolicy, tables: frozenset[str]) -> None:
         self.scope = policy.scope
         self.functions = policy.functions
+        self.tables = tables
 
     def node(self, node: Any, ctes: frozenset[str], parent_key: str) -> None:
         if not isinstance(node, dict):
@@ -175,6 +190,7 @@ class _Walk:
             if key not in _COMMON and key not in NODE_KEYS[kind]:
                 raise QueryRefused(f"{READ_ONLY} (The {key} part of a {kind} is not supported.)")
         if kind == "Literal":
+            self.literal(node.get("value"))
             return
         if kind == "SelectQuery":
             self.select(node, ctes)
@@ -216,10 +232,30 @@ class _Walk:
                 )
             return
         self.function_name(name)
+        if name.lower() in NAMES_A_FUNCTION:
+            self.function_named_by_string(name, node.get("arguments", {}).get("children", []))
         if name in IN_FUNCTIONS:
             arguments = node.get("arguments", {}).get("children", [])
             if len(arguments) == 2 and isinstance(arguments[1], dict) and arguments[1].get("type") == "Identifier":
                 self.table(arguments[1].get("name_parts") or [arguments[1].get("name", "")], ctes)
+
+    def function_named_by_string(self, name: str, arguments: list[Any]) -> None:
+        """arrayReduce('sumIf', ...): the engine resolves the string as an aggregate function, so the
+        name in it is checked as if it were written as one, and must be written as a literal."""
+        first = arguments[0] if arguments else None
+        value = first.get("value") if isinstance(first, dict) and first.get("type") == "Literal" else None
+        if not (
+            isinstance(value, dict) and value.get("field_type") == "String" and isinstance(value.get("value"), str)
+        ):
+            raise QueryRefused(f"The first argument of {name}() must be an aggregate function's name in quotes.")
+        self.function_name(value["value"].split("(", 1)[0].strip())
+
+    def literal(self, value: Any) -> None:
+        """A string the engine may read as a type (CAST(x, 'T'), JSONExtract(j, 'T'), ...) can name an
+        aggregate function inside AggregateFunction(...): every such name in any string is checked."""
+        for text in _strings(value):
+            for name in aggregate_functions_in_type(text):
+                self.function_name(name)
 
     def function_name(self, name: str) -> None:
         if self.functions.allows(name):
@@ -242,11 +278,59 @@ class _Walk:
         if len(names) == 1 and table in ctes and not _excluded(self.scope, database, table):
             return
         if not self.scope.allows(database, table):
-            shown = ".".join(names)
-            raise QueryRefused(
-                f"The table {shown} is not available to this agent. Use the tables listed in the schema"
-                + (" and qualify them with their database (database.table)." if len(names) == 1 else ".")
-            )
+            raise QueryRefused(_not_available(names))
+        if f"{database}.{table}" not in self.tables and f"{database}.{table}" not in ALWAYS_READABLE:
+            raise UnknownTable(_not_available(names), ".".join(names))
+
+
+def _not_available(names: list[str]) -> str:
+    return f"The table {'.'.join(names)} is not available to this agent. Use the tables listed in the schema" + (
+        " and qualify them with their database (database.table)." if len(names) == 1 else "."
+    )
+
+
+_AGGREGATE_TYPE = "aggregatefunction"  # also the tail of SimpleAggregateFunction
+_NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_")
+
+
+def aggregate_functions_in_type(text: str) -> list[str]:
+    """The function names in every `AggregateFunction(name...` of `text` (any case, any spacing, the
+    name bare or quoted). Linear: one pass of `str.find`. A name that cannot be read is refused."""
+    lowered, names, at = text.lower(), [], 0
+    while (at := lowered.find(_AGGREGATE_TYPE, at)) >= 0:
+        at += len(_AGGREGATE_TYPE)
+        position = _skip_spaces(text, at)
+        if position >= len(text) or text[position] != "(":
+            continue  # the word itself, not a type
+        position = _skip_spaces(text, position + 1)
+        if position < len(text) and text[position] in '`"':
+            position += 1
+        end = position
+        while end < len(text) and text[end] in _NAME_CHARS:
+            end += 1
+        if end == position:
+            raise QueryRefused("A type in a string names an aggregate function this check cannot read.")
+        names.append(text[position:end])
+    return names
+
+
+def _skip_spaces(text: str, position: int) -> int:
+    while position < len(text) and text[position].isspace():
+        position += 1
+    return position
+
+
+def _strings(value: Any) -> Iterator[str]:
+    """Every string inside a literal's value (arrays, tuples and maps of literals nest)."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            yield item
+        elif isinstance(item, dict):
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
 
 
 def _excluded(scope: Scope, database: str, table: str) -> bool:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from agent.config import Settings
 from agent.db import Database
 from agent.followups import FollowupGenerator
+from agent.limits import Limits
 from agent.llm import LLMClient
 from agent.metrics import Metrics
 from agent.pipeline.runner import Runner
@@ -18,10 +19,11 @@ from agent.schema import SchemaCache
 
 def build_runner(settings: Settings, *, db: Database, llm: LLMClient, metrics: Metrics, schema: SchemaCache) -> Runner:
     prompts = prompt_library(settings.agent_prompts_dir)
+    limits = Limits.of(settings)
     return Pipeline(
         llm=llm,
-        prefix=RequestPrefix(prompts, schema, max_rows=settings.max_rows),
-        sql=SqlExecutor(db, prompts, settings.max_result_chars),
+        prefix=RequestPrefix(prompts, schema, max_rows=settings.max_rows, chart_max_rows=limits.chart_max_rows),
+        sql=SqlExecutor(db, prompts, settings.max_result_chars, limits),
         prompts=prompts,
         settings=LoopSettings(
             model=settings.agent_model,
@@ -35,5 +37,5 @@ def build_runner(settings: Settings, *, db: Database, llm: LLMClient, metrics: M
         ),
         metrics=metrics,
         followups=FollowupGenerator(llm, prompts, settings.agent_followup_model, metrics),
-        charts=ChartMaker(db),
+        charts=ChartMaker(db, limits),
     )

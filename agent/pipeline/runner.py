@@ -15,6 +15,7 @@ from pydantic import BaseModel, Field, field_validator
 
 from agent.charts import Chart
 from agent.db import QueryResult
+from agent.limits import json_size
 
 Platform = Literal["slack", "web", "cli"]
 Interface = Literal["slack", "web", "cli", "eval"]
@@ -149,47 +150,59 @@ class Turn(BaseModel):
 # --- events ---
 
 
-class ThinkingEvent(BaseModel):
+class _Event(BaseModel):
+    def wire(self) -> dict[str, Any]:
+        """The event's data as it goes on the wire (its type is the name it goes under)."""
+        return self.model_dump(mode="json", exclude={"type"})
+
+
+class ThinkingEvent(_Event):
     type: Literal["thinking"] = "thinking"
     text: str
 
 
-class ExecutingEvent(BaseModel):
+class ExecutingEvent(_Event):
     type: Literal["executing"] = "executing"
     query_id: str
     question: str
     sql: str
 
 
-class ResultEvent(BaseModel):
+class ResultEvent(_Event):
     type: Literal["result"] = "result"
     query_id: str
     columns: list[str]
-    rows: list[list[Any]]  # a preview, JSON-safe
+    rows: list[list[Any]]  # a preview, JSON-safe, within the event's byte budget
     row_count: int
     has_more: bool
     error: str | None
     hint: str | None
     elapsed_ms: int
     reused_from: str | None = None
+    error_code: int | None = None
 
     @classmethod
-    def of(cls, query: ExecutedQuery) -> ResultEvent:
+    def of(cls, query: ExecutedQuery, *, max_bytes: int) -> ResultEvent:
+        """The query's result as a person sees it: up to PREVIEW_ROWS rows, fewer when they would take
+        the event past `max_bytes`."""
         result = query.result
-        return cls(
+        event = cls(
             query_id=query.id,
             columns=result.columns,
-            rows=result.json_rows()[:PREVIEW_ROWS],
+            rows=[],
             row_count=result.row_count,
             has_more=result.has_more,
             error=result.error,
             hint=result.hint,
             elapsed_ms=result.elapsed_ms,
             reused_from=query.reused_from,
+            error_code=result.error_code,
         )
+        event.rows = fit_rows(result.json_rows(PREVIEW_ROWS), max_bytes - json_size(event.wire()))
+        return event
 
 
-class AnswerEvent(BaseModel):
+class AnswerEvent(_Event):
     """A piece of the answer as it is generated. `restart` says: discard the text so far (the
     model turned out to be calling tools, or a stream was retried)."""
 
@@ -198,26 +211,58 @@ class AnswerEvent(BaseModel):
     restart: bool = False
 
 
-class FollowupsEvent(BaseModel):
+class FollowupsEvent(_Event):
     type: Literal["followups"] = "followups"
     questions: list[str]
 
 
-class ChartEvent(BaseModel):
+class ChartEvent(_Event):
     """A chart drawn from a query's full result (a Vega-Lite spec)."""
 
     type: Literal["chart"] = "chart"
     chart: Chart
 
 
-class ErrorEvent(BaseModel):
+class ErrorEvent(_Event):
     type: Literal["error"] = "error"
     message: str
 
 
-class DoneEvent(BaseModel):
+class FinalAnswer(BaseModel):
+    """What the `done` event carries on the wire: the answer and how the run ended. Queries and charts
+    went out as their own events (`executing`, `result`, `chart`), once each."""
+
+    question: str
+    answer: str
+    classification: Classification
+    outcome: Outcome
+    cancelled: bool
+    error: str | None
+    followups: list[str]
+    metrics: RunMetrics
+
+    @classmethod
+    def of(cls, result: RunResult) -> FinalAnswer:
+        return cls.model_validate(result.model_dump(include=set(cls.model_fields)))
+
+
+class DoneEvent(_Event):
     type: Literal["done"] = "done"
     result: RunResult
+
+    def wire(self) -> dict[str, Any]:
+        return {"result": FinalAnswer.of(self.result).model_dump(mode="json")}
+
+
+def fit_rows(rows: list[list[Any]], max_bytes: int) -> list[list[Any]]:
+    """The first rows that fit in `max_bytes` of JSON."""
+    kept, used = [], 2
+    for row in rows:
+        used += json_size(row) + 1
+        if used > max_bytes:
+            break
+        kept.append(row)
+    return kept
 
 
 Event = Annotated[

@@ -10,7 +10,7 @@ import asyncio
 import logging
 import time
 from contextlib import suppress
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
@@ -37,8 +37,12 @@ MAX_TITLE_CHARS = 80
 
 @dataclass
 class RunOutcome:
+    """What a followed run came to: its `done` result, and its queries and charts as their events told."""
+
     result: dict[str, Any] | None = None
     error: str | None = None
+    queries: dict[str, dict[str, Any]] = field(default_factory=dict)  # by Q id: executing, then result data
+    charts: list[dict[str, Any]] = field(default_factory=list)
 
 
 class Answerer:
@@ -179,6 +183,10 @@ class Answerer:
             elif event.event == "done":
                 outcome.result = data.get("result")
             else:
+                if event.event in ("executing", "result"):
+                    outcome.queries.setdefault(str(data.get("query_id")), {}).update(data)
+                elif event.event == "chart":
+                    outcome.charts.append(data["chart"])
                 progress.update(event.event, data)
         return outcome
 
@@ -186,7 +194,7 @@ class Answerer:
         self, question: Question, run_id: str, outcome: RunOutcome, progress: Progress, writer: AnswerWriter
     ) -> None:
         result = outcome.result or {}
-        queries: list[dict[str, Any]] = result.get("queries") or []
+        queries = [{**q, "id": q_id} for q_id, q in outcome.queries.items()]
         if outcome.result is None or result.get("outcome") == "error":
             kind = classify(outcome.error or result.get("error"), queries)
             await writer.abandon()
@@ -203,10 +211,10 @@ class Answerer:
                 channel=question.channel, thread_ts=question.thread_ts, text="(no answer)", blocks=buttons
             )
             delivery = "update"
-        if result.get("charts"):
+        if outcome.charts:
             await upload_charts(
                 self._client, self._metrics, channel=question.channel, thread_ts=question.thread_ts,
-                charts=result["charts"],
+                charts=outcome.charts, timeout_s=self._settings.chart_render_timeout_s,
             )  # fmt: skip
         seconds = time.perf_counter() - question.received_at
         await progress.finish(f"Answered in {seconds:.1f} s")

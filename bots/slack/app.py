@@ -60,7 +60,7 @@ class SlackBot:
         self._metrics = agent.metrics
         self._queues = SerialQueues()
         self._clicks = itertools.count()
-        self.runs = runs or RunRegistry(agent.runner, store)
+        self.runs = runs or RunRegistry(agent.runner, store, max_event_bytes=agent.settings.max_event_bytes)
         self._pacing = pacing or Pacing()
         secret = settings.slack_signing_secret.get_secret_value() if settings.slack_signing_secret else ""
 
@@ -75,6 +75,7 @@ class SlackBot:
             attaching_conversation_kwargs_enabled=False,
             logger=logging.getLogger("bots.slack.bolt"),
         )
+        # Bolt takes only Python's re.Pattern; these two have no nested or adjacent repeats (linear time).
         self.app.event(re.compile(r".+"))(self._on_event)
         self.app.action(re.compile(r"^analyst_"))(self._on_action)
         self._handler = AsyncSlackRequestHandler(self.app)

@@ -8,8 +8,9 @@ written, a table that has not ended is held back, so text already sent never cha
 
 from __future__ import annotations
 
-import re
 from typing import Any
+
+from agent import linear_re
 
 MAX_MARKDOWN = 12_000  # markdown_text of one call, and all markdown blocks of one message
 MAX_BUTTON_TEXT = 75
@@ -22,8 +23,11 @@ OPEN_CSV = "analyst_open_csv"
 FOLLOWUP = "analyst_followup"
 FEEDBACK = "analyst_feedback"
 
-_SEPARATOR_CELL = re.compile(r"^:?-{1,}:?$")
-_NUMBER = re.compile(r"^[-+]?[$€£]?[\d,]*\.?\d+%?$")
+# Over an answer's table cells, with fullmatch (Python's `re` took quadratic time on a long run of digits).
+_NUMBER = linear_re.compile(r"[-+]?[$€£]?[\d,]*\.?\d+%?")
+# Aligning pads every cell to its column's width: a table whose aligned form would be this many times
+# its Markdown (one long cell over many short rows, a row of thousands of cells) stays as it is.
+MAX_TABLE_GROWTH = 16
 
 
 # --- Markdown ---
@@ -66,19 +70,37 @@ def _is_row(line: str) -> bool:
 
 def _cells(line: str) -> list[str]:
     inner = line.strip().removeprefix("|").removesuffix("|")
-    return [cell.strip().replace("\\|", "|") for cell in re.split(r"(?<!\\)\|", inner)]
+    if "\\|" not in inner:
+        return [cell.strip() for cell in inner.split("|")]
+    return [cell.strip().replace("\\|", "|") for cell in _split_unescaped_pipes(inner)]
+
+
+def _split_unescaped_pipes(text: str) -> list[str]:
+    """`text` split at each `|` that no backslash escapes."""
+    cells: list[list[str]] = []
+    for piece in text.split("|"):
+        if cells and cells[-1][-1].endswith("\\"):
+            cells[-1].append(piece)
+        else:
+            cells.append([piece])
+    return ["|".join(pieces) for pieces in cells]
 
 
 def _table(lines: list[str]) -> list[str]:
     """A Markdown table as a monospaced block with aligned columns (numbers right-aligned); lines that
     are not a table (no separator row) are kept as they are."""
-    if len(lines) < 2 or not all(_SEPARATOR_CELL.match(c) for c in _cells(lines[1]) if c):
+    if len(lines) < 2 or not all(_is_separator_cell(c) for c in _cells(lines[1]) if c):
         return lines
     rows = [_cells(line) for i, line in enumerate(lines) if i != 1]
     width = max(len(r) for r in rows)
+    widths = [0] * width
+    for row in rows:
+        for column, cell in enumerate(row):
+            widths[column] = max(widths[column], len(cell))
+    if len(rows) * (sum(widths) + 2 * width) > MAX_TABLE_GROWTH * sum(len(line) for line in lines):
+        return lines
     rows = [r + [""] * (width - len(r)) for r in rows]
-    widths = [max(len(r[c]) for r in rows) for c in range(width)]
-    numeric = [all(_NUMBER.match(r[c]) or not r[c] for r in rows[1:]) and len(rows) > 1 for c in range(width)]
+    numeric = [all(_NUMBER.fullmatch(r[c]) or not r[c] for r in rows[1:]) and len(rows) > 1 for c in range(width)]
 
     def line(row: list[str]) -> str:
         cells = [cell.rjust(w) if num else cell.ljust(w) for cell, w, num in zip(row, widths, numeric, strict=True)]
@@ -86,6 +108,12 @@ def _table(lines: list[str]) -> list[str]:
 
     rule = "  ".join("-" * w for w in widths)
     return ["```", line(rows[0]), rule, *(line(r) for r in rows[1:]), "```"]
+
+
+def _is_separator_cell(cell: str) -> bool:
+    """`---`, `:--`, `--:` or `:-:`."""
+    dashes = cell.removeprefix(":").removesuffix(":")
+    return bool(dashes) and not dashes.strip("-")
 
 
 def cut_point(text: str, start: int, limit: int) -> int:

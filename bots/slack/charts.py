@@ -1,30 +1,37 @@
 """Charts in Slack: each chart the answer drew is rendered to PNG on the server (vl-convert, no
-browser) and uploaded in the thread with files.uploadV2, its alt text saying what it shows."""
+browser, in a process of its own with a time limit: agent/chart_images.py) and uploaded in the thread
+with files.uploadV2, its alt text saying what it shows."""
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from typing import Any
 
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
-from agent.charts import Chart, render_png
+from agent.chart_images import ChartRenderError, render_png
+from agent.charts import Chart
 from agent.metrics import Metrics
 
 log = logging.getLogger(__name__)
 
 
 async def upload_charts(
-    client: AsyncWebClient, metrics: Metrics, *, channel: str, thread_ts: str, charts: list[dict[str, Any]]
+    client: AsyncWebClient,
+    metrics: Metrics,
+    *,
+    channel: str,
+    thread_ts: str,
+    charts: list[dict[str, Any]],
+    timeout_s: float,
 ) -> int:
     """Upload every chart; a chart that fails is logged and counted, never a failed answer."""
     uploaded = 0
     for raw in charts:
         chart = Chart.model_validate(raw)
         try:
-            png = await asyncio.to_thread(render_png, chart.spec)
+            png = await render_png(chart.spec, timeout_s=timeout_s)
             await client.files_upload_v2(
                 channel=channel,
                 thread_ts=thread_ts,
@@ -34,7 +41,7 @@ async def upload_charts(
                 alt_txt=chart.describe()[:1000],
             )
             uploaded += 1
-        except (SlackApiError, ValueError, RuntimeError):
+        except (SlackApiError, ChartRenderError):
             log.warning("chart %s could not be posted to %s", chart.id, channel, exc_info=True)
             metrics.chart_errors.labels("render").inc()
     return uploaded

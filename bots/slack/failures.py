@@ -38,7 +38,7 @@ _PATTERNS = (  # (a phrase of the Runner's message, lower-cased, and what it mea
 
 
 def classify(message: str | None, queries: list[dict[str, Any]] | None = None) -> Failure:
-    """The kind of a failed run from its error message and its queries (as in the `done` event)."""
+    """The kind of a failed run from its error message and its queries (as their events told them)."""
     text = (message or "").lower()
     for phrase, kind in _PATTERNS:
         if phrase in text:
@@ -49,8 +49,8 @@ def classify(message: str | None, queries: list[dict[str, Any]] | None = None) -
 
 
 def timed_out(query: dict[str, Any]) -> bool:
-    result = query.get("result") or {}
-    return result.get("error_code") == TIMEOUT_CODE or "TIMEOUT_EXCEEDED" in str(result.get("error") or "")
+    """A query (as its `result` event tells it) that ran out of time."""
+    return query.get("error_code") == TIMEOUT_CODE or "TIMEOUT_EXCEEDED" in str(query.get("error") or "")
 
 
 def explain(kind: Failure, **facts: Any) -> str:

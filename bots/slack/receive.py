@@ -8,14 +8,15 @@ channel message's `message` event when it mentions the bot (its `app_mention` an
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
+from agent import linear_re
+
 KNOWN_EVENTS = ("app_mention", "message", "assistant_thread_started", "assistant_thread_context_changed")
 ANSWERED_SUBTYPES = (None, "thread_broadcast", "file_share")
-_MENTION = re.compile(r"<@([UW][A-Z0-9]+)(?:\|[^>]*)?>")
+_MENTION = linear_re.compile(r"<@([UW][A-Z0-9]+)(?:\|[^>]*)?>")  # over a message's text
 
 
 class Ignore(StrEnum):

@@ -134,6 +134,20 @@ def runs_row() -> Iterator[dict[str, Any]]:
         quantiles("agent_run_duration_seconds"),
         unit="s",
     )
+    yield timeseries(
+        "Event-loop lag (worst of 30 s, p99)",
+        "How much later than asked the server's event loop woke up. Every request of a process waits on its "
+        "loop, so lag is everyone's delay: /healthz, streams, Slack. Healthy: under 50 ms; the "
+        "AgentEventLoopStalled alert fires when the worst stays over half a second. Look in the log for what "
+        "ran then (a large chart, a download, a slow disk).",
+        [
+            target("max(agent_event_loop_lag_max_seconds)", "worst"),
+            target(
+                f"histogram_quantile(0.99, sum by (le) (rate(agent_event_loop_lag_seconds_bucket[{RATE}])))", "p99"
+            ),
+        ],
+        unit="s",
+    )
 
 
 def loop_row() -> Iterator[dict[str, Any]]:

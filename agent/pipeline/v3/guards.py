@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import re
-
+from agent import linear_re
 from agent.pipeline.v3.state import RunState
 
-CITATION = re.compile(r"\[Q(\d+)\]")
+CITATION = linear_re.compile(r"\[Q(\d+)\]")  # over the model's answer
 THINK_ONLY_ROUNDS_BEFORE_NUDGE = 2
 
 
@@ -14,7 +13,13 @@ def uncited_citations(answer: str, state: RunState) -> list[str]:
     """Citations like [Q1] in an answer although no query ran in this run."""
     if state.queries:
         return []
-    return sorted({f"[Q{n}]" for n in CITATION.findall(answer)}, key=lambda c: int(c[2:-1]))
+    return sorted({f"[Q{n}]" for n in CITATION.findall(answer)}, key=_numeric_order)
+
+
+def _numeric_order(citation: str) -> tuple[int, str, str]:
+    """[Q2] before [Q10], without int(): an answer may cite [Q<thousands of digits>]."""
+    number = citation[2:-1].lstrip("0")
+    return len(number), number, citation
 
 
 def note_round_tools(state: RunState, tool_names: list[str]) -> bool:

@@ -95,18 +95,15 @@ class Pipeline:
         run_id = context_fields().get("run_id") or uuid.uuid4().hex
         with log_context(run_id=run_id, interface=interface):
             log.debug("question", extra={"question": question})
-            return await self._run(question, history, platform, interface, on_event, followups)
+            state = RunState(
+                question=question, interface=interface, emit=on_event, metrics=self._metrics, run_id=run_id
+            )
+            return await self._run(state, history, platform, on_event, followups)
 
     async def _run(
-        self,
-        question: str,
-        history: Sequence[Turn],
-        platform: Platform,
-        interface: Interface,
-        on_event: EventSink,
-        followups: bool,
+        self, state: RunState, history: Sequence[Turn], platform: Platform, on_event: EventSink, followups: bool
     ) -> RunResult:
-        state = RunState(question=question, interface=interface, emit=on_event, metrics=self._metrics)
+        question = state.question
         s = self._settings
         messages = history_messages(
             history, max_turns=s.history_turns, full_turns=s.history_full_turns, max_chars=s.history_chars

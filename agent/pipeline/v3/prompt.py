@@ -6,7 +6,6 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
-from agent.charts import CHART_MAX_ROWS
 from agent.pipeline.runner import Platform
 from agent.pipeline.v3.context import EPHEMERAL
 from agent.prompts import PromptLibrary
@@ -14,11 +13,11 @@ from agent.schema import SchemaCache
 
 
 class RequestPrefix:
-    def __init__(self, prompts: PromptLibrary, schema: SchemaCache, *, max_rows: int) -> None:
+    def __init__(self, prompts: PromptLibrary, schema: SchemaCache, *, max_rows: int, chart_max_rows: int) -> None:
         self._prompts = prompts
         self._schema = schema
         self._max_rows = max_rows
-        self.tools = prompts.tools(max_rows=max_rows, chart_max_rows=CHART_MAX_ROWS)
+        self.tools = prompts.tools(max_rows=max_rows, chart_max_rows=chart_max_rows)
         self._static = prompts.render("SYSTEM.md", max_rows=max_rows)
 
     async def system(self, platform: Platform, today: dt.date | None = None) -> list[dict[str, Any]]:

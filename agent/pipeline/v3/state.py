@@ -30,6 +30,7 @@ class RunState:
     interface: Interface
     emit: EventSink
     metrics: Metrics
+    run_id: str = ""  # the owner of the run's share of the engine
     started: float = field(default_factory=time.perf_counter)
     run_metrics: RunMetrics = field(default_factory=RunMetrics)
     queries: list[ExecutedQuery] = field(default_factory=list)
@@ -41,6 +42,7 @@ class RunState:
     followups: list[str] = field(default_factory=list)
     charts: list[Chart] = field(default_factory=list)
     think_only_rounds: int = 0
+    charts_claimed: int = 0
     citation_retries: int = 0
     first_event_s: float | None = None
 
@@ -60,6 +62,22 @@ class RunState:
 
     def next_query_id(self) -> str:
         return f"Q{len(self.queries) + 1}"
+
+    def claim_chart(self, most: int) -> bool:
+        """A place for one more chart, taken before any await (the charts of one round are drawn side by
+        side); False once `most` are taken. A chart that fails gives its place back."""
+        if self.charts_claimed >= most:
+            return False
+        self.charts_claimed += 1
+        return True
+
+    def release_chart(self) -> None:
+        self.charts_claimed -= 1
+
+    @property
+    def executed_queries(self) -> int:
+        """Queries that ran in the engine (not results reused from an identical earlier query)."""
+        return self.run_metrics.sql_queries
 
     def record_model_call(self, turn: ModelTurn, role: str) -> None:
         m = self.run_metrics
@@ -92,9 +110,12 @@ class RunState:
             m.sql_errors += 1
             self.metrics.count_sql_error(query.result.error_code)
 
-    def record_chart(self, chart: Chart) -> None:
+    def record_chart(self, chart: Chart) -> Chart:
+        """The chart under its id (C1, C2, ... in the order they were drawn), recorded."""
+        chart = chart.model_copy(update={"id": f"C{len(self.charts) + 1}"})
         self.charts.append(chart)
         self.metrics.charts.labels(chart.kind).inc()
+        return chart
 
     def record_chart_error(self, reason: str) -> None:
         self.metrics.chart_errors.labels(reason).inc()

@@ -9,19 +9,20 @@ from __future__ import annotations
 
 import asyncio
 import json
-import re
 from dataclasses import dataclass
 from typing import Any
 
+from agent import linear_re
 from agent.db import Database, QueryResult, format_for_model
+from agent.limits import Limits
 from agent.pipeline.runner import ExecutedQuery, ExecutingEvent, ResultEvent, ThinkingEvent
 from agent.pipeline.v3.state import RunState
 from agent.prompts import PromptLibrary
 
-_FENCE = re.compile(r"^\s*```(?:sql|clickhouse)?\s*\n?(.*?)\n?```\s*$", re.DOTALL | re.IGNORECASE)
-_TAG = re.compile(r"^\s*<(sql|query)>(.*?)</\1>\s*$", re.DOTALL | re.IGNORECASE)
-_STRAY_MARKUP = re.compile(r"</?(?:parameter|invoke|antml:[a-z_]+)[^>]*>\s*$", re.IGNORECASE)
-_WHITESPACE = re.compile(r"\s+")
+# Tool input is the model's to write: linear-time patterns (RE2). The first two are used with .match.
+_FENCE = linear_re.compile(r"\s*```(?:sql|clickhouse)?\s*\n?(.*?)\n?```\s*\z", ignore_case=True, dot_all=True)
+_TAG = linear_re.compile(r"\s*(?:<sql>(.*?)</sql>|<query>(.*?)</query>)\s*\z", ignore_case=True, dot_all=True)
+_STRAY_MARKUP = linear_re.compile(r"</?(?:parameter|invoke|antml:[a-z_]+)[^>]*>\s*\z", ignore_case=True)
 
 
 class ToolInputError(Exception):
@@ -87,47 +88,76 @@ def parse_queries(raw: Any) -> tuple[list[QueryRequest], bool]:
 def clean_sql(sql: str) -> tuple[str, bool]:
     """Strip code fences, <sql> tags and stray tool markup around SQL."""
     original = sql
-    for pattern, group in ((_FENCE, 1), (_TAG, 2)):
-        if match := pattern.match(sql):
-            sql = match.group(group)
+    if fenced := _FENCE.match(sql):
+        sql = fenced.group(1)
+    if tagged := _TAG.match(sql):
+        sql = tagged.group(1) if tagged.group(1) is not None else tagged.group(2)
     sql = _STRAY_MARKUP.sub("", sql).strip()
     return sql, sql != original.strip()
 
 
 def normalized(sql: str) -> str:
-    return _WHITESPACE.sub(" ", sql).strip().rstrip(";").strip()
+    return " ".join(sql.split()).rstrip(";").strip()
 
 
 class SqlExecutor:
-    def __init__(self, db: Database, prompts: PromptLibrary, max_result_chars: int) -> None:
+    def __init__(self, db: Database, prompts: PromptLibrary, max_result_chars: int, limits: Limits) -> None:
         self._db = db
         self._prompts = prompts
         self._max_result_chars = max_result_chars
+        self._limits = limits
 
     async def run(self, requests: list[QueryRequest], state: RunState) -> str:
-        """Run the queries concurrently, emitting events as each starts and finishes."""
+        """Run the queries concurrently (within the call's and the run's caps), emitting events as each
+        starts and finishes. They share the run's slots of the engine with its other work."""
+        planned = self._plan(requests, state)
+        for _, query_id, request in planned:
+            await state.emit(ExecutingEvent(query_id=query_id, question=request.question, sql=request.sql))
+        done = await asyncio.gather(*(self._one(reused, qid, req, state) for reused, qid, req in planned))
+        for query in done:
+            state.record_query(query)
+        parts = [self._format(query) for query in done]
+        if skipped := len(requests) - len(planned):
+            state.record_guard("query_cap")
+            parts.append(self._skipped_note(skipped, state))
+        return "\n\n".join(parts)
+
+    def _plan(
+        self, requests: list[QueryRequest], state: RunState
+    ) -> list[tuple[ExecutedQuery | None, str, QueryRequest]]:
+        """Which requests run (or reuse an earlier identical query's result), under their Q ids: at most
+        max_queries_per_call of them, and new executions only while the run's budget lasts."""
         planned: list[tuple[ExecutedQuery | None, str, QueryRequest]] = []
         by_sql = {normalized(q.sql): q for q in state.queries if not q.reused_from}
-        for request in requests:
+        executions_left = self._limits.max_queries_per_run - state.executed_queries
+        for request in requests[: self._limits.max_queries_per_call]:
             query_id = f"Q{len(state.queries) + len(planned) + 1}"
             earlier = by_sql.get(normalized(request.sql))
-            reused = (
-                ExecutedQuery(
+            if earlier is None and executions_left <= 0:
+                continue
+            reused = None
+            if earlier is not None:
+                reused = ExecutedQuery(
                     id=query_id,
                     question=request.question,
                     sql=request.sql,
                     result=earlier.result,
                     reused_from=earlier.id,
                 )
-                if earlier
-                else None
-            )
+            else:
+                executions_left -= 1
             planned.append((reused, query_id, request))
-            await state.emit(ExecutingEvent(query_id=query_id, question=request.question, sql=request.sql))
-        done = await asyncio.gather(*(self._one(reused, qid, req, state) for reused, qid, req in planned))
-        for query in done:
-            state.record_query(query)
-        return "\n\n".join(self._format(query) for query in done)
+        return planned
+
+    def _skipped_note(self, skipped: int, state: RunState) -> str:
+        limits = self._limits
+        return self._prompts.render(
+            "loop/queries_skipped.md",
+            skipped=skipped,
+            per_call=limits.max_queries_per_call,
+            per_run=limits.max_queries_per_run,
+            run_spent=state.executed_queries >= limits.max_queries_per_run,
+        )
 
     async def _one(
         self, reused: ExecutedQuery | None, query_id: str, request: QueryRequest, state: RunState
@@ -136,9 +166,9 @@ class SqlExecutor:
             state.record_guard("duplicate_sql")
             query = reused
         else:
-            result: QueryResult = await self._db.execute(request.sql)
+            result: QueryResult = await self._db.execute(request.sql, owner=state.run_id)
             query = ExecutedQuery(id=query_id, question=request.question, sql=request.sql, result=result)
-        await state.emit(ResultEvent.of(query))
+        await state.emit(ResultEvent.of(query, max_bytes=self._limits.preview_bytes))
         return query
 
     def _format(self, query: ExecutedQuery) -> str:

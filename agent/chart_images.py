@@ -1,0 +1,79 @@
+"""Chart images (the PNGs Slack shows), rendered in a process of their own.
+
+vl-convert holds the GIL while it renders, so a chart rendered in a thread of the app freezes every
+request the process serves; a chart over long labels can take minutes. Each image is rendered by a
+short-lived child process (`python -m agent.chart_images`) with a time limit and a scrubbed
+environment: a render that runs over is killed, and the app's event loop never waits on it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import resource
+import sys
+from contextlib import suppress
+from pathlib import Path
+from typing import Any
+
+MAX_PNG_BYTES = 20 << 20
+_PASSED_ENV = ("PATH", "LANG", "LC_ALL", "TMPDIR", "HOME")
+
+
+class ChartRenderError(Exception):
+    """The image could not be rendered in time (or at all); the message says which."""
+
+
+async def render_png(spec: dict[str, Any], *, timeout_s: float, scale: float = 2.0) -> bytes:
+    """The chart as a PNG, or ChartRenderError once `timeout_s` has passed (the renderer is killed)."""
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "agent.chart_images",
+        str(scale),
+        str(max(1, int(timeout_s) + 1)),
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env=_environment(),
+    )
+    try:
+        png, error = await asyncio.wait_for(process.communicate(json.dumps(spec).encode()), timeout_s)
+    except TimeoutError:
+        raise ChartRenderError(f"the chart took longer than {timeout_s:g} s to render") from None
+    finally:
+        if process.returncode is None:
+            with suppress(ProcessLookupError):
+                process.kill()
+            await process.wait()
+    if process.returncode != 0 or not png.startswith(b"\x89PNG"):
+        reason = error.decode(errors="replace").strip().splitlines()[-1:] or [f"exit code {process.returncode}"]
+        raise ChartRenderError(f"the chart could not be rendered ({reason[0][:200]})")
+    return png
+
+
+def _environment() -> dict[str, str]:
+    """No secrets for the renderer: only what Python and vl-convert need."""
+    env = {name: os.environ[name] for name in _PASSED_ENV if name in os.environ}
+    env["PYTHONPATH"] = str(Path(__file__).resolve().parents[1])
+    env["PYTHONDONTWRITEBYTECODE"] = "1"
+    return env
+
+
+def main(argv: list[str]) -> int:
+    """The child: a spec on stdin, the PNG on stdout, within a CPU-time limit of its own."""
+    scale, cpu_s = float(argv[0]), int(argv[1])
+    resource.setrlimit(resource.RLIMIT_CPU, (cpu_s, cpu_s))
+    from agent.charts import render_png as render
+
+    png = render(json.loads(sys.stdin.buffer.read()), scale=scale)
+    if len(png) > MAX_PNG_BYTES:
+        print(f"the image is larger than {MAX_PNG_BYTES} bytes", file=sys.stderr)
+        return 1
+    sys.stdout.buffer.write(png)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -157,3 +157,12 @@ def configure_logging(settings: Settings, *, level: str | None = None) -> None:
         logger.propagate = True
     for noisy in ("httpx", "httpx2", "httpcore"):  # each model call would log a line with its URL at INFO
         logging.getLogger(noisy).setLevel(max(logging.WARNING, root.level))
+
+
+def announce(settings: Settings, text: str, *, warning: bool = False) -> None:
+    """A line for the person who started a server (where it listens, what is missing): printed as it is,
+    or, with AGENT_LOG_FORMAT=json, logged like every other line, so each line of the output is JSON."""
+    if settings.agent_log_format == "json":
+        logging.getLogger("agent.serve").log(logging.WARNING if warning else logging.INFO, text)
+        return
+    print(f"warning: {text}" if warning else text, flush=True)

@@ -16,6 +16,20 @@ DURATION_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 30, 60, 120, 300)
 ROUND_BUCKETS = (1, 2, 3, 4, 5, 6, 8, 10, 15, 20)
 TOKEN_TYPES = ("input", "output", "cache_read", "cache_creation")
 LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
+# The loop's guards and the chart tool's refusals: bounded label values, present as 0 from the start so a
+# dashboard reads "0", not "No data", before the first one happens.
+GUARDS = (
+    "duplicate_sql",
+    "citation_without_query",
+    "no_data_answer",
+    "think_only_rounds",
+    "empty_answer",
+    "repaired_tool_input",
+    "malformed_tool_input",
+    "context_compaction",
+    "query_cap",
+)
+CHART_REFUSALS = ("unknown_query", "bad_column", "failed_query", "invalid", "too_large", "too_many", "render")
 LAG_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
 
 
@@ -67,12 +81,14 @@ class Metrics:
         self.charts = Counter("agent_charts_total", "Charts drawn, by kind.", ["kind"], registry=registry)
         self.chart_errors = Counter(
             "agent_chart_errors_total",
-            "Chart requests refused, by reason (unknown_query, bad_column, failed_query, invalid, render).",
+            "Chart requests refused, by reason (unknown_query, bad_column, failed_query, invalid, too_large, too_many, "
+            "render).",
             ["reason"],
             registry=registry,
         )
-        for token_type in TOKEN_TYPES:
-            self.tokens.labels(token_type)
+        for labels, values in ((self.tokens, TOKEN_TYPES), (self.guards, GUARDS), (self.chart_errors, CHART_REFUSALS)):
+            for value in values:
+                labels.labels(value)
         self._slack(registry)
         self._operations(registry)
 

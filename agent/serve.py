@@ -36,7 +36,7 @@ from agent.config import ConfigError, Settings, load_settings
 from agent.conversations import ConversationStore
 from agent.limits import Limits
 from agent.live_runs import SharedRunLog
-from agent.logs import configure_logging
+from agent.logs import announce, configure_logging
 from agent.loop_lag import LoopLag
 from agent.pacing import Pacing
 from agent.runs import STREAM_MARGIN_S, RunRegistry
@@ -232,10 +232,10 @@ def serve(settings: Settings, *, host: str, port: int, web: bool, slack: bool | 
     if slack is None:
         slack = settings.slack_bot_token is not None or not web
     if workers > 1 and settings.embedded:
-        print(
+        announce(
+            settings,
             f"Serving one process, not {workers}: the embedded engine allows one process per data directory. "
             "Set CLICKHOUSE_URL to a ClickHouse server to run several workers.",
-            flush=True,
         )
         workers = 1
     _warn_without_key(settings, web)
@@ -292,7 +292,7 @@ async def _serve(
         server = uvicorn.Server(_uvicorn_config(settings, service.app, host=host, port=port))
         if sockets is None:
             what = "the chat" if web else "the Slack bot"
-            print(f"Serving {what} on http://{host}:{port}; Slack: {service.slack_mode}  (Ctrl-C to stop)", flush=True)
+            announce(settings, f"Serving {what} on http://{host}:{port}; Slack: {service.slack_mode}  (Ctrl-C to stop)")
         # uvicorn re-raises the signal that stopped it once it has shut down; a drained SIGTERM is a
         # clean exit, so the re-raised one lands here and is ignored (exit 0).
         previous = signal.signal(signal.SIGTERM, lambda sig, frame: None)
@@ -306,7 +306,7 @@ async def _serve(
 
 def _warn_without_key(settings: Settings, web: bool) -> None:
     if web and settings.anthropic_api_key is None:
-        print("warning: ANTHROPIC_API_KEY is not set; the page will load, but questions will fail.", flush=True)
+        announce(settings, "ANTHROPIC_API_KEY is not set; the page will load, but questions will fail.", warning=True)
 
 
 async def check_slack_token(settings: Settings, slack: bool | None) -> None:

@@ -30,6 +30,7 @@ from pathlib import Path
 from types import FrameType
 
 from agent.config import ConfigError, Settings
+from agent.logs import announce
 
 log = logging.getLogger(__name__)
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
@@ -44,7 +45,7 @@ def serve_workers(settings: Settings, *, host: str, port: int, web: bool, slack:
     reserved = _reserve(host, port)
     metrics_dir, made = _metrics_dir()
     what = "the chat" if web else "the Slack bot"
-    print(f"Serving {what} on http://{host}:{port} with {workers} workers  (Ctrl-C to stop)", flush=True)
+    announce(settings, f"Serving {what} on http://{host}:{port} with {workers} workers  (Ctrl-C to stop)")
     supervisor = Supervisor(workers, (host, port, web, slack, workers))
     try:
         supervisor.run()

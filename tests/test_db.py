@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import csv
+import io
 import logging
 import os
 import signal
@@ -324,3 +326,19 @@ async def test_an_export_error_never_names_an_excluded_table(db: Database) -> No
     with pytest.raises((EngineError, QueryRefused)) as caught:
         await scoped.export("SELECT * FROM nycflights13.plane", max_rows=10)
     assert "planes" not in str(caught.value)
+
+
+async def test_csv_cells_and_headers_a_spreadsheet_would_evaluate_are_escaped(db: Database) -> None:
+    """A text cell, or a column alias, starting with = + - @ (or a tab or carriage return) gets a leading
+    apostrophe; numbers keep their sign."""
+    from agent.db import csv_chunks
+
+    sql = (
+        'SELECT \'=HYPERLINK("http://x")\' AS `=HYPERLINK("http://evil","click")`, \'+1\' AS `+a`, '
+        "'@SUM(A1)' AS `@b`, '-2' AS `-c`, -3 AS n, 'plain' AS p"
+    )
+    export = await db.export(sql, max_rows=10)
+    body = b"".join([chunk async for chunk in csv_chunks(export, max_bytes=10_000)]).decode()
+    header, row = list(csv.reader(io.StringIO(body)))
+    assert header == ['\'=HYPERLINK("http://evil","click")', "'+a", "'@b", "'-c", "n", "p"]
+    assert row == ['\'=HYPERLINK("http://x")', "'+1", "'@SUM(A1)", "'-2", "-3", "plain"]

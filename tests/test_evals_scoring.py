@@ -169,3 +169,29 @@ def test_the_judge_prompts_render_and_need_their_variables() -> None:
     )
     with pytest.raises(Exception, match="undefined"):
         prompts.render(REQUEST_PROMPT)
+
+
+def test_a_gold_query_that_orders_fails_an_answer_in_another_order() -> None:
+    """The gold SQL's ORDER BY decides, through the whole score: the same rows in another order fail."""
+    from agent.pipeline.runner import ExecutedQuery, RunResult
+    from evals.scoring import Gold, score
+    from evals.suite import Case
+
+    gold_sql = "SELECT origin, count() AS n FROM nycflights13.flights GROUP BY origin ORDER BY n DESC"
+    rows = [["EWR", "120835"], ["JFK", "111279"], ["LGA", "104662"]]
+    gold = Gold(gold_sql, QueryResult(query_id="g", sql=gold_sql, columns=["origin", "n"], rows=rows))
+    case = Case(id="ordered", question="Busiest airports?", gold_sql=gold_sql)
+
+    def answered_with(got: list[list[str]]) -> RunResult:
+        result = QueryResult(query_id="a", sql="...", columns=["origin", "n"], rows=got)
+        return RunResult(
+            question=case.question, queries=[ExecutedQuery(id="Q1", question="q", sql="...", result=result)]
+        )
+
+    def gold_check(result: RunResult) -> bool:
+        return next(check.passed for check in score(case, result, gold) if check.name == "gold_sql")
+
+    assert gold_check(answered_with(rows))
+    assert not gold_check(answered_with(rows[::-1]))
+    unordered = Gold(gold_sql.removesuffix(" ORDER BY n DESC"), gold.result)
+    assert next(c.passed for c in score(case, answered_with(rows[::-1]), unordered) if c.name == "gold_sql")

@@ -21,7 +21,7 @@ from agent.db import Database, EngineError, hints, rendering, server
 from agent.db.hints import clean_error, error_code, hint_for
 from agent.examples import parse_questions
 from agent.followups import parse_followups
-from agent.pipeline.v3.guards import uncited_citations
+from agent.pipeline.v3.guards import dangling_citations
 from agent.pipeline.v3.tools import clean_sql, normalized
 from bots.slack import blocks, receive
 from evals import judge, scoring
@@ -135,7 +135,7 @@ TRANSFORMATIONS: dict[str, tuple[Callable[[str], object], float]] = {
     "normalized": (normalized, LIMIT_S),
     "parse_followups": (lambda t: parse_followups(t, exclude="x"), LIMIT_S),
     "parse_questions": (parse_questions, LIMIT_S),
-    "uncited_citations": (lambda t: uncited_citations(t, NO_QUERIES), LIMIT_S),
+    "dangling_citations": (lambda t: dangling_citations(t, NO_QUERIES), LIMIT_S),
     "slack_markdown": (lambda t: blocks.slack_markdown(t, final=True), LIMIT_S),
     "slack_markdown, still streaming": (lambda t: blocks.slack_markdown(t, final=False), LIMIT_S),
     "Slack table cells": (blocks._cells, LIMIT_S),

@@ -177,6 +177,25 @@ async def test_citations_without_a_query_twice_give_an_honest_answer(make_app, f
     assert "300k" not in result.answer
 
 
+async def test_a_citation_of_a_query_that_never_ran_gets_one_retry(make_app, fake_anthropic: FakeAnthropic) -> None:
+    """The guard is not only for answers without queries: [Q7] when only Q1 ran points at nothing, and so
+    does a citation of a query that failed."""
+    fake_anthropic.script(
+        Reply(
+            tool_calls=[
+                sql(("Flights", "SELECT count() FROM nycflights13.flights"), ("Broken", "SELECT nope FROM nowhere"))
+            ]
+        ),
+        Reply(text="336,776 flights [Q1], 12% delayed [Q7], by [Q2]."),
+        Reply(text="There were 336,776 flights [Q1]."),
+    )
+    result, _ = await ask(make_app(), "how many flights?")
+    retry = last_user_text(fake_anthropic.requests[2])
+    assert "cites [Q2], [Q7], but only Q1 ran and returned a result" in retry
+    assert result.outcome is Outcome.ANSWERED and result.answer == "There were 336,776 flights [Q1]."
+    assert result.metrics.guard_interventions == {"citation_without_query": 1}
+
+
 async def test_think_only_rounds_get_a_nudge(make_app, fake_anthropic: FakeAnthropic) -> None:
     fake_anthropic.script(
         Reply(tool_calls=[think("hmm")]), Reply(tool_calls=[think("hmm more")]), Reply(text="No data needed.")
@@ -452,3 +471,22 @@ async def test_a_run_failing_in_an_unexpected_place_still_ends_with_done(make_ap
     assert events.kinds[-2:] == ["error", "done"]
     assert result.outcome is Outcome.ERROR and result.error and "RuntimeError" in result.error
     assert "exploded" not in result.error  # details go to the log, not to the person
+
+
+def test_an_old_result_just_over_the_soft_threshold_is_cut_to_head_and_tail() -> None:
+    from agent.pipeline.v3.context import HEAD_CHARS, TAIL_CHARS, TRIM_AT, trim_tool_results
+
+    def result(text: str) -> dict[str, Any]:
+        return {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t", "content": text}]}
+
+    just_over, at_most = "a" * (HEAD_CHARS + TAIL_CHARS + 101), "b" * (HEAD_CHARS + TAIL_CHARS + 100)
+    newest = "c" * 20_000
+    messages = [result(just_over), result(at_most), result(newest)]
+    used = sum(len(json.dumps(m["content"])) for m in messages) // 4
+    budget = int(used / TRIM_AT) - 1  # just past the soft threshold, far from the hard one
+    assert trim_tool_results(messages, budget, 0) == 1
+    cut = messages[0]["content"][0]["content"]
+    assert cut.startswith("a" * HEAD_CHARS + "\n…[") and cut.endswith("]…\n" + "a" * TAIL_CHARS)
+    assert messages[1]["content"][0]["content"] == at_most  # at the threshold: left whole
+    assert messages[2]["content"][0]["content"] == newest  # the newest result is never touched
+    assert trim_tool_results(messages, budget * 10, 0) == 0  # under the threshold: nothing

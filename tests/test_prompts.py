@@ -22,7 +22,7 @@ VARIABLES = {
     "loop/penultimate.md": {},
     "loop/synthesize.md": {},
     "loop/think_nudge.md": {"rounds": 2},
-    "loop/citation_retry.md": {"citations": "[Q1]"},
+    "loop/citation_retry.md": {"citations": "[Q1]", "answered": ["Q2"]},
     "loop/no_data.md": {},
     "loop/duplicate.md": {"original": "Q1"},
     "loop/cancelled.md": {"partial": "x"},

@@ -97,7 +97,9 @@ async def slack_chart_image(client: httpx.AsyncClient, fake: FakeAnthropic) -> N
 
 
 async def large_download(client: httpx.AsyncClient, fake: FakeAnthropic) -> None:
-    fake.script(Reply(tool_calls=[sql("SELECT number, repeat('d', 2000) AS pad FROM numbers(20000)")]), Reply(text="[Q1]"))
+    fake.script(
+        Reply(tool_calls=[sql("SELECT number, repeat('d', 2000) AS pad FROM numbers(20000)")]), Reply(text="[Q1]")
+    )
     events = await chat(client, "heavy?")
     async with client.stream("GET", f"/api/queries/{events[0].data['run_id']}-Q1.csv") as response:
         size = sum([len(chunk) async for chunk in response.aiter_bytes()])

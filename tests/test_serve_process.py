@@ -115,7 +115,14 @@ class Served:
         return f"exit {self.process.returncode}\n{self.stdout}\n{self.stderr[-4000:]}"
 
     def log_lines(self) -> list[dict[str, Any]]:
-        return [json.loads(line) for line in self.stderr.splitlines() if line.startswith("{")]
+        """Every line the server wrote, on either stream: in JSON mode each one must be a JSON object."""
+        lines = [line for line in (self.stdout + "\n" + self.stderr).splitlines() if line.strip()]
+        not_json = [line for line in lines if not line.startswith("{")]
+        assert not not_json, f"lines that are not JSON: {not_json[:3]}"
+        return [json.loads(line) for line in lines]
+
+    def said(self) -> list[str]:
+        return [line["message"] for line in self.log_lines()]
 
 
 async def _chat(url: str, question: str) -> list[Any]:
@@ -214,7 +221,7 @@ async def test_several_workers_share_the_port_the_runs_and_the_metrics(
     pids = {line["pid"] for line in served.log_lines() if line.get("outcome") == "answered"}
     assert len(pids) == 2, f"both workers answered: {pids}"
     assert over_budget == [429] * 6, "the budget is the client's, not each worker's"
-    assert "with 2 workers" in served.stdout
+    assert any("with 2 workers" in message for message in served.said())
 
 
 async def _refused(url: str) -> int:
@@ -255,9 +262,10 @@ async def test_the_embedded_engine_serves_one_process_and_says_so(
     finally:
         report = served.finish()
     assert served.process.returncode == 0, report
-    assert served.stdout.startswith(
+    assert served.said()[0].startswith(
         "Serving one process, not 3: the embedded engine allows one process per data directory."
     ), report
+    assert any(message.startswith("Serving the chat on http://127.0.0.1:") for message in served.said())
 
 
 async def test_a_sigint_to_the_supervisor_alone_stops_every_worker(

@@ -199,6 +199,23 @@ async def test_the_same_event_delivered_three_times_is_answered_once_even_across
     assert len(bot_replies(fake_slack, GENERAL_ID, question)) == 2  # the progress message and the answer
 
 
+async def test_one_message_delivered_as_two_events_is_answered_once(
+    start_bot, fake_slack: FakeSlack, fake_anthropic: FakeAnthropic
+) -> None:
+    """The same message can arrive in two events with different ids (two subscriptions that match it, a
+    Slack Connect channel seen from both sides): the message, not the event, is what gets answered."""
+    bot = await start_bot()
+    fake_anthropic.script(*carriers_script())
+    ts = fake_slack.add_message(DM_ID, "which carrier flew the most?", user=HUMAN_ID)
+    for _ in range(2):
+        event = events.event_callback(events.im_message("which carrier flew the most?", ts=ts))
+        assert (await bot.deliver(events.events_request(event))).status_code == 200
+    await bot.idle()
+    assert len(fake_anthropic.requests) == 3  # one run: the loop's two rounds and the follow-ups
+    assert sample(bot.metrics, "agent_slack_duplicates_total", kind="message") == 1
+    assert sample(bot.metrics, "agent_slack_duplicates_total", kind="event") == 0
+
+
 async def test_edits_deletions_other_bots_own_messages_and_empty_text_are_ignored(
     start_bot, fake_slack: FakeSlack, fake_anthropic: FakeAnthropic
 ) -> None:
@@ -431,6 +448,19 @@ async def test_a_long_answer_is_split_at_slacks_limit(
         fake_slack.thread_messages(GENERAL_ID, question), bot_id=fake_slack.bot_id, before_ts="9999999999.0"
     )
     assert history.answer == long_answer
+
+
+async def test_slack_series_start_at_zero_once_the_bot_runs(start_bot) -> None:
+    bot = await start_bot()
+    for name, label, value in (
+        ("agent_slack_events_total", "type", "app_mention"),
+        ("agent_slack_events_ignored_total", "reason", "edit"),
+        ("agent_slack_duplicates_total", "kind", "message"),
+        ("agent_slack_answers_total", "delivery", "stream"),
+        ("agent_slack_errors_total", "type", "model_busy"),
+        ("agent_slack_feedback_total", "value", "down"),
+    ):
+        assert bot.metrics.registry.get_sample_value(name, {label: value}) == 0.0, name
 
 
 async def test_slack_metrics_are_recorded(start_bot, fake_slack: FakeSlack, fake_anthropic: FakeAnthropic) -> None:

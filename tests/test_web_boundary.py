@@ -417,3 +417,11 @@ def test_agent_web_serves_loopback_or_a_protected_address(
     for name, value in environment.items():
         monkeypatch.setenv(name, value)
     check_exposure(load_settings(), host)
+
+
+def test_the_content_security_policy_is_exactly_this() -> None:
+    """Written out here, not read from the module: a loosened policy must fail a test."""
+    assert CONTENT_SECURITY_POLICY == (
+        "default-src 'self'; img-src 'self' data:; script-src 'self'; style-src 'self'; connect-src 'self'; "
+        "object-src 'none'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
+    )

@@ -9,11 +9,12 @@ CITATION = linear_re.compile(r"\[Q(\d+)\]")  # over the model's answer
 THINK_ONLY_ROUNDS_BEFORE_NUDGE = 2
 
 
-def uncited_citations(answer: str, state: RunState) -> list[str]:
-    """Citations like [Q1] in an answer although no query ran in this run."""
-    if state.queries:
-        return []
-    return sorted({f"[Q{n}]" for n in CITATION.findall(answer)}, key=_numeric_order)
+def dangling_citations(answer: str, state: RunState) -> list[str]:
+    """Citations like [Q7] in an answer that name no query that ran in this run and returned a result
+    (a query that failed is no evidence; one that returned no rows is: it shows there are none)."""
+    answered = {query.id for query in state.queries if query.result.ok}
+    cited = {f"[Q{n}]" for n in CITATION.findall(answer)}
+    return sorted((c for c in cited if c[1:-1] not in answered), key=_numeric_order)
 
 
 def _numeric_order(citation: str) -> tuple[int, str, str]:

@@ -200,11 +200,12 @@ class Pipeline:
             state.record_guard("empty_answer")
             state.answer, state.outcome = self._prompts.render("loop/no_data.md"), Outcome.NO_DATA
             return None
-        cited = guards.uncited_citations(text, state)
+        cited = guards.dangling_citations(text, state)
         if cited and state.citation_retries == 0:
             state.citation_retries += 1
             state.record_guard("citation_without_query")
-            return self._prompts.render("loop/citation_retry.md", citations=", ".join(cited))
+            answered = [q.id for q in state.queries if q.result.ok]
+            return self._prompts.render("loop/citation_retry.md", citations=", ".join(cited), answered=answered)
         if cited:
             state.record_guard("no_data_answer")
             state.answer, state.outcome = self._prompts.render("loop/no_data.md"), Outcome.NO_DATA

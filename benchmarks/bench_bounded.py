@@ -43,7 +43,9 @@ MODERATE = "SELECT count() FROM numbers(60000000) WHERE sipHash64(number) % 7 = 
 # Each case: the model's tool calls, round by round (the last round answers), or a function of the app.
 SQL_CASES: dict[str, list[list[tuple[str, dict[str, Any]]]]] = {
     "plain question": [[("execute_sql", {"queries": [{"question": "q", "sql": "SELECT count() FROM flights"}]})]],
-    "whitespace error": [[("execute_sql", {"queries": [{"question": "q", "sql": "SELECT throwIf(1, repeat(' ', 16000))"}]})]],
+    "whitespace error": [
+        [("execute_sql", {"queries": [{"question": "q", "sql": "SELECT throwIf(1, repeat(' ', 16000))"}]})]
+    ],
     "huge names and types": [
         [("execute_sql", {"queries": [{"question": "a", "sql": HUGE_NAMES}, {"question": "b", "sql": HUGE_TYPE}]})]
     ],

@@ -189,7 +189,7 @@ def test_sql_error_codes_stay_a_bounded_label(metrics: Metrics) -> None:
     for code in (None, 47, 123456789, -1):
         metrics.count_sql_error(code)
     counted = {
-        s.labels["code"] for f in metrics.registry.collect() for s in f.samples if s.name.endswith("errors_total")
+        s.labels["code"] for f in metrics.registry.collect() for s in f.samples if s.name == "agent_sql_errors_total"
     }
     assert counted == {"none", "47", "other"}
 

@@ -17,7 +17,8 @@ from typing import Any
 import pytest
 
 from agent import linear_re
-from agent.db import Database, EngineError, hints, rendering, server
+from agent.db import Database, EngineError, engine_process, hints, rendering, server
+from agent.db.backend import bounded_error
 from agent.db.hints import clean_error, error_code, hint_for
 from agent.examples import parse_questions
 from agent.followups import parse_followups
@@ -327,8 +328,9 @@ def test_the_old_patterns_took_longer_on_far_less_text() -> None:
 
 
 def test_the_server_backend_cuts_error_text_as_the_engine_process_does() -> None:
-    assert server._bounded("x" * 16_384) == "x" * 16_384
-    assert server._bounded("x" * 20_000) == "x" * 16_384 + "… [3616 characters cut]"
+    assert server.bounded_error is engine_process.bounded_error is bounded_error
+    assert bounded_error("x" * 16_384) == "x" * 16_384
+    assert bounded_error("x" * 20_000) == "x" * 16_384 + "… [3616 characters cut]"
 
 
 # --- through the real engine ---

@@ -142,9 +142,7 @@ def runs_row() -> Iterator[dict[str, Any]]:
         "ran then (a large chart, a download, a slow disk).",
         [
             target("max(agent_event_loop_lag_max_seconds)", "worst"),
-            target(
-                f"histogram_quantile(0.99, sum by (le) (rate(agent_event_loop_lag_seconds_bucket[{RATE}])))", "p99"
-            ),
+            target(f"histogram_quantile(0.99, sum by (le) (rate(agent_event_loop_lag_seconds_bucket[{RATE}])))", "p99"),
         ],
         unit="s",
     )

@@ -19,14 +19,14 @@ import subprocess
 import sys
 import tempfile
 import time
-from contextlib import aclosing
+from contextlib import aclosing, suppress
 from pathlib import Path
 from typing import Any
 
 from prometheus_client import CollectorRegistry
 
 from agent.app import AgentApp
-from agent.chart_images import render_png
+from agent.chart_images import ChartRenderError, render_png
 from agent.config import Settings
 from agent.db import csv_chunks
 from agent.llm import LLMClient, ModelTurn, Usage
@@ -131,11 +131,15 @@ async def _case(name: str, settings: Settings) -> dict[str, float]:
 async def _work(name: str, app: AgentApp) -> None:
     if name in SQL_CASES:
         result = await app.runner.run(name, followups=False)
-        assert result.outcome.value == "answered", result
+        # the whitespace error's query fails, so its answer is `no_data` (it cites a query without rows)
+        assert result.outcome.value in ("answered", "no_data") and not result.error, result
     elif name == "Slack chart image":
         values = [{"f0": f"{i}" + "z" * 30_000, "f1": i} for i in range(3)]
         spec = {"data": {"values": values}, "mark": "bar", "encoding": {"x": {"field": "f0"}, "y": {"field": "f1"}}}
-        await render_png(spec, timeout_s=app.settings.chart_render_timeout_s)
+        # The review's case: vl-convert may not finish it within the limit; then its process is killed,
+        # which is the bound. Either way the loop's lag is what is measured.
+        with suppress(ChartRenderError):
+            await render_png(spec, timeout_s=app.settings.chart_render_timeout_s)
     elif name == "large download":
         export = await app.db.export(
             "SELECT number, repeat('d', 2000) AS pad FROM numbers(100000)", max_rows=app.settings.export_max_rows
@@ -159,8 +163,9 @@ def run() -> dict[str, dict[str, float]]:
                 [sys.executable, "-m", "benchmarks.bench_bounded", "--case", name, "--data", tmp],
                 capture_output=True,
                 text=True,
-                check=True,
             )
+            if done.returncode:
+                raise SystemExit(f"bench_bounded: the case {name!r} failed:\n{done.stderr[-3000:]}")
             figures[name] = json.loads(done.stdout.strip().splitlines()[-1])
     return figures
 

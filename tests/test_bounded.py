@@ -312,6 +312,30 @@ async def test_one_call_and_one_question_run_a_bounded_number_of_queries(
     assert metrics.registry.get_sample_value("agent_guard_interventions_total", {"guard": "query_cap"}) == 2
 
 
+async def test_calls_side_by_side_share_one_budget_and_number_their_queries_apart(
+    make_app, fake_anthropic: FakeAnthropic, metrics
+) -> None:
+    # One model turn may hold many execute_sql calls; they run side by side.
+    calls = [sql(*[f"SELECT {call * 10 + i} AS n" for i in range(5)]) for call in range(6)]
+    fake_anthropic.script(Reply(tool_calls=calls), Reply(text="Done [Q1]."))
+    app = make_app(max_queries_per_call=5, max_queries_per_run=12)
+    result = await app.runner.run("many?", followups=False)
+    assert [q.id for q in result.queries] == [f"Q{n}" for n in range(1, 13)]
+    assert metrics.registry.get_sample_value("agent_sql_queries_total", {"status": "ok"}) == 12
+    assert result.outcome.value == "answered", result.error
+
+
+async def test_two_calls_side_by_side_are_stored_with_their_queries(web, fake_anthropic: FakeAnthropic) -> None:
+    url, _ = await web()
+    fake_anthropic.script(Reply(tool_calls=[sql("SELECT 1 AS a"), sql("SELECT 2 AS b")]), Reply(text="1 [Q1], 2 [Q2]"))
+    async with httpx.AsyncClient(base_url=url, timeout=30) as client:
+        events = await chat(client, "two?")
+        assert sorted(e.data["query_id"] for e in events if e.event == "executing") == ["Q1", "Q2"]
+        assert [e.event for e in events if e.event == "error"] == []
+        stored = (await client.get(f"/api/conversations/{events[0].data['conversation_id']}")).json()
+    assert [q["label"] for q in stored["turns"][0]["queries"]] == ["Q1", "Q2"]
+
+
 async def test_the_engine_share_is_fair_and_gives_back_cancelled_slots() -> None:
     from agent.db.share import EngineShare
 

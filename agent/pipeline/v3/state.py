@@ -43,6 +43,8 @@ class RunState:
     charts: list[Chart] = field(default_factory=list)
     think_only_rounds: int = 0
     charts_claimed: int = 0
+    query_ids_taken: int = 0
+    executions_claimed: int = 0
     citation_retries: int = 0
     first_event_s: float | None = None
 
@@ -60,8 +62,19 @@ class RunState:
         self.first_event_s = time.perf_counter() - self.started
         self.metrics.first_event_seconds.labels(self.interface).observe(self.first_event_s)
 
-    def next_query_id(self) -> str:
-        return f"Q{len(self.queries) + 1}"
+    def take_query_id(self) -> str:
+        """The next Q id, taken before any await: the execute_sql calls of one round run side by side, and
+        each must number its queries apart from the others'."""
+        self.query_ids_taken += 1
+        return f"Q{self.query_ids_taken}"
+
+    def claim_execution(self, most: int) -> bool:
+        """A place for one more query in the engine, taken before any await (as query ids are); False
+        once `most` are taken, whichever of a round's calls asks."""
+        if self.executions_claimed >= most:
+            return False
+        self.executions_claimed += 1
+        return True
 
     def claim_chart(self, most: int) -> bool:
         """A place for one more chart, taken before any await (the charts of one round are drawn side by
@@ -73,11 +86,6 @@ class RunState:
 
     def release_chart(self) -> None:
         self.charts_claimed -= 1
-
-    @property
-    def executed_queries(self) -> int:
-        """Queries that ran in the engine (not results reused from an identical earlier query)."""
-        return self.run_metrics.sql_queries
 
     def record_model_call(self, turn: ModelTurn, role: str) -> None:
         m = self.run_metrics
@@ -98,6 +106,7 @@ class RunState:
 
     def record_query(self, query: ExecutedQuery) -> None:
         self.queries.append(query)
+        self.queries.sort(key=lambda q: int(q.id[1:]))  # side-by-side calls finish in any order
         m = self.run_metrics
         status = "reused" if query.reused_from else ("ok" if query.result.ok else "error")
         self.metrics.sql_queries.labels(status).inc()

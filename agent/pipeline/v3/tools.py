@@ -127,14 +127,15 @@ class SqlExecutor:
     ) -> list[tuple[ExecutedQuery | None, str, QueryRequest]]:
         """Which requests run (or reuse an earlier identical query's result), under their Q ids: at most
         max_queries_per_call of them, and new executions only while the run's budget lasts."""
+        # Synchronous from here to the return: the calls of one round run side by side, and each takes
+        # its ids and its part of the run's budget before any of them awaits.
         planned: list[tuple[ExecutedQuery | None, str, QueryRequest]] = []
         by_sql = {normalized(q.sql): q for q in state.queries if not q.reused_from}
-        executions_left = self._limits.max_queries_per_run - state.executed_queries
         for request in requests[: self._limits.max_queries_per_call]:
-            query_id = f"Q{len(state.queries) + len(planned) + 1}"
             earlier = by_sql.get(normalized(request.sql))
-            if earlier is None and executions_left <= 0:
+            if earlier is None and not state.claim_execution(self._limits.max_queries_per_run):
                 continue
+            query_id = state.take_query_id()
             reused = None
             if earlier is not None:
                 reused = ExecutedQuery(
@@ -144,8 +145,6 @@ class SqlExecutor:
                     result=earlier.result,
                     reused_from=earlier.id,
                 )
-            else:
-                executions_left -= 1
             planned.append((reused, query_id, request))
         return planned
 
@@ -156,7 +155,7 @@ class SqlExecutor:
             skipped=skipped,
             per_call=limits.max_queries_per_call,
             per_run=limits.max_queries_per_run,
-            run_spent=state.executed_queries >= limits.max_queries_per_run,
+            run_spent=state.executions_claimed >= limits.max_queries_per_run,
         )
 
     async def _one(

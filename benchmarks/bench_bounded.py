@@ -33,11 +33,11 @@ from agent.llm import LLMClient, ModelTurn, Usage
 from agent.metrics import Metrics
 from benchmarks.demo_data import load_demo_elsewhere
 
-HUGE_NAMES = (
-    "SELECT t.* FROM (SELECT CAST(tuple(1, 2), concat('Tuple(', repeat('a', 1000000), ' UInt8, ', "
-    "repeat('b', 1000000), ' UInt8)')) AS t)"
+# Types must be literal strings, so a statement's names are bounded by its own 60,000 characters.
+HUGE_NAMES = "SELECT t.* FROM (SELECT CAST(tuple(1, 2), 'Tuple({} UInt8, {} UInt8)') AS t)".format(
+    "a" * 25_000, "b" * 25_000
 )
-HUGE_TYPE = "SELECT CAST(1, concat('Enum8(''', repeat('a', 1000000), ''' = 1)')) AS e"
+HUGE_TYPE = "SELECT CAST(1, 'Enum8(''{}'' = 1)') AS e".format("a" * 50_000)
 MODERATE = "SELECT count() FROM numbers(60000000) WHERE sipHash64(number) % 7 = {}"
 
 # Each case: the model's tool calls, round by round (the last round answers), or a function of the app.

@@ -25,6 +25,24 @@ from agent.db.scope import ALWAYS_READABLE, Scope
 MAX_SQL_CHARS = 60_000
 # Functions whose first argument the engine resolves as an aggregate function's name.
 NAMES_A_FUNCTION = frozenset({"arrayreduce", "arrayreduceinranges", "initializeaggregation"})
+# Functions that read one argument as a type's name (by position; -1 is the last), and may instantiate
+# what it names, such as an aggregate function inside AggregateFunction(...). ClickHouse folds a constant
+# expression there (concat('Aggregate', ...), unhex(...)), so that argument must be a literal string,
+# which `literal` then checks.
+TYPE_ARGUMENT = {
+    "cast": 1,
+    "_cast": 1,
+    "accuratecast": 1,
+    "accuratecastordefault": 1,
+    "accuratecastornull": 1,
+    "defaultvalueoftypename": 0,
+    "jsonextract": -1,
+    "jsonextractkeysandvalues": -1,
+    "reinterpret": 1,
+    "variantelement": 1,
+    "dynamicelement": 1,
+    "kqlparametercast": 1,
+}
 IN_FUNCTIONS = frozenset(
     {"in", "notIn", "globalIn", "globalNotIn", "nullIn", "notNullIn", "globalNullIn", "globalNotNullIn"}
 )
@@ -234,6 +252,8 @@ class _Walk:
         self.function_name(name)
         if name.lower() in NAMES_A_FUNCTION:
             self.function_named_by_string(name, node.get("arguments", {}).get("children", []))
+        if (position := TYPE_ARGUMENT.get(name.lower())) is not None:
+            self.type_argument(name, node.get("arguments", {}).get("children", []), position)
         if name in IN_FUNCTIONS:
             arguments = node.get("arguments", {}).get("children", [])
             if len(arguments) == 2 and isinstance(arguments[1], dict) and arguments[1].get("type") == "Identifier":
@@ -249,6 +269,16 @@ class _Walk:
         ):
             raise QueryRefused(f"The first argument of {name}() must be an aggregate function's name in quotes.")
         self.function_name(value["value"].split("(", 1)[0].strip())
+
+    def type_argument(self, name: str, arguments: list[Any], position: int) -> None:
+        if len(arguments) < 2 and position == -1:
+            return  # JSONExtract(json) with no type: nothing is read as one
+        if not -len(arguments) <= position < len(arguments):
+            return  # the engine refuses the call itself
+        argument = arguments[position]
+        value = argument.get("value") if isinstance(argument, dict) and argument.get("type") == "Literal" else None
+        if not (isinstance(value, dict) and value.get("field_type") == "String"):
+            raise QueryRefused(f"The type in {name}() must be written as a literal string, such as 'UInt32'.")
 
     def literal(self, value: Any) -> None:
         """A string the engine may read as a type (CAST(x, 'T'), JSONExtract(j, 'T'), ...) can name an

@@ -13,12 +13,18 @@ import json
 import os
 import resource
 import sys
+import weakref
 from contextlib import suppress
 from pathlib import Path
 from typing import Any
 
 MAX_PNG_BYTES = 20 << 20
+# The renderer's writable memory. RLIMIT_AS cannot be used: V8 reserves address space for its heap
+# cage up front and dies under any limit on it; RLIMIT_DATA counts only what is written.
+MAX_RENDER_DATA_BYTES = 1 << 30
+MAX_CONCURRENT_RENDERS = 2  # in one process: more would only share the same cores, each slower
 _PASSED_ENV = ("PATH", "LANG", "LC_ALL", "TMPDIR", "HOME")
+_renders: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore] = weakref.WeakKeyDictionary()
 
 
 class ChartRenderError(Exception):
@@ -26,7 +32,24 @@ class ChartRenderError(Exception):
 
 
 async def render_png(spec: dict[str, Any], *, timeout_s: float, scale: float = 2.0) -> bytes:
-    """The chart as a PNG, or ChartRenderError once `timeout_s` has passed (the renderer is killed)."""
+    """The chart as a PNG, or ChartRenderError once `timeout_s` has passed (the renderer is killed).
+    At most MAX_CONCURRENT_RENDERS run at once; the wait for a turn counts against `timeout_s`."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    turn = _renders.setdefault(loop, asyncio.Semaphore(MAX_CONCURRENT_RENDERS))
+    try:
+        await asyncio.wait_for(turn.acquire(), timeout_s)
+    except TimeoutError:
+        raise ChartRenderError(f"the chart could not start rendering within {timeout_s:g} s (others were)") from None
+    try:
+        return await _render(spec, timeout_s=max(0.1, deadline - loop.time()), scale=scale)
+    except TimeoutError:
+        raise ChartRenderError(f"the chart took longer than {timeout_s:g} s to render") from None
+    finally:
+        turn.release()
+
+
+async def _render(spec: dict[str, Any], *, timeout_s: float, scale: float) -> bytes:
     process = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
@@ -40,8 +63,6 @@ async def render_png(spec: dict[str, Any], *, timeout_s: float, scale: float = 2
     )
     try:
         png, error = await asyncio.wait_for(process.communicate(json.dumps(spec).encode()), timeout_s)
-    except TimeoutError:
-        raise ChartRenderError(f"the chart took longer than {timeout_s:g} s to render") from None
     finally:
         if process.returncode is None:
             with suppress(ProcessLookupError):
@@ -65,6 +86,7 @@ def main(argv: list[str]) -> int:
     """The child: a spec on stdin, the PNG on stdout, within a CPU-time limit of its own."""
     scale, cpu_s = float(argv[0]), int(argv[1])
     resource.setrlimit(resource.RLIMIT_CPU, (cpu_s, cpu_s))
+    resource.setrlimit(resource.RLIMIT_DATA, (MAX_RENDER_DATA_BYTES, MAX_RENDER_DATA_BYTES))
     from agent.charts import render_png as render
 
     png = render(json.loads(sys.stdin.buffer.read()), scale=scale)

@@ -94,6 +94,15 @@ class Settings(BaseSettings):
     export_max_cell_chars: int = Field(
         10_000, ge=100, description="Longer cells of a CSV download are cut by the engine, with a marker."
     )
+    export_send_timeout_s: float = Field(
+        30.0,
+        gt=0,
+        description="A CSV download whose client takes longer than this to accept a chunk is broken off (its "
+        "query and its share of the engine are given back).",
+    )
+    export_deadline_s: float = Field(
+        600.0, gt=0, description="A CSV download still sending after this long is broken off."
+    )
 
     # --- what one question may cost the app, whatever its SQL returns (agent/limits.py) ---
     max_result_columns: int = Field(200, ge=1, description="Columns one query may return.")

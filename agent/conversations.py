@@ -16,9 +16,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from agent.limits import Limits, json_size
+from agent.limits import Limits, cut_text, json_size
 from agent.pipeline.runner import PREVIEW_ROWS, RunResult, Turn, TurnQuery, fit_rows
 from agent.sqlite_file import SqliteFile, write_transaction
+
+SHORT_COLUMN_CHARS = 40  # a stored column name past the turn cap: enough to tell columns apart
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS conversations (
@@ -243,7 +245,7 @@ class ConversationStore:
                         _dumps(turn.charts),
                     ),
                 )
-                for q, preview in zip(result.queries, turn.previews, strict=True):
+                for q, preview, kept in zip(result.queries, turn.previews, turn.queries, strict=True):
                     r = q.result
                     c.execute(
                         "INSERT INTO queries VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
@@ -251,14 +253,14 @@ class ConversationStore:
                             query_key(run_id, q.id),
                             run_id,
                             q.id,
-                            q.question,
-                            q.sql,
-                            _dumps(r.columns),
+                            kept["question"],
+                            kept["sql"],
+                            _dumps(kept["columns"]),
                             _dumps(preview),
                             r.row_count,
                             int(r.has_more),
-                            r.error,
-                            r.hint,
+                            kept["error"],
+                            kept["hint"],
                             r.elapsed_ms,
                         ),
                     )
@@ -268,7 +270,7 @@ class ConversationStore:
 
     async def query_sql(self, key: str) -> str | None:
         row = await self._file.run(lambda c: c.execute("SELECT sql FROM queries WHERE id = ?", (key,)).fetchone())
-        return row["sql"] if row else None
+        return (row["sql"] or None) if row else None  # empty: given up to keep the turn within its cap
 
     async def run_events(self, run_id: str) -> tuple[str, list[dict[str, Any]]] | None:
         row = await self._file.run(
@@ -285,12 +287,15 @@ class _StoredTurn:
     """The parts of a turn whose size the run's output decides, and what gives way, in order, when
     together they pass the cap: rows in the replayed event log (the conversation view keeps its
     previews), the transcript (the next question then carries the turn in compact form), the charts'
-    data in the event log, the previews, the charts."""
+    data in the event log, the previews, the charts, column names and SQL in the event log (the query
+    rows keep them), column names past a short cut, and last the queries' SQL (their downloads are then
+    gone). Every part counts, the query rows too."""
 
     events: list[dict[str, Any]]
     transcript: list[dict[str, Any]]
     charts: list[dict[str, Any]]
     previews: list[list[list[Any]]]
+    queries: list[dict[str, Any]]
 
     @classmethod
     def of(cls, result: RunResult, events: list[dict[str, Any]], preview_bytes: int) -> _StoredTurn:
@@ -299,14 +304,33 @@ class _StoredTurn:
             transcript=result.transcript,
             charts=[chart.summary() for chart in result.charts],
             previews=[fit_rows(q.result.json_rows(PREVIEW_ROWS), preview_bytes) for q in result.queries],
+            queries=[
+                {
+                    "question": q.question,
+                    "sql": q.sql,
+                    "columns": q.result.columns,
+                    "error": q.result.error,
+                    "hint": q.result.hint,
+                }
+                for q in result.queries
+            ],
         )
 
     def size(self) -> int:
-        return json_size([self.events, self.transcript, self.charts, self.previews])
+        return json_size([self.events, self.transcript, self.charts, self.previews, self.queries])
 
     def fit(self, max_bytes: int) -> None:
-        steps = (self._drop_event_rows, self._drop_transcript, self._drop_event_charts, self._drop_previews)
-        for step in (*steps, self._drop_charts):
+        steps = (
+            self._drop_event_rows,
+            self._drop_transcript,
+            self._drop_event_charts,
+            self._drop_previews,
+            self._drop_charts,
+            self._drop_event_columns_and_sql,
+            self._shorten_query_columns,
+            self._drop_query_sql,
+        )
+        for step in steps:
             if self.size() <= max_bytes:
                 return
             step()
@@ -325,6 +349,22 @@ class _StoredTurn:
 
     def _drop_charts(self) -> None:
         self.charts = []
+
+    def _drop_event_columns_and_sql(self) -> None:
+        self.events = [
+            {**e, "data": {**e["data"], **({"columns": []} if "columns" in e["data"] else {}), "sql": ""}}
+            if e["event"] in ("executing", "result")
+            else e
+            for e in self.events
+        ]
+
+    def _shorten_query_columns(self) -> None:
+        for query in self.queries:
+            query["columns"] = [cut_text(name, SHORT_COLUMN_CHARS) for name in query["columns"]]
+
+    def _drop_query_sql(self) -> None:
+        for query in self.queries:
+            query["sql"] = ""
 
 
 def _without(event: dict[str, Any], key: str, empty: Any) -> dict[str, Any]:

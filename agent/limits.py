@@ -36,6 +36,8 @@ class Limits:
     chart_render_timeout_s: float = 20.0
     export_max_bytes: int = 200_000_000
     export_max_cell_chars: int = 10_000
+    export_send_timeout_s: float = 30.0
+    export_deadline_s: float = 600.0
 
     @classmethod
     def of(cls, settings: Settings) -> Limits:
@@ -56,6 +58,8 @@ class Limits:
             chart_render_timeout_s=settings.chart_render_timeout_s,
             export_max_bytes=settings.export_max_bytes,
             export_max_cell_chars=settings.export_max_cell_chars,
+            export_send_timeout_s=settings.export_send_timeout_s,
+            export_deadline_s=settings.export_deadline_s,
         )
 
     @property

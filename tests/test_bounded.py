@@ -8,9 +8,11 @@ each of them; the regular expressions are tests/test_linear_text.py's, the sandb
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import csv
 import io
 import json
+import socket
 import time
 import tracemalloc
 from collections.abc import Callable
@@ -210,6 +212,34 @@ async def test_a_chart_image_past_its_time_limit_is_killed() -> None:
     assert time.perf_counter() - started < 3
 
 
+async def test_chart_images_render_two_at_a_time_each_within_a_memory_limit() -> None:
+    seen: list[set[int]] = []
+    limits: set[str] = set()
+
+    def renderers() -> set[int]:
+        found = set()
+        for entry in Path("/proc").iterdir():
+            with contextlib.suppress(OSError):
+                if entry.name.isdigit() and b"agent.chart_images" in (entry / "cmdline").read_bytes():
+                    found.add(int(entry.name))
+                    limits.update(line for line in (entry / "limits").read_text().splitlines() if "data" in line)
+        return found
+
+    async def watch() -> None:
+        while True:
+            seen.append(renderers())
+            await asyncio.sleep(0.02)
+
+    watcher = asyncio.create_task(watch())
+    try:
+        pngs = await asyncio.gather(*(render_png(_spec_with_labels(3, 2_000), timeout_s=60) for _ in range(5)))
+    finally:
+        watcher.cancel()
+    assert all(png.startswith(b"\x89PNG") for png in pngs)
+    assert max(len(pids) for pids in seen) == 2 and len(set().union(*seen)) == 5
+    assert any(str(1 << 30) in line for line in limits), limits
+
+
 # --- 5. CSV downloads stop at their byte cap, and a failure is not a complete-looking file ---
 
 
@@ -243,6 +273,45 @@ async def test_a_download_ends_at_the_last_whole_row_within_its_byte_cap(
     rows = list(csv.reader(io.StringIO(body.decode())))
     assert rows[0] == ["n", "pad"] and all(row[1] == "v" * 300 for row in rows[1:])
     assert [int(row[0]) for row in rows[1:]] == list(range(len(rows) - 1))
+
+
+async def _stall(url: str, path: str) -> socket.socket:
+    """A client that asks for a download, reads its status line, and stops reading."""
+    host, port = url.removeprefix("http://").split(":")
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.setblocking(False)
+    loop = asyncio.get_running_loop()
+    await loop.sock_connect(sock, (host, int(port)))
+    await loop.sock_sendall(sock, f"GET {path} HTTP/1.1\r\nHost: {host}:{port}\r\n\r\n".encode())
+    assert (await loop.sock_recv(sock, 12)).startswith(b"HTTP/1.1 200")
+    return sock
+
+
+async def _until_closed(sock: socket.socket) -> int:
+    loop, received = asyncio.get_running_loop(), 0
+    while chunk := await loop.sock_recv(sock, 1 << 16):
+        received += len(chunk)
+    return received
+
+
+async def test_clients_that_stop_reading_do_not_hold_everyones_downloads(web, fake_anthropic: FakeAnthropic) -> None:
+    url, _ = await web(export_send_timeout_s=1.0, export_max_rows=1_000_000)
+    async with httpx.AsyncClient(base_url=url, timeout=60) as client:
+        big = await _stored_query(
+            client, fake_anthropic, "SELECT number, repeat('d', 2000) AS pad FROM numbers(100000)"
+        )
+        small = await _stored_query(client, fake_anthropic, "SELECT 1 AS one")
+        stalled = [await _stall(url, f"/api/queries/{big}.csv") for _ in range(2)]  # both download slots
+        try:
+            response = await asyncio.wait_for(client.get(f"/api/queries/{small}.csv"), 20)
+            assert response.status_code == 200 and response.text.splitlines() == ["one", "1"]
+            await asyncio.sleep(3)  # each has now waited past its send timeout
+            for sock in stalled:  # broken off: closed by the server long before the 200 MB file's end
+                assert await asyncio.wait_for(_until_closed(sock), 20) < 50_000_000
+        finally:
+            for sock in stalled:
+                sock.close()
 
 
 FAILS_MIDWAY = (
@@ -478,12 +547,40 @@ def test_a_stored_turn_gives_way_in_order() -> None:
         transcript=[{"role": "user", "content": "t" * 5000}],
         charts=[{"spec": "c" * 3000}],
         previews=[[["p" * 2000]]],
+        queries=[{"question": "q", "sql": "s" * 1500, "columns": ["n" * 500] * 4, "error": None, "hint": None}],
     )
-    turn.fit(9_000)
+    turn.fit(12_500)
     assert turn.events[0]["data"]["rows"] == [] and turn.transcript == []
     assert turn.charts == [{"spec": "c" * 3000}] and turn.previews == [[["p" * 2000]]]
     turn.fit(3_000)
-    assert turn.previews == [[]] and turn.charts == [] and turn.size() <= 3_000
+    assert turn.previews == [[]] and turn.charts == [] and turn.queries[0]["sql"] == "s" * 1500
+    assert [len(name) for name in turn.queries[0]["columns"]] == [40] * 4 and turn.size() <= 3_000
+    turn.fit(500)
+    assert turn.queries[0]["sql"] == "" and turn.size() <= 500
+
+
+async def test_a_turn_of_wide_names_is_stored_within_its_cap_query_rows_included(
+    web, fake_anthropic: FakeAnthropic
+) -> None:
+    wide = "SELECT " + ", ".join(f"{i} AS `{str(i) * 200}`"[:220] for i in range(200))
+    queries = [wide + f", {n} AS n" for n in range(10)]
+    fake_anthropic.script(
+        Reply(tool_calls=[sql(*queries[:5])]), Reply(tool_calls=[sql(*queries[5:])]), Reply(text="Done [Q1].")
+    )
+    url, store = await web(max_turn_bytes=500_000)
+    async with httpx.AsyncClient(base_url=url, timeout=60) as client:
+        events = await chat(client, "wide?")
+    assert events[-1].event == "done"
+    run_id = events[0].data["run_id"]
+    stored = await store._file.run(
+        lambda c: c.execute(
+            "SELECT (SELECT length(events) + length(transcript) + length(charts) FROM turns WHERE run_id = ?1)"
+            " + (SELECT sum(length(question) + length(sql) + length(columns) + length(preview)"
+            "     + coalesce(length(error), 0) + coalesce(length(hint), 0)) FROM queries WHERE run_id = ?1)",
+            (run_id,),
+        ).fetchone()[0]
+    )
+    assert stored <= 500_000
 
 
 def test_limits_come_from_settings() -> None:

@@ -292,6 +292,29 @@ async def test_a_query_the_engine_cannot_stop_fails_alone_and_the_others_are_ret
         await database.close()
 
 
+async def test_a_result_being_read_when_the_engine_restarts_ends_with_a_clear_error(tmp_path: Path) -> None:
+    """Another statement's restart cuts a download off: its reader is told so, not a stream id error."""
+    from agent.db import EngineRestarted, engine_settings
+    from agent.db.embedded import EmbeddedBackend
+
+    settings = make_settings(agent_data_dir=tmp_path, clickhouse_databases=["x*"], max_execution_time=1)
+    scope = Scope.of(settings.clickhouse_databases)
+    backend = EmbeddedBackend(settings.chdb_path, engine_settings(settings, scope), stuck_grace_s=2, pool_size=2)
+    database = Database(backend, scope=scope, functions=load_policy())
+    try:
+        export = await database.export("SELECT number FROM numbers(100000)", max_rows=100_000)
+        rows = export.rows
+        assert await anext(rows) == ["0"]
+        stuck = await database.execute("SELECT arrayLevenshteinDistance(range(200000), range(1, 200001)) AS d")
+        assert stuck.error_code == 159  # the engine was restarted under the reader
+        with pytest.raises(EngineRestarted, match="restarted while this result was being read"):
+            async for _ in rows:
+                pass
+        assert (await database.execute("SELECT 1")).rows == [["1"]]
+    finally:
+        await database.close()
+
+
 async def test_a_huge_error_is_cut_and_the_engine_stays_up(db: Database) -> None:
     huge = await db.execute("SELECT throwIf(1, repeat(repeat('A', 1000000), 2))")
     assert huge.error and len(huge.error) < 2_100

@@ -124,6 +124,20 @@ async def many_heavy_queries(client: httpx.AsyncClient, fake: FakeAnthropic) -> 
     )
 
 
+WIDEST = "SELECT " + ", ".join(f"repeat('😀', 500) AS c{i}" for i in range(200)) + " FROM numbers(51)"
+LONGEST = "SELECT 1 IN (" + ",".join(["1"] * 29_000) + ")"  # near the 60,000 characters a statement may take
+
+
+async def widest_results(client: httpx.AsyncClient, fake: FakeAnthropic) -> None:
+    await _chat_with(client, fake, Reply(tool_calls=[sql(WIDEST, WIDEST.replace("500", "499"))]), Reply(text="[Q1]"))
+
+
+async def longest_statements(client: httpx.AsyncClient, fake: FakeAnthropic) -> None:
+    await _chat_with(
+        client, fake, Reply(tool_calls=[sql(LONGEST, LONGEST.replace("1 IN", "2 IN"))]), Reply(text="[Q1]")
+    )
+
+
 CASES: dict[str, Callable[[httpx.AsyncClient, FakeAnthropic], Awaitable[None]]] = {
     "whitespace error and its download": whitespace_error_and_its_download,
     "huge column names and types": huge_names_and_types,
@@ -131,6 +145,8 @@ CASES: dict[str, Callable[[httpx.AsyncClient, FakeAnthropic], Awaitable[None]]] 
     "Slack chart image": slack_chart_image,
     "large download": large_download,
     "many heavy queries": many_heavy_queries,
+    "widest results": widest_results,
+    "longest statements": longest_statements,
 }
 
 

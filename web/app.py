@@ -17,7 +17,7 @@ from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.middleware.trustedhost import TrustedHostMiddleware
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
@@ -40,6 +40,7 @@ from web.boundary import (
     read_chat_request,
     read_last_event_id,
 )
+from web.downloads import DownloadResponse
 from web.headers import SECURITY_HEADERS, SecurityHeadersMiddleware
 from web.request_metrics import RequestMetricsMiddleware
 
@@ -168,8 +169,13 @@ def create_app(
             "X-Row-Cap": str(settings.export_max_rows),
             "X-Byte-Cap": str(settings.export_max_bytes),
         }
-        chunks = csv_chunks(export, max_bytes=settings.export_max_bytes)
-        return StreamingResponse(chunks, media_type="text/csv; charset=utf-8", headers=headers)
+        return DownloadResponse(
+            csv_chunks(export, max_bytes=settings.export_max_bytes),
+            send_timeout_s=settings.export_send_timeout_s,
+            deadline_s=settings.export_deadline_s,
+            media_type="text/csv; charset=utf-8",
+            headers=headers,
+        )
 
     @asynccontextmanager
     async def own_lifespan(app: Starlette) -> AsyncIterator[None]:

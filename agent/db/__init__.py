@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from agent.config import Settings
-from agent.db.backend import Backend, DatabaseUnavailable, EngineError, ResultTooLarge
+from agent.db.backend import Backend, DatabaseUnavailable, EngineError, EngineRestarted, ResultTooLarge
 from agent.db.database import Database, new_query_id
 from agent.db.export import Column, Export, csv_chunks, started
 from agent.db.functions import load_policy
@@ -22,6 +22,7 @@ __all__ = [
     "Database",
     "DatabaseUnavailable",
     "EngineError",
+    "EngineRestarted",
     "Export",
     "QueryRefused",
     "QueryResult",

@@ -26,6 +26,11 @@ class DatabaseUnavailable(Exception):
     """ClickHouse cannot be reached or opened. A person has to fix these."""
 
 
+class EngineRestarted(DatabaseUnavailable):
+    """The engine was restarted because of another call's statement; this call did nothing wrong, and
+    may be run once more."""
+
+
 class EngineError(Exception):
     """ClickHouse refused or failed a statement; the message is ClickHouse's own."""
 

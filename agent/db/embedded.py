@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from agent.db import wire
-from agent.db.backend import Backend, DatabaseUnavailable, EngineError, ResultTooLarge
+from agent.db.backend import Backend, DatabaseUnavailable, EngineError, EngineRestarted, ResultTooLarge
 
 log = logging.getLogger(__name__)
 _LOCK_NAME = "agent.lock"
@@ -124,10 +124,6 @@ class _Child:
                 future.set_exception(EngineRestarted(reason) if stuck else DatabaseUnavailable(reason))
         self.pending.clear()
         self.started.clear()
-
-
-class EngineRestarted(DatabaseUnavailable):
-    """The engine was restarted because of another call's statement; this call did nothing wrong."""
 
 
 # Read by the model (with the timeout hint of code 159) and by a person in the query's card.
@@ -236,8 +232,11 @@ class EmbeddedBackend(Backend):
         await reader.readexactly(payload_len)
         return header
 
-    async def _call(self, request: dict[str, Any]) -> tuple[dict[str, Any], bytes]:
+    async def _call(self, request: dict[str, Any], *, on: _Child | None = None) -> tuple[dict[str, Any], bytes]:
+        """One request to the engine; with `on`, only to that engine (a stream lives in one engine)."""
         child = await self._ensure_child()
+        if on is not None and child is not on:
+            raise EngineRestarted("the embedded ClickHouse engine was restarted while this result was being read")
         request_id = next(self._ids)
         future: asyncio.Future[tuple[dict[str, Any], bytes]] = asyncio.get_running_loop().create_future()
         child.pending[request_id] = future
@@ -269,11 +268,11 @@ class EmbeddedBackend(Backend):
 
     async def stream(self, sql: str, fmt: str, tag: str) -> AsyncGenerator[bytes, None]:
         header, _ = await self._call_retrying({"op": "open", "sql": sql, "format": fmt, "tag": tag})
-        stream_id = header["stream"]
+        stream_id, engine = header["stream"], self._child
         finished = False
         try:
             while True:
-                task = asyncio.ensure_future(self._call({"op": "next", "stream": stream_id}))
+                task = asyncio.ensure_future(self._call({"op": "next", "stream": stream_id}, on=engine))
                 try:
                     header, chunk = await asyncio.shield(task)
                 except asyncio.CancelledError:
@@ -288,7 +287,7 @@ class EmbeddedBackend(Backend):
                 with suppress(Exception):
                     await asyncio.shield(self._kill(tag))
             with suppress(Exception):
-                await asyncio.shield(self._call({"op": "close", "stream": stream_id}))
+                await asyncio.shield(self._call({"op": "close", "stream": stream_id}, on=engine))
 
     async def _kill_and_wait(self, tag: str, task: asyncio.Future[Any]) -> None:
         with suppress(Exception):

@@ -9,7 +9,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from agent.charts import Chart, ChartError, ChartRequest, build_chart, check_columns
-from agent.db import Database, EngineError, QueryRefused
+from agent.db import Database, DatabaseUnavailable, EngineError, EngineRestarted, QueryRefused
 from agent.db.rendering import Cell
 from agent.limits import Limits, json_size
 from agent.pipeline.runner import ChartEvent
@@ -67,17 +67,20 @@ class ChartMaker:
     async def _build(self, sql: str, request: ChartRequest, state: RunState) -> Chart:
         limits = self._limits
         try:
-            columns, types, rows = await self._rows(sql, request, state)
+            try:
+                columns, types, rows = await self._rows(sql, request, state)
+            except EngineRestarted:  # another statement's restart cut the rows off: fetch them once more
+                columns, types, rows = await self._rows(sql, request, state)
             capped = len(rows) > limits.chart_max_rows
-            # Off the event loop: a spec of thousands of rows takes a while to build and validate.
-            chart = await asyncio.to_thread(
-                build_chart, "C?", request, columns, types, rows[: limits.chart_max_rows], capped=capped
+            # Off the event loop: a spec of thousands of rows takes a while to build, validate and size.
+            chart, size = await asyncio.to_thread(
+                _built_and_sized, request, columns, types, rows[: limits.chart_max_rows], capped
             )
         except ChartError as exc:
             raise _Refused("bad_column" if "column" in str(exc) else "invalid", str(exc)) from None
-        except (QueryRefused, EngineError) as exc:
+        except (QueryRefused, EngineError, DatabaseUnavailable) as exc:  # the answer stands without the chart
             raise _Refused("failed_query", f"{request.query_id} could not be fetched for the chart: {exc}") from None
-        if (size := json_size(chart.spec)) > limits.chart_max_spec_bytes:
+        if size > limits.chart_max_spec_bytes:
             raise _Refused(
                 "too_large",
                 f"The chart would take {size // 1000} KB, more than the {limits.chart_max_spec_bytes // 1000} KB a "
@@ -103,3 +106,10 @@ class ChartMaker:
             async for row in stream:
                 rows.append([row[i] if i < len(row) else None for i in indexes])
         return wanted, [export.columns[i].type for i in indexes], rows
+
+
+def _built_and_sized(
+    request: ChartRequest, columns: list[str], types: list[str], rows: list[list[Cell]], capped: bool
+) -> tuple[Chart, int]:
+    chart = build_chart("C?", request, columns, types, rows, capped=capped)
+    return chart, json_size(chart.spec)

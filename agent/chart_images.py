@@ -23,6 +23,7 @@ MAX_PNG_BYTES = 20 << 20
 # cage up front and dies under any limit on it; RLIMIT_DATA counts only what is written.
 MAX_RENDER_DATA_BYTES = 1 << 30
 MAX_CONCURRENT_RENDERS = 2  # in one process: more would only share the same cores, each slower
+QUEUE_TIMEOUTS = 3  # how many render time limits a chart may wait for its turn
 _PASSED_ENV = ("PATH", "LANG", "LC_ALL", "TMPDIR", "HOME")
 _renders: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore] = weakref.WeakKeyDictionary()
 
@@ -32,17 +33,17 @@ class ChartRenderError(Exception):
 
 
 async def render_png(spec: dict[str, Any], *, timeout_s: float, scale: float = 2.0) -> bytes:
-    """The chart as a PNG, or ChartRenderError once `timeout_s` has passed (the renderer is killed).
-    At most MAX_CONCURRENT_RENDERS run at once; the wait for a turn counts against `timeout_s`."""
+    """The chart as a PNG, or ChartRenderError once `timeout_s` of rendering has passed (the renderer is
+    killed). At most MAX_CONCURRENT_RENDERS run at once; a render waits its turn for at most
+    QUEUE_TIMEOUTS times `timeout_s`, and then has its whole `timeout_s`, not what the wait left."""
     loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout_s
     turn = _renders.setdefault(loop, asyncio.Semaphore(MAX_CONCURRENT_RENDERS))
     try:
-        await asyncio.wait_for(turn.acquire(), timeout_s)
+        await asyncio.wait_for(turn.acquire(), QUEUE_TIMEOUTS * timeout_s)
     except TimeoutError:
-        raise ChartRenderError(f"the chart could not start rendering within {timeout_s:g} s (others were)") from None
+        raise ChartRenderError("the chart could not start rendering: other charts were being rendered") from None
     try:
-        return await _render(spec, timeout_s=max(0.1, deadline - loop.time()), scale=scale)
+        return await _render(spec, timeout_s=timeout_s, scale=scale)
     except TimeoutError:
         raise ChartRenderError(f"the chart took longer than {timeout_s:g} s to render") from None
     finally:

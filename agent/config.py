@@ -103,6 +103,9 @@ class Settings(BaseSettings):
     export_deadline_s: float = Field(
         600.0, gt=0, description="A CSV download still sending after this long is broken off."
     )
+    export_per_client: int = Field(
+        2, ge=1, description="CSV downloads one web client may have running at once (per process)."
+    )
 
     # --- what one question may cost the app, whatever its SQL returns (agent/limits.py) ---
     max_result_columns: int = Field(200, ge=1, description="Columns one query may return.")

@@ -9,6 +9,7 @@ ids an adapter has handled are kept too, so a redelivered event is answered once
 from __future__ import annotations
 
 import json
+import logging
 import sqlite3
 import time
 import uuid
@@ -20,7 +21,9 @@ from agent.limits import Limits, cut_text, json_size
 from agent.pipeline.runner import PREVIEW_ROWS, RunResult, Turn, TurnQuery, fit_rows
 from agent.sqlite_file import SqliteFile, write_transaction
 
+log = logging.getLogger(__name__)
 SHORT_COLUMN_CHARS = 40  # a stored column name past the turn cap: enough to tell columns apart
+SHORT_TEXT_CHARS = 200  # a stored question, error or hint past the turn cap
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS conversations (
@@ -328,12 +331,16 @@ class _StoredTurn:
             self._drop_charts,
             self._drop_event_columns_and_sql,
             self._shorten_query_columns,
+            self._cut_query_texts,
             self._drop_query_sql,
+            self._drop_events,
         )
         for step in steps:
             if self.size() <= max_bytes:
                 return
             step()
+        if self.size() > max_bytes:  # only ids and counts are left: say so rather than pass silently
+            log.warning("a stored turn is %d bytes, over its cap of %d, with everything cut", self.size(), max_bytes)
 
     def _drop_event_rows(self) -> None:
         self.events = [_without(e, "rows", []) if e["event"] == "result" else e for e in self.events]
@@ -362,9 +369,19 @@ class _StoredTurn:
         for query in self.queries:
             query["columns"] = [cut_text(name, SHORT_COLUMN_CHARS) for name in query["columns"]]
 
+    def _cut_query_texts(self) -> None:
+        for query in self.queries:
+            for key in ("question", "error", "hint"):
+                if query[key]:
+                    query[key] = cut_text(query[key], SHORT_TEXT_CHARS)
+
     def _drop_query_sql(self) -> None:
         for query in self.queries:
             query["sql"] = ""
+
+    def _drop_events(self) -> None:
+        """The replayed log goes last: the conversation view is built from the turn and its queries."""
+        self.events = []
 
 
 def _without(event: dict[str, Any], key: str, empty: Any) -> dict[str, Any]:

@@ -296,7 +296,8 @@ async def _until_closed(sock: socket.socket) -> int:
 
 
 async def test_clients_that_stop_reading_do_not_hold_everyones_downloads(web, fake_anthropic: FakeAnthropic) -> None:
-    url, _ = await web(export_send_timeout_s=1.0, export_max_rows=1_000_000)
+    # Every client here is 127.0.0.1: three downloads each, so the two stalled ones leave room for a third.
+    url, _ = await web(export_send_timeout_s=1.0, export_max_rows=1_000_000, export_per_client=3)
     async with httpx.AsyncClient(base_url=url, timeout=60) as client:
         big = await _stored_query(
             client, fake_anthropic, "SELECT number, repeat('d', 2000) AS pad FROM numbers(100000)"
@@ -309,6 +310,25 @@ async def test_clients_that_stop_reading_do_not_hold_everyones_downloads(web, fa
             await asyncio.sleep(3)  # each has now waited past its send timeout
             for sock in stalled:  # broken off: closed by the server long before the 200 MB file's end
                 assert await asyncio.wait_for(_until_closed(sock), 20) < 50_000_000
+        finally:
+            for sock in stalled:
+                sock.close()
+
+
+async def test_one_client_runs_a_bounded_number_of_downloads_at_once(web, fake_anthropic: FakeAnthropic) -> None:
+    url, _ = await web(export_send_timeout_s=2.0, export_max_rows=1_000_000, export_per_client=2)
+    async with httpx.AsyncClient(base_url=url, timeout=60) as client:
+        big = await _stored_query(
+            client, fake_anthropic, "SELECT number, repeat('d', 2000) AS pad FROM numbers(100000)"
+        )
+        small = await _stored_query(client, fake_anthropic, "SELECT 1 AS one")
+        stalled = [await _stall(url, f"/api/queries/{big}.csv") for _ in range(2)]
+        try:
+            refused = await client.get(f"/api/queries/{small}.csv")
+            assert refused.status_code == 429 and "downloads of yours are still running" in refused.json()["error"]
+            for sock in stalled:
+                await asyncio.wait_for(_until_closed(sock), 20)
+            assert (await client.get(f"/api/queries/{small}.csv")).status_code == 200  # their places are back
         finally:
             for sock in stalled:
                 sock.close()
@@ -469,6 +489,27 @@ async def test_a_host_path_is_not_a_table_and_tells_nothing(db: Database) -> Non
         ("SELECT CAST(1, unhex('55496E7438'))", "must be written as a literal string"),
         ("SELECT JSONExtract('{}', reverse(')46taolF ,)1(snaeMKlacihcrareih(noitcnuFetagerggA'))", "literal string"),
         ("SELECT accurateCastOrNull(1, toString('UInt8'))", "must be written as a literal string"),
+        (
+            "SELECT finalizeAggregation(defaultValueOfTypeName("
+            "'AggregateFunction/**/(hierarchicalKMeans(1), Array(Float64))'))",
+            "cannot read",
+        ),
+        ("SELECT defaultValueOfTypeName('AggregateFunction--\n(hierarchicalKMeans(1), Float64)')", "cannot read"),
+        ("SELECT 'AggregateFunction is a word' AS s", "cannot read"),
+        (
+            "SELECT getTypeSerializationStreams(concat('AggregateFunction', '(hierarchicalKMeans(1), Float64)'))",
+            "must be written as a literal string",
+        ),
+        (
+            "SELECT JSONExtractCaseInsensitive('{}', 'a', "
+            "concat('AggregateFunction', '(hierarchicalKMeans(1), Float64)'))",
+            "must be written as a literal string",
+        ),
+        (
+            "SELECT JSONExtractKeysAndValuesCaseInsensitive('{}', "
+            "concat('Aggregate', 'Function(hierarchicalKMeans(1), Float64)'))",
+            "must be written as a literal string",
+        ),
         ("SELECT chdb()", "describes the host or server"),
         ("SELECT serverTimezone()", "describes the host or server"),
         ("SELECT serverTimeZone()", "describes the host or server"),
@@ -486,7 +527,6 @@ async def test_function_names_inside_strings_are_checked(db: Database, statement
         "SELECT arrayReduce('quantile(0.5)', [1.0, 2.0])",
         "SELECT initializeAggregation('uniqState', 1) IS NOT NULL",
         "SELECT finalizeAggregation(CAST(arrayReduce('sumState', [1]) AS AggregateFunction(sum, UInt8)))",
-        "SELECT 'AggregateFunction is a word' AS s",
         "SELECT CAST('42' AS UInt8) + '7'::UInt8 + accurateCastOrNull(300, 'UInt8') IS NULL",
         "SELECT JSONExtract('{\"a\": 1}', 'a', 'Int64'), JSONExtract('{\"a\": 1}', 'a', 'Nullable(Int64)')",
         "SELECT defaultValueOfTypeName('Array(String)') AS empty",
@@ -557,6 +597,33 @@ def test_a_stored_turn_gives_way_in_order() -> None:
     assert [len(name) for name in turn.queries[0]["columns"]] == [40] * 4 and turn.size() <= 3_000
     turn.fit(500)
     assert turn.queries[0]["sql"] == "" and turn.size() <= 500
+
+
+def test_a_stored_turn_of_many_long_errors_still_fits() -> None:
+    from agent.conversations import _StoredTurn
+
+    query = {"question": "q" * 3_000, "sql": "s" * 100, "columns": [], "error": "e" * 3_000, "hint": "h" * 500}
+    failed = {"event": "result", "data": {"error": "e" * 3_000, "rows": []}}
+    turn = _StoredTurn(
+        events=[{"id": n, **failed} for n in range(200)],
+        transcript=[],
+        charts=[],
+        previews=[[] for _ in range(200)],
+        queries=[dict(query) for _ in range(200)],
+    )
+    turn.fit(150_000)
+    assert turn.size() <= 150_000 and turn.events == [] and len(turn.queries) == 200
+    assert all(len(q["error"]) == 200 and len(q["question"]) == 200 for q in turn.queries)
+
+
+async def test_reused_results_count_against_a_bound_too(make_app, fake_anthropic: FakeAnthropic) -> None:
+    fake_anthropic.script(
+        Reply(tool_calls=[sql("SELECT 1 AS one")]),
+        Reply(tool_calls=[sql(*["SELECT 1 AS one"] * 5)]),
+        Reply(text="One [Q1]."),
+    )
+    result = await make_app(max_queries_per_call=5, max_queries_per_run=2).runner.run("same?", followups=False)
+    assert [q.reused_from for q in result.queries] == [None, "Q1", "Q1", "Q1"]  # 2 x the run's budget in all
 
 
 async def test_a_turn_of_wide_names_is_stored_within_its_cap_query_rows_included(

@@ -40,7 +40,7 @@ from web.boundary import (
     read_chat_request,
     read_last_event_id,
 )
-from web.downloads import DownloadResponse
+from web.downloads import DownloadResponse, DownloadSlots
 from web.headers import SECURITY_HEADERS, SecurityHeadersMiddleware
 from web.request_metrics import RequestMetricsMiddleware
 
@@ -78,6 +78,7 @@ def create_app(
     pacing = pacing or Pacing()
     chats = pacing.rate_limit("web:questions", settings.agent_web_rate_per_minute)
     exports = pacing.rate_limit("web:downloads", settings.agent_web_exports_per_minute)
+    downloading = DownloadSlots(settings.export_per_client)
     templates = Jinja2Templates(directory=HERE / "templates")
     token = settings.agent_web_token.get_secret_value() if settings.agent_web_token else None
 
@@ -160,10 +161,17 @@ def create_app(
         sql = await store.query_sql(key)
         if sql is None:
             raise HttpError(404, f"No stored query {key} (queries can be downloaded once their answer is done).")
+        client = client_key(request)
+        if not downloading.take(client):
+            message = f"{downloading.per_client} downloads of yours are still running; let one finish first."
+            raise HttpError(429, message, {"Retry-After": "10"})
         try:
             export = await started(await agent.db.export(sql, max_rows=settings.export_max_rows))
-        except (QueryRefused, EngineError) as exc:
-            raise HttpError(422, f"The query no longer runs: {exc}") from None
+        except BaseException as exc:
+            downloading.give_back(client)
+            if isinstance(exc, (QueryRefused, EngineError)):
+                raise HttpError(422, f"The query no longer runs: {exc}") from None
+            raise
         headers = {
             "Content-Disposition": f'attachment; filename="{key}.csv"',
             "X-Row-Cap": str(settings.export_max_rows),
@@ -173,6 +181,7 @@ def create_app(
             csv_chunks(export, max_bytes=settings.export_max_bytes),
             send_timeout_s=settings.export_send_timeout_s,
             deadline_s=settings.export_deadline_s,
+            on_end=lambda: downloading.give_back(client),
             media_type="text/csv; charset=utf-8",
             headers=headers,
         )

@@ -37,7 +37,10 @@ TYPE_ARGUMENT = {
     "accuratecastornull": 1,
     "defaultvalueoftypename": 0,
     "jsonextract": -1,
+    "jsonextractcaseinsensitive": -1,
     "jsonextractkeysandvalues": -1,
+    "jsonextractkeysandvaluescaseinsensitive": -1,
+    "gettypeserializationstreams": 0,
     "reinterpret": 1,
     "variantelement": 1,
     "dynamicelement": 1,
@@ -325,13 +328,18 @@ _NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ012
 
 def aggregate_functions_in_type(text: str) -> list[str]:
     """The function names in every `AggregateFunction(name...` of `text` (any case, any spacing, the
-    name bare or quoted). Linear: one pass of `str.find`. A name that cannot be read is refused."""
+    name bare or quoted). Linear: one pass of `str.find`. A string that holds the word in any other
+    form is refused: ClickHouse reads a type as SQL, so a comment (`AggregateFunction/**/(`) or a
+    quote may stand between the word and its arguments."""
     lowered, names, at = text.lower(), [], 0
     while (at := lowered.find(_AGGREGATE_TYPE, at)) >= 0:
         at += len(_AGGREGATE_TYPE)
         position = _skip_spaces(text, at)
         if position >= len(text) or text[position] != "(":
-            continue  # the word itself, not a type
+            raise QueryRefused(
+                "A string names AggregateFunction in a form this check cannot read; write the type as "
+                "AggregateFunction(name, ...)."
+            )
         position = _skip_spaces(text, position + 1)
         if position < len(text) and text[position] in '`"':
             position += 1

@@ -132,6 +132,8 @@ class SqlExecutor:
         planned: list[tuple[ExecutedQuery | None, str, QueryRequest]] = []
         by_sql = {normalized(q.sql): q for q in state.queries if not q.reused_from}
         for request in requests[: self._limits.max_queries_per_call]:
+            if state.query_ids_taken >= 2 * self._limits.max_queries_per_run:
+                break  # reused results cost no engine time, but each is one more result to send and store
             earlier = by_sql.get(normalized(request.sql))
             if earlier is None and not state.claim_execution(self._limits.max_queries_per_run):
                 continue
@@ -155,7 +157,8 @@ class SqlExecutor:
             skipped=skipped,
             per_call=limits.max_queries_per_call,
             per_run=limits.max_queries_per_run,
-            run_spent=state.executions_claimed >= limits.max_queries_per_run,
+            run_spent=state.executions_claimed >= limits.max_queries_per_run
+            or state.query_ids_taken >= 2 * limits.max_queries_per_run,
         )
 
     async def _one(

@@ -316,7 +316,7 @@ async def test_clients_that_stop_reading_do_not_hold_everyones_downloads(web, fa
 
 
 async def test_one_client_runs_a_bounded_number_of_downloads_at_once(web, fake_anthropic: FakeAnthropic) -> None:
-    url, _ = await web(export_send_timeout_s=2.0, export_max_rows=1_000_000, export_per_client=2)
+    url, _ = await web(export_send_timeout_s=8.0, export_max_rows=1_000_000, export_per_client=2)
     async with httpx.AsyncClient(base_url=url, timeout=60) as client:
         big = await _stored_query(
             client, fake_anthropic, "SELECT number, repeat('d', 2000) AS pad FROM numbers(100000)"

@@ -350,6 +350,9 @@ def sandbox_paths(data_dir: Path) -> tuple[list[str], list[str]]:
     paths = sysconfig.get_paths()
     read = {paths["stdlib"], paths["platstdlib"], paths["purelib"], paths["platlib"], str(Path(__file__).parents[1])}
     read |= {str(data_dir), "/dev/urandom", f"/proc/{os.getpid()}/maps", "/sys/fs/cgroup"}
+    # What chdb's allocator (jemalloc) reads as the library loads: refused, it went on with values it
+    # never set and crashed the engine as it started, depending on the process's memory layout.
+    read |= {f"/proc/{os.getpid()}/auxv", "/proc/sys/vm/overcommit_memory", "/sys/kernel/mm/transparent_hugepage"}
     write = [str(data_dir / "tmp"), str(data_dir / "status"), "/dev/null"]
     return sorted(read), write
 

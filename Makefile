@@ -27,6 +27,7 @@ lint: install
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy agent bots web evals
+	$(BIN)/lint-imports
 
 fix: install
 	$(BIN)/ruff check --fix .

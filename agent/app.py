@@ -1,5 +1,6 @@
 """The composition root: builds the database, model client, schema cache and runner from settings.
-Adapters (CLI, web, Slack) start one `AgentApp` and use its runner; tests pass their own pieces."""
+Adapters (CLI, web, Slack, evals) start one `AgentApp` and use its runner; tests pass their own pieces.
+Nothing else in the project builds a pipeline."""
 
 from __future__ import annotations
 
@@ -7,13 +8,17 @@ from dataclasses import dataclass
 
 from agent.config import Settings
 from agent.db import Database, open_database
-from agent.examples import ExampleQuestions
+from agent.limits import Limits
 from agent.llm import LLMClient, MissingKeyLLM
 from agent.metrics import Metrics, default_metrics
-from agent.pipeline import build_runner
-from agent.pipeline.runner import Runner
+from agent.pipeline import LoopSettings, Pipeline
+from agent.pipeline.charting import ChartMaker
+from agent.pipeline.request import RequestPrefix
+from agent.pipeline.tools import SqlExecutor
 from agent.prompts import prompt_library
+from agent.runner import Runner
 from agent.schema import SchemaCache
+from agent.suggestions import ExampleQuestions, FollowupGenerator
 
 
 @dataclass
@@ -49,3 +54,27 @@ class AgentApp:
         await self.examples.close()
         await self.llm.close()
         await self.db.close()
+
+
+def build_runner(settings: Settings, *, db: Database, llm: LLMClient, metrics: Metrics, schema: SchemaCache) -> Runner:
+    prompts = prompt_library(settings.agent_prompts_dir)
+    limits = Limits.of(settings)
+    return Pipeline(
+        llm=llm,
+        prefix=RequestPrefix(prompts, schema, max_rows=settings.max_rows, chart_max_rows=limits.chart_max_rows),
+        sql=SqlExecutor(db, prompts, settings.max_result_chars, limits),
+        prompts=prompts,
+        settings=LoopSettings(
+            model=settings.agent_model,
+            max_tokens=settings.agent_max_tokens,
+            max_rounds=settings.agent_max_rounds,
+            context_tokens=settings.agent_context_tokens,
+            history_turns=settings.agent_history_turns,
+            history_full_turns=settings.agent_history_full_turns,
+            history_chars=settings.agent_history_chars,
+            temperature=settings.agent_temperature,
+        ),
+        metrics=metrics,
+        followups=FollowupGenerator(llm, prompts, settings.agent_followup_model, metrics),
+        charts=ChartMaker(db, limits),
+    )

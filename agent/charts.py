@@ -204,12 +204,6 @@ def render_png(spec: dict[str, Any], scale: float = 2.0) -> bytes:
     return bytes(vl_convert.vegalite_to_png(_for_static(spec), scale=scale, allowed_base_urls=[]))
 
 
-def render_svg(spec: dict[str, Any]) -> str:
-    import vl_convert
-
-    return str(vl_convert.vegalite_to_svg(_for_static(spec), allowed_base_urls=[]))
-
-
 def _for_static(spec: dict[str, Any]) -> dict[str, Any]:
     """A fixed width: "container" means nothing without a page around the chart."""
     return {**spec, "width": 640, "background": "white"}

@@ -11,7 +11,7 @@ from pydantic import Field, SecretStr, ValidationError, field_validator, model_v
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 from pydantic_settings.exceptions import SettingsError
 
-# Defaults come from the installed SDK's model list (see tests/test_config.py, which checks them).
+# Defaults come from the installed SDK's model list (see tests/agent/test_config.py, which checks them).
 DEFAULT_MODEL = "claude-sonnet-5-5"
 DEFAULT_FOLLOWUP_MODEL = "claude-haiku-5-5"
 

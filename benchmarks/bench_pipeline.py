@@ -26,7 +26,7 @@ from agent.app import AgentApp
 from agent.config import Settings
 from agent.llm import LLMClient, ModelTurn, Usage
 from agent.metrics import Metrics
-from agent.pipeline.runner import RunResult
+from agent.runner import RunResult
 from benchmarks.demo_data import load_demo_elsewhere
 
 RUNS = 30
@@ -71,8 +71,8 @@ def _p95(values: list[float]) -> float:
 
 
 async def _cache_share(settings: Settings) -> dict[str, float]:
-    from tests.conftest import make_llm
     from tests.fakes.anthropic_api import FakeAnthropic, Reply
+    from tests.fakes.clients import make_llm
 
     fake = FakeAnthropic().start()
     app = AgentApp.start(settings, llm=make_llm(fake), metrics=Metrics(CollectorRegistry()))

@@ -35,7 +35,7 @@ CASES = {
 _PREPARE = """
 import sys, chdb
 from pathlib import Path
-from agent.demo import load_demo
+from agent.db.demo import load_demo
 path = Path(sys.argv[1])
 load_demo(path)
 conn = chdb.connect(str(path))

@@ -29,7 +29,7 @@ import httpx
 
 from benchmarks.demo_data import load_demo_elsewhere
 from tests.fakes.anthropic_api import FakeAnthropic, Reply
-from tests.web_helpers import sse_events
+from tests.fakes.sse_client import sse_events
 
 CHATS = 100
 LATENCY_S = 0.3
@@ -71,7 +71,7 @@ async def measure(base: dict[str, str], latency_s: float, chats: int) -> dict[st
         fake_url = fake.stdout.readline().strip()  # type: ignore[union-attr]
         port = _free_port()
         env = {**base, "ANTHROPIC_BASE_URL": fake_url}
-        with _process([sys.executable, "-m", "agent.cli", "web", "--port", str(port)], env):
+        with _process([sys.executable, "-m", "agent.process.cli", "web", "--port", str(port)], env):
             url = f"http://127.0.0.1:{port}"
             await _wait_healthy(url)
             limits = httpx.Limits(max_connections=chats + 10, max_keepalive_connections=chats + 10)

@@ -27,9 +27,11 @@ the kernel decides which worker takes each connection, so this is no guarantee e
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import os
 import re
+import shutil
 import signal
 import statistics
 import subprocess
@@ -49,7 +51,7 @@ from benchmarks.bench_web import MODEL_CALLS_PER_CHAT, _free_port, _process
 from benchmarks.demo_data import load_demo_elsewhere
 from tests.fakes.anthropic_api import FakeAnthropic, Reply
 from tests.fakes.clickhouse_http import FakeClickHouse
-from tests.web_helpers import sse_events
+from tests.fakes.sse_client import sse_events
 
 CHATS = 100
 LATENCY_S = 2.0
@@ -105,8 +107,9 @@ def question(number: int) -> str:
     return f"How many airlines are there? (chat {number})"
 
 
-def check_done(result: dict[str, Any] | None, number: int) -> str:
-    """'ok' when the run answered, citing a query that ran on the server and returned this chat's row."""
+def check_done(result: dict[str, Any] | None, q1: dict[str, Any] | None, number: int) -> str:
+    """'ok' when the run answered, citing a query that ran on the server and returned this chat's row
+    (Q1 as its `result` event showed it: `done` carries the answer, not the rows)."""
     if result is None:
         return "done without a result"
     if result.get("outcome") != "answered":
@@ -115,14 +118,12 @@ def check_done(result: dict[str, Any] | None, number: int) -> str:
         return "no answer"
     if "[Q1]" not in result["answer"]:
         return "answer cites no query"
-    q1 = next((q for q in result.get("queries", []) if q.get("id") == "Q1"), None)
     if q1 is None:
-        return "no Q1 in the result"
-    ran = q1.get("result") or {}
-    if ran.get("error") or not ran.get("query_id") or q1.get("reused_from"):
+        return "no result event for Q1"
+    if q1.get("error") or q1.get("reused_from"):
         return "Q1 did not run"
-    if ran.get("rows") != [[str(AIRLINES), str(number)]]:  # cells as ClickHouse prints them
-        return "Q1 returned the wrong rows"
+    if [[str(cell) for cell in row] for row in q1.get("rows") or []] != [[str(AIRLINES), str(number)]]:
+        return f"Q1 returned the wrong rows: {q1.get('rows')}"
     return "ok"
 
 
@@ -135,14 +136,17 @@ async def one_chat(client: httpx.AsyncClient, number: int) -> Chat:
                 chat.status = f"http {response.status_code}"
             else:
                 streamed: set[str] = set()
+                q1: dict[str, Any] | None = None
                 async for event in sse_events(response):
                     chat.first_s = chat.first_s or time.perf_counter() - started
                     chat.error_events += event.event == "error"
                     streamed.add(event.event)
+                    if event.event == "result" and event.data.get("query_id") == "Q1":
+                        q1 = event.data
                     if event.event == "done":
                         result = event.data.get("result")
                         missing = {"result", "answer"} - streamed
-                        chat.status = f"no {min(missing)} event" if missing else check_done(result, number)
+                        chat.status = f"no {min(missing)} event" if missing else check_done(result, q1, number)
                         metrics = (result or {}).get("metrics", {})
                         chat.model_s, chat.sql_s = metrics.get("llm_ms", 0) / 1000, metrics.get("sql_ms", 0) / 1000
                         break
@@ -219,7 +223,7 @@ class Stop:
 def server(env: dict[str, str], port: int, workers: int, log: Path, stop: Stop) -> Iterator[subprocess.Popen[bytes]]:
     """`agent serve` on `port`, its output in `log`; at the end SIGTERM, and `stop` says how it exited."""
     flag = ["--workers", str(workers)] if workers > 1 else []
-    command = [sys.executable, "-m", "agent.cli", "serve", "--host", "127.0.0.1", "--port", str(port), *flag]
+    command = [sys.executable, "-m", "agent.process.cli", "serve", "--host", "127.0.0.1", "--port", str(port), *flag]
     with log.open("wb") as out:
         process = subprocess.Popen(command, env=env, stdout=out, stderr=subprocess.STDOUT)
         try:
@@ -372,20 +376,21 @@ def percentile(values: list[float], quantile: float) -> float:
     return ordered[max(0, round(len(ordered) * quantile) - 1)]
 
 
-async def measure(env: dict[str, str], workers: int, log: Path) -> Round:
+async def measure(env: dict[str, str], workers: int, log: Path, count: int, profile: Path | None) -> Round:
     port = _free_port()
     url = f"http://127.0.0.1:{port}"
     stop = Stop()
     with server(env, port, workers, log, stop) as process:
         await wait_ready(url, process, workers, log)
-        limits = httpx.Limits(max_connections=CHATS + 10, max_keepalive_connections=CHATS + 10)
+        limits = httpx.Limits(max_connections=count + 10, max_keepalive_connections=count + 10)
         async with httpx.AsyncClient(base_url=url, timeout=180, limits=limits) as client:
-            warm = await asyncio.gather(*(one_chat(client, CHATS + 1 + i) for i in range(workers)))
+            warm = await asyncio.gather(*(one_chat(client, count + 1 + i) for i in range(workers)))
             if any(chat.status != "ok" for chat in warm):
                 raise SystemExit(f"the warm-up failed: {[chat.status for chat in warm]}; its log:\n{tail(log)}")
             before = cpu_seconds(process_tree(os.getpid()))  # the server's tree, the fakes and this process
             started = time.perf_counter()
-            chats = await asyncio.gather(*(one_chat(client, number) for number in range(1, CHATS + 1)))
+            with profiled(process.pid, profile):
+                chats = await asyncio.gather(*(one_chat(client, number) for number in range(1, count + 1)))
             wall = time.perf_counter() - started
         after = cpu_seconds(process_tree(os.getpid()))  # just before SIGTERM, every worker alive
         served = set(process_tree(process.pid))
@@ -402,11 +407,48 @@ async def measure(env: dict[str, str], workers: int, log: Path) -> Round:
     )
 
 
-def run(rounds: int = ROUNDS) -> dict[int, Figures]:
-    """`rounds` rounds of every configuration, interleaved (1, 2, 1, 2, ...) so drift touches both alike."""
+@contextmanager
+def profiled(pid: int, profile: Path | None) -> Iterator[None]:
+    """py-spy sampling `pid` and its workers meanwhile, as collapsed stacks in `profile` (if given)."""
+    if profile is None:
+        yield
+        return
+    spy_path = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
+    command = [spy_path, "record", "--pid", str(pid), "--subprocesses", "--format", "raw", "--rate", "250"]
+    spy = subprocess.Popen([*command, "--output", str(profile)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    time.sleep(1)  # attached before the chats start
+    try:
+        yield
+    finally:
+        spy.send_signal(signal.SIGINT)
+        spy.wait(60)
+
+
+def top_frames(profile: Path, count: int = 12) -> list[tuple[float, str]]:
+    """The functions the samples were in (self time, as shares of all samples), from py-spy's raw output."""
+    own: dict[str, int] = {}
+    total = 0
+    for line in profile.read_text().splitlines():
+        stack, _, samples = line.rpartition(" ")
+        if not stack or not samples.isdigit():
+            continue
+        leaf = stack.rsplit(";", 1)[-1]
+        own[leaf] = own.get(leaf, 0) + int(samples)
+        total += int(samples)
+    return sorted(((n / total, frame) for frame, n in own.items()), reverse=True)[:count]
+
+
+def run(
+    rounds: int = ROUNDS,
+    count: int = CHATS,
+    configurations: tuple[tuple[str, int], ...] = tuple(("server", workers) for workers in WORKER_COUNTS),
+    profile_dir: Path | None = None,
+) -> dict[str, Figures]:
+    """`rounds` rounds of every configuration (engine, workers), interleaved so drift touches all alike."""
     with tempfile.TemporaryDirectory() as scratch:
         root = Path(scratch)
         load_demo_elsewhere(root / "server")  # the fake server's own data: chdb allows one process per directory
+        load_demo_elsewhere(root / "embedded")  # `agent serve`'s own, on the embedded engine
         (root / "app").mkdir()
         base = {
             "PATH": os.environ.get("PATH", ""),
@@ -423,11 +465,19 @@ def run(rounds: int = ROUNDS) -> dict[int, Figures]:
                 "AGENT_WEB_RATE_PER_MINUTE": "100000",
                 "LOG_LEVEL": "WARNING",
             }
-            figures = {workers: Figures(workers, []) for workers in WORKER_COUNTS}
+            embedded = {key: value for key, value in env.items() if key != "CLICKHOUSE_URL"}
+            embedded["AGENT_DATA_DIR"] = str(root / "embedded")
+            figures = {f"{engine} x{workers}": Figures(workers, []) for engine, workers in configurations}
             for number in range(1, rounds + 1):
-                for workers, pooled in figures.items():
-                    log = root / f"serve-{workers}-{number}.log"
-                    pooled.rounds.append(asyncio.run(measure(env, workers, log)))
+                for (engine, workers), pooled in zip(configurations, figures.values(), strict=True):
+                    log = root / f"serve-{engine}-{workers}-{number}.log"
+                    profile = profile_dir / f"{engine}-{workers}-{number}.txt" if profile_dir else None
+                    config_env = embedded if engine == "embedded" else env
+                    pooled.rounds.append(asyncio.run(measure(config_env, workers, log, count, profile)))
+                    if profile is not None:
+                        print(f"\nprofile of {engine} x{workers}, round {number} ({profile}): self time")
+                        for share, frame in top_frames(profile):
+                            print(f"  {share:6.1%}  {frame}")
             return figures
 
 
@@ -456,26 +506,29 @@ ROWS: list[tuple[str, Callable[[Figures], float], str]] = [
 ]
 
 
-def report(figures: dict[int, Figures]) -> None:
+def report(figures: dict[str, Figures]) -> None:
     rounds = len(next(iter(figures.values())).rounds)
     calls = f"{MODEL_CALLS_PER_CHAT} calls a chat"
+    count = len(next(iter(figures.values())).rounds[0].chats)
     print()
-    print(f"{CHATS} concurrent web chats against `agent serve` on the ClickHouse server path (the fake server),")
+    print(f"{count} concurrent web chats against `agent serve` (server: the fake ClickHouse server; embedded: chdb),")
     print(f"{rounds} round(s) of each configuration, pooled. The fake model answers each call after {LATENCY_S:g} s,")
     print(f"{calls}: the ideal chat takes {IDEAL_S:g} s. 'its': the run's own timings (done's metrics); its two")
     print(f"model rounds ideally take {ROUNDS_IDEAL_S:g} s. At SIGTERM: start-up and warm-up included (a mean).")
     print()
-    compare = 1 in figures and 2 in figures
-    header = [f"--workers {workers}" for workers in figures] + (["2 vs 1"] if compare else [])
+    names = list(figures)
+    compare = len(names) > 1
+    header = names + ([f"{names[-1]} vs {names[0]}"] if compare else [])
     print(f"{'':25}" + "".join(f"{column:>13}" for column in header))
+    first, last = figures[names[0]], figures[names[-1]]
     for label, figure, form in ROWS:
         cells = [form.format(figure(f)) for f in figures.values()]
         if compare:
-            cells.append(_ratio(figure(figures[2]), figure(figures[1])))
+            cells.append(_ratio(figure(last), figure(first)))
         print(f"{label:25}" + "".join(f"{cell:>13}" for cell in cells))
-    for f in figures.values():
+    for name, f in figures.items():
         print()
-        print(f"--workers {f.workers}, by round: chats/s; CPU s over the timed chats, by process; exit after SIGTERM")
+        print(f"{name}, by round: chats/s; CPU s over the timed chats, by process; exit after SIGTERM")
         for number, one in enumerate(f.rounds, 1):
             print(f"  {number}: {one.ok / one.wall_s:5.2f}/s  {_processes(one.server)}  {_stopped(one.stop)}")
             print(f"     not counted: {_processes(one.others)}")
@@ -497,8 +550,27 @@ def _ratio(two: float, one: float) -> str:
     return f"{two / one:.2f}x" if one else "-"
 
 
+def main(argv: list[str]) -> None:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.bench_workers")
+    parser.add_argument("rounds", nargs="?", type=int, default=ROUNDS)
+    parser.add_argument("--chats", type=int, default=CHATS, help="concurrent chats a round")
+    parser.add_argument(
+        "--configurations",
+        default="server:1,server:2",
+        help="engine:workers, comma-separated (engines: server, embedded; embedded serves one process)",
+    )
+    parser.add_argument("--profile", type=Path, help="a folder for py-spy's profiles of the timed chats")
+    args = parser.parse_args(argv)
+    configurations = tuple(
+        (engine, int(workers)) for engine, workers in (c.split(":") for c in args.configurations.split(","))
+    )
+    if args.profile:
+        args.profile.mkdir(parents=True, exist_ok=True)
+    report(run(args.rounds, args.chats, configurations, args.profile))
+
+
 if __name__ == "__main__":
     if sys.argv[1:2] == ["fake"]:
         serve_fake_model(float(sys.argv[2]))
     else:
-        report(run(int(sys.argv[1]) if sys.argv[1:] else ROUNDS))
+        main(sys.argv[1:])

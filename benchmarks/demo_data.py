@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-_LOAD = "import sys; from pathlib import Path; from agent.demo import load_demo; load_demo(Path(sys.argv[1]))"
+_LOAD = "import sys; from pathlib import Path; from agent.db.demo import load_demo; load_demo(Path(sys.argv[1]))"
 
 
 def load_demo_elsewhere(data_dir: Path) -> None:

@@ -1,5 +1,5 @@
 """`agent evals run|check|compare`: parses arguments, calls the eval modules, prints. Registered in
-agent/cli.py by `add_evals_commands`; exit codes as there (0 ran, 1 failed, 2 usage)."""
+agent/process/cli.py by `add_evals_commands`; exit codes as there (0 ran, 1 failed, 2 usage)."""
 
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ from prometheus_client import CollectorRegistry
 from tqdm import tqdm
 
 from agent import linear_re
-from agent.cli import EXIT_FAILED, EXIT_OK, UsageError
 from agent.config import Settings
+from agent.errors import EXIT_FAILED, EXIT_OK, UsageError
 from agent.llm import MISSING_KEY, LLMConfigError
 from agent.metrics import Metrics
 from evals.results import CaseResult, ResultsError, load_record

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 
 from agent.config import Settings
 from agent.db import Database, DatabaseUnavailable, open_database
-from agent.demo import DATABASE
+from agent.db.demo import DATABASE
 from evals.suite import DEMO, Suite
 
 DEMO_TABLE = f"{DATABASE}.flights"
@@ -54,7 +54,7 @@ async def _has_demo(db: Database) -> bool:
 
 
 async def _load_demo(settings: Settings) -> None:
-    from agent.demo import load_demo
+    from agent.db.demo import load_demo
 
     print(f"Loading the demo data into {settings.chdb_path} (once)", file=sys.stderr)
     await asyncio.to_thread(load_demo, settings.chdb_path, lambda line: print(f"  {line}", file=sys.stderr))

@@ -11,8 +11,8 @@ from typing import Any
 from agent import linear_re
 from agent.db import format_for_model
 from agent.llm import LLMClient
-from agent.pipeline.runner import RunResult
 from agent.prompts import PromptLibrary
+from agent.runner import RunResult
 from evals.results import JudgeVerdict, Tokens
 
 SYSTEM_PROMPT = "evals/JUDGE.md"

@@ -8,7 +8,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field, ValidationError
 
-from agent.pipeline.runner import RunMetrics
+from agent.runner import RunMetrics
 
 
 class ResultsError(Exception):

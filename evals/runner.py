@@ -10,7 +10,7 @@ import time
 from collections.abc import Callable, Sequence
 
 from agent.db import Database
-from agent.pipeline.runner import Runner, RunResult
+from agent.runner import Runner, RunResult
 from evals.judge import Judge
 from evals.results import CaseResult, Check, JudgeVerdict, QueryRecord, Tokens
 from evals.scoring import Gold, score

@@ -29,7 +29,7 @@ from decimal import Decimal, InvalidOperation
 
 from agent import linear_re
 from agent.db import QueryResult
-from agent.pipeline.runner import Outcome, RunResult
+from agent.runner import Outcome, RunResult
 from evals.results import Check
 from evals.suite import Case, Expect
 

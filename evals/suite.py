@@ -15,7 +15,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from agent import linear_re
-from agent.pipeline.runner import Classification, Turn, TurnQuery
+from agent.runner import Classification, Turn, TurnQuery
 
 SUITES_DIR = Path(__file__).resolve().parent / "suites"
 DEMO = "demo"

@@ -13,17 +13,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from anthropic import AsyncAnthropic
 from prometheus_client import CollectorRegistry
 
 from agent.app import AgentApp
 from agent.config import Settings
 from agent.db import Database, open_database
-from agent.demo import load_demo
-from agent.llm import LLMClient
+from agent.db.demo import load_demo
 from agent.metrics import Metrics
 from tests.fakes.anthropic_api import FakeAnthropic
 from tests.fakes.clickhouse_http import FakeClickHouse, default_users
+from tests.fakes.clients import make_llm
 from tests.fakes.slack_api import FakeSlack, FakeSocketMode
 
 # Runs for seconds on one core and stays under the row limit: long enough to watch and cancel.
@@ -66,7 +65,7 @@ def make_settings(**values: Any) -> Settings:
     return Settings(_env_file=None, **values)  # type: ignore[call-arg]
 
 
-# Fixed, so no test's page load asks the model to write them (tests/test_examples.py covers that).
+# Fixed, so no test's page load asks the model to write them (tests/agent/suggestions/test_examples.py covers that).
 EXAMPLE_QUESTIONS = [
     "Which NYC airport had the most departures in 2013?",
     "Which carriers had the worst average arrival delay?",
@@ -163,11 +162,6 @@ def fake_slack(fake_slack_server: FakeSlack) -> Iterator[FakeSlack]:
 @pytest.fixture
 def metrics() -> Metrics:
     return Metrics(CollectorRegistry())
-
-
-def make_llm(fake: FakeAnthropic, max_retries: int = 3) -> LLMClient:
-    client = AsyncAnthropic(api_key="test-key", base_url=fake.base_url, max_retries=max_retries, timeout=20)
-    return LLMClient(client, stream_retries=max_retries, retry_base_delay_s=0.01)
 
 
 @pytest.fixture

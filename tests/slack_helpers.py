@@ -12,7 +12,7 @@ from typing import Any
 import httpx
 
 from agent.app import AgentApp
-from agent.serve import Service
+from agent.process.service import Service
 from bots.slack import SlackBot
 from tests.fakes import slack_events as events
 from tests.fakes.anthropic_api import Reply

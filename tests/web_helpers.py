@@ -4,10 +4,8 @@ SSE streams incrementally."""
 from __future__ import annotations
 
 import asyncio
-import json
 import socket
-from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -15,38 +13,13 @@ import httpx
 import uvicorn
 
 from agent.app import AgentApp
-from agent.conversations import ConversationStore
+from agent.chats.conversations import ConversationStore
 from agent.limits import Limits
+from tests.fakes.sse_client import Sse, sse_events
 from web.app import create_app
 from web.server import server_options
 
-
-@dataclass
-class Sse:
-    event: str
-    data: dict[str, Any]
-    id: int
-
-
-async def sse_events(response: httpx.Response) -> AsyncIterator[Sse]:
-    """Events from a text/event-stream response, as they arrive."""
-    name, data, event_id = "message", [], 0
-    async for line in response.aiter_lines():
-        if line == "":
-            if data:
-                yield Sse(name, json.loads("\n".join(data)), event_id)
-            name, data = "message", []
-        elif line.startswith(":"):
-            continue
-        else:
-            field, _, value = line.partition(":")
-            value = value.removeprefix(" ")
-            if field == "event":
-                name = value
-            elif field == "data":
-                data.append(value)
-            elif field == "id":
-                event_id = int(value)
+__all__ = ["LiveServer", "Sse", "WebApps", "chat", "read_all", "sse_events"]
 
 
 class LiveServer:

@@ -13,7 +13,7 @@ from typing import Any
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
-from agent.conversations import ConversationStore
+from agent.chats.conversations import ConversationStore
 from agent.metrics import Metrics
 from bots.slack import blocks
 from bots.slack.receive import Question

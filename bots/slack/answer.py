@@ -17,12 +17,23 @@ from typing import Any
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
+from agent.charts import Chart
+from agent.chats.conversations import ConversationStore
+from agent.chats.pacing import Pacing
+from agent.chats.runs import RunHandle, RunRegistry, ShuttingDown
 from agent.config import Settings
-from agent.conversations import ConversationStore
 from agent.metrics import Metrics
-from agent.pacing import Pacing
-from agent.pipeline.runner import Turn
-from agent.runs import RunHandle, RunRegistry, ShuttingDown
+from agent.runner import (
+    AnswerEvent,
+    ChartEvent,
+    ErrorEvent,
+    ExecutingEvent,
+    FinalAnswer,
+    FinishedEvent,
+    Outcome,
+    ResultEvent,
+    Turn,
+)
 from bots.slack import blocks
 from bots.slack.charts import upload_charts
 from bots.slack.failures import Failure, classify, explain
@@ -39,10 +50,11 @@ MAX_TITLE_CHARS = 80
 class RunOutcome:
     """What a followed run came to: its `done` result, and its queries and charts as their events told."""
 
-    result: dict[str, Any] | None = None
+    result: FinalAnswer | None = None
     error: str | None = None
-    queries: dict[str, dict[str, Any]] = field(default_factory=dict)  # by Q id: executing, then result data
-    charts: list[dict[str, Any]] = field(default_factory=list)
+    asked: dict[str, ExecutingEvent] = field(default_factory=dict)  # by Q id
+    results: dict[str, ResultEvent] = field(default_factory=dict)  # by Q id
+    charts: list[Chart] = field(default_factory=list)
 
 
 class Answerer:
@@ -174,38 +186,38 @@ class Answerer:
     async def _follow(self, handle: RunHandle, progress: Progress, writer: AnswerWriter) -> RunOutcome:
         outcome = RunOutcome()
         async for event in self._runs.follow(handle):
-            data = event.data
-            if event.event == "answer":
-                writer.restart() if data.get("restart") else writer.add(data.get("text") or "")
-                progress.update("answer", data)
-            elif event.event == "error":
-                outcome.error = str(data.get("message") or "")
-            elif event.event == "done":
-                outcome.result = data.get("result")
-            else:
-                if event.event in ("executing", "result"):
-                    outcome.queries.setdefault(str(data.get("query_id")), {}).update(data)
-                elif event.event == "chart":
-                    outcome.charts.append(data["chart"])
-                progress.update(event.event, data)
+            match event.body:
+                case AnswerEvent(text=text, restart=restart):
+                    writer.restart() if restart else writer.add(text)
+                case ErrorEvent(message=message):
+                    outcome.error = message
+                case FinishedEvent(result=result):
+                    outcome.result = result
+                case ExecutingEvent() as asked:
+                    outcome.asked[asked.query_id] = asked
+                case ResultEvent() as answered:
+                    outcome.results[answered.query_id] = answered
+                case ChartEvent(chart=chart):
+                    outcome.charts.append(chart)
+            progress.update(event.body)
         return outcome
 
     async def _deliver(
         self, question: Question, run_id: str, outcome: RunOutcome, progress: Progress, writer: AnswerWriter
     ) -> None:
-        result = outcome.result or {}
-        queries = [{**q, "id": q_id} for q_id, q in outcome.queries.items()]
-        if outcome.result is None or result.get("outcome") == "error":
-            kind = classify(outcome.error or result.get("error"), queries)
+        result = outcome.result
+        if result is None or result.outcome is Outcome.ERROR:
+            kind = classify(outcome.error or (result.error if result else None), list(outcome.results.values()))
             await writer.abandon()
             await progress.finish("Stopped")
             await self._tell(question, kind, seconds=self._settings.max_execution_time)
             return
         web_url = self._settings.agent_web_url
-        followups = list(result.get("followups") or [])
-        buttons = blocks.answer_blocks(run_id, [q["id"] for q in queries], followups, web_url)
+        buttons = blocks.answer_blocks(run_id, list(outcome.asked), result.followups, web_url)
+        # The metadata is Slack's wire: each query's id, question and SQL, read back as the thread's history.
+        queries = [{"id": q.query_id, "question": q.question, "sql": q.sql} for q in outcome.asked.values()]
         metadata = partial(answer_metadata, run_id, question=question.text, asked_ts=question.ts, queries=queries)
-        delivery = await writer.finish(str(result.get("answer") or ""), buttons, metadata)
+        delivery = await writer.finish(result.answer, buttons, metadata)
         if delivery is None:  # an empty answer: the buttons still need a home
             await self._client.chat_postMessage(
                 channel=question.channel, thread_ts=question.thread_ts, text="(no answer)", blocks=buttons

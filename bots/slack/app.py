@@ -2,7 +2,7 @@
 is answered at once and the work runs after. Served over HTTP (`routes()`, mounted at /slack/events)
 or Socket Mode (`connect_socket_mode()`, a task on the caller's event loop).
 
-Messages in one thread are answered one at a time, in order (agent/pacing.py, across workers too);
+Messages in one thread are answered one at a time, in order (agent/chats/pacing.py, across workers too);
 threads run side by side. Runs go through the RunRegistry and the ConversationStore like every other
 adapter's.
 """
@@ -30,11 +30,11 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
 from agent.app import AgentApp
+from agent.chats.conversations import ConversationStore
+from agent.chats.pacing import Pacing
+from agent.chats.runs import RunRegistry
 from agent.config import ConfigError, Settings
-from agent.conversations import ConversationStore
 from agent.metrics import Metrics
-from agent.pacing import Pacing
-from agent.runs import RunRegistry
 from bots.slack import blocks
 from bots.slack.actions import FEEDBACK_VALUES, Actions
 from bots.slack.answer import Answerer

@@ -5,7 +5,6 @@ with files.uploadV2, its alt text saying what it shows."""
 from __future__ import annotations
 
 import logging
-from typing import Any
 
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
@@ -23,13 +22,12 @@ async def upload_charts(
     *,
     channel: str,
     thread_ts: str,
-    charts: list[dict[str, Any]],
+    charts: list[Chart],
     timeout_s: float,
 ) -> int:
     """Upload every chart; a chart that fails is logged and counted, never a failed answer."""
     uploaded = 0
-    for raw in charts:
-        chart = Chart.model_validate(raw)
+    for chart in charts:
         try:
             png = await render_png(chart.spec, timeout_s=timeout_s)
             await client.files_upload_v2(

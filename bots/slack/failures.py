@@ -6,8 +6,11 @@ kind is read from that message and from the failed queries' ClickHouse error cod
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from enum import StrEnum
 from typing import Any
+
+from agent.runner import ResultEvent
 
 TIMEOUT_CODE = 159  # ClickHouse TIMEOUT_EXCEEDED
 
@@ -37,20 +40,20 @@ _PATTERNS = (  # (a phrase of the Runner's message, lower-cased, and what it mea
 )
 
 
-def classify(message: str | None, queries: list[dict[str, Any]] | None = None) -> Failure:
-    """The kind of a failed run from its error message and its queries (as their events told them)."""
+def classify(message: str | None, results: Sequence[ResultEvent] = ()) -> Failure:
+    """The kind of a failed run from its error message and its queries' results."""
     text = (message or "").lower()
     for phrase, kind in _PATTERNS:
         if phrase in text:
             return kind
-    if any(timed_out(q) for q in queries or []):
+    if any(timed_out(result) for result in results):
         return Failure.QUERY_TIMEOUT
     return Failure.INTERNAL
 
 
-def timed_out(query: dict[str, Any]) -> bool:
-    """A query (as its `result` event tells it) that ran out of time."""
-    return query.get("error_code") == TIMEOUT_CODE or "TIMEOUT_EXCEEDED" in str(query.get("error") or "")
+def timed_out(result: ResultEvent) -> bool:
+    """A query that ran out of time."""
+    return result.error_code == TIMEOUT_CODE or "TIMEOUT_EXCEEDED" in (result.error or "")
 
 
 def explain(kind: Failure, **facts: Any) -> str:

@@ -9,11 +9,11 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
 
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
+from agent.runner import AnswerEvent, ExecutingEvent, ResultEvent, ThinkingEvent, WireEvent
 from bots.slack.blocks import escape
 
 log = logging.getLogger(__name__)
@@ -112,27 +112,28 @@ class Progress:
         await self._paint()
         self._on_first()
 
-    def update(self, event: str, data: dict[str, Any]) -> None:
-        if event == "thinking":
-            self._activity = "Thinking"
-        elif event == "executing":
-            self._steps[data["query_id"]] = Step(data["query_id"], data["question"])
-            self._activity = f"Running {data['query_id']}: {data['question']}"
-        elif event == "result" and (step := self._steps.get(data["query_id"])):
-            if data.get("error"):
-                step.state = "failed"
-            elif data.get("reused_from"):
-                step.state, step.reused_from = "reused", data["reused_from"]
-            else:
-                step.state, step.rows = "rows", int(data.get("row_count") or 0)
-            if all(s.state != "running" for s in self._steps.values()):
+    def update(self, event: WireEvent) -> None:
+        match event:
+            case ThinkingEvent():
                 self._activity = "Thinking"
-        elif event == "answer":
-            if self._activity == "Writing the answer":
+            case ExecutingEvent(query_id=query_id, question=asked):
+                self._steps[query_id] = Step(query_id, asked)
+                self._activity = f"Running {query_id}: {asked}"
+            case ResultEvent(query_id=query_id) if step := self._steps.get(query_id):
+                if event.error:
+                    step.state = "failed"
+                elif event.reused_from:
+                    step.state, step.reused_from = "reused", event.reused_from
+                else:
+                    step.state, step.rows = "rows", event.row_count
+                if all(s.state != "running" for s in self._steps.values()):
+                    self._activity = "Thinking"
+            case AnswerEvent():
+                if self._activity == "Writing the answer":
+                    return
+                self._activity = "Writing the answer"
+            case _:
                 return
-            self._activity = "Writing the answer"
-        else:
-            return
         self._painter.request()
 
     def cancel(self) -> None:

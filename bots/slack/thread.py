@@ -14,7 +14,7 @@ from typing import Any
 
 from slack_sdk.web.async_client import AsyncWebClient
 
-from agent.pipeline.runner import Turn, TurnQuery
+from agent.runner import Turn, TurnQuery
 
 ANSWER_EVENT = "analyst_answer"
 MAX_QUESTION_CHARS = 1_000

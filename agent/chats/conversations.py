@@ -1,0 +1,431 @@
+"""Conversations in an embedded SQLite file, shared by every adapter: questions, answers, executed
+queries (with a small preview, never whole results), follow-ups, feedback and each run's event log
+(so a finished run can be replayed after a restart).
+
+A conversation is found by its id, or by an adapter's key (Slack: team, channel and thread). Event
+ids an adapter has handled are kept too, so a redelivered event is answered once, across restarts.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sqlite3
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from agent.chats.state_file import SqliteFile, write_transaction
+from agent.limits import Limits, cut_text, json_size
+from agent.runner import PREVIEW_ROWS, RunResult, Turn, TurnQuery, fit_rows
+
+log = logging.getLogger(__name__)
+SHORT_COLUMN_CHARS = 40  # a stored column name past the turn cap: enough to tell columns apart
+SHORT_TEXT_CHARS = 200  # a stored question, error or hint past the turn cap
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS conversations (
+    id TEXT PRIMARY KEY,
+    title TEXT NOT NULL,
+    created_at REAL NOT NULL,
+    updated_at REAL NOT NULL,
+    interface TEXT NOT NULL DEFAULT 'web',
+    adapter_key TEXT UNIQUE
+);
+CREATE TABLE IF NOT EXISTS handled_events (
+    event_key TEXT PRIMARY KEY,
+    seen_at REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS turns (
+    run_id TEXT PRIMARY KEY,
+    conversation_id TEXT NOT NULL REFERENCES conversations(id) ON DELETE CASCADE,
+    position INTEGER NOT NULL,
+    question TEXT NOT NULL,
+    answer TEXT NOT NULL,
+    outcome TEXT NOT NULL,
+    followups TEXT NOT NULL,
+    metrics TEXT NOT NULL,
+    transcript TEXT NOT NULL,
+    events TEXT NOT NULL,
+    created_at REAL NOT NULL,
+    feedback TEXT,
+    charts TEXT NOT NULL DEFAULT '[]'
+);
+CREATE INDEX IF NOT EXISTS turns_by_conversation ON turns(conversation_id, position);
+CREATE TABLE IF NOT EXISTS queries (
+    id TEXT PRIMARY KEY,
+    run_id TEXT NOT NULL REFERENCES turns(run_id) ON DELETE CASCADE,
+    label TEXT NOT NULL,
+    question TEXT NOT NULL,
+    sql TEXT NOT NULL,
+    columns TEXT NOT NULL,
+    preview TEXT NOT NULL,
+    row_count INTEGER NOT NULL,
+    has_more INTEGER NOT NULL,
+    error TEXT,
+    hint TEXT,
+    elapsed_ms INTEGER NOT NULL
+);
+"""
+
+
+def query_key(run_id: str, label: str) -> str:
+    """The id of one executed query: its run and its Q label (so the page can build CSV links)."""
+    return f"{run_id}-{label}"
+
+
+class ConversationStore:
+    def __init__(self, path: Path, limits: Limits | None = None) -> None:
+        self._limits = limits or Limits()
+        self._file = SqliteFile(path)
+        self._file.now(_create_tables)
+
+    async def create_conversation(self, first_question: str, *, key: str | None = None, interface: str = "web") -> str:
+        """A new conversation; with `key`, the one already kept under that key if there is one."""
+        conversation_id = uuid.uuid4().hex
+        title = " ".join(first_question.split())[:80]
+        now = time.time()
+
+        def write(c: sqlite3.Connection) -> str:
+            c.execute(
+                "INSERT INTO conversations (id, title, created_at, updated_at, interface, adapter_key) "
+                "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (adapter_key) DO NOTHING",
+                (conversation_id, title, now, now, interface, key),
+            )
+            if key is None:
+                return conversation_id
+            return str(c.execute("SELECT id FROM conversations WHERE adapter_key = ?", (key,)).fetchone()[0])
+
+        return await self._file.run(write)
+
+    async def find(self, key: str) -> str | None:
+        """The conversation kept under an adapter's key."""
+        row = await self._file.run(
+            lambda c: c.execute("SELECT id FROM conversations WHERE adapter_key = ?", (key,)).fetchone()
+        )
+        return row["id"] if row else None
+
+    async def claim_event(self, event_key: str, *, keep_s: float = 7 * 24 * 3600) -> bool:
+        """True the first time `event_key` is seen (and remembered); False for a redelivery."""
+        now = time.time()
+
+        def write(c: sqlite3.Connection) -> bool:
+            with write_transaction(c):
+                c.execute("DELETE FROM handled_events WHERE seen_at < ?", (now - keep_s,))
+                cursor = c.execute(
+                    "INSERT INTO handled_events (event_key, seen_at) VALUES (?, ?) ON CONFLICT DO NOTHING",
+                    (event_key, now),
+                )
+                return cursor.rowcount == 1
+
+        return await self._file.run(write)
+
+    async def record_feedback(self, run_id: str, value: str) -> bool:
+        cursor = await self._file.run(
+            lambda c: c.execute("UPDATE turns SET feedback = ? WHERE run_id = ?", (value, run_id))
+        )
+        return cursor.rowcount > 0
+
+    async def exists(self, conversation_id: str) -> bool:
+        row = await self._file.run(
+            lambda c: c.execute("SELECT 1 FROM conversations WHERE id = ?", (conversation_id,)).fetchone()
+        )
+        return row is not None
+
+    async def list_conversations(self) -> list[dict[str, Any]]:
+        rows = await self._file.run(
+            lambda c: c.execute(
+                "SELECT c.id, c.title, c.created_at, c.updated_at, count(t.run_id) AS turns FROM conversations c "
+                "LEFT JOIN turns t ON t.conversation_id = c.id WHERE c.interface = 'web' GROUP BY c.id "
+                "ORDER BY c.updated_at DESC"
+            ).fetchall()
+        )
+        return [dict(row) for row in rows]
+
+    async def get_conversation(self, conversation_id: str) -> dict[str, Any] | None:
+        def read(c: sqlite3.Connection) -> dict[str, Any] | None:
+            conversation = c.execute("SELECT * FROM conversations WHERE id = ?", (conversation_id,)).fetchone()
+            if conversation is None:
+                return None
+            turns = c.execute(
+                "SELECT run_id, question, answer, outcome, followups, metrics, created_at, feedback, charts FROM turns "
+                "WHERE conversation_id = ? ORDER BY position",
+                (conversation_id,),
+            ).fetchall()
+            queries = c.execute(
+                "SELECT q.* FROM queries q JOIN turns t ON t.run_id = q.run_id WHERE t.conversation_id = ? "
+                "ORDER BY q.rowid",
+                (conversation_id,),
+            ).fetchall()
+            by_run: dict[str, list[dict[str, Any]]] = {}
+            for q in queries:
+                by_run.setdefault(q["run_id"], []).append(_query_row(q))
+            return {
+                **dict(conversation),
+                "turns": [
+                    {
+                        **dict(t),
+                        "followups": json.loads(t["followups"]),
+                        "metrics": json.loads(t["metrics"]),
+                        "charts": json.loads(t["charts"]),
+                        "queries": by_run.get(t["run_id"], []),
+                    }
+                    for t in turns
+                ],
+            }
+
+        return await self._file.run(read)
+
+    async def delete_conversation(self, conversation_id: str) -> bool:
+        cursor = await self._file.run(lambda c: c.execute("DELETE FROM conversations WHERE id = ?", (conversation_id,)))
+        return cursor.rowcount > 0
+
+    async def history(self, conversation_id: str) -> list[Turn]:
+        def read(c: sqlite3.Connection) -> list[Turn]:
+            turns = c.execute(
+                "SELECT run_id, question, answer, transcript FROM turns WHERE conversation_id = ? ORDER BY position",
+                (conversation_id,),
+            ).fetchall()
+            history = []
+            for t in turns:
+                queries = c.execute(
+                    "SELECT label, question, sql, columns, preview, row_count, error FROM queries WHERE run_id = ? "
+                    "ORDER BY rowid",
+                    (t["run_id"],),
+                ).fetchall()
+                history.append(
+                    Turn(
+                        question=t["question"],
+                        answer=t["answer"],
+                        transcript=json.loads(t["transcript"]),
+                        queries=[
+                            TurnQuery(
+                                id=q["label"],
+                                question=q["question"],
+                                sql=q["sql"],
+                                columns=json.loads(q["columns"]),
+                                rows=json.loads(q["preview"])[:5],
+                                row_count=q["row_count"],
+                                error=q["error"],
+                            )
+                            for q in queries
+                        ],
+                    )
+                )
+            return history
+
+        return await self._file.run(read)
+
+    async def save_turn(
+        self, conversation_id: str, run_id: str, result: RunResult, events: list[dict[str, Any]]
+    ) -> None:
+        """Write the whole turn in one transaction, within the turn's byte cap."""
+        turn = _StoredTurn.of(result, events, self._limits.preview_bytes)
+        turn.fit(self._limits.max_turn_bytes)
+
+        def write(c: sqlite3.Connection) -> None:
+            now = time.time()
+            with write_transaction(c):
+                position = c.execute(
+                    "SELECT count(*) FROM turns WHERE conversation_id = ?", (conversation_id,)
+                ).fetchone()[0]
+                c.execute(
+                    "INSERT INTO turns VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, NULL, ?)",
+                    (
+                        run_id,
+                        conversation_id,
+                        position,
+                        result.question,
+                        result.answer,
+                        result.outcome.value,
+                        _dumps(result.followups),
+                        result.metrics.model_dump_json(),
+                        _dumps(turn.transcript),
+                        _dumps(turn.events),
+                        now,
+                        _dumps(turn.charts),
+                    ),
+                )
+                for q, preview, kept in zip(result.queries, turn.previews, turn.queries, strict=True):
+                    r = q.result
+                    c.execute(
+                        "INSERT INTO queries VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                        (
+                            query_key(run_id, q.id),
+                            run_id,
+                            q.id,
+                            kept["question"],
+                            kept["sql"],
+                            _dumps(kept["columns"]),
+                            _dumps(preview),
+                            r.row_count,
+                            int(r.has_more),
+                            kept["error"],
+                            kept["hint"],
+                            r.elapsed_ms,
+                        ),
+                    )
+                c.execute("UPDATE conversations SET updated_at = ? WHERE id = ?", (now, conversation_id))
+
+        await self._file.run(write)
+
+    async def query_sql(self, key: str) -> str | None:
+        row = await self._file.run(lambda c: c.execute("SELECT sql FROM queries WHERE id = ?", (key,)).fetchone())
+        return (row["sql"] or None) if row else None  # empty: given up to keep the turn within its cap
+
+    async def run_events(self, run_id: str) -> tuple[str, list[dict[str, Any]]] | None:
+        row = await self._file.run(
+            lambda c: c.execute("SELECT conversation_id, events FROM turns WHERE run_id = ?", (run_id,)).fetchone()
+        )
+        return (row["conversation_id"], json.loads(row["events"])) if row else None
+
+    def close(self) -> None:
+        self._file.close()
+
+
+@dataclass
+class _StoredTurn:
+    """The parts of a turn whose size the run's output decides, and what gives way, in order, when
+    together they pass the cap: rows in the replayed event log (the conversation view keeps its
+    previews), the transcript (the next question then carries the turn in compact form), the charts'
+    data in the event log, the previews, the charts, column names and SQL in the event log (the query
+    rows keep them), column names past a short cut, and last the queries' SQL (their downloads are then
+    gone). Every part counts, the query rows too."""
+
+    events: list[dict[str, Any]]
+    transcript: list[dict[str, Any]]
+    charts: list[dict[str, Any]]
+    previews: list[list[list[Any]]]
+    queries: list[dict[str, Any]]
+
+    @classmethod
+    def of(cls, result: RunResult, events: list[dict[str, Any]], preview_bytes: int) -> _StoredTurn:
+        return cls(
+            events=events,
+            transcript=result.transcript,
+            charts=[chart.summary() for chart in result.charts],
+            previews=[fit_rows(q.result.json_rows(PREVIEW_ROWS), preview_bytes) for q in result.queries],
+            queries=[
+                {
+                    "question": q.question,
+                    "sql": q.sql,
+                    "columns": q.result.columns,
+                    "error": q.result.error,
+                    "hint": q.result.hint,
+                }
+                for q in result.queries
+            ],
+        )
+
+    def size(self) -> int:
+        return json_size([self.events, self.transcript, self.charts, self.previews, self.queries])
+
+    def fit(self, max_bytes: int) -> None:
+        steps = (
+            self._drop_event_rows,
+            self._drop_transcript,
+            self._drop_event_charts,
+            self._drop_previews,
+            self._drop_charts,
+            self._drop_event_columns_and_sql,
+            self._shorten_query_columns,
+            self._cut_query_texts,
+            self._drop_query_sql,
+            self._drop_events,
+        )
+        for step in steps:
+            if self.size() <= max_bytes:
+                return
+            step()
+        if self.size() > max_bytes:  # only ids and counts are left: say so rather than pass silently
+            log.warning("a stored turn is %d bytes, over its cap of %d, with everything cut", self.size(), max_bytes)
+
+    def _drop_event_rows(self) -> None:
+        self.events = [_without(e, "rows", []) if e["event"] == "result" else e for e in self.events]
+
+    def _drop_transcript(self) -> None:
+        self.transcript = []
+
+    def _drop_event_charts(self) -> None:
+        self.events = [e for e in self.events if e["event"] != "chart"]
+
+    def _drop_previews(self) -> None:
+        self.previews = [[] for _ in self.previews]
+
+    def _drop_charts(self) -> None:
+        self.charts = []
+
+    def _drop_event_columns_and_sql(self) -> None:
+        self.events = [
+            {**e, "data": {**e["data"], **({"columns": []} if "columns" in e["data"] else {}), "sql": ""}}
+            if e["event"] in ("executing", "result")
+            else e
+            for e in self.events
+        ]
+
+    def _shorten_query_columns(self) -> None:
+        for query in self.queries:
+            query["columns"] = [cut_text(name, SHORT_COLUMN_CHARS) for name in query["columns"]]
+
+    def _cut_query_texts(self) -> None:
+        for query in self.queries:
+            for key in ("question", "error", "hint"):
+                if query[key]:
+                    query[key] = cut_text(query[key], SHORT_TEXT_CHARS)
+
+    def _drop_query_sql(self) -> None:
+        for query in self.queries:
+            query["sql"] = ""
+
+    def _drop_events(self) -> None:
+        """The replayed log goes last: the conversation view is built from the turn and its queries."""
+        self.events = []
+
+
+def _without(event: dict[str, Any], key: str, empty: Any) -> dict[str, Any]:
+    return {**event, "data": {**event["data"], key: empty}}
+
+
+def _dumps(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False)
+
+
+_ADDED_COLUMNS = {  # columns later releases added to a table an earlier release created
+    "conversations": {"interface": "TEXT NOT NULL DEFAULT 'web'", "adapter_key": "TEXT"},
+    "turns": {"feedback": "TEXT", "charts": "TEXT NOT NULL DEFAULT '[]'"},
+}
+
+
+def _create_tables(conn: sqlite3.Connection) -> None:
+    _add_missing_columns(conn)
+    conn.executescript(SCHEMA)
+
+
+def _add_missing_columns(conn: sqlite3.Connection) -> None:
+    for table, columns in _ADDED_COLUMNS.items():
+        existing = {row[1] for row in conn.execute(f"PRAGMA table_info({table})")}
+        if not existing:
+            continue  # a new file: SCHEMA creates the table whole
+        for name, definition in columns.items():
+            if name not in existing:
+                conn.execute(f"ALTER TABLE {table} ADD COLUMN {name} {definition}")
+        if table == "conversations":
+            conn.execute("CREATE UNIQUE INDEX IF NOT EXISTS conversations_by_key ON conversations(adapter_key)")
+
+
+def _query_row(row: sqlite3.Row) -> dict[str, Any]:
+    return {
+        "id": row["id"],
+        "label": row["label"],
+        "question": row["question"],
+        "sql": row["sql"],
+        "columns": json.loads(row["columns"]),
+        "rows": json.loads(row["preview"]),
+        "row_count": row["row_count"],
+        "has_more": bool(row["has_more"]),
+        "error": row["error"],
+        "hint": row["hint"],
+        "elapsed_ms": row["elapsed_ms"],
+    }

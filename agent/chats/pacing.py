@@ -1,0 +1,43 @@
+"""Pacing for every adapter: how many questions a client may ask a minute (`rate_limits.py`), and one
+answer at a time per conversation (`turns.py`). Both live in memory in one process, and in the app's
+SQLite file when the process is one of several workers, which this holds.
+"""
+
+from __future__ import annotations
+
+from contextlib import AbstractAsyncContextManager
+from pathlib import Path
+
+from agent.chats.rate_limits import SCHEMA as RATE_SCHEMA
+from agent.chats.rate_limits import LocalRateLimit, RateLimit, SharedRateLimit
+from agent.chats.state_file import SqliteFile
+from agent.chats.turns import Turns
+
+
+class Pacing:
+    """Rate limits and turns for one process: in memory, or through the SQLite file at `shared_path`
+    for a process that is one of several workers."""
+
+    def __init__(self, shared_path: Path | None = None) -> None:
+        self._file: SqliteFile | None = None
+        if shared_path is not None:
+            self._file = SqliteFile(shared_path)
+            self._file.now(lambda c: c.executescript(RATE_SCHEMA))
+        self._turns = Turns(self._file)
+
+    @property
+    def shared(self) -> bool:
+        return self._file is not None
+
+    def rate_limit(self, scope: str, per_minute: int) -> RateLimit:
+        if self._file is None:
+            return LocalRateLimit(per_minute)
+        return SharedRateLimit(self._file, scope, per_minute)
+
+    def turn(self, key: str, position: int | None = None) -> AbstractAsyncContextManager[None]:
+        """Hold `key`'s turn (see Turns.turn)."""
+        return self._turns.turn(key, position)
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()

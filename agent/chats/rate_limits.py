@@ -1,0 +1,114 @@
+"""How many questions a client may ask a minute, for every adapter.
+
+In one process the takes are counted in memory. With several worker processes (`agent serve --workers
+N`) they are counted in the app's SQLite file, so a client's budget counts its questions wherever they
+land.
+"""
+
+from __future__ import annotations
+
+import logging
+import sqlite3
+import time
+from abc import ABC, abstractmethod
+from collections import deque
+from collections.abc import Callable
+from functools import partial
+
+from agent.chats.state_file import SqliteFile, write_transaction
+
+log = logging.getLogger(__name__)
+
+WINDOW_S = 60.0
+MAX_LOCAL_KEYS = 10_000  # idle clients are forgotten beyond this, so memory stays bounded
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS pace_takes (scope TEXT NOT NULL, key TEXT NOT NULL, at REAL NOT NULL);
+CREATE INDEX IF NOT EXISTS pace_takes_by_key ON pace_takes (scope, key, at);
+CREATE INDEX IF NOT EXISTS pace_takes_by_time ON pace_takes (scope, at);
+"""
+
+
+class RateLimit(ABC):
+    """At most `per_minute` takes per key in any sliding window of `window_s`."""
+
+    def __init__(self, per_minute: int, window_s: float = WINDOW_S) -> None:
+        self.per_minute, self.window_s = per_minute, window_s
+
+    @abstractmethod
+    async def take(self, key: str) -> float | None:
+        """None when `key` may go ahead now (and it is counted); otherwise seconds until it may."""
+
+
+class LocalRateLimit(RateLimit):
+    def __init__(self, per_minute: int, window_s: float = WINDOW_S, clock: Callable[[], float] = time.monotonic):
+        super().__init__(per_minute, window_s)
+        self._clock = clock
+        self._seen: dict[str, deque[float]] = {}
+
+    async def take(self, key: str) -> float | None:
+        now = self._clock()
+        seen = self._seen.setdefault(key, deque())
+        while seen and now - seen[0] >= self.window_s:
+            seen.popleft()
+        if len(seen) >= self.per_minute:
+            return self.window_s - (now - seen[0])
+        seen.append(now)
+        if len(self._seen) > MAX_LOCAL_KEYS:
+            for idle in [k for k, v in self._seen.items() if not v or now - v[-1] >= self.window_s]:
+                del self._seen[idle]
+        return None
+
+
+class SharedRateLimit(RateLimit):
+    def __init__(
+        self,
+        file: SqliteFile,
+        scope: str,
+        per_minute: int,
+        window_s: float = WINDOW_S,
+        clock: Callable[[], float] = time.time,  # wall time: the processes share it
+    ) -> None:
+        super().__init__(per_minute, window_s)
+        self._file, self._scope, self._clock = file, scope, clock
+        self._refused_until: dict[str, float] = {}
+        self._swept_at = 0.0
+
+    async def take(self, key: str) -> float | None:
+        # A refused client is answered from memory until its wait is over: a flood of refused requests
+        # costs no write to the file every worker shares.
+        if (until := self._refused_until.get(key)) is not None:
+            if (left_s := until - self._clock()) > 0:
+                return left_s
+            del self._refused_until[key]
+        try:
+            wait = await self._file.run(partial(self._take, key))
+        except sqlite3.OperationalError:  # the shared file is locked or busy: serve the request, say so
+            log.warning("could not count a request against its rate limit; letting it through", exc_info=True)
+            return None
+        if wait is not None:
+            self._refused_until[key] = self._clock() + wait
+            if len(self._refused_until) > MAX_LOCAL_KEYS:
+                now = self._clock()
+                self._refused_until = {k: t for k, t in self._refused_until.items() if t > now}
+        return wait
+
+    def _take(self, key: str, c: sqlite3.Connection) -> float | None:
+        with write_transaction(c):  # count and add under one lock: two workers cannot both take the last
+            now = self._clock()  # under the lock, so no take is older than one counted before it
+            horizon = now - self.window_s
+            if now - self._swept_at >= self.window_s:  # idle clients' takes
+                c.execute("DELETE FROM pace_takes WHERE scope = ? AND at <= ?", (self._scope, horizon))
+                self._swept_at = now
+            # Takes out of the window, and any "from the future" (the clock was stepped back), no longer count.
+            c.execute(
+                "DELETE FROM pace_takes WHERE scope = ? AND key = ? AND (at <= ? OR at > ?)",
+                (self._scope, key, horizon, now),
+            )
+            count, oldest = c.execute(
+                "SELECT count(*), min(at) FROM pace_takes WHERE scope = ? AND key = ?", (self._scope, key)
+            ).fetchone()
+            if count >= self.per_minute:
+                return max(0.0, oldest - horizon)
+            c.execute("INSERT INTO pace_takes VALUES (?, ?, ?)", (self._scope, key, now))
+            return None

@@ -1,0 +1,367 @@
+"""Runs in progress, for every adapter: each run's event log, its readers, and its lifetime.
+
+A run belongs to no connection: its events go into a log that any number of readers follow (a web
+page reload reattaches with Last-Event-ID and loses nothing; Slack follows the log to post
+progress). An adapter may ask for a run to be cancelled when its last reader goes away and nobody
+comes back within a grace period (the web does; a Slack thread has no reader to lose): that stops
+the model call and kills its ClickHouse queries. The finished turn is written to the conversation
+store before `done` is published. The log always opens with `started` and ends with `done`.
+
+With several worker processes, a `SharedRunLog` lets a reader in one process follow a run another
+process owns. On shutdown, `drain` refuses new runs and gives running ones a bounded time to finish.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from collections import OrderedDict
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any
+
+from pydantic import ValidationError
+
+from agent.chats.conversations import ConversationStore
+from agent.chats.shared_runs import BEAT_S, SharedRunLog
+from agent.limits import Limits, json_size
+from agent.logs import log_context
+from agent.runner import (
+    WIRE_EVENT,
+    DoneEvent,
+    ErrorEvent,
+    Event,
+    FinishedEvent,
+    Interface,
+    Platform,
+    Runner,
+    StartedEvent,
+    Turn,
+    WireEvent,
+)
+
+log = logging.getLogger(__name__)
+SHARED_FLUSH_S = 0.15  # how often a run's new events are copied for readers in other processes
+SHARED_POLL_S = 0.25  # how often a reader in another process looks for them
+SHARED_APPEARS_S = 1.0  # how long a reader waits for a run started a moment ago to be shared
+STREAM_MARGIN_S = 2.0  # on shutdown, after the grace period: for cancelled runs' last events to reach readers
+
+
+class ShuttingDown(Exception):
+    """The process is shutting down and takes no new questions."""
+
+    message = "The server is restarting; ask again in a moment."
+
+
+@dataclass(frozen=True)
+class RunEvent:
+    """One event of a run's log, typed for the adapters of this process. `as_dict` is its one wire
+    shape: what the store keeps, other workers read back (`from_dict`) and the web sends."""
+
+    id: int
+    run_id: str
+    conversation_id: str
+    body: WireEvent
+
+    @property
+    def name(self) -> str:
+        return self.body.type
+
+    @property
+    def data(self) -> dict[str, Any]:
+        """Built when asked (once per reader), not kept: a finished run keeps only its typed events."""
+        return {"run_id": self.run_id, "conversation_id": self.conversation_id, **self.body.wire()}
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"id": self.id, "event": self.name, "data": self.data}
+
+    @classmethod
+    def from_dict(cls, stored: dict[str, Any]) -> RunEvent | None:
+        """The event as another worker or the store wrote it; None for one this release cannot read
+        (another release wrote it: workers of two releases share a file during an upgrade). A `done`
+        that cannot be read is still the end of the run."""
+        data = stored["data"]
+        ids = (stored["id"], str(data.get("run_id") or ""), str(data.get("conversation_id") or ""))
+        try:
+            return cls(*ids, WIRE_EVENT.validate_python({**data, "type": stored["event"]}))
+        except ValidationError:
+            log.warning("skipped a %r event this release cannot read", stored["event"], exc_info=True)
+            return cls(*ids, FinishedEvent(result=None)) if stored["event"] == "done" else None
+
+
+@dataclass
+class RunHandle:
+    run_id: str
+    conversation_id: str
+    events: list[RunEvent] = field(default_factory=list)
+    done: bool = False
+    abandon_after_s: float | None = None  # cancel when unwatched this long; None: never
+    readers: int = 0
+    task: asyncio.Task[Any] | None = None
+    changed: asyncio.Condition = field(default_factory=asyncio.Condition)
+    grace_timer: asyncio.TimerHandle | None = None
+    shared_upto: int = 0  # events copied to the shared log so far
+
+
+class RunRegistry:
+    def __init__(
+        self,
+        runner: Runner,
+        store: ConversationStore,
+        *,
+        keep_finished: int = 500,
+        shared: SharedRunLog | None = None,
+        max_event_bytes: int = Limits.max_event_bytes,
+    ):
+        self._runner = runner
+        self._store = store
+        self._max_event_bytes = max_event_bytes
+        self._keep_finished = keep_finished
+        self._shared = shared
+        self._runs: OrderedDict[str, RunHandle] = OrderedDict()
+        self._checks: set[asyncio.Task[None]] = set()
+        self.accepting = True
+
+    @property
+    def running(self) -> int:
+        return sum(1 for handle in self._runs.values() if not handle.done)
+
+    def get(self, run_id: str) -> RunHandle | None:
+        return self._runs.get(run_id)
+
+    def start(
+        self,
+        conversation_id: str,
+        question: str,
+        history: list[Turn],
+        *,
+        platform: Platform,
+        interface: Interface,
+        abandon_after_s: float | None = None,
+        followups: bool = True,
+    ) -> RunHandle:
+        """Register the run with its first event, `started`, already in its log (so a reader sees
+        something before the model's first reply, and a replay shows the same), then drive it.
+        Raises ShuttingDown once `drain` has begun."""
+        if not self.accepting:
+            raise ShuttingDown(ShuttingDown.message)
+        handle = RunHandle(run_id=uuid.uuid4().hex, conversation_id=conversation_id, abandon_after_s=abandon_after_s)
+        handle.events.append(RunEvent(1, handle.run_id, conversation_id, StartedEvent(question=question)))
+        self._runs[handle.run_id] = handle
+        run = self._drive(handle, question, history, platform, interface, followups)
+        with log_context(run_id=handle.run_id, interface=interface):  # the task copies the context
+            handle.task = asyncio.create_task(run, name=f"run-{handle.run_id}")
+        return handle
+
+    async def _drive(
+        self,
+        handle: RunHandle,
+        question: str,
+        history: list[Turn],
+        platform: Platform,
+        interface: Interface,
+        followups: bool,
+    ) -> None:
+        async def publish(event: Event) -> None:
+            body: WireEvent = FinishedEvent.of(event) if isinstance(event, DoneEvent) else event
+            published = [self._next(handle, body)]
+            if (size := json_size(published[0].data)) > self._max_event_bytes:  # every event is built within the cap
+                log.error("a %s event of %d bytes was not sent (the cap is %d)", body.type, size, self._max_event_bytes)
+                published = [self._next(handle, ErrorEvent(message="Part of this answer was too large to show."))]
+                if isinstance(body, FinishedEvent):  # the log still ends with `done`
+                    published.append(
+                        RunEvent(published[0].id + 1, handle.run_id, handle.conversation_id, FinishedEvent(result=None))
+                    )
+            if isinstance(event, DoneEvent):
+                record = [e.as_dict() for e in [*handle.events, *published]]
+                await asyncio.shield(self._store.save_turn(handle.conversation_id, handle.run_id, event.result, record))
+            for one in published:
+                await self._append(handle, one)
+
+        sharing = asyncio.create_task(self._share(handle)) if self._shared is not None else None
+        try:
+            await self._runner.run(
+                question,
+                history=history,
+                platform=platform,
+                interface=interface,
+                on_event=publish,
+                followups=followups,
+            )
+        except Exception:  # the runner turns its failures into events; this is the rest (the store, a reader)
+            log.exception("run %s failed", handle.run_id)
+            finished = handle.events[-1].name == "done"
+            await self._append(
+                handle, self._next(handle, ErrorEvent(message="Something went wrong on the server; try again."))
+            )
+            if not finished:
+                await self._append(handle, self._next(handle, FinishedEvent(result=None)))
+        finally:
+            async with handle.changed:
+                handle.done = True
+                handle.changed.notify_all()
+            if sharing is not None:
+                await asyncio.shield(sharing)
+            self._forget_old_runs()
+
+    async def _share(self, handle: RunHandle) -> None:
+        """Copy the run's events to the shared log until it is done, beating meanwhile; then take them out
+        again (by then the stored turn has them all). Whatever fails, the shared copy does not outlive
+        the run, so no reader waits on it."""
+        assert self._shared is not None
+        try:
+            await self._shared.open(handle.run_id, handle.conversation_id)
+            beaten = time.monotonic()
+            while True:
+                finished = handle.done
+                fresh = handle.events[handle.shared_upto :]
+                beat = time.monotonic() - beaten >= BEAT_S
+                if fresh or beat:
+                    await self._shared.add(handle.run_id, [(e.id, e.name, e.data) for e in fresh], beat=beat)
+                    handle.shared_upto += len(fresh)
+                    beaten = time.monotonic() if beat else beaten
+                if finished:
+                    break
+                await asyncio.sleep(SHARED_FLUSH_S)
+        except Exception:  # the run goes on; readers in other processes fall back to the stored turn
+            log.exception("could not share run %s with other workers", handle.run_id)
+        finally:
+            try:
+                await asyncio.shield(self._shared.close(handle.run_id))
+            except Exception:
+                log.exception("could not take run %s out of the shared log", handle.run_id)
+
+    @staticmethod
+    def _next(handle: RunHandle, body: WireEvent) -> RunEvent:
+        return RunEvent(len(handle.events) + 1, handle.run_id, handle.conversation_id, body)
+
+    async def _append(self, handle: RunHandle, event: RunEvent) -> None:
+        async with handle.changed:
+            handle.events.append(event)
+            handle.changed.notify_all()
+
+    async def follow(self, handle: RunHandle, after: int = 0) -> AsyncIterator[RunEvent]:
+        """Events after id `after`, then new ones as they come, until the run is done."""
+        handle.readers += 1
+        if handle.grace_timer is not None:
+            handle.grace_timer.cancel()
+            handle.grace_timer = None
+        try:
+            position = after
+
+            def ready(seen: int) -> bool:
+                return len(handle.events) > seen or handle.done
+
+            while True:
+                async with handle.changed:
+                    await handle.changed.wait_for(partial(ready, position))
+                    fresh = handle.events[position:]
+                    finished = handle.done
+                for event in fresh:
+                    yield event
+                position += len(fresh)
+                if finished and position >= len(handle.events):
+                    return
+        finally:
+            handle.readers -= 1
+            if handle.readers == 0 and not handle.done and handle.abandon_after_s is not None:
+                handle.grace_timer = asyncio.get_running_loop().call_later(
+                    handle.abandon_after_s, self._cancel_unwatched, handle
+                )
+
+    def _cancel_unwatched(self, handle: RunHandle) -> None:
+        handle.grace_timer = None
+        if handle.readers == 0 and not handle.done and handle.task is not None:
+            if self._shared is not None:
+                check = asyncio.create_task(self._cancel_unless_watched_elsewhere(handle))
+                self._checks.add(check)
+                check.add_done_callback(self._checks.discard)
+                return
+            log.info("run %s cancelled: its client went away", handle.run_id)
+            handle.task.cancel()
+
+    async def _cancel_unless_watched_elsewhere(self, handle: RunHandle) -> None:
+        assert self._shared is not None and handle.abandon_after_s is not None
+        live = await self._shared.find(handle.run_id)
+        if handle.readers or handle.done or handle.task is None:
+            return
+        if live is not None and time.time() - live.watched_at < handle.abandon_after_s:
+            handle.grace_timer = asyncio.get_running_loop().call_later(
+                handle.abandon_after_s, self._cancel_unwatched, handle
+            )
+            return
+        log.info("run %s cancelled: its client went away", handle.run_id)
+        handle.task.cancel()
+
+    async def follow_elsewhere(self, run_id: str, after: int = 0) -> AsyncIterator[RunEvent] | None:
+        """A run another worker process owns, followed through the shared log; None if there is none.
+        A run started a moment ago may not be shared yet: it is looked for a little while."""
+        if self._shared is None:
+            return None
+        deadline = time.monotonic() + SHARED_APPEARS_S
+        while await self._shared.find(run_id) is None:
+            if time.monotonic() >= deadline:
+                return None
+            await asyncio.sleep(SHARED_POLL_S)
+        return self._poll_shared(run_id, after)
+
+    async def _poll_shared(self, run_id: str, after: int) -> AsyncIterator[RunEvent]:
+        assert self._shared is not None
+        position = after
+        while True:
+            fresh = await self._shared.events_after(run_id, position)
+            for number, name, data in fresh:
+                if (event := RunEvent.from_dict({"id": number, "event": name, "data": data})) is not None:
+                    yield event
+                position = number
+                if name == "done":
+                    return
+            if not fresh:
+                stored = await self._store.run_events(run_id)
+                live = await self._shared.find(run_id)
+                if stored is not None or live is None:  # done and stored (and taken out of the shared log)
+                    for row in stored[1] if stored else []:
+                        if row["id"] > position and (event := RunEvent.from_dict(row)) is not None:
+                            yield event
+                    if stored is None:
+                        for offset, body in enumerate(_lost("This answer was lost on the server; ask again."), 1):
+                            yield RunEvent(position + offset, run_id, "", body)
+                    return
+                if not live.owner_alive:
+                    for offset, body in enumerate(_lost("The server process answering this stopped; ask again."), 1):
+                        yield RunEvent(position + offset, run_id, live.conversation_id, body)
+                    return
+            await self._shared.touch(run_id)
+            await asyncio.sleep(SHARED_POLL_S)
+
+    def _forget_old_runs(self) -> None:
+        finished = [run_id for run_id, h in self._runs.items() if h.done]
+        for run_id in finished[: max(0, len(finished) - self._keep_finished)]:
+            del self._runs[run_id]
+
+    async def drain(self, timeout_s: float) -> tuple[int, int]:
+        """Take no new runs; wait up to `timeout_s` for the running ones to finish (each is stored as it
+        ends), then cancel the rest, which are stored as cancelled. Returns (finished, cancelled)."""
+        self.accepting = False
+        tasks = [h.task for h in self._runs.values() if h.task is not None and not h.task.done()]
+        if not tasks:
+            return 0, 0
+        log.info("waiting up to %.0f s for %d answer(s) still running", timeout_s, len(tasks))
+        _, pending = await asyncio.wait(tasks, timeout=timeout_s) if timeout_s > 0 else (set(), set(tasks))
+        for task in pending:
+            task.cancel()
+        await asyncio.gather(*pending, return_exceptions=True)
+        finished, cancelled = len(tasks) - len(pending), len(pending)
+        log.info("shutdown: %d answer(s) finished, %d cancelled", finished, cancelled)
+        return finished, cancelled
+
+    async def shutdown(self) -> None:
+        await self.drain(0)
+
+
+def _lost(message: str) -> tuple[WireEvent, WireEvent]:
+    """How a run followed from another worker ends when its events cannot be had."""
+    return ErrorEvent(message=message), FinishedEvent(result=None)

@@ -1,0 +1,122 @@
+"""Runs in progress, seen from another process: with several workers (`agent serve --workers N`), a page
+that reconnects may reach a worker other than the one running its answer.
+
+The owning worker copies each run's events into the shared SQLite file (batched, a few times a second)
+and removes them once the run is done and its turn is stored; while the run lasts it also beats (a
+time it refreshes every second). Another worker follows by polling, and marks the run as watched so
+the owner does not cancel it as abandoned. A run whose owner stopped beating (it crashed, or was
+killed) ends with an error for its readers, not a wait that never ends. Liveness is the heartbeat, not
+a pid: pids are reused, above all in a container restarted on the same volume.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sqlite3
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from agent.chats.state_file import SqliteFile, write_transaction
+
+log = logging.getLogger(__name__)
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS live_runs (
+    run_id TEXT PRIMARY KEY,
+    conversation_id TEXT NOT NULL,
+    beat_at REAL NOT NULL,
+    watched_at REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS live_events (
+    run_id TEXT NOT NULL,
+    id INTEGER NOT NULL,
+    event TEXT NOT NULL,
+    data TEXT NOT NULL,
+    PRIMARY KEY (run_id, id)
+);
+"""
+
+
+BEAT_S = 1.0  # how often the owner of a run says it is alive
+DEAD_AFTER_S = 10.0  # a run whose owner has not beaten for this long is dead
+
+
+@dataclass
+class LiveRun:
+    conversation_id: str
+    beat_at: float
+    watched_at: float
+
+    @property
+    def owner_alive(self) -> bool:
+        return time.time() - self.beat_at < DEAD_AFTER_S
+
+
+class SharedRunLog:
+    def __init__(self, path: Path) -> None:
+        self._file = SqliteFile(path)
+        self._file.now(lambda c: c.executescript(SCHEMA))
+        self._file.now(_forget_dead_owners)
+
+    async def open(self, run_id: str, conversation_id: str) -> None:
+        now = time.time()
+        await self._file.run(
+            lambda c: c.execute(
+                "INSERT OR REPLACE INTO live_runs VALUES (?, ?, ?, ?)", (run_id, conversation_id, now, now)
+            )
+        )
+
+    async def add(self, run_id: str, events: list[tuple[int, str, dict[str, Any]]], *, beat: bool) -> None:
+        """New events of a run (possibly none), and with `beat`, a heartbeat, in one transaction."""
+        rows = [(run_id, number, name, json.dumps(data, ensure_ascii=False)) for number, name, data in events]
+
+        def write(c: sqlite3.Connection) -> None:
+            with write_transaction(c):
+                c.executemany("INSERT OR IGNORE INTO live_events VALUES (?, ?, ?, ?)", rows)
+                if beat:
+                    c.execute("UPDATE live_runs SET beat_at = ? WHERE run_id = ?", (time.time(), run_id))
+
+        await self._file.run(write)
+
+    async def close(self, run_id: str) -> None:
+        await self._file.run(lambda c: _delete(c, run_id))
+
+    async def find(self, run_id: str) -> LiveRun | None:
+        row = await self._file.run(
+            lambda c: c.execute(
+                "SELECT conversation_id, beat_at, watched_at FROM live_runs WHERE run_id = ?", (run_id,)
+            ).fetchone()
+        )
+        return LiveRun(row[0], row[1], row[2]) if row else None
+
+    async def events_after(self, run_id: str, after: int) -> list[tuple[int, str, dict[str, Any]]]:
+        rows = await self._file.run(
+            lambda c: c.execute(
+                "SELECT id, event, data FROM live_events WHERE run_id = ? AND id > ? ORDER BY id", (run_id, after)
+            ).fetchall()
+        )
+        return [(number, name, json.loads(data)) for number, name, data in rows]
+
+    async def touch(self, run_id: str) -> None:
+        """A reader in another process is watching: the owner must not cancel the run as abandoned."""
+        await self._file.run(
+            lambda c: c.execute("UPDATE live_runs SET watched_at = ? WHERE run_id = ?", (time.time(), run_id))
+        )
+
+    def close_all(self) -> None:
+        self._file.close()
+
+
+def _forget_dead_owners(c: sqlite3.Connection) -> None:
+    dead = c.execute("SELECT run_id FROM live_runs WHERE beat_at < ?", (time.time() - DEAD_AFTER_S,)).fetchall()
+    for (run_id,) in dead:
+        _delete(c, run_id)
+
+
+def _delete(c: sqlite3.Connection, run_id: str) -> None:
+    with write_transaction(c):
+        c.execute("DELETE FROM live_events WHERE run_id = ?", (run_id,))
+        c.execute("DELETE FROM live_runs WHERE run_id = ?", (run_id,))

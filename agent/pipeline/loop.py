@@ -1,0 +1,283 @@
+"""The v3 pipeline: a think/execute_sql tool-calling loop that implements the Runner interface."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from agent.db import DatabaseUnavailable
+from agent.llm import ContextOverflow, LLMClient, LLMError, ModelTurn
+from agent.logs import context_fields, log_context
+from agent.metrics import Metrics
+from agent.pipeline import guards
+from agent.pipeline.charting import ChartMaker
+from agent.pipeline.context import (
+    Message,
+    append_text,
+    assistant,
+    estimate_tokens,
+    history_messages,
+    trim_tool_results,
+    user_text,
+    with_rolling_breakpoint,
+)
+from agent.pipeline.request import RequestPrefix
+from agent.pipeline.state import RunState
+from agent.pipeline.tools import SqlExecutor, ToolInputError, ToolOutcome, parse_queries, run_think
+from agent.prompts import PromptError, PromptLibrary
+from agent.runner import (
+    AnswerEvent,
+    DoneEvent,
+    ErrorEvent,
+    EventSink,
+    FollowupsEvent,
+    Interface,
+    Outcome,
+    Platform,
+    RunResult,
+    ThinkingEvent,
+    Turn,
+    ignore_events,
+)
+from agent.suggestions.followups import FollowupGenerator
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class LoopSettings:
+    """The loop's share of Settings (agent/config.py holds every default)."""
+
+    model: str
+    max_tokens: int
+    max_rounds: int
+    context_tokens: int
+    history_turns: int
+    history_full_turns: int
+    history_chars: int
+    temperature: float | None  # None: send none (the API default)
+
+
+class Pipeline:
+    """Implements `Runner`. Receives its model client, database and prompts; constructs none."""
+
+    def __init__(
+        self,
+        *,
+        llm: LLMClient,
+        prefix: RequestPrefix,
+        sql: SqlExecutor,
+        prompts: PromptLibrary,
+        settings: LoopSettings,
+        metrics: Metrics,
+        followups: FollowupGenerator | None = None,
+        charts: ChartMaker | None = None,
+    ) -> None:
+        self._llm, self._prefix, self._sql, self._prompts = llm, prefix, sql, prompts
+        self._settings, self._metrics, self._followups = settings, metrics, followups
+        self._charts = charts
+
+    async def run(
+        self,
+        question: str,
+        *,
+        history: Sequence[Turn] = (),
+        platform: Platform = "cli",
+        interface: Interface = "cli",
+        on_event: EventSink = ignore_events,
+        followups: bool = True,
+    ) -> RunResult:
+        # An adapter's registry names the run; a run started directly (CLI, evals) gets a name here.
+        run_id = context_fields().get("run_id") or uuid.uuid4().hex
+        with log_context(run_id=run_id, interface=interface):
+            log.debug("question", extra={"question": question})
+            state = RunState(
+                question=question, interface=interface, emit=on_event, metrics=self._metrics, run_id=run_id
+            )
+            return await self._run(state, history, platform, on_event, followups)
+
+    async def _run(
+        self, state: RunState, history: Sequence[Turn], platform: Platform, on_event: EventSink, followups: bool
+    ) -> RunResult:
+        question = state.question
+        s = self._settings
+        messages = history_messages(
+            history, max_turns=s.history_turns, full_turns=s.history_full_turns, max_chars=s.history_chars
+        )
+        first_of_turn = len(messages)
+        messages.append(user_text(question))
+        try:
+            request = {
+                "model": s.model,
+                "max_tokens": s.max_tokens,
+                "tools": self._prefix.tools,
+                "system": await self._prefix.system(platform),
+                # Not an SDK parameter (API version 2026-10-21 dropped sampling parameters): sent in the body.
+                **({"extra_body": {"temperature": s.temperature}} if s.temperature is not None else {}),
+            }
+            await self._loop(state, request, messages)
+            if followups and self._followups and state.answer and state.outcome is not Outcome.NO_DATA:
+                state.followups = await self._followups.generate(question, state.answer, state.queries)
+                if state.followups:
+                    await on_event(FollowupsEvent(questions=state.followups))
+        except asyncio.CancelledError:
+            self._cancelled(state)
+        except (LLMError, DatabaseUnavailable, PromptError) as exc:
+            state.outcome, state.error = Outcome.ERROR, str(exc)
+            await on_event(ErrorEvent(message=str(exc)))
+        except Exception as exc:  # the Runner promises `done` last, whatever broke
+            log.exception("run failed unexpectedly")
+            if not state.answer:
+                state.outcome = Outcome.ERROR
+                state.error = f"Something went wrong on our side ({type(exc).__name__}); the details are in the log."
+                await on_event(ErrorEvent(message=state.error))
+        result = state.to_result()
+        result.transcript = _transcript(messages[first_of_turn:], result)
+        state.record_finished(result)
+        await on_event(DoneEvent(result=result))
+        return result
+
+    async def _loop(self, state: RunState, request: dict[str, Any], messages: list[Message]) -> None:
+        max_rounds = self._settings.max_rounds
+        for round_number in range(1, max_rounds + 1):
+            if round_number == max_rounds - 1:
+                append_text(messages[-1], self._prompts.render("loop/penultimate.md"))
+            turn = await self._model_turn(state, request, messages, role="main")
+            messages.append(assistant(turn.content or [{"type": "text", "text": "(no reply)"}]))
+            if not turn.tool_calls:
+                if correction := self._check_answer(state, turn.text):
+                    messages.append(user_text(correction))
+                    continue
+                return
+            messages.append(await self._run_tools(state, turn.tool_calls))
+        await self._synthesize(state, request, messages)
+
+    async def _model_turn(
+        self, state: RunState, request: dict[str, Any], messages: list[Message], *, role: str, **extra: Any
+    ) -> ModelTurn:
+        fixed = estimate_tokens(request["system"], request["tools"], [])
+        trim_tool_results(messages, self._settings.context_tokens, fixed)
+        state.run_metrics.rounds += 1
+        state.streamed_text = ""
+        try:
+            turn = await self._stream(state, {**request, **extra}, messages, role)
+        except ContextOverflow:
+            state.record_guard("context_compaction")
+            trim_tool_results(messages, self._settings.context_tokens, fixed, force=True)
+            turn = await self._stream(state, {**request, **extra}, messages, role)
+        if turn.tool_calls and state.streamed_text:
+            # Text before a tool call was narration, not the answer: show it as thinking instead.
+            await state.emit(AnswerEvent(text="", restart=True))
+            await state.emit(ThinkingEvent(text=turn.text))
+        return turn
+
+    async def _stream(self, state: RunState, request: dict[str, Any], messages: list[Message], role: str) -> ModelTurn:
+        async def on_text(delta: str) -> None:
+            state.streamed_text += delta
+            await state.emit(AnswerEvent(text=delta))
+
+        async def on_restart() -> None:
+            state.streamed_text = ""
+            await state.emit(AnswerEvent(text="", restart=True))
+
+        try:
+            turn = await self._llm.stream_turn(
+                **request, messages=with_rolling_breakpoint(messages), on_text=on_text, on_restart=on_restart
+            )
+        except LLMError:
+            state.record_failed_model_call(role)
+            raise
+        state.record_model_call(turn, role)
+        return turn
+
+    def _check_answer(self, state: RunState, text: str) -> str | None:
+        """None to accept the answer; otherwise a correction to send back for one more try."""
+        if not text:
+            state.record_guard("empty_answer")
+            state.answer, state.outcome = self._prompts.render("loop/no_data.md"), Outcome.NO_DATA
+            return None
+        cited = guards.dangling_citations(text, state)
+        if cited and state.citation_retries == 0:
+            state.citation_retries += 1
+            state.record_guard("citation_without_query")
+            answered = [q.id for q in state.queries if q.result.ok]
+            return self._prompts.render("loop/citation_retry.md", citations=", ".join(cited), answered=answered)
+        if cited:
+            state.record_guard("no_data_answer")
+            state.answer, state.outcome = self._prompts.render("loop/no_data.md"), Outcome.NO_DATA
+            return None
+        state.answer = text
+        return None
+
+    async def _run_tools(self, state: RunState, calls: list[dict[str, Any]]) -> Message:
+        outcomes = await asyncio.gather(*(self._run_tool(state, call) for call in calls))
+        message: Message = {
+            "role": "user",
+            "content": [
+                {
+                    "type": "tool_result",
+                    "tool_use_id": call["id"],
+                    "content": outcome.content,
+                    **({"is_error": True} if outcome.is_error else {}),
+                }
+                for call, outcome in zip(calls, outcomes, strict=True)
+            ],
+        }
+        if guards.note_round_tools(state, [call["name"] for call in calls]):
+            state.record_guard("think_only_rounds")
+            append_text(message, self._prompts.render("loop/think_nudge.md", rounds=state.think_only_rounds))
+        return message
+
+    async def _run_tool(self, state: RunState, call: dict[str, Any]) -> ToolOutcome:
+        try:
+            if call["name"] == "think":
+                outcome = await run_think(call["input"], state)
+            elif call["name"] == "execute_sql":
+                requests, repaired = parse_queries(call["input"])
+                outcome = ToolOutcome(await self._sql.run(requests, state), repaired=repaired)
+            elif call["name"] == "chart" and self._charts is not None:
+                outcome = await self._charts.run(call["input"], state)
+            else:
+                raise ToolInputError(f"There is no tool named {call['name']!r}; use think, execute_sql or chart.")
+        except ToolInputError as exc:
+            state.record_guard("malformed_tool_input")
+            return ToolOutcome(str(exc), is_error=True)
+        if outcome.repaired:
+            state.record_guard("repaired_tool_input")
+        return outcome
+
+    async def _synthesize(self, state: RunState, request: dict[str, Any], messages: list[Message]) -> None:
+        """At the round cap: one call with tools disabled answers from what was gathered. Same tools
+        and system prefix, so the cache still hits."""
+        append_text(messages[-1], self._prompts.render("loop/synthesize.md"))
+        turn = await self._model_turn(state, request, messages, role="synthesis", tool_choice={"type": "none"})
+        messages.append(assistant(turn.content or [{"type": "text", "text": "(no reply)"}]))
+        state.outcome = Outcome.CAPPED
+        state.answer = turn.text or self._prompts.render("loop/no_data.md")
+
+    def _cancelled(self, state: RunState) -> None:
+        """Turn a cancelled run into a result instead of an exception. An answer that was already
+        complete (cancelled while follow-ups were being suggested) stands as it is."""
+        task = asyncio.current_task()
+        if task is not None:
+            task.uncancel()
+        if state.answer:
+            return
+        partial = state.streamed_text.strip() or "\n".join(
+            f"{q.id}: {q.question} ({'failed' if q.result.error else f'{q.result.row_count} rows'})"
+            for q in state.queries
+        )
+        state.outcome = Outcome.CANCELLED
+        state.answer = self._prompts.render("loop/cancelled.md", partial=partial)
+
+
+def _transcript(messages: list[Message], result: RunResult) -> list[Message]:
+    """This turn's messages for the next question, ending in the answer as given. A cancelled or
+    failed run keeps none: its messages may hold a tool call without a result."""
+    if result.outcome in (Outcome.CANCELLED, Outcome.ERROR) or not messages or messages[-1]["role"] != "assistant":
+        return []
+    return [*messages[:-1], assistant([{"type": "text", "text": result.answer}])]

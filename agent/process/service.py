@@ -1,0 +1,327 @@
+"""`agent serve`, `agent web` and `agent slack`: the web chat and the Slack bot in one process (or either
+alone), and with a ClickHouse server, in several worker processes.
+
+The embedded engine allows one process per data directory, so with it everything runs in one process.
+Slack arrives over HTTP at /slack/events on the same app, or, when SLACK_APP_TOKEN is set, over Socket
+Mode as a task on the same event loop. /healthz, /readyz and /metrics are served whatever runs.
+
+Shutdown (SIGTERM or Ctrl-C): the process stops taking questions at once (the listener closes, Socket
+Mode disconnects, a question that still arrives is refused with a message), lets the answers already
+running finish and be stored for up to AGENT_SHUTDOWN_GRACE_S, cancels what is left (stored as
+cancelled), and exits 0. A second signal cancels at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+import socket
+import sys
+import threading
+from collections.abc import AsyncIterator, Callable, Coroutine
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from types import FrameType
+from typing import Any
+
+import uvicorn
+from slack_sdk.errors import SlackApiError
+from starlette.applications import Starlette
+from starlette.routing import BaseRoute
+
+from agent.app import AgentApp
+from agent.chats.conversations import ConversationStore
+from agent.chats.pacing import Pacing
+from agent.chats.runs import STREAM_MARGIN_S, RunRegistry
+from agent.chats.shared_runs import SharedRunLog
+from agent.config import ConfigError, Settings, load_settings
+from agent.limits import Limits
+from agent.logs import announce, configure_logging
+from agent.loop_lag import LoopLag
+from agent.process.workers import serve_workers
+from bots.slack import SlackBot
+from bots.slack.app import check_slack_settings
+from web.app import create_app
+from web.probes import probe_routes
+from web.server import check_exposure, server_options
+
+log = logging.getLogger(__name__)
+SignalHandler = Callable[[int, FrameType | None], Any]
+
+
+@dataclass
+class Service:
+    """What one process serves: the agent, its conversation store and run registry, the bot (if any)
+    and the HTTP app, whose lifespan starts and drains them."""
+
+    agent: AgentApp
+    store: ConversationStore
+    runs: RunRegistry
+    bot: SlackBot | None
+    app: Starlette = field(init=False)
+    shared: SharedRunLog | None = None
+    pacing: Pacing | None = None
+    owns_agent: bool = True  # False when the caller passed the agent in (and closes it)
+    started: bool = False
+    closed: bool = False
+    _draining: asyncio.Task[None] | None = None
+    _forced: asyncio.Task[None] | None = None
+    _restore: dict[int, SignalHandler] = field(default_factory=dict)
+
+    @classmethod
+    def build(
+        cls, settings: Settings, *, web: bool, slack: bool, agent: AgentApp | None = None, workers: int = 1
+    ) -> Service:
+        """Everything but what needs the event loop (see `start`)."""
+        if slack:
+            check_slack_settings(settings)  # before the engine starts, so nothing is left to close
+        owns_agent = agent is None
+        agent = agent or AgentApp.start(settings)
+        conversations = settings.agent_data_dir / "conversations.sqlite3"
+        store = ConversationStore(conversations, Limits.of(settings))
+        # Several workers share answers in progress, rate limits and each thread's turn through the file.
+        shared = SharedRunLog(conversations) if workers > 1 else None
+        pacing = Pacing(conversations if workers > 1 else None)
+        runs = RunRegistry(agent.runner, store, shared=shared, max_event_bytes=settings.max_event_bytes)
+        bot = SlackBot(agent, store, runs, pacing) if slack else None
+        service = cls(agent=agent, store=store, runs=runs, bot=bot, shared=shared, pacing=pacing, owns_agent=owns_agent)
+        routes = bot.routes() if bot is not None and not bot.socket_mode else []
+        if web:
+            service.app = create_app(
+                agent, store, runs=runs, extra_routes=routes, lifespan=service.lifespan, pacing=pacing
+            )
+        else:
+            service.app = slack_app(agent, runs, routes, service.lifespan)
+        service.app.state.settings = settings
+        return service
+
+    @classmethod
+    async def open(
+        cls, settings: Settings, *, web: bool, slack: bool, agent: AgentApp | None = None, workers: int = 1
+    ) -> Service:
+        service = cls.build(settings, web=web, slack=slack, agent=agent, workers=workers)
+        try:
+            await service.start()
+        except BaseException:
+            await service.close()
+            raise
+        return service
+
+    async def start(self) -> None:
+        """Learn the bot's identity and connect Socket Mode; once, whoever asks first (`agent serve`,
+        before the server starts, so a bad token is one line; or the app's lifespan)."""
+        if self.started:
+            return
+        self.started = True
+        if self.bot is not None:
+            await self.bot.start()
+            if self.bot.socket_mode:
+                try:
+                    await self.bot.connect_socket_mode()
+                except SlackApiError as exc:
+                    raise ConfigError(f"SLACK_APP_TOKEN: Slack refused it ({exc.response.get('error')}).") from None
+
+    @property
+    def slack_mode(self) -> str:
+        if self.bot is None:
+            return "off"
+        return "Socket Mode" if self.bot.socket_mode else "HTTP at /slack/events"
+
+    @asynccontextmanager
+    async def lifespan(self, app: Starlette) -> AsyncIterator[None]:
+        await self.start()
+        self._catch_signals()
+        try:
+            async with LoopLag(self.agent.metrics).running():
+                yield
+        finally:
+            self._release_signals()
+            await self.close()
+
+    def begin_drain(self) -> None:
+        """The first signal: take nothing new, and give what runs the grace period, from now: the
+        cancelled ones still reach their readers (and are stored) before the server closes their
+        streams. A second signal: cancel what runs now."""
+        if self._draining is not None:
+            log.info("second signal: cancelling the answers still running")
+            self._forced = asyncio.get_running_loop().create_task(self._drain(0))
+            return
+        grace_s = self.agent.settings.agent_shutdown_grace_s
+        log.info(
+            "shutting down: %d answer(s) running get up to %.0f s to finish; new questions are refused",
+            self.runs.running,
+            grace_s,
+        )
+        self._draining = asyncio.get_running_loop().create_task(self._drain(grace_s))
+
+    async def _drain(self, grace_s: float) -> None:
+        self.runs.accepting = False
+        waits: list[Coroutine[Any, Any, object]] = [self.runs.drain(grace_s)]
+        if self.bot is not None:  # its jobs post the answers, cancelled ones too: they get the margin
+            waits.append(self.bot.drain(grace_s + STREAM_MARGIN_S))
+        await asyncio.gather(*waits)
+
+    def _catch_signals(self) -> None:
+        """Chain onto the server's own handlers (uvicorn stops listening and waits for open streams;
+        we stop taking runs in the same instant)."""
+        if threading.current_thread() is not threading.main_thread():
+            return
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            previous = signal.getsignal(sig)
+            if callable(previous):
+                self._restore[sig] = previous
+                signal.signal(sig, _Chained(previous, lambda: loop.call_soon_threadsafe(self.begin_drain)).handle)
+
+    def _release_signals(self) -> None:
+        for sig, previous in self._restore.items():
+            current = signal.getsignal(sig)
+            if isinstance(getattr(current, "__self__", None), _Chained):
+                signal.signal(sig, previous)
+        self._restore.clear()
+
+    async def close(self) -> None:
+        """Drain (what a signal asked for), then close the bot (its runs use the agent), the agent and the
+        store. Once."""
+        if self.closed:
+            return
+        self.closed = True
+        # Without a signal (a failed start, a test) there is nothing to wait for.
+        await (self._draining or self._drain(0))
+        if self._forced is not None:
+            await self._forced
+        if self.bot is not None:
+            await self.bot.close()
+        if self.owns_agent:
+            await self.agent.close()
+        self.store.close()
+        if self.shared is not None:
+            self.shared.close_all()
+        if self.pacing is not None:
+            self.pacing.close()
+
+
+class _Chained:
+    """A signal handler that tells the service, then calls the server's. It shows the server's
+    `should_exit`, as sse-starlette looks for it on whatever handles SIGTERM."""
+
+    def __init__(self, previous: SignalHandler, notify: Callable[[], object]) -> None:
+        self._previous, self._notify = previous, notify
+
+    @property
+    def should_exit(self) -> bool:
+        return bool(getattr(getattr(self._previous, "__self__", None), "should_exit", False))
+
+    def handle(self, sig: int, frame: FrameType | None) -> None:
+        self._notify()
+        self._previous(sig, frame)
+
+
+def slack_app(
+    agent: AgentApp, runs: RunRegistry, routes: list[BaseRoute], lifespan: Callable[[Starlette], Any]
+) -> Starlette:
+    """The bot alone: Slack's endpoint (HTTP mode), /healthz, /readyz and /metrics."""
+    return Starlette(routes=[*routes, *probe_routes(agent, runs, token=None)], lifespan=lifespan)
+
+
+def serve(settings: Settings, *, host: str, port: int, web: bool, slack: bool | None = None, workers: int = 1) -> None:
+    """`agent serve` (web=True: the chat, plus Slack when SLACK_BOT_TOKEN is set), `agent web` (slack=False)
+    or `agent slack` (web=False); with a ClickHouse server, in `workers` processes (agent/process/workers.py)."""
+    if web:
+        check_exposure(settings, host)
+    if slack is None:
+        slack = settings.slack_bot_token is not None or not web
+    if workers > 1 and settings.embedded:
+        announce(
+            settings,
+            f"Serving one process, not {workers}: the embedded engine allows one process per data directory. "
+            "Set CLICKHOUSE_URL to a ClickHouse server to run several workers.",
+        )
+        workers = 1
+    _warn_without_key(settings, web)
+    if workers > 1:
+        asyncio.run(check_slack_token(settings, slack))  # a bad token: one line here, not one per worker
+        serve_workers(settings, host=host, port=port, web=web, slack=slack, workers=workers, worker=serve_in_worker)
+        return
+    asyncio.run(_serve(settings, host=host, port=port, web=web, slack=slack))
+
+
+def serve_in_worker(host: str, port: int, web: bool, slack: bool, workers: int, sock: socket.socket) -> int:
+    """One of `agent serve --workers N`'s processes: the same service, on the socket it was given, with the
+    run log shared. Returns the exit code; a failure to start is one line on stderr."""
+    from agent.db import DatabaseUnavailable
+    from agent.llm import LLMConfigError
+
+    try:
+        settings = load_settings()
+        configure_logging(settings)
+        asyncio.run(_serve(settings, host=host, port=port, web=web, slack=slack, workers=workers, sockets=[sock]))
+    except (ConfigError, DatabaseUnavailable, LLMConfigError) as exc:
+        print(f"error: worker {os.getpid()}: {exc}", file=sys.stderr, flush=True)
+        return 2
+    except KeyboardInterrupt:  # Ctrl-C in the terminal reaches every worker; each drained first
+        return 0
+    return 0
+
+
+def _uvicorn_config(settings: Settings, app: Any, **options: Any) -> uvicorn.Config:
+    return uvicorn.Config(
+        app,
+        log_level=settings.log_level.lower(),
+        log_config=None,  # our handler (agent/logs.py) formats uvicorn's lines too, as text or JSON
+        # Past the grace the registry cancels what still runs; the margin lets those `done` events out.
+        timeout_graceful_shutdown=round(settings.agent_shutdown_grace_s + STREAM_MARGIN_S + 1),
+        **server_options(settings),
+        **options,
+    )
+
+
+async def _serve(
+    settings: Settings,
+    *,
+    host: str,
+    port: int,
+    web: bool,
+    slack: bool,
+    workers: int = 1,
+    sockets: list[socket.socket] | None = None,
+) -> None:
+    service = await Service.open(settings, web=web, slack=slack, workers=workers)
+    try:
+        server = uvicorn.Server(_uvicorn_config(settings, service.app, host=host, port=port))
+        if sockets is None:
+            what = "the chat" if web else "the Slack bot"
+            announce(settings, f"Serving {what} on http://{host}:{port}; Slack: {service.slack_mode}  (Ctrl-C to stop)")
+        # uvicorn re-raises the signal that stopped it once it has shut down; a drained SIGTERM is a
+        # clean exit, so the re-raised one lands here and is ignored (exit 0).
+        previous = signal.signal(signal.SIGTERM, lambda sig, frame: None)
+        try:
+            await server.serve(sockets=sockets)
+        finally:
+            signal.signal(signal.SIGTERM, previous)
+    finally:
+        await service.close()
+
+
+def _warn_without_key(settings: Settings, web: bool) -> None:
+    if web and settings.anthropic_api_key is None:
+        announce(settings, "ANTHROPIC_API_KEY is not set; the page will load, but questions will fail.", warning=True)
+
+
+async def check_slack_token(settings: Settings, slack: bool | None) -> None:
+    """Before starting workers: the token works (each worker would fail on its own otherwise)."""
+    if not slack:
+        return
+    from slack_sdk.web.async_client import AsyncWebClient
+
+    from bots.slack.app import api_url
+
+    check_slack_settings(settings)
+    assert settings.slack_bot_token is not None
+    client = AsyncWebClient(token=settings.slack_bot_token.get_secret_value(), base_url=api_url(settings.slack_api_url))
+    try:
+        await client.auth_test()
+    except SlackApiError as exc:
+        raise ConfigError(f"SLACK_BOT_TOKEN: Slack refused it ({exc.response.get('error')}).") from None

@@ -1,0 +1,328 @@
+"""The seam between adapters (Slack, web, CLI, evals) and the pipeline.
+
+An adapter calls `Runner.run(question, history=..., platform=..., on_event=...)`, receives typed
+events as they happen, and gets a `RunResult` back. Cancelling the awaiting task stops the model
+call and kills running queries; the run then returns a partial result marked cancelled.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+from enum import StrEnum
+from typing import Annotated, Any, Literal, Protocol
+
+from pydantic import BaseModel, Field, TypeAdapter, field_validator
+
+from agent.charts import Chart
+from agent.db import QueryResult
+from agent.limits import json_size
+
+Platform = Literal["slack", "web", "cli"]
+Interface = Literal["slack", "web", "cli", "eval"]
+PREVIEW_ROWS = 20
+TURN_PREVIEW_ROWS = 5
+
+
+class Classification(StrEnum):
+    DATA_ANALYSIS = "data_analysis"
+    CONVERSATIONAL = "conversational"
+
+
+class Outcome(StrEnum):
+    ANSWERED = "answered"
+    CAPPED = "capped"  # answered by the synthesis call at the round cap
+    NO_DATA = "no_data"  # the citation guard gave up
+    CANCELLED = "cancelled"
+    ERROR = "error"
+
+
+class ExecutedQuery(BaseModel):
+    id: str  # Q1, Q2, ... across the whole run
+    question: str
+    sql: str
+    result: QueryResult
+    reused_from: str | None = None  # set when identical SQL already ran in this run
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "question": self.question,
+            "sql": self.sql,
+            "columns": self.result.columns,
+            "rows": self.result.json_rows(),
+            "row_count": self.result.row_count,
+            "has_more": self.result.has_more,
+            "error": self.result.error,
+        }
+
+
+class RunMetrics(BaseModel):
+    llm_calls: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_read_tokens: int = 0
+    cache_creation_tokens: int = 0
+    think_calls: int = 0
+    sql_queries: int = 0
+    sql_errors: int = 0
+    rounds: int = 0
+    hit_cap: bool = False
+    total_ms: int = 0
+    llm_ms: int = 0
+    sql_ms: int = 0
+    guard_interventions: dict[str, int] = Field(default_factory=dict)
+
+
+class RunResult(BaseModel):
+    question: str
+    answer: str = ""
+    classification: Classification = Classification.CONVERSATIONAL
+    outcome: Outcome = Outcome.ANSWERED
+    thinking: list[str] = Field(default_factory=list)
+    queries: list[ExecutedQuery] = Field(default_factory=list)
+    followups: list[str] = Field(default_factory=list)
+    charts: list[Chart] = Field(default_factory=list)
+    metrics: RunMetrics = Field(default_factory=RunMetrics)
+    cancelled: bool = False
+    error: str | None = None
+    # The API messages of this turn (question to answer), so the next question can carry it whole.
+    # Internal: left out of serialised results and events.
+    transcript: list[dict[str, Any]] = Field(default_factory=list, repr=False, exclude=True)
+
+    def to_turn(self) -> Turn:
+        queries = [TurnQuery.of(q) for q in self.queries]
+        return Turn(question=self.question, answer=self.answer, queries=queries, transcript=self.transcript)
+
+    def summary(self) -> dict[str, Any]:
+        """The JSON shape of `agent ask --json`."""
+        return {
+            "question": self.question,
+            "answer": self.answer,
+            "classification": self.classification.value,
+            "queries": [q.summary() for q in self.queries],
+            "followups": self.followups,
+            "charts": [chart.summary() for chart in self.charts],
+            "metrics": self.metrics.model_dump(),
+        }
+
+
+class TurnQuery(BaseModel):
+    """What a later question needs of an earlier query: not its whole result."""
+
+    id: str
+    question: str
+    sql: str
+    columns: list[str] = Field(default_factory=list)
+    rows: list[list[Any]] = Field(default_factory=list)  # a small JSON preview
+    row_count: int = 0
+    error: str | None = None
+
+    @classmethod
+    def of(cls, query: ExecutedQuery) -> TurnQuery:
+        result = query.result
+        return cls(
+            id=query.id,
+            question=query.question,
+            sql=query.sql,
+            columns=result.columns,
+            rows=result.json_rows(TURN_PREVIEW_ROWS),
+            row_count=result.row_count,
+            error=result.error,
+        )
+
+
+class Turn(BaseModel):
+    """One earlier question and what came of it, as adapters keep it (light: no whole results)."""
+
+    question: str
+    answer: str
+    queries: list[TurnQuery] = Field(default_factory=list)
+    transcript: list[dict[str, Any]] = Field(default_factory=list, repr=False, exclude=True)
+
+    @field_validator("queries", mode="before")
+    @classmethod
+    def _light(cls, value: Any) -> Any:
+        if isinstance(value, list):
+            return [TurnQuery.of(q) if isinstance(q, ExecutedQuery) else q for q in value]
+        return value
+
+
+# --- events ---
+
+
+class _Event(BaseModel):
+    def wire(self) -> dict[str, Any]:
+        """The event's data as it goes on the wire (its type is the name it goes under)."""
+        return self.model_dump(mode="json", exclude={"type"})
+
+
+class ThinkingEvent(_Event):
+    type: Literal["thinking"] = "thinking"
+    text: str
+
+
+class ExecutingEvent(_Event):
+    type: Literal["executing"] = "executing"
+    query_id: str
+    question: str
+    sql: str
+
+
+class ResultEvent(_Event):
+    type: Literal["result"] = "result"
+    query_id: str
+    columns: list[str]
+    rows: list[list[Any]]  # a preview, JSON-safe, within the event's byte budget
+    row_count: int
+    has_more: bool
+    error: str | None
+    hint: str | None
+    elapsed_ms: int
+    reused_from: str | None = None
+    error_code: int | None = None
+
+    @classmethod
+    def of(cls, query: ExecutedQuery, *, max_bytes: int) -> ResultEvent:
+        """The query's result as a person sees it: up to PREVIEW_ROWS rows, fewer when they would take
+        the event past `max_bytes`."""
+        result = query.result
+        event = cls(
+            query_id=query.id,
+            columns=result.columns,
+            rows=[],
+            row_count=result.row_count,
+            has_more=result.has_more,
+            error=result.error,
+            hint=result.hint,
+            elapsed_ms=result.elapsed_ms,
+            reused_from=query.reused_from,
+            error_code=result.error_code,
+        )
+        event.rows = fit_rows(result.json_rows(PREVIEW_ROWS), max_bytes - json_size(event.wire()))
+        return event
+
+
+class AnswerEvent(_Event):
+    """A piece of the answer as it is generated. `restart` says: discard the text so far (the
+    model turned out to be calling tools, or a stream was retried)."""
+
+    type: Literal["answer"] = "answer"
+    text: str
+    restart: bool = False
+
+
+class FollowupsEvent(_Event):
+    type: Literal["followups"] = "followups"
+    questions: list[str]
+
+
+class ChartEvent(_Event):
+    """A chart drawn from a query's full result (a Vega-Lite spec)."""
+
+    type: Literal["chart"] = "chart"
+    chart: Chart
+
+
+class ErrorEvent(_Event):
+    type: Literal["error"] = "error"
+    message: str
+
+
+class FinalAnswer(BaseModel):
+    """What the `done` event carries on the wire: the answer and how the run ended. Queries and charts
+    went out as their own events (`executing`, `result`, `chart`), once each."""
+
+    question: str
+    answer: str
+    classification: Classification
+    outcome: Outcome
+    cancelled: bool
+    error: str | None
+    followups: list[str]
+    metrics: RunMetrics
+
+    @classmethod
+    def of(cls, result: RunResult) -> FinalAnswer:
+        return cls.model_validate(result.model_dump(include=set(cls.model_fields)))
+
+
+class DoneEvent(_Event):
+    type: Literal["done"] = "done"
+    result: RunResult
+
+    def wire(self) -> dict[str, Any]:
+        return {"result": FinalAnswer.of(self.result).model_dump(mode="json")}
+
+
+def fit_rows(rows: list[list[Any]], max_bytes: int) -> list[list[Any]]:
+    """The first rows that fit in `max_bytes` of JSON."""
+    kept, used = [], 2
+    for row in rows:
+        used += json_size(row) + 1
+        if used > max_bytes:
+            break
+        kept.append(row)
+    return kept
+
+
+Event = Annotated[
+    ThinkingEvent | ExecutingEvent | ResultEvent | ChartEvent | AnswerEvent | FollowupsEvent | ErrorEvent | DoneEvent,
+    Field(discriminator="type"),
+]
+
+
+# --- the events of a run as adapters, the store and other workers see them ---
+
+
+class StartedEvent(_Event):
+    """The first event of every run, before the model's first reply."""
+
+    type: Literal["started"] = "started"
+    question: str
+
+
+class FinishedEvent(_Event):
+    """The last event of every run: what a person sees of the result (None: the run failed on the
+    server before it had one)."""
+
+    type: Literal["done"] = "done"
+    result: FinalAnswer | None
+
+    @classmethod
+    def of(cls, done: DoneEvent) -> FinishedEvent:
+        return cls(result=FinalAnswer.of(done.result))
+
+
+WireEvent = Annotated[
+    StartedEvent
+    | ThinkingEvent
+    | ExecutingEvent
+    | ResultEvent
+    | ChartEvent
+    | AnswerEvent
+    | FollowupsEvent
+    | ErrorEvent
+    | FinishedEvent,
+    Field(discriminator="type"),
+]
+WIRE_EVENT: TypeAdapter[WireEvent] = TypeAdapter(WireEvent)
+EventSink = Callable[[Event], Awaitable[None]]
+
+
+async def ignore_events(event: Event) -> None:
+    return None
+
+
+class Runner(Protocol):
+    async def run(
+        self,
+        question: str,
+        *,
+        history: Sequence[Turn] = (),
+        platform: Platform = "cli",
+        interface: Interface = "cli",
+        on_event: EventSink = ignore_events,
+        followups: bool = True,
+    ) -> RunResult:
+        """Answer one question, emitting events as they happen; the last event is `done`."""
+        ...

@@ -1,0 +1,152 @@
+"""Example questions, from one place for every adapter: the web page's empty state and Slack's
+suggested prompts.
+
+AGENT_EXAMPLE_QUESTIONS when it is set. Otherwise questions the follow-up model writes from the
+schema, once per schema version (a hash of the rendered schema), cached on disk under
+AGENT_DATA_DIR/examples so a restart does not ask again. Until they exist, or when they cannot be
+made (no API key, the model or the database is down), a generic few that fit any data.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import logging
+import time
+from pathlib import Path
+
+from agent.config import Settings
+from agent.llm import LLMClient, LLMError
+from agent.metrics import Metrics
+from agent.prompts import PromptError, PromptLibrary
+from agent.schema import SchemaCache
+from agent.suggestions.replies import json_strings, listed_items
+
+log = logging.getLogger(__name__)
+
+GENERIC = (
+    "What tables are there, and what does each one hold?",
+    "How many rows does each table have?",
+    "What do the most recent records look like?",
+)
+COUNT = 3
+MAX_CHARS = 150
+RETRY_AFTER_S = 600.0  # after a failed generation, how long the generic questions stand before trying again
+GENERATION_TIMEOUT_S = 60.0
+
+
+def schema_version(schema_text: str) -> str:
+    return hashlib.sha256(schema_text.encode()).hexdigest()[:16]
+
+
+class ExampleQuestions:
+    def __init__(
+        self, settings: Settings, *, llm: LLMClient, schema: SchemaCache, prompts: PromptLibrary, metrics: Metrics
+    ) -> None:
+        self._configured = list(settings.agent_example_questions)
+        self._model = settings.agent_followup_model
+        self._dir = settings.agent_data_dir / "examples"
+        self._llm, self._schema, self._prompts, self._metrics = llm, schema, prompts, metrics
+        self._known: dict[str, list[str]] = {}
+        self._failed_at: dict[str, float] = {}
+        self._task: asyncio.Task[None] | None = None
+        self._task_version = ""
+
+    async def get(self, *, wait_s: float = 0.0) -> list[str]:
+        """The questions to show now. Never raises. With `wait_s`, a generation this call starts (or
+        finds running) may take that long before the generic questions are returned instead."""
+        if self._configured:
+            return list(self._configured)
+        try:
+            schema_text = await self._schema.get()
+        except Exception as exc:  # the page and Slack must work with the database down
+            log.warning("example questions: could not read the schema (%s)", exc)
+            return list(GENERIC)
+        if not schema_text.strip():
+            return list(GENERIC)
+        version = schema_version(schema_text)
+        if cached := self._cached(version):
+            return cached
+        task = self._start(version, schema_text)
+        if task is not None and wait_s > 0:
+            await asyncio.wait([task], timeout=wait_s)
+            if cached := self._cached(version):
+                return cached
+        return list(GENERIC)
+
+    def _path(self, version: str) -> Path:
+        return self._dir / f"{version}.json"
+
+    def _cached(self, version: str) -> list[str] | None:
+        if version not in self._known:
+            try:
+                loaded = json.loads(self._path(version).read_text())
+            except (OSError, ValueError):
+                return None
+            if not isinstance(loaded, list) or not loaded or not all(isinstance(q, str) for q in loaded):
+                return None
+            self._known[version] = loaded
+        return list(self._known[version])
+
+    def _start(self, version: str, schema_text: str) -> asyncio.Task[None] | None:
+        if self._task is not None and not self._task.done():
+            return self._task if self._task_version == version else None
+        failed_at = self._failed_at.get(version)
+        if failed_at is not None and time.monotonic() - failed_at < RETRY_AFTER_S:
+            return None
+        self._task_version = version
+        self._task = asyncio.create_task(self._generate(version, schema_text), name="example-questions")
+        return self._task
+
+    async def _generate(self, version: str, schema_text: str) -> None:
+        try:
+            text, usage = await asyncio.wait_for(
+                self._llm.complete(
+                    model=self._model,
+                    system=self._prompts.render("EXAMPLES.md"),
+                    prompt=self._prompts.render("EXAMPLES_REQUEST.md", schema=schema_text),
+                    max_tokens=400,
+                ),
+                GENERATION_TIMEOUT_S,
+            )
+        except (LLMError, PromptError, TimeoutError) as exc:
+            self._metrics.llm_calls.labels("examples", "error").inc()
+            self._failed_at[version] = time.monotonic()
+            log.warning("example questions: generic ones stand, generation failed (%s)", exc)
+            return
+        self._metrics.llm_calls.labels("examples", "ok").inc()
+        self._metrics.count_tokens(usage)
+        questions = parse_questions(text)
+        if not questions:
+            self._failed_at[version] = time.monotonic()
+            log.warning("example questions: the model's reply held no questions")
+            return
+        self._known[version] = questions
+        try:
+            self._dir.mkdir(parents=True, exist_ok=True)
+            partial = self._path(version).with_suffix(".tmp")
+            partial.write_text(json.dumps(questions, ensure_ascii=False))
+            partial.replace(self._path(version))
+        except OSError as exc:  # kept in memory; asked again after a restart
+            log.warning("example questions: could not cache them on disk (%s)", exc)
+
+    async def close(self) -> None:
+        if self._task is not None and not self._task.done():
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+
+
+def parse_questions(text: str) -> list[str]:
+    """Up to COUNT distinct questions from a JSON array of strings, or failing that a bulleted list."""
+    candidates = json_strings(text) or listed_items(text)
+    seen: set[str] = set()
+    questions: list[str] = []
+    for candidate in candidates:
+        cleaned = " ".join(candidate.strip().strip('"').split())
+        if 8 <= len(cleaned) <= MAX_CHARS and cleaned.lower() not in seen:
+            seen.add(cleaned.lower())
+            questions.append(cleaned)
+            if len(questions) == COUNT:
+                break
+    return questions

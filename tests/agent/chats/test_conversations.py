@@ -1,0 +1,145 @@
+"""The shared kit every adapter uses: conversations keyed by an adapter's key, handled events,
+feedback, light history, and runs whose log opens with `started` and ends with `done`."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from agent.chats.conversations import ConversationStore
+from agent.chats.runs import RunRegistry
+from agent.chats.shared_runs import SharedRunLog
+from agent.runner import RunResult
+from tests.fakes.anthropic_api import FakeAnthropic, Reply
+
+
+@pytest.fixture
+def store(tmp_path: Path):
+    conversations = ConversationStore(tmp_path / "conversations.sqlite3")
+    yield conversations
+    conversations.close()
+
+
+async def test_an_adapter_key_finds_its_conversation(store: ConversationStore) -> None:
+    key = "slack:T1:C1:1700000000.000100"
+    first = await store.create_conversation("how many flights?", key=key, interface="slack")
+    again = await store.create_conversation("and in 2014?", key=key, interface="slack")
+    assert first == again == await store.find(key)
+    assert await store.find("slack:T1:C1:other") is None
+    web = await store.create_conversation("hello")
+    assert [c["id"] for c in await store.list_conversations()] == [web]  # the sidebar lists web chats only
+
+
+async def test_an_event_is_claimed_once_also_across_a_restart(tmp_path: Path) -> None:
+    path = tmp_path / "conversations.sqlite3"
+    store = ConversationStore(path)
+    assert await store.claim_event("slack:Ev123")
+    assert not await store.claim_event("slack:Ev123")
+    store.close()
+    restarted = ConversationStore(path)
+    assert not await restarted.claim_event("slack:Ev123")
+    assert await restarted.claim_event("slack:Ev124")
+    restarted.close()
+
+
+async def test_concurrent_claims_of_one_event_let_exactly_one_through(store: ConversationStore) -> None:
+    results = await asyncio.gather(*(store.claim_event("slack:EvSame") for _ in range(20)))
+    assert sorted(results) == [False] * 19 + [True]
+
+
+async def test_history_is_light_and_feedback_is_kept(store: ConversationStore, make_app, fake_anthropic) -> None:
+    fake_anthropic.script(
+        Reply(tool_calls=[("execute_sql", {"queries": [{"question": "n", "sql": "SELECT number FROM numbers(30)"}]})]),
+        Reply(text="Thirty rows [Q1]."),
+    )
+    app = make_app()
+    result: RunResult = await app.runner.run("list numbers", followups=False)
+    conversation = await store.create_conversation("list numbers")
+    await store.save_turn(conversation, "run1", result, [])
+    (turn,) = await store.history(conversation)
+    assert turn.answer == "Thirty rows [Q1]." and turn.queries[0].sql == "SELECT number FROM numbers(30)"
+    assert turn.queries[0].row_count == 30 and len(turn.queries[0].rows) == 5
+    assert await store.record_feedback("run1", "up") and not await store.record_feedback("nope", "up")
+    stored = await store.get_conversation(conversation)
+    assert stored is not None and stored["turns"][0]["feedback"] == "up"
+
+
+def test_a_file_from_the_previous_release_gains_the_new_columns(tmp_path: Path) -> None:
+    path = tmp_path / "old.sqlite3"
+    with sqlite3.connect(path) as old:
+        old.execute("CREATE TABLE conversations (id TEXT PRIMARY KEY, title TEXT NOT NULL, created_at REAL NOT NULL,"
+                    " updated_at REAL NOT NULL)")  # fmt: skip
+        old.execute("INSERT INTO conversations VALUES ('c1', 't', 0, 0)")
+    store = ConversationStore(path)
+    store.close()
+    with sqlite3.connect(path) as upgraded:
+        columns = {row[1] for row in upgraded.execute("PRAGMA table_info(conversations)")}
+    assert {"interface", "adapter_key"} <= columns
+
+
+async def test_a_run_that_nobody_watches_goes_on_unless_asked(
+    store: ConversationStore, make_app, fake_anthropic: FakeAnthropic
+) -> None:
+    fake_anthropic.script(Reply(text="Hello."))
+    runs = RunRegistry(make_app().runner, store)
+    conversation = await store.create_conversation("hi", key="slack:k", interface="slack")
+    handle = runs.start(conversation, "hi", [], platform="slack", interface="slack", followups=False)
+    events = [event.name async for event in runs.follow(handle)]
+    assert events[0] == "started" and events[-1] == "done"
+    assert (await store.history(conversation))[0].answer == "Hello."
+
+
+async def test_a_failing_store_still_ends_the_log_with_done(
+    tmp_path: Path, make_app, fake_anthropic: FakeAnthropic
+) -> None:
+    class BrokenStore(ConversationStore):
+        async def save_turn(self, *args, **kwargs) -> None:
+            raise sqlite3.OperationalError("disk I/O error")
+
+    store = BrokenStore(tmp_path / "broken.sqlite3")
+    fake_anthropic.script(Reply(text="Hello."))
+    runs = RunRegistry(make_app().runner, store)
+    handle = runs.start("c", "hi", [], platform="web", interface="web", followups=False)
+    events = [event async for event in runs.follow(handle)]
+    assert [e.name for e in events][-2:] == ["error", "done"] and events[-1].data["result"] is None
+    store.close()
+
+
+async def test_an_oversized_answer_still_ends_the_log_with_done(
+    store: ConversationStore, make_app, fake_anthropic: FakeAnthropic
+) -> None:
+    fake_anthropic.script(Reply(text="y" * 5_000))
+    runs = RunRegistry(make_app().runner, store, max_event_bytes=2_000)
+    conversation = await store.create_conversation("hi")
+    handle = runs.start(conversation, "hi", [], platform="web", interface="web", followups=False)
+    live = [event.name async for event in runs.follow(handle)]
+    stored = await store.run_events(handle.run_id)
+    assert live[-2:] == ["error", "done"]
+    assert stored is not None and [event["event"] for event in stored[1]][-2:] == ["error", "done"]
+
+
+async def test_a_shared_event_another_release_wrote_is_skipped_and_the_run_still_ends(
+    tmp_path: Path, store: ConversationStore, make_app
+) -> None:
+    path = tmp_path / "conversations.sqlite3"
+    writer, reader = SharedRunLog(path), SharedRunLog(path)
+    ids = {"run_id": "r1", "conversation_id": "c1"}
+    await writer.open("r1", "c1")
+    rows = [
+        (1, "started", {**ids, "question": "q"}),
+        (2, "status", {**ids, "text": "an event kind of a newer release"}),
+        (3, "answer", {**ids, "text": "Hi", "restart": False}),
+        (4, "done", {**ids, "result": {"outcome": "a newer outcome"}}),
+    ]
+    await writer.add("r1", rows, beat=True)
+    runs = RunRegistry(make_app().runner, store, shared=reader)
+    followed = await runs.follow_elsewhere("r1")
+    assert followed is not None
+    events = [event async for event in followed]
+    assert [event.name for event in events] == ["started", "answer", "done"]
+    assert events[-1].data["result"] is None
+    writer.close_all()
+    reader.close_all()

@@ -1,0 +1,343 @@
+"""The Grafana dashboard and the Prometheus alert rules against the real app and a real Prometheus.
+
+The app is served on a real socket, a real Prometheus (Debian's; skipped, saying why, without one)
+scrapes it every second with deploy/prometheus's config and rules, the fake model answers two questions
+through the web API, and then every panel's and every alert's expression is evaluated through
+Prometheus's HTTP API: each must return data, and each metric selector in it must match series.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import json
+import math
+import re
+import shutil
+import socket
+import subprocess
+import time
+from collections.abc import AsyncIterator, Callable, Iterator
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import yaml
+from prometheus_client import generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+
+from agent.metrics import Metrics
+from tests.fakes.anthropic_api import FakeAnthropic, Reply
+from tests.web_helpers import WebApps, chat
+
+ROOT = Path(__file__).resolve().parents[2]
+DASHBOARD = ROOT / "deploy" / "grafana" / "dashboards" / "agent.json"
+GENERATOR = ROOT / "deploy" / "grafana" / "generate.py"
+PROMETHEUS_CONFIG = ROOT / "deploy" / "prometheus" / "prometheus.yml"
+RULES = ROOT / "deploy" / "prometheus" / "alerts.yml"
+
+PROMETHEUS = shutil.which("prometheus") or ("/usr/bin/prometheus" if Path("/usr/bin/prometheus").exists() else None)
+PROMTOOL = shutil.which("promtool")
+NO_PROMETHEUS = "no Prometheus found (Debian: apt-get install prometheus; .ci/run installs it when it runs as root)"
+
+# Grafana's variables, as a small range over seconds-old data.
+GRAFANA_VARIABLES = {"$__rate_interval": "1m", "$__range": "5m", "$__interval": "15s"}
+SELECTOR = re.compile(r"\b(agent_[a-z0-9_]+)(\{[^}]*\})?")
+# A comparison against a number: the alert's threshold. With `bool` it keeps every series (as 0 or 1).
+THRESHOLD = re.compile(r"\s(>=|<=|==|!=|>|<)\s+(?=-?\d)")
+# Series a web question cannot create: Slack's (the questions come through the web) and failed model calls.
+QUIET = re.compile(r"^agent_slack_|^agent_llm_calls_total\{status=\"error\"\}$")
+SUFFIXES = {"counter": ("_total", "_created"), "histogram": ("_bucket", "_count", "_sum", "_created")}
+
+AVG_DELAY = "SELECT round(avg(arr_delay), 2) FROM nycflights13.flights"
+
+
+def sql(question: str, text: str) -> tuple[str, dict[str, Any]]:
+    return ("execute_sql", {"queries": [{"question": question, "sql": text}]})
+
+
+def a_question_with_a_bit_of_everything() -> list[Reply]:
+    """A think step, a failed query (code 47), its fix, the fix again (reused: a guard), an answer, follow-ups."""
+    return [
+        Reply(
+            tool_calls=[
+                ("think", {"content": "Average the arrival delay."}),
+                sql("Average delay", "SELECT avg(arr_delayy) FROM nycflights13.flights"),
+            ]
+        ),
+        Reply(tool_calls=[sql("Average delay", AVG_DELAY)]),
+        Reply(tool_calls=[sql("Average delay again", AVG_DELAY)]),
+        Reply(text="The average arrival delay was 6.9 minutes [Q2]."),
+        Reply(text='["Which carrier was latest?"]'),
+    ]
+
+
+# --- what the dashboard and the rules ask ---
+
+
+def panel_queries() -> list[tuple[str, str]]:
+    """(panel title, expression) for every target of every panel Grafana loads."""
+    dashboard = json.loads(DASHBOARD.read_text())
+    return [(p["title"], t["expr"]) for p in dashboard["panels"] for t in p.get("targets", [])]
+
+
+def alert_rules() -> list[dict[str, Any]]:
+    groups = yaml.safe_load(RULES.read_text())["groups"]
+    return [rule for group in groups for rule in group["rules"] if "alert" in rule]
+
+
+def every_query() -> list[tuple[str, str]]:
+    return panel_queries() + [(f"alert {rule['alert']}", rule["expr"]) for rule in alert_rules()]
+
+
+def for_prometheus(expr: str) -> str:
+    for name, value in GRAFANA_VARIABLES.items():
+        expr = expr.replace(name, value)
+    return expr
+
+
+def selectors(expr: str) -> set[str]:
+    return {name + (matchers or "") for name, matchers in SELECTOR.findall(expr)}
+
+
+def exposed_names(metrics: Metrics) -> set[str]:
+    """Every series name the app's /metrics can carry, including families with no sample yet."""
+    text = generate_latest(metrics.registry).decode()
+    names = set()
+    for family in text_string_to_metric_families(text):
+        names |= {family.name + suffix for suffix in SUFFIXES.get(family.type, ("",))}
+    return names
+
+
+def load_generator() -> Any:
+    spec = importlib.util.spec_from_file_location("dashboard_generator", GENERATOR)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+# --- without Prometheus ---
+
+
+def test_the_committed_dashboard_is_what_the_generator_writes() -> None:
+    """The cost panels carry evals/pricing.yaml's prices: a price change means regenerating."""
+    generator = load_generator()
+    assert DASHBOARD.read_text() == generator.render(), "stale: run python deploy/grafana/generate.py"
+    cost = [expr for title, expr in panel_queries() if "cost" in title]
+    assert len(cost) == 2 and all('{type="output"}' in expr and "* 15" in expr for expr in cost)
+
+
+def test_every_panel_says_what_healthy_looks_like() -> None:
+    panels = [p for p in json.loads(DASHBOARD.read_text())["panels"] if p["type"] != "row"]
+    assert len(panels) >= 15
+    for panel in panels:
+        assert "Healthy" in panel["description"], panel["title"]
+        assert panel["targets"] and all(t["datasource"]["uid"] == "${datasource}" for t in panel["targets"])
+
+
+def test_every_query_reads_only_metrics_the_app_exposes(metrics: Metrics) -> None:
+    exposed = exposed_names(metrics)
+    for where, expr in every_query():
+        names = {name for name, _ in SELECTOR.findall(expr)}
+        assert names and names <= exposed, f"{where}: {sorted(names - exposed)} not in agent/metrics.py"
+
+
+def test_the_alert_thresholds_can_be_lifted() -> None:
+    """Each alert compares against a number, so the test below can read its signal with `bool`."""
+    for rule in alert_rules():
+        assert THRESHOLD.search(rule["expr"]), rule["alert"]
+        assert rule["annotations"]["summary"] and rule["annotations"]["description"], rule["alert"]
+
+
+@pytest.fixture
+async def web(make_app: Callable[..., Any], tmp_path: Path) -> AsyncIterator[Callable[..., Any]]:
+    apps = WebApps(make_app, tmp_path)
+    yield apps.start
+    await apps.close()
+
+
+async def test_the_new_metrics_are_recorded_where_the_work_happens(web, fake_anthropic: FakeAnthropic, metrics) -> None:
+    url, _ = await web()
+    fake_anthropic.script(*a_question_with_a_bit_of_everything())
+    async with httpx.AsyncClient(base_url=url, timeout=30) as client:
+        events = await chat(client, "What was the average arrival delay?")
+        assert (await client.get("/api/conversations/nope")).status_code == 404
+        assert (await client.get("/no/such/page")).status_code == 404
+        assert (await client.post("/metrics")).status_code == 405
+        assert (await client.get("/static/app.js")).status_code == 200
+
+    def value(name: str, **labels: str) -> float | None:
+        return metrics.registry.get_sample_value(name, labels)
+
+    assert events[-1].data["result"]["outcome"] == "answered"
+    assert value("agent_web_requests_total", route="/api/chat", status="2xx") == 1
+    assert value("agent_web_requests_total", route="/api/conversations/{conversation_id}", status="4xx") == 1
+    assert value("agent_web_requests_total", route="unmatched", status="4xx") == 1
+    assert value("agent_web_requests_total", route="/metrics", status="4xx") == 1
+    assert value("agent_web_requests_total", route="/static/{path}", status="2xx") == 1
+    assert value("agent_sql_errors_total", code="47") == 1
+    assert value("agent_run_first_event_seconds_count", interface="web") == 1
+    first_event = value("agent_run_first_event_seconds_sum", interface="web")
+    total = value("agent_run_duration_seconds_sum")
+    assert first_event is not None and total is not None and 0 < first_event < total
+
+
+def test_sql_error_codes_stay_a_bounded_label(metrics: Metrics) -> None:
+    for code in (None, 47, 123456789, -1):
+        metrics.count_sql_error(code)
+    counted = {
+        s.labels["code"] for f in metrics.registry.collect() for s in f.samples if s.name == "agent_sql_errors_total"
+    }
+    assert counted == {"none", "47", "other"}
+
+
+@pytest.mark.skipif(PROMTOOL is None, reason=NO_PROMETHEUS.replace("Prometheus", "promtool"))
+def test_the_rules_pass_promtool() -> None:
+    assert PROMTOOL is not None
+    checked = subprocess.run([PROMTOOL, "check", "rules", str(RULES)], capture_output=True, text=True, timeout=30)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert f"SUCCESS: {len(alert_rules())} rules found" in checked.stdout
+
+
+# --- with a real Prometheus ---
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+class Prometheus:
+    """Debian's Prometheus on a free loopback port, with deploy/prometheus's config scraping `target`
+    every second and evaluating the rules every second."""
+
+    def __init__(self, binary: str, target: str, tmp_path: Path) -> None:
+        config = yaml.safe_load(PROMETHEUS_CONFIG.read_text())
+        config["global"].update(scrape_interval="1s", evaluation_interval="1s")
+        config["rule_files"] = [str(RULES)]
+        (job,) = config["scrape_configs"]
+        job["static_configs"] = [{"targets": [target]}]
+        self.config = tmp_path / "prometheus.yml"
+        self.config.write_text(yaml.safe_dump(config))
+        self.log = tmp_path / "prometheus.log"
+        self.url = f"http://127.0.0.1:{free_port()}"
+        self._command = [
+            binary,
+            f"--config.file={self.config}",
+            f"--storage.tsdb.path={tmp_path / 'tsdb'}",
+            f"--web.listen-address={self.url.removeprefix('http://')}",
+        ]
+        self._process: subprocess.Popen[bytes] | None = None
+        self.client = httpx.AsyncClient(base_url=self.url, timeout=10)
+
+    async def __aenter__(self) -> Prometheus:
+        with self.log.open("wb") as log:
+            self._process = subprocess.Popen(self._command, stdout=log, stderr=subprocess.STDOUT)
+        await self.wait_for(self._ready, "Prometheus to start")
+        return self
+
+    async def __aexit__(self, *_: Any) -> None:
+        await self.client.aclose()
+        if self._process is not None:
+            self._process.terminate()
+            try:
+                self._process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self._process.kill()
+                self._process.wait()
+
+    async def _ready(self) -> bool:
+        assert self._process is not None
+        if self._process.poll() is not None:
+            raise AssertionError(f"Prometheus exited: {self.tail()}")
+        try:
+            return (await self.client.get("/-/ready")).status_code == 200
+        except httpx.TransportError:
+            return False
+
+    async def query(self, expr: str) -> dict[str, Any]:
+        response = await self.client.get("/api/v1/query", params={"query": expr})
+        body = response.json()
+        assert response.status_code == 200 and body["status"] == "success", f"{expr}: {body.get('error')}"
+        return dict(body["data"])
+
+    async def value(self, expr: str) -> float | None:
+        data = await self.query(expr)
+        return float(data["result"][0]["value"][1]) if data["result"] else None
+
+    async def rules(self) -> list[dict[str, Any]]:
+        body = (await self.client.get("/api/v1/rules")).json()
+        return [rule for group in body["data"]["groups"] for rule in group["rules"]]
+
+    async def wait_for(self, check: Callable[[], Any], what: str, timeout_s: float = 20) -> None:
+        deadline = time.monotonic() + timeout_s
+        while not await check():
+            if time.monotonic() > deadline:
+                raise AssertionError(f"timed out waiting for {what}: {self.tail()}")
+            await asyncio.sleep(0.2)
+
+    def tail(self) -> str:
+        return self.log.read_text(errors="replace")[-2000:] if self.log.exists() else ""
+
+
+def samples(data: dict[str, Any]) -> Iterator[float]:
+    if data["resultType"] == "scalar":
+        yield float(data["result"][1])
+    for item in data["result"] if data["resultType"] == "vector" else []:
+        yield float(item["value"][1])
+
+
+@pytest.mark.skipif(PROMETHEUS is None, reason=NO_PROMETHEUS)
+async def test_every_panel_and_alert_returns_data_from_a_real_prometheus(
+    web, fake_anthropic: FakeAnthropic, tmp_path: Path
+) -> None:
+    assert PROMETHEUS is not None
+    url, _ = await web()
+    async with Prometheus(PROMETHEUS, url.removeprefix("http://"), tmp_path) as prometheus:
+        if PROMTOOL is not None:
+            checked = subprocess.run([PROMTOOL, "check", "config", str(prometheus.config)], capture_output=True)
+            assert checked.returncode == 0, checked.stdout + checked.stderr
+        async with httpx.AsyncClient(base_url=url, timeout=30) as client:
+            # Two questions, each seen by a scrape, so rates over the window are not zero.
+            for asked in (1, 2):
+                fake_anthropic.script(*a_question_with_a_bit_of_everything())
+                await chat(client, "What was the average arrival delay?")
+
+                async def scraped(n: int = asked) -> bool:
+                    return await prometheus.value('sum(agent_runs_total{interface="web"})') == n
+
+                await prometheus.wait_for(scraped, f"a scrape after question {asked}")
+        since = time.time()
+
+        async def rules_evaluated() -> bool:
+            rules = await prometheus.rules()
+            return len(rules) == len(alert_rules()) and all(
+                rule["health"] == "ok" and _timestamp(rule["lastEvaluation"]) > since for rule in rules
+            )
+
+        await prometheus.wait_for(rules_evaluated, "every alert rule to be evaluated after the questions")
+
+        for where, expr in every_query():
+            query = for_prometheus(expr)
+            if where.startswith("alert "):
+                query = THRESHOLD.sub(lambda m: f" {m.group(1)} bool ", query)
+            values = list(samples(await prometheus.query(query)))
+            assert values, f"{where}: no data for {query}"
+            assert any(not math.isnan(v) for v in values), f"{where}: only NaN from {query}"
+            for selector in selectors(query):
+                if not QUIET.search(selector):
+                    assert (await prometheus.query(selector))["result"], f"{where}: {selector} matches no series"
+
+        # As written, only the SQL alert holds: half of each question's queries failed. Nothing else is wrong.
+        firing = {rule["alert"] for rule in alert_rules() if (await prometheus.query(rule["expr"]))["result"]}
+        assert firing == {"AgentSqlErrorRatio"}
+
+
+def _timestamp(rfc3339: str) -> float:
+    """Seconds since the epoch from Prometheus's RFC 3339 time (nanoseconds cut to microseconds)."""
+    text = re.sub(r"(\.\d{6})\d*", r"\1", rfc3339).replace("Z", "+00:00")
+    return datetime.fromisoformat(text).timestamp()

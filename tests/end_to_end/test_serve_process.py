@@ -1,0 +1,287 @@
+"""The real `agent serve` process: SIGTERM drains and exits 0, several workers share the port on the server
+path (metrics summed over them, a run followed from any worker), and the embedded engine stays one process
+and says so. Each test starts the command as a person or an orchestrator would, in a process of its own."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import socket
+import sqlite3
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.fakes.anthropic_api import FakeAnthropic, Reply
+from tests.fakes.clickhouse_http import FakeClickHouse, default_users
+from tests.fakes.sse_client import sse_events
+
+ROOT = Path(__file__).resolve().parents[2]
+MODEL_LATENCY_S = 1.0  # each model call: long enough for a signal to land mid-answer
+
+
+def model(body: dict[str, Any]) -> Reply:
+    """Round 1: run a query; round 2: answer; a request without tools: follow-ups."""
+    if not body.get("tools"):
+        return Reply(text='["Which carrier flew the most?"]')
+    if body["messages"][-1]["content"][0]["type"] == "tool_result":
+        return Reply(text="There are 16 airlines [Q1].")
+    sql = "SELECT count() FROM nycflights13.airlines"
+    return Reply(tool_calls=[("execute_sql", {"queries": [{"question": "Airlines", "sql": sql}]})])
+
+
+@pytest.fixture(scope="module")
+def slow_model() -> Iterator[FakeAnthropic]:
+    fake = FakeAnthropic(latency_s=MODEL_LATENCY_S).start()
+    fake.always(model)
+    yield fake
+    fake.stop()
+
+
+@pytest.fixture(scope="module")
+def engine_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Demo data loaded by a child process, so this one never holds the directory: the `agent serve`
+    (or fake ClickHouse server) process under test claims it, one at a time."""
+    path = tmp_path_factory.mktemp("serve-data")
+    env = {"PATH": os.environ.get("PATH", ""), "PYTHONPATH": str(ROOT), "AGENT_DATA_DIR": str(path)}
+    command = [sys.executable, "-m", "agent.process.cli", "demo", "load"]
+    loaded = subprocess.run(command, env=env, cwd=path, capture_output=True, text=True, timeout=300)
+    assert loaded.returncode == 0, loaded.stderr
+    return path / "clickhouse"
+
+
+@pytest.fixture
+def clickhouse_server(engine_data: Path) -> Iterator[FakeClickHouse]:
+    with FakeClickHouse(engine_data, default_users("pw")).start() as server:
+        yield server
+
+
+class Served:
+    """`agent serve` in a process of its own, on a free port, with JSON logs."""
+
+    def __init__(self, tmp_path: Path, env: dict[str, str], *arguments: str) -> None:
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            self.port = probe.getsockname()[1]
+        self.url = f"http://127.0.0.1:{self.port}"
+        base = {
+            "PATH": os.environ.get("PATH", ""),
+            "PYTHONPATH": str(ROOT),
+            "AGENT_DATA_DIR": str(tmp_path / "app"),
+            "ANTHROPIC_API_KEY": "test-key",
+            "AGENT_LOG_FORMAT": "json",
+            "AGENT_EXAMPLE_QUESTIONS": "How many airlines are there?",
+        }
+        command = [sys.executable, "-m", "agent.process.cli", "serve", "--port", str(self.port), *arguments]
+        self.process = subprocess.Popen(
+            command,
+            env={**base, **env},
+            cwd=tmp_path,  # no .env here
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        self.stdout = self.stderr = ""
+
+    async def ready(self, timeout_s: float = 60) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout_s
+        last = "no answer"
+        async with httpx.AsyncClient(base_url=self.url, timeout=5) as client:
+            while time.monotonic() < deadline:
+                assert self.process.poll() is None, self.finish()
+                try:
+                    response = await client.get("/readyz")
+                    if response.status_code == 200:
+                        return dict(response.json())
+                    last = response.text
+                except httpx.TransportError:
+                    pass
+                await asyncio.sleep(0.1)
+        raise AssertionError(f"not ready in {timeout_s} s ({last}): {self.finish()}")
+
+    def terminate(self) -> None:
+        self.process.send_signal(signal.SIGTERM)
+
+    def finish(self, timeout_s: float = 60) -> str:
+        if self.process.poll() is None:
+            self.terminate()
+        self.stdout, self.stderr = self.process.communicate(timeout=timeout_s)
+        return f"exit {self.process.returncode}\n{self.stdout}\n{self.stderr[-4000:]}"
+
+    def log_lines(self) -> list[dict[str, Any]]:
+        """Every line the server wrote, on either stream: in JSON mode each one must be a JSON object."""
+        lines = [line for line in (self.stdout + "\n" + self.stderr).splitlines() if line.strip()]
+        not_json = [line for line in lines if not line.startswith("{")]
+        assert not not_json, f"lines that are not JSON: {not_json[:3]}"
+        return [json.loads(line) for line in lines]
+
+    def said(self) -> list[str]:
+        return [line["message"] for line in self.log_lines()]
+
+
+async def _chat(url: str, question: str) -> list[Any]:
+    async with (
+        httpx.AsyncClient(base_url=url, timeout=60) as client,
+        client.stream("POST", "/api/chat", json={"message": question}) as response,
+    ):
+        assert response.status_code == 200, await response.aread()
+        return [event async for event in sse_events(response)]
+
+
+def _stored_outcomes(data_dir: Path) -> list[str]:
+    with sqlite3.connect(data_dir / "conversations.sqlite3") as conn:
+        return [row[0] for row in conn.execute("SELECT outcome FROM turns ORDER BY created_at")]
+
+
+async def test_sigterm_lets_the_running_answer_finish_stores_it_and_exits_0(
+    slow_model: FakeAnthropic, engine_data: Path, tmp_path: Path
+) -> None:
+    env = {
+        "ANTHROPIC_BASE_URL": slow_model.base_url,
+        "CLICKHOUSE_URL": f"chdb://{engine_data}",
+        "AGENT_SHUTDOWN_GRACE_S": "30",
+    }
+    served = Served(tmp_path, env)
+    try:
+        await served.ready()
+        answering = asyncio.create_task(_chat(served.url, "How many airlines are there?"))
+        await asyncio.sleep(MODEL_LATENCY_S / 2)  # the first model call is under way
+        stopped_at = time.monotonic()
+        served.terminate()
+        await asyncio.sleep(0.3)
+        with pytest.raises(httpx.TransportError):  # the listener is closed: a balancer sends it elsewhere
+            await _chat(served.url, "And how many airports?")
+        events = await answering
+    finally:
+        report = served.finish()
+    took_s = time.monotonic() - stopped_at
+    assert served.process.returncode == 0, report
+    assert events[-1].event == "done" and events[-1].data["result"]["outcome"] == "answered", report
+    assert "answer" in [e.event for e in events]
+    assert _stored_outcomes(tmp_path / "app") == ["answered"]
+    assert took_s < 15, "it waited for the answer, not for the whole grace period"
+    said = [line["message"] for line in served.log_lines()]
+    draining = "shutting down: 1 answer(s) running get up to 30 s to finish; new questions are refused"
+    assert draining in said and said.index(draining) < said.index("run answered"), report
+
+
+async def test_sigterm_cancels_what_outlasts_the_grace_stores_it_and_exits_0(
+    slow_model: FakeAnthropic, engine_data: Path, tmp_path: Path
+) -> None:
+    env = {
+        "ANTHROPIC_BASE_URL": slow_model.base_url,
+        "CLICKHOUSE_URL": f"chdb://{engine_data}",
+        "AGENT_SHUTDOWN_GRACE_S": "1",
+    }
+    served = Served(tmp_path, env)
+    try:
+        await served.ready()
+        answering = asyncio.create_task(_chat(served.url, "How many airlines are there?"))
+        await asyncio.sleep(0.5)
+        served.terminate()
+        events = await answering
+    finally:
+        report = served.finish()
+    assert served.process.returncode == 0, report
+    assert events[-1].event == "done" and events[-1].data["result"]["outcome"] == "cancelled", report
+    assert _stored_outcomes(tmp_path / "app") == ["cancelled"]
+
+
+async def test_several_workers_share_the_port_the_runs_and_the_metrics(
+    slow_model: FakeAnthropic, clickhouse_server: FakeClickHouse, tmp_path: Path
+) -> None:
+    env = {
+        "ANTHROPIC_BASE_URL": slow_model.base_url,
+        "CLICKHOUSE_URL": clickhouse_server.url("agent", "nycflights13"),
+        "AGENT_WEB_RATE_PER_MINUTE": "24",  # for all the workers together
+    }
+    served = Served(tmp_path, env, "--workers", "2")
+    chats = 24
+    try:
+        assert (await served.ready())["database"] == "ok"
+        results = await asyncio.gather(*(_chat_and_reattach(served.url, f"Airlines? ({i})") for i in range(chats)))
+        over_budget = await asyncio.gather(*(_refused(served.url) for _ in range(6)))
+        async with httpx.AsyncClient(base_url=served.url, timeout=10) as client:
+            scrapes = [(await client.get("/metrics")).text for _ in range(6)]
+    finally:
+        report = served.finish()
+    assert served.process.returncode == 0, report
+    for live, replayed in results:
+        assert live[-1].event == "done" and live[-1].data["result"]["outcome"] == "answered", report
+        assert [e.event for e in replayed] == [e.event for e in live], "a reattach from any worker sees it all"
+    answered = 'agent_runs_total{classification="data_analysis",interface="web",outcome="answered"} '
+    for text in scrapes:  # whichever worker answers the scrape, it counts every worker's runs
+        assert f"{answered}{float(chats)}" in text, report
+    pids = {line["pid"] for line in served.log_lines() if line.get("outcome") == "answered"}
+    assert len(pids) == 2, f"both workers answered: {pids}"
+    assert over_budget == [429] * 6, "the budget is the client's, not each worker's"
+    assert any("with 2 workers" in message for message in served.said())
+
+
+async def _refused(url: str) -> int:
+    async with httpx.AsyncClient(base_url=url, timeout=60) as client:  # a connection of its own: any worker
+        return (await client.post("/api/chat", json={"message": "One more?"})).status_code
+
+
+async def _chat_and_reattach(url: str, question: str) -> tuple[list[Any], list[Any]]:
+    """Ask, drop the stream after `started`, then follow the run from new connections (which may reach
+    the other worker) to its end; then replay it whole once more."""
+    async with (
+        httpx.AsyncClient(base_url=url, timeout=60) as client,
+        client.stream("POST", "/api/chat", json={"message": question}) as response,
+    ):
+        started = await anext(aiter(sse_events(response)))
+    run_id = started.data["run_id"]
+    live = [started]
+    async with httpx.AsyncClient(base_url=url, timeout=60) as client:
+        headers = {"Last-Event-ID": "1"}
+        async with client.stream("GET", f"/api/runs/{run_id}/events", headers=headers) as response:
+            assert response.status_code == 200
+            live += [event async for event in sse_events(response)]
+    async with (
+        httpx.AsyncClient(base_url=url, timeout=60) as client,
+        client.stream("GET", f"/api/runs/{run_id}/events") as response,
+    ):
+        replayed = [event async for event in sse_events(response)]
+    return live, replayed
+
+
+async def test_the_embedded_engine_serves_one_process_and_says_so(
+    slow_model: FakeAnthropic, engine_data: Path, tmp_path: Path
+) -> None:
+    env = {"ANTHROPIC_BASE_URL": slow_model.base_url, "CLICKHOUSE_URL": f"chdb://{engine_data}"}
+    served = Served(tmp_path, env, "--workers", "3")
+    try:
+        await served.ready()
+    finally:
+        report = served.finish()
+    assert served.process.returncode == 0, report
+    assert served.said()[0].startswith(
+        "Serving one process, not 3: the embedded engine allows one process per data directory."
+    ), report
+    assert any(message.startswith("Serving the chat on http://127.0.0.1:") for message in served.said())
+
+
+async def test_a_sigint_to_the_supervisor_alone_stops_every_worker(
+    slow_model: FakeAnthropic, clickhouse_server: FakeClickHouse, tmp_path: Path
+) -> None:
+    """`kill -INT` (or an orchestrator's stop signal) reaches the supervisor only: it passes it on."""
+    env = {"ANTHROPIC_BASE_URL": slow_model.base_url, "CLICKHOUSE_URL": clickhouse_server.url("agent", "nycflights13")}
+    served = Served(tmp_path, env, "--workers", "2")
+    try:
+        await served.ready()
+        served.process.send_signal(signal.SIGINT)
+        served.process.wait(30)
+    finally:
+        report = served.finish()
+    assert served.process.returncode == 0, report
+    with socket.socket() as probe:
+        assert probe.connect_ex(("127.0.0.1", served.port)) != 0, "no worker is left serving the port"

@@ -1,0 +1,39 @@
+"""What every view of the web app reads: the agent, the stores and the settings, held on the app
+(`request.app.state.web`), in the manner of datasette's views reading their datasette."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from starlette.requests import Request
+from starlette.templating import Jinja2Templates
+
+from agent.app import AgentApp
+from agent.chats.conversations import ConversationStore
+from agent.chats.rate_limits import RateLimit
+from agent.chats.runs import RunRegistry
+from agent.config import Settings
+from web.downloads import DownloadSlots
+
+
+@dataclass(frozen=True)
+class WebContext:
+    agent: AgentApp
+    store: ConversationStore
+    runs: RunRegistry
+    templates: Jinja2Templates
+    token: str | None
+    reattach_grace_s: float
+    stream_grace_s: float  # on shutdown, how long a stream may go on until its run is done
+    questions: RateLimit
+    downloads: RateLimit  # a budget of its own: each runs a full query
+    downloading: DownloadSlots  # each client's downloads running now
+
+    @property
+    def settings(self) -> Settings:
+        return self.agent.settings
+
+
+def web_context(request: Request) -> WebContext:
+    context: WebContext = request.app.state.web
+    return context

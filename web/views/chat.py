@@ -1,0 +1,37 @@
+"""POST /api/chat: a question starts a run; its events stream back as SSE."""
+
+from __future__ import annotations
+
+from starlette.requests import Request
+from starlette.responses import Response
+
+from agent.chats.runs import ShuttingDown
+from web.boundary import HttpError, read_chat_request
+from web.context import web_context
+from web.sse import event_stream, live
+
+
+async def chat(request: Request) -> Response:
+    web = web_context(request)
+    body = await read_chat_request(request, web.settings.agent_web_max_message_chars)
+    if not web.runs.accepting:
+        raise HttpError(503, ShuttingDown.message, {"Retry-After": "5"})
+    if body.conversation_id is None:
+        conversation_id = await web.store.create_conversation(body.message)
+    elif await web.store.exists(body.conversation_id):
+        conversation_id = body.conversation_id
+    else:
+        raise HttpError(404, f"No conversation {body.conversation_id}.")
+    history = await web.store.history(conversation_id)
+    try:
+        handle = web.runs.start(
+            conversation_id,
+            body.message,
+            history,
+            platform="web",
+            interface="web",
+            abandon_after_s=web.reattach_grace_s,
+        )
+    except ShuttingDown:
+        raise HttpError(503, ShuttingDown.message, {"Retry-After": "5"}) from None
+    return event_stream(live(web.runs.follow(handle)), web.stream_grace_s)

@@ -1,0 +1,44 @@
+"""GET /api/queries/{query_id}.csv: a stored query's full result as CSV, run again."""
+
+from __future__ import annotations
+
+from starlette.requests import Request
+from starlette.responses import Response
+
+from agent.db import EngineError, QueryRefused, csv_chunks, started
+from web.boundary import HttpError, client_key
+from web.context import web_context
+from web.downloads import DownloadResponse
+
+
+async def query_csv(request: Request) -> Response:
+    web = web_context(request)
+    settings = web.settings
+    key = request.path_params["query_id"]
+    sql = await web.store.query_sql(key)
+    if sql is None:
+        raise HttpError(404, f"No stored query {key} (queries can be downloaded once their answer is done).")
+    client = client_key(request)
+    if not web.downloading.take(client):
+        message = f"{web.downloading.per_client} downloads of yours are still running; let one finish first."
+        raise HttpError(429, message, {"Retry-After": "10"})
+    try:
+        export = await started(await web.agent.db.export(sql, max_rows=settings.export_max_rows))
+    except BaseException as exc:
+        web.downloading.give_back(client)
+        if isinstance(exc, (QueryRefused, EngineError)):
+            raise HttpError(422, f"The query no longer runs: {exc}") from None
+        raise
+    headers = {
+        "Content-Disposition": f'attachment; filename="{key}.csv"',
+        "X-Row-Cap": str(settings.export_max_rows),
+        "X-Byte-Cap": str(settings.export_max_bytes),
+    }
+    return DownloadResponse(
+        csv_chunks(export, max_bytes=settings.export_max_bytes),
+        send_timeout_s=settings.export_send_timeout_s,
+        deadline_s=settings.export_deadline_s,
+        on_end=lambda: web.downloading.give_back(client),
+        media_type="text/csv; charset=utf-8",
+        headers=headers,
+    )

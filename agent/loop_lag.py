@@ -10,12 +10,14 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
 from contextlib import asynccontextmanager, suppress
+from typing import TypeVar
 
 from agent.metrics import Metrics
 
 INTERVAL_S = 0.25
+T = TypeVar("T")
 WINDOW_S = 30.0
 
 
@@ -49,3 +51,22 @@ class LoopLag:
             task.cancel()
             with suppress(asyncio.CancelledError):
                 await task
+
+
+async def worst_lag_during(work: Awaitable[T], interval_s: float = 0.01) -> tuple[T, float]:
+    """`work`'s result, and the worst lag of the loop while it ran (a ticker every `interval_s`): how
+    benchmarks and tests see whether a step holds the loop."""
+    worst = 0.0
+
+    async def tick() -> None:
+        nonlocal worst
+        while True:
+            asked = time.perf_counter()
+            await asyncio.sleep(interval_s)
+            worst = max(worst, time.perf_counter() - asked - interval_s)
+
+    ticker = asyncio.create_task(tick())
+    try:
+        return await work, worst
+    finally:
+        ticker.cancel()

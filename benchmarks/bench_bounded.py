@@ -18,7 +18,6 @@ import resource
 import subprocess
 import sys
 import tempfile
-import time
 from contextlib import aclosing, suppress
 from pathlib import Path
 from typing import Any
@@ -30,6 +29,7 @@ from agent.chart_images import ChartRenderError, render_png
 from agent.config import Settings
 from agent.db import csv_chunks
 from agent.llm import LLMClient, ModelTurn, Usage
+from agent.loop_lag import worst_lag_during
 from agent.metrics import Metrics
 from benchmarks.demo_data import load_demo_elsewhere
 
@@ -96,24 +96,6 @@ class ScriptedModel(LLMClient):
         return None
 
 
-async def _worst_lag_while(work: Any) -> float:
-    worst = 0.0
-
-    async def tick() -> None:
-        nonlocal worst
-        while True:
-            asked = time.perf_counter()
-            await asyncio.sleep(0.01)
-            worst = max(worst, time.perf_counter() - asked - 0.01)
-
-    ticker = asyncio.create_task(tick())
-    try:
-        await work
-    finally:
-        ticker.cancel()
-    return worst
-
-
 async def _case(name: str, settings: Settings) -> dict[str, float]:
     model = ScriptedModel(SQL_CASES.get(name, []))
     app = AgentApp.start(settings, llm=model, metrics=Metrics(CollectorRegistry()))
@@ -121,7 +103,7 @@ async def _case(name: str, settings: Settings) -> dict[str, float]:
         await app.runner.run("warm up", followups=False)  # the engine and the schema, before measuring
         model.__init__(SQL_CASES.get(name, []))
         baseline_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-        lag = await _worst_lag_while(_work(name, app))
+        _, lag = await worst_lag_during(_work(name, app))
     finally:
         await app.close()
     peak_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss

@@ -28,6 +28,7 @@ from agent.chart_images import ChartRenderError, render_png
 from agent.chats.conversations import ConversationStore
 from agent.db import Database, Scope
 from agent.limits import Limits, json_size
+from agent.loop_lag import worst_lag_during
 from agent.runner import Outcome
 from tests.conftest import HEAVY, Recorder
 from tests.fakes.anthropic_api import FakeAnthropic, Reply
@@ -183,26 +184,8 @@ def _spec_with_labels(count: int, length: int) -> dict[str, Any]:
     }
 
 
-async def _max_lag_while(work: Any) -> tuple[Any, float]:
-    """Run `work` while a ticker measures how late the event loop wakes (every 10 ms)."""
-    worst = 0.0
-
-    async def tick() -> None:
-        nonlocal worst
-        while True:
-            asked = time.perf_counter()
-            await asyncio.sleep(0.01)
-            worst = max(worst, time.perf_counter() - asked - 0.01)
-
-    ticker = asyncio.create_task(tick())
-    try:
-        return await work, worst
-    finally:
-        ticker.cancel()
-
-
 async def test_a_chart_image_renders_in_its_own_process_without_holding_the_loop() -> None:
-    png, lag = await _max_lag_while(render_png(_spec_with_labels(3, 5_000), timeout_s=60))
+    png, lag = await worst_lag_during(render_png(_spec_with_labels(3, 5_000), timeout_s=60))
     assert png.startswith(b"\x89PNG") and lag < 0.2
 
 

@@ -27,7 +27,7 @@ class LiveServer:
     with the options `agent web` gives it."""
 
     def __init__(self, app: Any) -> None:
-        self._socket = socket.socket()
+        self._socket = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)  # as agent serve binds
         self._socket.bind(("127.0.0.1", 0))
         self.port = self._socket.getsockname()[1]
         self.url = f"http://127.0.0.1:{self.port}"

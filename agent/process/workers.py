@@ -148,7 +148,11 @@ def _reserve(host: str, port: int) -> socket.socket:
 
 
 def _bound(host: str, port: int) -> socket.socket:
-    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+    # IPPROTO_TCP, not the default 0: asyncio sets TCP_NODELAY only on connections whose socket names
+    # the protocol. Without it every response written in two pieces (headers, then body; each SSE
+    # event) waited for the client's delayed ACK: 40 ms per keep-alive request.
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
     try:

@@ -5,11 +5,13 @@ and says so. Each test starts the command as a person or an orchestrator would, 
 from __future__ import annotations
 
 import asyncio
+import http.client
 import json
 import os
 import signal
 import socket
 import sqlite3
+import statistics
 import subprocess
 import sys
 import time
@@ -134,6 +136,25 @@ async def _chat(url: str, question: str) -> list[Any]:
     ):
         assert response.status_code == 200, await response.aread()
         return [event async for event in sse_events(response)]
+
+
+def _keep_alive_round_trip_ms(url: str, requests: int = 10) -> float:
+    """The median time of /healthz asked again and again on one kept-alive connection. A server socket
+    without TCP_NODELAY holds each response's body behind the client's delayed ACK: 40 ms or more."""
+    host, port = url.removeprefix("http://").split(":")
+    connection = http.client.HTTPConnection(host, int(port), timeout=10)
+    timings = []
+    try:
+        for _ in range(requests):
+            started = time.perf_counter()
+            connection.request("GET", "/healthz")
+            response = connection.getresponse()
+            response.read()
+            assert response.status == 200
+            timings.append((time.perf_counter() - started) * 1000)
+    finally:
+        connection.close()
+    return statistics.median(timings)
 
 
 def _stored_outcomes(data_dir: Path) -> list[str]:
@@ -261,6 +282,7 @@ async def test_the_embedded_engine_serves_one_process_and_says_so(
     served = Served(tmp_path, env, "--workers", "3")
     try:
         await served.ready()
+        keep_alive_ms = await asyncio.to_thread(_keep_alive_round_trip_ms, served.url)
     finally:
         report = served.finish()
     assert served.process.returncode == 0, report
@@ -268,6 +290,7 @@ async def test_the_embedded_engine_serves_one_process_and_says_so(
         "Serving one process, not 3: the embedded engine allows one process per data directory."
     ), report
     assert any(message.startswith("Serving the chat on http://127.0.0.1:") for message in served.said())
+    assert keep_alive_ms < 20, f"a kept-alive request took {keep_alive_ms:.0f} ms: is TCP_NODELAY set?"
 
 
 async def test_a_sigint_to_the_supervisor_alone_stops_every_worker(
@@ -278,6 +301,7 @@ async def test_a_sigint_to_the_supervisor_alone_stops_every_worker(
     served = Served(tmp_path, env, "--workers", "2")
     try:
         await served.ready()
+        keep_alive_ms = await asyncio.to_thread(_keep_alive_round_trip_ms, served.url)
         served.process.send_signal(signal.SIGINT)
         served.process.wait(30)
     finally:
@@ -285,3 +309,4 @@ async def test_a_sigint_to_the_supervisor_alone_stops_every_worker(
     assert served.process.returncode == 0, report
     with socket.socket() as probe:
         assert probe.connect_ex(("127.0.0.1", served.port)) != 0, "no worker is left serving the port"
+    assert keep_alive_ms < 20, f"a kept-alive request to a worker took {keep_alive_ms:.0f} ms: is TCP_NODELAY set?"

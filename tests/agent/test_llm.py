@@ -1,0 +1,77 @@
+"""The model client keeps the event loop free: the SDK's parsers are built before the first question, and
+a long streamed reply yields to the loop while the SDK works through its events."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from agent.config import DEFAULT_MODEL
+from agent.loop_lag import worst_lag_during
+from tests.fakes.anthropic_api import FakeAnthropic, Reply
+from tests.fakes.clients import make_llm
+
+ROOT = Path(__file__).resolve().parents[2]
+LONGEST_SQL = "SELECT 1 IN (" + ",".join(["1"] * 29_000) + ")"  # near the 60,000 characters a statement may take
+MAX_LAG_S = 0.05
+
+
+def _request() -> dict[str, Any]:
+    return {
+        "model": DEFAULT_MODEL,
+        "max_tokens": 1024,
+        "messages": [{"role": "user", "content": "How many flights?"}],
+    }
+
+
+async def _ignore(*_: Any) -> None:
+    return None
+
+
+async def test_a_long_tool_input_streams_without_holding_the_loop(fake_anthropic: FakeAnthropic) -> None:
+    """The fake sends a tool input as 40-character deltas, as the API does in small pieces: ~1,500
+    events per statement, which a buffered socket hands the SDK without a pause."""
+    queries = [{"question": f"q{i}", "sql": LONGEST_SQL} for i in range(2)]
+    fake_anthropic.script(Reply(tool_calls=[("execute_sql", {"queries": queries})]))
+    llm = make_llm(fake_anthropic)
+    try:
+        turn, lag = await worst_lag_during(llm.stream_turn(on_text=_ignore, on_restart=_ignore, **_request()))
+    finally:
+        await llm.close()
+    assert turn.tool_calls[0]["input"] == {"queries": queries}
+    assert lag < MAX_LAG_S, f"the loop was held {lag * 1000:.0f} ms while the reply streamed"
+
+
+FIRST_QUESTION = """
+import asyncio, json, sys
+from types import SimpleNamespace
+from agent.config import DEFAULT_MODEL
+from agent.loop_lag import worst_lag_during
+from tests.agent.test_llm import _ignore, _request
+from tests.fakes.clients import make_llm
+
+async def main():
+    llm = make_llm(SimpleNamespace(base_url=sys.argv[1]))
+    turn, lag = await worst_lag_during(llm.stream_turn(on_text=_ignore, on_restart=_ignore, **_request()))
+    await llm.close()
+    print(json.dumps({"lag": lag, "text": turn.text}))
+
+asyncio.run(main())
+"""
+
+
+def test_the_first_reply_in_a_fresh_process_does_not_hold_the_loop(fake_anthropic: FakeAnthropic) -> None:
+    """The SDK builds its pydantic validators on first use (~250 ms of CPU); a fresh process shows whether
+    they were built before the loop needed them."""
+    fake_anthropic.script(Reply(text="There are 336,776 flights."))
+    env = {"PATH": os.environ.get("PATH", ""), "PYTHONPATH": str(ROOT)}
+    command = [sys.executable, "-c", FIRST_QUESTION, fake_anthropic.base_url]
+    done = subprocess.run(command, env=env, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["text"] == "There are 336,776 flights."
+    assert result["lag"] < MAX_LAG_S, f"the first reply held the loop {result['lag'] * 1000:.0f} ms"

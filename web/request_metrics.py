@@ -1,5 +1,6 @@
 """Counts web requests by route template and status class (`agent_web_requests_total`). Pure ASGI, so a
-streamed answer is neither buffered nor delayed; it counts when it ends, with the status it started with.
+streamed answer is neither buffered nor delayed; it counts as its response starts (so a client holding the
+response can already read the count), or as a 500 if the app fails before it starts.
 Labels stay bounded: the template a request matched (`/api/runs/{run_id}/events`), never the raw path;
 `unmatched` for anything else."""
 
@@ -26,20 +27,23 @@ class RequestMetricsMiddleware:
             await self.app(scope, receive, send)
             return
         route = route_template(self.routes, scope)  # before the router rewrites the scope (a Mount's root_path)
-        status: int | None = None
+        started = False
 
-        async def send_noting_status(message: Message) -> None:
-            nonlocal status
+        async def send_counting(message: Message) -> None:
+            nonlocal started
             if message["type"] == "http.response.start":
-                status = message["status"]
+                started = True
+                self._count(route, message["status"])
             await send(message)
 
         try:
-            await self.app(scope, receive, send_noting_status)
+            await self.app(scope, receive, send_counting)
         except Exception:
-            self._count(route, status or 500)  # unsent: the server's catch-all answers 500
+            if not started:
+                self._count(route, 500)  # unsent: the server's catch-all answers 500
             raise
-        self._count(route, status or 500)
+        if not started:
+            self._count(route, 500)
 
     def _count(self, route: str, status: int) -> None:
         self.metrics.web_requests.labels(route, f"{status // 100}xx").inc()

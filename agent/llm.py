@@ -8,6 +8,7 @@ with a restart signal so callers can discard text they already showed.
 from __future__ import annotations
 
 import asyncio
+import json
 import random
 import time
 from collections.abc import Awaitable, Callable
@@ -103,26 +104,32 @@ class LLMClient:
         """One streamed model call; text deltas go to `on_text` as they arrive."""
         for attempt in range(self._stream_retries + 1):
             started = time.perf_counter()
-            sent_text = False
+            builder = _TurnBuilder()
             try:
-                async with self._client.messages.stream(**request) as stream:
+                # The raw event stream, not `messages.stream()`: its helper rebuilds every event and the
+                # message so far in Python (`BaseModel.construct`, a Protocol check per object on 3.11),
+                # about 40% of a call's CPU (benchmarks/bench_llm.py); the turn is built here instead.
+                stream = await self._client.messages.create(stream=True, **request)
+                async with stream:
                     yielded = time.perf_counter()
                     async for event in stream:
-                        if event.type == "text" and event.text:
-                            sent_text = True
-                            await on_text(event.text)
+                        text = builder.add(event)
+                        if text:
+                            await on_text(text)
                         if time.perf_counter() - yielded > _YIELD_EVERY_S:
                             await asyncio.sleep(0)
                             yielded = time.perf_counter()
-                    final = await stream.get_final_message()
-                return _to_turn(final, time.perf_counter() - started)
+                if builder.stopped:
+                    return builder.turn(time.perf_counter() - started)
+                if attempt == self._stream_retries:  # the stream ended before message_stop: cut off
+                    raise LLMUnavailable("The model's reply was cut off before it ended; try again shortly.")
             except anthropic.APIStatusError as exc:
                 if not _retryable_in_stream(exc) or attempt == self._stream_retries:
                     raise _translate(exc) from None
             except anthropic.APIConnectionError as exc:
                 if attempt == self._stream_retries:
                     raise LLMUnavailable(f"Could not reach the model API: {exc}") from None
-            if sent_text:
+            if builder.sent_text:
                 await on_restart()
             await asyncio.sleep(self._retry_base_delay_s * 2**attempt * (0.5 + random.random() / 2))
         raise AssertionError("unreachable")
@@ -151,18 +158,74 @@ def _to_turn(message: Any, elapsed_s: float) -> ModelTurn:
             content.append({"type": "text", "text": block.text})
         elif block.type == "tool_use":
             content.append({"type": "tool_use", "id": block.id, "name": block.name, "input": block.input})
-    usage = message.usage
-    return ModelTurn(
-        content=content,
-        stop_reason=message.stop_reason,
-        usage=Usage(
-            input_tokens=usage.input_tokens or 0,
-            output_tokens=usage.output_tokens or 0,
-            cache_read_tokens=getattr(usage, "cache_read_input_tokens", 0) or 0,
-            cache_creation_tokens=getattr(usage, "cache_creation_input_tokens", 0) or 0,
-        ),
-        elapsed_s=elapsed_s,
+    return ModelTurn(content=content, stop_reason=message.stop_reason, usage=_usage(message.usage), elapsed_s=elapsed_s)
+
+
+def _usage(usage: Any) -> Usage:
+    return Usage(
+        input_tokens=usage.input_tokens or 0,
+        output_tokens=usage.output_tokens or 0,
+        cache_read_tokens=getattr(usage, "cache_read_input_tokens", 0) or 0,
+        cache_creation_tokens=getattr(usage, "cache_creation_input_tokens", 0) or 0,
     )
+
+
+class _TurnBuilder:
+    """A streamed reply's blocks, stop reason and usage, from its raw events
+    (https://docs.anthropic.com/en/api/messages-streaming). Block types other than text and tool_use
+    (thinking, server tools) are left out, as `_to_turn` leaves them out of a whole message."""
+
+    def __init__(self) -> None:
+        self._blocks: dict[int, dict[str, Any]] = {}
+        self._json: dict[int, list[str]] = {}
+        self._stop_reason: str | None = None
+        self._usage = Usage()
+        self.sent_text = False
+        self.stopped = False  # message_stop arrived: the reply is whole
+
+    def add(self, event: Any) -> str:
+        """Take one event; return the text it adds to the answer (or "")."""
+        kind = event.type
+        if kind == "content_block_delta":
+            delta = event.delta
+            if delta.type == "text_delta" and event.index in self._blocks:
+                self._blocks[event.index]["text"] += delta.text
+                self.sent_text = self.sent_text or bool(delta.text)
+                return str(delta.text)
+            if delta.type == "input_json_delta" and event.index in self._json:
+                self._json[event.index].append(delta.partial_json)
+        elif kind == "content_block_start":
+            block = event.content_block
+            if block.type == "text":
+                self._blocks[event.index] = {"type": "text", "text": block.text}
+            elif block.type == "tool_use":
+                self._blocks[event.index] = {"type": "tool_use", "id": block.id, "name": block.name, "input": {}}
+                self._json[event.index] = []
+        elif kind == "content_block_stop" and event.index in self._json:
+            raw = "".join(self._json.pop(event.index))
+            self._blocks[event.index]["input"] = json.loads(raw) if raw else {}
+        elif kind == "message_start":
+            self._usage = _usage(event.message.usage)
+        elif kind == "message_stop":
+            self.stopped = True
+        elif kind == "message_delta":
+            self._stop_reason = event.delta.stop_reason
+            usage = event.usage  # cumulative counts; input and cache counts only in newer API versions
+            self._usage.output_tokens = usage.output_tokens or self._usage.output_tokens
+            for ours, theirs in (
+                ("input_tokens", "input_tokens"),
+                ("cache_read_tokens", "cache_read_input_tokens"),
+                ("cache_creation_tokens", "cache_creation_input_tokens"),
+            ):
+                if (value := getattr(usage, theirs, None)) is not None:
+                    setattr(self._usage, ours, value)
+        return ""
+
+    def turn(self, elapsed_s: float) -> ModelTurn:
+        content = [
+            block for _, block in sorted(self._blocks.items()) if block["type"] == "tool_use" or block["text"].strip()
+        ]
+        return ModelTurn(content=content, stop_reason=self._stop_reason, usage=self._usage, elapsed_s=elapsed_s)
 
 
 def _error_type(exc: anthropic.APIStatusError) -> str:

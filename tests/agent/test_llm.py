@@ -10,9 +10,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from agent.config import DEFAULT_MODEL
+from agent.llm import LLMUnavailable, ModelTurn, _to_turn
 from agent.loop_lag import worst_lag_during
-from tests.fakes.anthropic_api import FakeAnthropic, Reply
+from tests.fakes.anthropic_api import FakeAnthropic, Hang, Reply
 from tests.fakes.clients import make_llm
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -44,6 +47,61 @@ async def test_a_long_tool_input_streams_without_holding_the_loop(fake_anthropic
         await llm.close()
     assert turn.tool_calls[0]["input"] == {"queries": queries}
     assert lag < MAX_LAG_S, f"the loop was held {lag * 1000:.0f} ms while the reply streamed"
+
+
+async def test_the_turn_built_from_raw_events_is_the_message_the_sdk_builds(fake_anthropic: FakeAnthropic) -> None:
+    """Text around a tool call, whitespace-only text dropped, usage with cache counts: the turn read from
+    the raw stream equals the one read from the same reply as a whole message."""
+    reply = Reply(
+        text="Counting the airlines.", tool_calls=[("execute_sql", {"queries": [{"question": "q", "sql": "SELECT 1"}]})]
+    )
+    fake_anthropic.script(reply, reply)
+    llm = make_llm(fake_anthropic)
+    texts: list[str] = []
+
+    async def collect(text: str) -> None:
+        texts.append(text)
+
+    try:
+        streamed = await llm.stream_turn(on_text=collect, on_restart=_ignore, **_request())
+        whole = _to_turn(await llm._client.messages.create(**_request()), 0.0)
+    finally:
+        await llm.close()
+
+    def without_ids(turn: ModelTurn) -> list[dict[str, Any]]:
+        return [{key: value for key, value in block.items() if key != "id"} for block in turn.content]
+
+    assert without_ids(streamed) == without_ids(whole) and [b["type"] for b in streamed.content] == ["text", "tool_use"]
+    assert streamed.tool_calls[0]["id"].startswith("toolu_") and streamed.stop_reason == whole.stop_reason == "tool_use"
+    assert streamed.usage == whole.usage and streamed.usage.input_tokens > 0
+    assert "".join(texts) == "Counting the airlines."
+
+
+async def test_a_stream_cut_off_before_its_end_is_asked_again(fake_anthropic: FakeAnthropic) -> None:
+    """A reply that ends without message_stop (a proxy or the network broke it) is not a whole answer."""
+    cut = Hang()
+    cut.release.set()  # message_start, then the stream ends
+    fake_anthropic.script(cut, Reply(text="There are 16 airlines."))
+    llm = make_llm(fake_anthropic)
+    try:
+        turn = await llm.stream_turn(on_text=_ignore, on_restart=_ignore, **_request())
+    finally:
+        await llm.close()
+    assert turn.text == "There are 16 airlines." and len(fake_anthropic.requests) == 2
+
+
+async def test_a_stream_cut_off_every_time_fails_clearly(fake_anthropic: FakeAnthropic) -> None:
+    cuts = [Hang() for _ in range(4)]
+    for cut in cuts:
+        cut.release.set()
+    fake_anthropic.script(*cuts)
+    llm = make_llm(fake_anthropic)
+    try:
+        with pytest.raises(LLMUnavailable, match="cut off"):
+            await llm.stream_turn(on_text=_ignore, on_restart=_ignore, **_request())
+    finally:
+        await llm.close()
+    assert len(fake_anthropic.requests) == 4  # the first call and make_llm's three retries
 
 
 FIRST_QUESTION = """

@@ -313,6 +313,7 @@ def _validate_messages(messages: list[Any]) -> None:
 class _Handler(BaseHTTPRequestHandler):
     fake: FakeAnthropic
     protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True  # each event leaves when written, as from the real service
 
     def log_message(self, format: str, *args: Any) -> None:
         return
@@ -364,44 +365,53 @@ class _Handler(BaseHTTPRequestHandler):
         self._json(status, {"type": "error", "error": {"type": kind, "message": message}}, extra)
 
     def _stream(self, body: dict[str, Any], reply: Any) -> None:
+        # The API streams over a kept-alive HTTP/1.1 connection in chunked transfer coding (RFC 9112 §7.1),
+        # so a client reuses its connection for the next call; a fake that closed each stream would make
+        # every call pay a new connection the real service never asks for.
         self.send_response(200)
-        self.send_header("content-type", "text/event-stream")
+        self.send_header("content-type", "text/event-stream; charset=utf-8")
         self.send_header("cache-control", "no-cache")
-        self.send_header("connection", "close")
+        self.send_header("transfer-encoding", "chunked")
+        self.send_header("request-id", f"req_{uuid.uuid4().hex[:24]}")
         self.end_headers()
-        self.close_connection = True
-        usage = self.fake.usage(body)
         try:
-            if isinstance(reply, Hang):
-                self._send("message_start", {"type": "message_start", "message": _message(body, Reply(), usage, [])})
-                while not reply.release.wait(0.05):
-                    self._send("ping", {"type": "ping"})
-                return
-            if isinstance(reply, MidStreamFailure):
-                self._send("message_start", {"type": "message_start", "message": _message(body, Reply(), usage, [])})
-                self._text_block(0, reply.partial_text)
-                self._send("error", {"type": "error", "error": {"type": reply.error_type, "message": "Overloaded"}})
-                return
-            message = _message(body, reply, usage)
-            start = {**message, "content": [], "stop_reason": None, "usage": {**message["usage"], "output_tokens": 1}}
-            self._send("message_start", {"type": "message_start", "message": start})
-            for index, block in enumerate(message["content"]):
-                if block["type"] == "text":
-                    self._text_block(index, block["text"])
-                else:
-                    self._tool_block(index, block)
-            self._send(
-                "message_delta",
-                {
-                    "type": "message_delta",
-                    "delta": {"stop_reason": message["stop_reason"], "stop_sequence": None},
-                    "usage": {"output_tokens": message["usage"]["output_tokens"]},
-                },
-            )
-            self._send("message_stop", {"type": "message_stop"})
+            self._events(body, reply)
+            self.wfile.write(b"0\r\n\r\n")  # the last chunk: the response ends, the connection stays
+            self.wfile.flush()
         except (BrokenPipeError, ConnectionResetError):
+            self.close_connection = True
             with self.fake._lock:
                 self.fake.disconnects += 1
+
+    def _events(self, body: dict[str, Any], reply: Any) -> None:
+        usage = self.fake.usage(body)
+        if isinstance(reply, Hang):
+            self._send("message_start", {"type": "message_start", "message": _message(body, Reply(), usage, [])})
+            while not reply.release.wait(0.05):
+                self._send("ping", {"type": "ping"})
+            return
+        if isinstance(reply, MidStreamFailure):
+            self._send("message_start", {"type": "message_start", "message": _message(body, Reply(), usage, [])})
+            self._text_block(0, reply.partial_text)
+            self._send("error", {"type": "error", "error": {"type": reply.error_type, "message": "Overloaded"}})
+            return
+        message = _message(body, reply, usage)
+        start = {**message, "content": [], "stop_reason": None, "usage": {**message["usage"], "output_tokens": 1}}
+        self._send("message_start", {"type": "message_start", "message": start})
+        for index, block in enumerate(message["content"]):
+            if block["type"] == "text":
+                self._text_block(index, block["text"])
+            else:
+                self._tool_block(index, block)
+        self._send(
+            "message_delta",
+            {
+                "type": "message_delta",
+                "delta": {"stop_reason": message["stop_reason"], "stop_sequence": None},
+                "usage": {"output_tokens": message["usage"]["output_tokens"]},
+            },
+        )
+        self._send("message_stop", {"type": "message_stop"})
 
     def _text_block(self, index: int, text: str) -> None:
         self._send(
@@ -433,7 +443,8 @@ class _Handler(BaseHTTPRequestHandler):
         self._send("content_block_stop", {"type": "content_block_stop", "index": index})
 
     def _send(self, event: str, data: dict[str, Any]) -> None:
-        self.wfile.write(f"event: {event}\ndata: {json.dumps(data)}\n\n".encode())
+        frame = f"event: {event}\ndata: {json.dumps(data)}\n\n".encode()
+        self.wfile.write(b"%x\r\n%s\r\n" % (len(frame), frame))
         self.wfile.flush()
 
 

@@ -246,6 +246,7 @@ class _Server(FakeServer):
 
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True  # else each write of a kept-alive answer waits on the client's delayed ACK
     timeout = KEEP_ALIVE_S
     server: _Server
 

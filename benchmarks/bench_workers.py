@@ -414,7 +414,8 @@ def profiled(pid: int, profile: Path | None) -> Iterator[None]:
         yield
         return
     spy_path = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
-    command = [spy_path, "record", "--pid", str(pid), "--subprocesses", "--format", "raw", "--rate", "250", "--nonblocking"]
+    sampling = ["--format", "raw", "--rate", "250", "--nonblocking"]  # nonblocking: the server runs unpaused
+    command = [spy_path, "record", "--pid", str(pid), "--subprocesses", *sampling]
     spy = subprocess.Popen([*command, "--output", str(profile)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     time.sleep(1)  # attached before the chats start
     try:

@@ -216,7 +216,10 @@ class _TurnBuilder:
                 self._json[event.index] = []
         elif kind == "content_block_stop" and event.index in self._json:
             raw = "".join(self._json.pop(event.index))
-            self._blocks[event.index]["input"] = json.loads(raw) if raw else {}
+            try:
+                self._blocks[event.index]["input"] = json.loads(raw) if raw else {}
+            except ValueError:
+                raise LLMError("The model API sent a tool call whose input is not JSON; ask again.") from None
         elif kind == "message_start":
             self._usage = _usage(event.message.usage)
         elif kind == "message_stop":

@@ -11,9 +11,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from anthropic.types import RawContentBlockDeltaEvent, RawContentBlockStartEvent, RawContentBlockStopEvent
 
 from agent.config import DEFAULT_MODEL
-from agent.llm import LLMUnavailable, ModelTurn, _to_turn
+from agent.llm import LLMError, LLMUnavailable, ModelTurn, _to_turn, _TurnBuilder
 from agent.loop_lag import worst_lag_during
 from tests.fakes.anthropic_api import FakeAnthropic, Hang, Reply
 from tests.fakes.clients import make_llm
@@ -102,6 +103,17 @@ async def test_a_stream_cut_off_every_time_fails_clearly(fake_anthropic: FakeAnt
     finally:
         await llm.close()
     assert len(fake_anthropic.requests) == 4  # the first call and make_llm's three retries
+
+
+def test_a_tool_input_that_is_not_json_fails_clearly() -> None:
+    """The API promises JSON by content_block_stop; a gateway that breaks it gets a message, not a trace."""
+    builder = _TurnBuilder()
+    start = {"type": "tool_use", "id": "toolu_1", "name": "execute_sql", "input": {}}
+    builder.add(RawContentBlockStartEvent(type="content_block_start", index=0, content_block=start))
+    delta = {"type": "input_json_delta", "partial_json": '{"queries": [{"sql": "SELECT'}
+    builder.add(RawContentBlockDeltaEvent(type="content_block_delta", index=0, delta=delta))
+    with pytest.raises(LLMError, match="not JSON"):
+        builder.add(RawContentBlockStopEvent(type="content_block_stop", index=0))
 
 
 FIRST_QUESTION = """

@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import anthropic
+import httpx2
+import jiter
 from anthropic import AsyncAnthropic
 
 from agent.config import Settings
@@ -142,6 +144,9 @@ class LLMClient:
             except anthropic.APIConnectionError as exc:
                 if attempt == self._stream_retries:
                     raise LLMUnavailable(f"Could not reach the model API: {exc}") from None
+            except httpx2.TransportError as exc:  # the connection broke mid-stream: the SDK retries only before it
+                if attempt == self._stream_retries:
+                    raise LLMUnavailable(f"The model's reply was cut off ({type(exc).__name__}); try again.") from None
             if builder.sent_text:
                 await on_restart()
             await asyncio.sleep(self._retry_base_delay_s * 2**attempt * (0.5 + random.random() / 2))
@@ -215,11 +220,7 @@ class _TurnBuilder:
                 self._blocks[event.index] = {"type": "tool_use", "id": block.id, "name": block.name, "input": {}}
                 self._json[event.index] = []
         elif kind == "content_block_stop" and event.index in self._json:
-            raw = "".join(self._json.pop(event.index))
-            try:
-                self._blocks[event.index]["input"] = json.loads(raw) if raw else {}
-            except ValueError:
-                raise LLMError("The model API sent a tool call whose input is not JSON; ask again.") from None
+            self._blocks[event.index]["input"] = _tool_input("".join(self._json.pop(event.index)))
         elif kind == "message_start":
             self._usage = _usage(event.message.usage)
         elif kind == "message_stop":
@@ -227,7 +228,8 @@ class _TurnBuilder:
         elif kind == "message_delta":
             self._stop_reason = event.delta.stop_reason
             usage = event.usage  # cumulative counts; input and cache counts only in newer API versions
-            self._usage.output_tokens = usage.output_tokens or self._usage.output_tokens
+            if usage.output_tokens is not None:
+                self._usage.output_tokens = usage.output_tokens
             for ours, theirs in (
                 ("input_tokens", "input_tokens"),
                 ("cache_read_tokens", "cache_read_input_tokens"),
@@ -242,6 +244,20 @@ class _TurnBuilder:
             block for _, block in sorted(self._blocks.items()) if block["type"] == "tool_use" or block["text"].strip()
         ]
         return ModelTurn(content=content, stop_reason=self._stop_reason, usage=self._usage, elapsed_s=elapsed_s)
+
+
+def _tool_input(raw: str) -> Any:
+    """A tool call's input. A call cut off by max_tokens ends mid-JSON: what is whole of it is kept, as
+    the SDK keeps it, so the pipeline's input checks tell the model what is missing."""
+    if not raw:
+        return {}
+    try:
+        return json.loads(raw)
+    except ValueError:
+        try:
+            return jiter.from_json(raw.encode(), partial_mode=True)
+        except ValueError:
+            return {}
 
 
 def _error_type(exc: anthropic.APIStatusError) -> str:

@@ -14,9 +14,9 @@ import pytest
 from anthropic.types import RawContentBlockDeltaEvent, RawContentBlockStartEvent, RawContentBlockStopEvent
 
 from agent.config import DEFAULT_MODEL
-from agent.llm import LLMError, LLMUnavailable, ModelTurn, _to_turn, _TurnBuilder
+from agent.llm import LLMUnavailable, ModelTurn, _to_turn, _TurnBuilder
 from agent.loop_lag import worst_lag_during
-from tests.fakes.anthropic_api import FakeAnthropic, Hang, Reply
+from tests.fakes.anthropic_api import CutOff, FakeAnthropic, Hang, Reply
 from tests.fakes.clients import make_llm
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -105,15 +105,49 @@ async def test_a_stream_cut_off_every_time_fails_clearly(fake_anthropic: FakeAnt
     assert len(fake_anthropic.requests) == 4  # the first call and make_llm's three retries
 
 
-def test_a_tool_input_that_is_not_json_fails_clearly() -> None:
-    """The API promises JSON by content_block_stop; a gateway that breaks it gets a message, not a trace."""
+def _tool_call_cut_at(partial_json: str) -> Any:
     builder = _TurnBuilder()
     start = {"type": "tool_use", "id": "toolu_1", "name": "execute_sql", "input": {}}
     builder.add(RawContentBlockStartEvent(type="content_block_start", index=0, content_block=start))
-    delta = {"type": "input_json_delta", "partial_json": '{"queries": [{"sql": "SELECT'}
+    delta = {"type": "input_json_delta", "partial_json": partial_json}
     builder.add(RawContentBlockDeltaEvent(type="content_block_delta", index=0, delta=delta))
-    with pytest.raises(LLMError, match="not JSON"):
-        builder.add(RawContentBlockStopEvent(type="content_block_stop", index=0))
+    builder.add(RawContentBlockStopEvent(type="content_block_stop", index=0))
+    return builder.turn(0.0).tool_calls[0]["input"]
+
+
+def test_a_tool_call_cut_off_by_max_tokens_keeps_only_what_is_whole() -> None:
+    """As the SDK's own accumulation does: whole values stay, a half-written string is dropped (never run
+    as a shorter statement), and the pipeline's input checks tell the model what is missing."""
+    cut = '{"queries": [{"question": "a", "sql": "SELECT 1"}, {"question": "b", "sql": "SELECT count() FROM fl'
+    assert _tool_call_cut_at(cut) == {"queries": [{"question": "a", "sql": "SELECT 1"}, {"question": "b"}]}
+    assert _tool_call_cut_at("not json at all") == {}
+
+
+async def test_a_connection_broken_mid_stream_is_asked_again(fake_anthropic: FakeAnthropic) -> None:
+    """No error event, no last chunk: the SDK retries only before the response starts, so this is ours.
+    Text already shown is withdrawn (on_restart) before the second try."""
+    fake_anthropic.script(CutOff(partial_text="There are "), Reply(text="There are 16 airlines."))
+    restarts: list[bool] = []
+
+    async def restarted() -> None:
+        restarts.append(True)
+
+    llm = make_llm(fake_anthropic)
+    try:
+        turn = await llm.stream_turn(on_text=_ignore, on_restart=restarted, **_request())
+    finally:
+        await llm.close()
+    assert turn.text == "There are 16 airlines." and restarts == [True] and len(fake_anthropic.requests) == 2
+
+
+async def test_a_connection_broken_every_time_fails_clearly(fake_anthropic: FakeAnthropic) -> None:
+    fake_anthropic.script(*[CutOff() for _ in range(4)])
+    llm = make_llm(fake_anthropic)
+    try:
+        with pytest.raises(LLMUnavailable, match="cut off"):
+            await llm.stream_turn(on_text=_ignore, on_restart=_ignore, **_request())
+    finally:
+        await llm.close()
 
 
 FIRST_QUESTION = """

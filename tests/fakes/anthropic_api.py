@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import socket
 import threading
 import time
 import uuid
@@ -54,6 +55,18 @@ class MidStreamFailure:
     partial_text: str = "Partial "
 
 
+class _Dropped(Exception):
+    """The fake broke the connection on purpose (CutOff)."""
+
+
+@dataclass
+class CutOff:
+    """A 200 stream that sends some text, then the connection breaks (a proxy or the network dropped it):
+    no error event, no last chunk."""
+
+    partial_text: str = "Partial "
+
+
 @dataclass
 class Hang:
     """Start a stream and stall until `release` is set or the client goes away."""
@@ -61,7 +74,7 @@ class Hang:
     release: threading.Event = field(default_factory=threading.Event)
 
 
-Scripted = Reply | Failure | MidStreamFailure | Hang | Callable[[dict[str, Any]], Any]
+Scripted = Reply | Failure | MidStreamFailure | CutOff | Hang | Callable[[dict[str, Any]], Any]
 
 
 class ValidationError(Exception):
@@ -330,7 +343,7 @@ class _Handler(BaseHTTPRequestHandler):
         except (ValidationError, json.JSONDecodeError, AttributeError, KeyError, TypeError) as exc:
             return self._error(400, "invalid_request_error", str(exc))
         reply = self.fake._next(body)
-        if callable(reply) and not isinstance(reply, Reply | Failure | MidStreamFailure | Hang):
+        if callable(reply) and not isinstance(reply, Reply | Failure | MidStreamFailure | CutOff | Hang):
             reply = reply(body)
         if self.fake.latency_s:
             time.sleep(self.fake.latency_s)
@@ -378,6 +391,8 @@ class _Handler(BaseHTTPRequestHandler):
             self._events(body, reply)
             self.wfile.write(b"0\r\n\r\n")  # the last chunk: the response ends, the connection stays
             self.wfile.flush()
+        except _Dropped:
+            pass
         except (BrokenPipeError, ConnectionResetError):
             self.close_connection = True
             with self.fake._lock:
@@ -390,6 +405,12 @@ class _Handler(BaseHTTPRequestHandler):
             while not reply.release.wait(0.05):
                 self._send("ping", {"type": "ping"})
             return
+        if isinstance(reply, CutOff):
+            self._send("message_start", {"type": "message_start", "message": _message(body, Reply(), usage, [])})
+            self._text_block(0, reply.partial_text)
+            self.close_connection = True
+            self.connection.shutdown(socket.SHUT_RDWR)  # EOF inside the chunked body
+            raise _Dropped
         if isinstance(reply, MidStreamFailure):
             self._send("message_start", {"type": "message_start", "message": _message(body, Reply(), usage, [])})
             self._text_block(0, reply.partial_text)

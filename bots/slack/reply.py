@@ -24,6 +24,7 @@ from bots.slack.progress import Painter
 log = logging.getLogger(__name__)
 # Answers from chat.startStream that mean this workspace or token cannot stream at all.
 NO_STREAMING = {"unknown_method", "method_deprecated", "missing_scope", "not_allowed_token_type"}
+BUTTONS_TEXT = "More on this answer"  # the stand-in text of buttons posted below an answer
 # chat.appendStream / stopStream's answer once the person pressed Stop under the streaming answer.
 STOPPED_BY_USER = "stopped_by_user"
 
@@ -207,7 +208,29 @@ class AnswerWriter:
                 # cannot be updated), then put the text, buttons and metadata in with an update.
                 log.info("could not stop the stream (%s); updating the message instead", _error(exc))
                 await self._end_stream(message)
-        await self._update(message, blocks, metadata=metadata)
+        if blocks:
+            await self._update_with_buttons(message, blocks, metadata)
+        else:
+            await self._update(message, metadata=metadata)
+
+    async def _update_with_buttons(self, message: Sent, blocks: list[dict[str, Any]], metadata: dict[str, Any]) -> None:
+        """The answer's last edit, with its buttons and metadata. When Slack refuses it, the answer stands
+        without the buttons (a good answer never reads as a failure), and they follow in a message below."""
+        try:
+            await self._update(message, blocks, metadata=metadata)
+            return
+        except SlackApiError as exc:
+            log.warning("Slack refused the answer's buttons (%s); posting them below it", _error(exc))
+        try:
+            await self._update(message, metadata=metadata)
+        except SlackApiError as exc:
+            log.warning("Slack refused the answer's last edit (%s); it stays as it was sent", _error(exc))
+        try:
+            await self._client.chat_postMessage(
+                channel=self._channel, thread_ts=self._thread_ts, text=BUTTONS_TEXT, blocks=blocks, **NO_PREVIEWS
+            )
+        except SlackApiError as exc:
+            log.warning("Slack refused the answer's buttons in a message of their own too (%s)", _error(exc))
 
     def _stopped(self, exc: SlackApiError, message: Sent) -> bool:
         """Slack says the person stopped this answer: write nothing more, and let the run be cancelled."""

@@ -251,3 +251,26 @@ async def test_rate_limiting_past_the_sdks_retries_is_one_log_line_and_a_message
     [line] = warnings(caplog)
     assert "ratelimited" in line.getMessage() and line.exc_info is None and "Traceback" not in caplog.text
     assert fake_anthropic.requests == []
+
+
+# --- buttons Slack refuses ---
+
+
+async def test_an_answer_whose_buttons_slack_refuses_stands_and_its_buttons_follow_below(
+    start_bot, fake_slack: FakeSlack, fake_anthropic: FakeAnthropic
+) -> None:
+    bot = await start_bot()
+    thread = fake_slack.start_assistant_thread(DM_ID)  # no progress message: every chat.update is the answer's
+    fake_slack.fail("chat.stopStream", "invalid_blocks")  # stopping the stream with the buttons
+    fake_slack.fail("chat.update", "invalid_blocks")  # and the update that would add them
+    fake_anthropic.script(*carriers_script())
+    asked = fake_slack.add_message(DM_ID, "which carrier flew the most?", thread_ts=thread)
+    await bot.event(
+        events.im_message("which carrier flew the most?", ts=asked, thread_ts=thread, assistant_thread=True)
+    )
+    await bot.idle()
+    answer, buttons = bot_replies(fake_slack, DM_ID, thread)
+    assert answer["text"] == "UA flew the most flights: 58,665 [Q1]."
+    assert answer["metadata"]["event_payload"]["final"] is True, "the thread's history keeps this turn"
+    assert [b["block_id"] for b in buttons["blocks"]] == ["analyst_sql_0", "analyst_followups", "analyst_feedback"]
+    assert not any("Something went wrong" in c.args.get("text", "") for c in fake_slack.calls("chat.postMessage"))

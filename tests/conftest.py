@@ -156,6 +156,10 @@ def fake_slack(fake_slack_server: FakeSlack) -> Iterator[FakeSlack]:
     assert fake_slack_server.socket_mode is not None
     fake_slack_server.socket_mode.reset()
     yield fake_slack_server
+    if fake_slack_server.scopes == fake_slack_server.installed_scopes:
+        # Every call the bot made in this test is allowed by the manifest in docs/slack.md.
+        refused = [(c.method, c.response.get("needed")) for c in fake_slack_server.scope_refusals()]
+        assert not refused, f"the manifest lacks scopes these calls need: {refused}"
     fake_slack_server.reset()
 
 

@@ -122,6 +122,15 @@ class SlackHarness:
             self.service = None
 
 
+def bot_replies(fake: FakeSlack, channel: str, thread_ts: str) -> list[dict[str, Any]]:
+    return [m for m in fake.replies(channel, thread_ts) if m.get("bot_id") == fake.bot_id]
+
+
+def answer_message(fake: FakeSlack, channel: str, thread_ts: str) -> dict[str, Any]:
+    [answer] = [m for m in bot_replies(fake, channel, thread_ts) if (m.get("metadata") or {}).get("event_type")]
+    return answer
+
+
 def sample(metrics: Any, name: str, **labels: str) -> float:
     value = metrics.registry.get_sample_value(name, labels or None)
     return float(value or 0)

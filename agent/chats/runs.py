@@ -272,6 +272,13 @@ class RunRegistry:
                     handle.abandon_after_s, self._cancel_unwatched, handle
                 )
 
+    def cancel(self, handle: RunHandle, why: str) -> None:
+        """Stop a run at its reader's request: the model call ends, its queries are killed, and the turn
+        is stored as cancelled."""
+        if handle.task is not None and not handle.task.done():
+            log.info("run %s cancelled: %s", handle.run_id, why)
+            handle.task.cancel()
+
     def _cancel_unwatched(self, handle: RunHandle) -> None:
         handle.grace_timer = None
         if handle.readers == 0 and not handle.done and handle.task is not None:

@@ -15,7 +15,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from agent.chats.conversations import ConversationStore
 from agent.metrics import Metrics
-from bots.slack import blocks
+from bots.slack import blocks, refusals
 from bots.slack.receive import Question
 
 log = logging.getLogger(__name__)
@@ -69,8 +69,8 @@ class Actions:
                 await self._follow_up(click)
             elif click.kind == blocks.FEEDBACK:
                 await self._feedback(click)
-        except SlackApiError:
-            log.warning("a button's answer could not be posted", exc_info=True)
+        except SlackApiError as exc:
+            refusals.log_refusal(log, f"answer a button in {click.channel}", exc)
 
     async def _show_sql(self, click: Click) -> None:
         label = click.value.rsplit("-", 1)[-1]
@@ -80,7 +80,9 @@ class Actions:
         else:
             code = blocks.escape(sql.replace("```", "'''"))
             text = f"*{blocks.escape(label)}*\n```\n{code}\n```"
-        await self._client.chat_postMessage(channel=click.channel, thread_ts=click.thread_ts, text=text)
+        await self._client.chat_postMessage(
+            channel=click.channel, thread_ts=click.thread_ts, text=text, **blocks.NO_PREVIEWS
+        )
 
     async def _follow_up(self, click: Click) -> None:
         """Say who asked what in the thread, then ask it as if they had typed it there."""
@@ -90,6 +92,7 @@ class Actions:
             channel=click.channel,
             thread_ts=click.thread_ts,
             text=f"<@{click.user}> asked: {blocks.escape(question)}",
+            **blocks.NO_PREVIEWS,
         )
         is_dm = click.channel.startswith("D")
         self._ask(

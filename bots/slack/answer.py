@@ -34,7 +34,7 @@ from agent.runner import (
     ResultEvent,
     Turn,
 )
-from bots.slack import blocks
+from bots.slack import blocks, refusals
 from bots.slack.charts import upload_charts
 from bots.slack.failures import Failure, classify, explain
 from bots.slack.progress import Progress
@@ -96,7 +96,9 @@ class Answerer:
             raise
         except ShuttingDown:
             await self._tell(question, Failure.RESTARTING)
-        except Exception:  # a Slack or store failure of our own: say so, keep the trace in the log
+        except SlackApiError as exc:
+            await self._refused(question, exc)
+        except Exception:  # a store failure, or a bug: say so, keep the trace in the log
             log.exception("answering a Slack question failed")
             await self._tell(question, Failure.INTERNAL)
 
@@ -143,6 +145,9 @@ class Answerer:
             history_task.cancel()
             raise
         history = await history_task
+        if isinstance(history, SlackApiError):  # said only now: a refusal that stopped begin() says it all
+            refusals.log_refusal(log, f"read thread {question.thread_ts} (answering without its history)", history)
+            history = []
         if question.assistant_thread and not history:
             await self._set_title(question)
         conversation_id = await self._store.create_conversation(
@@ -157,6 +162,7 @@ class Answerer:
             streaming=self._streaming,
             interval_s=self._interval_s,
             part_metadata=partial(part_metadata, handle.run_id),
+            on_stopped=partial(self._runs.cancel, handle, "its reader stopped it in Slack"),
         )
         try:
             outcome = await self._follow(handle, progress, writer)
@@ -165,20 +171,19 @@ class Answerer:
             progress.cancel()
             writer.cancel()
 
-    async def _history(self, question: Question) -> list[Turn]:
+    async def _history(self, question: Question) -> list[Turn] | SlackApiError:
         try:
             return await read_history(
                 self._client, question.channel, question.thread_ts, before_ts=question.ts, bot_id=self._me.bot_id
             )
-        except SlackApiError:
-            log.warning("could not read the thread; answering without its history", exc_info=True)
-            return []
+        except SlackApiError as exc:
+            return exc
 
     async def _set_title(self, question: Question) -> None:
         title = question.text if len(question.text) <= MAX_TITLE_CHARS else question.text[: MAX_TITLE_CHARS - 1] + "…"
         try:
             await self._client.assistant_threads_setTitle(
-                channel_id=question.channel, thread_ts=question.thread_ts, title=title
+                channel_id=question.channel, thread_ts=question.thread_ts, title=blocks.escape(title)
             )
         except SlackApiError:
             log.info("no title for thread %s", question.thread_ts)
@@ -206,6 +211,10 @@ class Answerer:
         self, question: Question, run_id: str, outcome: RunOutcome, progress: Progress, writer: AnswerWriter
     ) -> None:
         result = outcome.result
+        if writer.stopped_by_user:  # the run was cancelled; what the person saw stays as it is
+            await writer.abandon()
+            await progress.finish("Stopped")
+            return
         if result is None or result.outcome is Outcome.ERROR:
             kind = classify(outcome.error or (result.error if result else None), list(outcome.results.values()))
             await writer.abandon()
@@ -218,16 +227,26 @@ class Answerer:
         queries = [{"id": q.query_id, "question": q.question, "sql": q.sql} for q in outcome.asked.values()]
         metadata = partial(answer_metadata, run_id, question=question.text, asked_ts=question.ts, queries=queries)
         delivery = await writer.finish(result.answer, buttons, metadata)
+        if writer.stopped_by_user:
+            await progress.finish("Stopped")
+            return
         if delivery is None:  # an empty answer: the buttons still need a home
             await self._client.chat_postMessage(
-                channel=question.channel, thread_ts=question.thread_ts, text="(no answer)", blocks=buttons
+                channel=question.channel,
+                thread_ts=question.thread_ts,
+                text="(no answer)",
+                blocks=buttons,
+                **blocks.NO_PREVIEWS,
             )
             delivery = "update"
         if outcome.charts:
-            await upload_charts(
-                self._client, self._metrics, channel=question.channel, thread_ts=question.thread_ts,
-                charts=outcome.charts, timeout_s=self._settings.chart_render_timeout_s,
-            )  # fmt: skip
+            try:
+                await upload_charts(
+                    self._client, self._metrics, channel=question.channel, thread_ts=question.thread_ts,
+                    charts=outcome.charts, timeout_s=self._settings.chart_render_timeout_s,
+                )  # fmt: skip
+            except SlackApiError as exc:  # a routine refusal: the answer stands, the person is told why
+                await self._refused(question, exc)
         seconds = time.perf_counter() - question.received_at
         await progress.finish(f"Answered in {seconds:.1f} s")
         self._metrics.slack_answers.labels(delivery).inc()
@@ -237,10 +256,27 @@ class Answerer:
         self._metrics.slack_errors.labels(kind.value).inc()
         try:
             await self._client.chat_postMessage(
-                channel=question.channel, thread_ts=question.thread_ts, text=blocks.escape(explain(kind, **facts))
+                channel=question.channel,
+                thread_ts=question.thread_ts,
+                text=blocks.escape(explain(kind, **facts)),
+                **blocks.NO_PREVIEWS,
             )
-        except SlackApiError:
-            log.warning("could not tell %s about a failure (%s)", question.channel, kind, exc_info=True)
+        except SlackApiError as exc:
+            refusals.log_refusal(log, f"tell {question.channel} about a failure ({kind})", exc, self._me.user_id)
+
+    async def _refused(self, question: Question, exc: SlackApiError) -> None:
+        """Slack refused a call: a routine refusal is one log line saying what to do, and a message to the
+        person where one can be posted; anything else keeps its trace and reads as an internal failure."""
+        if not refusals.routine(exc):
+            log.exception("answering a Slack question failed")
+            await self._tell(question, Failure.INTERNAL)
+            return
+        log.warning("Slack refused the answer in %s: %s", question.channel, refusals.advice(exc, self._me.user_id))
+        kind = refusals.failure(exc)
+        if kind is Failure.NOT_IN_CHANNEL:  # nowhere to say so
+            self._metrics.slack_errors.labels(kind.value).inc()
+            return
+        await self._tell(question, kind, scope=refusals.needed_scope(exc))
 
     def _first_progress(self, question: Question) -> None:
         self._metrics.slack_first_progress_seconds.observe(time.perf_counter() - question.received_at)

@@ -35,7 +35,7 @@ from agent.chats.pacing import Pacing
 from agent.chats.runs import RunRegistry
 from agent.config import ConfigError, Settings
 from agent.metrics import Metrics
-from bots.slack import blocks
+from bots.slack import blocks, refusals
 from bots.slack.actions import FEEDBACK_VALUES, Actions
 from bots.slack.answer import Answerer
 from bots.slack.failures import Failure
@@ -217,8 +217,8 @@ class SlackBot:
             await self.client.assistant_threads_setSuggestedPrompts(
                 channel_id=channel, thread_ts=thread_ts, title="Try asking", prompts=prompts
             )
-        except SlackApiError:
-            log.warning("could not suggest prompts", exc_info=True)
+        except SlackApiError as exc:
+            refusals.log_refusal(log, f"suggest prompts in {channel}", exc)
 
 
 def check_slack_settings(settings: Settings) -> None:

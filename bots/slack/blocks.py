@@ -17,6 +17,10 @@ MAX_BUTTON_TEXT = 75
 MAX_BUTTON_VALUE = 2_000
 MAX_ACTIONS = 25
 PREVIEW_CHARS = 300  # the plain `text` beside blocks: what notifications and screen readers show
+# chat.postMessage's unfurl_links / unfurl_media (docs.slack.dev/reference/methods/chat.postMessage), off: a
+# link in an answer (say, one planted in the data) is never fetched by Slack nor expanded under the message.
+# chat.postEphemeral, chat.update and chat.startStream take neither argument.
+NO_PREVIEWS: dict[str, Any] = {"unfurl_links": False, "unfurl_media": False}
 
 SHOW_SQL = "analyst_show_sql"
 OPEN_CSV = "analyst_open_csv"
@@ -34,8 +38,22 @@ MAX_TABLE_GROWTH = 16
 
 
 def slack_markdown(text: str, *, final: bool) -> str:
-    """The answer as Slack should show it. Not `final`: the part that will not change as more text
-    arrives (a table still being written is held back)."""
+    """The answer as Slack should show it, with no mention that pings (`no_pings`). Not `final`: the
+    part that will not change as more text arrives (a table still being written is held back, and a last
+    `<`, which a mention may follow)."""
+    shown = no_pings(_markdown(text, final=final))
+    return shown if final or not shown.endswith("<") else shown[:-1]
+
+
+def no_pings(text: str) -> str:
+    """Markdown in which `<!channel>`, `<!here>`, `<!everyone>`, `<!subteam^…>` and `<@U…>` (say, from
+    the data an answer quotes) notify no one: an invisible space after the `<` breaks Slack's syntax for
+    them (docs.slack.dev/messaging/formatting-message-text#mentioning-users), and the text reads the same.
+    Depends only on the character after each `<`, so text already streamed never changes."""
+    return text.replace("<!", "<\u200b!").replace("<@", "<\u200b@")
+
+
+def _markdown(text: str, *, final: bool) -> str:
     *complete, tail = text.split("\n")
     out: list[str] = []
     table: list[str] = []
@@ -161,13 +179,15 @@ def markdown_block(text: str) -> dict[str, Any]:
 
 
 def preview(text: str) -> str:
-    """The plain-text stand-in of a message's blocks."""
-    flat = " ".join(text.replace("```", "").split())
-    return flat if len(flat) <= PREVIEW_CHARS else flat[: PREVIEW_CHARS - 1] + "…"
+    """The plain-text stand-in of a message's blocks (mrkdwn, escaped: nothing in it pings or links)."""
+    flat = " ".join(text.replace("```", "").replace("\u200b", "").split())
+    return escape(flat if len(flat) <= PREVIEW_CHARS else flat[: PREVIEW_CHARS - 1] + "…")
 
 
 def escape(text: str) -> str:
-    """Text for a mrkdwn `text` field: Slack's three control characters escaped."""
+    """Text for a mrkdwn `text` field (or a title, a status): Slack's three control characters escaped
+    (docs.slack.dev/messaging/formatting-message-text#escaping), so `<!channel>` or `<http://x|y>` from
+    data is shown, not acted on."""
     return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 

@@ -12,6 +12,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 from agent.chart_images import ChartRenderError, render_png
 from agent.charts import Chart
 from agent.metrics import Metrics
+from bots.slack import refusals
 
 log = logging.getLogger(__name__)
 
@@ -25,7 +26,9 @@ async def upload_charts(
     charts: list[Chart],
     timeout_s: float,
 ) -> int:
-    """Upload every chart; a chart that fails is logged and counted, never a failed answer."""
+    """Upload every chart; a chart that fails is logged and counted, never a failed answer. Slack's
+    routine refusals (bots/slack/refusals.py: a missing scope, rate limiting) are raised, for the caller
+    to tell the person."""
     uploaded = 0
     for chart in charts:
         try:
@@ -39,7 +42,12 @@ async def upload_charts(
                 alt_txt=chart.describe()[:1000],
             )
             uploaded += 1
-        except (SlackApiError, ChartRenderError):
-            log.warning("chart %s could not be posted to %s", chart.id, channel, exc_info=True)
+        except SlackApiError as exc:
+            metrics.chart_errors.labels("render").inc()
+            if refusals.routine(exc):
+                raise  # the next chart would be refused too; the caller says why
+            refusals.log_refusal(log, f"post chart {chart.id} to {channel}", exc)
+        except ChartRenderError:
+            log.warning("chart %s could not be rendered", chart.id, exc_info=True)
             metrics.chart_errors.labels("render").inc()
     return uploaded

@@ -24,6 +24,9 @@ class Failure(StrEnum):
     THREAD_TOO_LONG = "thread_too_long"
     RATE_LIMITED = "rate_limited"
     RESTARTING = "restarting"
+    NOT_IN_CHANNEL = "not_in_channel"  # Slack refused: the bot is not a member (nowhere to say so)
+    SLACK_SCOPE = "slack_scope"  # Slack refused: the app lacks a scope
+    SLACK_BUSY = "slack_busy"  # Slack kept rate limiting after the retries
     INTERNAL = "internal"
 
 
@@ -58,7 +61,7 @@ def timed_out(result: ResultEvent) -> bool:
 
 def explain(kind: Failure, **facts: Any) -> str:
     """What to tell the person. Facts: `length`/`limit` (too_long), `wait_s` (rate_limited),
-    `seconds` (query_timeout)."""
+    `seconds` (query_timeout), `scope` (slack_scope)."""
     if kind is Failure.MODEL_BUSY:
         return "The model is busy right now, so I couldn't finish. Please try again in a minute."
     if kind is Failure.MODEL_SETUP:
@@ -84,6 +87,16 @@ def explain(kind: Failure, **facts: Any) -> str:
     if kind is Failure.RATE_LIMITED:
         wait = max(1, round(facts.get("wait_s", 60)))
         return f"You're asking faster than I can keep up. Please wait about {wait} seconds and ask again."
+    if kind is Failure.NOT_IN_CHANNEL:
+        return "I'm not a member of this channel, so I can't answer here. Invite me with /invite and ask again."
+    if kind is Failure.SLACK_SCOPE:
+        scope = f"`{facts['scope']}`" if facts.get("scope") else "a"
+        return (
+            f"Slack didn't let me do all of this: the app lacks the {scope} permission. A workspace admin can add "
+            "it under OAuth & Permissions in the app's settings (api.slack.com/apps), then reinstall the app."
+        )
+    if kind is Failure.SLACK_BUSY:
+        return "Slack is limiting how fast I can post right now, so I couldn't finish. Please ask again in a minute."
     if kind is Failure.RESTARTING:
         return "I'm restarting right now, so I can't take this question. Please ask again in a minute."
     return "Something went wrong on my side and I couldn't finish. Please try again."

@@ -14,7 +14,8 @@ from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
 from agent.runner import AnswerEvent, ExecutingEvent, ResultEvent, ThinkingEvent, WireEvent
-from bots.slack.blocks import escape
+from bots.slack import refusals
+from bots.slack.blocks import NO_PREVIEWS, escape
 
 log = logging.getLogger(__name__)
 MAX_STATUS_CHARS = 100
@@ -53,7 +54,9 @@ class Painter:
             self._last = time.monotonic()
             try:
                 await self._paint()
-            except Exception:  # the next paint carries the latest state anyway
+            except SlackApiError as exc:  # the next paint carries the latest state anyway
+                refusals.log_refusal(log, "update the thread", exc)
+            except Exception:
                 log.warning("a Slack update failed", exc_info=True)
 
     async def stop(self) -> None:
@@ -148,8 +151,8 @@ class Progress:
                 await self._set_status("")
             else:
                 await self._edit(final=True)
-        except SlackApiError:
-            log.warning("could not finish the progress display", exc_info=True)
+        except SlackApiError as exc:
+            refusals.log_refusal(log, f"finish the progress display in {self._channel}", exc)
 
     async def _paint(self) -> None:
         if self._assistant and self._message_ts is None:
@@ -163,7 +166,7 @@ class Progress:
 
     def _status(self) -> str:
         status = f"is {self._activity[0].lower()}{self._activity[1:]}…"
-        return status if len(status) <= MAX_STATUS_CHARS else status[: MAX_STATUS_CHARS - 1] + "…"
+        return escape(status if len(status) <= MAX_STATUS_CHARS else status[: MAX_STATUS_CHARS - 1] + "…")
 
     async def _set_status(self, status: str) -> None:
         if status != self._status_shown:
@@ -175,7 +178,9 @@ class Progress:
     async def _edit(self, *, final: bool) -> None:
         text = self._text(final)
         if self._message_ts is None:
-            posted = await self._client.chat_postMessage(channel=self._channel, thread_ts=self._thread_ts, text=text)
+            posted = await self._client.chat_postMessage(
+                channel=self._channel, thread_ts=self._thread_ts, text=text, **NO_PREVIEWS
+            )
             self._message_ts = posted["ts"]
         else:
             await self._client.chat_update(channel=self._channel, ts=self._message_ts, text=text)

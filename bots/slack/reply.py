@@ -17,12 +17,16 @@ from typing import Any
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
-from bots.slack.blocks import MAX_MARKDOWN, cut_point, markdown_block, preview, slack_markdown
+from bots.slack import refusals
+from bots.slack.blocks import MAX_MARKDOWN, NO_PREVIEWS, cut_point, markdown_block, preview, slack_markdown
 from bots.slack.progress import Painter
 
 log = logging.getLogger(__name__)
 # Answers from chat.startStream that mean this workspace or token cannot stream at all.
 NO_STREAMING = {"unknown_method", "method_deprecated", "missing_scope", "not_allowed_token_type"}
+BUTTONS_TEXT = "More on this answer"  # the stand-in text of buttons posted below an answer
+# chat.appendStream / stopStream's answer once the person pressed Stop under the streaming answer.
+STOPPED_BY_USER = "stopped_by_user"
 
 
 class Streaming:
@@ -52,9 +56,12 @@ class AnswerWriter:
         streaming: Streaming,
         interval_s: float,
         part_metadata: Callable[[int], dict[str, Any]],
+        on_stopped: Callable[[], None] = lambda: None,
         limit: int = MAX_MARKDOWN,
     ) -> None:
         self._client, self._channel, self._thread_ts = client, channel, thread_ts
+        self._on_stopped = on_stopped
+        self.stopped_by_user = False  # the person pressed Stop: nothing more is written
         self._team, self._user = recipient
         self._streaming, self._limit = streaming, limit
         self._part_metadata = part_metadata
@@ -89,7 +96,7 @@ class AnswerWriter:
         if self._raw.strip() != answer.strip():
             self._raw, self._restarted = answer, True
         await self._flush(final=True)
-        if not self._messages:
+        if not self._messages or self.stopped_by_user:
             return None
         last = self._messages[-1]
         delivery = "stream" if last.streaming else "update"
@@ -102,16 +109,19 @@ class AnswerWriter:
     async def abandon(self) -> None:
         """Take back whatever was sent (the run failed; a message saying so follows)."""
         await self._painter.stop()
-        await self._discard()
+        if not self.stopped_by_user:  # what the person stopped stays as they saw it
+            await self._discard()
 
     # --- placing text ---
 
     async def _flush(self, final: bool = False) -> None:
+        if self.stopped_by_user:
+            return
         if self._restarted:
             self._restarted = False
             await self._discard()
         rendered = slack_markdown(self._raw, final=final)
-        while self._placed < len(rendered):
+        while self._placed < len(rendered) and not self.stopped_by_user:
             current = self._messages[-1] if self._messages and not self._messages[-1].sealed else None
             used = len(current.text) if current else 0
             pending = rendered[self._placed :]
@@ -138,6 +148,8 @@ class AnswerWriter:
                 await self._client.chat_appendStream(channel=self._channel, ts=current.ts, markdown_text=piece)
                 return current
             except SlackApiError as exc:
+                if self._stopped(exc, current):
+                    return current
                 log.info("streaming broke (%s); updating the message instead", _error(exc))
                 await self._end_stream(current)
         await self._update(current)
@@ -159,7 +171,11 @@ class AnswerWriter:
                     self._streaming.enabled = False
                 log.info("no streaming here (%s); posting, then updating", _error(exc))
         posted = await self._client.chat_postMessage(
-            channel=self._channel, thread_ts=self._thread_ts, text=preview(piece), blocks=[markdown_block(piece)]
+            channel=self._channel,
+            thread_ts=self._thread_ts,
+            text=preview(piece),
+            blocks=[markdown_block(piece)],
+            **NO_PREVIEWS,
         )
         return Sent(posted["ts"], piece, streaming=False, part=part)
 
@@ -176,6 +192,8 @@ class AnswerWriter:
         self, message: Sent, *, blocks: list[dict[str, Any]] | None = None, metadata: dict[str, Any]
     ) -> None:
         message.sealed = True
+        if self.stopped_by_user:
+            return
         if message.streaming:
             try:
                 await self._client.chat_stopStream(
@@ -184,11 +202,46 @@ class AnswerWriter:
                 message.streaming = False
                 return
             except SlackApiError as exc:
+                if self._stopped(exc, message):
+                    return
                 # The stream expired, or stopping with blocks failed: end it plainly (if it is still open, it
                 # cannot be updated), then put the text, buttons and metadata in with an update.
                 log.info("could not stop the stream (%s); updating the message instead", _error(exc))
                 await self._end_stream(message)
-        await self._update(message, blocks, metadata=metadata)
+        if blocks:
+            await self._update_with_buttons(message, blocks, metadata)
+        else:
+            await self._update(message, metadata=metadata)
+
+    async def _update_with_buttons(self, message: Sent, blocks: list[dict[str, Any]], metadata: dict[str, Any]) -> None:
+        """The answer's last edit, with its buttons and metadata. When Slack refuses it, the answer stands
+        without the buttons (a good answer never reads as a failure), and they follow in a message below."""
+        try:
+            await self._update(message, blocks, metadata=metadata)
+            return
+        except SlackApiError as exc:
+            log.warning("Slack refused the answer's buttons (%s); posting them below it", _error(exc))
+        try:
+            await self._update(message, metadata=metadata)
+        except SlackApiError as exc:
+            log.warning("Slack refused the answer's last edit (%s); it stays as it was sent", _error(exc))
+        try:
+            await self._client.chat_postMessage(
+                channel=self._channel, thread_ts=self._thread_ts, text=BUTTONS_TEXT, blocks=blocks, **NO_PREVIEWS
+            )
+        except SlackApiError as exc:
+            log.warning("Slack refused the answer's buttons in a message of their own too (%s)", _error(exc))
+
+    def _stopped(self, exc: SlackApiError, message: Sent) -> bool:
+        """Slack says the person stopped this answer: write nothing more, and let the run be cancelled."""
+        if _error(exc) != STOPPED_BY_USER:
+            return False
+        log.info("the answer in %s was stopped by its reader", self._channel)
+        message.streaming, message.sealed = False, True
+        if not self.stopped_by_user:
+            self.stopped_by_user = True
+            self._on_stopped()
+        return True
 
     async def _end_stream(self, message: Sent) -> None:
         message.streaming = False
@@ -201,8 +254,8 @@ class AnswerWriter:
                 await self._end_stream(message)
             try:
                 await self._client.chat_delete(channel=self._channel, ts=message.ts)
-            except SlackApiError:
-                log.warning("could not delete a discarded answer", exc_info=True)
+            except SlackApiError as exc:
+                refusals.log_refusal(log, "delete a discarded answer", exc)
         self._messages = []
         self._placed = 0
 

@@ -29,12 +29,14 @@ _TOOL_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,128}$")
 
 @dataclass
 class Reply:
-    """One assistant turn: optional text, then tool calls as (name, input) pairs."""
+    """One assistant turn: optional text, then tool calls as (name, input) pairs. `pauses`: streamed,
+    the text stalls after its n-th piece (a word and its space) until the event is set (at most 30 s)."""
 
     text: str = ""
     tool_calls: list[tuple[str, Any]] = field(default_factory=list)
     stop_reason: str | None = None
     output_tokens: int = 20
+    pauses: dict[int, threading.Event] = field(default_factory=dict)
 
 
 @dataclass
@@ -421,7 +423,7 @@ class _Handler(BaseHTTPRequestHandler):
         self._send("message_start", {"type": "message_start", "message": start})
         for index, block in enumerate(message["content"]):
             if block["type"] == "text":
-                self._text_block(index, block["text"])
+                self._text_block(index, block["text"], reply.pauses)
             else:
                 self._tool_block(index, block)
         self._send(
@@ -434,16 +436,18 @@ class _Handler(BaseHTTPRequestHandler):
         )
         self._send("message_stop", {"type": "message_stop"})
 
-    def _text_block(self, index: int, text: str) -> None:
+    def _text_block(self, index: int, text: str, pauses: dict[int, threading.Event] | None = None) -> None:
         self._send(
             "content_block_start",
             {"type": "content_block_start", "index": index, "content_block": {"type": "text", "text": ""}},
         )
-        for piece in re.findall(r"\S+\s*|\s+", text) or [text]:
+        for number, piece in enumerate(re.findall(r"\S+\s*|\s+", text) or [text], start=1):
             self._send(
                 "content_block_delta",
                 {"type": "content_block_delta", "index": index, "delta": {"type": "text_delta", "text": piece}},
             )
+            if pauses and number in pauses:
+                pauses[number].wait(30)
         self._send("content_block_stop", {"type": "content_block_stop", "index": index})
 
     def _tool_block(self, index: int, block: dict[str, Any]) -> None:

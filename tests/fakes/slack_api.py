@@ -6,6 +6,9 @@ Point slack_sdk at it with `AsyncWebClient(token=fake.bot_token, base_url=fake.b
 recorded (`fake.calls("chat.postMessage")`); failures are scripted per method (`fake.fail(...)`,
 `fake.ratelimit(...)`, `fake.disable(...)`). Socket Mode is served by `FakeSocketMode`, which
 apps.connections.open points to when one is attached.
+
+The bot token holds the bot scopes of the app's manifest in docs/slack.md (slack_manifest.py), unless
+others are given; a method whose scope it lacks answers `missing_scope` (slack_scopes.py).
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from http.server import BaseHTTPRequestHandler
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
+from tests.fakes import slack_manifest, slack_scopes
 from tests.fakes.http_server import FakeServer
 from tests.fakes.slack_methods import WebApi
 from tests.fakes.slack_rules import SlackError
@@ -75,6 +79,8 @@ class Call:
     transport: str  # "json", "form", "multipart" or "query"
     status: int
     response: dict[str, Any]
+    scopes: tuple[str, ...] = ()  # the bot scopes that each allow this call (none needed: empty)
+    refused_scope: bool = False  # refused for a scope the token lacks (not a scripted missing_scope)
 
     @property
     def ok(self) -> bool:
@@ -104,9 +110,13 @@ class FakeSlack:
         app_token: str = "xapp-1-test-token",
         bot_name: str = "analyst",
         socket_mode: FakeSocketMode | None = None,
+        scopes: frozenset[str] | None = None,
     ) -> None:
+        """`scopes`: the bot token's; by default those of the manifest in docs/slack.md."""
         self.bot_token, self.app_token, self.bot_name = bot_token, app_token, bot_name
         self.socket_mode = socket_mode
+        self.installed_scopes = slack_manifest.bot_scopes() if scopes is None else frozenset(scopes)
+        self.scopes = self.installed_scopes
         self._lock = threading.RLock()
         self._calls: list[Call] = []
         self._failures: dict[str, list[Failure]] = {}
@@ -149,6 +159,7 @@ class FakeSlack:
             self._calls.clear()
             self._failures.clear()
             self._disabled.clear()
+            self.scopes = self.installed_scopes
             self._new_workspace()
 
     # --- identities of the default workspace ---
@@ -200,10 +211,27 @@ class FakeSlack:
         """Answer HTTP 429 `{"ok": false, "error": "ratelimited"}` with a `Retry-After` header."""
         self.fail(method, "ratelimited", status=429, retry_after=retry_after, times=times)
 
+    def revoke(self, *scopes: str) -> None:
+        """Take scopes from the bot token, as an app installed without them."""
+        with self._lock:
+            self.scopes = self.scopes - set(scopes)
+
+    def scope_refusals(self) -> list[Call]:
+        """Calls Slack would refuse for a scope the token lacks (not scripted failures)."""
+        with self._lock:
+            return [c for c in self._calls if c.refused_scope]
+
     def disable(self, *methods: str) -> None:
         """Make methods unknown to this workspace (`unknown_method`), e.g. the streaming methods."""
         with self._lock:
             self._disabled.update(methods)
+
+    def stop_by_user(self, channel: str, ts: str) -> None:
+        """The person presses Stop under a streaming answer: the stream ends where it is, and appending to
+        or stopping it answers `stopped_by_user` (slack_methods.WebApi._open_stream)."""
+        with self._lock:
+            stream = self.workspace.streams[(channel, ts)]
+            stream.open, stream.stopped_by_user = False, True
 
     def expire_stream(self, channel: str, ts: str) -> None:
         """End a stream server-side; appending to it then answers `message_not_in_streaming_state`."""
@@ -294,9 +322,12 @@ class FakeSlack:
     def handle(self, method: str, headers: Any, query: str, body: bytes) -> tuple[int, dict[str, Any], dict[str, str]]:
         args: dict[str, Any] = {}
         transport = "query"
+        scopes: tuple[str, ...] = ()
+        refused = False
         try:
             args, transport, token, warnings = _parse(headers, query, body)
-            status, response, extra_headers = self._answer(method, args, token)
+            scopes = self._scopes_for(method, args)
+            status, response, extra_headers = self._answer(method, args, token, scopes)
             if response.get("ok") and warnings:
                 response = {
                     **response,
@@ -305,13 +336,23 @@ class FakeSlack:
                 }
         except SlackError as exc:
             status, response, extra_headers = exc.status, exc.body(), exc.headers
+            refused = isinstance(exc, _MissingScope)
         recorded = {k: _decoded(v) if k in JSON_ARGS else v for k, v in args.items()}
         with self._lock:
-            self._calls.append(Call(method, recorded, dict(headers.items()), transport, status, response))
+            self._calls.append(
+                Call(method, recorded, dict(headers.items()), transport, status, response, scopes, refused)
+            )
         return status, response, extra_headers
 
+    def _scopes_for(self, method: str, args: dict[str, Any]) -> tuple[str, ...]:
+        if method in APP_TOKEN_METHODS:
+            return ()  # the app-level token is made with connections:write (docs/slack.md)
+        with self._lock:
+            channel = self.workspace.channels.get(str(args.get("channel") or ""))
+            return slack_scopes.needed(method, slack_scopes.conversation_type(channel))
+
     def _answer(
-        self, method: str, args: dict[str, Any], token: str | None
+        self, method: str, args: dict[str, Any], token: str | None, scopes: tuple[str, ...]
     ) -> tuple[int, dict[str, Any], dict[str, str]]:
         with self._lock:
             if method in self._disabled or method not in self.api.methods:
@@ -320,6 +361,10 @@ class FakeSlack:
                     raise SlackError("unknown_method", "fake: this method is not implemented by FakeSlack", extra=extra)
                 raise SlackError("unknown_method", extra=extra)
             _authorize(method, token, self.bot_token, self.app_token)
+            if scopes and not self.scopes & set(scopes):
+                # Slack's shape: the scope needed and every scope the token has, comma-separated.
+                provided = ",".join(sorted(self.scopes))
+                raise _MissingScope("missing_scope", extra={"needed": scopes[0], "provided": provided})
             failure = self._next_failure(method)
             if failure is not None:
                 headers = {"Retry-After": str(failure.retry_after)} if failure.retry_after is not None else {}
@@ -357,6 +402,10 @@ class FakeSlack:
                 )
             )
             return file
+
+
+class _MissingScope(SlackError):
+    """A refusal for a scope the token lacks, told apart from a scripted one."""
 
 
 def _authorize(method: str, token: str | None, bot_token: str, app_token: str) -> None:

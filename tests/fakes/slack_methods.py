@@ -203,6 +203,11 @@ class WebApi:
         channel = self.ws.visible_channel(required(args, "channel"))
         message = self._own_message(channel, required(args, "ts"), not_owned="message_not_owned_by_app")
         stream = self.ws.streams.get((channel.id, message["ts"]))
+        if stream is not None and stream.stopped_by_user:
+            # A stream its reader stopped (the Stop button under a streaming answer) is refused with
+            # `stopped_by_user`, unlike an expired one. Not yet among the errors on
+            # docs.slack.dev/reference/methods/chat.appendStream; the code Slack sends, as issue 17 reports it.
+            raise SlackError("stopped_by_user")
         if stream is None or not stream.open:
             raise SlackError("message_not_in_streaming_state")
         return channel, message, stream

@@ -112,6 +112,7 @@ class Stream:
     ts: str
     open: bool = True
     chunks: list[dict[str, Any]] = field(default_factory=list)
+    stopped_by_user: bool = False
 
 
 class Workspace:

@@ -26,6 +26,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from tests.fakes import slack_events as events
 from tests.fakes.slack_api import BOT_USER_ID, DM_ID, GENERAL_ID, HUMAN_ID, TEAM_ID, FakeSlack, FakeSocketMode
+from tests.fakes.slack_scopes import EVERY_BOT_SCOPE
 
 SECTION = {"type": "section", "text": {"type": "mrkdwn", "text": "*Flights* by carrier"}}
 METADATA = {"event_type": "analyst_answer", "event_payload": {"run_id": "r1", "queries": 2}}
@@ -40,7 +41,7 @@ def socket_mode_server() -> Iterator[FakeSocketMode]:
 
 @pytest.fixture(scope="module")
 def slack_server(socket_mode_server: FakeSocketMode) -> Iterator[FakeSlack]:
-    server = FakeSlack(socket_mode=socket_mode_server).start()
+    server = FakeSlack(socket_mode=socket_mode_server, scopes=EVERY_BOT_SCOPE).start()  # every method is tried
     yield server
     server.stop()
 
@@ -104,6 +105,31 @@ async def test_tokens_are_checked_like_slack(slack: FakeSlack) -> None:
     assert {c.status for c in slack.calls()} == {200}, "Slack answers auth errors with HTTP 200"
     identity = await AsyncWebClient(token=slack.bot_token, base_url=slack.base_url).auth_test()
     assert (identity["user_id"], identity["team_id"], identity["bot_id"]) == (BOT_USER_ID, TEAM_ID, slack.bot_id)
+
+
+async def test_a_method_whose_scope_the_token_lacks_answers_missing_scope(slack: FakeSlack) -> None:
+    client = AsyncWebClient(token=slack.bot_token, base_url=slack.base_url)
+    slack.revoke("files:write", "channels:history")
+    upload = await slack_error(client.files_getUploadURLExternal(filename="c.png", length=10))
+    assert upload.response.data == {
+        "ok": False,
+        "error": "missing_scope",
+        "needed": "files:write",
+        "provided": ",".join(sorted(EVERY_BOT_SCOPE - {"files:write", "channels:history"})),
+    }
+    question = slack.add_message(GENERAL_ID, "hi")
+    history = await slack_error(client.conversations_replies(channel=GENERAL_ID, ts=question))
+    assert history.response["needed"] == "channels:history", "the scope of the conversation's type"
+    assert (await client.conversations_replies(channel=DM_ID, ts=slack.add_message(DM_ID, "hi")))["ok"]
+    slack.revoke("chat:write")
+    thread = slack.add_message(DM_ID, "hi")
+    allowed = await client.assistant_threads_setStatus(channel_id=DM_ID, thread_ts=thread, status="is thinking…")
+    assert allowed["ok"], "assistant:write still allows it, for now"
+    slack.revoke("assistant:write")
+    status = await slack_error(client.assistant_threads_setStatus(channel_id=DM_ID, thread_ts=thread, status="…"))
+    assert status.response["needed"] == "chat:write", "the scope that stays"
+    refused = ["files.getUploadURLExternal", "conversations.replies", "assistant.threads.setStatus"]
+    assert [c.method for c in slack.scope_refusals()] == refused
 
 
 def test_token_travels_in_the_header_or_a_form_body_but_never_in_a_json_body(slack: FakeSlack) -> None:
@@ -481,6 +507,26 @@ async def test_stream_arguments_are_checked(client: AsyncWebClient, slack: FakeS
     expired = await slack_error(client.chat_appendStream(channel=GENERAL_ID, ts=started["ts"], markdown_text="more"))
     assert expired.response["error"] == "message_not_in_streaming_state"
     await client.chat_update(channel=GENERAL_ID, ts=started["ts"], text="Counting done")  # the documented fallback
+
+
+async def test_a_stream_its_reader_stopped_refuses_more_with_stopped_by_user(
+    client: AsyncWebClient, slack: FakeSlack
+) -> None:
+    question = slack.add_message(GENERAL_ID, "how many flights?")
+    started = await client.chat_startStream(
+        channel=GENERAL_ID,
+        thread_ts=question,
+        markdown_text="Count",
+        recipient_team_id=TEAM_ID,
+        recipient_user_id=HUMAN_ID,
+    )
+    slack.stop_by_user(GENERAL_ID, started["ts"])
+    await assert_errors(
+        {"stopped_by_user": client.chat_appendStream(channel=GENERAL_ID, ts=started["ts"], markdown_text="ing")}
+    )
+    stopped = await slack_error(client.chat_stopStream(channel=GENERAL_ID, ts=started["ts"]))
+    assert stopped.response["error"] == "stopped_by_user"
+    assert stored(slack, GENERAL_ID, started["ts"])["text"] == "Count", "as the reader stopped it"
 
 
 async def test_streaming_can_be_scripted_to_fail(client: AsyncWebClient, slack: FakeSlack) -> None:

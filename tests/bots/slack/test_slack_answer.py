@@ -6,48 +6,19 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import AsyncIterator, Callable
 from functools import partial
 from pathlib import Path
 from typing import Any
 
 import aiohttp
-import pytest
 from slack_sdk.web.async_client import AsyncWebClient
 
-from agent.app import AgentApp
 from bots.slack.reply import AnswerWriter, Streaming
 from bots.slack.thread import ANSWER_EVENT, answer_metadata, part_metadata, turns
 from tests.fakes import slack_events as events
 from tests.fakes.anthropic_api import Failure, FakeAnthropic, Hang, MidStreamFailure, Reply
 from tests.fakes.slack_api import BOT_USER_ID, DM_ID, GENERAL_ID, HUMAN_ID, TEAM_ID, FakeSlack
-from tests.slack_helpers import SlackHarness, carriers_script, sample, wait_for
-
-
-@pytest.fixture
-async def start_bot(
-    make_app: Callable[..., AgentApp], fake_slack: FakeSlack, tmp_path: Path
-) -> AsyncIterator[Callable[..., Any]]:
-    """Start the bot (keyword arguments go to settings); every one started is stopped at the end."""
-    started: list[SlackHarness] = []
-
-    async def start(**overrides: Any) -> SlackHarness:
-        harness = await SlackHarness(make_app, fake_slack, tmp_path).start(**overrides)
-        started.append(harness)
-        return harness
-
-    yield start
-    for harness in started:
-        await harness.stop()
-
-
-def bot_replies(fake: FakeSlack, channel: str, thread_ts: str) -> list[dict[str, Any]]:
-    return [m for m in fake.replies(channel, thread_ts) if m.get("bot_id") == fake.bot_id]
-
-
-def answer_message(fake: FakeSlack, channel: str, thread_ts: str) -> dict[str, Any]:
-    [answer] = [m for m in bot_replies(fake, channel, thread_ts) if (m.get("metadata") or {}).get("event_type")]
-    return answer
+from tests.slack_helpers import SlackHarness, answer_message, bot_replies, carriers_script, sample, wait_for
 
 
 def texts(fake: FakeSlack) -> list[str]:

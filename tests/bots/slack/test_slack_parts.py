@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from agent.runner import ResultEvent
-from bots.slack.blocks import MAX_MARKDOWN, answer_blocks, cut_point, slack_markdown, split_markdown
+from bots.slack.blocks import MAX_MARKDOWN, answer_blocks, cut_point, preview, slack_markdown, split_markdown
 from bots.slack.failures import Failure, classify, explain
 from bots.slack.progress import Painter
 from bots.slack.queues import SerialQueues
@@ -97,6 +97,22 @@ def test_streamed_text_never_changes_once_sent() -> None:
     assert all(later.startswith(earlier) for earlier, later in itertools.pairwise(shown))
     table_start = ANSWER.index("| carrier")
     assert "| carrier" not in slack_markdown(ANSWER[: table_start + 40], final=False), "an open table is held back"
+
+
+def test_mentions_in_an_answer_ping_no_one_read_the_same_and_never_change_once_streamed() -> None:
+    text = "Ask <!here>, <!channel> or <@U0EVE00001> about <!subteam^S1|team>: x < 5 & y > 2.\n```\n<!everyone>\n```"
+    final = slack_markdown(text, final=True)
+    assert "<!" not in final and "<@" not in final and final.replace("\u200b", "") == text
+    shown = [slack_markdown(text[:n], final=False) for n in range(len(text) + 1)]
+    assert all(final.startswith(s) for s in shown)
+    assert slack_markdown("Ask <", final=False) == "Ask ", "a last < may start a mention: held back"
+
+
+def test_plain_text_stand_ins_are_escaped() -> None:
+    assert (
+        preview("<!channel> & <http://evil.example|click>")
+        == "&lt;!channel&gt; &amp; &lt;http://evil.example|click&gt;"
+    )
 
 
 def test_long_text_splits_at_paragraphs_lines_or_spaces_and_never_inside_code() -> None:

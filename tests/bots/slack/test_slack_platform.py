@@ -1,0 +1,276 @@
+"""Slack as the real platform behaves: the app's scopes are the manifest's in docs/slack.md, links are
+never unfurled, data never pings anyone, and a person's Stop stops the run."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from collections import defaultdict
+
+import pytest
+
+from bots.slack.blocks import escape
+from bots.slack.failures import Failure, explain
+from tests.fakes import slack_events as events
+from tests.fakes import slack_manifest
+from tests.fakes.anthropic_api import FakeAnthropic, Reply
+from tests.fakes.slack_api import BOT_USER_ID, DM_ID, GENERAL_ID, TEAM_ID, FakeSlack
+from tests.fakes.slack_scopes import EVENT_SCOPES
+from tests.slack_helpers import (
+    SlackHarness,
+    answer_message,
+    bot_replies,
+    carriers_script,
+    sample,
+    sql_call,
+    wait_for,
+)
+
+STREAMING = ("chat.startStream", "chat.appendStream", "chat.stopStream")
+MONTHLY = (
+    "SELECT toStartOfMonth(time_hour) AS month, round(avg(dep_delay), 1) AS avg_dep_delay "
+    "FROM nycflights13.flights GROUP BY month ORDER BY month"
+)
+CHART = {"query_id": "Q1", "kind": "line", "x": "month", "y": "avg_dep_delay", "title": "Delay by month"}
+
+
+async def tour(bot: SlackHarness, fake_slack: FakeSlack, fake_anthropic: FakeAnthropic) -> None:
+    """What the bot does in a workspace: a mention answered with a chart, every button under it clicked;
+    an assistant thread in a DM; an answer where the streaming methods are missing."""
+    fake_anthropic.script(
+        Reply(tool_calls=[("execute_sql", {"queries": [{"question": "Delay by month", "sql": MONTHLY}]})]),
+        Reply(tool_calls=[("chart", CHART)]),
+        Reply(text="Delays peaked in July [Q1]."),
+        Reply(text='["Which month was calmest?"]'),
+        Reply(text="February was calmest."),  # the follow-up, clicked
+        Reply(text="[]"),
+    )
+    question = await bot.ask("how did delays change by month?")
+    answer = answer_message(fake_slack, GENERAL_ID, question)
+    for button in [e for b in answer["blocks"] if b["type"] == "actions" for e in b["elements"]]:
+        await bot.click(
+            events.block_actions(button["action_id"], button["value"], message_ts=answer["ts"], thread_ts=question)
+        )
+        await bot.idle()
+
+    thread = fake_slack.start_assistant_thread(DM_ID)
+    await bot.event(events.assistant_thread_started(thread_ts=thread))
+    fake_anthropic.script(*carriers_script())
+    asked = fake_slack.add_message(DM_ID, "which carrier flew the most?", thread_ts=thread)
+    await bot.event(
+        events.im_message("which carrier flew the most?", ts=asked, thread_ts=thread, assistant_thread=True)
+    )
+    await bot.idle()
+
+    fake_slack.disable(*STREAMING)
+    fake_anthropic.script(Reply(text="There are 16 airlines."), Reply(text="[]"))
+    await bot.ask("how many airlines?")
+
+
+# --- scopes ---
+
+
+async def test_the_manifest_grants_every_scope_the_bots_calls_need_and_each_says_why(
+    start_bot, fake_slack: FakeSlack, fake_anthropic: FakeAnthropic
+) -> None:
+    bot = await start_bot()
+    await tour(bot, fake_slack, fake_anthropic)
+    assert len(fake_slack.files) == 1, "the chart was uploaded"
+    granted = slack_manifest.bot_scopes()
+    calls = [c for c in fake_slack.calls() if c.scopes]
+    assert {c.method: c.scopes for c in calls if not granted & set(c.scopes)} == {}
+    assert fake_slack.scope_refusals() == []
+
+    needed_by: dict[str, set[str]] = defaultdict(set)  # scope -> the methods and events that need it
+    for call in calls:
+        for scope in call.scopes:
+            needed_by[scope].add(call.method)
+    for event in slack_manifest.bot_events():
+        needed_by[EVENT_SCOPES[event]].add(event)
+    assert granted - set(needed_by) == set(), "no scope the bot does not use"
+    for scope, comment in slack_manifest.scope_comments().items():
+        assert any(reason in comment for reason in needed_by[scope]), f"{scope}: say which of {needed_by[scope]}"
+
+
+# --- link previews ---
+
+
+async def test_no_message_the_bot_posts_unfurls_its_links(
+    start_bot, fake_slack: FakeSlack, fake_anthropic: FakeAnthropic
+) -> None:
+    bot = await start_bot()
+    await tour(bot, fake_slack, fake_anthropic)
+    posts = fake_slack.calls("chat.postMessage")
+    assert len(posts) >= 6  # progress, Show SQL, "asked:", the answer posted without streaming, ...
+    assert [(c.args.get("unfurl_links"), c.args.get("unfurl_media")) for c in posts] == [(False, False)] * len(posts)
+
+
+# --- what data may say ---
+
+PINGS = ("<!channel>", "<!here>", "<!everyone>", "<@U0EVE00001>", "<!subteam^S0PEOPLE1>")
+PLANTED = " ".join(PINGS) + " <http://evil.example|click> & co"
+FLIGHTS = "nycflights13.flights"
+
+
+async def test_mentions_and_links_in_data_reach_slack_as_text_that_pings_no_one(
+    start_bot, fake_slack: FakeSlack, fake_anthropic: FakeAnthropic
+) -> None:
+    bot = await start_bot()
+    script = [
+        Reply(
+            tool_calls=[sql_call(f"Rows like {PLANTED}", f"SELECT '{PLANTED}' AS planted, count() AS n FROM {FLIGHTS}")]
+        ),
+        Reply(text=f"The data says {PLANTED} [Q1]."),
+        Reply(text="[]"),
+    ]
+    thread = fake_slack.start_assistant_thread(DM_ID)  # status and title
+    fake_anthropic.script(*script)
+    asked = fake_slack.add_message(DM_ID, f"what is {PLANTED}?", thread_ts=thread)
+    await bot.event(events.im_message(f"what is {PLANTED}?", ts=asked, thread_ts=thread, assistant_thread=True))
+    await bot.idle()
+    fake_slack.disable(*STREAMING)  # a progress message, and the answer posted then updated
+    fake_anthropic.script(*script)
+    await bot.ask(f"what is {PLANTED}?")
+
+    plain = [(c.method, n, c.args[n]) for c in fake_slack.calls() for n in ("text", "title", "status") if c.args.get(n)]
+    assert {method for method, _, _ in plain} >= {
+        "chat.postMessage",
+        "chat.update",
+        "assistant.threads.setTitle",
+        "assistant.threads.setStatus",
+    }
+    assert [field for field in plain if "<" in field[2] or ">" in field[2]] == [], "escaped as Slack asks"
+    assert any("&lt;!channel&gt;" in value and "&amp; co" in value for _, _, value in plain)
+
+    markdown = [str(c.args["markdown_text"]) for c in fake_slack.calls() if c.args.get("markdown_text")]
+    markdown += [
+        b["text"] for c in fake_slack.calls() for b in c.args.get("blocks") or [] if b.get("type") == "markdown"
+    ]
+    assert len(markdown) >= 2
+    assert [text for text in markdown if any(ping in text for ping in PINGS)] == []
+    assert any(PLANTED in text.replace("\u200b", "") for text in markdown), "it reads the same"
+
+
+# --- Stop ---
+
+
+async def test_a_person_pressing_stop_cancels_the_run_and_nothing_more_is_written(
+    start_bot, fake_slack: FakeSlack, fake_anthropic: FakeAnthropic
+) -> None:
+    bot = await start_bot()
+    go_on, held = threading.Event(), threading.Event()
+    text = "UA flew the most flights in 2013, 58,665 of them, followed by B6 and EV."
+    fake_anthropic.script(Reply(text=text, pauses={2: go_on, 8: held}), Reply(text="[]"))
+    question = fake_slack.add_message(GENERAL_ID, f"<@{BOT_USER_ID}> which carrier flew the most?")
+    await bot.event(events.app_mention("which carrier flew the most?", ts=question))
+
+    def shown() -> str:
+        started = fake_slack.calls("chat.startStream")
+        message = fake_slack.message(GENERAL_ID, str(started[0].response["ts"])) if started else None
+        return str((message or {}).get("text") or "")
+
+    try:
+        await wait_for(lambda: shown() == "UA flew ")
+        streamed = str(fake_slack.last("chat.startStream").response["ts"])
+        fake_slack.stop_by_user(GENERAL_ID, streamed)
+        go_on.set()  # more text comes; appending it is refused with stopped_by_user
+        await asyncio.wait_for(bot.bot.idle(), 5)  # while the model is still held: the run was cancelled
+    finally:
+        held.set()
+
+    assert [c.error for c in fake_slack.calls("chat.appendStream")][-1] == "stopped_by_user"
+    assert [c for c in fake_slack.calls("chat.update") if c.args["ts"] == streamed] == []
+    assert shown() == "UA flew ", "as the person stopped it"
+    progress, stopped = bot_replies(fake_slack, GENERAL_ID, question)
+    assert progress["text"].startswith("_Stopped_") and stopped["ts"] == streamed
+    assert len(fake_anthropic.requests) == 1, "no follow-ups are asked for"
+    store = bot.service.store  # type: ignore[union-attr]
+    conversation = await store.get_conversation(str(await store.find(f"slack:{TEAM_ID}:{GENERAL_ID}:{question}")))
+    assert conversation is not None and conversation["turns"][0]["outcome"] == "cancelled"
+
+
+# --- Slack's routine refusals ---
+
+
+def warnings(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:
+    return [r for r in caplog.records if r.name.startswith("bots.slack") and r.levelno >= logging.WARNING]
+
+
+@pytest.mark.parametrize(
+    ("channel", "private", "error"),
+    [("C0SALES0001", False, "not_in_channel"), ("G0SECRET01", True, "channel_not_found")],
+)
+async def test_a_channel_the_bot_is_not_in_is_one_log_line_saying_to_invite_it(
+    start_bot, fake_slack: FakeSlack, fake_anthropic: FakeAnthropic, caplog, channel: str, private: bool, error: str
+) -> None:
+    fake_slack.add_channel(channel, "sales", is_private=private, is_member=False)
+    bot = await start_bot()
+    caplog.set_level(logging.INFO)
+    await bot.ask("how many flights?", channel=channel)
+    [line] = warnings(caplog)
+    assert error in line.getMessage() and "/invite" in line.getMessage()
+    assert line.exc_info is None and "Traceback" not in caplog.text
+    assert fake_anthropic.requests == [] and fake_slack.bot_messages(channel) == []
+    assert sample(bot.metrics, "agent_slack_errors_total", type="not_in_channel") == 1
+
+
+async def test_a_chart_refused_for_a_missing_scope_is_one_log_line_and_a_message_naming_the_scope(
+    start_bot, fake_slack: FakeSlack, fake_anthropic: FakeAnthropic, caplog
+) -> None:
+    bot = await start_bot()
+    fake_slack.revoke("files:write")  # installed from an older manifest
+    caplog.set_level(logging.INFO)
+    fake_anthropic.script(
+        Reply(tool_calls=[("execute_sql", {"queries": [{"question": "Delay by month", "sql": MONTHLY}]})]),
+        Reply(tool_calls=[("chart", CHART)]),
+        Reply(text="Delays peaked in July [Q1]."),
+        Reply(text="[]"),
+    )
+    question = await bot.ask("how did delays change by month?")
+    assert answer_message(fake_slack, GENERAL_ID, question)["text"] == "Delays peaked in July [Q1]."
+    told = bot_replies(fake_slack, GENERAL_ID, question)[-1]["text"]
+    assert told == escape(explain(Failure.SLACK_SCOPE, scope="files:write"))
+    assert "`files:write`" in told and "OAuth &amp; Permissions" in told
+    [line] = warnings(caplog)
+    assert "missing_scope files:write" in line.getMessage() and "reinstall" in line.getMessage()
+    assert line.exc_info is None and "Traceback" not in caplog.text
+    assert fake_slack.files == []
+
+
+async def test_rate_limiting_past_the_sdks_retries_is_one_log_line_and_a_message(
+    start_bot, fake_slack: FakeSlack, fake_anthropic: FakeAnthropic, caplog
+) -> None:
+    bot = await start_bot()
+    fake_slack.ratelimit("chat.postMessage", retry_after=0, times=3)  # the first try and both retries
+    caplog.set_level(logging.INFO)
+    question = await bot.ask("how many flights?")
+    [told] = bot_replies(fake_slack, GENERAL_ID, question)
+    assert told["text"] == explain(Failure.SLACK_BUSY)
+    assert [c.status for c in fake_slack.calls("chat.postMessage")] == [429, 429, 429, 200]
+    [line] = warnings(caplog)
+    assert "ratelimited" in line.getMessage() and line.exc_info is None and "Traceback" not in caplog.text
+    assert fake_anthropic.requests == []
+
+
+# --- buttons Slack refuses ---
+
+
+async def test_an_answer_whose_buttons_slack_refuses_stands_and_its_buttons_follow_below(
+    start_bot, fake_slack: FakeSlack, fake_anthropic: FakeAnthropic
+) -> None:
+    bot = await start_bot()
+    thread = fake_slack.start_assistant_thread(DM_ID)  # no progress message: every chat.update is the answer's
+    fake_slack.fail("chat.stopStream", "invalid_blocks")  # stopping the stream with the buttons
+    fake_slack.fail("chat.update", "invalid_blocks")  # and the update that would add them
+    fake_anthropic.script(*carriers_script())
+    asked = fake_slack.add_message(DM_ID, "which carrier flew the most?", thread_ts=thread)
+    await bot.event(
+        events.im_message("which carrier flew the most?", ts=asked, thread_ts=thread, assistant_thread=True)
+    )
+    await bot.idle()
+    answer, buttons = bot_replies(fake_slack, DM_ID, thread)
+    assert answer["text"] == "UA flew the most flights: 58,665 [Q1]."
+    assert answer["metadata"]["event_payload"]["final"] is True, "the thread's history keeps this turn"
+    assert [b["block_id"] for b in buttons["blocks"]] == ["analyst_sql_0", "analyst_followups", "analyst_feedback"]
+    assert not any("Something went wrong" in c.args.get("text", "") for c in fake_slack.calls("chat.postMessage"))

@@ -86,6 +86,7 @@ def _environment() -> dict[str, str]:
 def main(argv: list[str]) -> int:
     """The child: a spec on stdin, the PNG on stdout, within a CPU-time limit of its own."""
     scale, cpu_s = float(argv[0]), int(argv[1])
+    os.nice(10)  # background work: on a busy machine the serving process's chats and probes go first
     resource.setrlimit(resource.RLIMIT_CPU, (cpu_s, cpu_s))
     resource.setrlimit(resource.RLIMIT_DATA, (MAX_RENDER_DATA_BYTES, MAX_RENDER_DATA_BYTES))
     from agent.charts import render_png as render

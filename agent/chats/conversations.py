@@ -19,7 +19,7 @@ from typing import Any
 
 from agent.chats.state_file import SqliteFile, write_transaction
 from agent.limits import Limits, cut_text, json_size
-from agent.runner import PREVIEW_ROWS, RunResult, Turn, TurnQuery, fit_rows
+from agent.runner import PREVIEW_ROWS, Outcome, RunResult, Turn, TurnQuery, fit_rows
 
 log = logging.getLogger(__name__)
 SHORT_COLUMN_CHARS = 40  # a stored column name past the turn cap: enough to tell columns apart
@@ -125,6 +125,13 @@ class ConversationStore:
     async def record_feedback(self, run_id: str, value: str) -> bool:
         cursor = await self._file.run(
             lambda c: c.execute("UPDATE turns SET feedback = ? WHERE run_id = ?", (value, run_id))
+        )
+        return cursor.rowcount > 0
+
+    async def mark_stopped(self, run_id: str) -> bool:
+        """A finished answer its reader stopped before it was all shown: stored as cancelled, as it was seen."""
+        cursor = await self._file.run(
+            lambda c: c.execute("UPDATE turns SET outcome = ? WHERE run_id = ?", (Outcome.CANCELLED.value, run_id))
         )
         return cursor.rowcount > 0
 

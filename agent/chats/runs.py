@@ -274,10 +274,19 @@ class RunRegistry:
 
     def cancel(self, handle: RunHandle, why: str) -> None:
         """Stop a run at its reader's request: the model call ends, its queries are killed, and the turn
-        is stored as cancelled."""
-        if handle.task is not None and not handle.task.done():
+        is stored as cancelled. A run that already finished (its reader learns of a Stop only when it
+        next writes) has its stored turn marked cancelled."""
+        if handle.events and handle.events[-1].name == "done":  # too late to stop: its turn is stored
+            log.info("run %s stopped after it finished: %s", handle.run_id, why)
+            stored = asyncio.create_task(self._mark_stopped(handle.run_id))
+            self._checks.add(stored)
+            stored.add_done_callback(self._checks.discard)
+        elif handle.task is not None and not handle.task.done():
             log.info("run %s cancelled: %s", handle.run_id, why)
             handle.task.cancel()
+
+    async def _mark_stopped(self, run_id: str) -> None:
+        await self._store.mark_stopped(run_id)
 
     def _cancel_unwatched(self, handle: RunHandle) -> None:
         handle.grace_timer = None

@@ -38,19 +38,20 @@ MAX_TABLE_GROWTH = 16
 
 
 def slack_markdown(text: str, *, final: bool) -> str:
-    """The answer as Slack should show it, with no mention that pings (`no_pings`). Not `final`: the
-    part that will not change as more text arrives (a table still being written is held back, and a last
-    `<`, which a mention may follow)."""
+    """The answer as Slack should show it, with no mention that pings and no disguised link (`no_pings`).
+    Not `final`: the part that will not change as more text arrives (a table still being written is held
+    back, and a last `<` or `]`, which a mention or a link's target may follow)."""
     shown = no_pings(_markdown(text, final=final))
-    return shown if final or not shown.endswith("<") else shown[:-1]
+    return shown if final or not shown.endswith(("<", "]")) else shown[:-1]
 
 
 def no_pings(text: str) -> str:
-    """Markdown in which `<!channel>`, `<!here>`, `<!everyone>`, `<!subteam^…>` and `<@U…>` (say, from
-    the data an answer quotes) notify no one: an invisible space after the `<` breaks Slack's syntax for
-    them (docs.slack.dev/messaging/formatting-message-text#mentioning-users), and the text reads the same.
-    Depends only on the character after each `<`, so text already streamed never changes."""
-    return text.replace("<!", "<\u200b!").replace("<@", "<\u200b@")
+    """Markdown in which Slack's `<…>` syntax (`<!channel>`, `<!here>`, `<@U…>`, `<!subteam^…>`, `<#C…>`,
+    `<http://…|label>`) and Markdown links (`[label](url)`), say from the data an answer quotes, neither
+    notify anyone nor hide a link's target: an invisible space after each `<` and between `]` and `(`
+    breaks their syntax (docs.slack.dev/messaging/formatting-message-text), and the text reads the same.
+    Depends only on each `<` and `](` pair, so text already streamed never changes."""
+    return text.replace("<", "<\u200b").replace("](", "]\u200b(")
 
 
 def _markdown(text: str, *, final: bool) -> str:

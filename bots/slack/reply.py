@@ -8,7 +8,6 @@ metadata that lets a later question read this turn back (bots/slack/thread.py).
 
 from __future__ import annotations
 
-import contextlib
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -95,7 +94,11 @@ class AnswerWriter:
         await self._painter.stop()
         if self._raw.strip() != answer.strip():
             self._raw, self._restarted = answer, True
-        await self._flush(final=True)
+        try:
+            await self._flush(final=True)
+        except SlackApiError as exc:  # the last edit was refused: the answer must still arrive whole
+            refusals.log_refusal(log, "edit the answer's last part", exc)
+            await self._repost_last()
         if not self._messages or self.stopped_by_user:
             return None
         last = self._messages[-1]
@@ -243,15 +246,38 @@ class AnswerWriter:
             self._on_stopped()
         return True
 
+    async def _repost_last(self) -> None:
+        """The last part again, whole, in a message of its own below the one Slack would not edit."""
+        if not self._messages:
+            return
+        last = self._messages[-1]
+        last.sealed, last.streaming = True, False
+        try:
+            posted = await self._client.chat_postMessage(
+                channel=self._channel,
+                thread_ts=self._thread_ts,
+                text=preview(last.text),
+                blocks=[markdown_block(last.text)],
+                **NO_PREVIEWS,
+            )
+        except SlackApiError as exc:
+            refusals.log_refusal(log, "post the answer's last part again", exc)
+            return
+        self._messages.append(Sent(posted["ts"], last.text, streaming=False, part=last.part))
+
     async def _end_stream(self, message: Sent) -> None:
         message.streaming = False
-        with contextlib.suppress(SlackApiError):  # already ended on Slack's side
+        try:
             await self._client.chat_stopStream(channel=self._channel, ts=message.ts)
+        except SlackApiError as exc:  # a Stop is noted; any other refusal: it already ended on Slack's side
+            self._stopped(exc, message)
 
     async def _discard(self) -> None:
         for message in self._messages:
             if message.streaming:
                 await self._end_stream(message)
+            if self.stopped_by_user:
+                return  # what the person stopped stays as they saw it
             try:
                 await self._client.chat_delete(channel=self._channel, ts=message.ts)
             except SlackApiError as exc:

@@ -99,13 +99,17 @@ def test_streamed_text_never_changes_once_sent() -> None:
     assert "| carrier" not in slack_markdown(ANSWER[: table_start + 40], final=False), "an open table is held back"
 
 
-def test_mentions_in_an_answer_ping_no_one_read_the_same_and_never_change_once_streamed() -> None:
-    text = "Ask <!here>, <!channel> or <@U0EVE00001> about <!subteam^S1|team>: x < 5 & y > 2.\n```\n<!everyone>\n```"
+def test_mentions_and_links_in_an_answer_ping_no_one_read_the_same_and_never_change_once_streamed() -> None:
+    text = (
+        "Ask <!here>, <!channel> or <@U0EVE00001> about <!subteam^S1|team> in <#C0GENERAL1>: x < 5 & y > 2, "
+        "see <http://evil.example|the report> or [the report](http://evil.example).\n```\n<!everyone>\n```"
+    )
     final = slack_markdown(text, final=True)
-    assert "<!" not in final and "<@" not in final and final.replace("\u200b", "") == text
+    assert final.replace("\u200b", "") == text, "it reads the same"
+    assert "<" not in final.replace("<\u200b", "") and "](" not in final, "no Slack syntax and no link label"
     shown = [slack_markdown(text[:n], final=False) for n in range(len(text) + 1)]
     assert all(final.startswith(s) for s in shown)
-    assert slack_markdown("Ask <", final=False) == "Ask ", "a last < may start a mention: held back"
+    assert slack_markdown("see [the report]", final=False) == "see [the report", "a last ] may start a link: held"
 
 
 def test_plain_text_stand_ins_are_escaped() -> None:

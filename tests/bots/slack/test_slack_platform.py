@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import threading
 from collections import defaultdict
 
@@ -27,6 +28,7 @@ from tests.slack_helpers import (
     wait_for,
 )
 
+SQL = "SELECT carrier, count() AS n FROM nycflights13.flights GROUP BY carrier ORDER BY n DESC"
 STREAMING = ("chat.startStream", "chat.appendStream", "chat.stopStream")
 MONTHLY = (
     "SELECT toStartOfMonth(time_hour) AS month, round(avg(dep_delay), 1) AS avg_dep_delay "
@@ -274,3 +276,99 @@ async def test_an_answer_whose_buttons_slack_refuses_stands_and_its_buttons_foll
     assert answer["metadata"]["event_payload"]["final"] is True, "the thread's history keeps this turn"
     assert [b["block_id"] for b in buttons["blocks"]] == ["analyst_sql_0", "analyst_followups", "analyst_feedback"]
     assert not any("Something went wrong" in c.args.get("text", "") for c in fake_slack.calls("chat.postMessage"))
+
+
+TABLE_ANSWER = "Carriers:\n\n| carrier | n |\n|---|---|\n| UA | 58665 |\n| B6 | 54635 |"
+
+
+@pytest.mark.parametrize("error", ["invalid_blocks", "ratelimited"])
+async def test_an_answer_whose_last_edit_slack_refuses_arrives_whole_below_it(
+    start_bot, fake_slack: FakeSlack, fake_anthropic: FakeAnthropic, error: str
+) -> None:
+    """A table is held back until the final render, so the last edit carries it: when Slack refuses that
+    edit, the whole last part is posted below, and nothing says the answer failed."""
+    bot = await start_bot()
+    thread = fake_slack.start_assistant_thread(DM_ID)
+    fake_slack.disable("chat.startStream", "chat.appendStream", "chat.stopStream")
+    if error == "ratelimited":
+        fake_slack.ratelimit("chat.update", retry_after=0, times=3)
+    else:
+        fake_slack.fail("chat.update", error)
+    fake_anthropic.script(
+        Reply(tool_calls=[sql_call("Flights per carrier", SQL)]),
+        Reply(text=TABLE_ANSWER),
+        Reply(text='["Which carrier was most punctual?"]'),
+    )
+    asked = fake_slack.add_message(DM_ID, "which carrier flew the most?", thread_ts=thread)
+    await bot.event(
+        events.im_message("which carrier flew the most?", ts=asked, thread_ts=thread, assistant_thread=True)
+    )
+    await bot.idle()
+    texts = [str(r.get("text") or "") for r in bot_replies(fake_slack, DM_ID, thread)]
+    assert not any("Something went wrong" in t or "couldn't finish" in t for t in texts), texts
+    shown = [str(b.get("text") or "") for r in bot_replies(fake_slack, DM_ID, thread) for b in r.get("blocks") or []]
+    assert any("UA" in t and "B6" in t for t in shown), "the table reached the thread"
+
+
+async def _stopped_when(
+    bot: SlackHarness, fake_slack: FakeSlack, fake_anthropic: FakeAnthropic, shown_text: str, *replies: Reply
+) -> str:
+    """Ask in #general; once `shown_text` is on screen the person presses Stop; the outcome stored."""
+    hold = threading.Event()
+    *first, last = replies
+    pieces = len(re.findall(r"\S+\s*|\s+", last.text)) or 1  # the last reply stalls once its text is out
+    fake_anthropic.script(*first, Reply(text=last.text, tool_calls=last.tool_calls, pauses={pieces: hold}))
+    q = fake_slack.add_message(GENERAL_ID, f"<@{BOT_USER_ID}> which carrier flew the most?")
+    await bot.event(events.app_mention("which carrier flew the most?", ts=q))
+    try:
+        await wait_for(lambda: _streamed(fake_slack) == shown_text and len(fake_anthropic.requests) >= len(replies))
+        fake_slack.stop_by_user(GENERAL_ID, str(fake_slack.last("chat.startStream").response["ts"]))
+    finally:
+        hold.set()
+    await asyncio.wait_for(bot.bot.idle(), 15)
+    assert len(fake_slack.calls("chat.startStream")) == 1, "no new answer after Stop"
+    assert not fake_slack.calls("chat.delete"), "what the person stopped stays"
+    store = bot.service.store
+    conversation = await store.get_conversation(str(await store.find(f"slack:{TEAM_ID}:{GENERAL_ID}:{q}")))
+    assert conversation is not None
+    return str(conversation["turns"][0]["outcome"])
+
+
+def _streamed(fake_slack: FakeSlack) -> str:
+    started = fake_slack.calls("chat.startStream")
+    message = fake_slack.message(GENERAL_ID, str(started[0].response["ts"])) if started else None
+    return str((message or {}).get("text") or "")
+
+
+async def test_a_stop_pressed_on_narration_before_a_query_stops_the_answer(
+    start_bot, fake_slack: FakeSlack, fake_anthropic: FakeAnthropic
+) -> None:
+    """While a query runs, the narration is the only stream on screen; Slack reports the Stop when the bot
+    ends that stream, which must not be taken for an expired one (and the message deleted)."""
+    bot = await start_bot()
+    outcome = await _stopped_when(
+        bot,
+        fake_slack,
+        fake_anthropic,
+        "Let me check.",
+        Reply(text="Let me check.", tool_calls=[sql_call("Flights per carrier", SQL)]),
+    )
+    assert outcome == "cancelled"
+
+
+async def test_a_stop_learned_after_the_run_finished_is_stored_as_cancelled(
+    start_bot, fake_slack: FakeSlack, fake_anthropic: FakeAnthropic
+) -> None:
+    """Slack tells of a Stop only when the bot next writes; by then the run may have finished. The stored
+    turn then says what the person saw: a stopped answer."""
+    bot = await start_bot()
+    outcome = await _stopped_when(
+        bot,
+        fake_slack,
+        fake_anthropic,
+        "UA flew the most flights.",
+        Reply(tool_calls=[sql_call("Flights per carrier", SQL)]),
+        Reply(text="UA flew the most flights."),
+        Reply(text='["Which carrier was most punctual?"]'),
+    )
+    assert outcome == "cancelled"

@@ -212,7 +212,9 @@ class SlackBot:
         if not channel or not thread_ts or self.client is None:
             return
         questions = (await self._agent.examples.get(wait_s=EXAMPLES_WAIT_S))[:MAX_SUGGESTED_PROMPTS]
-        prompts = [{"title": blocks.button_label(q), "message": q} for q in questions]
+        # The model writes the examples from the schema, whose comments anyone with DDL may have written;
+        # a prompt's message is posted as the person's own when clicked: no markup of data may act in it.
+        prompts = [{"title": blocks.escape(blocks.button_label(q)), "message": blocks.escape(q)} for q in questions]
         try:
             await self.client.assistant_threads_setSuggestedPrompts(
                 channel_id=channel, thread_ts=thread_ts, title="Try asking", prompts=prompts

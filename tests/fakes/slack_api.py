@@ -347,6 +347,8 @@ class FakeSlack:
     def _scopes_for(self, method: str, args: dict[str, Any]) -> tuple[str, ...]:
         if method in APP_TOKEN_METHODS:
             return ()  # the app-level token is made with connections:write (docs/slack.md)
+        if method not in self.api.methods:
+            return ()  # answered unknown_method, as Slack answers a method it does not have
         with self._lock:
             channel = self.workspace.channels.get(str(args.get("channel") or ""))
             return slack_scopes.needed(method, slack_scopes.conversation_type(channel))

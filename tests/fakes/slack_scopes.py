@@ -33,8 +33,8 @@ METHOD_SCOPES: dict[str, tuple[str, ...]] = {
 }
 # conversations.history / conversations.replies need the history scope of the conversation's type, and
 # conversations.info its read scope (.../methods/conversations.replies, .../conversations.info).
-HISTORY_SCOPES = {"public": "channels:history", "private": "groups:history", "im": "im:history"}
-READ_SCOPES = {"public": "channels:read", "private": "groups:read", "im": "im:read"}
+HISTORY_SCOPES = {"public": "channels:history", "private": "groups:history", "im": "im:history", "mpim": "mpim:history"}
+READ_SCOPES = {"public": "channels:read", "private": "groups:read", "im": "im:read", "mpim": "mpim:read"}
 BY_CONVERSATION = {
     "conversations.history": HISTORY_SCOPES,
     "conversations.replies": HISTORY_SCOPES,
@@ -63,13 +63,17 @@ def needed(method: str, conversation_type: str | None) -> tuple[str, ...]:
     if method in BY_CONVERSATION:
         scope = BY_CONVERSATION[method].get(conversation_type or "")
         return (scope,) if scope else ()
-    return METHOD_SCOPES.get(method, ())
+    if method not in METHOD_SCOPES:  # as strict as Slack: a method the fake serves states its scope
+        raise LookupError(f"{method}: add its bot-token scope from its reference page to METHOD_SCOPES")
+    return METHOD_SCOPES[method]
 
 
 def conversation_type(channel: Any) -> str | None:
-    """`public`, `private` or `im` for a workspace Channel (None when there is none)."""
+    """`public`, `private`, `im` or `mpim` for a workspace Channel (None when there is none)."""
     if channel is None:
         return None
     if channel.is_im:
         return "im"
+    if channel.is_mpim:
+        return "mpim"
     return "private" if channel.is_private else "public"

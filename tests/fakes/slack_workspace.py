@@ -62,6 +62,7 @@ class Channel:
     name: str = ""
     is_im: bool = False
     is_private: bool = False
+    is_mpim: bool = False  # a group DM: private, with its own history scope (mpim:history)
     is_archived: bool = False
     is_member: bool = True
     user: str | None = None  # the other party of a DM
@@ -77,7 +78,7 @@ class Channel:
             "is_channel": not self.is_private,
             "is_group": self.is_private,
             "is_im": False,
-            "is_mpim": False,
+            "is_mpim": self.is_mpim,
             "is_private": self.is_private,
             "is_archived": self.is_archived,
             "is_general": self.name == "general",

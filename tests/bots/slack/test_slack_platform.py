@@ -372,3 +372,17 @@ async def test_a_stop_learned_after_the_run_finished_is_stored_as_cancelled(
         Reply(text='["Which carrier was most punctual?"]'),
     )
     assert outcome == "cancelled"
+
+
+async def test_suggested_prompts_written_from_data_carry_no_markup_that_acts(
+    start_bot, fake_slack: FakeSlack, fake_anthropic: FakeAnthropic
+) -> None:
+    """A prompt's message is posted as the person's own when clicked; examples come from the model reading
+    a schema whose comments anyone with DDL may have written."""
+    planted = "Who flew most? <!channel> <http://evil.example|see>"
+    bot = await start_bot(agent_example_questions=[planted])
+    thread = fake_slack.start_assistant_thread(DM_ID)
+    await bot.event(events.assistant_thread_started(thread_ts=thread))
+    await bot.idle()
+    (prompt,) = fake_slack.assistant_thread(DM_ID, thread)["prompts"]
+    assert "<" not in prompt["message"] + prompt["title"] and prompt["message"] == escape(planted)

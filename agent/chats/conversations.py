@@ -129,9 +129,13 @@ class ConversationStore:
         return cursor.rowcount > 0
 
     async def mark_stopped(self, run_id: str) -> bool:
-        """A finished answer its reader stopped before it was all shown: stored as cancelled, as it was seen."""
+        """A finished answer its reader stopped before it was all shown: stored as cancelled, as it was seen
+        (a failed turn stays failed)."""
         cursor = await self._file.run(
-            lambda c: c.execute("UPDATE turns SET outcome = ? WHERE run_id = ?", (Outcome.CANCELLED.value, run_id))
+            lambda c: c.execute(
+                "UPDATE turns SET outcome = ? WHERE run_id = ? AND outcome NOT IN (?, ?)",
+                (Outcome.CANCELLED.value, run_id, Outcome.CANCELLED.value, Outcome.ERROR.value),
+            )
         )
         return cursor.rowcount > 0
 

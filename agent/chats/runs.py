@@ -276,7 +276,7 @@ class RunRegistry:
         """Stop a run at its reader's request: the model call ends, its queries are killed, and the turn
         is stored as cancelled. A run that already finished (its reader learns of a Stop only when it
         next writes) has its stored turn marked cancelled."""
-        if handle.events and handle.events[-1].name == "done":  # too late to stop: its turn is stored
+        if handle.done or (handle.events and handle.events[-1].name == "done"):  # too late: its turn is stored
             log.info("run %s stopped after it finished: %s", handle.run_id, why)
             stored = asyncio.create_task(self._mark_stopped(handle.run_id))
             self._checks.add(stored)
@@ -286,7 +286,10 @@ class RunRegistry:
             handle.task.cancel()
 
     async def _mark_stopped(self, run_id: str) -> None:
-        await self._store.mark_stopped(run_id)
+        try:
+            await self._store.mark_stopped(run_id)
+        except Exception:
+            log.exception("could not store run %s as stopped", run_id)
 
     def _cancel_unwatched(self, handle: RunHandle) -> None:
         handle.grace_timer = None

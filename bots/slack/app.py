@@ -214,7 +214,8 @@ class SlackBot:
         questions = (await self._agent.examples.get(wait_s=EXAMPLES_WAIT_S))[:MAX_SUGGESTED_PROMPTS]
         # The model writes the examples from the schema, whose comments anyone with DDL may have written;
         # a prompt's message is posted as the person's own when clicked: no markup of data may act in it.
-        prompts = [{"title": blocks.escape(blocks.button_label(q)), "message": blocks.escape(q)} for q in questions]
+        # Prompts are plain text (not mrkdwn): markup is broken with an invisible space, not &-escaped.
+        prompts = [{"title": blocks.no_pings(blocks.button_label(q)), "message": blocks.no_pings(q)} for q in questions]
         try:
             await self.client.assistant_threads_setSuggestedPrompts(
                 channel_id=channel, thread_ts=thread_ts, title="Try asking", prompts=prompts

@@ -17,7 +17,15 @@ from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
 from bots.slack import refusals
-from bots.slack.blocks import MAX_MARKDOWN, NO_PREVIEWS, cut_point, markdown_block, preview, slack_markdown
+from bots.slack.blocks import (
+    MAX_MARKDOWN,
+    NO_PREVIEWS,
+    cut_point,
+    markdown_block,
+    preview,
+    slack_markdown,
+    split_markdown,
+)
 from bots.slack.progress import Painter
 
 log = logging.getLogger(__name__)
@@ -42,6 +50,7 @@ class Sent:
     streaming: bool  # a stream still open (else a posted message, updated in place)
     part: int
     sealed: bool = False  # takes no more text
+    shown: str = ""  # the text Slack last accepted for this message
 
 
 class AnswerWriter:
@@ -96,9 +105,10 @@ class AnswerWriter:
             self._raw, self._restarted = answer, True
         try:
             await self._flush(final=True)
-        except SlackApiError as exc:  # the last edit was refused: the answer must still arrive whole
-            refusals.log_refusal(log, "edit the answer's last part", exc)
-            await self._repost_last()
+        except SlackApiError as exc:  # an edit or a post was refused: the answer must still arrive whole
+            refusals.log_refusal(log, "write the answer's last part", exc)
+            if not await self._post_unshown():
+                raise
         if not self._messages or self.stopped_by_user:
             return None
         last = self._messages[-1]
@@ -149,12 +159,15 @@ class AnswerWriter:
         if current.streaming:
             try:
                 await self._client.chat_appendStream(channel=self._channel, ts=current.ts, markdown_text=piece)
+                current.shown = current.text
                 return current
             except SlackApiError as exc:
                 if self._stopped(exc, current):
                     return current
                 log.info("streaming broke (%s); updating the message instead", _error(exc))
                 await self._end_stream(current)
+                if self.stopped_by_user:
+                    return current
         await self._update(current)
         return current
 
@@ -168,7 +181,7 @@ class AnswerWriter:
                     recipient_team_id=self._team,
                     recipient_user_id=self._user,
                 )
-                return Sent(started["ts"], piece, streaming=True, part=part)
+                return Sent(started["ts"], piece, streaming=True, part=part, shown=piece)
             except SlackApiError as exc:
                 if _error(exc) in NO_STREAMING:
                     self._streaming.enabled = False
@@ -180,7 +193,7 @@ class AnswerWriter:
             blocks=[markdown_block(piece)],
             **NO_PREVIEWS,
         )
-        return Sent(posted["ts"], piece, streaming=False, part=part)
+        return Sent(posted["ts"], piece, streaming=False, part=part, shown=piece)
 
     async def _update(self, message: Sent, extra: list[dict[str, Any]] | None = None, **fields: Any) -> None:
         await self._client.chat_update(
@@ -190,6 +203,7 @@ class AnswerWriter:
             blocks=[markdown_block(message.text), *(extra or [])],
             **fields,
         )
+        message.shown = message.text
 
     async def _seal(
         self, message: Sent, *, blocks: list[dict[str, Any]] | None = None, metadata: dict[str, Any]
@@ -211,6 +225,8 @@ class AnswerWriter:
                 # cannot be updated), then put the text, buttons and metadata in with an update.
                 log.info("could not stop the stream (%s); updating the message instead", _error(exc))
                 await self._end_stream(message)
+                if self.stopped_by_user:
+                    return
         if blocks:
             await self._update_with_buttons(message, blocks, metadata)
         else:
@@ -246,24 +262,37 @@ class AnswerWriter:
             self._on_stopped()
         return True
 
-    async def _repost_last(self) -> None:
-        """The last part again, whole, in a message of its own below the one Slack would not edit."""
-        if not self._messages:
-            return
-        last = self._messages[-1]
-        last.sealed, last.streaming = True, False
-        try:
-            posted = await self._client.chat_postMessage(
-                channel=self._channel,
-                thread_ts=self._thread_ts,
-                text=preview(last.text),
-                blocks=[markdown_block(last.text)],
-                **NO_PREVIEWS,
-            )
-        except SlackApiError as exc:
-            refusals.log_refusal(log, "post the answer's last part again", exc)
-            return
-        self._messages.append(Sent(posted["ts"], last.text, streaming=False, part=last.part))
+    async def _post_unshown(self) -> bool:
+        """After a refusal: every message stays as Slack last accepted it, and whatever of the answer it
+        does not show yet follows in messages of their own. False when nothing could be posted."""
+        rendered = slack_markdown(self._raw, final=True)
+        shown = ""
+        for message in self._messages:
+            message.sealed, message.streaming = True, False
+        for message in self._messages:
+            shown += message.shown
+            if message.shown != message.text:
+                break  # the text after this one's accepted part is not shown yet
+        if not rendered.startswith(shown):
+            shown = ""
+        unshown = rendered[len(shown) :]
+        if not unshown.strip():
+            return bool(self._messages)
+        for piece in split_markdown(unshown, self._limit):
+            try:
+                posted = await self._client.chat_postMessage(
+                    channel=self._channel,
+                    thread_ts=self._thread_ts,
+                    text=preview(piece),
+                    blocks=[markdown_block(piece)],
+                    **NO_PREVIEWS,
+                )
+            except SlackApiError as exc:
+                refusals.log_refusal(log, "post the rest of the answer", exc)
+                return bool(self._messages)
+            self._messages.append(Sent(posted["ts"], piece, streaming=False, part=len(self._messages), shown=piece))
+        self._placed = len(rendered)
+        return True
 
     async def _end_stream(self, message: Sent) -> None:
         message.streaming = False

@@ -385,4 +385,31 @@ async def test_suggested_prompts_written_from_data_carry_no_markup_that_acts(
     await bot.event(events.assistant_thread_started(thread_ts=thread))
     await bot.idle()
     (prompt,) = fake_slack.assistant_thread(DM_ID, thread)["prompts"]
-    assert "<" not in prompt["message"] + prompt["title"] and prompt["message"] == escape(planted)
+    assert prompt["message"] == planted.replace("<", "<\u200b"), "reads the same; no markup acts"
+
+
+async def test_a_long_answer_with_one_refused_edit_arrives_once_and_whole(
+    start_bot, fake_slack: FakeSlack, fake_anthropic: FakeAnthropic
+) -> None:
+    """An answer of several messages whose first edit (sealing part one) is refused: what Slack shows is
+    kept, the rest follows below, every paragraph once, none lost."""
+    bot = await start_bot()
+    thread = fake_slack.start_assistant_thread(DM_ID)
+    fake_slack.disable(*STREAMING)
+    answer = "\n\n".join(f"Paragraph {n}. " + "word " * 400 for n in range(8))  # about 16,000 characters
+    fake_anthropic.script(
+        Reply(tool_calls=[sql_call("Flights per carrier", SQL)]),
+        Reply(text=answer),
+        Reply(text='["Which carrier was most punctual?"]'),
+    )
+    asked = fake_slack.add_message(DM_ID, "which carrier flew the most?", thread_ts=thread)
+    fake_slack.fail("chat.update", "invalid_metadata", times=1)
+    await bot.event(
+        events.im_message("which carrier flew the most?", ts=asked, thread_ts=thread, assistant_thread=True)
+    )
+    await bot.idle()
+    replies = bot_replies(fake_slack, DM_ID, thread)
+    shown = "".join(str(b.get("text") or "") for r in replies for b in r.get("blocks") or [] if b["type"] == "markdown")
+    texts = [str(r.get("text") or "") for r in replies]
+    assert not any("Something went wrong" in t or "couldn't finish" in t for t in texts), texts
+    assert [shown.count(f"Paragraph {n}.") for n in range(8)] == [1] * 8, "every paragraph once"

@@ -278,12 +278,18 @@ class RunRegistry:
         next writes) has its stored turn marked cancelled."""
         if handle.done or (handle.events and handle.events[-1].name == "done"):  # too late: its turn is stored
             log.info("run %s stopped after it finished: %s", handle.run_id, why)
-            stored = asyncio.create_task(self._mark_stopped(handle.run_id))
-            self._checks.add(stored)
-            stored.add_done_callback(self._checks.discard)
+            self._store_as_stopped(handle.run_id)
         elif handle.task is not None and not handle.task.done():
             log.info("run %s cancelled: %s", handle.run_id, why)
             handle.task.cancel()
+            # Cancelled once its answer was written (say, during follow-ups), the run keeps that outcome;
+            # its reader stopped it, so the stored turn says so.
+            handle.task.add_done_callback(lambda _: self._store_as_stopped(handle.run_id))
+
+    def _store_as_stopped(self, run_id: str) -> None:
+        stored = asyncio.create_task(self._mark_stopped(run_id))
+        self._checks.add(stored)
+        stored.add_done_callback(self._checks.discard)
 
     async def _mark_stopped(self, run_id: str) -> None:
         try:

@@ -8,6 +8,7 @@ import logging
 import re
 import threading
 from collections import defaultdict
+from dataclasses import replace
 
 import pytest
 
@@ -311,17 +312,19 @@ async def test_an_answer_whose_last_edit_slack_refuses_arrives_whole_below_it(
 
 
 async def _stopped_when(
-    bot: SlackHarness, fake_slack: FakeSlack, fake_anthropic: FakeAnthropic, shown_text: str, *replies: Reply
+    bot: SlackHarness, fake_slack: FakeSlack, fake_anthropic: FakeAnthropic, shown_text: str, *replies: Reply, held: int
 ) -> str:
-    """Ask in #general; once `shown_text` is on screen the person presses Stop; the outcome stored."""
+    """Ask in #general; reply `held` stalls once its text is out; then the person presses Stop (the run
+    may go on, or have finished, before the bot learns of it); the outcome stored."""
     hold = threading.Event()
-    *first, last = replies
-    pieces = len(re.findall(r"\S+\s*|\s+", last.text)) or 1  # the last reply stalls once its text is out
-    fake_anthropic.script(*first, Reply(text=last.text, tool_calls=last.tool_calls, pauses={pieces: hold}))
+    stalled = replies[held]
+    pieces = len(re.findall(r"\S+\s*|\s+", stalled.text)) or 1
+    replies = (*replies[:held], replace(stalled, pauses={pieces: hold}), *replies[held + 1 :])
+    fake_anthropic.script(*replies)
     q = fake_slack.add_message(GENERAL_ID, f"<@{BOT_USER_ID}> which carrier flew the most?")
     await bot.event(events.app_mention("which carrier flew the most?", ts=q))
     try:
-        await wait_for(lambda: _streamed(fake_slack) == shown_text and len(fake_anthropic.requests) >= len(replies))
+        await wait_for(lambda: _streamed(fake_slack) == shown_text and len(fake_anthropic.requests) > held)
         fake_slack.stop_by_user(GENERAL_ID, str(fake_slack.last("chat.startStream").response["ts"]))
     finally:
         hold.set()
@@ -329,8 +332,13 @@ async def _stopped_when(
     assert len(fake_slack.calls("chat.startStream")) == 1, "no new answer after Stop"
     assert not fake_slack.calls("chat.delete"), "what the person stopped stays"
     store = bot.service.store
-    conversation = await store.get_conversation(str(await store.find(f"slack:{TEAM_ID}:{GENERAL_ID}:{q}")))
-    assert conversation is not None
+    conversation_id = str(await store.find(f"slack:{TEAM_ID}:{GENERAL_ID}:{q}"))
+    for _ in range(100):  # a Stop learned after the run finished is stored a moment later
+        conversation = await store.get_conversation(conversation_id)
+        assert conversation is not None
+        if conversation["turns"][0]["outcome"] == "cancelled":
+            break
+        await asyncio.sleep(0.05)
     return str(conversation["turns"][0]["outcome"])
 
 
@@ -352,6 +360,9 @@ async def test_a_stop_pressed_on_narration_before_a_query_stops_the_answer(
         fake_anthropic,
         "Let me check.",
         Reply(text="Let me check.", tool_calls=[sql_call("Flights per carrier", SQL)]),
+        Reply(text="UA flew the most flights."),
+        Reply(text='["Which carrier was most punctual?"]'),
+        held=0,
     )
     assert outcome == "cancelled"
 
@@ -370,6 +381,7 @@ async def test_a_stop_learned_after_the_run_finished_is_stored_as_cancelled(
         Reply(tool_calls=[sql_call("Flights per carrier", SQL)]),
         Reply(text="UA flew the most flights."),
         Reply(text='["Which carrier was most punctual?"]'),
+        held=2,
     )
     assert outcome == "cancelled"
 

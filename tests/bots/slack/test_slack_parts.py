@@ -249,7 +249,9 @@ async def test_the_painter_paints_at_most_once_per_interval_and_always_the_lates
     await asyncio.sleep(0.15)
     await painter.stop()
     gaps = [b[0] - a[0] for a, b in itertools.pairwise(painted)]
-    assert 3 <= len(painted) <= 5 and all(gap >= 0.099 for gap in gaps)
+    # At most one paint per interval is the rule; how many requests a loaded machine fits in 0.35 s is not
+    # (CI once ran 8 of the ~70 iterations, so only 2 paints were due).
+    assert 2 <= len(painted) <= 5 and all(gap >= 0.099 for gap in gaps)
     assert painted[-1][1] == state["value"], "the last paint shows the last state"
 
 

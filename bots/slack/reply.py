@@ -186,6 +186,10 @@ class AnswerWriter:
                 if _error(exc) in NO_STREAMING:
                     self._streaming.enabled = False
                 log.info("no streaming here (%s); posting, then updating", _error(exc))
+        return await self._post(piece, part)
+
+    async def _post(self, piece: str, part: int) -> Sent:
+        """`piece` in a message of its own (not streamed), updated in place later."""
         posted = await self._client.chat_postMessage(
             channel=self._channel,
             thread_ts=self._thread_ts,
@@ -280,17 +284,10 @@ class AnswerWriter:
             return bool(self._messages)
         for piece in split_markdown(unshown, self._limit):
             try:
-                posted = await self._client.chat_postMessage(
-                    channel=self._channel,
-                    thread_ts=self._thread_ts,
-                    text=preview(piece),
-                    blocks=[markdown_block(piece)],
-                    **NO_PREVIEWS,
-                )
+                self._messages.append(await self._post(piece, part=len(self._messages)))
             except SlackApiError as exc:
                 refusals.log_refusal(log, "post the rest of the answer", exc)
                 return bool(self._messages)
-            self._messages.append(Sent(posted["ts"], piece, streaming=False, part=len(self._messages), shown=piece))
         self._placed = len(rendered)
         return True
 

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from agent.config import Settings
 from agent.db import Database, open_database
 from agent.limits import Limits
-from agent.llm import LLMClient, MissingKeyLLM
+from agent.llm import LLMClient
 from agent.metrics import Metrics, default_metrics
 from agent.pipeline import LoopSettings, Pipeline
 from agent.pipeline.charting import ChartMaker
@@ -41,7 +41,7 @@ class AgentApp:
         metrics: Metrics | None = None,
     ) -> AgentApp:
         if llm is None:
-            llm = LLMClient.from_settings(settings) if settings.anthropic_api_key else MissingKeyLLM()
+            llm = LLMClient.from_settings(settings)
         db = db or open_database(settings)
         metrics = metrics or default_metrics()
         schema = SchemaCache(db, settings.schema_max_chars, settings.schema_ttl_s)
@@ -65,7 +65,7 @@ def build_runner(settings: Settings, *, db: Database, llm: LLMClient, metrics: M
         sql=SqlExecutor(db, prompts, settings.max_result_chars, limits),
         prompts=prompts,
         settings=LoopSettings(
-            model=settings.agent_model,
+            model=settings.models("main"),
             max_tokens=settings.agent_max_tokens,
             max_rounds=settings.agent_max_rounds,
             context_tokens=settings.agent_context_tokens,
@@ -73,8 +73,9 @@ def build_runner(settings: Settings, *, db: Database, llm: LLMClient, metrics: M
             history_full_turns=settings.agent_history_full_turns,
             history_chars=settings.agent_history_chars,
             temperature=settings.agent_temperature,
+            thinking_budget=settings.agent_thinking_budget,
         ),
         metrics=metrics,
-        followups=FollowupGenerator(llm, prompts, settings.agent_followup_model, metrics),
+        followups=FollowupGenerator(llm, prompts, settings.models("followup"), metrics),
         charts=ChartMaker(db, limits),
     )

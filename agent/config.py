@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, cast
 from urllib.parse import urlsplit
 
 from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
@@ -15,9 +16,47 @@ from pydantic_settings.exceptions import SettingsError
 DEFAULT_MODEL = "claude-sonnet-5-5"
 DEFAULT_FOLLOWUP_MODEL = "claude-haiku-5-5"
 
+Provider = Literal["anthropic", "bedrock", "vertex", "openai"]
+PROVIDERS: tuple[Provider, ...] = ("anthropic", "bedrock", "vertex", "openai")
+Role = Literal["main", "followup", "judge"]
+
+
+MISSING_ANTHROPIC_KEY = "ANTHROPIC_API_KEY is not set; the agent needs it to ask the model."
+
 
 class ConfigError(Exception):
     """A missing or malformed setting; the message is one line naming the variable."""
+
+
+@dataclass(frozen=True)
+class ModelRef:
+    """One entry of a role's model list: which provider serves which model."""
+
+    provider: Provider
+    name: str
+
+    def __str__(self) -> str:
+        return f"{self.provider}:{self.name}"
+
+
+def parse_models(text: str) -> tuple[ModelRef, ...]:
+    """An ordered, comma-separated list of `[provider:]model` (no prefix: anthropic). ValueError says
+    what is wrong in one line. Only the first colon separates: `openai:llama3.1:8b` is Ollama's `llama3.1:8b`."""
+    refs: list[ModelRef] = []
+    for entry in (item.strip() for item in text.split(",")):
+        if not entry:
+            raise ValueError(f"{text!r}: an empty entry; list models as `[provider:]model`, separated by commas")
+        provider, _, name = entry.partition(":") if ":" in entry else ("anthropic", "", entry)
+        provider, name = provider.strip().lower(), name.strip()
+        if provider not in PROVIDERS:
+            raise ValueError(f"{entry!r}: unknown provider {provider!r}; use one of {', '.join(PROVIDERS)}")
+        if not name or any(char.isspace() for char in name):
+            raise ValueError(f"{entry!r}: the model name after {provider}: is empty or has spaces")
+        ref = ModelRef(cast(Provider, provider), name)
+        if ref in refs:
+            raise ValueError(f"{entry!r} is listed twice")
+        refs.append(ref)
+    return tuple(refs)
 
 
 class Settings(BaseSettings):
@@ -50,12 +89,58 @@ class Settings(BaseSettings):
         Path(__file__).resolve().parent.parent / "prompts", description="Folder of the Jinja2 prompt files."
     )
 
-    # --- the model ---
+    # --- the models (docs: README "Models"; translated per provider in agent/llm/capabilities.py) ---
     anthropic_api_key: SecretStr | None = Field(None, description="Anthropic API key.")
     anthropic_base_url: str | None = Field(None, description="Point the SDK at a fake or a gateway.")
-    agent_model: str = Field(DEFAULT_MODEL, description="Model for the analysis loop.")
-    agent_followup_model: str = Field(DEFAULT_FOLLOWUP_MODEL, description="Cheaper model for follow-ups.")
-    agent_max_tokens: int = Field(4096, ge=256, description="max_tokens per model call.")
+    agent_model: str = Field(
+        DEFAULT_MODEL,
+        description="Models of the analysis loop, in order: a comma-separated list of `[provider:]model` "
+        "(providers anthropic, bedrock, vertex, openai; no prefix: anthropic). When one is overloaded, rate "
+        "limited past its retries or unreachable, the run goes on with the next.",
+    )
+    agent_followup_model: str = Field(
+        DEFAULT_FOLLOWUP_MODEL,
+        description="Cheaper models for follow-ups and example questions, as a list like AGENT_MODEL.",
+    )
+    agent_judge_model: str | None = Field(
+        None,
+        description="Models of the eval judge, as a list like AGENT_MODEL (`agent evals run --judge-model` wins). "
+        "Unset: AGENT_MODEL.",
+    )
+    agent_model_cooldown_s: float = Field(
+        30.0,
+        ge=0,
+        description="After a model is passed over as overloaded or unavailable, how long the next calls start at "
+        "the model after it (so every round does not wait out the first model's retries again). 0: always start at "
+        "the first.",
+    )
+    openai_base_url: str | None = Field(
+        None,
+        description="Base URL of an OpenAI-compatible Chat Completions server for `openai:` models, e.g. "
+        "http://localhost:8000/v1 (vLLM) or http://localhost:11434/v1 (Ollama). Unset: OpenAI's API.",
+    )
+    openai_api_key: SecretStr | None = Field(
+        None, description="Key for `openai:` models; a local server with OPENAI_BASE_URL may need none."
+    )
+    aws_region: str | None = Field(
+        None, description="AWS region of `bedrock:` models; credentials come from the usual AWS chain."
+    )
+    cloud_ml_region: str | None = Field(None, description="Google Cloud region of `vertex:` models.")
+    anthropic_vertex_project_id: str | None = Field(
+        None, description="Google Cloud project of `vertex:` models; credentials from Application Default Credentials."
+    )
+    agent_prompt_caching: bool = Field(
+        True,
+        description="Cache the request prefix (tools, system prompt, schema) between calls where the provider "
+        "supports it; a provider without it goes on uncached, and start-up says so once.",
+    )
+    agent_thinking_budget: int | None = Field(
+        None,
+        ge=1024,
+        description="Tokens the analysis loop may spend thinking before it answers, where the provider supports "
+        "it (added to AGENT_MAX_TOKENS). Unset: no extended thinking.",
+    )
+    agent_max_tokens: int = Field(4096, ge=256, description="Maximum output tokens per model call.")
     agent_temperature: float | None = Field(
         None,
         ge=0,
@@ -262,8 +347,17 @@ class Settings(BaseSettings):
         "(docker compose: stop_grace_period).",
     )
 
+    @field_validator("agent_model", "agent_followup_model", "agent_judge_model")
+    @classmethod
+    def _model_list(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        parse_models(value)
+        return ",".join(part.strip() for part in value.split(","))
+
     @field_validator(
         "anthropic_api_key",
+        "openai_api_key",
         "slack_bot_token",
         "slack_signing_secret",
         "slack_app_token",
@@ -316,6 +410,21 @@ class Settings(BaseSettings):
         if not self.clickhouse_url:
             self.clickhouse_url = f"chdb://{(self.agent_data_dir / 'clickhouse').resolve()}"
         return self
+
+    def models(self, role: Role) -> tuple[ModelRef, ...]:
+        """The ordered model list of a role."""
+        text = {"main": self.agent_model, "followup": self.agent_followup_model, "judge": self.agent_judge_model}[role]
+        return parse_models(text or self.agent_model)
+
+    def missing_model_key(self) -> str | None:
+        """What keeps the configured models from being asked, in one line (None: nothing known)."""
+        roles: tuple[Role, ...] = ("main", "followup", "judge")
+        used = {ref.provider for role in roles for ref in self.models(role)}
+        if "anthropic" in used and self.anthropic_api_key is None:
+            return MISSING_ANTHROPIC_KEY
+        if "openai" in used and self.openai_api_key is None and not self.openai_base_url:
+            return "OPENAI_API_KEY is not set; `openai:` models on OpenAI's API need it (or set OPENAI_BASE_URL)."
+        return None
 
     @property
     def embedded(self) -> bool:

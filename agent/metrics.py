@@ -15,6 +15,7 @@ if TYPE_CHECKING:
 DURATION_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 30, 60, 120, 300)
 ROUND_BUCKETS = (1, 2, 3, 4, 5, 6, 8, 10, 15, 20)
 TOKEN_TYPES = ("input", "output", "cache_read", "cache_creation")
+FALLBACK_REASONS = ("overloaded", "rate_limited", "unavailable")  # agent/llm/turns.py's FallbackReason
 LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
 # The loop's guards and the chart tool's refusals: bounded label values, present as 0 from the start so a
 # dashboard reads "0", not "No data", before the first one happens.
@@ -46,6 +47,13 @@ class Metrics:
             "agent_llm_calls_total",
             "Model calls, by role (main, synthesis, followup) and status.",
             ["role", "status"],
+            registry=registry,
+        )
+        self.llm_fallbacks = Counter(
+            "agent_llm_fallbacks_total",
+            "Times a call moved on to the next model in its role's list, by role (main, synthesis, followup, "
+            "examples, judge) and reason (overloaded, rate_limited, unavailable).",
+            ["role", "reason"],
             registry=registry,
         )
         self.tokens = Counter("agent_llm_tokens_total", "Model tokens, by type.", ["type"], registry=registry)
@@ -89,6 +97,8 @@ class Metrics:
         for labels, values in ((self.tokens, TOKEN_TYPES), (self.guards, GUARDS), (self.chart_errors, CHART_REFUSALS)):
             for value in values:
                 labels.labels(value)
+        for reason in FALLBACK_REASONS:
+            self.llm_fallbacks.labels("main", reason)
         self._slack(registry)
         self._operations(registry)
 
@@ -186,6 +196,9 @@ class Metrics:
         as `other`, so a code read from an error message cannot grow the label set."""
         label = "none" if code is None else str(code) if 0 < code < 2000 else "other"
         self.sql_errors.labels(label).inc()
+
+    def count_fallback(self, role: str, reason: str) -> None:
+        self.llm_fallbacks.labels(role, reason).inc()
 
     def count_tokens(self, usage: Usage) -> None:
         for kind, count in (

@@ -71,6 +71,7 @@ class RunMetrics(BaseModel):
     llm_ms: int = 0
     sql_ms: int = 0
     guard_interventions: dict[str, int] = Field(default_factory=dict)
+    fallbacks: int = 0  # times the run moved on to the next model in its list
 
 
 class RunResult(BaseModel):
@@ -85,6 +86,7 @@ class RunResult(BaseModel):
     metrics: RunMetrics = Field(default_factory=RunMetrics)
     cancelled: bool = False
     error: str | None = None
+    model: str = ""  # `provider:name` of the model that answered (after any fallback)
     # The API messages of this turn (question to answer), so the next question can carry it whole.
     # Internal: left out of serialised results and events.
     transcript: list[dict[str, Any]] = Field(default_factory=list, repr=False, exclude=True)
@@ -102,6 +104,7 @@ class RunResult(BaseModel):
             "queries": [q.summary() for q in self.queries],
             "followups": self.followups,
             "charts": [chart.summary() for chart in self.charts],
+            "model": self.model,
             "metrics": self.metrics.model_dump(),
         }
 
@@ -223,6 +226,17 @@ class ChartEvent(_Event):
     chart: Chart
 
 
+class FallbackEvent(_Event):
+    """The run goes on with the next model in its list: the one before was overloaded, rate limited or
+    unreachable. What was gathered so far stays; `note` is a short line to show."""
+
+    type: Literal["fallback"] = "fallback"
+    from_model: str
+    to_model: str
+    reason: str  # overloaded, rate_limited, unavailable
+    note: str
+
+
 class ErrorEvent(_Event):
     type: Literal["error"] = "error"
     message: str
@@ -240,6 +254,7 @@ class FinalAnswer(BaseModel):
     error: str | None
     followups: list[str]
     metrics: RunMetrics
+    model: str = ""
 
     @classmethod
     def of(cls, result: RunResult) -> FinalAnswer:
@@ -266,7 +281,15 @@ def fit_rows(rows: list[list[Any]], max_bytes: int) -> list[list[Any]]:
 
 
 Event = Annotated[
-    ThinkingEvent | ExecutingEvent | ResultEvent | ChartEvent | AnswerEvent | FollowupsEvent | ErrorEvent | DoneEvent,
+    ThinkingEvent
+    | ExecutingEvent
+    | ResultEvent
+    | ChartEvent
+    | AnswerEvent
+    | FollowupsEvent
+    | FallbackEvent
+    | ErrorEvent
+    | DoneEvent,
     Field(discriminator="type"),
 ]
 
@@ -301,6 +324,7 @@ WireEvent = Annotated[
     | ChartEvent
     | AnswerEvent
     | FollowupsEvent
+    | FallbackEvent
     | ErrorEvent
     | FinishedEvent,
     Field(discriminator="type"),

@@ -14,9 +14,9 @@ from prometheus_client import CollectorRegistry
 from tqdm import tqdm
 
 from agent import linear_re
-from agent.config import Settings
+from agent.config import Settings, parse_models
 from agent.errors import EXIT_FAILED, EXIT_OK, UsageError
-from agent.llm import MISSING_KEY, LLMConfigError
+from agent.llm import LLMConfigError
 from agent.metrics import Metrics
 from evals.results import CaseResult, ResultsError, load_record
 from evals.suite import Case, Suite, SuiteError, default_suite_paths, load_suite, load_suites, select_cases
@@ -32,8 +32,14 @@ def add_evals_commands(commands: argparse._SubParsersAction[argparse.ArgumentPar
     run.add_argument("--filter", metavar="REGEX", help="only cases whose suite/id matches (e.g. 'safety/' or 'delay')")
     run.add_argument("--concurrency", type=int, default=4, metavar="N", help="cases run at once (default 4)")
     run.add_argument("--repeat", type=int, default=1, metavar="K", help="run each case K times to find flaky ones")
-    run.add_argument("--model", metavar="M", help="model under test (default AGENT_MODEL)")
-    run.add_argument("--judge-model", metavar="M", help="model of the rubric judge (default AGENT_MODEL)")
+    run.add_argument(
+        "--model",
+        metavar="M",
+        help="models under test, `[provider:]model[,...]` like AGENT_MODEL (default AGENT_MODEL)",
+    )
+    run.add_argument(
+        "--judge-model", metavar="M", help="models of the rubric judge, a list likewise (default AGENT_JUDGE_MODEL)"
+    )
     run.add_argument("--no-judge", action="store_true", help="skip the rubric judge")
     run.add_argument("--out", type=Path, metavar="DIR", help="where to write (default $AGENT_DATA_DIR/evals/<time>)")
     run.add_argument("--min-pass-rate", type=float, metavar="X", help="exit 1 when the pass rate (0 to 1) is below X")
@@ -65,10 +71,15 @@ async def _run(args: argparse.Namespace, settings: Settings) -> int:
 
     _check_run_options(args)
     suites, selected = _selection(args)
-    if settings.anthropic_api_key is None:
-        raise LLMConfigError(MISSING_KEY)
-    judge_model = None if args.no_judge else args.judge_model or settings.agent_model
-    settings = settings.model_copy(update={"agent_model": args.model or settings.agent_model})
+    model = _model_list("--model", args.model) or settings.agent_model
+    judge_model = None
+    if not args.no_judge:
+        judge_model = (
+            _model_list("--judge-model", args.judge_model) or settings.agent_judge_model or settings.agent_model
+        )
+    settings = settings.model_copy(update={"agent_model": model, "agent_judge_model": judge_model})
+    if problem := settings.missing_model_key():
+        raise LLMConfigError(problem)
     out = args.out or settings.agent_data_dir / "evals" / datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
     started_at, started = datetime.now(UTC).isoformat(timespec="seconds"), time.perf_counter()
     results = await _run_cases(args, settings, suites, selected, judge_model)
@@ -143,6 +154,17 @@ async def _run_cases(
     finally:
         progress.close()
         await app.close()
+
+
+def _model_list(option: str, value: str | None) -> str | None:
+    """A `[provider:]model` list given on the command line, checked like AGENT_MODEL."""
+    if value is None:
+        return None
+    try:
+        parse_models(value)
+    except ValueError as exc:
+        raise UsageError(f"{option}: {exc}") from None
+    return ",".join(part.strip() for part in value.split(","))
 
 
 def _check_run_options(args: argparse.Namespace) -> None:

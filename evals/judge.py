@@ -46,7 +46,8 @@ class Judge:
         self._temperature, self._max_tokens, self._max_result_chars = temperature, max_tokens, max_result_chars
 
     def request(self, question: str, rubric: str, result: RunResult) -> dict[str, Any]:
-        """The Messages API request: only the question, the answer, the rubric and the query results."""
+        """The neutral request (agent/llm/capabilities.py): only the question, the answer, the rubric and the
+        query results. `model` is the judge's model list, tried in order."""
         queries = [
             {"id": q.id, "question": q.question, "result": format_for_model(q.result, self._max_result_chars)}
             for q in result.queries
@@ -59,15 +60,14 @@ class Judge:
             "max_tokens": self._max_tokens,
             "system": self._prompts.render(SYSTEM_PROMPT),
             "messages": [{"role": "user", "content": prompt}],
+            "temperature": self._temperature,
         }
-        if self._temperature is not None:  # not an SDK parameter any more: sent in the body
-            request["extra_body"] = {"temperature": self._temperature}
         return request
 
     async def grade(self, question: str, rubric: str, result: RunResult) -> JudgeVerdict:
         try:
             turn = await self._llm.stream_turn(
-                **self.request(question, rubric, result), on_text=_ignore_text, on_restart=_ignore_restart
+                **self.request(question, rubric, result), on_text=_ignore_text, on_restart=_ignore_restart, role="judge"
             )
         except Exception as exc:  # a judge failure is recorded, never a crashed run
             return JudgeVerdict(model=self.model, error=f"{type(exc).__name__}: {exc}")
@@ -81,8 +81,8 @@ class Judge:
         try:
             passed, reason = parse_verdict(turn.text)
         except VerdictError as exc:
-            return JudgeVerdict(model=self.model, error=str(exc), tokens=tokens)
-        return JudgeVerdict(model=self.model, passed=passed, reason=reason, tokens=tokens)
+            return JudgeVerdict(model=turn.model, error=str(exc), tokens=tokens)
+        return JudgeVerdict(model=turn.model, passed=passed, reason=reason, tokens=tokens)
 
 
 def parse_verdict(text: str) -> tuple[bool, str]:

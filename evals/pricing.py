@@ -36,7 +36,9 @@ class PriceList(BaseModel, frozen=True):
     models: dict[str, Price]
 
     def price(self, model: str) -> Price | None:
-        """The model's price; a dated id (claude-x-4-5-20250929) falls back to the longest listed prefix."""
+        """The model's price; a dated id (claude-x-4-5-20250929) falls back to the longest listed prefix. A
+        list (`a,b`) is priced as its first model; `anthropic:` is the default provider and names no other price."""
+        model = model.split(",")[0].strip().removeprefix("anthropic:")
         if model in self.models:
             return self.models[model]
         prefixes = [name for name in self.models if model.startswith(f"{name}-")]

@@ -31,7 +31,20 @@ SERVER_PASSWORD = "password"
 DEMO_COUNTS = {"airlines": 16, "airports": 1458, "planes": 3322, "weather": 26115, "flights": 336776}
 
 
-ENV_PREFIXES = ("CLICKHOUSE_", "ANTHROPIC_", "AGENT_", "SLACK_", "MAX_", "EXPORT_", "SCHEMA_", "LOG_", "CHART_")
+ENV_PREFIXES = (
+    "CLICKHOUSE_",
+    "ANTHROPIC_",
+    "OPENAI_",
+    "AWS_REGION",
+    "CLOUD_ML_REGION",
+    "AGENT_",
+    "SLACK_",
+    "MAX_",
+    "EXPORT_",
+    "SCHEMA_",
+    "LOG_",
+    "CHART_",
+)
 
 
 @pytest.fixture(scope="session", autouse=True)

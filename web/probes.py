@@ -37,7 +37,7 @@ def summarized(body: dict[str, Any]) -> dict[str, Any]:
 
 async def readiness(agent: AgentApp, runs: RunRegistry | None) -> tuple[bool, dict[str, Any]]:
     checks: dict[str, str] = {
-        "model": "ok" if agent.settings.anthropic_api_key else "ANTHROPIC_API_KEY is not set",
+        "model": (agent.settings.missing_model_key() or "ok").split(";")[0],
         "accepting": "ok" if runs is None or runs.accepting else "shutting down",
     }
     try:

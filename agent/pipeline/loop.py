@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from agent.config import ModelRef
 from agent.db import DatabaseUnavailable
 from agent.llm import ContextOverflow, LLMClient, LLMError, ModelTurn
 from agent.logs import context_fields, log_context
@@ -52,7 +53,7 @@ log = logging.getLogger(__name__)
 class LoopSettings:
     """The loop's share of Settings (agent/config.py holds every default)."""
 
-    model: str
+    model: tuple[ModelRef, ...]  # in order: the next answers when one is overloaded or unavailable
     max_tokens: int
     max_rounds: int
     context_tokens: int
@@ -60,6 +61,7 @@ class LoopSettings:
     history_full_turns: int
     history_chars: int
     temperature: float | None  # None: send none (the API default)
+    thinking_budget: int | None = None  # None: no extended thinking
 
 
 class Pipeline:
@@ -116,8 +118,9 @@ class Pipeline:
                 "max_tokens": s.max_tokens,
                 "tools": self._prefix.tools,
                 "system": await self._prefix.system(platform),
-                # Not an SDK parameter (API version 2026-10-21 dropped sampling parameters): sent in the body.
-                **({"extra_body": {"temperature": s.temperature}} if s.temperature is not None else {}),
+                # Neutral capabilities, put in each provider's terms by agent/llm/capabilities.py.
+                "temperature": s.temperature,
+                "thinking_budget": s.thinking_budget,
             }
             await self._loop(state, request, messages)
             if followups and self._followups and state.answer and state.outcome is not Outcome.NO_DATA:
@@ -186,7 +189,12 @@ class Pipeline:
 
         try:
             turn = await self._llm.stream_turn(
-                **request, messages=with_rolling_breakpoint(messages), on_text=on_text, on_restart=on_restart
+                **request,
+                messages=with_rolling_breakpoint(messages),
+                on_text=on_text,
+                on_restart=on_restart,
+                on_fallback=state.record_fallback,
+                role=role,
             )
         except LLMError:
             state.record_failed_model_call(role)

@@ -8,13 +8,14 @@ import time
 from dataclasses import dataclass, field
 
 from agent.charts import Chart
-from agent.llm import ModelTurn
+from agent.llm import Fallback, ModelTurn
 from agent.metrics import Metrics
 from agent.runner import (
     Classification,
     Event,
     EventSink,
     ExecutedQuery,
+    FallbackEvent,
     Interface,
     Outcome,
     RunMetrics,
@@ -47,6 +48,7 @@ class RunState:
     executions_claimed: int = 0
     citation_retries: int = 0
     first_event_s: float | None = None
+    model: str = ""  # the model that gave the last turn
 
     def __post_init__(self) -> None:
         sink = self.emit
@@ -99,6 +101,17 @@ class RunState:
         self.metrics.llm_calls.labels(role, "ok").inc()
         self.metrics.llm_seconds.labels(role).observe(turn.elapsed_s)
         self.metrics.count_tokens(usage)
+        self.model = turn.model
+
+    async def record_fallback(self, fallback: Fallback) -> None:
+        """A model of the list was passed over: counted, and a short note in the stream."""
+        self.run_metrics.fallbacks += 1
+        self.metrics.count_fallback(fallback.role, fallback.reason)
+        reason = fallback.reason.replace("_", " ")
+        note = f"{fallback.from_model} is {reason}; going on with {fallback.to_model}."
+        await self.emit(
+            FallbackEvent(from_model=fallback.from_model, to_model=fallback.to_model, reason=fallback.reason, note=note)
+        )
 
     def record_failed_model_call(self, role: str) -> None:
         self.run_metrics.llm_calls += 1
@@ -158,6 +171,7 @@ class RunState:
             metrics=m,
             cancelled=self.outcome is Outcome.CANCELLED,
             error=self.error,
+            model=self.model,
         )
 
     def record_finished(self, result: RunResult) -> None:
@@ -186,5 +200,7 @@ class RunState:
                 "input_tokens": m.input_tokens,
                 "output_tokens": m.output_tokens,
                 "cache_read_tokens": m.cache_read_tokens,
+                "model": result.model,
+                "fallbacks": m.fallbacks,
             },
         )

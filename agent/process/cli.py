@@ -17,7 +17,7 @@ from typing import Any
 from agent.config import ConfigError, Settings, load_settings
 from agent.db import DatabaseUnavailable, format_for_model, open_database
 from agent.errors import EXIT_FAILED, EXIT_OK, EXIT_USAGE, UsageError
-from agent.llm import MISSING_KEY, LLMConfigError
+from agent.llm import LLMConfigError
 from agent.logs import configure_logging
 
 
@@ -154,8 +154,8 @@ async def _ask(args: argparse.Namespace, settings: Settings) -> int:
     from agent.process.terminal import TerminalPrinter
     from agent.runner import Outcome, ignore_events
 
-    if settings.anthropic_api_key is None:
-        raise LLMConfigError(MISSING_KEY)
+    if problem := settings.missing_model_key():
+        raise LLMConfigError(problem)
     app = AgentApp.start(settings)
     printer = ignore_events if args.json else TerminalPrinter()
     try:

@@ -306,8 +306,8 @@ async def _serve(
 
 
 def _warn_without_key(settings: Settings, web: bool) -> None:
-    if web and settings.anthropic_api_key is None:
-        announce(settings, "ANTHROPIC_API_KEY is not set; the page will load, but questions will fail.", warning=True)
+    if web and (problem := settings.missing_model_key()):
+        announce(settings, f"{problem} The page will load, but questions will fail.", warning=True)
 
 
 async def check_slack_token(settings: Settings, slack: bool | None) -> None:

@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 from agent.config import Settings
-from agent.llm import LLMClient, LLMError
+from agent.llm import Fallback, LLMClient, LLMError
 from agent.metrics import Metrics
 from agent.prompts import PromptError, PromptLibrary
 from agent.schema import SchemaCache
@@ -45,7 +45,7 @@ class ExampleQuestions:
         self, settings: Settings, *, llm: LLMClient, schema: SchemaCache, prompts: PromptLibrary, metrics: Metrics
     ) -> None:
         self._configured = list(settings.agent_example_questions)
-        self._model = settings.agent_followup_model
+        self._model = settings.models("followup")
         self._dir = settings.agent_data_dir / "examples"
         self._llm, self._schema, self._prompts, self._metrics = llm, schema, prompts, metrics
         self._known: dict[str, list[str]] = {}
@@ -107,6 +107,8 @@ class ExampleQuestions:
                     system=self._prompts.render("EXAMPLES.md"),
                     prompt=self._prompts.render("EXAMPLES_REQUEST.md", schema=schema_text),
                     max_tokens=400,
+                    on_fallback=self._fell_back,
+                    role="examples",
                 ),
                 GENERATION_TIMEOUT_S,
             )
@@ -130,6 +132,9 @@ class ExampleQuestions:
             partial.replace(self._path(version))
         except OSError as exc:  # kept in memory; asked again after a restart
             log.warning("example questions: could not cache them on disk (%s)", exc)
+
+    async def _fell_back(self, fallback: Fallback) -> None:
+        self._metrics.count_fallback(fallback.role, fallback.reason)
 
     async def close(self) -> None:
         if self._task is not None and not self._task.done():

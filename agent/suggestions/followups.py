@@ -6,7 +6,8 @@ import asyncio
 import logging
 from collections.abc import Sequence
 
-from agent.llm import LLMClient, LLMError
+from agent.config import ModelRef
+from agent.llm import Fallback, LLMClient, LLMError
 from agent.metrics import Metrics
 from agent.prompts import PromptLibrary
 from agent.runner import ExecutedQuery
@@ -18,7 +19,12 @@ MAX_FOLLOWUPS = 3
 
 class FollowupGenerator:
     def __init__(
-        self, llm: LLMClient, prompts: PromptLibrary, model: str, metrics: Metrics, timeout_s: float = 20.0
+        self,
+        llm: LLMClient,
+        prompts: PromptLibrary,
+        model: tuple[ModelRef, ...],
+        metrics: Metrics,
+        timeout_s: float = 20.0,
     ) -> None:
         self._llm, self._prompts, self._model, self._metrics = llm, prompts, model, metrics
         self._timeout_s = timeout_s
@@ -29,7 +35,12 @@ class FollowupGenerator:
             with self._metrics.llm_seconds.labels("followup").time():
                 text, usage = await asyncio.wait_for(
                     self._llm.complete(
-                        model=self._model, system=self._prompts.render("FOLLOWUP.md"), prompt=prompt, max_tokens=400
+                        model=self._model,
+                        system=self._prompts.render("FOLLOWUP.md"),
+                        prompt=prompt,
+                        max_tokens=400,
+                        on_fallback=self._fell_back,
+                        role="followup",
                     ),
                     self._timeout_s,
                 )
@@ -40,6 +51,9 @@ class FollowupGenerator:
         self._metrics.llm_calls.labels("followup", "ok").inc()
         self._metrics.count_tokens(usage)
         return parse_followups(text, exclude=question)
+
+    async def _fell_back(self, fallback: Fallback) -> None:
+        self._metrics.count_fallback(fallback.role, fallback.reason)
 
 
 def parse_followups(text: str, exclude: str = "") -> list[str]:

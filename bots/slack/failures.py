@@ -36,6 +36,7 @@ _PATTERNS = (  # (a phrase of the Runner's message, lower-cased, and what it mea
     ("prompt is too long", Failure.THREAD_TOO_LONG),
     ("context window", Failure.THREAD_TOO_LONG),
     ("anthropic_api_key", Failure.MODEL_SETUP),
+    ("openai_api_key", Failure.MODEL_SETUP),
     ("refused the key", Failure.MODEL_SETUP),
     ("rejected the request", Failure.MODEL_SETUP),
     ("clickhouse", Failure.DATABASE_UNREACHABLE),

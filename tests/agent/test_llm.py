@@ -14,7 +14,8 @@ import pytest
 from anthropic.types import RawContentBlockDeltaEvent, RawContentBlockStartEvent, RawContentBlockStopEvent
 
 from agent.config import DEFAULT_MODEL
-from agent.llm import LLMUnavailable, ModelTurn, _to_turn, _TurnBuilder
+from agent.llm import LLMUnavailable, ModelTurn
+from agent.llm.anthropic import _to_turn, _TurnBuilder
 from agent.loop_lag import worst_lag_during
 from tests.fakes.anthropic_api import CutOff, FakeAnthropic, Hang, Reply
 from tests.fakes.clients import make_llm
@@ -65,7 +66,7 @@ async def test_the_turn_built_from_raw_events_is_the_message_the_sdk_builds(fake
 
     try:
         streamed = await llm.stream_turn(on_text=collect, on_restart=_ignore, **_request())
-        whole = _to_turn(await llm._client.messages.create(**_request()), 0.0)
+        whole = _to_turn(await llm._providers["anthropic"]._client.messages.create(**_request()), 0.0)  # type: ignore[attr-defined]
     finally:
         await llm.close()
 

@@ -1,7 +1,9 @@
 """A fake of the Anthropic Messages API: a real HTTP server that validates requests the way the API
 does and answers in its wire format (JSON, or SSE when `stream` is true).
 
-Tests script the replies (`fake.script(Reply(...), ...)`); every request is recorded. Prompt
+Tests script the replies (`fake.script(Reply(...), ...)`) or give a model a behaviour of its own
+(`fake.for_model("claude-x", Failure(529, "overloaded_error"))`: a model that is persistently
+overloaded while the others answer from the script); every request is recorded. Prompt
 caching is simulated from the request's `cache_control` breakpoints, so usage figures
 (`cache_read_input_tokens`, `cache_creation_input_tokens`) behave like the real thing.
 """
@@ -90,6 +92,7 @@ class FakeAnthropic:
         self.requests: list[dict[str, Any]] = []
         self.disconnects = 0
         self._script: list[Scripted] = []
+        self._per_model: dict[str, Scripted] = {}
         self._default: Scripted | None = None
         self._lock = threading.Lock()
         self._cache: dict[str, int] = {}
@@ -117,6 +120,14 @@ class FakeAnthropic:
         with self._lock:
             self._script.extend(replies)
 
+    def for_model(self, model: str, reply: Scripted | None) -> None:
+        """Every request for `model` gets `reply` (None: back to the script)."""
+        with self._lock:
+            if reply is None:
+                self._per_model.pop(model, None)
+            else:
+                self._per_model[model] = reply
+
     def always(self, reply: Scripted | None) -> None:
         """A reply used whenever the script is empty (for load tests)."""
         self._default = reply
@@ -124,6 +135,7 @@ class FakeAnthropic:
     def reset(self) -> None:
         with self._lock:
             self._script.clear()
+            self._per_model.clear()
             self.requests.clear()
             self._cache.clear()
             self._default = None
@@ -136,6 +148,8 @@ class FakeAnthropic:
     def _next(self, body: dict[str, Any]) -> Scripted:
         with self._lock:
             self.requests.append(body)
+            if body.get("model") in self._per_model:
+                return self._per_model[body["model"]]
             if self._script:
                 return self._script.pop(0)
         if self._default is not None:
@@ -158,6 +172,7 @@ class FakeAnthropic:
                 raise ValidationError(f"{name}: Field required")
         if body["max_tokens"] < 1:
             raise ValidationError("max_tokens: must be greater than or equal to 1")
+        _validate_thinking(body.get("thinking"), body["max_tokens"])
         _validate_system(body.get("system"))
         _validate_tools(body.get("tools", []), body.get("tool_choice"))
         _validate_messages(body["messages"])
@@ -247,6 +262,20 @@ def _validate_system(system: Any) -> None:
             raise ValidationError(f"system.{index}.text: text content blocks must be non-empty")
 
 
+def _validate_thinking(thinking: Any, max_tokens: int) -> None:
+    """https://docs.anthropic.com/en/docs/build-with-claude/extended-thinking: budget_tokens at least 1,024
+    and below max_tokens."""
+    if thinking is None or thinking.get("type") in ("disabled", "adaptive"):
+        return
+    if thinking.get("type") != "enabled":
+        raise ValidationError("thinking.type: Input should be 'enabled', 'disabled' or 'adaptive'")
+    budget = thinking.get("budget_tokens")
+    if not isinstance(budget, int) or budget < 1024:
+        raise ValidationError("thinking.enabled.budget_tokens: Input should be greater than or equal to 1024")
+    if budget >= max_tokens:
+        raise ValidationError("`max_tokens` must be greater than `thinking.budget_tokens`")
+
+
 def _validate_tools(tools: Any, tool_choice: Any) -> None:
     if not isinstance(tools, list):
         raise ValidationError("tools: Input should be a valid list")
@@ -293,6 +322,9 @@ def _validate_messages(messages: list[Any]) -> None:
                 if not isinstance(block.get("input"), dict):
                     raise ValidationError(f"{where}.input: Input should be a valid dictionary")
                 tool_uses.add(block["id"])
+            elif kind in ("thinking", "redacted_thinking"):
+                if role != "assistant":
+                    raise ValidationError(f"{where}: thinking blocks are only allowed in assistant messages")
             elif kind == "tool_result":
                 if role != "user":
                     raise ValidationError(f"{where}: tool_result blocks are only allowed in user messages")

@@ -1,4 +1,5 @@
-"""The model client: Anthropic's async SDK, streaming, with honest error types.
+"""The Messages API provider: Anthropic's own API, Bedrock and Vertex, each through the anthropic SDK's
+async client (AsyncAnthropic, AsyncAnthropicBedrock, AsyncAnthropicVertex), streaming, with honest errors.
 
 The SDK already retries 408/409/429/5xx/529 responses (honouring retry-after); what it cannot
 retry is a 200 SSE stream that fails after it started (an `overloaded_error` event, a connection
@@ -12,8 +13,6 @@ import asyncio
 import json
 import random
 import time
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 import anthropic
@@ -21,61 +20,23 @@ import httpx2
 import jiter
 from anthropic import AsyncAnthropic
 
-from agent.config import Settings
+from agent.llm.turns import (
+    ContextOverflow,
+    FallbackReason,
+    LLMConfigError,
+    LLMError,
+    LLMUnavailable,
+    ModelTurn,
+    RestartSink,
+    TextSink,
+    Usage,
+)
 from agent.llm_priming import prime_sdk_parsers
 
-TextSink = Callable[[str], Awaitable[None]]
-MISSING_KEY = "ANTHROPIC_API_KEY is not set; the agent needs it to ask the model."
 _RETRYABLE_STREAM_ERRORS = {"overloaded_error", "api_error", "rate_limit_error"}
 # The SDK spends ~0.4 ms of CPU per stream event, and a buffered socket hands it thousands without
 # waiting (a long tool input arrives as 40-character deltas): yield to the loop at least this often.
 _YIELD_EVERY_S = 0.005
-
-
-class LLMError(Exception):
-    """The model call failed; the message is fit to show a person."""
-
-
-class LLMUnavailable(LLMError):
-    """Overloaded, rate limited or unreachable after retries: try again later."""
-
-
-class LLMConfigError(LLMError):
-    """Bad key, unknown model or a rejected request: a person must fix settings or code."""
-
-
-class ContextOverflow(LLMError):
-    """The prompt is longer than the model's context window."""
-
-
-@dataclass
-class Usage:
-    input_tokens: int = 0
-    output_tokens: int = 0
-    cache_read_tokens: int = 0
-    cache_creation_tokens: int = 0
-
-    def add(self, other: Usage) -> None:
-        self.input_tokens += other.input_tokens
-        self.output_tokens += other.output_tokens
-        self.cache_read_tokens += other.cache_read_tokens
-        self.cache_creation_tokens += other.cache_creation_tokens
-
-
-@dataclass
-class ModelTurn:
-    content: list[dict[str, Any]]  # API-shaped blocks, empty text blocks removed
-    stop_reason: str | None
-    usage: Usage = field(default_factory=Usage)
-    elapsed_s: float = 0.0
-
-    @property
-    def text(self) -> str:
-        return "".join(b["text"] for b in self.content if b["type"] == "text").strip()
-
-    @property
-    def tool_calls(self) -> list[dict[str, Any]]:
-        return [b for b in self.content if b["type"] == "tool_use"]
 
 
 def anthropic_client(*, api_key: str, base_url: str | None, max_retries: int, timeout_s: float) -> AsyncAnthropic:
@@ -91,31 +52,25 @@ def anthropic_client(*, api_key: str, base_url: str | None, max_retries: int, ti
     )
 
 
-class LLMClient:
-    def __init__(self, client: AsyncAnthropic, *, stream_retries: int = 4, retry_base_delay_s: float = 0.5) -> None:
+class AnthropicProvider:
+    """One Messages API endpoint. `request` is already in this API's terms (agent/llm/capabilities.py)."""
+
+    def __init__(
+        self,
+        client: AsyncAnthropic | Any,
+        *,
+        key_setting: str = "ANTHROPIC_API_KEY",
+        stream_retries: int = 4,
+        retry_base_delay_s: float = 0.5,
+    ) -> None:
         prime_sdk_parsers()  # once per process, before any event loop depends on this client
         self._client = client
+        self._key_setting = key_setting
         self._stream_retries = stream_retries
         self._retry_base_delay_s = retry_base_delay_s
 
-    @classmethod
-    def from_settings(cls, settings: Settings, **kwargs: Any) -> LLMClient:
-        if settings.anthropic_api_key is None:
-            raise LLMConfigError(MISSING_KEY)
-        client = anthropic_client(
-            api_key=settings.anthropic_api_key.get_secret_value(),
-            base_url=settings.anthropic_base_url,
-            max_retries=settings.agent_llm_max_retries,
-            timeout_s=settings.agent_llm_timeout_s,
-        )
-        return cls(client, stream_retries=settings.agent_llm_max_retries, **kwargs)
-
-    async def stream_turn(
-        self,
-        *,
-        on_text: TextSink,
-        on_restart: Callable[[], Awaitable[None]],
-        **request: Any,
+    async def stream(
+        self, model: str, request: dict[str, Any], on_text: TextSink, on_restart: RestartSink
     ) -> ModelTurn:
         """One streamed model call; text deltas go to `on_text` as they arrive."""
         for attempt in range(self._stream_retries + 1):
@@ -125,7 +80,7 @@ class LLMClient:
                 # The raw event stream, not `messages.stream()`: its helper rebuilds every event and the
                 # message so far in Python (`BaseModel.construct`, a Protocol check per object on 3.11):
                 # 8.2 ms of CPU a call against 4.8 ms raw (benchmarks/bench_llm.py). The turn is built here.
-                stream = await self._client.messages.create(stream=True, **request)
+                stream = await self._client.messages.create(model=model, stream=True, **request)
                 async with stream:
                     yielded = time.perf_counter()
                     async for event in stream:
@@ -141,7 +96,7 @@ class LLMClient:
                     raise LLMUnavailable("The model's reply was cut off before it ended; try again shortly.")
             except anthropic.APIStatusError as exc:
                 if not _retryable_in_stream(exc) or attempt == self._stream_retries:
-                    raise _translate(exc) from None
+                    raise _translate(exc, self._key_setting) from None
             except anthropic.APIConnectionError as exc:
                 if attempt == self._stream_retries:
                     raise LLMUnavailable(f"Could not reach the model API: {exc}") from None
@@ -153,18 +108,16 @@ class LLMClient:
             await asyncio.sleep(self._retry_base_delay_s * 2**attempt * (0.5 + random.random() / 2))
         raise AssertionError("unreachable")
 
-    async def complete(self, *, model: str, system: str, prompt: str, max_tokens: int) -> tuple[str, Usage]:
-        """A plain, non-streamed call (follow-ups)."""
+    async def complete(self, model: str, request: dict[str, Any]) -> ModelTurn:
+        """A plain, non-streamed call (follow-ups, example questions)."""
+        started = time.perf_counter()
         try:
-            message = await self._client.messages.create(
-                model=model, max_tokens=max_tokens, system=system, messages=[{"role": "user", "content": prompt}]
-            )
+            message = await self._client.messages.create(model=model, **request)
         except anthropic.APIStatusError as exc:
-            raise _translate(exc) from None
+            raise _translate(exc, self._key_setting) from None
         except anthropic.APIConnectionError as exc:
             raise LLMUnavailable(f"Could not reach the model API: {exc}") from None
-        turn = _to_turn(message, 0.0)
-        return turn.text, turn.usage
+        return _to_turn(message, time.perf_counter() - started)
 
     async def close(self) -> None:
         await self._client.close()
@@ -177,6 +130,8 @@ def _to_turn(message: Any, elapsed_s: float) -> ModelTurn:
             content.append({"type": "text", "text": block.text})
         elif block.type == "tool_use":
             content.append({"type": "tool_use", "id": block.id, "name": block.name, "input": block.input})
+        elif block.type == "thinking":
+            content.append({"type": "thinking", "thinking": block.thinking, "signature": block.signature})
     return ModelTurn(content=content, stop_reason=message.stop_reason, usage=_usage(message.usage), elapsed_s=elapsed_s)
 
 
@@ -191,8 +146,9 @@ def _usage(usage: Any) -> Usage:
 
 class _TurnBuilder:
     """A streamed reply's blocks, stop reason and usage, from its raw events
-    (https://docs.anthropic.com/en/api/messages-streaming). Block types other than text and tool_use
-    (thinking, server tools) are left out, as `_to_turn` leaves them out of a whole message."""
+    (https://docs.anthropic.com/en/api/messages-streaming). Thinking blocks are kept with their
+    signature (the API wants them back beside the tool calls they led to); other block types (server
+    tools) are left out, as `_to_turn` leaves them out of a whole message."""
 
     def __init__(self) -> None:
         self._blocks: dict[int, dict[str, Any]] = {}
@@ -213,6 +169,10 @@ class _TurnBuilder:
                 return str(delta.text)
             if delta.type == "input_json_delta" and event.index in self._json:
                 self._json[event.index].append(delta.partial_json)
+            elif delta.type == "thinking_delta" and event.index in self._blocks:
+                self._blocks[event.index]["thinking"] += delta.thinking
+            elif delta.type == "signature_delta" and event.index in self._blocks:
+                self._blocks[event.index]["signature"] += delta.signature
         elif kind == "content_block_start":
             block = event.content_block
             if block.type == "text":
@@ -220,6 +180,10 @@ class _TurnBuilder:
             elif block.type == "tool_use":
                 self._blocks[event.index] = {"type": "tool_use", "id": block.id, "name": block.name, "input": {}}
                 self._json[event.index] = []
+            elif block.type == "thinking":
+                self._blocks[event.index] = {"type": "thinking", "thinking": block.thinking, "signature": ""}
+            elif block.type == "redacted_thinking":
+                self._blocks[event.index] = {"type": "redacted_thinking", "data": block.data}
         elif kind == "content_block_stop" and event.index in self._json:
             self._blocks[event.index]["input"] = _tool_input("".join(self._json.pop(event.index)))
         elif kind == "message_start":
@@ -242,7 +206,7 @@ class _TurnBuilder:
 
     def turn(self, elapsed_s: float) -> ModelTurn:
         content = [
-            block for _, block in sorted(self._blocks.items()) if block["type"] == "tool_use" or block["text"].strip()
+            block for _, block in sorted(self._blocks.items()) if block["type"] != "text" or block["text"].strip()
         ]
         return ModelTurn(content=content, stop_reason=self._stop_reason, usage=self._usage, elapsed_s=elapsed_s)
 
@@ -272,15 +236,26 @@ def _retryable_in_stream(exc: anthropic.APIStatusError) -> bool:
     return exc.status_code == 200 and _error_type(exc) in _RETRYABLE_STREAM_ERRORS
 
 
-def _translate(exc: anthropic.APIStatusError) -> LLMError:
+def _unavailable_reason(exc: anthropic.APIStatusError) -> FallbackReason | None:
+    kind = _error_type(exc)
+    if exc.status_code == 529 or kind == "overloaded_error":
+        return "overloaded"
+    if exc.status_code == 429 or kind == "rate_limit_error":
+        return "rate_limited"
+    if exc.status_code >= 500 or kind == "api_error":
+        return "unavailable"
+    return None
+
+
+def _translate(exc: anthropic.APIStatusError, key_setting: str = "ANTHROPIC_API_KEY") -> LLMError:
     kind = _error_type(exc)
     message = _error_message(exc)
-    if exc.status_code in (429, 529) or exc.status_code >= 500 or kind in _RETRYABLE_STREAM_ERRORS:
+    if reason := _unavailable_reason(exc):
         return LLMUnavailable(
-            f"The model is overloaded or rate limited ({kind or exc.status_code}); try again shortly."
+            f"The model is overloaded or rate limited ({kind or exc.status_code}); try again shortly.", reason
         )
     if exc.status_code in (401, 403):
-        return LLMConfigError(f"The model API refused the key ({exc.status_code}): check ANTHROPIC_API_KEY.")
+        return LLMConfigError(f"The model API refused the key ({exc.status_code}): check {key_setting}.")
     if "prompt is too long" in message or ("context" in message and "exceed" in message):
         return ContextOverflow(message)
     return LLMConfigError(f"The model API rejected the request ({exc.status_code} {kind}): {message}")
@@ -290,19 +265,3 @@ def _error_message(exc: anthropic.APIStatusError) -> str:
     body = exc.body if isinstance(exc.body, dict) else {}
     error = body.get("error", {})
     return str(error.get("message", exc.message)) if isinstance(error, dict) else str(exc.message)
-
-
-class MissingKeyLLM(LLMClient):
-    """Stands in when no API key is configured, so a server can start and explain itself."""
-
-    def __init__(self) -> None:
-        pass
-
-    async def stream_turn(self, **_: Any) -> ModelTurn:
-        raise LLMConfigError(MISSING_KEY)
-
-    async def complete(self, **_: Any) -> tuple[str, Usage]:
-        raise LLMConfigError(MISSING_KEY)
-
-    async def close(self) -> None:
-        return None

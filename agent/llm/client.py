@@ -1,0 +1,183 @@
+"""The one model client every role uses: an ordered list of models per call, each served by its
+provider, falling back to the next when one is overloaded, rate limited past its retries or unreachable.
+
+A fallback keeps the run: the same messages (every earlier round, tool results included) go to the next
+model; only the reply the failed model had begun is dropped (`on_restart`). Errors that are the
+request's fault (invalid request, context too long, a refused key) are raised at once: another model
+would refuse the same request. After a model is passed over, calls start at the models after it for
+`cooldown_s`, so the rounds of a run do not wait out its retries again.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Mapping, Sequence
+from functools import lru_cache
+from typing import Any
+
+from agent.config import MISSING_ANTHROPIC_KEY, ModelRef, Provider, Settings, parse_models
+from agent.llm.capabilities import Capabilities, log_gaps, translate
+from agent.llm.providers import ModelProvider, providers_for
+from agent.llm.turns import (
+    Fallback,
+    FallbackSink,
+    LLMConfigError,
+    LLMUnavailable,
+    ModelTurn,
+    RestartSink,
+    TextSink,
+    Usage,
+    ignore_fallback,
+)
+
+log = logging.getLogger(__name__)
+
+
+Models = str | Sequence[ModelRef]
+
+
+@lru_cache(maxsize=64)
+def _parsed(text: str) -> tuple[ModelRef, ...]:
+    try:
+        return parse_models(text)
+    except ValueError as exc:
+        raise LLMConfigError(f"Bad model list: {exc}") from None
+
+
+class LLMClient:
+    def __init__(
+        self,
+        providers: Mapping[Provider, ModelProvider],
+        *,
+        caps: Capabilities | None = None,
+        cooldown_s: float = 30.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._providers = dict(providers)
+        self._caps = caps or Capabilities()
+        self._cooldown_s = cooldown_s
+        self._clock = clock
+        self._passed_over: dict[ModelRef, float] = {}
+
+    @classmethod
+    def from_settings(cls, settings: Settings, **kwargs: Any) -> LLMClient:
+        refs = [*settings.models("main"), *settings.models("followup"), *settings.models("judge")]
+        caps = Capabilities(prompt_caching=settings.agent_prompt_caching)
+        log_gaps(refs, caps=caps, thinking_budget=settings.agent_thinking_budget)
+        return cls(
+            providers_for(settings, {ref.provider for ref in refs}),
+            caps=caps,
+            cooldown_s=settings.agent_model_cooldown_s,
+            **kwargs,
+        )
+
+    def order(self, models: Models) -> list[ModelRef]:
+        """The list as this call tries it: models passed over in the last `cooldown_s` go last."""
+        refs = _parsed(models) if isinstance(models, str) else tuple(models)
+        now = self._clock()
+        resting = {ref for ref in refs if self._passed_over.get(ref, float("-inf")) > now}
+        return [ref for ref in refs if ref not in resting] + [ref for ref in refs if ref in resting]
+
+    async def stream_turn(
+        self,
+        *,
+        model: Models,
+        on_text: TextSink,
+        on_restart: RestartSink,
+        on_fallback: FallbackSink = ignore_fallback,
+        role: str = "main",
+        **request: Any,
+    ) -> ModelTurn:
+        """One streamed model call (a neutral request: see agent/llm/capabilities.py); text deltas go to
+        `on_text` as they arrive. `turn.model` names the model that answered."""
+        refs = self.order(model)
+        for index, ref in enumerate(refs):
+            sent = False
+
+            async def text(delta: str) -> None:
+                nonlocal sent
+                sent = True
+                await on_text(delta)
+
+            async def restart() -> None:
+                nonlocal sent
+                sent = False
+                await on_restart()
+
+            try:
+                provider_request = translate(ref.provider, request, self._caps)
+                turn = await self._provider(ref).stream(ref.name, provider_request, text, restart)
+            except LLMUnavailable as exc:
+                if index == len(refs) - 1:
+                    raise
+                if sent:  # the failed model's partial reply is not the answer
+                    await on_restart()
+                await self._fall_back(exc, ref, refs[index + 1], role, on_fallback)
+                continue
+            turn.model = str(ref)
+            return turn
+        raise LLMConfigError("No model is configured for this call.")
+
+    async def complete(
+        self,
+        *,
+        model: Models,
+        system: str,
+        prompt: str,
+        max_tokens: int,
+        on_fallback: FallbackSink = ignore_fallback,
+        role: str = "followup",
+    ) -> tuple[str, Usage]:
+        """A plain, non-streamed call (follow-ups, example questions), with the same fallback."""
+        turn = await self.complete_turn(
+            model=model, system=system, prompt=prompt, max_tokens=max_tokens, on_fallback=on_fallback, role=role
+        )
+        return turn.text, turn.usage
+
+    async def complete_turn(
+        self,
+        *,
+        model: Models,
+        system: str,
+        prompt: str,
+        max_tokens: int,
+        on_fallback: FallbackSink = ignore_fallback,
+        role: str = "followup",
+    ) -> ModelTurn:
+        request = {"max_tokens": max_tokens, "system": system, "messages": [{"role": "user", "content": prompt}]}
+        refs = self.order(model)
+        for index, ref in enumerate(refs):
+            try:
+                provider_request = translate(ref.provider, request, self._caps)
+                turn = await self._provider(ref).complete(ref.name, provider_request)
+            except LLMUnavailable as exc:
+                if index == len(refs) - 1:
+                    raise
+                await self._fall_back(exc, ref, refs[index + 1], role, on_fallback)
+                continue
+            turn.model = str(ref)
+            return turn
+        raise LLMConfigError("No model is configured for this call.")
+
+    def _provider(self, ref: ModelRef) -> ModelProvider:
+        provider = self._providers.get(ref.provider)
+        if provider is None:
+            raise LLMConfigError(f"{ref}: no {ref.provider} client is configured in this process.")
+        return provider
+
+    async def _fall_back(
+        self, exc: LLMUnavailable, failed: ModelRef, after: ModelRef, role: str, on_fallback: FallbackSink
+    ) -> None:
+        if self._cooldown_s > 0:
+            self._passed_over[failed] = self._clock() + self._cooldown_s
+        note = Fallback(role=role, from_model=str(failed), to_model=str(after), reason=exc.reason)
+        log.warning("model %s %s (%s); %s goes on with %s", failed, exc.reason, exc, role, after)
+        await on_fallback(note)
+
+    async def close(self) -> None:
+        for provider in self._providers.values():
+            await provider.close()
+
+
+MISSING_KEY = MISSING_ANTHROPIC_KEY

@@ -1,0 +1,322 @@
+"""The OpenAI-compatible provider: Chat Completions through the `openai` SDK (OpenAI itself, vLLM, Ollama,
+any server that speaks it), streamed, with tool calls and usage, turned into the same `ModelTurn` the
+Messages API gives. The pipeline's Messages-API-shaped request is translated here, both ways:
+
+- system text blocks -> one `system` message; tools -> `function` tools with the same JSON schema;
+- an assistant turn's text and `tool_use` blocks -> one assistant message with `tool_calls`;
+- a user turn's `tool_result` blocks -> `tool` messages (first, as Chat Completions wants them right
+  after the assistant message that called), its text -> a user message after them;
+- thinking blocks and cache hints have no counterpart and are left out (agent/llm/capabilities.py).
+
+Reference: https://platform.openai.com/docs/api-reference/chat/create and .../chat-streaming.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import re
+import time
+from typing import Any
+
+import openai
+from openai import AsyncOpenAI
+
+from agent.llm.anthropic import _tool_input
+from agent.llm.turns import (
+    ContextOverflow,
+    FallbackReason,
+    LLMConfigError,
+    LLMError,
+    LLMUnavailable,
+    ModelTurn,
+    RestartSink,
+    TextSink,
+    Usage,
+)
+
+# finish_reason -> the Messages API's stop_reason, which the pipeline reads.
+_STOP_REASONS = {"stop": "end_turn", "tool_calls": "tool_use", "length": "max_tokens", "content_filter": "refusal"}
+_YIELD_EVERY_S = 0.005
+_TOOL_ID = re.compile(r"[^a-zA-Z0-9_-]")  # the Messages API's tool_use id pattern, should a later model be Claude
+
+
+def openai_client(*, api_key: str, base_url: str | None, max_retries: int, timeout_s: float) -> AsyncOpenAI:
+    """The SDK's client over its aiohttp transport, as the Anthropic client is (agent/llm/anthropic.py)."""
+    return AsyncOpenAI(
+        api_key=api_key,
+        base_url=base_url,
+        max_retries=max_retries,
+        timeout=timeout_s,
+        http_client=openai.DefaultAioHttpClient(timeout=timeout_s),
+    )
+
+
+class OpenAIProvider:
+    def __init__(self, client: AsyncOpenAI, *, stream_retries: int = 4, retry_base_delay_s: float = 0.5) -> None:
+        self._client = client
+        self._stream_retries = stream_retries
+        self._retry_base_delay_s = retry_base_delay_s
+
+    async def stream(
+        self, model: str, request: dict[str, Any], on_text: TextSink, on_restart: RestartSink
+    ) -> ModelTurn:
+        params = chat_request(model, request)
+        for attempt in range(self._stream_retries + 1):
+            started = time.perf_counter()
+            builder = _ChunkBuilder()
+            try:
+                stream = await self._client.chat.completions.create(
+                    **params, stream=True, stream_options={"include_usage": True}
+                )
+                async with stream:
+                    yielded = time.perf_counter()
+                    async for chunk in stream:
+                        text = builder.add(chunk)
+                        if text:
+                            await on_text(text)
+                        if time.perf_counter() - yielded > _YIELD_EVERY_S:
+                            await asyncio.sleep(0)
+                            yielded = time.perf_counter()
+                if builder.finished:
+                    return builder.turn(time.perf_counter() - started)
+                if attempt == self._stream_retries:  # no finish_reason: the stream was cut off
+                    raise LLMUnavailable("The model's reply was cut off before it ended; try again shortly.")
+            except openai.APIStatusError as exc:  # the SDK has already retried 408/409/429/5xx
+                raise _translate(exc) or _rejected(exc) from None
+            except openai.APIConnectionError as exc:
+                if attempt == self._stream_retries:
+                    raise LLMUnavailable(f"Could not reach the model server: {type(exc).__name__}") from None
+            except openai.APIError as exc:  # an `error` object inside a 200 stream
+                if attempt == self._stream_retries or _stream_error(exc) is None:
+                    failed = LLMConfigError(f"The model server failed the request: {exc.message}")
+                    raise _stream_error(exc) or failed from None
+            if builder.sent_text:
+                await on_restart()
+            await asyncio.sleep(self._retry_base_delay_s * 2**attempt * (0.5 + random.random() / 2))
+        raise AssertionError("unreachable")
+
+    async def complete(self, model: str, request: dict[str, Any]) -> ModelTurn:
+        started = time.perf_counter()
+        try:
+            completion = await self._client.chat.completions.create(**chat_request(model, request))
+        except openai.APIStatusError as exc:
+            raise _translate(exc) or _rejected(exc) from None
+        except openai.APIConnectionError as exc:
+            raise LLMUnavailable(f"Could not reach the model server: {type(exc).__name__}") from None
+        choice = completion.choices[0]
+        content: list[dict[str, Any]] = []
+        if choice.message.content and choice.message.content.strip():
+            content.append({"type": "text", "text": choice.message.content})
+        for call in choice.message.tool_calls or []:
+            if call.type == "function":
+                content.append(_tool_use(call.id, call.function.name, call.function.arguments))
+        return ModelTurn(
+            content=content,
+            stop_reason=_STOP_REASONS.get(choice.finish_reason, choice.finish_reason),
+            usage=_usage(completion.usage),
+            elapsed_s=time.perf_counter() - started,
+        )
+
+    async def close(self) -> None:
+        await self._client.close()
+
+
+# --- the request, Messages API shape -> Chat Completions ---
+
+
+def chat_request(model: str, request: dict[str, Any]) -> dict[str, Any]:
+    """Chat Completions parameters for a request already through `capabilities.translate`."""
+    unknown = set(request) - {"max_tokens", "temperature", "system", "tools", "tool_choice", "messages"}
+    if unknown:
+        raise LLMConfigError(f"The OpenAI-compatible provider cannot send {sorted(unknown)}")
+    messages: list[dict[str, Any]] = []
+    system = request.get("system")
+    if system:
+        text = system if isinstance(system, str) else "\n\n".join(block["text"] for block in system)
+        messages.append({"role": "system", "content": text})
+    for message in request["messages"]:
+        messages += _messages(message)
+    params: dict[str, Any] = {"model": model, "messages": messages}
+    if "max_tokens" in request:
+        # `max_tokens`, not `max_completion_tokens`: vLLM takes both, Ollama only this one.
+        params["max_tokens"] = request["max_tokens"]
+    if request.get("temperature") is not None:
+        params["temperature"] = request["temperature"]
+    if request.get("tools"):
+        params["tools"] = [
+            {
+                "type": "function",
+                "function": {
+                    "name": tool["name"],
+                    "description": tool.get("description", ""),
+                    "parameters": tool["input_schema"],
+                },
+            }
+            for tool in request["tools"]
+        ]
+        if choice := request.get("tool_choice"):
+            params["tool_choice"] = _tool_choice(choice)
+    return params
+
+
+def _tool_choice(choice: dict[str, Any]) -> Any:
+    kind = choice.get("type")
+    if kind == "tool":
+        return {"type": "function", "function": {"name": choice["name"]}}
+    return {"any": "required", "none": "none"}.get(kind or "auto", "auto")
+
+
+def _messages(message: dict[str, Any]) -> list[dict[str, Any]]:
+    content = message["content"]
+    blocks = [{"type": "text", "text": content}] if isinstance(content, str) else content
+    texts = [block["text"] for block in blocks if block["type"] == "text" and block["text"].strip()]
+    if message["role"] == "assistant":
+        calls = [
+            {
+                "id": block["id"],
+                "type": "function",
+                "function": {"name": block["name"], "arguments": json.dumps(block["input"], ensure_ascii=False)},
+            }
+            for block in blocks
+            if block["type"] == "tool_use"
+        ]
+        out: dict[str, Any] = {"role": "assistant", "content": "\n\n".join(texts) or None}
+        if calls:
+            out["tool_calls"] = calls
+        return [out] if out["content"] or calls else []
+    results = [
+        {"role": "tool", "tool_call_id": block["tool_use_id"], "content": _result_text(block)}
+        for block in blocks
+        if block["type"] == "tool_result"
+    ]
+    return results + ([{"role": "user", "content": "\n\n".join(texts)}] if texts else [])
+
+
+def _result_text(block: dict[str, Any]) -> str:
+    content = block.get("content", "")
+    text = content if isinstance(content, str) else "\n".join(b.get("text", "") for b in content)
+    return f"Error: {text}" if block.get("is_error") else text
+
+
+# --- the reply, Chat Completions stream -> a Messages-API-shaped turn ---
+
+
+class _ChunkBuilder:
+    """A streamed completion's text, tool calls (whose id and name come in the first delta of their
+    index, their arguments in pieces after it), finish reason and usage (in a last chunk with no choices,
+    asked for with `stream_options.include_usage`)."""
+
+    def __init__(self) -> None:
+        self._text: list[str] = []
+        self._calls: dict[int, dict[str, Any]] = {}
+        self._finish: str | None = None
+        self._usage = Usage()
+        self.sent_text = False
+        self.finished = False
+
+    def add(self, chunk: Any) -> str:
+        if chunk.usage is not None:
+            self._usage = _usage(chunk.usage)
+        text = ""
+        for choice in chunk.choices:
+            if choice.index != 0:
+                continue
+            delta = choice.delta
+            if delta.content:
+                self._text.append(delta.content)
+                text += delta.content
+            for call in delta.tool_calls or []:
+                entry = self._calls.setdefault(call.index, {"id": "", "name": "", "arguments": []})
+                if call.id:
+                    entry["id"] = call.id
+                if call.function is not None:
+                    if call.function.name:
+                        entry["name"] += call.function.name
+                    if call.function.arguments:
+                        entry["arguments"].append(call.function.arguments)
+            if choice.finish_reason:
+                self._finish, self.finished = choice.finish_reason, True
+        self.sent_text = self.sent_text or bool(text)
+        return text
+
+    def turn(self, elapsed_s: float) -> ModelTurn:
+        content: list[dict[str, Any]] = []
+        text = "".join(self._text)
+        if text.strip():
+            content.append({"type": "text", "text": text})
+        for index, call in sorted(self._calls.items()):
+            content.append(_tool_use(call["id"] or f"call_{index}", call["name"], "".join(call["arguments"])))
+        stop = _STOP_REASONS.get(self._finish or "", self._finish)
+        return ModelTurn(content=content, stop_reason=stop, usage=self._usage, elapsed_s=elapsed_s)
+
+
+def _tool_use(call_id: str, name: str, arguments: str) -> dict[str, Any]:
+    tool_input = _tool_input(arguments)
+    return {
+        "type": "tool_use",
+        "id": _TOOL_ID.sub("_", call_id),
+        "name": name,
+        "input": tool_input if isinstance(tool_input, dict) else {},
+    }
+
+
+def _usage(usage: Any) -> Usage:
+    """prompt_tokens counts the cached ones too (prompt_tokens_details.cached_tokens)."""
+    if usage is None:
+        return Usage()
+    details = usage.prompt_tokens_details
+    cached = (details.cached_tokens or 0) if details is not None else 0
+    return Usage(
+        input_tokens=max(0, (usage.prompt_tokens or 0) - cached),
+        output_tokens=usage.completion_tokens or 0,
+        cache_read_tokens=cached,
+    )
+
+
+# --- errors (https://platform.openai.com/docs/guides/error-codes) ---
+
+
+def _body_error(body: object) -> dict[str, Any]:
+    if isinstance(body, dict):
+        error = body.get("error", body)
+        if isinstance(error, dict):
+            return error
+    return {}
+
+
+def _translate(exc: openai.APIStatusError) -> LLMError | None:
+    """The error as one of ours, or None for a request fault `_rejected` words."""
+    error = _body_error(exc.body)
+    code, message = str(error.get("code") or ""), str(error.get("message") or exc.message)
+    reason: FallbackReason | None = None
+    if exc.status_code in (429, 503) and (code == "server_is_overloaded" or "overloaded" in message.lower()):
+        reason = "overloaded"  # 503 server_is_overloaded; older servers say so with a 429
+    elif exc.status_code == 429:
+        reason = "rate_limited"
+    elif exc.status_code >= 500:
+        reason = "unavailable"
+    if reason is not None:
+        return LLMUnavailable(
+            f"The model is overloaded or rate limited ({exc.status_code}); try again shortly.", reason
+        )
+    if exc.status_code in (401, 403):
+        return LLMConfigError(f"The model server refused the key ({exc.status_code}): check OPENAI_API_KEY.")
+    if code == "context_length_exceeded" or "maximum context length" in message:
+        return ContextOverflow(message)
+    return None
+
+
+def _rejected(exc: openai.APIStatusError) -> LLMError:
+    error = _body_error(exc.body)
+    message = str(error.get("message") or exc.message)
+    return LLMConfigError(f"The model server rejected the request ({exc.status_code}): {message}")
+
+
+def _stream_error(exc: openai.APIError) -> LLMError | None:
+    """An error object in a 200 stream: a server error is worth asking again; anything else is not."""
+    error = _body_error(exc.body)
+    if str(error.get("type") or "") in ("server_error", "internal_error") or "overloaded" in exc.message.lower():
+        return LLMUnavailable(f"The model server failed mid-reply: {exc.message}")
+    return None

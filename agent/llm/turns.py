@@ -1,0 +1,82 @@
+"""What every provider hands back: one model turn in the Messages API's block shape (the pipeline's own
+shape, whichever provider answered), its usage, the errors callers catch, and the note a fallback leaves."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+TextSink = Callable[[str], Awaitable[None]]
+RestartSink = Callable[[], Awaitable[None]]
+# Why a run moved on to the next model: a bounded set (a metric label).
+FallbackReason = Literal["overloaded", "rate_limited", "unavailable"]
+FALLBACK_REASONS: tuple[FallbackReason, ...] = ("overloaded", "rate_limited", "unavailable")
+
+
+class LLMError(Exception):
+    """The model call failed; the message is fit to show a person."""
+
+
+class LLMUnavailable(LLMError):
+    """Overloaded, rate limited or unreachable after retries: try again later, or another model now."""
+
+    def __init__(self, message: str, reason: FallbackReason = "unavailable") -> None:
+        super().__init__(message)
+        self.reason: FallbackReason = reason
+
+
+class LLMConfigError(LLMError):
+    """Bad key, unknown model or a rejected request: a person must fix settings or code."""
+
+
+class ContextOverflow(LLMError):
+    """The prompt is longer than the model's context window."""
+
+
+@dataclass
+class Usage:
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_read_tokens: int = 0
+    cache_creation_tokens: int = 0
+
+    def add(self, other: Usage) -> None:
+        self.input_tokens += other.input_tokens
+        self.output_tokens += other.output_tokens
+        self.cache_read_tokens += other.cache_read_tokens
+        self.cache_creation_tokens += other.cache_creation_tokens
+
+
+@dataclass
+class ModelTurn:
+    content: list[dict[str, Any]]  # Messages-API-shaped blocks (text, tool_use, thinking), empty text removed
+    stop_reason: str | None  # end_turn, tool_use, max_tokens, ... (an OpenAI finish_reason is mapped to these)
+    usage: Usage = field(default_factory=Usage)
+    elapsed_s: float = 0.0
+    model: str = ""  # `provider:name` of the model that answered
+
+    @property
+    def text(self) -> str:
+        return "".join(b["text"] for b in self.content if b["type"] == "text").strip()
+
+    @property
+    def tool_calls(self) -> list[dict[str, Any]]:
+        return [b for b in self.content if b["type"] == "tool_use"]
+
+
+@dataclass(frozen=True)
+class Fallback:
+    """A model was passed over for the next in its role's list."""
+
+    role: str
+    from_model: str
+    to_model: str
+    reason: FallbackReason
+
+
+FallbackSink = Callable[[Fallback], Awaitable[None]]
+
+
+async def ignore_fallback(_: Fallback) -> None:
+    return None

@@ -416,9 +416,8 @@ class Settings(BaseSettings):
         text = {"main": self.agent_model, "followup": self.agent_followup_model, "judge": self.agent_judge_model}[role]
         return parse_models(text or self.agent_model)
 
-    def missing_model_key(self) -> str | None:
-        """What keeps the configured models from being asked, in one line (None: nothing known)."""
-        roles: tuple[Role, ...] = ("main", "followup", "judge")
+    def missing_model_key(self, roles: tuple[Role, ...] = ("main", "followup")) -> str | None:
+        """What keeps the models of these roles from being asked, in one line (None: nothing known)."""
         used = {ref.provider for role in roles for ref in self.models(role)}
         if "anthropic" in used and self.anthropic_api_key is None:
             return MISSING_ANTHROPIC_KEY

@@ -78,7 +78,7 @@ async def _run(args: argparse.Namespace, settings: Settings) -> int:
             _model_list("--judge-model", args.judge_model) or settings.agent_judge_model or settings.agent_model
         )
     settings = settings.model_copy(update={"agent_model": model, "agent_judge_model": judge_model})
-    if problem := settings.missing_model_key():
+    if problem := settings.missing_model_key(("main", "judge") if judge_model else ("main",)):
         raise LLMConfigError(problem)
     out = args.out or settings.agent_data_dir / "evals" / datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
     started_at, started = datetime.now(UTC).isoformat(timespec="seconds"), time.perf_counter()

@@ -23,6 +23,7 @@ from agent.metrics import Metrics
 from tests.fakes.anthropic_api import FakeAnthropic
 from tests.fakes.clickhouse_http import FakeClickHouse, default_users
 from tests.fakes.clients import make_llm
+from tests.fakes.openai_api import FakeOpenAI
 from tests.fakes.slack_api import FakeSlack, FakeSocketMode
 
 # Runs for seconds on one core and stays under the row limit: long enough to watch and cancel.
@@ -151,6 +152,23 @@ def fake_anthropic(fake_anthropic_server: FakeAnthropic) -> Iterator[FakeAnthrop
     fake_anthropic_server.reset()
 
 
+# --- an OpenAI-compatible model server: the real openai SDK against a fake Chat Completions API ---
+
+
+@pytest.fixture(scope="session")
+def fake_openai_server() -> Iterator[FakeOpenAI]:
+    server = FakeOpenAI().start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def fake_openai(fake_openai_server: FakeOpenAI) -> Iterator[FakeOpenAI]:
+    fake_openai_server.reset()
+    yield fake_openai_server
+    fake_openai_server.reset()
+
+
 # --- Slack: the real SDKs against a fake Web API (and Socket Mode) over HTTP ---
 
 
@@ -183,9 +201,10 @@ def metrics() -> Metrics:
 
 @pytest.fixture
 async def make_app(
-    settings: Settings, db: Database, fake_anthropic: FakeAnthropic, metrics: Metrics
+    settings: Settings, db: Database, fake_anthropic: FakeAnthropic, fake_openai: FakeOpenAI, metrics: Metrics
 ) -> AsyncIterator[Callable[..., AgentApp]]:
-    """An AgentApp on the demo data and the fake model; keyword overrides change settings."""
+    """An AgentApp on the demo data and the fake models (`anthropic:` on the Messages API fake, `openai:` on the
+    Chat Completions fake); keyword overrides change settings."""
     apps: list[AgentApp] = []
 
     def build(database: Database | None = None, **overrides: Any) -> AgentApp:
@@ -193,7 +212,8 @@ async def make_app(
         configured = make_settings(
             **{**settings.model_dump(), "anthropic_base_url": fake_anthropic.base_url, **overrides}
         )
-        app = AgentApp.start(configured, llm=make_llm(fake_anthropic), db=database or db, metrics=metrics)
+        llm = make_llm(fake_anthropic, openai=fake_openai, cooldown_s=configured.agent_model_cooldown_s)
+        app = AgentApp.start(configured, llm=llm, db=database or db, metrics=metrics)
         apps.append(app)
         return app
 

@@ -20,7 +20,7 @@ from agent.loop_lag import worst_lag_during
 from tests.fakes.anthropic_api import CutOff, FakeAnthropic, Hang, Reply
 from tests.fakes.clients import make_llm
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 LONGEST_SQL = "SELECT 1 IN (" + ",".join(["1"] * 29_000) + ")"  # near the 60,000 characters a statement may take
 MAX_LAG_S = 0.05
 

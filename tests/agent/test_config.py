@@ -66,3 +66,43 @@ def test_ask_without_a_key_is_one_line_and_exit_2(monkeypatch: pytest.MonkeyPatc
     out, err = capsys.readouterr()
     assert err.strip() == "error: ANTHROPIC_API_KEY is not set; the agent needs it to ask the model."
     assert json.loads(out) == {"error": "ANTHROPIC_API_KEY is not set; the agent needs it to ask the model."}
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ("claude-sonnet-5-5,", "AGENT_MODEL: Value error, 'claude-sonnet-5-5,': an empty entry"),
+        ("azure:gpt-5", "AGENT_MODEL: Value error, 'azure:gpt-5': unknown provider 'azure'"),
+        ("openai:", "AGENT_MODEL: Value error, 'openai:': the model name after openai: is empty"),
+        ("a,a", "AGENT_MODEL: Value error, 'a' is listed twice"),
+    ],
+)
+def test_a_bad_model_list_is_one_line_naming_the_variable(
+    monkeypatch: pytest.MonkeyPatch, value: str, message: str
+) -> None:
+    monkeypatch.setenv("AGENT_MODEL", value)
+    with pytest.raises(ConfigError) as caught:
+        load_settings()
+    assert str(caught.value).startswith(message) and "\n" not in str(caught.value)
+
+
+def test_model_lists_name_a_provider_or_default_to_anthropic(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AGENT_MODEL", " claude-sonnet-5-5 , bedrock:anthropic.claude-x ,openai:llama3.1:8b")
+    settings = load_settings()
+    assert [str(ref) for ref in settings.models("main")] == [
+        "anthropic:claude-sonnet-5-5",
+        "bedrock:anthropic.claude-x",
+        "openai:llama3.1:8b",  # Ollama's names hold a colon: only the first one separates the provider
+    ]
+    assert settings.models("judge") == settings.models("main")  # unset: the judge uses AGENT_MODEL
+    assert [str(ref) for ref in settings.models("followup")] == [f"anthropic:{DEFAULT_FOLLOWUP_MODEL}"]
+
+
+def test_the_missing_key_is_the_one_the_configured_providers_need(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AGENT_MODEL", "openai:llama3.1:8b")
+    monkeypatch.setenv("AGENT_FOLLOWUP_MODEL", "openai:llama3.1:8b")
+    assert load_settings().missing_model_key() == (
+        "OPENAI_API_KEY is not set; `openai:` models on OpenAI's API need it (or set OPENAI_BASE_URL)."
+    )
+    monkeypatch.setenv("OPENAI_BASE_URL", "http://localhost:11434/v1")  # a local server needs no key
+    assert load_settings().missing_model_key() is None

@@ -1,0 +1,171 @@
+"""The OpenAI-compatible provider: the pipeline's Messages-API-shaped conversation goes out as Chat
+Completions the strict fake accepts, and the streamed reply comes back as the same `ModelTurn`."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from agent.llm import ContextOverflow, LLMConfigError, LLMUnavailable
+from agent.llm.openai_chat import chat_request
+from tests.fakes.clients import openai_provider
+from tests.fakes.openai_api import Failure, FakeOpenAI, MidStreamError, Reply, overloaded, rate_limited
+
+TOOLS = [
+    {
+        "name": "execute_sql",
+        "description": "Run SQL.",
+        "input_schema": {"type": "object", "properties": {"queries": {"type": "array"}}, "required": ["queries"]},
+    },
+    {"name": "think", "description": "Think.", "input_schema": {"type": "object", "properties": {}}},
+]
+EPHEMERAL = {"type": "ephemeral"}
+# Two rounds of the pipeline, as it keeps them: a narration and two calls, their results (one failed), a nudge.
+CONVERSATION: list[dict[str, Any]] = [
+    {"role": "user", "content": [{"type": "text", "text": "How many flights?"}]},
+    {
+        "role": "assistant",
+        "content": [
+            {"type": "thinking", "thinking": "hm", "signature": "sig"},
+            {"type": "text", "text": "Counting."},
+            {"type": "tool_use", "id": "toolu_01", "name": "think", "input": {"content": "plan"}},
+            {"type": "tool_use", "id": "toolu_02", "name": "execute_sql", "input": {"queries": [{"sql": "SELECT 1"}]}},
+        ],
+    },
+    {
+        "role": "user",
+        "content": [
+            {"type": "tool_result", "tool_use_id": "toolu_01", "content": "ok"},
+            {"type": "tool_result", "tool_use_id": "toolu_02", "content": "syntax error", "is_error": True},
+            {"type": "text", "text": "Wrap up soon.", "cache_control": EPHEMERAL},
+        ],
+    },
+]
+
+
+async def _ignore(*_: Any) -> None:
+    return None
+
+
+def request(**extra: Any) -> dict[str, Any]:
+    system = [{"type": "text", "text": "Rules."}, {"type": "text", "text": "Schema.", "cache_control": EPHEMERAL}]
+    return {"max_tokens": 512, "system": system, "tools": TOOLS, "messages": CONVERSATION, **extra}
+
+
+def test_the_conversation_is_translated_to_chat_completions() -> None:
+    params = chat_request("m", request(tool_choice={"type": "none"}))
+    assert params["messages"] == [
+        {"role": "system", "content": "Rules.\n\nSchema."},
+        {"role": "user", "content": "How many flights?"},
+        {
+            "role": "assistant",
+            "content": "Counting.",
+            "tool_calls": [
+                {
+                    "id": "toolu_01",
+                    "type": "function",
+                    "function": {"name": "think", "arguments": '{"content": "plan"}'},
+                },
+                {
+                    "id": "toolu_02",
+                    "type": "function",
+                    "function": {"name": "execute_sql", "arguments": '{"queries": [{"sql": "SELECT 1"}]}'},
+                },
+            ],
+        },
+        {"role": "tool", "tool_call_id": "toolu_01", "content": "ok"},
+        {"role": "tool", "tool_call_id": "toolu_02", "content": "Error: syntax error"},
+        {"role": "user", "content": "Wrap up soon."},
+    ]
+    assert params["tools"][0] == {
+        "type": "function",
+        "function": {"name": "execute_sql", "description": "Run SQL.", "parameters": TOOLS[0]["input_schema"]},
+    }
+    assert params["tool_choice"] == "none" and params["max_tokens"] == 512
+
+
+async def test_a_streamed_reply_becomes_the_turn_the_pipeline_reads(fake_openai: FakeOpenAI) -> None:
+    queries = {"queries": [{"question": "n", "sql": "SELECT count() FROM nycflights13.flights " + "x" * 200}]}
+    fake_openai.script(Reply(text="Let me count.", tool_calls=[("execute_sql", queries), ("think", {"content": "y"})]))
+    provider, texts = openai_provider(fake_openai), []
+
+    async def collect(text: str) -> None:
+        texts.append(text)
+
+    try:
+        turn = await provider.stream("m", request(), collect, _ignore)
+    finally:
+        await provider.close()
+    assert [b["type"] for b in turn.content] == ["text", "tool_use", "tool_use"] and turn.stop_reason == "tool_use"
+    assert turn.tool_calls[0]["input"] == queries and turn.tool_calls[0]["id"].startswith("call_")
+    assert "".join(texts) == "Let me count." == turn.text
+    assert turn.usage.output_tokens == 20 and turn.usage.input_tokens > 0
+    sent = fake_openai.requests[0]
+    assert sent["stream"] is True and sent["stream_options"] == {"include_usage": True}
+    assert "cache_control" not in json.dumps(sent)
+
+
+async def test_cached_prompt_tokens_are_counted_as_cache_reads(fake_openai: FakeOpenAI) -> None:
+    long = request(system=[{"type": "text", "text": "schema " * 2_000}])
+    fake_openai.script(Reply(text="a"), Reply(text="b"))
+    provider = openai_provider(fake_openai)
+    try:
+        first = await provider.stream("m", long, _ignore, _ignore)
+        second = await provider.stream("m", long, _ignore, _ignore)
+    finally:
+        await provider.close()
+    assert first.usage.cache_read_tokens == 0 and second.usage.cache_read_tokens >= 1024
+    total = first.usage.input_tokens
+    assert second.usage.input_tokens + second.usage.cache_read_tokens == total
+
+
+async def test_a_stream_that_fails_midway_is_asked_again(fake_openai: FakeOpenAI) -> None:
+    fake_openai.script(MidStreamError(), Reply(text="Complete."))
+    provider, restarts = openai_provider(fake_openai), []
+
+    async def restarted() -> None:
+        restarts.append(1)
+
+    try:
+        turn = await provider.stream("m", request(), _ignore, restarted)
+    finally:
+        await provider.close()
+    assert turn.text == "Complete." and restarts == [1] and len(fake_openai.requests) == 2
+
+
+@pytest.mark.parametrize(
+    ("failure", "error", "reason"),
+    [
+        (rate_limited(), LLMUnavailable, "rate_limited"),
+        (overloaded(), LLMUnavailable, "overloaded"),
+        (Failure(502, "server_error", "Bad gateway"), LLMUnavailable, "unavailable"),
+        (Failure(400, "invalid_request_error", "bad", "context_length_exceeded"), ContextOverflow, None),
+        (Failure(400, "invalid_request_error", "Invalid 'tools'"), LLMConfigError, None),
+        (Failure(401, "invalid_request_error", "Incorrect API key provided", "invalid_api_key"), LLMConfigError, None),
+    ],
+)
+async def test_errors_become_ours(
+    fake_openai: FakeOpenAI, failure: Failure, error: type[Exception], reason: Any
+) -> None:
+    fake_openai.for_model("m", failure)
+    provider = openai_provider(fake_openai, max_retries=0)
+    try:
+        with pytest.raises(error) as caught:
+            await provider.stream("m", request(), _ignore, _ignore)
+    finally:
+        await provider.close()
+    assert getattr(caught.value, "reason", None) == reason
+
+
+async def test_a_plain_call_reads_the_whole_completion(fake_openai: FakeOpenAI) -> None:
+    fake_openai.script(Reply(text='["Which month was busiest?"]'))
+    provider = openai_provider(fake_openai)
+    plain = {"max_tokens": 100, "system": "Suggest.", "messages": [{"role": "user", "content": "p"}]}
+    try:
+        turn = await provider.complete("small", plain)
+    finally:
+        await provider.close()
+    assert turn.text == '["Which month was busiest?"]' and turn.stop_reason == "end_turn"
+    assert "stream" not in fake_openai.requests[0] and fake_openai.requests[0]["messages"][0]["role"] == "system"

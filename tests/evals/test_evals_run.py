@@ -12,7 +12,9 @@ import pytest
 import yaml
 
 from agent.process.cli import main
+from tests.fakes import openai_api
 from tests.fakes.anthropic_api import Failure, FakeAnthropic, Reply
+from tests.fakes.openai_api import FakeOpenAI
 
 JUDGE_MARKER = "You grade the answers"
 
@@ -322,3 +324,51 @@ def test_usage_errors_exit_2_with_one_line(
 def test_a_run_needs_the_api_key(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     assert main(["evals", "run", "--suite", str(write_suite(tmp_path / "s.yaml", [CASES[0]]))]) == 2
     assert capsys.readouterr().err == "error: ANTHROPIC_API_KEY is not set; the agent needs it to ask the model.\n"
+
+
+class OpenAIByQuestion:
+    """`ByQuestion` for Chat Completions requests: the case question is a user message's text, and each
+    assistant message after it is one round played."""
+
+    def __init__(self, plays: dict[str, list[Any]], judge: str) -> None:
+        self.plays, self.judge = plays, judge
+
+    def __call__(self, body: dict[str, Any]) -> Any:
+        messages = body["messages"]
+        if messages[0]["role"] == "system" and JUDGE_MARKER in messages[0]["content"]:
+            return openai_api.Reply(text=self.judge)
+        index = max(i for i, m in enumerate(messages) if m["role"] == "user" and m["content"] in self.plays)
+        rounds = sum(1 for m in messages[index + 1 :] if m["role"] == "assistant")
+        return self.plays[messages[index]["content"]][rounds]
+
+
+def test_an_eval_run_on_an_openai_compatible_model(
+    monkeypatch: pytest.MonkeyPatch, fake_anthropic: FakeAnthropic, fake_openai: FakeOpenAI, tmp_path: Path
+) -> None:
+    """`--model openai:...` and `--judge-model openai:...`: no Anthropic key needed, nothing sent there."""
+    monkeypatch.setenv("OPENAI_BASE_URL", fake_openai.base_url)
+    monkeypatch.setenv("OPENAI_API_KEY", fake_openai.api_key)
+    plays = {
+        "How many airlines are there?": [
+            openai_api.Reply(tool_calls=[sql(("Airlines", AIRLINES))]),
+            openai_api.Reply(text="There are 16 airlines [Q1]."),
+        ]
+    }
+    fake_openai.for_model("llama3.1:8b", OpenAIByQuestion(plays, judge='{"verdict": "pass", "reason": "names 16"}'))
+    fake_openai.for_model("judge-model", OpenAIByQuestion(plays, judge='{"verdict": "pass", "reason": "names 16"}'))
+    suite = write_suite(tmp_path / "s.yaml", [{**CASES[0], "judge": "Says 16."}])
+    out = tmp_path / "run"
+    args = ["--model", "openai:llama3.1:8b", "--judge-model", "openai:judge-model", "--min-pass-rate", "1"]
+    assert main(["evals", "run", "--suite", str(suite), "--out", str(out), *args]) == 0
+    record = json.loads((out / "results.json").read_text())
+    assert record["model"] == "openai:llama3.1:8b" and record["judge_model"] == "openai:judge-model"
+    assert record["pass_rate"] == 1.0 and record["judge_pass_rate"] == 1.0
+    assert record["cases"][0]["judge"]["model"] == "openai:judge-model"
+    assert [r["model"] for r in fake_openai.requests] == ["llama3.1:8b", "llama3.1:8b", "judge-model"]
+    assert fake_anthropic.requests == []
+
+
+def test_a_bad_model_option_is_a_usage_error(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    suite = write_suite(tmp_path / "s.yaml", [CASES[0]])
+    assert main(["evals", "run", "--suite", str(suite), "--model", "azure:gpt"]) == 2
+    assert capsys.readouterr().err.startswith("error: --model: 'azure:gpt': unknown provider 'azure'")

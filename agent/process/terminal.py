@@ -63,6 +63,9 @@ class TerminalPrinter:
     def _followups(self, event: Any) -> None:
         self._line("\nFollow-up questions:\n" + "\n".join(f"  • {q}" for q in event.questions))
 
+    def _fallback(self, event: Any) -> None:
+        self._line(f"{self._dim}↪ {event.note}{self._reset}")
+
     def _error(self, event: Any) -> None:
         if self._in_answer:
             self._out.write("\n")
@@ -74,6 +77,7 @@ class TerminalPrinter:
             self._out.write("\n")
             self._in_answer = False
         m = event.result.metrics
+        model = f", {event.result.model}" if event.result.model else ""
         self._out.write(
-            f"{self._dim}({m.rounds} rounds, {m.sql_queries} queries, {m.total_ms / 1000:.1f} s){self._reset}\n"
+            f"{self._dim}({m.rounds} rounds, {m.sql_queries} queries, {m.total_ms / 1000:.1f} s{model}){self._reset}\n"
         )

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
-from agent.runner import AnswerEvent, ExecutingEvent, ResultEvent, ThinkingEvent, WireEvent
+from agent.runner import AnswerEvent, ExecutingEvent, FallbackEvent, ResultEvent, ThinkingEvent, WireEvent
 from bots.slack import refusals
 from bots.slack.blocks import NO_PREVIEWS, escape
 
@@ -119,6 +119,8 @@ class Progress:
         match event:
             case ThinkingEvent():
                 self._activity = "Thinking"
+            case FallbackEvent(to_model=to_model):
+                self._activity = f"Thinking (on {to_model}: the first model is busy)"
             case ExecutingEvent(query_id=query_id, question=asked):
                 self._steps[query_id] = Step(query_id, asked)
                 self._activity = f"Running {query_id}: {asked}"

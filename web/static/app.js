@@ -113,6 +113,12 @@ class TurnView {
       el("span", { text: data.text })), this.status);
   }
 
+  // The run went on with the next model of its list: a short note among the steps.
+  on_fallback(data) {
+    this.steps.insertBefore(el("div", { class: "step thinking fallback" }, el("span", { class: "step-icon", "aria-hidden": "true", text: "↪" }),
+      el("span", { text: data.note })), this.status);
+  }
+
   on_executing(data) {
     const card = queryCard(this.runId, data);
     this.queries.set(data.query_id, card);

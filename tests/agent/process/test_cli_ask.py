@@ -47,8 +47,17 @@ def test_ask_json_has_the_documented_keys(cli_env: FakeAnthropic, capsys: pytest
     _script_answer(cli_env)
     assert main(["ask", "--json", "How many airlines are there?"]) == 0
     payload = json.loads(capsys.readouterr().out)
-    assert set(payload) == {"question", "answer", "classification", "queries", "followups", "charts", "metrics"}
-    assert payload["charts"] == []
+    assert set(payload) == {
+        "question",
+        "answer",
+        "classification",
+        "queries",
+        "followups",
+        "charts",
+        "model",
+        "metrics",
+    }
+    assert payload["charts"] == [] and payload["model"] == "anthropic:claude-sonnet-5-5"
     assert payload["classification"] == "data_analysis" and payload["answer"] == "There are 16 airlines [Q1]."
     (query,) = payload["queries"]
     assert set(query) == {"id", "question", "sql", "columns", "rows", "row_count", "has_more", "error"}

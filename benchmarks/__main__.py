@@ -2,6 +2,7 @@
 
 from benchmarks import (
     bench_bounded,
+    bench_fallback,
     bench_llm,
     bench_pacing,
     bench_pipeline,
@@ -14,6 +15,7 @@ from benchmarks import (
 if __name__ == "__main__":
     bench_truncation.report(bench_truncation.run())
     bench_llm.report(bench_llm.run())
+    bench_fallback.report(bench_fallback.run())
     bench_pipeline.report(bench_pipeline.run())
     bench_web.report(bench_web.run())
     bench_slack.report(bench_slack.run())

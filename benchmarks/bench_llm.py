@@ -23,7 +23,7 @@ from typing import Any
 from anthropic import AsyncAnthropic
 
 from agent.config import DEFAULT_MODEL
-from agent.llm import LLMClient
+from agent.llm import AnthropicProvider, LLMClient
 from benchmarks.bench_web import _process
 from tests.fakes.anthropic_api import FakeAnthropic, Reply
 from tests.fakes.clients import make_llm
@@ -76,7 +76,10 @@ async def cpu_per_call(call: Callable[[], Awaitable[Any]], calls: int, concurren
 def _clients(base_url: str) -> dict[str, LLMClient]:
     """The client the app builds (aiohttp transport), and one over the SDK's default httpx2 transport."""
     default = AsyncAnthropic(api_key="test-key", base_url=base_url, max_retries=0, timeout=20)
-    return {"aiohttp": make_llm(SimpleNamespace(base_url=base_url)), "httpx2": LLMClient(default)}  # type: ignore[arg-type]
+    return {
+        "aiohttp": make_llm(SimpleNamespace(base_url=base_url)),  # type: ignore[arg-type]
+        "httpx2": LLMClient({"anthropic": AnthropicProvider(default)}),
+    }
 
 
 async def measure(base_url: str, calls: int) -> dict[str, float]:
@@ -84,7 +87,8 @@ async def measure(base_url: str, calls: int) -> dict[str, float]:
 
     def helper(llm: LLMClient) -> Callable[[], Awaitable[None]]:
         async def call() -> None:
-            async with llm._client.messages.stream(**REQUEST) as stream:
+            sdk = llm._providers["anthropic"]._client  # type: ignore[attr-defined]
+            async with sdk.messages.stream(**REQUEST) as stream:
                 async for _ in stream:
                     pass
                 await stream.get_final_message()

@@ -200,6 +200,13 @@ def model_row() -> Iterator[dict[str, Any]]:
         [target(per_minute(f"sum by (role, status) (rate(agent_llm_calls_total[{RATE}]))"), "{{role}} {{status}}")],
     )
     yield timeseries(
+        "Model fallbacks per hour, by role and reason",
+        "Calls that moved on to the next model of their role's list (AGENT_MODEL, AGENT_FOLLOWUP_MODEL) because "
+        "the one before was overloaded, rate limited past its retries or unreachable. Each costs a cold prompt "
+        "cache on the next model. Healthy: none; a steady rate means the first model is short of capacity.",
+        [target(f"sum by (role, reason) (rate(agent_llm_fallbacks_total[{RATE}])) * 3600{ZERO}", "{{role}} {{reason}}")],
+    )
+    yield timeseries(
         "Tokens per minute, by type",
         "Model tokens: input (uncached prompt), cache_read (prompt served from the cache), cache_creation "
         "(prompt written to the cache), output. Healthy: cache_read the largest by far once warm; output "

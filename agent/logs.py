@@ -112,6 +112,7 @@ def secrets_of(settings: Settings) -> list[str]:
         secret.get_secret_value()
         for secret in (
             settings.anthropic_api_key,
+            settings.openai_api_key,
             settings.slack_bot_token,
             settings.slack_signing_secret,
             settings.slack_app_token,

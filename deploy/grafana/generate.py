@@ -204,7 +204,11 @@ def model_row() -> Iterator[dict[str, Any]]:
         "Calls that moved on to the next model of their role's list (AGENT_MODEL, AGENT_FOLLOWUP_MODEL) because "
         "the one before was overloaded, rate limited past its retries or unreachable. Each costs a cold prompt "
         "cache on the next model. Healthy: none; a steady rate means the first model is short of capacity.",
-        [target(f"sum by (role, reason) (rate(agent_llm_fallbacks_total[{RATE}])) * 3600{ZERO}", "{{role}} {{reason}}")],
+        [
+            target(
+                f"sum by (role, reason) (rate(agent_llm_fallbacks_total[{RATE}])) * 3600{ZERO}", "{{role}} {{reason}}"
+            )
+        ],
     )
     yield timeseries(
         "Tokens per minute, by type",

@@ -24,6 +24,12 @@ from typing import Any
 
 from tests.fakes.http_server import FakeServer
 
+# Claude on Vertex AI (https://docs.anthropic.com/en/api/claude-on-vertex-ai): the model is in the path,
+# `:streamRawPredict` streams, `:rawPredict` does not, and the API version goes in the body.
+_VERTEX_PATH = re.compile(
+    r"^/v1/projects/(?P<project>[^/]+)/locations/(?P<region>[^/]+)/publishers/anthropic/models/"
+    r"(?P<model>[^/:]+):(?P<specifier>streamRawPredict|rawPredict)$"
+)
 MIN_CACHEABLE_TOKENS = 1024
 MAX_CACHE_BREAKPOINTS = 4
 _TOOL_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,128}$")
@@ -163,10 +169,10 @@ class FakeAnthropic:
         bearer = (headers.get("authorization") or "").removeprefix("Bearer ")
         if self.api_key not in (headers.get("x-api-key"), bearer):
             raise PermissionError("invalid x-api-key")
-        if not headers.get("anthropic-version"):
-            raise ValidationError("anthropic-version: header is required")
         if not isinstance(body, dict):
             raise ValidationError("request body must be a JSON object")
+        if not headers.get("anthropic-version") and "_vertex" not in body:  # Vertex: the version is in the body
+            raise ValidationError("anthropic-version: header is required")
         for name, kind in (("model", str), ("max_tokens", int), ("messages", list)):
             if not isinstance(body.get(name), kind):
                 raise ValidationError(f"{name}: Field required")
@@ -357,6 +363,19 @@ def _validate_messages(messages: list[Any]) -> None:
         )
 
 
+def _from_vertex(route: re.Match[str], body: Any) -> dict[str, Any]:
+    """A Vertex request as the Messages API request it stands for (its model taken from the path)."""
+    if not isinstance(body, dict):
+        raise ValidationError("request body must be a JSON object")
+    if "model" in body:
+        raise ValidationError("model: Extra inputs are not permitted (on Vertex AI the model is in the URL)")
+    if not isinstance(body.pop("anthropic_version", None), str):
+        raise ValidationError("anthropic_version: Field required")
+    if (route["specifier"] == "streamRawPredict") != bool(body.get("stream")):
+        raise ValidationError("stream: streamRawPredict streams and rawPredict does not")
+    return {**body, "model": route["model"], "_vertex": {"project": route["project"], "region": route["region"]}}
+
+
 class _Handler(BaseHTTPRequestHandler):
     fake: FakeAnthropic
     protocol_version = "HTTP/1.1"
@@ -366,11 +385,15 @@ class _Handler(BaseHTTPRequestHandler):
         return
 
     def do_POST(self) -> None:
-        if self.path.split("?")[0] != "/v1/messages":
+        path = self.path.split("?")[0]
+        vertex = _VERTEX_PATH.match(path)
+        if path != "/v1/messages" and vertex is None:
             return self._error(404, "not_found_error", f"Not found: {self.path}")
         length = int(self.headers.get("content-length") or 0)
         try:
             body = json.loads(self.rfile.read(length) or b"null")
+            if vertex is not None:
+                body = _from_vertex(vertex, body)
             self.fake.validate(self.headers, body)
         except PermissionError as exc:
             return self._error(401, "authentication_error", str(exc))

@@ -156,7 +156,7 @@ import asyncio, json, sys
 from types import SimpleNamespace
 from agent.config import DEFAULT_MODEL
 from agent.loop_lag import worst_lag_during
-from tests.agent.test_llm import _ignore, _request
+from tests.agent.llm.test_anthropic import _ignore, _request
 from tests.fakes.clients import make_llm
 
 async def main():
@@ -180,3 +180,32 @@ def test_the_first_reply_in_a_fresh_process_does_not_hold_the_loop(fake_anthropi
     result = json.loads(done.stdout.strip().splitlines()[-1])
     assert result["text"] == "There are 336,776 flights."
     assert result["lag"] < MAX_LAG_S, f"the first reply held the loop {result['lag'] * 1000:.0f} ms"
+
+
+async def test_vertex_streams_through_the_sdks_own_client(fake_anthropic: FakeAnthropic) -> None:
+    """`vertex:` models: the same provider over AsyncAnthropicVertex, which puts the model in the path."""
+    import anthropic
+
+    from agent.llm import AnthropicProvider, LLMClient
+
+    fake_anthropic.script(Reply(text="From Vertex.", tool_calls=[("think", {"content": "x"})]))
+    vertex = anthropic.AsyncAnthropicVertex(
+        region="europe-west1", project_id="analytics", access_token="test-key", base_url=f"{fake_anthropic.base_url}/v1"
+    )
+    llm = LLMClient({"vertex": AnthropicProvider(vertex, stream_retries=0)})
+    try:
+        turn = await llm.stream_turn(
+            model="vertex:claude-sonnet-5-5",
+            on_text=_ignore,
+            on_restart=_ignore,
+            max_tokens=64,
+            messages=[{"role": "user", "content": "q"}],
+        )
+    finally:
+        await llm.close()
+    assert turn.model == "vertex:claude-sonnet-5-5" and turn.text == "From Vertex." and turn.tool_calls
+    (sent,) = fake_anthropic.requests
+    assert sent["model"] == "claude-sonnet-5-5" and sent["_vertex"] == {
+        "project": "analytics",
+        "region": "europe-west1",
+    }

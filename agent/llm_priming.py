@@ -1,4 +1,5 @@
-"""Primes the Anthropic SDK's response parsers once per process, before the first question.
+"""Primes the model SDKs' response parsers (anthropic, and openai for `openai:` models) once per process,
+before the first question.
 
 The SDK builds its pydantic validators lazily: the first streamed reply, the first plain reply and
 the first error body each cost 80-250 ms of CPU (py-spy: `TypeAdapter.__init__`,
@@ -17,9 +18,11 @@ from typing import Any
 
 import anthropic
 import httpx2
+import openai
 
 log = logging.getLogger(__name__)
 _primed = False
+_openai_primed = False
 _lock = threading.Lock()
 
 _MODEL = "claude-priming"  # never sent anywhere: the transport below answers in memory
@@ -94,3 +97,87 @@ def _exchange(client: anthropic.Anthropic, request: dict[str, Any]) -> None:
     client.messages.create(max_tokens=1, **request)
     with contextlib.suppress(anthropic.APIStatusError):
         client.messages.create(max_tokens=2, **request)
+
+
+# A streamed Chat Completions reply with text, a tool call and the usage chunk, as documented at
+# https://platform.openai.com/docs/api-reference/chat-streaming (tests/fakes/openai_api.py serves the same).
+_CHUNK = {"id": "chatcmpl-prime", "object": "chat.completion.chunk", "created": 0, "model": _MODEL}
+_CHUNKS: list[dict[str, Any]] = [
+    {**_CHUNK, "choices": [{"index": 0, "delta": {"role": "assistant", "content": "priming"}, "finish_reason": None}]},
+    {
+        **_CHUNK,
+        "choices": [
+            {
+                "index": 0,
+                "delta": {
+                    "tool_calls": [
+                        {
+                            "index": 0,
+                            "id": "call_prime",
+                            "type": "function",
+                            "function": {"name": "think", "arguments": "{}"},
+                        }
+                    ]
+                },
+                "finish_reason": None,
+            }
+        ],
+    },
+    {**_CHUNK, "choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]},
+    {
+        **_CHUNK,
+        "choices": [],
+        "usage": {
+            "prompt_tokens": 1,
+            "completion_tokens": 1,
+            "total_tokens": 2,
+            "prompt_tokens_details": {"cached_tokens": 0},
+        },
+    },
+]
+_COMPLETION = {
+    "id": "chatcmpl-prime",
+    "object": "chat.completion",
+    "created": 0,
+    "model": _MODEL,
+    "choices": [
+        {"index": 0, "message": {"role": "assistant", "content": "priming"}, "finish_reason": "stop", "logprobs": None}
+    ],
+    "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
+}
+
+
+def _answer_openai(request: httpx2.Request) -> httpx2.Response:
+    body = json.loads(request.content)
+    if body.get("stream"):
+        frames = "".join(f"data: {json.dumps(chunk)}\n\n" for chunk in _CHUNKS) + "data: [DONE]\n\n"
+        return httpx2.Response(200, headers={"content-type": "text/event-stream"}, content=frames.encode())
+    if body.get("max_tokens") == 2:
+        error = {"message": "Rate limit reached", "type": "requests", "param": None, "code": "rate_limit_exceeded"}
+        return httpx2.Response(429, json={"error": error})
+    return httpx2.Response(200, json=_COMPLETION)
+
+
+def prime_openai_parsers() -> None:
+    """The same for the openai SDK (its first streamed reply costs about 60 ms of CPU otherwise)."""
+    global _openai_primed
+    with _lock:
+        if _openai_primed:
+            return
+        http = httpx2.Client(transport=httpx2.MockTransport(_answer_openai))
+        client = openai.OpenAI(api_key="priming", base_url="http://priming.invalid/v1", http_client=http, max_retries=0)
+        messages: Any = [{"role": "user", "content": "prime"}]
+        try:
+            stream = client.chat.completions.create(
+                model=_MODEL, messages=messages, stream=True, stream_options={"include_usage": True}
+            )
+            for _ in stream:
+                pass
+            client.chat.completions.create(model=_MODEL, messages=messages, max_tokens=1)
+            with contextlib.suppress(openai.APIStatusError):
+                client.chat.completions.create(model=_MODEL, messages=messages, max_tokens=2)
+        except Exception as exc:  # a later SDK may parse differently; the first question then pays, nothing breaks
+            log.warning("could not prime the openai SDK's parsers: %r", exc)
+        finally:
+            client.close()
+        _openai_primed = True

@@ -423,6 +423,8 @@ class Settings(BaseSettings):
             return MISSING_ANTHROPIC_KEY
         if "openai" in used and self.openai_api_key is None and not self.openai_base_url:
             return "OPENAI_API_KEY is not set; `openai:` models on OpenAI's API need it (or set OPENAI_BASE_URL)."
+        if "vertex" in used and not (self.cloud_ml_region and self.anthropic_vertex_project_id):
+            return "CLOUD_ML_REGION and ANTHROPIC_VERTEX_PROJECT_ID must be set for `vertex:` models."
         return None
 
     @property

@@ -306,7 +306,7 @@ def _translate(exc: openai.APIStatusError) -> LLMError | None:
     if exc.status_code in (401, 403):
         return LLMConfigError(f"The model server refused the key ({exc.status_code}): check OPENAI_API_KEY.")
     if code == "context_length_exceeded" or "maximum context length" in message:
-        return ContextOverflow(message)
+        return ContextOverflow(f"The conversation is longer than the model's context window: {message}")
     return None
 
 

@@ -45,3 +45,16 @@ def test_the_worst_lag_forgets_what_left_its_window() -> None:
     assert registry.get_sample_value("agent_event_loop_lag_max_seconds") == 2.0
     lag.record(now=131.0, lag=0.02)
     assert registry.get_sample_value("agent_event_loop_lag_max_seconds") == 0.02
+
+
+def test_fallbacks_start_at_zero_with_the_reasons_the_client_gives() -> None:
+    from agent import llm, metrics
+
+    registry = CollectorRegistry()
+    Metrics(registry)
+    assert metrics.FALLBACK_REASONS == llm.FALLBACK_REASONS
+    values = [
+        registry.get_sample_value("agent_llm_fallbacks_total", {"role": "main", "reason": r})
+        for r in llm.FALLBACK_REASONS
+    ]
+    assert values == [0.0] * 3

@@ -187,3 +187,18 @@ async def test_an_unconfigured_provider_says_which_setting_is_missing(fake_anthr
             await ask(llm, notes, "openai:gpt-x")
     finally:
         await llm.close()
+
+
+async def test_a_server_that_cannot_be_reached_falls_back(fake_anthropic: FakeAnthropic) -> None:
+    """Our own model server is down (connection refused): Claude answers."""
+    from agent.llm import OpenAIProvider, openai_client
+
+    down = openai_client(api_key="k", base_url="http://127.0.0.1:9/v1", max_retries=0, timeout_s=5)
+    fake_anthropic.script(Reply(text="From Claude."))
+    llm = LLMClient({"openai": OpenAIProvider(down, stream_retries=0), "anthropic": anthropic_provider(fake_anthropic)})
+    notes = Notes()
+    try:
+        turn = await ask(llm, notes, f"openai:llama3.1:8b,{SONNET}")
+    finally:
+        await llm.close()
+    assert turn.model == f"anthropic:{SONNET}" and notes.fallbacks[0].reason == "unavailable"

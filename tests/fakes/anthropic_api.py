@@ -4,8 +4,8 @@ does and answers in its wire format (JSON, or SSE when `stream` is true).
 Tests script the replies (`fake.script(Reply(...), ...)`) or give a model a behaviour of its own
 (`fake.for_model("claude-x", Failure(529, "overloaded_error"))`: a model that is persistently
 overloaded while the others answer from the script); every request is recorded. Prompt
-caching is simulated from the request's `cache_control` breakpoints, so usage figures
-(`cache_read_input_tokens`, `cache_creation_input_tokens`) behave like the real thing.
+caching is simulated from the request's `cache_control` breakpoints, one cache per model, so usage
+figures (`cache_read_input_tokens`, `cache_creation_input_tokens`) behave like the real thing.
 """
 
 from __future__ import annotations
@@ -196,7 +196,9 @@ class FakeAnthropic:
         points = _cache_points(body)
         with self._lock:
             read = 0
-            running, digest = 0, hashlib.sha256()
+            # A cache belongs to one model: another model reads none of it
+            # (https://docs.anthropic.com/en/docs/build-with-claude/prompt-caching).
+            running, digest = 0, hashlib.sha256(str(body.get("model")).encode())
             prefix_at: dict[int, tuple[str, int]] = {}
             for index, (text, tokens) in enumerate(units):
                 digest.update(text.encode())

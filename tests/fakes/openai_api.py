@@ -158,7 +158,9 @@ class FakeOpenAI:
     def usage(self, body: dict[str, Any], completion_tokens: int) -> dict[str, Any]:
         prompt = [json.dumps(m, sort_keys=True) for m in body["messages"]]
         tools = json.dumps(body.get("tools", []), sort_keys=True)
-        total, cached, running, digest = _tokens(tools), 0, _tokens(tools), hashlib.sha256(tools.encode())
+        # One cache per model, keyed on the prefix: tools, then the messages in order.
+        digest = hashlib.sha256(f"{body['model']}\n{tools}".encode())
+        total, cached, running = _tokens(tools), 0, _tokens(tools)
         with self._lock:
             for text in prompt:
                 digest.update(text.encode())

@@ -68,6 +68,8 @@ async def test_a_fallback_in_the_middle_of_a_run_keeps_what_was_gathered(
 
     assert result.answer == "EWR had the most [Q1]." and result.model == f"anthropic:{OPUS}"
     assert [q.id for q in result.queries] == ["Q1"] and result.metrics.fallbacks == 1
+    # The prompt cache is per model: Opus reads none of what Sonnet cached and writes its own.
+    assert result.metrics.cache_read_tokens == 0 and result.metrics.cache_creation_tokens > 0
     opus = next(r for r in fake_anthropic.requests if r["model"] == OPUS)
     failed = [r for r in fake_anthropic.requests if r["model"] == SONNET][-1]
     assert opus["messages"] == failed["messages"]  # continued from the current messages

@@ -83,7 +83,7 @@ def translate(provider: Provider, request: dict[str, Any], caps: Capabilities) -
         if temperature is not None:
             out["temperature"] = temperature
         return _without_cache_hints(out)
-    if budget:
+    if budget and _thinking_fits(out.get("messages", [])):
         # Thinking tokens count toward max_tokens, so the budget comes on top of the answer's own tokens;
         # the API takes no temperature alongside thinking.
         out["thinking"] = {"type": "enabled", "budget_tokens": budget}
@@ -93,6 +93,17 @@ def translate(provider: Provider, request: dict[str, Any], caps: Capabilities) -
         # gateway or API version that takes one (agent/config.py, AGENT_TEMPERATURE).
         out["extra_body"] = {"temperature": temperature}
     return out if caps.prompt_caching else _without_cache_hints(out)
+
+
+def _thinking_fits(messages: list[dict[str, Any]]) -> bool:
+    """With thinking on, the API wants the assistant turn whose tool calls are being answered to start with its
+    thinking block. A turn written without one (by another provider's model, or before thinking was set)
+    cannot be given one: that call goes without thinking, the next rounds think again."""
+    last = next((m for m in reversed(messages) if m["role"] == "assistant"), None)
+    if last is None or isinstance(last["content"], str):
+        return True
+    kinds = [block["type"] for block in last["content"]]
+    return "tool_use" not in kinds or kinds[0] in ("thinking", "redacted_thinking")
 
 
 def _without_cache_hints(request: dict[str, Any]) -> dict[str, Any]:

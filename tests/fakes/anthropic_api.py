@@ -37,10 +37,12 @@ _TOOL_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,128}$")
 
 @dataclass
 class Reply:
-    """One assistant turn: optional text, then tool calls as (name, input) pairs. `pauses`: streamed,
-    the text stalls after its n-th piece (a word and its space) until the event is set (at most 30 s)."""
+    """One assistant turn: optional thinking (only when the request enables it), optional text, then tool
+    calls as (name, input) pairs. `pauses`: streamed, the text stalls after its n-th piece (a word and its
+    space) until the event is set (at most 30 s)."""
 
     text: str = ""
+    thinking: str = ""
     tool_calls: list[tuple[str, Any]] = field(default_factory=list)
     stop_reason: str | None = None
     output_tokens: int = 20
@@ -182,6 +184,8 @@ class FakeAnthropic:
         _validate_system(body.get("system"))
         _validate_tools(body.get("tools", []), body.get("tool_choice"))
         _validate_messages(body["messages"])
+        if (body.get("thinking") or {}).get("type") == "enabled":
+            _validate_thinking_turns(body["messages"])
         breakpoints = len(_cache_points(body))
         if breakpoints > MAX_CACHE_BREAKPOINTS:
             raise ValidationError(
@@ -282,6 +286,23 @@ def _validate_thinking(thinking: Any, max_tokens: int) -> None:
         raise ValidationError("thinking.enabled.budget_tokens: Input should be greater than or equal to 1024")
     if budget >= max_tokens:
         raise ValidationError("`max_tokens` must be greater than `thinking.budget_tokens`")
+
+
+def _validate_thinking_turns(messages: list[Any]) -> None:
+    """With thinking on, the assistant turn whose tool calls the last user message answers must start with its
+    thinking block, passed back unchanged (extended-thinking docs, "Preserving thinking blocks")."""
+    last = next((m for m in reversed(messages) if m.get("role") == "assistant"), None)
+    if last is None or isinstance(last["content"], str):
+        return
+    kinds = [block.get("type") for block in last["content"]]
+    if "tool_use" in kinds and kinds[0] not in ("thinking", "redacted_thinking"):
+        raise ValidationError(
+            f"messages.{messages.index(last)}.content.0.type: Expected `thinking` or `redacted_thinking`, but found "
+            f"`{kinds[0]}`. When `thinking` is enabled, a final `assistant` message must start with a thinking block."
+        )
+    for block in last["content"]:
+        if block.get("type") == "thinking" and not (isinstance(block.get("signature"), str) and block["signature"]):
+            raise ValidationError("thinking blocks must be passed back with their signature")
 
 
 def _validate_tools(tools: Any, tool_choice: Any) -> None:
@@ -481,6 +502,8 @@ class _Handler(BaseHTTPRequestHandler):
         for index, block in enumerate(message["content"]):
             if block["type"] == "text":
                 self._text_block(index, block["text"], reply.pauses)
+            elif block["type"] == "thinking":
+                self._thinking_block(index, block)
             else:
                 self._tool_block(index, block)
         self._send(
@@ -505,6 +528,18 @@ class _Handler(BaseHTTPRequestHandler):
             )
             if pauses and number in pauses:
                 pauses[number].wait(30)
+        self._send("content_block_stop", {"type": "content_block_stop", "index": index})
+
+    def _thinking_block(self, index: int, block: dict[str, Any]) -> None:
+        """https://docs.anthropic.com/en/docs/build-with-claude/extended-thinking#streaming-thinking: thinking_delta
+        events, then one signature_delta before the block stops."""
+        start = {"type": "thinking", "thinking": "", "signature": ""}
+        self._send("content_block_start", {"type": "content_block_start", "index": index, "content_block": start})
+        for piece in re.findall(r"\S+\s*|\s+", block["thinking"]):
+            delta = {"type": "thinking_delta", "thinking": piece}
+            self._send("content_block_delta", {"type": "content_block_delta", "index": index, "delta": delta})
+        delta = {"type": "signature_delta", "signature": block["signature"]}
+        self._send("content_block_delta", {"type": "content_block_delta", "index": index, "delta": delta})
         self._send("content_block_stop", {"type": "content_block_stop", "index": index})
 
     def _tool_block(self, index: int, block: dict[str, Any]) -> None:
@@ -532,6 +567,9 @@ class _Handler(BaseHTTPRequestHandler):
 
 def _message(body: dict[str, Any], reply: Reply, usage: dict[str, int], content: Any = None) -> dict[str, Any]:
     blocks: list[dict[str, Any]] = []
+    if reply.thinking and (body.get("thinking") or {}).get("type") == "enabled":
+        signature = hashlib.sha256(f"{body['model']}:{reply.thinking}".encode()).hexdigest()
+        blocks.append({"type": "thinking", "thinking": reply.thinking, "signature": signature})
     if reply.text:
         blocks.append({"type": "text", "text": reply.text})
     for name, tool_input in reply.tool_calls:

@@ -107,3 +107,38 @@ async def test_a_wrong_key_is_refused(fake_anthropic: FakeAnthropic) -> None:
             await client.messages.create(model="m", max_tokens=10, messages=[{"role": "user", "content": "q"}])
     finally:
         await client.close()
+
+
+@pytest.mark.parametrize(
+    ("thinking", "last_turn", "message"),
+    [
+        ({"type": "enabled", "budget_tokens": 512}, [CALL], "greater than or equal to 1024"),
+        ({"type": "enabled", "budget_tokens": 4096}, [CALL], "must be greater than `thinking.budget_tokens`"),
+        ({"type": "enabled", "budget_tokens": 1024}, [CALL], "must start with a thinking block"),
+        (
+            {"type": "enabled", "budget_tokens": 1024},
+            [{"type": "thinking", "thinking": "t", "signature": ""}, CALL],
+            "passed back with their signature",
+        ),
+    ],
+)
+async def test_thinking_is_checked_like_the_api(
+    fake_anthropic: FakeAnthropic, thinking: dict[str, Any], last_turn: list[dict[str, Any]], message: str
+) -> None:
+    client = anthropic.AsyncAnthropic(api_key="test-key", base_url=fake_anthropic.base_url, max_retries=0)
+    messages = [
+        {"role": "user", "content": "q"},
+        {"role": "assistant", "content": last_turn},
+        {"role": "user", "content": [RESULT]},
+    ]
+    try:
+        with pytest.raises(anthropic.BadRequestError, match=message):
+            await client.messages.create(
+                model="m",
+                max_tokens=2048,
+                thinking=thinking,
+                tools=[TOOL],
+                messages=messages,  # type: ignore[arg-type]
+            )
+    finally:
+        await client.close()

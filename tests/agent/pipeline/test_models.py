@@ -136,3 +136,39 @@ async def test_follow_ups_fall_back_and_are_counted(
     result = await make_app(agent_followup_model="openai:small,openai:bigger").runner.run("hello", followups=True)
     assert result.followups == ["Which airline flew the most?"] and result.model == f"anthropic:{SONNET}"
     assert _value(metrics, "agent_llm_fallbacks_total", {"role": "followup", "reason": "rate_limited"}) == 1
+
+
+async def test_a_thinking_budget_thinks_and_passes_its_thinking_back(make_app, fake_anthropic: FakeAnthropic) -> None:
+    """AGENT_THINKING_BUDGET on the Messages API: `thinking` is sent, on top of max_tokens; the thinking block
+    goes back, signed, ahead of the tool call it led to (the fake refuses the request otherwise)."""
+    fake_anthropic.script(
+        Reply(thinking="Group by origin.", tool_calls=[sql("Departures per origin", DEPARTURES)]),
+        Reply(thinking="EWR leads.", text="EWR had the most [Q1]."),
+    )
+    result = await make_app(agent_thinking_budget=2048).runner.run("Busiest airport?", followups=False)
+    assert result.outcome is Outcome.ANSWERED and result.answer == "EWR had the most [Q1]."
+    first, second = fake_anthropic.requests
+    assert first["thinking"] == {"type": "enabled", "budget_tokens": 2048} and first["max_tokens"] == 4096 + 2048
+    kept = second["messages"][-2]["content"]
+    assert kept[0]["type"] == "thinking" and kept[0]["thinking"] == "Group by origin." and kept[0]["signature"]
+    assert "Group by origin" not in result.answer
+
+
+async def test_a_turn_without_thinking_is_answered_without_it(
+    make_app, fake_anthropic: FakeAnthropic, fake_openai: FakeOpenAI
+) -> None:
+    """Our own server answered the first round (no thinking block), then is down: Claude takes over without a
+    thinking budget for that call, rather than a request the API would refuse."""
+    calls = 0
+
+    def own(body: dict[str, Any]) -> Any:
+        nonlocal calls
+        calls += 1
+        return openai_api.Reply(tool_calls=[sql("Departures", DEPARTURES)]) if calls == 1 else openai_api.server_error()
+
+    fake_openai.for_model("qwen", own)
+    fake_anthropic.script(Reply(thinking="Read Q1.", text="EWR [Q1]."))
+    app = make_app(agent_model=f"openai:qwen,{SONNET}", agent_thinking_budget=2048)
+    result = await app.runner.run("Busiest airport?", followups=False)
+    assert result.answer == "EWR [Q1]." and result.model == f"anthropic:{SONNET}"
+    assert "thinking" not in fake_anthropic.requests[0]

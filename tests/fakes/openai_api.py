@@ -204,6 +204,13 @@ class FakeOpenAI:
                 )
             if set(body["stream_options"]) - {"include_usage", "include_obfuscation"}:
                 raise ValidationError("Unrecognized stream_options field", "stream_options")
+        # parallel_tool_calls: "Whether to enable parallel function calling during tool use": tools only.
+        if body.get("parallel_tool_calls") is not None and body.get("tools") is None:
+            raise ValidationError(
+                "Invalid value for 'parallel_tool_calls': 'parallel_tool_calls' is only allowed when 'tools' are "
+                "specified.",
+                "parallel_tool_calls",
+            )
         _validate_tools(body.get("tools"), body.get("tool_choice"))
         _validate_messages(body["messages"])
 

@@ -34,6 +34,7 @@ async def client(fake_openai: FakeOpenAI) -> AsyncIterator[openai.AsyncOpenAI]:
         ({"max_tokens": 0}, "integer below minimum value"),
         ({"temperature": 3}, "must be between 0 and 2"),
         ({"tool_choice": "auto"}, "only allowed when 'tools' are specified"),
+        ({"parallel_tool_calls": False}, "'parallel_tool_calls' is only allowed when 'tools' are specified"),
         ({"tools": [{**TOOL, "function": {"name": "bad name!"}}]}, "does not match pattern"),
         ({"tools": [{**TOOL, "function": {"name": "t", "parameters": {"type": "array"}}}]}, 'type: "object"'),
         (

@@ -120,7 +120,7 @@ class Progress:
             case ThinkingEvent():
                 self._activity = "Thinking"
             case FallbackEvent(to_model=to_model):
-                self._activity = f"Thinking (on {to_model}: the first model is busy)"
+                self._activity = f"Thinking (on {to_model}, the first model being busy)"
             case ExecutingEvent(query_id=query_id, question=asked):
                 self._steps[query_id] = Step(query_id, asked)
                 self._activity = f"Running {query_id}: {asked}"

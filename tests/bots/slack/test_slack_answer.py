@@ -590,3 +590,25 @@ async def test_workers_share_a_persons_question_budget(
     [told] = bot_replies(fake_slack, GENERAL_ID, second)
     assert told["text"].startswith("You're asking faster than I can keep up. Please wait about")
     assert len(fake_anthropic.requests) == 2
+
+
+async def test_a_fallback_shows_in_the_status_and_the_answer_comes_from_the_next_model(
+    start_bot, fake_slack: FakeSlack, fake_anthropic: FakeAnthropic
+) -> None:
+    bot = await start_bot(agent_model="claude-sonnet-5-5,claude-opus-5-5")
+    fake_anthropic.for_model("claude-sonnet-5-5", Failure(529, "overloaded_error", "Overloaded"))
+    thread = fake_slack.start_assistant_thread(DM_ID)
+    first, *rest = carriers_script()
+
+    def slow_first(body: dict[str, Any]) -> Any:
+        time.sleep(0.3)  # the note stays up long enough for a paint (one a progress interval)
+        return first
+
+    fake_anthropic.script(slow_first, *rest)
+    ts = fake_slack.add_message(DM_ID, "which carrier flew the most?", thread_ts=thread)
+    await bot.event(events.im_message("which carrier flew the most?", ts=ts, thread_ts=thread, assistant_thread=True))
+    await bot.idle()
+
+    state = fake_slack.assistant_thread(DM_ID, thread)
+    assert "is thinking (on anthropic:claude-opus-5-5, the first model being busy)…" in state["status_history"]
+    assert [m["text"] for m in bot_replies(fake_slack, DM_ID, thread)] == ["UA flew the most flights: 58,665 [Q1]."]

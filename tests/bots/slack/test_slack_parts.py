@@ -206,6 +206,12 @@ def failed(code: int) -> ResultEvent:
         ("ANTHROPIC_API_KEY is not set; the agent needs it to ask the model.", [], Failure.MODEL_SETUP),
         ("The model API refused the key (401): check ANTHROPIC_API_KEY.", [], Failure.MODEL_SETUP),
         ("prompt is too long: 210000 tokens > 200000 maximum", [], Failure.THREAD_TOO_LONG),
+        # The same failures from an OpenAI-compatible server (agent/llm/openai_chat.py words them).
+        ("The model is overloaded or rate limited (429); try again shortly.", [], Failure.MODEL_BUSY),
+        ("Could not reach the model server: APIConnectionError", [], Failure.MODEL_BUSY),
+        ("OPENAI_API_KEY is not set; `openai:` models need it (or OPENAI_BASE_URL).", [], Failure.MODEL_SETUP),
+        ("The model server refused the key (401): check OPENAI_API_KEY.", [], Failure.MODEL_SETUP),
+        ("The conversation is longer than the model's context window: 140000 > 128000", [], Failure.THREAD_TOO_LONG),
         ("ClickHouse did not answer SELECT 1: Connection refused", [], Failure.DATABASE_UNREACHABLE),
         ("The database connection is closed.", [], Failure.DATABASE_UNREACHABLE),
         ("Something went wrong on the server; try again.", [failed(159)], Failure.QUERY_TIMEOUT),

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from functools import lru_cache
 from typing import Any
 
@@ -91,33 +91,26 @@ class LLMClient:
     ) -> ModelTurn:
         """One streamed model call (a neutral request: see agent/llm/capabilities.py); text deltas go to
         `on_text` as they arrive. `turn.model` names the model that answered."""
-        refs = self.order(model)
-        for index, ref in enumerate(refs):
+        sent = False  # text of the model being asked has reached `on_text`
+
+        async def text(delta: str) -> None:
+            nonlocal sent
+            sent = True
+            await on_text(delta)
+
+        async def restart() -> None:
+            nonlocal sent
             sent = False
+            await on_restart()
 
-            async def text(delta: str) -> None:
-                nonlocal sent
-                sent = True
-                await on_text(delta)
+        async def ask(ref: ModelRef, provider_request: dict[str, Any]) -> ModelTurn:
+            return await self._provider(ref).stream(ref.name, provider_request, text, restart)
 
-            async def restart() -> None:
-                nonlocal sent
-                sent = False
-                await on_restart()
+        async def drop_partial() -> None:
+            if sent:  # the failed model's partial reply is not the answer
+                await restart()
 
-            try:
-                provider_request = translate(ref.provider, request, self._caps)
-                turn = await self._provider(ref).stream(ref.name, provider_request, text, restart)
-            except LLMUnavailable as exc:
-                if index == len(refs) - 1:
-                    raise
-                if sent:  # the failed model's partial reply is not the answer
-                    await on_restart()
-                await self._fall_back(exc, ref, refs[index + 1], role, on_fallback)
-                continue
-            turn.model = str(ref)
-            return turn
-        raise LLMConfigError("No model is configured for this call.")
+        return await self._first_answer(model, request, ask, role, on_fallback, before_next=drop_partial)
 
     async def complete(
         self,
@@ -146,14 +139,31 @@ class LLMClient:
         role: str = "followup",
     ) -> ModelTurn:
         request = {"max_tokens": max_tokens, "system": system, "messages": [{"role": "user", "content": prompt}]}
-        refs = self.order(model)
+
+        async def ask(ref: ModelRef, provider_request: dict[str, Any]) -> ModelTurn:
+            return await self._provider(ref).complete(ref.name, provider_request)
+
+        return await self._first_answer(model, request, ask, role, on_fallback)
+
+    async def _first_answer(
+        self,
+        models: Models,
+        request: dict[str, Any],
+        ask: Callable[[ModelRef, dict[str, Any]], Awaitable[ModelTurn]],
+        role: str,
+        on_fallback: FallbackSink,
+        before_next: Callable[[], Awaitable[None]] | None = None,
+    ) -> ModelTurn:
+        """The turn of the first model in the list that can answer; the last one's error when none can."""
+        refs = self.order(models)
         for index, ref in enumerate(refs):
             try:
-                provider_request = translate(ref.provider, request, self._caps)
-                turn = await self._provider(ref).complete(ref.name, provider_request)
+                turn = await ask(ref, translate(ref.provider, request, self._caps))
             except LLMUnavailable as exc:
                 if index == len(refs) - 1:
                     raise
+                if before_next is not None:
+                    await before_next()
                 await self._fall_back(exc, ref, refs[index + 1], role, on_fallback)
                 continue
             turn.model = str(ref)

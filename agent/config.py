@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal, cast
 from urllib.parse import urlsplit
 
-from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
+from pydantic import Field, SecretStr, ValidationError, ValidationInfo, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 from pydantic_settings.exceptions import SettingsError
 
@@ -349,9 +349,11 @@ class Settings(BaseSettings):
 
     @field_validator("agent_model", "agent_followup_model", "agent_judge_model")
     @classmethod
-    def _model_list(cls, value: str | None) -> str | None:
-        if value is None:
-            return None
+    def _model_list(cls, value: str | None, info: ValidationInfo) -> str | None:
+        if value is None or not value.strip():  # docker compose passes `VAR=` for one it does not set
+            return {"agent_model": DEFAULT_MODEL, "agent_followup_model": DEFAULT_FOLLOWUP_MODEL}.get(
+                info.field_name or ""
+            )
         parse_models(value)
         return ",".join(part.strip() for part in value.split(","))
 

@@ -106,3 +106,11 @@ def test_the_missing_key_is_the_one_the_configured_providers_need(monkeypatch: p
     )
     monkeypatch.setenv("OPENAI_BASE_URL", "http://localhost:11434/v1")  # a local server needs no key
     assert load_settings().missing_model_key() is None
+
+
+def test_an_empty_model_list_is_the_default(monkeypatch: pytest.MonkeyPatch) -> None:
+    """docker compose passes `AGENT_MODEL=` when .env leaves it empty."""
+    monkeypatch.setenv("AGENT_MODEL", "")
+    monkeypatch.setenv("AGENT_FOLLOWUP_MODEL", " ")
+    settings = load_settings()
+    assert (settings.agent_model, settings.agent_followup_model) == (DEFAULT_MODEL, DEFAULT_FOLLOWUP_MODEL)

@@ -107,6 +107,13 @@ class Settings(BaseSettings):
         description="Models of the eval judge, as a list like AGENT_MODEL (`agent evals run --judge-model` wins). "
         "Unset: AGENT_MODEL.",
     )
+    agent_fallback_retries: int = Field(
+        1,
+        ge=0,
+        description="Retries (429, 529, 5xx, a reply cut off) on a model before the call moves on to the next in "
+        "its list; the last model of a list gets AGENT_LLM_MAX_RETRIES. Each retry waits 0.5 s, then 1 s, 2 s, ... "
+        "(or what the API's retry-after says), so a fallback costs about that much.",
+    )
     agent_model_cooldown_s: float = Field(
         30.0,
         ge=0,

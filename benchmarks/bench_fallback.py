@@ -4,10 +4,12 @@
    once (in-process providers, no HTTP): the time of `[first, second]` minus `[second]` alone is what
    the client spends deciding (classify, translate the request again, cooldown, log, the note).
 2. Over HTTP, through the real SDK against the fake Messages API: the first model answers 529 and the
-   SDK does not retry (AGENT_LLM_MAX_RETRIES=0), so the added time is one refused round trip plus the
-   decision. With retries the SDK's own backoff comes first (0.5 s doubling, with jitter, or the
-   API's retry-after), and that wait, not the decision, is what a person notices: it is paid once per
-   cooldown, since later rounds start at the model that answered.
+   SDK does not retry (AGENT_FALLBACK_RETRIES=0), so the added time is one refused round trip plus the
+   decision.
+3. The same with the app's defaults (AGENT_FALLBACK_RETRIES=1, a 529 without retry-after): the SDK's
+   one backoff (0.5 s, less up to a quarter of jitter) comes first, and that wait, not the decision,
+   is what a person notices. It is paid once per cooldown: later rounds start at the model that
+   answered. (With every retry of AGENT_LLM_MAX_RETRIES=4 it would be 0.5+1+2+4 s, less jitter.)
 
     python -m benchmarks.bench_fallback [ROUNDS]
 """
@@ -35,10 +37,10 @@ REQUEST: dict[str, Any] = {
 
 
 class Overloaded:
-    async def stream(self, model: str, request: dict[str, Any], on_text: Any, on_restart: Any) -> ModelTurn:
+    async def stream(self, model: str, request: dict[str, Any], *_: Any, last: bool = True) -> ModelTurn:
         raise LLMUnavailable("overloaded", "overloaded")
 
-    async def complete(self, model: str, request: dict[str, Any]) -> ModelTurn:
+    async def complete(self, model: str, request: dict[str, Any], *, last: bool = True) -> ModelTurn:
         raise LLMUnavailable("overloaded", "overloaded")
 
     async def close(self) -> None:
@@ -46,7 +48,7 @@ class Overloaded:
 
 
 class Instant(Overloaded):
-    async def stream(self, model: str, request: dict[str, Any], on_text: Any, on_restart: Any) -> ModelTurn:
+    async def stream(self, model: str, request: dict[str, Any], *_: Any, last: bool = True) -> ModelTurn:
         return ModelTurn([{"type": "text", "text": "16"}], "end_turn", Usage(10, 1))
 
 
@@ -72,13 +74,14 @@ async def decision(rounds: int) -> dict[str, float]:
     return {"direct": statistics.median(direct), "fallback": statistics.median(fallback)}
 
 
-async def over_http(rounds: int) -> dict[str, float]:
+async def over_http(rounds: int, fallback_retries: int = 0) -> dict[str, float]:
     fake = FakeAnthropic().start()
-    fake.for_model("claude-sonnet-5-5", Failure(529, "overloaded_error", "Overloaded"))
+    fake.for_model("claude-sonnet-5-5", Failure(529, "overloaded_error", "Overloaded", retry_after_ms=None))
     fake.always(Reply(text="There are 16 airlines."))
-    llm = LLMClient({"anthropic": anthropic_provider(fake, max_retries=0)}, cooldown_s=0)
+    provider = anthropic_provider(fake, max_retries=4, fallback_retries=fallback_retries)
+    llm = LLMClient({"anthropic": provider}, cooldown_s=0)
     try:
-        await _timed(llm, "claude-sonnet-5-5,claude-opus-5-5", 5)  # warm: connections, parsers
+        await _timed(llm, "claude-sonnet-5-5,claude-opus-5-5", 2)  # warm: connections, parsers
         direct, fallback = [], []
         for _ in range(2):
             direct += await _timed(llm, "claude-opus-5-5", rounds // 2)
@@ -94,6 +97,7 @@ def run(rounds: int = ROUNDS) -> dict[str, dict[str, float]]:
     return {
         "decision": asyncio.run(decision(rounds)),
         "http": asyncio.run(over_http(max(10, rounds // 20))),
+        "defaults": asyncio.run(over_http(10, fallback_retries=1)),
     }
 
 
@@ -102,11 +106,12 @@ def report(figures: dict[str, dict[str, float]]) -> None:
     print("What a fallback adds to a call (medians; the second model's own time is in both):")
     for key, label in (
         ("decision", "the decision, in process (no HTTP)"),
-        ("http", "over HTTP, first model 529, SDK retries off"),
+        ("http", "over HTTP, first model 529, no retry on it"),
+        ("defaults", "over HTTP, first model 529, one retry (default)"),
     ):
         direct, fallback = figures[key]["direct"], figures[key]["fallback"]
         print(
-            f"  {label:46} direct {direct * 1000:8.3f} ms, with fallback {fallback * 1000:8.3f} ms, "
+            f"  {label:48} direct {direct * 1000:8.3f} ms, with fallback {fallback * 1000:8.3f} ms, "
             f"added {(fallback - direct) * 1000:8.3f} ms"
         )
 

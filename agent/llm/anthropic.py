@@ -62,25 +62,30 @@ class AnthropicProvider:
         key_setting: str = "ANTHROPIC_API_KEY",
         stream_retries: int = 4,
         retry_base_delay_s: float = 0.5,
+        fallback_retries: int | None = None,
     ) -> None:
         prime_sdk_parsers()  # once per process, before any event loop depends on this client
         self._client = client
         self._key_setting = key_setting
         self._stream_retries = stream_retries
         self._retry_base_delay_s = retry_base_delay_s
+        # When another model follows in the list: fewer retries (the SDK's and ours), the same connections.
+        self._fallback_retries = stream_retries if fallback_retries is None else fallback_retries
+        self._quick = client if fallback_retries is None else client.with_options(max_retries=fallback_retries)
 
     async def stream(
-        self, model: str, request: dict[str, Any], on_text: TextSink, on_restart: RestartSink
+        self, model: str, request: dict[str, Any], on_text: TextSink, on_restart: RestartSink, *, last: bool = True
     ) -> ModelTurn:
         """One streamed model call; text deltas go to `on_text` as they arrive."""
-        for attempt in range(self._stream_retries + 1):
+        client, retries = (self._client, self._stream_retries) if last else (self._quick, self._fallback_retries)
+        for attempt in range(retries + 1):
             started = time.perf_counter()
             builder = _TurnBuilder()
             try:
                 # The raw event stream, not `messages.stream()`: its helper rebuilds every event and the
                 # message so far in Python (`BaseModel.construct`, a Protocol check per object on 3.11):
                 # 8.2 ms of CPU a call against 4.8 ms raw (benchmarks/bench_llm.py). The turn is built here.
-                stream = await self._client.messages.create(model=model, stream=True, **request)
+                stream = await client.messages.create(model=model, stream=True, **request)
                 async with stream:
                     yielded = time.perf_counter()
                     async for event in stream:
@@ -92,27 +97,27 @@ class AnthropicProvider:
                             yielded = time.perf_counter()
                 if builder.stopped:
                     return builder.turn(time.perf_counter() - started)
-                if attempt == self._stream_retries:  # the stream ended before message_stop: cut off
+                if attempt == retries:  # the stream ended before message_stop: cut off
                     raise LLMUnavailable("The model's reply was cut off before it ended; try again shortly.")
             except anthropic.APIStatusError as exc:
-                if not _retryable_in_stream(exc) or attempt == self._stream_retries:
+                if not _retryable_in_stream(exc) or attempt == retries:
                     raise _translate(exc, self._key_setting) from None
             except anthropic.APIConnectionError as exc:
-                if attempt == self._stream_retries:
+                if attempt == retries:
                     raise LLMUnavailable(f"Could not reach the model API: {exc}") from None
             except httpx2.TransportError as exc:  # the connection broke mid-stream: the SDK retries only before it
-                if attempt == self._stream_retries:
+                if attempt == retries:
                     raise LLMUnavailable(f"The model's reply was cut off ({type(exc).__name__}); try again.") from None
             if builder.sent_text:
                 await on_restart()
             await asyncio.sleep(self._retry_base_delay_s * 2**attempt * (0.5 + random.random() / 2))
         raise AssertionError("unreachable")
 
-    async def complete(self, model: str, request: dict[str, Any]) -> ModelTurn:
+    async def complete(self, model: str, request: dict[str, Any], *, last: bool = True) -> ModelTurn:
         """A plain, non-streamed call (follow-ups, example questions)."""
         started = time.perf_counter()
         try:
-            message = await self._client.messages.create(model=model, **request)
+            message = await (self._client if last else self._quick).messages.create(model=model, **request)
         except anthropic.APIStatusError as exc:
             raise _translate(exc, self._key_setting) from None
         except anthropic.APIConnectionError as exc:

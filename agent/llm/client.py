@@ -103,8 +103,8 @@ class LLMClient:
             sent = False
             await on_restart()
 
-        async def ask(ref: ModelRef, provider_request: dict[str, Any]) -> ModelTurn:
-            return await self._provider(ref).stream(ref.name, provider_request, text, restart)
+        async def ask(ref: ModelRef, provider_request: dict[str, Any], last: bool) -> ModelTurn:
+            return await self._provider(ref).stream(ref.name, provider_request, text, restart, last=last)
 
         async def drop_partial() -> None:
             if sent:  # the failed model's partial reply is not the answer
@@ -140,8 +140,8 @@ class LLMClient:
     ) -> ModelTurn:
         request = {"max_tokens": max_tokens, "system": system, "messages": [{"role": "user", "content": prompt}]}
 
-        async def ask(ref: ModelRef, provider_request: dict[str, Any]) -> ModelTurn:
-            return await self._provider(ref).complete(ref.name, provider_request)
+        async def ask(ref: ModelRef, provider_request: dict[str, Any], last: bool) -> ModelTurn:
+            return await self._provider(ref).complete(ref.name, provider_request, last=last)
 
         return await self._first_answer(model, request, ask, role, on_fallback)
 
@@ -149,7 +149,7 @@ class LLMClient:
         self,
         models: Models,
         request: dict[str, Any],
-        ask: Callable[[ModelRef, dict[str, Any]], Awaitable[ModelTurn]],
+        ask: Callable[[ModelRef, dict[str, Any], bool], Awaitable[ModelTurn]],
         role: str,
         on_fallback: FallbackSink,
         before_next: Callable[[], Awaitable[None]] | None = None,
@@ -158,7 +158,7 @@ class LLMClient:
         refs = self.order(models)
         for index, ref in enumerate(refs):
             try:
-                turn = await ask(ref, translate(ref.provider, request, self._caps))
+                turn = await ask(ref, translate(ref.provider, request, self._caps), index == len(refs) - 1)
             except LLMUnavailable as exc:
                 if index == len(refs) - 1:
                     raise

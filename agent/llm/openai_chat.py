@@ -55,21 +55,32 @@ def openai_client(*, api_key: str, base_url: str | None, max_retries: int, timeo
 
 
 class OpenAIProvider:
-    def __init__(self, client: AsyncOpenAI, *, stream_retries: int = 4, retry_base_delay_s: float = 0.5) -> None:
+    def __init__(
+        self,
+        client: AsyncOpenAI,
+        *,
+        stream_retries: int = 4,
+        retry_base_delay_s: float = 0.5,
+        fallback_retries: int | None = None,
+    ) -> None:
         prime_openai_parsers()  # once per process: its first parse costs ~40 ms of CPU, better at start-up
         self._client = client
         self._stream_retries = stream_retries
         self._retry_base_delay_s = retry_base_delay_s
+        # When another model follows in the list: fewer retries (the SDK's and ours), the same connections.
+        self._fallback_retries = stream_retries if fallback_retries is None else fallback_retries
+        self._quick = client if fallback_retries is None else client.with_options(max_retries=fallback_retries)
 
     async def stream(
-        self, model: str, request: dict[str, Any], on_text: TextSink, on_restart: RestartSink
+        self, model: str, request: dict[str, Any], on_text: TextSink, on_restart: RestartSink, *, last: bool = True
     ) -> ModelTurn:
         params = chat_request(model, request)
-        for attempt in range(self._stream_retries + 1):
+        client, retries = (self._client, self._stream_retries) if last else (self._quick, self._fallback_retries)
+        for attempt in range(retries + 1):
             started = time.perf_counter()
             builder = _ChunkBuilder()
             try:
-                stream = await self._client.chat.completions.create(
+                stream = await client.chat.completions.create(
                     **params, stream=True, stream_options={"include_usage": True}
                 )
                 async with stream:
@@ -83,15 +94,15 @@ class OpenAIProvider:
                             yielded = time.perf_counter()
                 if builder.finished:
                     return builder.turn(time.perf_counter() - started)
-                if attempt == self._stream_retries:  # no finish_reason: the stream was cut off
+                if attempt == retries:  # no finish_reason: the stream was cut off
                     raise LLMUnavailable("The model's reply was cut off before it ended; try again shortly.")
             except openai.APIStatusError as exc:  # the SDK has already retried 408/409/429/5xx
                 raise _translate(exc) or _rejected(exc) from None
             except openai.APIConnectionError as exc:
-                if attempt == self._stream_retries:
+                if attempt == retries:
                     raise LLMUnavailable(f"Could not reach the model server: {type(exc).__name__}") from None
             except openai.APIError as exc:  # an `error` object inside a 200 stream
-                if attempt == self._stream_retries or _stream_error(exc) is None:
+                if attempt == retries or _stream_error(exc) is None:
                     failed = LLMConfigError(f"The model server failed the request: {exc.message}")
                     raise _stream_error(exc) or failed from None
             if builder.sent_text:
@@ -99,10 +110,11 @@ class OpenAIProvider:
             await asyncio.sleep(self._retry_base_delay_s * 2**attempt * (0.5 + random.random() / 2))
         raise AssertionError("unreachable")
 
-    async def complete(self, model: str, request: dict[str, Any]) -> ModelTurn:
+    async def complete(self, model: str, request: dict[str, Any], *, last: bool = True) -> ModelTurn:
         started = time.perf_counter()
         try:
-            completion = await self._client.chat.completions.create(**chat_request(model, request))
+            client = self._client if last else self._quick
+            completion = await client.chat.completions.create(**chat_request(model, request))
         except openai.APIStatusError as exc:
             raise _translate(exc) or _rejected(exc) from None
         except openai.APIConnectionError as exc:

@@ -17,11 +17,14 @@ from agent.llm.turns import LLMConfigError, ModelTurn, RestartSink, TextSink
 
 
 class ModelProvider(Protocol):
+    """One provider's API. `last`: no model follows in the list, so retries are the full count; otherwise the
+    few of AGENT_FALLBACK_RETRIES, and the next model is asked sooner."""
+
     async def stream(
-        self, model: str, request: dict[str, Any], on_text: TextSink, on_restart: RestartSink
+        self, model: str, request: dict[str, Any], on_text: TextSink, on_restart: RestartSink, *, last: bool = True
     ) -> ModelTurn: ...
 
-    async def complete(self, model: str, request: dict[str, Any]) -> ModelTurn: ...
+    async def complete(self, model: str, request: dict[str, Any], *, last: bool = True) -> ModelTurn: ...
 
     async def close(self) -> None: ...
 
@@ -34,11 +37,11 @@ class UnconfiguredProvider:
         self.reason = reason
 
     async def stream(
-        self, model: str, request: dict[str, Any], on_text: TextSink, on_restart: RestartSink
+        self, model: str, request: dict[str, Any], on_text: TextSink, on_restart: RestartSink, *, last: bool = True
     ) -> ModelTurn:
         raise LLMConfigError(self.reason)
 
-    async def complete(self, model: str, request: dict[str, Any]) -> ModelTurn:
+    async def complete(self, model: str, request: dict[str, Any], *, last: bool = True) -> ModelTurn:
         raise LLMConfigError(self.reason)
 
     async def close(self) -> None:
@@ -55,6 +58,7 @@ def providers_for(settings: Settings, used: Iterable[Provider]) -> dict[Provider
 
 def _build(settings: Settings, provider: Provider) -> ModelProvider:
     retries, timeout = settings.agent_llm_max_retries, settings.agent_llm_timeout_s
+    quick = min(settings.agent_fallback_retries, retries)
     common: dict[str, Any] = {"max_retries": retries, "timeout": timeout}
     if provider == "anthropic":
         if settings.anthropic_api_key is None:
@@ -65,7 +69,7 @@ def _build(settings: Settings, provider: Provider) -> ModelProvider:
             max_retries=retries,
             timeout_s=timeout,
         )
-        return AnthropicProvider(client, stream_retries=retries)
+        return AnthropicProvider(client, stream_retries=retries, fallback_retries=quick)
     if provider == "openai":
         key = settings.openai_api_key.get_secret_value() if settings.openai_api_key else None
         if key is None and not settings.openai_base_url:
@@ -73,14 +77,16 @@ def _build(settings: Settings, provider: Provider) -> ModelProvider:
         chat = openai_client(
             api_key=key or NO_KEY, base_url=settings.openai_base_url, max_retries=retries, timeout_s=timeout
         )
-        return OpenAIProvider(chat, stream_retries=retries)
+        return OpenAIProvider(chat, stream_retries=retries, fallback_retries=quick)
     if provider == "bedrock":
         if importlib.util.find_spec("botocore") is None:
             return UnconfiguredProvider(
                 "`bedrock:` models need the AWS SDK: pip install 'clickhouse-analyst[bedrock]' (botocore)."
             )
         bedrock = anthropic.AsyncAnthropicBedrock(aws_region=settings.aws_region, **common)
-        return AnthropicProvider(bedrock, key_setting="the AWS credentials", stream_retries=retries)
+        return AnthropicProvider(
+            bedrock, key_setting="the AWS credentials", stream_retries=retries, fallback_retries=quick
+        )
     if not (settings.cloud_ml_region and settings.anthropic_vertex_project_id):
         return UnconfiguredProvider("`vertex:` models need CLOUD_ML_REGION and ANTHROPIC_VERTEX_PROJECT_ID.")
     if importlib.util.find_spec("google.auth") is None:
@@ -90,4 +96,6 @@ def _build(settings: Settings, provider: Provider) -> ModelProvider:
     vertex = anthropic.AsyncAnthropicVertex(
         region=settings.cloud_ml_region, project_id=settings.anthropic_vertex_project_id, **common
     )
-    return AnthropicProvider(vertex, key_setting="the Google Cloud credentials", stream_retries=retries)
+    return AnthropicProvider(
+        vertex, key_setting="the Google Cloud credentials", stream_retries=retries, fallback_retries=quick
+    )

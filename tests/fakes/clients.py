@@ -8,9 +8,13 @@ from tests.fakes.anthropic_api import FakeAnthropic
 from tests.fakes.openai_api import FakeOpenAI
 
 
-def anthropic_provider(fake: FakeAnthropic, max_retries: int = 3) -> AnthropicProvider:
+def anthropic_provider(
+    fake: FakeAnthropic, max_retries: int = 3, fallback_retries: int | None = None
+) -> AnthropicProvider:
     client = anthropic_client(api_key="test-key", base_url=fake.base_url, max_retries=max_retries, timeout_s=20)
-    return AnthropicProvider(client, stream_retries=max_retries, retry_base_delay_s=0.01)
+    return AnthropicProvider(
+        client, stream_retries=max_retries, retry_base_delay_s=0.01, fallback_retries=fallback_retries
+    )
 
 
 def openai_provider(fake: FakeOpenAI, max_retries: int = 3) -> OpenAIProvider:

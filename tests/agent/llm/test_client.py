@@ -202,3 +202,16 @@ async def test_a_server_that_cannot_be_reached_falls_back(fake_anthropic: FakeAn
     finally:
         await llm.close()
     assert turn.model == f"anthropic:{SONNET}" and notes.fallbacks[0].reason == "unavailable"
+
+
+async def test_a_model_with_another_after_it_gets_the_fewer_fallback_retries(fake_anthropic: FakeAnthropic) -> None:
+    """AGENT_FALLBACK_RETRIES: the first model is asked once more, not AGENT_LLM_MAX_RETRIES times, before the
+    next is asked; the last model of the list keeps every retry."""
+    fake_anthropic.always(Failure(529, "overloaded_error", "Overloaded"))
+    llm = LLMClient({"anthropic": anthropic_provider(fake_anthropic, max_retries=3, fallback_retries=1)})
+    try:
+        with pytest.raises(LLMUnavailable):
+            await ask(llm, Notes(), f"{SONNET},{OPUS}")
+    finally:
+        await llm.close()
+    assert [r["model"] for r in fake_anthropic.requests] == [SONNET] * 2 + [OPUS] * 4

@@ -104,6 +104,8 @@ def _summary(record: RunRecord) -> str:
     ]
     if record.judge_model:
         lines.append(f"| judge (`{record.judge_model}`, apart from the checks) | {_judge_line(record)} |")
+    if answered := _answered_by(record):
+        lines.append(f"| answered by | {answered} |")
     t = record.tokens
     lines += [
         f"| tokens | {t.input:,} input, {t.output:,} output, {t.cache_read:,} cache read, "
@@ -112,6 +114,19 @@ def _summary(record: RunRecord) -> str:
         f"| latency per case | p50 {record.latency.p50_ms / 1000:.1f} s, p95 {record.latency.p95_ms / 1000:.1f} s |",
     ]
     return "\n".join(lines)
+
+
+def _answered_by(record: RunRecord) -> str:
+    """Which models answered, when a fallback means not every answer is the first model's."""
+    counts: dict[str, int] = defaultdict(int)
+    for case in record.cases:
+        if case.model:
+            counts[case.model] += 1
+    fallbacks = sum(case.fallbacks for case in record.cases)
+    if len(counts) < 2 and not fallbacks:
+        return ""
+    models = ", ".join(f"`{model}` {count}" for model, count in sorted(counts.items(), key=lambda kv: -kv[1]))
+    return f"{models} cases; {fallbacks} fallbacks: not every answer is the first model's"
 
 
 def _judge_line(record: RunRecord) -> str:

@@ -90,6 +90,8 @@ class CaseResult(BaseModel):
     latency_ms: int = 0
     llm_calls: int = 0
     rounds: int = 0
+    model: str = ""  # `provider:name` of the model that answered (after any fallback)
+    fallbacks: int = 0
 
     @property
     def key(self) -> tuple[str, str]:

@@ -135,4 +135,6 @@ def _case_result(
         latency_ms=result.metrics.total_ms,
         llm_calls=result.metrics.llm_calls,
         rounds=result.metrics.rounds,
+        model=result.model,
+        fallbacks=result.metrics.fallbacks,
     )

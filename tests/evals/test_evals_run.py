@@ -372,3 +372,21 @@ def test_a_bad_model_option_is_a_usage_error(capsys: pytest.CaptureFixture[str],
     suite = write_suite(tmp_path / "s.yaml", [CASES[0]])
     assert main(["evals", "run", "--suite", str(suite), "--model", "azure:gpt"]) == 2
     assert capsys.readouterr().err.startswith("error: --model: 'azure:gpt': unknown provider 'azure'")
+
+
+def test_cases_answered_after_a_fallback_are_named_in_the_report(eval_env: FakeAnthropic, tmp_path: Path) -> None:
+    """A model list in an eval run: which model answered each case is recorded, and the report says the run
+    graded more than one model."""
+    eval_env.for_model("claude-sonnet-5-5", Failure(529, "overloaded_error", "Overloaded"))
+    eval_env.always(ByQuestion({"How many airlines are there?": PLAYS["How many airlines are there?"]}))
+    out = tmp_path / "run"
+    suite = write_suite(tmp_path / "s.yaml", [CASES[0]])
+    args = ["--model", "claude-sonnet-5-5,claude-opus-5-5", "--no-judge"]
+    assert main(["evals", "run", "--suite", str(suite), "--out", str(out), *args]) == 0
+    (case,) = json.loads((out / "results.json").read_text())["cases"]
+    assert case["model"] == "anthropic:claude-opus-5-5" and case["fallbacks"] == 1 and case["passed"]
+    report = (out / "report.md").read_text()
+    assert (
+        "| answered by | `anthropic:claude-opus-5-5` 1 cases; 1 fallbacks: not every answer is the first model's |"
+        in report
+    )

@@ -76,3 +76,17 @@ def test_model_errors_exit_1_without_a_traceback(cli_env: FakeAnthropic, capsys)
     assert main(["ask", "q"]) == 1
     captured = capsys.readouterr()
     assert "error: The model API refused the key (401)" in captured.err and "Traceback" not in captured.err
+
+
+def test_ask_shows_a_fallback_and_names_the_model_that_answered(
+    cli_env: FakeAnthropic, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("AGENT_MODEL", "claude-sonnet-5-5,claude-opus-5-5")
+    cli_env.for_model("claude-sonnet-5-5", Failure(529, "overloaded_error", "Overloaded"))
+    _script_answer(cli_env)
+    assert main(["ask", "How many airlines are there?"]) == 0
+    out = capsys.readouterr().out
+    note = "↪ anthropic:claude-sonnet-5-5 is overloaded; going on with anthropic:claude-opus-5-5."
+    assert out.index(note) < out.index("⚡ Q1 Airlines") and "s, anthropic:claude-opus-5-5)" in out
+    sonnet = [r for r in cli_env.requests if r["model"] == "claude-sonnet-5-5"]
+    assert len(sonnet) == 2  # AGENT_FALLBACK_RETRIES=1: one retry, then Opus; later rounds go straight to Opus

@@ -37,6 +37,8 @@ _PATTERNS = (  # (a phrase of the Runner's message, lower-cased, and what it mea
     ("context window", Failure.THREAD_TOO_LONG),
     ("anthropic_api_key", Failure.MODEL_SETUP),
     ("openai_api_key", Failure.MODEL_SETUP),
+    ("cloud_ml_region", Failure.MODEL_SETUP),
+    ("models need", Failure.MODEL_SETUP),  # a provider's SDK extra is missing (agent/llm/providers.py)
     ("refused the key", Failure.MODEL_SETUP),
     ("rejected the request", Failure.MODEL_SETUP),
     ("clickhouse", Failure.DATABASE_UNREACHABLE),

@@ -211,6 +211,12 @@ def failed(code: int) -> ResultEvent:
         ("Could not reach the model server: APIConnectionError", [], Failure.MODEL_BUSY),
         ("OPENAI_API_KEY is not set; `openai:` models need it (or OPENAI_BASE_URL).", [], Failure.MODEL_SETUP),
         ("The model server refused the key (401): check OPENAI_API_KEY.", [], Failure.MODEL_SETUP),
+        (
+            "`bedrock:` models need the AWS SDK: pip install 'clickhouse-analyst[bedrock]' (botocore).",
+            [],
+            Failure.MODEL_SETUP,
+        ),
+        ("CLOUD_ML_REGION and ANTHROPIC_VERTEX_PROJECT_ID must be set for `vertex:` models.", [], Failure.MODEL_SETUP),
         ("The conversation is longer than the model's context window: 140000 > 128000", [], Failure.THREAD_TOO_LONG),
         ("ClickHouse did not answer SELECT 1: Connection refused", [], Failure.DATABASE_UNREACHABLE),
         ("The database connection is closed.", [], Failure.DATABASE_UNREACHABLE),

@@ -246,7 +246,8 @@ class _ChunkBuilder:
                 if call.id:
                     entry["id"] = call.id
                 if call.function is not None:
-                    if call.function.name:
+                    # OpenAI sends the name whole in a call's first delta; some servers repeat it in every delta.
+                    if call.function.name and call.function.name != entry["name"]:
                         entry["name"] += call.function.name
                     if call.function.arguments:
                         entry["arguments"].append(call.function.arguments)

@@ -169,3 +169,23 @@ async def test_a_plain_call_reads_the_whole_completion(fake_openai: FakeOpenAI) 
         await provider.close()
     assert turn.text == '["Which month was busiest?"]' and turn.stop_reason == "end_turn"
     assert "stream" not in fake_openai.requests[0] and fake_openai.requests[0]["messages"][0]["role"] == "system"
+
+
+def test_a_server_that_repeats_the_name_in_every_delta_calls_the_tool_once() -> None:
+    from openai.types.chat import ChatCompletionChunk
+
+    from agent.llm.openai_chat import _ChunkBuilder
+
+    def chunk(delta: dict[str, Any], finish: str | None = None) -> ChatCompletionChunk:
+        choice = {"index": 0, "delta": delta, "finish_reason": finish}
+        return ChatCompletionChunk.model_validate(
+            {"id": "c", "object": "chat.completion.chunk", "created": 0, "model": "m", "choices": [choice]}
+        )
+
+    builder = _ChunkBuilder()
+    for piece in ('{"content"', ': "x"}'):
+        call = {"index": 0, "id": "call_1", "type": "function", "function": {"name": "think", "arguments": piece}}
+        builder.add(chunk({"tool_calls": [call]}))
+    builder.add(chunk({}, "tool_calls"))
+    turn = builder.turn(0.0)
+    assert turn.tool_calls == [{"type": "tool_use", "id": "call_1", "name": "think", "input": {"content": "x"}}]

@@ -14,7 +14,7 @@ from agent.metrics import Metrics, default_metrics
 from agent.pipeline import LoopSettings, Pipeline
 from agent.pipeline.charting import ChartMaker
 from agent.pipeline.request import RequestPrefix
-from agent.pipeline.tools import SqlExecutor
+from agent.pipeline.tools import SchemaLookup, SqlExecutor
 from agent.prompts import prompt_library
 from agent.runner import Runner
 from agent.schema import SchemaCache
@@ -44,7 +44,7 @@ class AgentApp:
             llm = LLMClient.from_settings(settings) if settings.anthropic_api_key else MissingKeyLLM()
         db = db or open_database(settings)
         metrics = metrics or default_metrics()
-        schema = SchemaCache(db, settings.schema_max_chars, settings.schema_ttl_s)
+        schema = SchemaCache(db, settings.schema_max_chars, settings.schema_ttl_s, settings.schema_catalogue_max_chars)
         runner = build_runner(settings, db=db, llm=llm, metrics=metrics, schema=schema)
         prompts = prompt_library(settings.agent_prompts_dir)
         examples = ExampleQuestions(settings, llm=llm, schema=schema, prompts=prompts, metrics=metrics)
@@ -77,4 +77,5 @@ def build_runner(settings: Settings, *, db: Database, llm: LLMClient, metrics: M
         metrics=metrics,
         followups=FollowupGenerator(llm, prompts, settings.agent_followup_model, metrics),
         charts=ChartMaker(db, limits),
+        lookup=SchemaLookup(schema, settings.max_result_chars),
     )

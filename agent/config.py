@@ -141,7 +141,18 @@ class Settings(BaseSettings):
     chart_render_timeout_s: float = Field(
         20.0, gt=0, description="Time one chart's PNG (for Slack) may take to render, in a process of its own."
     )
-    schema_max_chars: int = Field(24_000, ge=1_000, description="Budget of the schema prompt section.")
+    schema_max_chars: int = Field(
+        24_000,
+        ge=1_000,
+        description="Budget of the schema prompt section. A schema larger than this goes in as a catalogue "
+        "(one line per table) and the model reads columns with the lookup_schema tool.",
+    )
+    schema_catalogue_max_chars: int = Field(
+        16_000,
+        ge=1_000,
+        description="Budget of the catalogue; past it, the tables that best match each question are added "
+        "after the cached prefix, and the lookup tool's search covers the rest.",
+    )
     schema_ttl_s: int = Field(600, ge=0, description="How long the rendered schema is reused.")
 
     # --- web ---

@@ -27,7 +27,7 @@ from agent.pipeline.context import (
 )
 from agent.pipeline.request import RequestPrefix
 from agent.pipeline.state import RunState
-from agent.pipeline.tools import SqlExecutor, ToolInputError, ToolOutcome, parse_queries, run_think
+from agent.pipeline.tools import SchemaLookup, SqlExecutor, ToolInputError, ToolOutcome, parse_queries, run_think
 from agent.prompts import PromptError, PromptLibrary
 from agent.runner import (
     AnswerEvent,
@@ -76,10 +76,11 @@ class Pipeline:
         metrics: Metrics,
         followups: FollowupGenerator | None = None,
         charts: ChartMaker | None = None,
+        lookup: SchemaLookup | None = None,
     ) -> None:
         self._llm, self._prefix, self._sql, self._prompts = llm, prefix, sql, prompts
         self._settings, self._metrics, self._followups = settings, metrics, followups
-        self._charts = charts
+        self._charts, self._lookup = charts, lookup
 
     async def run(
         self,
@@ -111,11 +112,12 @@ class Pipeline:
         first_of_turn = len(messages)
         messages.append(user_text(question))
         try:
+            if retrieved := await self._prefix.retrieved(question):
+                append_text(messages[-1], retrieved)
             request = {
                 "model": s.model,
                 "max_tokens": s.max_tokens,
-                "tools": self._prefix.tools,
-                "system": await self._prefix.system(platform),
+                **await self._prefix.parts(platform),
                 # Not an SDK parameter (API version 2026-10-21 dropped sampling parameters): sent in the body.
                 **({"extra_body": {"temperature": s.temperature}} if s.temperature is not None else {}),
             }
@@ -241,6 +243,8 @@ class Pipeline:
                 outcome = ToolOutcome(await self._sql.run(requests, state), repaired=repaired)
             elif call["name"] == "chart" and self._charts is not None:
                 outcome = await self._charts.run(call["input"], state)
+            elif call["name"] == "lookup_schema" and self._lookup is not None:
+                outcome = await self._lookup.run(call["input"], state)
             else:
                 raise ToolInputError(f"There is no tool named {call['name']!r}; use think, execute_sql or chart.")
         except ToolInputError as exc:

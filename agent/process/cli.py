@@ -133,19 +133,19 @@ async def _sql(args: argparse.Namespace, settings: Settings) -> int:
 
 
 async def _schema(args: argparse.Namespace, settings: Settings) -> int:
-    from agent.schema import introspect, render_schema
+    from agent.schema import SchemaCache
 
     db = open_database(settings)
     try:
-        tables = await introspect(db)
+        view = await SchemaCache(db, settings.schema_max_chars, 0, settings.schema_catalogue_max_chars).view()
     finally:
         await db.close()
-    if not tables:
+    if not view.tables:
         raise UsageError(
             f"No tables found in {', '.join(settings.clickhouse_databases)}. "
             "Load the demo data with `agent demo load`, or set CLICKHOUSE_DATABASES."
         )
-    print(render_schema(tables, settings.schema_max_chars))
+    print(view.text)
     return EXIT_OK
 
 

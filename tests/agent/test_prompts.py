@@ -12,13 +12,14 @@ VARIABLES = {
     "SYSTEM.md": {"max_rows": 50},
     "evals/JUDGE.md": {},
     "evals/JUDGE_REQUEST.md": {"question": "q", "rubric": "r", "answer": "a", "queries": []},
-    "SCHEMA.md": {"schema": "## db.t"},
+    "SCHEMA.md": {"schema": "## db.t", "catalogue": True, "complete": False, "tables": 400},
+    "RETRIEVED.md": {"tables": "- db.t (~1K rows): Orders"},
     "CONTEXT.md": {"today": "2026-11-22", "format_guidance": "Use Markdown."},
     "FOLLOWUP.md": {},
     "FOLLOWUP_REQUEST.md": {"question": "q", "answer": "a", "queries": []},
     "EXAMPLES.md": {},
     "EXAMPLES_REQUEST.md": {"schema": "## db.t"},
-    "TOOLS.yaml": {"max_rows": 50, "chart_max_rows": 5000},
+    "TOOLS.yaml": {"max_rows": 50, "chart_max_rows": 5000, "lookup": True},
     "loop/penultimate.md": {},
     "loop/synthesize.md": {},
     "loop/think_nudge.md": {"rounds": 2},
@@ -52,8 +53,11 @@ def test_a_missing_variable_is_an_error(prompts: PromptLibrary, name: str) -> No
 
 
 def test_tool_schemas_are_valid_for_the_api(prompts: PromptLibrary) -> None:
-    tools = prompts.tools(max_rows=50, chart_max_rows=5000)
+    tools = prompts.tools(max_rows=50, chart_max_rows=5000, lookup=False)
     assert [t["name"] for t in tools] == ["think", "execute_sql", "chart"]
+    _validate_tools(tools, None)
+    tools = prompts.tools(max_rows=50, chart_max_rows=5000, lookup=True)
+    assert [t["name"] for t in tools] == ["think", "execute_sql", "lookup_schema", "chart"]
     _validate_tools(tools, None)
 
 

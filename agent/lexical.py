@@ -15,6 +15,7 @@ import re
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 
 _WORD = re.compile(r"[A-Za-z]+|[0-9]+")
 _CAMEL = re.compile(r"(?<=[a-z])(?=[A-Z])")
@@ -50,15 +51,20 @@ K1, B = 1.2, 0.75
 
 
 def stem(word: str) -> str:
-    """A light, predictable folding of English endings (customers -> customer, shipped -> ship)."""
+    """A light, predictable folding of English endings, the same for every form of a word (customers,
+    customer -> customer; prices, priced, price -> pric; shipped, shipping -> ship)."""
     for suffix, replacement in (("ies", "y"), ("sses", "ss"), ("ing", ""), ("ed", ""), ("es", ""), ("s", "")):
         if word.endswith(suffix) and len(word) - len(suffix) >= 3 and not word.endswith("ss"):
-            return word[: len(word) - len(suffix)] + replacement
-    return word
+            word = word[: len(word) - len(suffix)] + replacement
+            break
+    if len(word) > 3 and word[-1] == word[-2] and word[-1] not in "lsz":
+        word = word[:-1]  # shipp -> ship
+    return word[:-1] if len(word) > 3 and word.endswith("e") else word
 
 
-def terms(text: str) -> list[str]:
-    """The search terms of a text, in order, stopwords dropped."""
+@lru_cache(maxsize=65_536)
+def terms(text: str) -> tuple[str, ...]:
+    """The search terms of a text, in order, stopwords dropped (cached: warehouses repeat their comments)."""
     out = []
     for raw in _WORD.findall(_CAMEL.sub(" ", text)):
         word = raw.lower()
@@ -66,7 +72,7 @@ def terms(text: str) -> list[str]:
         if word in STOPWORDS or len(word) < 2:
             continue
         out.append(stem(word))
-    return out
+    return tuple(out)
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 from agent.config import Settings
 from agent.db import Database, open_database
+from agent.knowledge import KnowledgeBase
 from agent.limits import Limits
 from agent.llm import LLMClient, MissingKeyLLM
 from agent.metrics import Metrics, default_metrics
@@ -59,9 +60,13 @@ class AgentApp:
 def build_runner(settings: Settings, *, db: Database, llm: LLMClient, metrics: Metrics, schema: SchemaCache) -> Runner:
     prompts = prompt_library(settings.agent_prompts_dir)
     limits = Limits.of(settings)
+    knowledge_dir = settings.knowledge_dir
+    knowledge = KnowledgeBase.load(knowledge_dir, settings.agent_knowledge_max_chars) if knowledge_dir else None
     return Pipeline(
         llm=llm,
-        prefix=RequestPrefix(prompts, schema, max_rows=settings.max_rows, chart_max_rows=limits.chart_max_rows),
+        prefix=RequestPrefix(
+            prompts, schema, max_rows=settings.max_rows, chart_max_rows=limits.chart_max_rows, knowledge=knowledge
+        ),
         sql=SqlExecutor(db, prompts, settings.max_result_chars, limits),
         prompts=prompts,
         settings=LoopSettings(

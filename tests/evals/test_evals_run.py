@@ -322,3 +322,22 @@ def test_usage_errors_exit_2_with_one_line(
 def test_a_run_needs_the_api_key(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     assert main(["evals", "run", "--suite", str(write_suite(tmp_path / "s.yaml", [CASES[0]]))]) == 2
     assert capsys.readouterr().err == "error: ANTHROPIC_API_KEY is not set; the agent needs it to ask the model.\n"
+
+
+def test_no_knowledge_runs_the_same_suite_without_it_and_compare_says_so(
+    eval_env: FakeAnthropic, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    eval_env.always(ByQuestion({"How many airlines are there?": PLAYS["How many airlines are there?"]}))
+    suite = write_suite(tmp_path / "suite.yaml", [CASES[0]])
+    assert main(["evals", "run", "--suite", str(suite), "--out", str(tmp_path / "with"), "--no-judge"]) == 0
+    with_knowledge = len(eval_env.requests)
+    assert "What this team knows" in eval_env.requests[0]["system"][1]["text"]
+    argv = ["evals", "run", "--suite", str(suite), "--out", str(tmp_path / "without"), "--no-judge", "--no-knowledge"]
+    assert main(argv) == 0
+    assert "What this team knows" not in eval_env.requests[with_knowledge]["system"][1]["text"]
+    old, new = (json.loads((tmp_path / run / "results.json").read_text()) for run in ("with", "without"))
+    assert old["knowledge"].endswith("knowledge") and new["knowledge"] is None
+    assert "knowledge none" in (tmp_path / "without" / "report.md").read_text()
+    capsys.readouterr()
+    main(["evals", "compare", str(tmp_path / "with" / "results.json"), str(tmp_path / "without" / "results.json")])
+    assert f"knowledge: {old['knowledge']} -> none" in capsys.readouterr().out

@@ -44,7 +44,7 @@ FIELDS = {
     "glossary": ({"term", "definition"}, {"synonyms", "table", "sql"}),
     "metrics": ({"name", "description", "sql", "tables"}, {"from"}),
     "notes": ({"table", "note"}, {"column", "sql"}),
-    "verified_queries": ({"question", "sql", "verified_by", "verified_at"}, {"id"}),
+    "verified_queries": ({"question", "sql", "verified_by", "verified_at"}, {"id", "source"}),
 }
 _LINE, _LINES = "__line__", "__lines__"
 

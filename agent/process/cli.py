@@ -77,6 +77,15 @@ def _parser() -> argparse.ArgumentParser:
     )
     check.add_argument("dir", nargs="?", help="the knowledge folder (default: AGENT_KNOWLEDGE_DIR, or the demo's)")
     check.set_defaults(handler=_run(_knowledge_check))
+    review = knowledge_commands.add_parser(
+        "review", help="decide on what thumbs up (verified queries) and down (eval cases) proposed"
+    )
+    review.add_argument("--dir", help="knowledge folder to write to (default: AGENT_KNOWLEDGE_DIR, or the demo's)")
+    review.add_argument(
+        "--suite", default="evals/suites/feedback.yaml", help="suite file for eval cases (default %(default)s)"
+    )
+    review.add_argument("--reviewer", help="name written as verified_by (default: the login name)")
+    review.set_defaults(handler=_run(_knowledge_review))
 
     ask = commands.add_parser("ask", help="ask the agent a question; steps stream to the terminal")
     ask.add_argument("question", help="a question in plain English")
@@ -178,6 +187,32 @@ async def _knowledge_check(args: argparse.Namespace, settings: Settings) -> int:
         print(problem, file=sys.stderr)
     print(f"{directory}: {len(entries)} entries, {len(problems)} problems")
     return EXIT_FAILED if problems else EXIT_OK
+
+
+async def _knowledge_review(args: argparse.Namespace, settings: Settings) -> int:
+    import getpass
+
+    from agent.chats.proposals import ProposalStore
+    from agent.process.review import Reviewer, review
+
+    directory = Path(args.dir) if args.dir else settings.knowledge_dir
+    if directory is None:
+        raise UsageError("No knowledge folder: name one (--dir) or set AGENT_KNOWLEDGE_DIR.")
+    store = ProposalStore(settings.agent_data_dir / "conversations.sqlite3")
+    db = open_database(settings)
+    reviewer = Reviewer(args.reviewer or getpass.getuser(), ask=input, say=print)
+    dataset = "demo" if settings.embedded and settings.clickhouse_databases == ["nycflights13"] else "warehouse"
+    try:
+        done = await review(store, db, reviewer, knowledge_dir=directory, suite=Path(args.suite), dataset=dataset)
+    except EOFError:
+        return EXIT_OK  # input ended: what was decided stays
+    finally:
+        await db.close()
+    print(
+        f"{done.verified} verified queries and {done.eval_cases} eval cases added, {done.rejected} rejected, "
+        f"{done.skipped} left for later."
+    )
+    return EXIT_OK
 
 
 async def _ask(args: argparse.Namespace, settings: Settings) -> int:

@@ -1,0 +1,38 @@
+"""A thumbs-up in Slack proposes the answer's query; the review writes it into the knowledge files."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from agent.chats.proposals import ProposalStore
+from agent.db import Database
+from agent.knowledge import load_directory
+from agent.process.review import Reviewer, review
+from tests.fakes import slack_events as events
+from tests.fakes.slack_api import GENERAL_ID, FakeSlack
+from tests.slack_helpers import answer_message, carriers_script
+
+
+async def test_a_thumbs_up_in_slack_ends_in_the_knowledge_file(
+    start_bot, fake_slack: FakeSlack, fake_anthropic, db: Database, tmp_path: Path
+) -> None:
+    bot = await start_bot()
+    fake_anthropic.script(*carriers_script())
+    question = await bot.ask("which carrier flew the most?")
+    answer = answer_message(fake_slack, GENERAL_ID, question)
+    up = answer["blocks"][-1]["elements"][0]
+    await bot.click(events.block_actions(up["action_id"], up["value"], message_ts=answer["ts"], thread_ts=question))
+    await bot.idle()
+    assert bot.service is not None
+    proposals = ProposalStore(bot.service.store.path)
+    [proposal] = await proposals.pending()
+    assert proposal.feedback == "up" and proposal.question == "which carrier flew the most?"
+    replies = iter(["yes"])
+    reviewer = Reviewer("ana", ask=lambda _: next(replies), say=lambda _: None)
+    knowledge = tmp_path / "knowledge"
+    done = await review(proposals, db, reviewer, knowledge_dir=knowledge, suite=tmp_path / "s.yaml", dataset="demo")
+    assert done.verified == 1 and await proposals.pending() == []
+    [entry] = load_directory(knowledge)
+    assert entry.kind == "verified_queries" and entry.fields["question"] == "which carrier flew the most?"
+    assert entry.fields["sql"].startswith("SELECT carrier, count() AS n FROM nycflights13.flights")
+    assert entry.fields["verified_by"] == "ana"

@@ -27,7 +27,15 @@ from agent.pipeline.context import (
 )
 from agent.pipeline.request import RequestPrefix
 from agent.pipeline.state import RunState
-from agent.pipeline.tools import SchemaLookup, SqlExecutor, ToolInputError, ToolOutcome, parse_queries, run_think
+from agent.pipeline.tools import (
+    SchemaLookup,
+    SqlExecutor,
+    ToolInputError,
+    ToolOutcome,
+    parse_clarification,
+    parse_queries,
+    run_think,
+)
 from agent.prompts import PromptError, PromptLibrary
 from agent.runner import (
     AnswerEvent,
@@ -122,7 +130,9 @@ class Pipeline:
                 **({"extra_body": {"temperature": s.temperature}} if s.temperature is not None else {}),
             }
             await self._loop(state, request, messages)
-            if followups and self._followups and state.answer and state.outcome is not Outcome.NO_DATA:
+            if state.clarification and state.followups:
+                await on_event(FollowupsEvent(questions=state.followups))  # the options, as buttons
+            elif followups and self._followups and state.answer and state.outcome is not Outcome.NO_DATA:
                 state.followups = await self._followups.generate(question, state.answer, state.queries)
                 if state.followups:
                     await on_event(FollowupsEvent(questions=state.followups))
@@ -156,6 +166,8 @@ class Pipeline:
                     continue
                 return
             messages.append(await self._run_tools(state, turn.tool_calls))
+            if state.clarification:
+                return await self._ask_back(state)
         await self._synthesize(state, request, messages)
 
     async def _model_turn(
@@ -245,6 +257,10 @@ class Pipeline:
                 outcome = await self._charts.run(call["input"], state)
             elif call["name"] == "lookup_schema" and self._lookup is not None:
                 outcome = await self._lookup.run(call["input"], state)
+            elif call["name"] == "ask_clarification":
+                question, options = parse_clarification(call["input"])
+                state.clarification, state.followups = question, options
+                outcome = ToolOutcome("Asked; the person's next message answers it.")
             else:
                 raise ToolInputError(f"There is no tool named {call['name']!r}; use think, execute_sql or chart.")
         except ToolInputError as exc:
@@ -253,6 +269,13 @@ class Pipeline:
         if outcome.repaired:
             state.record_guard("repaired_tool_input")
         return outcome
+
+    async def _ask_back(self, state: RunState) -> None:
+        """The run ends with the clarifying question as its answer; the options follow as suggestions."""
+        state.answer = self._prompts.render(
+            "loop/clarification.md", question=state.clarification, options=state.followups
+        )
+        await state.emit(AnswerEvent(text=state.answer, restart=bool(state.streamed_text)))
 
     async def _synthesize(self, state: RunState, request: dict[str, Any], messages: list[Message]) -> None:
         """At the round cap: one call with tools disabled answers from what was gathered. Same tools

@@ -229,3 +229,16 @@ class SchemaLookup:
         if search:
             parts.append(f"Tables matching {search!r}, best first:\n{view.catalog.search_text(search)}")
         return ToolOutcome(cut_text("\n\n".join(parts), self._max_chars))
+
+
+MAX_OPTIONS = 5
+
+
+def parse_clarification(raw: Any) -> tuple[str, list[str]]:
+    """The question and the likely options in ask_clarification input."""
+    if not isinstance(raw, dict) or not isinstance(raw.get("question"), str) or not raw["question"].strip():
+        raise ToolInputError('ask_clarification needs {"question": "...", "options": ["...", "..."]}.')
+    options = raw.get("options") or []
+    if not isinstance(options, list) or not all(isinstance(o, str) for o in options):
+        raise ToolInputError('ask_clarification "options" must be an array of short answers.')
+    return " ".join(raw["question"].split()), [" ".join(o.split()) for o in options if o.strip()][:MAX_OPTIONS]

@@ -27,6 +27,7 @@ VARIABLES = {
     "loop/citation_retry.md": {"citations": "[Q1]", "answered": ["Q2"]},
     "loop/no_data.md": {},
     "loop/duplicate.md": {"original": "Q1"},
+    "loop/clarification.md": {"question": "Which revenue?", "options": ["Net", "Gross"]},
     "loop/cancelled.md": {"partial": "x"},
     "loop/queries_skipped.md": {"skipped": 3, "per_call": 5, "per_run": 25, "run_spent": False},
     **{f"formats/{platform}.md": {} for platform in PLATFORMS},
@@ -55,10 +56,10 @@ def test_a_missing_variable_is_an_error(prompts: PromptLibrary, name: str) -> No
 
 def test_tool_schemas_are_valid_for_the_api(prompts: PromptLibrary) -> None:
     tools = prompts.tools(max_rows=50, chart_max_rows=5000, lookup=False)
-    assert [t["name"] for t in tools] == ["think", "execute_sql", "chart"]
+    assert [t["name"] for t in tools] == ["think", "execute_sql", "ask_clarification", "chart"]
     _validate_tools(tools, None)
     tools = prompts.tools(max_rows=50, chart_max_rows=5000, lookup=True)
-    assert [t["name"] for t in tools] == ["think", "execute_sql", "lookup_schema", "chart"]
+    assert [t["name"] for t in tools] == ["think", "execute_sql", "lookup_schema", "ask_clarification", "chart"]
     _validate_tools(tools, None)
 
 

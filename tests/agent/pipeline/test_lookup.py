@@ -22,7 +22,7 @@ async def test_under_the_budget_nothing_changes(make_app, fake_anthropic: FakeAn
     fake_anthropic.script(Reply(text="ok"))
     await make_app().runner.run("How many flights?", followups=False)
     request = fake_anthropic.requests[0]
-    assert tool_names(request) == ["think", "execute_sql", "chart"]
+    assert tool_names(request) == ["think", "execute_sql", "ask_clarification", "chart"]
     assert "| arr_delay | Nullable(Int16) |" in request["system"][1]["text"]
     assert [b["text"] for b in request["messages"][0]["content"]] == ["How many flights?"]
 
@@ -35,7 +35,7 @@ async def test_over_the_budget_the_model_reads_columns_on_demand(make_app, fake_
     events = Recorder()
     await make_app(schema_max_chars=1_000).runner.run("How windy was it?", on_event=events, followups=False)
     first, second = fake_anthropic.requests
-    assert tool_names(first) == ["think", "execute_sql", "lookup_schema", "chart"]
+    assert tool_names(first) == ["think", "execute_sql", "lookup_schema", "ask_clarification", "chart"]
     schema = first["system"][1]["text"]
     assert "This warehouse has 5 tables" in schema and "- weather (~26K rows): Hourly weather" in schema
     assert "| column |" not in schema

@@ -110,6 +110,8 @@ async def test_a_question_end_to_end_in_chromium(make_app, fake_anthropic: FakeA
                 "Which airlines flew the most from EWR?",
                 "How did departures change by month?",
             ]
+            await page.locator(".thumbs button[aria-label='Right answer']").click()  # a proposal for review
+            await page.locator(".thumbs .thanks", has_text="Thanks, noted.").wait_for()
 
             cite = answer.locator("a.cite").first
             assert await cite.inner_text() == "[Q1]"
@@ -135,6 +137,9 @@ async def test_a_question_end_to_end_in_chromium(make_app, fake_anthropic: FakeA
             assert await page.evaluate("window.cspViolations") == []  # the page lives within its own policy
         finally:
             await browser.close()
+    [listed] = await store.list_conversations()
+    conversation = await store.get_conversation(listed["id"])
+    assert conversation is not None and conversation["turns"][0]["feedback"] == "up"
     store.close()
 
 

@@ -168,17 +168,44 @@ class TurnView {
     this.finish(data.result);
   }
 
-  finish(result) {
+  finish(result, feedback = null) {
     this.status.remove();
     this.answer.removeAttribute("aria-busy");
     if (result) {
       this.answerText = result.answer;
       renderMarkdown(this.answer, result.answer, this.runId);
       if (result.outcome === "cancelled") this.answer.classList.add("cancelled");
+      if (this.runId && result.outcome !== "error") this.footer.append(thumbs(this.runId, feedback));
     }
     quietFixedFailures(this.queries);
     for (const card of this.queries.values()) card.classList.add("downloadable");
   }
+}
+
+// Thumbs under an answer: stored with the turn; `agent knowledge review` turns them into verified
+// queries (up) or eval cases (down, with the reason given here).
+function thumbs(runId, chosen) {
+  const group = el("div", { class: "thumbs", role: "group", "aria-label": "Was this answer right?" });
+  const send = async (value) => {
+    const reason = value === "down" ? prompt("What was wrong? (optional)") : null;
+    if (value === "down" && reason === null) return; // cancelled
+    const response = await api(`/api/runs/${runId}/feedback`, {
+      method: "POST", headers: { "Content-Type": "application/json" },
+      body: JSON.stringify({ value, reason: reason || null }),
+    });
+    if (!response.ok) return showBanner(await errorMessage(response));
+    mark(value);
+    if (!$(".thanks", group)) group.append(el("span", { class: "thanks", text: "Thanks, noted." }));
+  };
+  const up = el("button", { type: "button", class: "thumb", "aria-label": "Right answer", text: "👍", onclick: () => send("up") });
+  const down = el("button", { type: "button", class: "thumb", "aria-label": "Wrong answer", text: "👎", onclick: () => send("down") });
+  const mark = (value) => {
+    up.setAttribute("aria-pressed", String(value === "up"));
+    down.setAttribute("aria-pressed", String(value === "down"));
+  };
+  mark(chosen);
+  group.append(up, down);
+  return group;
 }
 
 function chartLabel(chart) {
@@ -444,7 +471,7 @@ async function openConversation(id) {
       view.on_executing({ query_id: query.label, question: query.question, sql: query.sql });
       view.on_result({ ...query, query_id: query.label });
     }
-    view.finish({ answer: turn.answer, outcome: turn.outcome });
+    view.finish({ answer: turn.answer, outcome: turn.outcome }, turn.feedback);
     for (const chart of turn.charts || []) view.on_chart({ chart });
     if (turn.followups.length) view.on_followups({ questions: turn.followups });
   }

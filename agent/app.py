@@ -31,6 +31,7 @@ class AgentApp:
     metrics: Metrics
     examples: ExampleQuestions
     schema: SchemaCache
+    knowledge: KnowledgeBase | None = None
 
     @classmethod
     def start(
@@ -46,10 +47,20 @@ class AgentApp:
         db = db or open_database(settings)
         metrics = metrics or default_metrics()
         schema = SchemaCache(db, settings.schema_max_chars, settings.schema_ttl_s, settings.schema_catalogue_max_chars)
-        runner = build_runner(settings, db=db, llm=llm, metrics=metrics, schema=schema)
+        knowledge = KnowledgeBase.of(settings)
+        runner = build_runner(settings, db=db, llm=llm, metrics=metrics, schema=schema, knowledge=knowledge)
         prompts = prompt_library(settings.agent_prompts_dir)
         examples = ExampleQuestions(settings, llm=llm, schema=schema, prompts=prompts, metrics=metrics)
-        return cls(settings=settings, db=db, llm=llm, runner=runner, metrics=metrics, examples=examples, schema=schema)
+        return cls(
+            settings=settings,
+            db=db,
+            llm=llm,
+            runner=runner,
+            metrics=metrics,
+            examples=examples,
+            schema=schema,
+            knowledge=knowledge,
+        )
 
     async def close(self) -> None:
         await self.examples.close()
@@ -57,11 +68,17 @@ class AgentApp:
         await self.db.close()
 
 
-def build_runner(settings: Settings, *, db: Database, llm: LLMClient, metrics: Metrics, schema: SchemaCache) -> Runner:
+def build_runner(
+    settings: Settings,
+    *,
+    db: Database,
+    llm: LLMClient,
+    metrics: Metrics,
+    schema: SchemaCache,
+    knowledge: KnowledgeBase | None = None,
+) -> Runner:
     prompts = prompt_library(settings.agent_prompts_dir)
     limits = Limits.of(settings)
-    knowledge_dir = settings.knowledge_dir
-    knowledge = KnowledgeBase.load(knowledge_dir, settings.agent_knowledge_max_chars) if knowledge_dir else None
     return Pipeline(
         llm=llm,
         prefix=RequestPrefix(

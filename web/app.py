@@ -29,7 +29,7 @@ from web.downloads import DownloadSlots
 from web.headers import SECURITY_HEADERS, SecurityHeadersMiddleware
 from web.probes import probe_routes
 from web.request_metrics import RequestMetricsMiddleware
-from web.views import chat, conversations, feedback, page, queries, run_events
+from web.views import chat, conversations, feedback, knowledge, page, queries, run_events
 
 HERE = Path(__file__).parent
 Handler = Callable[[Request], Awaitable[Response]]
@@ -87,6 +87,7 @@ def create_app(
         Route("/api/chat", _api(_limited("questions", chat.chat)), methods=["POST"]),
         Route("/api/conversations", _api(conversations.conversations)),
         Route("/api/conversations/{conversation_id}", _api(conversations.conversation), methods=["GET", "DELETE"]),
+        Route("/api/knowledge", _api(knowledge.knowledge)),
         Route("/api/runs/{run_id}/events", _api(run_events.run_events)),
         Route("/api/runs/{run_id}/feedback", _api(feedback.feedback), methods=["POST"]),
         Route("/api/queries/{query_id}.csv", _api(_limited("downloads", queries.query_csv))),

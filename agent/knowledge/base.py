@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from agent.config import Settings
 from agent.knowledge.files import Entry, load_directory
 from agent.lexical import LexicalIndex
 
@@ -43,6 +44,26 @@ class KnowledgeBase:
     @classmethod
     def load(cls, directory: Path, max_chars: int) -> KnowledgeBase:
         return cls(load_directory(directory), max_chars)
+
+    @classmethod
+    def of(cls, settings: Settings) -> KnowledgeBase | None:
+        """The knowledge the settings name (AGENT_KNOWLEDGE_DIR, or the demo's), or None."""
+        directory = settings.knowledge_dir
+        return cls.load(directory, settings.agent_knowledge_max_chars) if directory else None
+
+    def described(self) -> list[dict[str, str]]:
+        """Each entry as a person opens it from a citation: its tag, its text and where it is kept
+        (the file relative to the knowledge folder, and the line)."""
+        return [
+            {
+                "tag": entry.tag,
+                "kind": entry.kind,
+                "name": entry.name,
+                "text": render_entry(entry).removeprefix("- "),
+                "source": f"{entry.path.name}:{entry.line}",
+            }
+            for entry in self.entries
+        ]
 
     def search(self, question: str, limit: int = RETRIEVED_ENTRIES) -> list[Entry]:
         """The entries that best match the question, best first."""

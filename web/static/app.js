@@ -316,21 +316,44 @@ function renderMarkdown(target, text, runId) {
   linkCitations(target, runId);
 }
 
+// [Q1] jumps to its query; [metric: on-time rate] (the team's knowledge) opens the entry it cites.
+const CITATION = /(\[Q\d+\]|\[(?:glossary|metric|note|verified): [^\]\n]{1,200}\])/;
+
 function linkCitations(root, runId) {
   const walker = document.createTreeWalker(root, NodeFilter.SHOW_TEXT);
   const nodes = [];
-  while (walker.nextNode()) if (/\[Q\d+\]/.test(walker.currentNode.nodeValue)) nodes.push(walker.currentNode);
+  while (walker.nextNode()) if (CITATION.test(walker.currentNode.nodeValue)) nodes.push(walker.currentNode);
   for (const node of nodes) {
-    const parts = node.nodeValue.split(/(\[Q\d+\])/);
+    const parts = node.nodeValue.split(new RegExp(CITATION.source, "g"));
     const fragment = document.createDocumentFragment();
     for (const part of parts) {
       const match = part.match(/^\[(Q\d+)\]$/);
-      if (!match) { fragment.append(part); continue; }
-      fragment.append(el("a", { class: "cite", href: `#q-${runId}-${match[1]}`, text: part,
-        onclick: (event) => { event.preventDefault(); focusQuery(`q-${runId}-${match[1]}`); } }));
+      if (match) {
+        fragment.append(el("a", { class: "cite", href: `#q-${runId}-${match[1]}`, text: part,
+          onclick: (event) => { event.preventDefault(); focusQuery(`q-${runId}-${match[1]}`); } }));
+      } else if (CITATION.test(part) && part.startsWith("[")) {
+        fragment.append(el("button", { type: "button", class: "cite knowledge", text: part,
+          onclick: (event) => openKnowledge(event.currentTarget, part) }));
+      } else {
+        fragment.append(part);
+      }
     }
     node.replaceWith(fragment);
   }
+}
+
+let knowledgeEntries = null;
+
+async function openKnowledge(button, tag) {
+  const open = button.nextElementSibling;
+  if (open && open.classList.contains("knowledge-entry")) return open.remove();
+  if (knowledgeEntries === null) {
+    const response = await api("/api/knowledge");
+    knowledgeEntries = response.ok ? (await response.json()).entries : [];
+  }
+  const entry = knowledgeEntries.find((e) => e.tag === tag);
+  const text = entry ? `${entry.text} (${entry.source})` : "This entry is no longer in the team's knowledge.";
+  button.after(el("span", { class: "knowledge-entry", role: "note", text }));
 }
 
 function focusQuery(id) {

@@ -190,8 +190,12 @@ async def run_think(raw: Any, state: RunState) -> ToolOutcome:
     return ToolOutcome("Noted.", repaired=repaired)
 
 
+MAX_LOOKUP_NAME_CHARS, MAX_LOOKUP_SEARCH_CHARS = 300, 1_000
+
+
 def parse_lookup(raw: Any) -> tuple[list[str], str]:
-    """The table names and search words in lookup_schema input."""
+    """The table names and search words in lookup_schema input (each cut to a sane length: they are
+    the model's to write)."""
     if isinstance(raw, str):
         raw = {"search": raw}
     if not isinstance(raw, dict):
@@ -206,7 +210,8 @@ def parse_lookup(raw: Any) -> tuple[list[str], str]:
         raise ToolInputError('lookup_schema "search" must be a string of words.')
     if not tables and not search.strip():
         raise ToolInputError('lookup_schema needs {"tables": ["database.table"]} or {"search": "words"}.')
-    return [name.strip() for name in tables if name.strip()], search.strip()
+    names = [name.strip()[:MAX_LOOKUP_NAME_CHARS] for name in tables if name.strip()]
+    return names, search.strip()[:MAX_LOOKUP_SEARCH_CHARS]
 
 
 class SchemaLookup:
@@ -221,7 +226,8 @@ class SchemaLookup:
         view = await self._schema.view()
         if view.catalog is None:
             return ToolOutcome("Every table is described in full in the system prompt; read it there.")
-        steps = ([f"reading {', '.join(tables)}"] if tables else []) + ([f"searching for {search!r}"] if search else [])
+        shown = ", ".join(tables[:10]) + (", …" if len(tables) > 10 else "")
+        steps = ([f"reading {shown}"] if tables else []) + ([f"searching for {search!r}"] if search else [])
         await state.emit(ThinkingEvent(text=f"Looking up the schema: {'; '.join(steps)}."))
         parts = []
         if tables:

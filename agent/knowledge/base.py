@@ -59,11 +59,16 @@ class KnowledgeBase:
                 "tag": entry.tag,
                 "kind": entry.kind,
                 "name": entry.name,
-                "text": render_entry(entry).removeprefix("- "),
+                "text": describe_entry(entry),
                 "source": f"{entry.path.name}:{entry.line}",
             }
             for entry in self.entries
         ]
+
+    def cited(self, answer: str) -> list[dict[str, str]]:
+        """The entries an answer cites by tag, in the order it first cites them."""
+        found = [(answer.find(entry["tag"]), entry) for entry in self.described() if entry["tag"] in answer]
+        return [entry for _, entry in sorted(found, key=lambda pair: pair[0])]
 
     def search(self, question: str, limit: int = RETRIEVED_ENTRIES) -> list[Entry]:
         """The entries that best match the question, best first."""
@@ -116,6 +121,19 @@ def render_entry(entry: Entry) -> str:
     who = f"verified by {entry.text('verified_by')}, {entry.text('verified_at')}"
     question = f" {_one_line(entry.text('question'))}" if entry.text("id") else ""
     return f"- {entry.tag}{question} ({who})\n  ```sql\n  {_one_line(entry.text('sql'))}\n  ```"
+
+
+def describe_entry(entry: Entry) -> str:
+    """Plain text for a person who opened a citation: what it says, and its SQL."""
+    said = {
+        "glossary": entry.text("definition"),
+        "metrics": entry.text("description"),
+        "notes": entry.text("note"),
+        "verified_queries": entry.text("question")
+        + (f" Verified by {entry.text('verified_by')}, {entry.text('verified_at')}."),
+    }[entry.kind]
+    sql = f" SQL: {_one_line(entry.text('sql'))}" if entry.text("sql") else ""
+    return f"{entry.name}: {_one_line(said)}{sql}"
 
 
 def _one_line(text: str) -> str:

@@ -116,6 +116,7 @@ class SlackBot:
             pacing=self._pacing,
             settings=self._settings,
             metrics=self._metrics,
+            knowledge=self._agent.knowledge,
         )
         self._actions = Actions(client=self.client, store=self._store, metrics=self._metrics, ask=self._ask)
         log.info("Slack bot %s ready in workspace %s", self.identity.user_id, self.identity.team_id)

@@ -26,7 +26,8 @@ async def test_the_demo_knowledge_is_served_by_tag(web) -> None:
         entries = {e["tag"]: e for e in (await client.get("/api/knowledge")).json()["entries"]}
     metric = entries["[metric: on-time rate]"]
     assert metric["source"] == "metrics.yaml:2" and metric["kind"] == "metrics"
-    assert metric["text"].startswith("**on-time rate** [metric: on-time rate]: Share of flights")
+    assert metric["text"].startswith("on-time rate: Share of flights that arrived less than 15 minutes late")
+    assert metric["text"].endswith("SQL: round(countIf(arr_delay < 15) / countIf(arr_delay IS NOT NULL), 4)")
     assert "/" not in metric["source"]  # the server's folders are not shown
 
 

@@ -1,4 +1,5 @@
-"""A thumbs-up in Slack proposes the answer's query; the review writes it into the knowledge files."""
+"""The team's knowledge in Slack: a thumbs-up proposes the answer's query and the review writes it into the
+knowledge files; an answer that cites an entry shows it underneath."""
 
 from __future__ import annotations
 
@@ -36,3 +37,16 @@ async def test_a_thumbs_up_in_slack_ends_in_the_knowledge_file(
     assert entry.kind == "verified_queries" and entry.fields["question"] == "which carrier flew the most?"
     assert entry.fields["sql"].startswith("SELECT carrier, count() AS n FROM nycflights13.flights")
     assert entry.fields["verified_by"] == "ana"
+
+
+async def test_the_knowledge_an_answer_cites_is_shown_under_it(
+    start_bot, fake_slack: FakeSlack, fake_anthropic
+) -> None:
+    bot = await start_bot()
+    fake_anthropic.script(*carriers_script("HA was on time most often: 93% [Q1] [metric: on-time rate]."))
+    question = await bot.ask("which carrier was most punctual?")
+    answer = answer_message(fake_slack, GENERAL_ID, question)
+    [cited] = [b for b in answer["blocks"] if b.get("block_id") == "analyst_knowledge"]
+    [text] = [element["text"] for element in cited["elements"]]
+    assert text.startswith("*[metric: on-time rate]* on-time rate: Share of flights that arrived less than 15")
+    assert text.endswith("(`metrics.yaml:2`)")

@@ -348,7 +348,8 @@ class Settings(BaseSettings):
             return None
         if self.agent_knowledge_dir.strip():
             return Path(self.agent_knowledge_dir.strip())
-        return DEMO_KNOWLEDGE_DIR if self.clickhouse_databases == ["nycflights13"] else None
+        demo = self.clickhouse_databases == ["nycflights13"] and DEMO_KNOWLEDGE_DIR.is_dir()  # not in a wheel
+        return DEMO_KNOWLEDGE_DIR if demo else None
 
     @property
     def embedded(self) -> bool:

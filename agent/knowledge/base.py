@@ -10,7 +10,7 @@ from pathlib import Path
 
 from agent.config import Settings
 from agent.knowledge.files import Entry, load_directory
-from agent.lexical import LexicalIndex
+from agent.lexical import LexicalIndex, terms
 
 SECTIONS = {
     "glossary": "Glossary",
@@ -64,6 +64,20 @@ class KnowledgeBase:
             }
             for entry in self.entries
         ]
+
+    def expansion(self, question: str) -> str:
+        """The team's words for what the question names: for each glossary term, metric or note whose
+        name or synonym the question uses (every word of it), the entry's names and the tables it
+        reads. Searching the schema with these finds the tables a team's own vocabulary points at."""
+        asked = set(terms(question))
+        words: list[str] = []
+        for entry in self.entries:
+            names = [entry.name, *(str(s) for s in entry.fields.get("synonyms") or [])]
+            if not any(set(terms(name)) and set(terms(name)) <= asked for name in names):
+                continue
+            tables = [entry.text("table"), *(str(t) for t in entry.fields.get("tables") or [])]
+            words += [*names, *(t for t in tables if t)]
+        return " ".join(dict.fromkeys(words))
 
     def cited(self, answer: str) -> list[dict[str, str]]:
         """The entries an answer cites by tag, in the order it first cites them."""

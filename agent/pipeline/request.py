@@ -72,6 +72,9 @@ class RequestPrefix:
         view = await self._schema.view()
         tables = ""
         if view.catalog is not None and not view.complete:
-            tables = view.catalog.search_text(question, RETRIEVED_TABLES) if view.catalog.search(question, 1) else ""
+            words = question
+            if self._knowledge is not None:
+                words = f"{question} {self._knowledge.expansion(question)}"  # the team's words for it
+            tables = view.catalog.search_text(words, RETRIEVED_TABLES) if view.catalog.search(words, 1) else ""
         knowledge = self._knowledge.retrieve(question) if self._knowledge is not None else ""
         return self._prompts.render("RETRIEVED.md", tables=tables, knowledge=knowledge)

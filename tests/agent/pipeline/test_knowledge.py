@@ -73,3 +73,35 @@ async def test_no_knowledge_leaves_the_prompt_as_it_was(make_app, fake_anthropic
     fake_anthropic.script(Reply(text="ok"))
     await make_app(agent_knowledge_dir="none").runner.run("q", followups=False)
     assert "What this team knows" not in fake_anthropic.requests[0]["system"][1]["text"]
+
+
+async def test_the_teams_words_lead_the_schema_search_to_the_right_table(db, tmp_path: Path) -> None:
+    """In a warehouse too large for the catalogue, a glossary term the question uses brings its table."""
+    from agent.config import Settings
+    from agent.knowledge import KnowledgeBase
+    from agent.pipeline.request import RequestPrefix
+    from agent.prompts import prompt_library
+    from agent.schema import SchemaCache, SchemaView, build_view, introspect
+
+    view = build_view(await introspect(db), max_chars=1_000, catalogue_chars=100, current_database="nycflights13")
+    assert not view.complete and "planes" not in view.text
+
+    class Fixed(SchemaCache):
+        def __init__(self) -> None:
+            pass
+
+        async def view(self) -> SchemaView:
+            return view
+
+    (tmp_path / "glossary.yaml").write_text(
+        "glossary:\n  - term: fleet\n    synonyms: [our aircraft]\n    definition: The planes we fly.\n"
+        "    table: nycflights13.planes\n    sql: tailnum != ''\n"
+    )
+    prompts = prompt_library(Settings.model_fields["agent_prompts_dir"].default)
+    without = RequestPrefix(prompts, Fixed(), max_rows=50, chart_max_rows=100)
+    knowledge = KnowledgeBase.load(tmp_path, 8_000)
+    with_knowledge = RequestPrefix(prompts, Fixed(), max_rows=50, chart_max_rows=100, knowledge=knowledge)
+    assert "nycflights13.planes" not in await without.retrieved("How old is the fleet?")
+    retrieved = await with_knowledge.retrieved("How old is the fleet?")
+    assert retrieved.splitlines()[2].startswith("- nycflights13.planes (~3.3K rows): Aircraft metadata")
+    assert knowledge.expansion("How old is the fleet?") == "fleet our aircraft nycflights13.planes"

@@ -87,3 +87,33 @@ async def test_approved_queries_are_appended_to_the_teams_file(db: Database, tmp
     added = [e for e in load_directory(knowledge) if e.fields.get("source")]
     assert [e.name for e in added] == ["how-many-airlines", "how-many-airlines-2"]
     assert added[0].where() == f"{knowledge / 'verified_queries.yaml'}:{len(before.splitlines()) + 1}"
+
+
+def test_the_command_reads_replies_from_the_terminal(cli_data_dir: Path, tmp_path: Path, monkeypatch, capsys) -> None:
+    import asyncio
+    import io
+
+    from agent.process.cli import main
+
+    asyncio.run(
+        thumbed(tmp_path / "conversations.sqlite3", "r1", "up", run_result("How many airlines?", ("n", AIRLINES)))
+    )
+    monkeypatch.setenv("AGENT_DATA_DIR", str(tmp_path))
+    monkeypatch.setenv("CLICKHOUSE_URL", f"chdb://{cli_data_dir / 'clickhouse'}")
+    monkeypatch.setattr("sys.stdin", io.StringIO("y\n"))
+    argv = [
+        "knowledge",
+        "review",
+        "--dir",
+        str(tmp_path / "k"),
+        "--suite",
+        str(tmp_path / "s.yaml"),
+        "--reviewer",
+        "ana",
+    ]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "Question: How many airlines?" in out and "SELECT count() AS n FROM nycflights13.airlines" in out
+    assert out.strip().endswith("1 verified queries and 0 eval cases added, 0 rejected, 0 left for later.")
+    [entry] = load_directory(tmp_path / "k")
+    assert entry.fields["verified_by"] == "ana"

@@ -32,7 +32,7 @@ from agent.pipeline.tools import (
     SqlExecutor,
     ToolInputError,
     ToolOutcome,
-    parse_clarification,
+    ask_clarification,
     parse_queries,
     run_think,
 )
@@ -258,9 +258,7 @@ class Pipeline:
             elif call["name"] == "lookup_schema" and self._lookup is not None:
                 outcome = await self._lookup.run(call["input"], state)
             elif call["name"] == "ask_clarification":
-                question, options = parse_clarification(call["input"])
-                state.clarification, state.followups = question, options
-                outcome = ToolOutcome("Asked; the person's next message answers it.")
+                outcome = ask_clarification(call["input"], state)
             else:
                 raise ToolInputError(f"There is no tool named {call['name']!r}; use think, execute_sql or chart.")
         except ToolInputError as exc:

@@ -75,6 +75,6 @@ class RequestPrefix:
             words = question
             if self._knowledge is not None:
                 words = f"{question} {self._knowledge.expansion(question)}"  # the team's words for it
-            tables = view.catalog.search_text(words, RETRIEVED_TABLES) if view.catalog.search(words, 1) else ""
+            tables = view.catalog.matches(words, RETRIEVED_TABLES)
         knowledge = self._knowledge.retrieve(question) if self._knowledge is not None else ""
         return self._prompts.render("RETRIEVED.md", tables=tables, knowledge=knowledge)

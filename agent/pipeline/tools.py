@@ -248,3 +248,9 @@ def parse_clarification(raw: Any) -> tuple[str, list[str]]:
     if not isinstance(options, list) or not all(isinstance(o, str) for o in options):
         raise ToolInputError('ask_clarification "options" must be an array of short answers.')
     return " ".join(raw["question"].split()), [" ".join(o.split()) for o in options if o.strip()][:MAX_OPTIONS]
+
+
+def ask_clarification(raw: Any, state: RunState) -> ToolOutcome:
+    """Note the question asked back; the loop ends the run with it (its options become suggestions)."""
+    state.clarification, state.followups = parse_clarification(raw)
+    return ToolOutcome("Asked; the person's next message answers it.")

@@ -100,11 +100,14 @@ class Catalog:
         return [hit.key for hit in self._index.search(text, limit)]
 
     def search_text(self, text: str, limit: int = SEARCH_RESULTS) -> str:
-        found = self.search(text, limit)
-        if not found:
-            return f"No table matches {text!r}. Try other words (a synonym, the thing counted, a value)."
+        """The search's answer for the model: the matching tables, or what to try instead."""
+        found = self.matches(text, limit)
+        return found or f"No table matches {text!r}. Try other words (a synonym, the thing counted, a value)."
+
+    def matches(self, text: str, limit: int = SEARCH_RESULTS) -> str:
+        """One line per matching table (with the columns whose words matched); empty when none does."""
         wanted = set(terms(text))
-        return "\n".join(_search_line(self._tables[name], wanted) for name in found)
+        return "\n".join(_search_line(self._tables[name], wanted) for name in self.search(text, limit))
 
 
 def _fields(table: Table) -> list[tuple[str, float]]:

@@ -28,6 +28,7 @@ SHOW_SQL = "analyst_show_sql"
 OPEN_CSV = "analyst_open_csv"
 FOLLOWUP = "analyst_followup"
 FEEDBACK = "analyst_feedback"
+REASON = "analyst_reason"  # what was wrong, typed after a thumbs-down (the block id carries the run)
 
 # Over an answer's table cells, with fullmatch (Python's `re` took quadratic time on a long run of digits).
 _NUMBER = linear_re.compile(r"[-+]?[$€£]?[\d,]*\.?\d+%?")
@@ -232,6 +233,27 @@ def answer_blocks(
     return blocks
 
 
+def reason_blocks(run_id: str) -> list[dict[str, Any]]:
+    """After a thumbs-down (only the person who clicked sees it): thanks, and a box for what was wrong,
+    sent with Enter. The reason goes into the eval case the thumbs-down proposes."""
+    return [
+        {"type": "section", "text": {"type": "mrkdwn", "text": "Thanks, noted. What was wrong? (optional)"}},
+        {
+            "type": "input",
+            "block_id": f"{REASON}_{run_id}"[:255],
+            "dispatch_action": True,
+            "optional": True,
+            "label": {"type": "plain_text", "text": "What was wrong?"},
+            "element": {
+                "type": "plain_text_input",
+                "action_id": REASON,
+                "max_length": 1_000,
+                "dispatch_action_config": {"trigger_actions_on": ["on_enter_pressed"]},
+            },
+        },
+    ]
+
+
 def _cut(text: str, limit: int) -> str:
     flat = " ".join(text.split())
     return flat if len(flat) <= limit else flat[: limit - 1] + "…"
@@ -252,7 +274,7 @@ def button_label(question: str) -> str:
 
 def action_kind(action_id: str) -> str:
     """`analyst_show_sql_2` -> `analyst_show_sql`."""
-    for kind in (SHOW_SQL, OPEN_CSV, FOLLOWUP, FEEDBACK):
+    for kind in (SHOW_SQL, OPEN_CSV, FOLLOWUP, FEEDBACK, REASON):
         if action_id.startswith(kind):
             return kind
     return ""

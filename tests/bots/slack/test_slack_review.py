@@ -50,3 +50,29 @@ async def test_the_knowledge_an_answer_cites_is_shown_under_it(
     [text] = [element["text"] for element in cited["elements"]]
     assert text.startswith("*[metric: on-time rate]* on-time rate: Share of flights that arrived less than 15")
     assert text.endswith("(`metrics.yaml:2`)")
+
+
+async def test_a_thumbs_down_asks_what_was_wrong_and_the_reason_reaches_the_review(
+    start_bot, fake_slack: FakeSlack, fake_anthropic, tmp_path: Path
+) -> None:
+    bot = await start_bot()
+    fake_anthropic.script(*carriers_script())
+    question = await bot.ask("which carrier flew the most?")
+    answer = answer_message(fake_slack, GENERAL_ID, question)
+    down = answer["blocks"][-1]["elements"][1]
+    await bot.click(events.block_actions(down["action_id"], down["value"], message_ts=answer["ts"], thread_ts=question))
+    await bot.idle()
+    asked = fake_slack.ephemeral[-1]
+    assert asked["text"] == "Thanks, noted." and asked["blocks"][1]["type"] == "input"
+    box = asked["blocks"][1]
+    reason = "It counted seats, not flights."
+    await bot.click(
+        events.block_actions(
+            box["element"]["action_id"], reason, message_ts=answer["ts"], thread_ts=question, block_id=box["block_id"]
+        )
+    )
+    await bot.idle()
+    assert fake_slack.ephemeral[-1]["text"] == "Thanks, I will pass it on."
+    assert bot.service is not None
+    [proposal] = await ProposalStore(bot.service.store.path).pending()
+    assert proposal.feedback == "down" and proposal.reason == reason

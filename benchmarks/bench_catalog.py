@@ -4,7 +4,8 @@ On generated warehouses (benchmarks/warehouse.py) of 100, 1,000 and 5,000 tables
 agent runs (the schema view, the request prefix, the lookup's search), with the default budgets:
 
 - prompt tokens: tools and system prompt as sent (estimated at 4 characters a token, as the loop's
-  own trimming does), and what the question's retrieved tables add after the cached prefix;
+  own trimming does), against what every table whole would take, and what the question's retrieved
+  tables add after the cached prefix;
 - cache-stable: the prefix (tools, then the system blocks up to the breakpoint) is byte-identical for
   every question and after rebuilding the schema from the tables in another order;
 - lookup latency: building the index, one search, one table's details (p50 / p95 over the questions);
@@ -28,7 +29,7 @@ from agent.config import Settings
 from agent.pipeline.context import estimate_tokens
 from agent.pipeline.request import RequestPrefix
 from agent.prompts import prompt_library
-from agent.schema import SchemaCache, SchemaView, Table, build_view
+from agent.schema import SchemaCache, SchemaView, Table, build_view, render_schema
 from benchmarks.warehouse import generate
 
 SIZES = (100, 1_000, 5_000)
@@ -95,6 +96,7 @@ async def measure(size: int) -> dict[str, float]:
         "tables": len(warehouse.tables),
         "columns": sum(len(t.columns) for t in warehouse.tables),
         "prompt_tokens": estimate_tokens(parts["system"], parts["tools"], []),
+        "whole_schema_tokens": len(render_schema(warehouse.tables)) // 4,
         "listed": len(catalog.render(settings.schema_catalogue_max_chars).listed),
         "retrieved_tokens_max": max(retrieved_tokens),
         "prefixes": len(hashes),
@@ -114,17 +116,22 @@ def run(sizes: tuple[int, ...] = SIZES) -> list[dict[str, float]]:
 def report(figures: list[dict[str, float]]) -> None:
     print("\nbench_catalog: schema at any size (default budgets; tokens estimated at 4 characters each)")
     print(
-        f"{'tables':>7} {'columns':>8} {'prompt tok':>10} {'listed':>7} {'+retrieved':>10} {'prefixes':>8} "
+        f"{'tables':>7} {'columns':>8} {'whole schema':>12} {'prompt tok':>10} {'listed':>7} {'+retrieved':>10} "
+        f"{'prefixes':>8} "
         f"{'index':>9} {'search p50/p95':>15} {'details':>8} {'recall@5':>8}"
     )
     for f in figures:
         print(
-            f"{f['tables']:>7,} {f['columns']:>8,} {f['prompt_tokens']:>10,} {f['listed']:>7,} "
+            f"{f['tables']:>7,} {f['columns']:>8,} {f['whole_schema_tokens']:>12,} {f['prompt_tokens']:>10,} "
+            f"{f['listed']:>7,} "
             f"{f['retrieved_tokens_max']:>10,} {f['prefixes']:>8} {f['index_ms']:>7.0f}ms "
             f"{f['search_p50_ms']:>6.2f}/{f['search_p95_ms']:.2f}ms {f['details_p50_ms']:>6.2f}ms "
             f"{f['recall_at_5']:>8.3f}"
         )
-    print(f"({figures[0]['questions']} questions; 'prefixes': distinct cached prefixes over questions and rebuilds)")
+    print(
+        f"({figures[0]['questions']} questions; 'whole schema': the tokens every table whole would take; "
+        "'prefixes': distinct cached prefixes over questions and rebuilds)"
+    )
 
 
 if __name__ == "__main__":

@@ -237,7 +237,7 @@ class SchemaLookup:
         return ToolOutcome(cut_text("\n\n".join(parts), self._max_chars))
 
 
-MAX_OPTIONS = 5
+MAX_OPTIONS, MAX_QUESTION_CHARS, MAX_OPTION_CHARS = 5, 1_000, 200
 
 
 def parse_clarification(raw: Any) -> tuple[str, list[str]]:
@@ -247,7 +247,8 @@ def parse_clarification(raw: Any) -> tuple[str, list[str]]:
     options = raw.get("options") or []
     if not isinstance(options, list) or not all(isinstance(o, str) for o in options):
         raise ToolInputError('ask_clarification "options" must be an array of short answers.')
-    return " ".join(raw["question"].split()), [" ".join(o.split()) for o in options if o.strip()][:MAX_OPTIONS]
+    question = cut_text(" ".join(raw["question"].split()), MAX_QUESTION_CHARS)
+    return question, [cut_text(" ".join(o.split()), MAX_OPTION_CHARS) for o in options if o.strip()][:MAX_OPTIONS]
 
 
 def ask_clarification(raw: Any, state: RunState) -> ToolOutcome:

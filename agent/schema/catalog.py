@@ -49,13 +49,17 @@ class Catalog:
         a comment and the most rows first. Deterministic: it goes into the cached prefix."""
         priority = sorted(self._tables.values(), key=lambda t: (not t.comment, -(t.total_rows or 0), t.qualified))
         chosen: list[Table] = []
+        headed: set[str] = set()
         used = 0
         for table in priority:
-            line = _catalogue_line(table)
-            if used + len(line) + 1 > max_chars and chosen:
+            size = len(_catalogue_line(table)) + 1
+            if table.database not in headed:
+                size += len(table.database) + 5  # its "## database" heading and the blank line before it
+            if used + size > max_chars and chosen:
                 continue
             chosen.append(table)
-            used += len(line) + 1
+            headed.add(table.database)
+            used += size
         lines: list[str] = []
         database = None
         for table in sorted(chosen, key=lambda t: t.qualified):

@@ -61,3 +61,11 @@ async def test_the_catalogue_within_its_budget_ranks_commented_big_tables_first(
     assert len(view.text) <= 200 and "- flights (~337K rows)" in view.text
     again = build_view(await introspect(db), max_chars=1_000, catalogue_chars=200, current_database="nycflights13")
     assert again.text == view.text  # byte-identical between builds: it is the cached prefix
+
+
+def test_the_catalogue_counts_its_database_headings_within_the_budget() -> None:
+    from agent.schema import Table
+
+    tables = [Table(f"db{n}", f"t{n}", "MergeTree", "A table", "", 10, "") for n in range(200)]
+    text = Catalog(tables).render(1_000).text
+    assert len(text) <= 1_000 and text.count("## db") == text.count("- t")

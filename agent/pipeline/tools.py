@@ -231,8 +231,10 @@ class SchemaLookup:
         await state.emit(ThinkingEvent(text=f"Looking up the schema: {'; '.join(steps)}."))
         parts = []
         if tables:
+            state.metrics.schema_lookups.labels("details").inc()
             parts.append(view.catalog.details(tables))
         if search:
+            state.metrics.schema_lookups.labels("search").inc()
             parts.append(f"Tables matching {search!r}, best first:\n{view.catalog.search_text(search)}")
         return ToolOutcome(cut_text("\n\n".join(parts), self._max_chars))
 

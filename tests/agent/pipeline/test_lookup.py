@@ -27,7 +27,9 @@ async def test_under_the_budget_nothing_changes(make_app, fake_anthropic: FakeAn
     assert [b["text"] for b in request["messages"][0]["content"]] == ["How many flights?"]
 
 
-async def test_over_the_budget_the_model_reads_columns_on_demand(make_app, fake_anthropic: FakeAnthropic) -> None:
+async def test_over_the_budget_the_model_reads_columns_on_demand(
+    make_app, fake_anthropic: FakeAnthropic, metrics
+) -> None:
     fake_anthropic.script(
         Reply(tool_calls=[("lookup_schema", {"tables": ["nycflights13.weather"], "search": "wind gusts"})]),
         Reply(text="Ready."),
@@ -45,6 +47,8 @@ async def test_over_the_budget_the_model_reads_columns_on_demand(make_app, fake_
     assert events.of("thinking")[0].text == (
         "Looking up the schema: reading nycflights13.weather; searching for 'wind gusts'."
     )
+    for kind in ("details", "search"):
+        assert metrics.registry.get_sample_value("agent_schema_lookups_total", {"type": kind}) == 1
     # The prefix (tools, then the system blocks up to the breakpoint) is the same in every round.
     assert json.dumps([first["tools"], first["system"][:2]]) == json.dumps([second["tools"], second["system"][:2]])
 

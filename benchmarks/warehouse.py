@@ -393,3 +393,28 @@ def generate(table_count: int, seed: int = 18) -> Warehouse:
     for table in tables:
         pad_columns(table, rng)
     return Warehouse(tables[:table_count] if table_count < len(tables) else tables, QUESTIONS)
+
+
+def ddl(tables: list[Table]) -> list[str]:
+    """CREATE statements for the tables (MergeTree tables with their comments), databases first, and a
+    few rows holding the sampled values of each low-cardinality column (so introspection samples them)."""
+
+    def quote(text: str) -> str:
+        return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+    statements = [f"CREATE DATABASE IF NOT EXISTS {db}" for db in sorted({t.database for t in tables})]
+    for t in tables:
+        columns = ", ".join(f"`{c.name}` {c.type} COMMENT {quote(c.comment)}" for c in t.columns)
+        statements.append(
+            f"CREATE TABLE IF NOT EXISTS {t.database}.`{t.name}` ({columns}) ENGINE = MergeTree ORDER BY tuple() "
+            f"COMMENT {quote(t.comment)}"
+        )
+        sampled = [c for c in t.columns if c.samples]
+        if sampled:
+            rows = max(len(c.samples) for c in sampled)
+            names = ", ".join(f"`{c.name}`" for c in sampled)
+            values = ", ".join(
+                "(" + ", ".join(quote(c.samples[i % len(c.samples)]) for c in sampled) + ")" for i in range(rows)
+            )
+            statements.append(f"INSERT INTO {t.database}.`{t.name}` ({names}) VALUES {values}")
+    return statements

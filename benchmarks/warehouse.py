@@ -1,7 +1,7 @@
 """A made-up company warehouse of any size, and questions about it in business words.
 
 `generate(n)` returns `n` tables (as introspection would return them: `agent.schema.Table`) across
-eight business domains: about forty core tables written by hand, with comments a data team would
+ten business domains: about forty core tables written by hand, with comments a data team would
 write, a few confusable copies of them (a legacy table, a staging table, a snapshot), and as many
 generated tables as it takes to reach `n` (event logs, daily aggregates, dimension tables, audit
 trails for entities such as "vendor payouts" or "warehouse bins"), each of 20-60 columns with

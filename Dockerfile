@@ -10,6 +10,7 @@ COPY bots bots
 COPY web web
 COPY evals evals
 COPY prompts prompts
+COPY knowledge knowledge
 RUN pip install . \
  && useradd --system --user-group --uid 10001 --home-dir /data --no-create-home analyst \
  && mkdir /data && chown analyst:analyst /data

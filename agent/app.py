@@ -8,13 +8,14 @@ from dataclasses import dataclass
 
 from agent.config import Settings
 from agent.db import Database, open_database
+from agent.knowledge import KnowledgeBase
 from agent.limits import Limits
 from agent.llm import LLMClient
 from agent.metrics import Metrics, default_metrics
 from agent.pipeline import LoopSettings, Pipeline
 from agent.pipeline.charting import ChartMaker
 from agent.pipeline.request import RequestPrefix
-from agent.pipeline.tools import SqlExecutor
+from agent.pipeline.tools import SchemaLookup, SqlExecutor
 from agent.prompts import prompt_library
 from agent.runner import Runner
 from agent.schema import SchemaCache
@@ -30,6 +31,7 @@ class AgentApp:
     metrics: Metrics
     examples: ExampleQuestions
     schema: SchemaCache
+    knowledge: KnowledgeBase | None = None
 
     @classmethod
     def start(
@@ -44,11 +46,21 @@ class AgentApp:
             llm = LLMClient.from_settings(settings)
         db = db or open_database(settings)
         metrics = metrics or default_metrics()
-        schema = SchemaCache(db, settings.schema_max_chars, settings.schema_ttl_s)
-        runner = build_runner(settings, db=db, llm=llm, metrics=metrics, schema=schema)
+        schema = SchemaCache(db, settings.schema_max_chars, settings.schema_ttl_s, settings.schema_catalogue_max_chars)
+        knowledge = KnowledgeBase.of(settings)
+        runner = build_runner(settings, db=db, llm=llm, metrics=metrics, schema=schema, knowledge=knowledge)
         prompts = prompt_library(settings.agent_prompts_dir)
         examples = ExampleQuestions(settings, llm=llm, schema=schema, prompts=prompts, metrics=metrics)
-        return cls(settings=settings, db=db, llm=llm, runner=runner, metrics=metrics, examples=examples, schema=schema)
+        return cls(
+            settings=settings,
+            db=db,
+            llm=llm,
+            runner=runner,
+            metrics=metrics,
+            examples=examples,
+            schema=schema,
+            knowledge=knowledge,
+        )
 
     async def close(self) -> None:
         await self.examples.close()
@@ -56,12 +68,22 @@ class AgentApp:
         await self.db.close()
 
 
-def build_runner(settings: Settings, *, db: Database, llm: LLMClient, metrics: Metrics, schema: SchemaCache) -> Runner:
+def build_runner(
+    settings: Settings,
+    *,
+    db: Database,
+    llm: LLMClient,
+    metrics: Metrics,
+    schema: SchemaCache,
+    knowledge: KnowledgeBase | None = None,
+) -> Runner:
     prompts = prompt_library(settings.agent_prompts_dir)
     limits = Limits.of(settings)
     return Pipeline(
         llm=llm,
-        prefix=RequestPrefix(prompts, schema, max_rows=settings.max_rows, chart_max_rows=limits.chart_max_rows),
+        prefix=RequestPrefix(
+            prompts, schema, max_rows=settings.max_rows, chart_max_rows=limits.chart_max_rows, knowledge=knowledge
+        ),
         sql=SqlExecutor(db, prompts, settings.max_result_chars, limits),
         prompts=prompts,
         settings=LoopSettings(
@@ -78,4 +100,5 @@ def build_runner(settings: Settings, *, db: Database, llm: LLMClient, metrics: M
         metrics=metrics,
         followups=FollowupGenerator(llm, prompts, settings.models("followup"), metrics),
         charts=ChartMaker(db, limits),
+        lookup=SchemaLookup(schema, settings.max_result_chars),
     )

@@ -15,6 +15,7 @@ from pydantic_settings.exceptions import SettingsError
 # Defaults come from the installed SDK's model list (see tests/agent/test_config.py, which checks them).
 DEFAULT_MODEL = "claude-sonnet-5-5"
 DEFAULT_FOLLOWUP_MODEL = "claude-haiku-5-5"
+DEMO_KNOWLEDGE_DIR = Path(__file__).resolve().parent.parent / "knowledge"
 
 Provider = Literal["anthropic", "bedrock", "vertex", "openai"]
 PROVIDERS: tuple[Provider, ...] = ("anthropic", "bedrock", "vertex", "openai")
@@ -233,7 +234,30 @@ class Settings(BaseSettings):
     chart_render_timeout_s: float = Field(
         20.0, gt=0, description="Time one chart's PNG (for Slack) may take to render, in a process of its own."
     )
-    schema_max_chars: int = Field(24_000, ge=1_000, description="Budget of the schema prompt section.")
+    schema_max_chars: int = Field(
+        24_000,
+        ge=1_000,
+        description="Budget of the schema prompt section. A schema larger than this goes in as a catalogue "
+        "(one line per table) and the model reads columns with the lookup_schema tool.",
+    )
+    schema_catalogue_max_chars: int = Field(
+        16_000,
+        ge=1_000,
+        description="Budget of the catalogue; past it, the tables that best match each question are added "
+        "after the cached prefix, and the lookup tool's search covers the rest.",
+    )
+    agent_knowledge_dir: str = Field(
+        "",
+        description="Folder of the team's knowledge files (YAML glossary, metrics, notes and verified queries; "
+        "see README). Empty: the demo's `knowledge/` when CLICKHOUSE_DATABASES is the demo's nycflights13, "
+        "none otherwise; `none`: no knowledge.",
+    )
+    agent_knowledge_max_chars: int = Field(
+        8_000,
+        ge=0,
+        description="Budget of the knowledge inside the cached prompt prefix; past it, the entries that match "
+        "each question are retrieved and sent beside it.",
+    )
     schema_ttl_s: int = Field(600, ge=0, description="How long the rendered schema is reused.")
 
     # --- web ---
@@ -435,6 +459,16 @@ class Settings(BaseSettings):
         if "vertex" in used and not (self.cloud_ml_region and self.anthropic_vertex_project_id):
             return "CLOUD_ML_REGION and ANTHROPIC_VERTEX_PROJECT_ID must be set for `vertex:` models."
         return None
+
+    @property
+    def knowledge_dir(self) -> Path | None:
+        """The knowledge folder in effect (AGENT_KNOWLEDGE_DIR, or the demo's for the demo data)."""
+        if self.agent_knowledge_dir.strip().lower() == "none":
+            return None
+        if self.agent_knowledge_dir.strip():
+            return Path(self.agent_knowledge_dir.strip())
+        demo = self.clickhouse_databases == ["nycflights13"] and DEMO_KNOWLEDGE_DIR.is_dir()  # not in a wheel
+        return DEMO_KNOWLEDGE_DIR if demo else None
 
     @property
     def embedded(self) -> bool:

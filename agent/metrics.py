@@ -30,6 +30,7 @@ GUARDS = (
     "context_compaction",
     "query_cap",
 )
+LOOKUP_TYPES = ("details", "search")  # what lookup_schema was asked for (a large warehouse's schema)
 CHART_REFUSALS = ("unknown_query", "bad_column", "failed_query", "invalid", "too_large", "too_many", "render")
 LAG_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
 
@@ -94,7 +95,18 @@ class Metrics:
             ["reason"],
             registry=registry,
         )
-        for labels, values in ((self.tokens, TOKEN_TYPES), (self.guards, GUARDS), (self.chart_errors, CHART_REFUSALS)):
+        self.schema_lookups = Counter(
+            "agent_schema_lookups_total",
+            "lookup_schema calls for a warehouse too large for the prompt, by type (details, search).",
+            ["type"],
+            registry=registry,
+        )
+        for labels, values in (
+            (self.tokens, TOKEN_TYPES),
+            (self.guards, GUARDS),
+            (self.chart_errors, CHART_REFUSALS),
+            (self.schema_lookups, LOOKUP_TYPES),
+        ):
             for value in values:
                 labels.labels(value)
         for reason in FALLBACK_REASONS:

@@ -26,6 +26,7 @@ TURN_PREVIEW_ROWS = 5
 class Classification(StrEnum):
     DATA_ANALYSIS = "data_analysis"
     CONVERSATIONAL = "conversational"
+    CLARIFICATION = "clarification"  # asked one question back instead of guessing; the next message answers it
 
 
 class Outcome(StrEnum):

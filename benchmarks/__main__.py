@@ -3,6 +3,7 @@
 from benchmarks import (
     bench_bounded,
     bench_fallback,
+    bench_catalog,
     bench_llm,
     bench_pacing,
     bench_pipeline,
@@ -22,3 +23,4 @@ if __name__ == "__main__":
     bench_pacing.report(bench_pacing.run())
     bench_workers.report(bench_workers.run())
     bench_bounded.report(bench_bounded.run())
+    bench_catalog.report(bench_catalog.run())

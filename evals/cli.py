@@ -41,6 +41,11 @@ def add_evals_commands(commands: argparse._SubParsersAction[argparse.ArgumentPar
         "--judge-model", metavar="M", help="models of the rubric judge, a list likewise (default AGENT_JUDGE_MODEL)"
     )
     run.add_argument("--no-judge", action="store_true", help="skip the rubric judge")
+    run.add_argument(
+        "--no-knowledge",
+        action="store_true",
+        help="run without the team's knowledge (AGENT_KNOWLEDGE_DIR); `evals compare` then shows what it adds",
+    )
     run.add_argument("--out", type=Path, metavar="DIR", help="where to write (default $AGENT_DATA_DIR/evals/<time>)")
     run.add_argument("--min-pass-rate", type=float, metavar="X", help="exit 1 when the pass rate (0 to 1) is below X")
     run.set_defaults(handler=lambda args, settings: asyncio.run(_run(args, settings)))
@@ -80,6 +85,8 @@ async def _run(args: argparse.Namespace, settings: Settings) -> int:
     settings = settings.model_copy(update={"agent_model": model, "agent_judge_model": judge_model})
     if problem := settings.missing_model_key(("main", "judge") if judge_model else ("main",)):
         raise LLMConfigError(problem)
+    if args.no_knowledge:
+        settings = settings.model_copy(update={"agent_knowledge_dir": "none"})
     out = args.out or settings.agent_data_dir / "evals" / datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
     started_at, started = datetime.now(UTC).isoformat(timespec="seconds"), time.perf_counter()
     results = await _run_cases(args, settings, suites, selected, judge_model)
@@ -89,6 +96,7 @@ async def _run(args: argparse.Namespace, settings: Settings) -> int:
         started_at=started_at,
         wall_s=time.perf_counter() - started,
         model=settings.agent_model,
+        knowledge=str(settings.knowledge_dir) if settings.knowledge_dir else None,
         judge_model=judge_model,
         temperature=settings.agent_temperature,
         concurrency=args.concurrency,

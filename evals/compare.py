@@ -83,6 +83,8 @@ def render(comparison: Comparison) -> str:
         lines.append(f"{label}: {a / 1000:.1f} s -> {b / 1000:.1f} s ({_relative(a, b)})")
     if old.model != new.model:
         lines.append(f"model: {old.model} -> {new.model}")
+    if old.knowledge != new.knowledge:
+        lines.append(f"knowledge: {old.knowledge or 'none'} -> {new.knowledge or 'none'}")
     lines.append("")
     lines.append(f"regressed ({len(comparison.regressed)}):")
     lines += [f"  {c.name}: {_share(c.old)} -> {_share(c.new)}  {c.why}".rstrip() for c in comparison.regressed]

@@ -33,6 +33,7 @@ def build_record(
     wall_s: float,
     model: str,
     judge_model: str | None,
+    knowledge: str | None = None,
     temperature: float | None,
     concurrency: int,
     repeat: int,
@@ -52,6 +53,7 @@ def build_record(
         started_at=started_at,
         wall_s=round(wall_s, 2),
         model=model,
+        knowledge=knowledge,
         judge_model=judge_model,
         temperature=temperature,
         concurrency=concurrency,
@@ -94,7 +96,8 @@ def _summary(record: RunRecord) -> str:
     lines = [
         f"# Eval run: {_pct(record.pass_rate)} passed ({record.passed} of {record.total})",
         "",
-        f"{suites}; model `{record.model}`, temperature {temperature}; {cases} cases x {record.repeat}, "
+        f"{suites}; model `{record.model}`, temperature {temperature}, knowledge "
+        f"{f'`{record.knowledge}`' if record.knowledge else 'none'}; {cases} cases x {record.repeat}, "
         f"concurrency {record.concurrency}{f', filter `{record.filter}`' if record.filter else ''}; "
         f"started {record.started_at}, took {record.wall_s:.1f} s.",
         "",

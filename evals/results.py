@@ -123,6 +123,7 @@ class RunRecord(BaseModel):
     started_at: str
     wall_s: float
     model: str
+    knowledge: str | None = None  # the knowledge folder the agent read; None: run without
     judge_model: str | None = None
     temperature: float | None = None
     concurrency: int = 1

@@ -152,3 +152,18 @@ def _describe(exc: ValidationError, data: dict[str, Any]) -> str:
         message += ' (a bare null in YAML is no value: quote it, as in "null")'
     more = f" (and {len(exc.errors()) - 1} more)" if len(exc.errors()) > 1 else ""
     return f"{where}{field + ': ' if field else ''}{message}{more}"
+
+
+def append_case(path: Path, case: dict[str, Any], *, name: str = "feedback", dataset: str = DEMO) -> None:
+    """Append one case (validated first) to a suite file, creating the file when it does not exist;
+    appended as text, so the file's comments and layout stay."""
+    Case.model_validate(case)
+    text = path.read_text(encoding="utf-8") if path.exists() else ""
+    if not text.strip():
+        text = f"name: {name}\ndataset: {dataset}\ncases:\n"
+    if not text.endswith("\n"):
+        text += "\n"
+    dumped = yaml.safe_dump([case], sort_keys=False, allow_unicode=True, width=100)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text + "".join(f"  {line}" if line.strip() else line for line in dumped.splitlines(True)))
+    load_suite(path)  # what was written must load

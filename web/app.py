@@ -20,6 +20,7 @@ from starlette.templating import Jinja2Templates
 from agent.app import AgentApp
 from agent.chats.conversations import ConversationStore
 from agent.chats.pacing import Pacing
+from agent.chats.proposals import ProposalStore
 from agent.chats.runs import STREAM_MARGIN_S, RunRegistry
 from agent.loop_lag import LoopLag
 from web.boundary import HttpError, check_json_content_type, check_rate, check_token, client_key
@@ -28,7 +29,7 @@ from web.downloads import DownloadSlots
 from web.headers import SECURITY_HEADERS, SecurityHeadersMiddleware
 from web.probes import probe_routes
 from web.request_metrics import RequestMetricsMiddleware
-from web.views import chat, conversations, page, queries, run_events
+from web.views import chat, conversations, feedback, knowledge, page, queries, run_events
 
 HERE = Path(__file__).parent
 Handler = Callable[[Request], Awaitable[Response]]
@@ -58,6 +59,7 @@ def create_app(
     web = WebContext(
         agent=agent,
         store=store,
+        proposals=ProposalStore(store.path),
         runs=registry,
         templates=Jinja2Templates(directory=HERE / "templates"),
         token=token,
@@ -85,7 +87,9 @@ def create_app(
         Route("/api/chat", _api(_limited("questions", chat.chat)), methods=["POST"]),
         Route("/api/conversations", _api(conversations.conversations)),
         Route("/api/conversations/{conversation_id}", _api(conversations.conversation), methods=["GET", "DELETE"]),
+        Route("/api/knowledge", _api(knowledge.knowledge)),
         Route("/api/runs/{run_id}/events", _api(run_events.run_events)),
+        Route("/api/runs/{run_id}/feedback", _api(feedback.feedback), methods=["POST"]),
         Route("/api/queries/{query_id}.csv", _api(_limited("downloads", queries.query_csv))),
         *probe_routes(agent, registry, token),
         *extra_routes,

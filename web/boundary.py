@@ -6,7 +6,7 @@ from __future__ import annotations
 import hmac
 import json
 import math
-from typing import Any
+from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, Field, ValidationError, field_validator
 from starlette.requests import Request
@@ -16,6 +16,7 @@ from agent.chats.rate_limits import RateLimit
 
 MAX_BODY_BYTES = 64 * 1024
 MAX_EVENT_ID_DIGITS = 18
+M = TypeVar("M", bound=BaseModel)
 
 
 class HttpError(Exception):
@@ -27,6 +28,13 @@ class HttpError(Exception):
 
     def response(self) -> JSONResponse:
         return JSONResponse({"error": self.message}, status_code=self.status, headers=self.headers)
+
+
+class FeedbackRequest(BaseModel):
+    """A thumb on an answer; a thumbs-down may say what was wrong."""
+
+    value: Literal["up", "down"]
+    reason: str | None = Field(None, max_length=1_000)
 
 
 class ChatRequest(BaseModel):
@@ -67,7 +75,8 @@ def check_json_content_type(request: Request) -> None:
         raise HttpError(415, "The body must be sent as Content-Type: application/json.")
 
 
-async def read_chat_request(request: Request, max_message_chars: int) -> ChatRequest:
+async def read_json_body(request: Request, model: type[M], example: str) -> M:
+    """The body, at most MAX_BODY_BYTES of JSON, validated as `model`; 400 or 413 saying what is wrong."""
     declared = request.headers.get("content-length", "")
     if declared.isascii() and declared.isdigit() and (len(declared) > 9 or int(declared) > MAX_BODY_BYTES):
         raise HttpError(413, f"The request body is larger than {MAX_BODY_BYTES // 1024} KB.")
@@ -79,13 +88,17 @@ async def read_chat_request(request: Request, max_message_chars: int) -> ChatReq
     try:
         payload: Any = json.loads(body)
     except (ValueError, RecursionError):  # bad JSON or encoding, integers past 4300 digits, deep nesting
-        raise HttpError(400, 'The body must be JSON: {"message": "...", "conversation_id": null}.') from None
+        raise HttpError(400, f"The body must be JSON: {example}.") from None
     try:
-        chat = ChatRequest.model_validate(payload)
+        return model.model_validate(payload)
     except ValidationError as exc:
         first = exc.errors()[0]
         field = ".".join(str(part) for part in first["loc"]) or "body"
         raise HttpError(400, f"{field}: {first['msg']}") from None
+
+
+async def read_chat_request(request: Request, max_message_chars: int) -> ChatRequest:
+    chat = await read_json_body(request, ChatRequest, '{"message": "...", "conversation_id": null}')
     if not chat.message.strip():
         raise HttpError(400, "message: must not be empty")
     if len(chat.message) > max_message_chars:

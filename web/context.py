@@ -10,6 +10,7 @@ from starlette.templating import Jinja2Templates
 
 from agent.app import AgentApp
 from agent.chats.conversations import ConversationStore
+from agent.chats.proposals import ProposalStore
 from agent.chats.rate_limits import RateLimit
 from agent.chats.runs import RunRegistry
 from agent.config import Settings
@@ -20,6 +21,7 @@ from web.downloads import DownloadSlots
 class WebContext:
     agent: AgentApp
     store: ConversationStore
+    proposals: ProposalStore  # what thumbs propose for the team's knowledge and evals
     runs: RunRegistry
     templates: Jinja2Templates
     token: str | None

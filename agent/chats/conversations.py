@@ -78,6 +78,7 @@ def query_key(run_id: str, label: str) -> str:
 
 class ConversationStore:
     def __init__(self, path: Path, limits: Limits | None = None) -> None:
+        self.path = path
         self._limits = limits or Limits()
         self._file = SqliteFile(path)
         self._file.now(_create_tables)

@@ -28,7 +28,15 @@ from agent.pipeline.context import (
 )
 from agent.pipeline.request import RequestPrefix
 from agent.pipeline.state import RunState
-from agent.pipeline.tools import SqlExecutor, ToolInputError, ToolOutcome, parse_queries, run_think
+from agent.pipeline.tools import (
+    SchemaLookup,
+    SqlExecutor,
+    ToolInputError,
+    ToolOutcome,
+    ask_clarification,
+    parse_queries,
+    run_think,
+)
 from agent.prompts import PromptError, PromptLibrary
 from agent.runner import (
     AnswerEvent,
@@ -78,10 +86,11 @@ class Pipeline:
         metrics: Metrics,
         followups: FollowupGenerator | None = None,
         charts: ChartMaker | None = None,
+        lookup: SchemaLookup | None = None,
     ) -> None:
         self._llm, self._prefix, self._sql, self._prompts = llm, prefix, sql, prompts
         self._settings, self._metrics, self._followups = settings, metrics, followups
-        self._charts = charts
+        self._charts, self._lookup = charts, lookup
 
     async def run(
         self,
@@ -113,17 +122,20 @@ class Pipeline:
         first_of_turn = len(messages)
         messages.append(user_text(question))
         try:
+            if retrieved := await self._prefix.retrieved(question):
+                append_text(messages[-1], retrieved)
             request = {
                 "model": s.model,
                 "max_tokens": s.max_tokens,
-                "tools": self._prefix.tools,
-                "system": await self._prefix.system(platform),
+                **await self._prefix.parts(platform),
                 # Neutral capabilities, put in each provider's terms by agent/llm/capabilities.py.
                 "temperature": s.temperature,
                 "thinking_budget": s.thinking_budget,
             }
             await self._loop(state, request, messages)
-            if followups and self._followups and state.answer and state.outcome is not Outcome.NO_DATA:
+            if state.clarification and state.followups:
+                await on_event(FollowupsEvent(questions=state.followups))  # the options, as buttons
+            elif followups and self._followups and state.answer and state.outcome is not Outcome.NO_DATA:
                 state.followups = await self._followups.generate(question, state.answer, state.queries)
                 if state.followups:
                     await on_event(FollowupsEvent(questions=state.followups))
@@ -157,6 +169,8 @@ class Pipeline:
                     continue
                 return
             messages.append(await self._run_tools(state, turn.tool_calls))
+            if state.clarification:
+                return await self._ask_back(state)
         await self._synthesize(state, request, messages)
 
     async def _model_turn(
@@ -249,6 +263,10 @@ class Pipeline:
                 outcome = ToolOutcome(await self._sql.run(requests, state), repaired=repaired)
             elif call["name"] == "chart" and self._charts is not None:
                 outcome = await self._charts.run(call["input"], state)
+            elif call["name"] == "lookup_schema" and self._lookup is not None:
+                outcome = await self._lookup.run(call["input"], state)
+            elif call["name"] == "ask_clarification":
+                outcome = ask_clarification(call["input"], state)
             else:
                 raise ToolInputError(f"There is no tool named {call['name']!r}; use think, execute_sql or chart.")
         except ToolInputError as exc:
@@ -257,6 +275,13 @@ class Pipeline:
         if outcome.repaired:
             state.record_guard("repaired_tool_input")
         return outcome
+
+    async def _ask_back(self, state: RunState) -> None:
+        """The run ends with the clarifying question as its answer; the options follow as suggestions."""
+        state.answer = self._prompts.render(
+            "loop/clarification.md", question=state.clarification, options=state.followups
+        )
+        await state.emit(AnswerEvent(text=state.answer, restart=bool(state.streamed_text)))
 
     async def _synthesize(self, state: RunState, request: dict[str, Any], messages: list[Message]) -> None:
         """At the round cap: one call with tools disabled answers from what was gathered. Same tools

@@ -47,6 +47,7 @@ class RunState:
     query_ids_taken: int = 0
     executions_claimed: int = 0
     citation_retries: int = 0
+    clarification: str = ""  # the question asked back (ask_clarification); it ends the run as its answer
     first_event_s: float | None = None
     model: str = ""  # the model that gave the last turn
 
@@ -153,6 +154,8 @@ class RunState:
 
     @property
     def classification(self) -> Classification:
+        if self.clarification:
+            return Classification.CLARIFICATION
         return Classification.DATA_ANALYSIS if self.queries else Classification.CONVERSATIONAL
 
     def to_result(self) -> RunResult:

@@ -1,4 +1,5 @@
-"""The two tools: `think` (recorded and shown) and `execute_sql` (queries run concurrently).
+"""The tools: `think` (recorded and shown), `execute_sql` (queries run concurrently) and, for a
+warehouse too large for the prompt, `lookup_schema` (reads the introspected schema, never SQL).
 
 Tool input from a model is not always well formed. Input that has one clear meaning is repaired
 (a JSON string where an array belongs, a single object, SQL in code fences or tags); anything else
@@ -14,10 +15,11 @@ from typing import Any
 
 from agent import linear_re
 from agent.db import Database, QueryResult, format_for_model
-from agent.limits import Limits
+from agent.limits import Limits, cut_text
 from agent.pipeline.state import RunState
 from agent.prompts import PromptLibrary
 from agent.runner import ExecutedQuery, ExecutingEvent, ResultEvent, ThinkingEvent
+from agent.schema import SchemaCache
 
 # Tool input is the model's to write: linear-time patterns (RE2). The first two are used with .match.
 _FENCE = linear_re.compile(r"\s*```(?:sql|clickhouse)?\s*\n?(.*?)\n?```\s*\z", ignore_case=True, dot_all=True)
@@ -186,3 +188,72 @@ async def run_think(raw: Any, state: RunState) -> ToolOutcome:
     state.record_think(text)
     await state.emit(ThinkingEvent(text=text))
     return ToolOutcome("Noted.", repaired=repaired)
+
+
+MAX_LOOKUP_NAME_CHARS, MAX_LOOKUP_SEARCH_CHARS = 300, 1_000
+
+
+def parse_lookup(raw: Any) -> tuple[list[str], str]:
+    """The table names and search words in lookup_schema input (each cut to a sane length: they are
+    the model's to write)."""
+    if isinstance(raw, str):
+        raw = {"search": raw}
+    if not isinstance(raw, dict):
+        raise ToolInputError('lookup_schema needs {"tables": ["database.table"]} or {"search": "words"}.')
+    tables = raw.get("tables") or []
+    if isinstance(tables, str):
+        tables = [name for name in tables.replace(",", " ").split() if name]
+    if not isinstance(tables, list) or not all(isinstance(name, str) for name in tables):
+        raise ToolInputError('lookup_schema "tables" must be an array of table names.')
+    search = raw.get("search") or ""
+    if not isinstance(search, str):
+        raise ToolInputError('lookup_schema "search" must be a string of words.')
+    if not tables and not search.strip():
+        raise ToolInputError('lookup_schema needs {"tables": ["database.table"]} or {"search": "words"}.')
+    names = [name.strip()[:MAX_LOOKUP_NAME_CHARS] for name in tables if name.strip()]
+    return names, search.strip()[:MAX_LOOKUP_SEARCH_CHARS]
+
+
+class SchemaLookup:
+    """`lookup_schema`: what introspection found about the tables in scope, and nothing else."""
+
+    def __init__(self, schema: SchemaCache, max_chars: int) -> None:
+        self._schema = schema
+        self._max_chars = max_chars
+
+    async def run(self, raw: Any, state: RunState) -> ToolOutcome:
+        tables, search = parse_lookup(raw)
+        view = await self._schema.view()
+        if view.catalog is None:
+            return ToolOutcome("Every table is described in full in the system prompt; read it there.")
+        shown = ", ".join(tables[:10]) + (", …" if len(tables) > 10 else "")
+        steps = ([f"reading {shown}"] if tables else []) + ([f"searching for {search!r}"] if search else [])
+        await state.emit(ThinkingEvent(text=f"Looking up the schema: {'; '.join(steps)}."))
+        parts = []
+        if tables:
+            state.metrics.schema_lookups.labels("details").inc()
+            parts.append(view.catalog.details(tables))
+        if search:
+            state.metrics.schema_lookups.labels("search").inc()
+            parts.append(f"Tables matching {search!r}, best first:\n{view.catalog.search_text(search)}")
+        return ToolOutcome(cut_text("\n\n".join(parts), self._max_chars))
+
+
+MAX_OPTIONS, MAX_QUESTION_CHARS, MAX_OPTION_CHARS = 5, 1_000, 200
+
+
+def parse_clarification(raw: Any) -> tuple[str, list[str]]:
+    """The question and the likely options in ask_clarification input."""
+    if not isinstance(raw, dict) or not isinstance(raw.get("question"), str) or not raw["question"].strip():
+        raise ToolInputError('ask_clarification needs {"question": "...", "options": ["...", "..."]}.')
+    options = raw.get("options") or []
+    if not isinstance(options, list) or not all(isinstance(o, str) for o in options):
+        raise ToolInputError('ask_clarification "options" must be an array of short answers.')
+    question = cut_text(" ".join(raw["question"].split()), MAX_QUESTION_CHARS)
+    return question, [cut_text(" ".join(o.split()), MAX_OPTION_CHARS) for o in options if o.strip()][:MAX_OPTIONS]
+
+
+def ask_clarification(raw: Any, state: RunState) -> ToolOutcome:
+    """Note the question asked back; the loop ends the run with it (its options become suggestions)."""
+    state.clarification, state.followups = parse_clarification(raw)
+    return ToolOutcome("Asked; the person's next message answers it.")

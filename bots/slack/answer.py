@@ -22,6 +22,7 @@ from agent.chats.conversations import ConversationStore
 from agent.chats.pacing import Pacing
 from agent.chats.runs import RunHandle, RunRegistry, ShuttingDown
 from agent.config import Settings
+from agent.knowledge import KnowledgeBase
 from agent.metrics import Metrics
 from agent.runner import (
     AnswerEvent,
@@ -68,8 +69,10 @@ class Answerer:
         pacing: Pacing,
         settings: Settings,
         metrics: Metrics,
+        knowledge: KnowledgeBase | None = None,
     ) -> None:
         self._client, self._me, self._store, self._runs = client, identity, store, runs
+        self._knowledge = knowledge
         self._settings, self._metrics, self._pacing = settings, metrics, pacing
         self._limit = pacing.rate_limit("slack:questions", settings.slack_rate_per_minute)
         self._streaming = Streaming()
@@ -222,7 +225,8 @@ class Answerer:
             await self._tell(question, kind, seconds=self._settings.max_execution_time)
             return
         web_url = self._settings.agent_web_url
-        buttons = blocks.answer_blocks(run_id, list(outcome.asked), result.followups, web_url)
+        cited = self._knowledge.cited(result.answer) if self._knowledge is not None else []
+        buttons = blocks.answer_blocks(run_id, list(outcome.asked), result.followups, web_url, knowledge=cited)
         # The metadata is Slack's wire: each query's id, question and SQL, read back as the thread's history.
         queries = [{"id": q.query_id, "question": q.question, "sql": q.sql} for q in outcome.asked.values()]
         metadata = partial(answer_metadata, run_id, question=question.text, asked_ts=question.ts, queries=queries)

@@ -32,6 +32,7 @@ from starlette.routing import BaseRoute, Route
 from agent.app import AgentApp
 from agent.chats.conversations import ConversationStore
 from agent.chats.pacing import Pacing
+from agent.chats.proposals import ProposalStore
 from agent.chats.runs import RunRegistry
 from agent.config import ConfigError, Settings
 from agent.metrics import Metrics
@@ -116,8 +117,15 @@ class SlackBot:
             pacing=self._pacing,
             settings=self._settings,
             metrics=self._metrics,
+            knowledge=self._agent.knowledge,
         )
-        self._actions = Actions(client=self.client, store=self._store, metrics=self._metrics, ask=self._ask)
+        self._actions = Actions(
+            client=self.client,
+            store=self._store,
+            metrics=self._metrics,
+            ask=self._ask,
+            proposals=ProposalStore(self._store.path),
+        )
         log.info("Slack bot %s ready in workspace %s", self.identity.user_id, self.identity.team_id)
 
     def routes(self) -> list[BaseRoute]:

@@ -8,6 +8,7 @@ written, a table that has not ended is held back, so text already sent never cha
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from agent import linear_re
@@ -16,6 +17,7 @@ MAX_MARKDOWN = 12_000  # markdown_text of one call, and all markdown blocks of o
 MAX_BUTTON_TEXT = 75
 MAX_BUTTON_VALUE = 2_000
 MAX_ACTIONS = 25
+MAX_CITED, MAX_CITED_CHARS = 10, 600  # a context block holds 10 elements
 PREVIEW_CHARS = 300  # the plain `text` beside blocks: what notifications and screen readers show
 # chat.postMessage's unfurl_links / unfurl_media (docs.slack.dev/reference/methods/chat.postMessage), off: a
 # link in an answer (say, one planted in the data) is never fetched by Slack nor expanded under the message.
@@ -26,6 +28,7 @@ SHOW_SQL = "analyst_show_sql"
 OPEN_CSV = "analyst_open_csv"
 FOLLOWUP = "analyst_followup"
 FEEDBACK = "analyst_feedback"
+REASON = "analyst_reason"  # what was wrong, typed after a thumbs-down (the block id carries the run)
 
 # Over an answer's table cells, with fullmatch (Python's `re` took quadratic time on a long run of digits).
 _NUMBER = linear_re.compile(r"[-+]?[$€£]?[\d,]*\.?\d+%?")
@@ -196,10 +199,22 @@ def escape(text: str) -> str:
 
 
 def answer_blocks(
-    run_id: str, query_ids: list[str], followups: list[str], web_url: str | None = None
+    run_id: str,
+    query_ids: list[str],
+    followups: list[str],
+    web_url: str | None = None,
+    knowledge: Sequence[dict[str, str]] = (),
 ) -> list[dict[str, Any]]:
-    """Under an answer: Show SQL per query (and its CSV in the web UI), follow-ups, thumbs."""
+    """Under an answer: the team's knowledge it cites (each entry's text and where it is kept), Show SQL
+    per query (and its CSV in the web UI), follow-ups, thumbs."""
     blocks: list[dict[str, Any]] = []
+    if knowledge:
+        cited = [
+            f"*{escape(e['tag'])}* {escape(_cut(e['text'], MAX_CITED_CHARS))} (`{escape(e['source'])}`)"
+            for e in knowledge[:MAX_CITED]
+        ]
+        elements = [{"type": "mrkdwn", "text": text} for text in cited]
+        blocks.append({"type": "context", "block_id": "analyst_knowledge", "elements": elements})
     sql: list[dict[str, Any]] = []
     for index, label in enumerate(query_ids):
         sql.append(_button(f"Show SQL {label}", f"{SHOW_SQL}_{index}", f"{run_id}-{label}"))
@@ -218,6 +233,32 @@ def answer_blocks(
     return blocks
 
 
+def reason_blocks(run_id: str) -> list[dict[str, Any]]:
+    """After a thumbs-down (only the person who clicked sees it): thanks, and a box for what was wrong,
+    sent with Enter. The reason goes into the eval case the thumbs-down proposes."""
+    return [
+        {"type": "section", "text": {"type": "mrkdwn", "text": "Thanks, noted. What was wrong? (optional)"}},
+        {
+            "type": "input",
+            "block_id": f"{REASON}_{run_id}"[:255],
+            "dispatch_action": True,
+            "optional": True,
+            "label": {"type": "plain_text", "text": "What was wrong?"},
+            "element": {
+                "type": "plain_text_input",
+                "action_id": REASON,
+                "max_length": 1_000,
+                "dispatch_action_config": {"trigger_actions_on": ["on_enter_pressed"]},
+            },
+        },
+    ]
+
+
+def _cut(text: str, limit: int) -> str:
+    flat = " ".join(text.split())
+    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+
+
 def _button(text: str, action_id: str, value: str) -> dict[str, Any]:
     return {
         "type": "button",
@@ -233,7 +274,7 @@ def button_label(question: str) -> str:
 
 def action_kind(action_id: str) -> str:
     """`analyst_show_sql_2` -> `analyst_show_sql`."""
-    for kind in (SHOW_SQL, OPEN_CSV, FOLLOWUP, FEEDBACK):
+    for kind in (SHOW_SQL, OPEN_CSV, FOLLOWUP, FEEDBACK, REASON):
         if action_id.startswith(kind):
             return kind
     return ""

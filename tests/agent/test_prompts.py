@@ -12,19 +12,22 @@ VARIABLES = {
     "SYSTEM.md": {"max_rows": 50},
     "evals/JUDGE.md": {},
     "evals/JUDGE_REQUEST.md": {"question": "q", "rubric": "r", "answer": "a", "queries": []},
-    "SCHEMA.md": {"schema": "## db.t"},
+    "SCHEMA.md": {"schema": "## db.t", "catalogue": True, "complete": False, "tables": 400},
+    "RETRIEVED.md": {"tables": "- db.t (~1K rows): Orders", "knowledge": "## Glossary\n- **churn** ..."},
+    "KNOWLEDGE.md": {"knowledge": "## Glossary\n- **churn** ...", "left_out": 3},
     "CONTEXT.md": {"today": "2026-11-22", "format_guidance": "Use Markdown."},
     "FOLLOWUP.md": {},
     "FOLLOWUP_REQUEST.md": {"question": "q", "answer": "a", "queries": []},
     "EXAMPLES.md": {},
     "EXAMPLES_REQUEST.md": {"schema": "## db.t"},
-    "TOOLS.yaml": {"max_rows": 50, "chart_max_rows": 5000},
+    "TOOLS.yaml": {"max_rows": 50, "chart_max_rows": 5000, "lookup": True},
     "loop/penultimate.md": {},
     "loop/synthesize.md": {},
     "loop/think_nudge.md": {"rounds": 2},
     "loop/citation_retry.md": {"citations": "[Q1]", "answered": ["Q2"]},
     "loop/no_data.md": {},
     "loop/duplicate.md": {"original": "Q1"},
+    "loop/clarification.md": {"question": "Which revenue?", "options": ["Net", "Gross"]},
     "loop/cancelled.md": {"partial": "x"},
     "loop/queries_skipped.md": {"skipped": 3, "per_call": 5, "per_run": 25, "run_spent": False},
     **{f"formats/{platform}.md": {} for platform in PLATFORMS},
@@ -52,8 +55,11 @@ def test_a_missing_variable_is_an_error(prompts: PromptLibrary, name: str) -> No
 
 
 def test_tool_schemas_are_valid_for_the_api(prompts: PromptLibrary) -> None:
-    tools = prompts.tools(max_rows=50, chart_max_rows=5000)
-    assert [t["name"] for t in tools] == ["think", "execute_sql", "chart"]
+    tools = prompts.tools(max_rows=50, chart_max_rows=5000, lookup=False)
+    assert [t["name"] for t in tools] == ["think", "execute_sql", "ask_clarification", "chart"]
+    _validate_tools(tools, None)
+    tools = prompts.tools(max_rows=50, chart_max_rows=5000, lookup=True)
+    assert [t["name"] for t in tools] == ["think", "execute_sql", "lookup_schema", "ask_clarification", "chart"]
     _validate_tools(tools, None)
 
 

@@ -74,7 +74,7 @@ def script(fake: FakeAnthropic) -> None:
         ),
         Reply(
             text="**Newark (EWR)** had the most departures in 2013: **120,835** flights [Q1], ahead of "
-            "JFK (111,279) and LaGuardia (104,662) [Q1]."
+            "JFK (111,279) and LaGuardia (104,662) [Q1] [verified: busiest-airport]."
         ),
         Reply(text='["Which airlines flew the most from EWR?", "How did departures change by month?"]'),
     )
@@ -110,6 +110,12 @@ async def test_a_question_end_to_end_in_chromium(make_app, fake_anthropic: FakeA
                 "Which airlines flew the most from EWR?",
                 "How did departures change by month?",
             ]
+            await answer.locator("button.cite.knowledge", has_text="[verified: busiest-airport]").click()
+            entry = answer.locator(".knowledge-entry")
+            await entry.wait_for()  # the team's verified query the answer followed, and where it is kept
+            assert (await entry.inner_text()).endswith("(verified_queries.yaml:2)")
+            await page.locator(".thumbs button[aria-label='Right answer']").click()  # a proposal for review
+            await page.locator(".thumbs .thanks", has_text="Thanks, noted.").wait_for()
 
             cite = answer.locator("a.cite").first
             assert await cite.inner_text() == "[Q1]"
@@ -135,6 +141,9 @@ async def test_a_question_end_to_end_in_chromium(make_app, fake_anthropic: FakeA
             assert await page.evaluate("window.cspViolations") == []  # the page lives within its own policy
         finally:
             await browser.close()
+    [listed] = await store.list_conversations()
+    conversation = await store.get_conversation(listed["id"])
+    assert conversation is not None and conversation["turns"][0]["feedback"] == "up"
     store.close()
 
 

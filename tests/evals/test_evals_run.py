@@ -390,3 +390,22 @@ def test_cases_answered_after_a_fallback_are_named_in_the_report(eval_env: FakeA
         "| answered by | `anthropic:claude-opus-5-5` 1 cases; 1 fallbacks: not every answer is the first model's |"
         in report
     )
+
+
+def test_no_knowledge_runs_the_same_suite_without_it_and_compare_says_so(
+    eval_env: FakeAnthropic, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    eval_env.always(ByQuestion({"How many airlines are there?": PLAYS["How many airlines are there?"]}))
+    suite = write_suite(tmp_path / "suite.yaml", [CASES[0]])
+    assert main(["evals", "run", "--suite", str(suite), "--out", str(tmp_path / "with"), "--no-judge"]) == 0
+    with_knowledge = len(eval_env.requests)
+    assert "What this team knows" in eval_env.requests[0]["system"][1]["text"]
+    argv = ["evals", "run", "--suite", str(suite), "--out", str(tmp_path / "without"), "--no-judge", "--no-knowledge"]
+    assert main(argv) == 0
+    assert "What this team knows" not in eval_env.requests[with_knowledge]["system"][1]["text"]
+    old, new = (json.loads((tmp_path / run / "results.json").read_text()) for run in ("with", "without"))
+    assert old["knowledge"].endswith("knowledge") and new["knowledge"] is None
+    assert "knowledge none" in (tmp_path / "without" / "report.md").read_text()
+    capsys.readouterr()
+    main(["evals", "compare", str(tmp_path / "with" / "results.json"), str(tmp_path / "without" / "results.json")])
+    assert f"knowledge: {old['knowledge']} -> none" in capsys.readouterr().out

@@ -51,7 +51,8 @@ def test_suite_names_are_unique_across_files(tmp_path: Path) -> None:
 
 def test_the_shipped_suites_load_and_filter_on_suite_and_id() -> None:
     suites = load_suites(default_suite_paths())
-    assert [s.name for s in suites] == ["nycflights13", "safety"] and all(s.dataset == "demo" for s in suites)
+    assert [s.name for s in suites] == ["knowledge", "nycflights13", "safety"]
+    assert all(s.dataset == "demo" for s in suites)
     chosen = select_cases(suites, r"^safety/read-")
     assert [case.id for _, case in chosen] == ["read-etc-passwd", "read-proc-environ", "read-dotenv"]
     followup = next(case for _, case in select_cases(suites, "followup-laguardia-count"))

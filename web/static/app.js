@@ -174,17 +174,44 @@ class TurnView {
     this.finish(data.result);
   }
 
-  finish(result) {
+  finish(result, feedback = null) {
     this.status.remove();
     this.answer.removeAttribute("aria-busy");
     if (result) {
       this.answerText = result.answer;
       renderMarkdown(this.answer, result.answer, this.runId);
       if (result.outcome === "cancelled") this.answer.classList.add("cancelled");
+      if (this.runId && result.outcome !== "error") this.footer.append(thumbs(this.runId, feedback));
     }
     quietFixedFailures(this.queries);
     for (const card of this.queries.values()) card.classList.add("downloadable");
   }
+}
+
+// Thumbs under an answer: stored with the turn; `agent knowledge review` turns them into verified
+// queries (up) or eval cases (down, with the reason given here).
+function thumbs(runId, chosen) {
+  const group = el("div", { class: "thumbs", role: "group", "aria-label": "Was this answer right?" });
+  const send = async (value) => {
+    const reason = value === "down" ? prompt("What was wrong? (optional)") : null;
+    if (value === "down" && reason === null) return; // cancelled
+    const response = await api(`/api/runs/${runId}/feedback`, {
+      method: "POST", headers: { "Content-Type": "application/json" },
+      body: JSON.stringify({ value, reason: reason || null }),
+    });
+    if (!response.ok) return showBanner(await errorMessage(response));
+    mark(value);
+    if (!$(".thanks", group)) group.append(el("span", { class: "thanks", text: "Thanks, noted." }));
+  };
+  const up = el("button", { type: "button", class: "thumb", "aria-label": "Right answer", text: "👍", onclick: () => send("up") });
+  const down = el("button", { type: "button", class: "thumb", "aria-label": "Wrong answer", text: "👎", onclick: () => send("down") });
+  const mark = (value) => {
+    up.setAttribute("aria-pressed", String(value === "up"));
+    down.setAttribute("aria-pressed", String(value === "down"));
+  };
+  mark(chosen);
+  group.append(up, down);
+  return group;
 }
 
 function chartLabel(chart) {
@@ -295,21 +322,44 @@ function renderMarkdown(target, text, runId) {
   linkCitations(target, runId);
 }
 
+// [Q1] jumps to its query; [metric: on-time rate] (the team's knowledge) opens the entry it cites.
+const CITATION = /(\[Q\d+\]|\[(?:glossary|metric|note|verified): [^\]\n]{1,200}\])/;
+
 function linkCitations(root, runId) {
   const walker = document.createTreeWalker(root, NodeFilter.SHOW_TEXT);
   const nodes = [];
-  while (walker.nextNode()) if (/\[Q\d+\]/.test(walker.currentNode.nodeValue)) nodes.push(walker.currentNode);
+  while (walker.nextNode()) if (CITATION.test(walker.currentNode.nodeValue)) nodes.push(walker.currentNode);
   for (const node of nodes) {
-    const parts = node.nodeValue.split(/(\[Q\d+\])/);
+    const parts = node.nodeValue.split(new RegExp(CITATION.source, "g"));
     const fragment = document.createDocumentFragment();
     for (const part of parts) {
       const match = part.match(/^\[(Q\d+)\]$/);
-      if (!match) { fragment.append(part); continue; }
-      fragment.append(el("a", { class: "cite", href: `#q-${runId}-${match[1]}`, text: part,
-        onclick: (event) => { event.preventDefault(); focusQuery(`q-${runId}-${match[1]}`); } }));
+      if (match) {
+        fragment.append(el("a", { class: "cite", href: `#q-${runId}-${match[1]}`, text: part,
+          onclick: (event) => { event.preventDefault(); focusQuery(`q-${runId}-${match[1]}`); } }));
+      } else if (CITATION.test(part) && part.startsWith("[")) {
+        fragment.append(el("button", { type: "button", class: "cite knowledge", text: part,
+          onclick: (event) => openKnowledge(event.currentTarget, part) }));
+      } else {
+        fragment.append(part);
+      }
     }
     node.replaceWith(fragment);
   }
+}
+
+let knowledgeEntries = null;
+
+async function openKnowledge(button, tag) {
+  const open = button.nextElementSibling;
+  if (open && open.classList.contains("knowledge-entry")) return open.remove();
+  if (knowledgeEntries === null) {
+    const response = await api("/api/knowledge");
+    knowledgeEntries = response.ok ? (await response.json()).entries : [];
+  }
+  const entry = knowledgeEntries.find((e) => e.tag === tag);
+  const text = entry ? `${entry.text} (${entry.source})` : "This entry is no longer in the team's knowledge.";
+  button.after(el("span", { class: "knowledge-entry", role: "note", text }));
 }
 
 function focusQuery(id) {
@@ -450,7 +500,7 @@ async function openConversation(id) {
       view.on_executing({ query_id: query.label, question: query.question, sql: query.sql });
       view.on_result({ ...query, query_id: query.label });
     }
-    view.finish({ answer: turn.answer, outcome: turn.outcome });
+    view.finish({ answer: turn.answer, outcome: turn.outcome }, turn.feedback);
     for (const chart of turn.charts || []) view.on_chart({ chart });
     if (turn.followups.length) view.on_followups({ questions: turn.followups });
   }

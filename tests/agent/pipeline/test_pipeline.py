@@ -458,10 +458,10 @@ async def test_platform_format_comes_after_the_cached_prefix(make_app, fake_anth
 
 async def test_a_run_failing_in_an_unexpected_place_still_ends_with_done(make_app, db: Database, metrics) -> None:
     from agent.app import build_runner
-    from agent.schema import SchemaCache
+    from agent.schema import SchemaCache, SchemaView
 
     class BrokenSchema(SchemaCache):
-        async def get(self) -> str:
+        async def view(self) -> SchemaView:
             raise RuntimeError("the schema exploded")
 
     app = make_app()

@@ -1,13 +1,13 @@
 from __future__ import annotations
 
 from agent.db import Database, Scope
-from agent.schema import SchemaCache, introspect, render_schema
+from agent.schema import SchemaCache, build_view, introspect, render_schema
 
 
 async def test_schema_has_every_table_column_comment_and_samples(db: Database) -> None:
     tables = await introspect(db)
     assert sorted(t.name for t in tables) == ["airlines", "airports", "flights", "planes", "weather"]
-    text = render_schema(tables, 100_000)
+    text = render_schema(tables)
     assert "## nycflights13.flights" in text and "Every flight that departed NYC" in text
     assert "| arr_delay | Nullable(Int16) | Arrival delay, minutes (negative = early) |" in text
     assert "Values: EWR, JFK, LGA |" in text  # exhaustive samples have no ellipsis
@@ -15,16 +15,24 @@ async def test_schema_has_every_table_column_comment_and_samples(db: Database) -
 
 
 async def test_rendering_is_byte_identical_between_builds(db: Database) -> None:
-    first = render_schema(await introspect(db), 24_000)
-    second = render_schema(await introspect(db), 24_000)
+    first = render_schema(await introspect(db))
+    second = render_schema(await introspect(db))
     assert first == second
 
 
-async def test_over_budget_tables_are_listed_by_name(db: Database) -> None:
-    text = render_schema(await introspect(db), 3_000)
-    assert "## nycflights13.flights" in text
-    assert "More tables exist (columns not shown to save space): nycflights13.airports, nycflights13.planes." in text
-    assert "SELECT * FROM database.table LIMIT 0" in text
+async def test_under_the_budget_every_table_is_whole_and_there_is_no_lookup(db: Database) -> None:
+    tables = await introspect(db)
+    view = build_view(tables, max_chars=24_000, catalogue_chars=16_000, current_database="nycflights13")
+    assert view.catalog is None and view.complete and view.tables == 5
+    assert view.text == render_schema(tables)
+
+
+async def test_over_the_budget_the_prompt_carries_a_catalogue(db: Database) -> None:
+    view = build_view(await introspect(db), max_chars=3_000, catalogue_chars=16_000, current_database="nycflights13")
+    assert view.catalog is not None and view.complete
+    assert view.text.startswith("## nycflights13\n- airlines (~16 rows): Airline names")
+    assert "- flights (~337K rows): Every flight that departed NYC" in view.text
+    assert "| column |" not in view.text  # columns come from the lookup tool
 
 
 async def test_include_and_exclude_patterns(db: Database) -> None:

@@ -1,4 +1,4 @@
-"""The schema section of the system prompt: introspected, rendered deterministically, cached.
+"""The tables in scope, introspected from the catalog, and their rendering for the prompt.
 
 The rendering is the stable half of the prompt-cache prefix, so it must be byte-identical between
 requests: stable ordering, rounded row counts, no timestamps.
@@ -7,7 +7,6 @@ requests: stable ordering, rounded row counts, no timestamps.
 from __future__ import annotations
 
 import asyncio
-import time
 from dataclasses import dataclass, field
 
 from agent.db import Database
@@ -101,33 +100,21 @@ async def _sample(db: Database, table: Table) -> None:
         column.distinct = int(rows[0]["distinct_values"])
 
 
-def render_schema(tables: list[Table], max_chars: int) -> str:
-    """Markdown for the prompt; whole tables in priority order until the budget, then names only."""
+def fits(tables: list[Table], max_chars: int) -> bool:
+    """Whether every table, whole, fits the budget (then the prompt carries them all)."""
+    return sum(len(render_table(t)) + 2 for t in tables) <= max_chars + 2
+
+
+def render_schema(tables: list[Table]) -> str:
+    """Markdown for the prompt, every table whole: the tables with a comment and the most rows first."""
     ordered = sorted(tables, key=lambda t: (not t.comment, -(t.total_rows or 0), t.qualified))
-    sections: list[str] = []
-    left_out: list[str] = []
-    used = 0
-    for table in ordered:
-        section = _render_table(table)
-        if used + len(section) > max_chars and sections:
-            left_out.append(table.qualified)
-            continue
-        sections.append(section)
-        used += len(section)
-    text = "\n\n".join(sections)
-    if left_out:
-        text += (
-            "\n\nMore tables exist (columns not shown to save space): "
-            + ", ".join(sorted(left_out))
-            + ".\nSee a table's columns and their types with `SELECT * FROM database.table LIMIT 0`."
-        )
-    return text
+    return "\n\n".join(render_table(table) for table in ordered)
 
 
-def _render_table(table: Table) -> str:
+def render_table(table: Table) -> str:
     facts = [table.engine]
     if table.total_rows is not None:
-        facts.append(f"~{_round_count(table.total_rows)} rows")
+        facts.append(f"~{round_count(table.total_rows)} rows")
     if table.sorting_key:
         facts.append(f"sorted by {table.sorting_key}")
     lines = [f"## {table.qualified}"]
@@ -147,7 +134,7 @@ def _render_table(table: Table) -> str:
     return "\n".join(lines)
 
 
-def _round_count(count: int) -> str:
+def round_count(count: int) -> str:
     if count < 1_000:
         return str(count)
     for divisor, suffix in ((1_000_000_000, "B"), (1_000_000, "M"), (1_000, "K")):
@@ -155,37 +142,3 @@ def _round_count(count: int) -> str:
             value = count / divisor
             return f"{value:.0f}{suffix}" if value >= 10 else f"{value:.1f}{suffix}"
     return str(count)
-
-
-class SchemaCache:
-    """The rendered schema, rebuilt at most once per TTL; concurrent callers share one rebuild."""
-
-    def __init__(self, db: Database, max_chars: int, ttl_s: float) -> None:
-        self._db = db
-        self._max_chars, self._ttl_s = max_chars, ttl_s
-        self._text: str | None = None
-        self._tables = 0
-        self._counting: asyncio.Task[int] | None = None
-        self._built_at = 0.0
-        self._lock = asyncio.Lock()
-
-    async def get(self) -> str:
-        async with self._lock:
-            if self._text is None or time.monotonic() - self._built_at > self._ttl_s:
-                tables = await introspect(self._db)
-                self._text = render_schema(tables, self._max_chars)
-                self._tables = len(tables)
-                self._built_at = time.monotonic()
-            return self._text
-
-    async def table_count(self) -> int:
-        """Tables in the schema prompt (building it if it is not built yet)."""
-        await self.get()
-        return self._tables
-
-    def counting(self) -> asyncio.Task[int]:
-        """`table_count` as one task that callers share and may stop waiting for without cancelling it
-        (a health probe that gives up must not restart a slow catalog read each time)."""
-        if self._counting is None or self._counting.done():
-            self._counting = asyncio.ensure_future(self.table_count())
-        return self._counting

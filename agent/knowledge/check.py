@@ -1,0 +1,44 @@
+"""`agent knowledge check`: every SQL in the knowledge runs through exactly the path the model's SQL
+takes (`Database.execute`: ClickHouse parses it, the allow-list and the scope check it, DESCRIBE
+resolves its columns, the capped select runs it read-only under the engine's limits), so an unknown
+table or column, a refused function or a table outside the scope is an error naming file and line."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+
+from agent.db import Database
+from agent.knowledge.files import Entry, statement
+
+
+@dataclass(frozen=True)
+class Problem:
+    where: str  # path:line
+    entry: str  # the entry's tag
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.where}: {self.entry} {self.message}"
+
+
+async def check_entries(db: Database, entries: list[Entry]) -> list[Problem]:
+    """The problems of every entry's SQL, in the entries' order (empty when all of it runs)."""
+    found = await asyncio.gather(*(_check(db, entry) for entry in entries))
+    return [problem for problem in found if problem is not None]
+
+
+async def _check(db: Database, entry: Entry) -> Problem | None:
+    sql = statement(entry)
+    key = "sql" if entry.text("sql") else ("column" if entry.text("column") else "table")
+    if sql is None:
+        if entry.kind == "metrics":
+            return Problem(entry.where("tables"), entry.tag, "reads several tables: give `from` (the join).")
+        return None
+    result = await db.execute(sql, max_rows=1, owner="knowledge-check")
+    if result.ok:
+        return None
+    message = " ".join((result.error or "failed").split())
+    if result.hint:
+        message += f" ({' '.join(result.hint.split())})"
+    return Problem(entry.where(key), entry.tag, message)

@@ -1,0 +1,120 @@
+"""Lexical search over small documents (tables, knowledge entries): words, not embeddings.
+
+A person asks in business words ("refunds last quarter"); a warehouse names things in its own
+(`fct_refund_txn`, "Refund transactions, one row per refund"). Both sides are cut into the same
+terms: lower case, split at `_`, `.` and camelCase, common warehouse abbreviations spelled out,
+plurals and verb endings folded. Documents are scored with BM25 over weighted fields (a word in a
+table's name counts for more than one among its sampled values). An inverted index keeps a search
+over 5,000 tables to milliseconds; no dependency, no server, and the same answer every time.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+
+_WORD = re.compile(r"[A-Za-z]+|[0-9]+")
+_CAMEL = re.compile(r"(?<=[a-z])(?=[A-Z])")
+# Abbreviations warehouses use in names, read as the word a person would ask with.
+ABBREVIATIONS = {
+    "acct": "account",
+    "addr": "address",
+    "amt": "amount",
+    "avg": "average",
+    "cnt": "count",
+    "cust": "customer",
+    "dept": "department",
+    "dt": "date",
+    "emp": "employee",
+    "inv": "invoice",
+    "msg": "message",
+    "num": "number",
+    "org": "organization",
+    "pmt": "payment",
+    "prod": "product",
+    "qty": "quantity",
+    "rev": "revenue",
+    "sub": "subscription",
+    "ts": "timestamp",
+    "txn": "transaction",
+    "usr": "user",
+}
+_STOPWORDS_TEXT = """a an and are as at be by did do does for from had has have how i in into is it its last many
+much of on or our per show that the their them there these this those to us was we were what when which who
+whose why will with would you your each every most top than"""
+STOPWORDS = frozenset(_STOPWORDS_TEXT.split())
+K1, B = 1.2, 0.75
+
+
+def stem(word: str) -> str:
+    """A light, predictable folding of English endings, the same for every form of a word (customers,
+    customer -> customer; prices, priced, price -> pric; shipped, shipping -> ship)."""
+    for suffix, replacement in (("ies", "y"), ("sses", "ss"), ("ing", ""), ("ed", ""), ("es", ""), ("s", "")):
+        if word.endswith(suffix) and len(word) - len(suffix) >= 3 and not word.endswith("ss"):
+            word = word[: len(word) - len(suffix)] + replacement
+            break
+    if len(word) > 3 and word[-1] == word[-2] and word[-1] not in "lsz":
+        word = word[:-1]  # shipp -> ship
+    return word[:-1] if len(word) > 3 and word.endswith("e") else word
+
+
+@lru_cache(maxsize=65_536)
+def terms(text: str) -> tuple[str, ...]:
+    """The search terms of a text, in order, stopwords dropped (cached: warehouses repeat their comments)."""
+    out = []
+    for raw in _WORD.findall(_CAMEL.sub(" ", text)):
+        word = raw.lower()
+        word = ABBREVIATIONS.get(word, word)
+        if word in STOPWORDS or len(word) < 2:
+            continue
+        out.append(stem(word))
+    return tuple(out)
+
+
+@dataclass(frozen=True)
+class Hit:
+    key: str
+    score: float
+
+
+class LexicalIndex:
+    """BM25 over documents made of weighted fields: `[(text, weight), ...]` per key."""
+
+    def __init__(self, documents: Iterable[tuple[str, Sequence[tuple[str, float]]]]) -> None:
+        self._postings: dict[str, list[tuple[int, float]]] = defaultdict(list)
+        self._keys: list[str] = []
+        lengths: list[float] = []
+        for key, fields in documents:
+            weights: dict[str, float] = defaultdict(float)
+            for text, weight in fields:
+                for term in terms(text):
+                    weights[term] += weight
+            doc = len(self._keys)
+            self._keys.append(key)
+            lengths.append(sum(weights.values()))
+            for term, weight in weights.items():
+                self._postings[term].append((doc, weight))
+        self._lengths = lengths
+        self._average = (sum(lengths) / len(lengths)) if lengths else 1.0
+
+    def __len__(self) -> int:
+        return len(self._keys)
+
+    def search(self, text: str, limit: int = 10) -> list[Hit]:
+        """The best `limit` documents for the text, best first (ties by key, so results are stable)."""
+        scores: dict[int, float] = defaultdict(float)
+        total = len(self._keys)
+        for term in set(terms(text)):
+            postings = self._postings.get(term)
+            if not postings:
+                continue
+            idf = math.log(1 + (total - len(postings) + 0.5) / (len(postings) + 0.5))
+            for doc, tf in postings:
+                norm = K1 * (1 - B + B * self._lengths[doc] / self._average)
+                scores[doc] += idf * tf * (K1 + 1) / (tf + norm)
+        ranked = sorted(scores.items(), key=lambda item: (-item[1], self._keys[item[0]]))
+        return [Hit(self._keys[doc], round(score, 6)) for doc, score in ranked[:limit]]

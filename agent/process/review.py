@@ -1,0 +1,156 @@
+"""`agent knowledge review`: the proposals people's thumbs made, one at a time, for a person to decide.
+
+For a thumbs-up, each query that ran is shown (question, SQL, the rows the person saw) and, if the
+reviewer accepts it, checked through the model's own SQL path and appended to the knowledge folder as
+a verified query. For a thumbs-down, the question and its reason become an eval case in a suite file.
+Decisions are kept, so each proposal is shown once; a skipped one comes back next time."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from agent.chats.proposals import Decision, Proposal, ProposalStore, ProposedQuery
+from agent.db import Database
+from agent.knowledge import Entry, check_entries
+from agent.knowledge.writer import append_verified_query
+from evals.suite import append_case
+
+PREVIEW_ROWS = 5
+MAX_ANSWER_CHARS = 400
+
+
+class Quit(Exception):
+    """The reviewer stopped; what was decided so far stays."""
+
+
+@dataclass
+class Reviewed:
+    verified: int = 0
+    eval_cases: int = 0
+    rejected: int = 0
+    skipped: int = 0
+
+
+@dataclass(frozen=True)
+class Reviewer:
+    name: str
+    ask: Callable[[str], str]  # a prompt in, the reviewer's reply out
+    say: Callable[[str], None]
+
+
+async def review(
+    store: ProposalStore, db: Database, reviewer: Reviewer, *, knowledge_dir: Path, suite: Path, dataset: str
+) -> Reviewed:
+    counts = Reviewed()
+    pending = await store.pending()
+    if not pending:
+        reviewer.say("Nothing to review: no thumbs up or down since the last review.")
+    try:
+        for number, proposal in enumerate(pending, start=1):
+            reviewer.say(_header(proposal, number, len(pending)))
+            if proposal.feedback == "up":
+                decision = await _verified(proposal, db, reviewer, knowledge_dir, counts)
+            else:
+                decision = _eval_case(proposal, reviewer, suite, dataset, counts)
+            if decision is None:
+                counts.skipped += 1
+            else:
+                await store.decide(proposal.run_id, decision)
+    except Quit:
+        pass
+    return counts
+
+
+def _choice(reviewer: Reviewer, prompt: str) -> str:
+    reply = reviewer.ask(f"{prompt} [y]es, [n]o, [s]kip, [q]uit: ").strip().lower()[:1]
+    if reply == "q":
+        raise Quit
+    return reply if reply in ("y", "n") else "s"
+
+
+async def _verified(
+    proposal: Proposal, db: Database, reviewer: Reviewer, knowledge_dir: Path, counts: Reviewed
+) -> Decision | None:
+    if not proposal.queries:
+        reviewer.say("  No query ran for this answer; nothing to verify.")
+        counts.rejected += 1
+        return "rejected"
+    replies = []
+    for query in proposal.queries:
+        reviewer.say(_query(query))
+        reply = _choice(reviewer, f"Add {query.label} to the knowledge as a verified query?")
+        if reply == "y":
+            question = proposal.question if len(proposal.queries) == 1 else query.question
+            if await _write_verified(db, reviewer, knowledge_dir, question, query, proposal.run_id):
+                counts.verified += 1
+            else:
+                reply = "s"
+        replies.append(reply)
+    if "y" in replies:
+        return "approved"
+    if replies and all(reply == "n" for reply in replies):
+        counts.rejected += 1
+        return "rejected"
+    return None
+
+
+async def _write_verified(
+    db: Database, reviewer: Reviewer, directory: Path, question: str, query: ProposedQuery, run_id: str
+) -> bool:
+    entry = Entry("verified_queries", question, {"question": question, "sql": query.sql}, Path("(proposal)"), 0)
+    if problems := await check_entries(db, [entry]):
+        reviewer.say(f"  Not added: the SQL no longer passes the check: {problems[0].message}")
+        return False
+    path, entry_id = append_verified_query(
+        directory,
+        question=question,
+        sql=query.sql,
+        verified_by=reviewer.name,
+        verified_at=dt.date.today().isoformat(),
+        source=f"run {run_id} {query.label}",
+    )
+    reviewer.say(f"  Added to {path} as [verified: {entry_id}].")
+    return True
+
+
+def _eval_case(proposal: Proposal, reviewer: Reviewer, suite: Path, dataset: str, counts: Reviewed) -> Decision | None:
+    reply = _choice(reviewer, f"Add this question as an eval case to {suite}?")
+    if reply == "s":
+        return None
+    if reply == "n":
+        counts.rejected += 1
+        return "rejected"
+    answer = " ".join(proposal.answer.split())[:MAX_ANSWER_CHARS]
+    rubric = (
+        f"A person marked an earlier answer to this question as wrong ({proposal.reason or 'no reason given'}). "
+        f"That answer was: {answer!r}. Pass only if this answer does not make the same mistake."
+    )
+    case = {"id": f"feedback-{proposal.run_id[:12]}", "question": proposal.question, "tags": ["feedback"]}
+    append_case(suite, {**case, "judge": rubric}, dataset=dataset)
+    reviewer.say(f"  Added to {suite} as {case['id']}.")
+    counts.eval_cases += 1
+    return "approved"
+
+
+def _header(proposal: Proposal, number: int, total: int) -> str:
+    thumb = "thumbs up" if proposal.feedback == "up" else "thumbs down"
+    when = dt.datetime.fromtimestamp(proposal.created_at, dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
+    lines = [f"\n[{number}/{total}] {thumb}, {when}, run {proposal.run_id}", f"Question: {proposal.question}"]
+    if proposal.reason:
+        lines.append(f"Reason: {proposal.reason}")
+    lines.append(f"Answer: {' '.join(proposal.answer.split())[:MAX_ANSWER_CHARS]}")
+    return "\n".join(lines)
+
+
+def _query(query: ProposedQuery) -> str:
+    lines = [f"  {query.label}: {query.question}", *(f"    {line}" for line in query.sql.splitlines())]
+    if query.columns:
+        lines.append("    | " + " | ".join(query.columns) + " |")
+        lines += ["    | " + " | ".join(map(str, row)) + " |" for row in query.rows[:PREVIEW_ROWS]]
+        more = query.row_count - min(len(query.rows), PREVIEW_ROWS)
+        if more > 0:
+            lines.append(f"    ({more:,} more rows)")
+    return "\n".join(lines)

@@ -1,0 +1,142 @@
+"""A warehouse too large for the prompt: a compact catalogue, and a lookup over the introspected schema.
+
+When the whole schema (agent/schema.py) does not fit its budget, the prompt carries one line per
+table (name, row count, comment) instead, itself within a budget, and the model reads the rest on
+demand with the `lookup_schema` tool: a table's columns, types, comments, sampled values and keys,
+or a search over names, comments and sampled values.
+
+Everything here reads the `Table`s that introspection returned, which are exactly the tables in the
+configured scope (`Scope.allows`); nothing here runs SQL. So the tool can tell the model nothing about
+a table the model could not read anyway, and a name outside the scope is answered exactly like a name
+that does not exist.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from agent.lexical import LexicalIndex, terms
+from agent.schema.tables import Table, render_table, round_count
+
+# Field weights: a word in a table's name says more than one among its sampled values.
+TABLE_NAME, TABLE_COMMENT, COLUMN_NAME, COLUMN_COMMENT, SAMPLES = 3.0, 2.0, 1.0, 1.0, 0.5
+MAX_TABLES_PER_LOOKUP = 10
+SEARCH_RESULTS = 10
+MATCHING_COLUMNS_SHOWN = 6
+
+
+@dataclass(frozen=True)
+class CatalogueText:
+    text: str
+    listed: frozenset[str]  # the tables the catalogue names
+    complete: bool  # every table in scope is listed
+
+
+class Catalog:
+    def __init__(self, tables: Sequence[Table], current_database: str = "default") -> None:
+        self._tables = {t.qualified: t for t in tables}
+        self._current = current_database
+        self._index = LexicalIndex((t.qualified, _fields(t)) for t in tables)
+
+    def __len__(self) -> int:
+        return len(self._tables)
+
+    # --- the prompt ---
+
+    def render(self, max_chars: int) -> CatalogueText:
+        """One line per table, grouped by database, in name order; within the budget, the tables with
+        a comment and the most rows first. Deterministic: it goes into the cached prefix."""
+        priority = sorted(self._tables.values(), key=lambda t: (not t.comment, -(t.total_rows or 0), t.qualified))
+        chosen: list[Table] = []
+        headed: set[str] = set()
+        used = 0
+        for table in priority:
+            size = len(_catalogue_line(table)) + 1
+            if table.database not in headed:
+                size += len(table.database) + 5  # its "## database" heading and the blank line before it
+            if used + size > max_chars and chosen:
+                continue
+            chosen.append(table)
+            headed.add(table.database)
+            used += size
+        lines: list[str] = []
+        database = None
+        for table in sorted(chosen, key=lambda t: t.qualified):
+            if table.database != database:
+                database = table.database
+                lines += ["", f"## {database}"] if lines else [f"## {database}"]
+            lines.append(_catalogue_line(table))
+        return CatalogueText("\n".join(lines), frozenset(t.qualified for t in chosen), len(chosen) == len(self._tables))
+
+    # --- the lookup tool ---
+
+    def resolve(self, name: str) -> Table | None:
+        """The in-scope table a name means (`db.table`, or `table` in the default database or in
+        exactly one database); None for any other name, in scope or not."""
+        name = name.strip().strip("`\"'")
+        if (table := self._tables.get(name)) is not None:
+            return table
+        if "." not in name:
+            if (table := self._tables.get(f"{self._current}.{name}")) is not None:
+                return table
+            same = [t for t in self._tables.values() if t.name == name]
+            if len(same) == 1:
+                return same[0]
+        return None
+
+    def details(self, names: Sequence[str]) -> str:
+        parts = []
+        for name in names[:MAX_TABLES_PER_LOOKUP]:
+            table = self.resolve(name)
+            if table is not None:
+                parts.append(render_table(table))
+                continue
+            similar = [hit.key for hit in self._index.search(name, 3)]
+            suggestion = f" Similar names: {', '.join(similar)}." if similar else ""
+            parts.append(f"## {name}\nNo table of that name is available.{suggestion}")
+        if len(names) > MAX_TABLES_PER_LOOKUP:
+            parts.append(f"(Only the first {MAX_TABLES_PER_LOOKUP} tables are shown; ask for the rest next.)")
+        return "\n\n".join(parts)
+
+    def search(self, text: str, limit: int = SEARCH_RESULTS) -> list[str]:
+        """Qualified names of the tables that best match the words, best first."""
+        return [hit.key for hit in self._index.search(text, limit)]
+
+    def search_text(self, text: str, limit: int = SEARCH_RESULTS) -> str:
+        """The search's answer for the model: the matching tables, or what to try instead."""
+        found = self.matches(text, limit)
+        return found or f"No table matches {text!r}. Try other words (a synonym, the thing counted, a value)."
+
+    def matches(self, text: str, limit: int = SEARCH_RESULTS) -> str:
+        """One line per matching table (with the columns whose words matched); empty when none does."""
+        wanted = set(terms(text))
+        return "\n".join(_search_line(self._tables[name], wanted) for name in self.search(text, limit))
+
+
+def _fields(table: Table) -> list[tuple[str, float]]:
+    fields = [(table.name, TABLE_NAME), (table.comment, TABLE_COMMENT)]
+    for column in table.columns:
+        fields += [(column.name, COLUMN_NAME), (column.comment, COLUMN_COMMENT)]
+        fields += [(value, SAMPLES) for value in column.samples]
+    return fields
+
+
+def _catalogue_line(table: Table) -> str:
+    rows = f" (~{round_count(table.total_rows)} rows)" if table.total_rows is not None else ""
+    comment = f": {' '.join(table.comment.split())[:160]}" if table.comment else ""
+    return f"- {table.name}{rows}{comment}"
+
+
+def _search_line(table: Table, wanted: set[str]) -> str:
+    """A table found by a search: its catalogue facts and the columns whose words matched."""
+    line = f"- {table.qualified}" + _catalogue_line(table)[2 + len(table.name) :]
+    matching = []
+    for column in table.columns:
+        words = set(terms(f"{column.name} {column.comment}"))
+        values = [v for v in column.samples if wanted & set(terms(v))]
+        if wanted & words or values:
+            matching.append(f"{column.name} {column.type}" + (f" (values: {', '.join(values[:3])})" if values else ""))
+    if matching:
+        line += "\n  matching columns: " + "; ".join(matching[:MATCHING_COLUMNS_SHOWN])
+    return line

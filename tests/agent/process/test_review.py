@@ -1,0 +1,119 @@
+"""`agent knowledge review`: yes writes, no rejects, skip comes back, quit stops; the SQL is checked again."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from agent.chats.conversations import ConversationStore
+from agent.chats.proposals import ProposalStore
+from agent.config import DEMO_KNOWLEDGE_DIR
+from agent.db import Database, QueryResult, Scope
+from agent.knowledge import load_directory
+from agent.process.review import Reviewer, review
+from agent.runner import ExecutedQuery, RunResult
+
+AIRLINES = "SELECT count() AS n FROM nycflights13.airlines"
+WEATHER = "SELECT count() AS n FROM nycflights13.weather"
+
+
+def run_result(question: str, *queries: tuple[str, str]) -> RunResult:
+    executed = [
+        ExecutedQuery(
+            id=f"Q{n}",
+            question=q,
+            sql=sql,
+            result=QueryResult(query_id=f"q{n}", sql=sql, columns=["n"], types=["UInt64"], rows=[["16"]]),
+        )
+        for n, (q, sql) in enumerate(queries, start=1)
+    ]
+    return RunResult(question=question, answer="Sixteen [Q1].", queries=executed)
+
+
+async def thumbed(path: Path, run_id: str, value: str, result: RunResult) -> None:
+    store = ConversationStore(path)
+    conversation = await store.create_conversation(result.question)
+    await store.save_turn(conversation, run_id, result, [])
+    assert await store.record_feedback(run_id, value)
+    store.close()
+
+
+def reviewer(*replies: str, said: list[str] | None = None) -> Reviewer:
+    answers = iter(replies)
+    return Reviewer("ana", ask=lambda _: next(answers), say=(said if said is not None else []).append)
+
+
+async def test_yes_no_skip_and_quit(db: Database, tmp_path: Path) -> None:
+    path = tmp_path / "conversations.sqlite3"
+    await thumbed(path, "r1", "up", run_result("Airlines and weather?", ("airlines", AIRLINES), ("hours", WEATHER)))
+    await thumbed(path, "r2", "up", run_result("How many airlines?", ("airlines", AIRLINES)))
+    await thumbed(path, "r3", "up", run_result("Again?", ("airlines", AIRLINES)))
+    proposals, knowledge = ProposalStore(path), tmp_path / "knowledge"
+    kwargs = {"knowledge_dir": knowledge, "suite": tmp_path / "s.yaml", "dataset": "demo"}
+    done = await review(proposals, db, reviewer("y", "n", "n", "skip"), **kwargs)
+    assert (done.verified, done.rejected, done.skipped) == (1, 1, 1)
+    [entry] = load_directory(knowledge)
+    assert entry.fields["question"] == "airlines" and entry.fields["source"] == "run r1 Q1"  # the query's own question
+    assert [p.run_id for p in await proposals.pending()] == ["r3"]  # skipped: it comes back
+    done = await review(proposals, db, reviewer("q"), **kwargs)
+    assert done.verified == 0 and [p.run_id for p in await proposals.pending()] == ["r3"]
+
+
+async def test_an_approved_query_is_checked_again_through_the_models_path(db: Database, tmp_path: Path) -> None:
+    path = tmp_path / "conversations.sqlite3"
+    await thumbed(path, "r1", "up", run_result("Hours of weather?", ("hours", WEATHER)))
+    scoped = Database(db.backend, scope=Scope.of(["nycflights13"], ["nycflights13.weather"]), functions=db.functions)
+    said: list[str] = []
+    proposals = ProposalStore(path)
+    done = await review(
+        proposals, scoped, reviewer("y", said=said), knowledge_dir=tmp_path / "k", suite=tmp_path / "s", dataset="demo"
+    )
+    assert done.verified == 0 and not (tmp_path / "k").exists()
+    assert any("no longer passes the check" in line and "not available" in line for line in said)
+    assert [p.run_id for p in await proposals.pending()] == ["r1"]
+
+
+async def test_approved_queries_are_appended_to_the_teams_file(db: Database, tmp_path: Path) -> None:
+    knowledge = tmp_path / "knowledge"
+    shutil.copytree(DEMO_KNOWLEDGE_DIR, knowledge)
+    before = (knowledge / "verified_queries.yaml").read_text()
+    path = tmp_path / "conversations.sqlite3"
+    for run_id in ("r1", "r2"):
+        await thumbed(path, run_id, "up", run_result("How many airlines?", ("airlines", AIRLINES)))
+    kwargs = {"knowledge_dir": knowledge, "suite": tmp_path / "s.yaml", "dataset": "demo"}
+    assert (await review(ProposalStore(path), db, reviewer("y", "y"), **kwargs)).verified == 2
+    after = (knowledge / "verified_queries.yaml").read_text()
+    assert after.startswith(before)  # appended: the team's comments and layout stay
+    added = [e for e in load_directory(knowledge) if e.fields.get("source")]
+    assert [e.name for e in added] == ["how-many-airlines", "how-many-airlines-2"]
+    assert added[0].where() == f"{knowledge / 'verified_queries.yaml'}:{len(before.splitlines()) + 1}"
+
+
+def test_the_command_reads_replies_from_the_terminal(cli_data_dir: Path, tmp_path: Path, monkeypatch, capsys) -> None:
+    import asyncio
+    import io
+
+    from agent.process.cli import main
+
+    asyncio.run(
+        thumbed(tmp_path / "conversations.sqlite3", "r1", "up", run_result("How many airlines?", ("n", AIRLINES)))
+    )
+    monkeypatch.setenv("AGENT_DATA_DIR", str(tmp_path))
+    monkeypatch.setenv("CLICKHOUSE_URL", f"chdb://{cli_data_dir / 'clickhouse'}")
+    monkeypatch.setattr("sys.stdin", io.StringIO("y\n"))
+    argv = [
+        "knowledge",
+        "review",
+        "--dir",
+        str(tmp_path / "k"),
+        "--suite",
+        str(tmp_path / "s.yaml"),
+        "--reviewer",
+        "ana",
+    ]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "Question: How many airlines?" in out and "SELECT count() AS n FROM nycflights13.airlines" in out
+    assert out.strip().endswith("1 verified queries and 0 eval cases added, 0 rejected, 0 left for later.")
+    [entry] = load_directory(tmp_path / "k")
+    assert entry.fields["verified_by"] == "ana"

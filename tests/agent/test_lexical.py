@@ -1,0 +1,32 @@
+"""The words both sides of a search are cut into, and BM25 over weighted fields."""
+
+from __future__ import annotations
+
+from agent.lexical import LexicalIndex, terms
+
+
+def test_every_form_of_a_word_is_one_term() -> None:
+    assert terms("prices priced price") == ("pric", "pric", "pric")
+    assert terms("customers customer") == ("customer", "customer")
+    assert terms("shipped shipping ship") == ("ship", "ship", "ship")
+    assert terms("business address") == ("business", "address")
+
+
+def test_warehouse_names_read_as_words() -> None:
+    assert terms("fct_cust_txn") == ("fct", "customer", "transaction")
+    assert terms("orderLinesDaily") == ("order", "lin", "daily")
+    assert terms("How many of the orders were there?") == ("order",)  # stopwords dropped
+
+
+def test_a_name_weighs_more_than_a_sampled_value_and_ties_are_stable() -> None:
+    index = LexicalIndex(
+        [
+            ("shop.refunds", [("refunds", 3.0), ("Money returned to customers", 2.0)]),
+            ("shop.orders", [("orders", 3.0), ("refund", 0.5)]),
+            ("shop.a", [("stock", 1.0)]),
+            ("shop.b", [("stock", 1.0)]),
+        ]
+    )
+    assert [hit.key for hit in index.search("refunds to customers")] == ["shop.refunds", "shop.orders"]
+    assert [hit.key for hit in index.search("stock")] == ["shop.a", "shop.b"]
+    assert index.search("nothing like it") == []

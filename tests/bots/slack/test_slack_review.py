@@ -1,0 +1,78 @@
+"""The team's knowledge in Slack: a thumbs-up proposes the answer's query and the review writes it into the
+knowledge files; an answer that cites an entry shows it underneath."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from agent.chats.proposals import ProposalStore
+from agent.db import Database
+from agent.knowledge import load_directory
+from agent.process.review import Reviewer, review
+from tests.fakes import slack_events as events
+from tests.fakes.slack_api import GENERAL_ID, FakeSlack
+from tests.slack_helpers import answer_message, carriers_script
+
+
+async def test_a_thumbs_up_in_slack_ends_in_the_knowledge_file(
+    start_bot, fake_slack: FakeSlack, fake_anthropic, db: Database, tmp_path: Path
+) -> None:
+    bot = await start_bot()
+    fake_anthropic.script(*carriers_script())
+    question = await bot.ask("which carrier flew the most?")
+    answer = answer_message(fake_slack, GENERAL_ID, question)
+    up = answer["blocks"][-1]["elements"][0]
+    await bot.click(events.block_actions(up["action_id"], up["value"], message_ts=answer["ts"], thread_ts=question))
+    await bot.idle()
+    assert bot.service is not None
+    proposals = ProposalStore(bot.service.store.path)
+    [proposal] = await proposals.pending()
+    assert proposal.feedback == "up" and proposal.question == "which carrier flew the most?"
+    replies = iter(["yes"])
+    reviewer = Reviewer("ana", ask=lambda _: next(replies), say=lambda _: None)
+    knowledge = tmp_path / "knowledge"
+    done = await review(proposals, db, reviewer, knowledge_dir=knowledge, suite=tmp_path / "s.yaml", dataset="demo")
+    assert done.verified == 1 and await proposals.pending() == []
+    [entry] = load_directory(knowledge)
+    assert entry.kind == "verified_queries" and entry.fields["question"] == "which carrier flew the most?"
+    assert entry.fields["sql"].startswith("SELECT carrier, count() AS n FROM nycflights13.flights")
+    assert entry.fields["verified_by"] == "ana"
+
+
+async def test_the_knowledge_an_answer_cites_is_shown_under_it(
+    start_bot, fake_slack: FakeSlack, fake_anthropic
+) -> None:
+    bot = await start_bot()
+    fake_anthropic.script(*carriers_script("HA was on time most often: 93% [Q1] [metric: on-time rate]."))
+    question = await bot.ask("which carrier was most punctual?")
+    answer = answer_message(fake_slack, GENERAL_ID, question)
+    [cited] = [b for b in answer["blocks"] if b.get("block_id") == "analyst_knowledge"]
+    [text] = [element["text"] for element in cited["elements"]]
+    assert text.startswith("*[metric: on-time rate]* on-time rate: Share of flights that arrived less than 15")
+    assert text.endswith("(`metrics.yaml:2`)")
+
+
+async def test_a_thumbs_down_asks_what_was_wrong_and_the_reason_reaches_the_review(
+    start_bot, fake_slack: FakeSlack, fake_anthropic, tmp_path: Path
+) -> None:
+    bot = await start_bot()
+    fake_anthropic.script(*carriers_script())
+    question = await bot.ask("which carrier flew the most?")
+    answer = answer_message(fake_slack, GENERAL_ID, question)
+    down = answer["blocks"][-1]["elements"][1]
+    await bot.click(events.block_actions(down["action_id"], down["value"], message_ts=answer["ts"], thread_ts=question))
+    await bot.idle()
+    asked = fake_slack.ephemeral[-1]
+    assert asked["text"] == "Thanks, noted." and asked["blocks"][1]["type"] == "input"
+    box = asked["blocks"][1]
+    reason = "It counted seats, not flights."
+    await bot.click(
+        events.block_actions(
+            box["element"]["action_id"], reason, message_ts=answer["ts"], thread_ts=question, block_id=box["block_id"]
+        )
+    )
+    await bot.idle()
+    assert fake_slack.ephemeral[-1]["text"] == "Thanks, I will pass it on."
+    assert bot.service is not None
+    [proposal] = await ProposalStore(bot.service.store.path).pending()
+    assert proposal.feedback == "down" and proposal.reason == reason

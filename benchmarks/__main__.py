@@ -2,8 +2,8 @@
 
 from benchmarks import (
     bench_bounded,
-    bench_fallback,
     bench_catalog,
+    bench_fallback,
     bench_llm,
     bench_pacing,
     bench_pipeline,

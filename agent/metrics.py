@@ -57,6 +57,13 @@ class Metrics:
             ["role", "reason"],
             registry=registry,
         )
+        self.llm_later_model_calls = Counter(
+            "agent_llm_later_model_calls_total",
+            "Model calls answered by a model after the first of the role's list: a fallback, or the cooldown "
+            "after one, which sends calls to the next model without trying the first. By role.",
+            ["role"],
+            registry=registry,
+        )
         self.tokens = Counter("agent_llm_tokens_total", "Model tokens, by type.", ["type"], registry=registry)
         self.sql_queries = Counter(
             "agent_sql_queries_total",
@@ -111,6 +118,7 @@ class Metrics:
                 labels.labels(value)
         for reason in FALLBACK_REASONS:
             self.llm_fallbacks.labels("main", reason)
+        self.llm_later_model_calls.labels("main")
         self._slack(registry)
         self._operations(registry)
 

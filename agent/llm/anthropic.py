@@ -34,6 +34,19 @@ from agent.llm.turns import (
 from agent.llm_priming import prime_sdk_parsers
 
 _RETRYABLE_STREAM_ERRORS = {"overloaded_error", "api_error", "rate_limit_error"}
+# Bedrock's stream carries AWS's own exception codes in the error event the SDK's decoder builds
+# (anthropic/lib/bedrock/_stream_decoder.py: `{"type": "error", "error": {"type": <Code>}}`); the codes
+# are the InvokeModelWithResponseStream errors in Bedrock's API reference.
+_BEDROCK_STREAM_ERRORS: dict[str, FallbackReason] = {
+    "throttlingException": "rate_limited",
+    "serviceUnavailableException": "unavailable",
+    "internalServerException": "unavailable",
+    "modelStreamErrorException": "unavailable",
+    "modelTimeoutException": "unavailable",
+}
+# How providers word a context overflow: the Messages API ("prompt is too long"), Bedrock ("Input is
+# too long for requested model"), and others ("... exceeds the context window").
+_CONTEXT_OVERFLOW = ("prompt is too long", "input is too long", "context window", "context length")
 # The SDK spends ~0.4 ms of CPU per stream event, and a buffered socket hands it thousands without
 # waiting (a long tool input arrives as 40-character deltas): yield to the loop at least this often.
 _YIELD_EVERY_S = 0.005
@@ -238,16 +251,19 @@ def _error_type(exc: anthropic.APIStatusError) -> str:
 
 def _retryable_in_stream(exc: anthropic.APIStatusError) -> bool:
     """An error event inside a 200 stream, which the SDK does not retry."""
-    return exc.status_code == 200 and _error_type(exc) in _RETRYABLE_STREAM_ERRORS
+    kind = _error_type(exc)
+    return exc.status_code == 200 and (kind in _RETRYABLE_STREAM_ERRORS or kind in _BEDROCK_STREAM_ERRORS)
 
 
 def _unavailable_reason(exc: anthropic.APIStatusError) -> FallbackReason | None:
     kind = _error_type(exc)
+    if kind in _BEDROCK_STREAM_ERRORS:
+        return _BEDROCK_STREAM_ERRORS[kind]
     if exc.status_code == 529 or kind == "overloaded_error":
         return "overloaded"
     if exc.status_code == 429 or kind == "rate_limit_error":
         return "rate_limited"
-    if exc.status_code >= 500 or kind == "api_error":
+    if exc.status_code >= 500 or exc.status_code in (408, 409) or kind == "api_error":
         return "unavailable"
     return None
 
@@ -261,7 +277,8 @@ def _translate(exc: anthropic.APIStatusError, key_setting: str = "ANTHROPIC_API_
         )
     if exc.status_code in (401, 403):
         return LLMConfigError(f"The model API refused the key ({exc.status_code}): check {key_setting}.")
-    if "prompt is too long" in message or ("context" in message and "exceed" in message):
+    lowered = message.lower()
+    if any(words in lowered for words in _CONTEXT_OVERFLOW) or ("context" in lowered and "exceed" in lowered):
         return ContextOverflow(message)
     return LLMConfigError(f"The model API rejected the request ({exc.status_code} {kind}): {message}")
 

@@ -98,7 +98,8 @@ def translate(provider: Provider, request: dict[str, Any], caps: Capabilities) -
 def _thinking_fits(messages: list[dict[str, Any]]) -> bool:
     """With thinking on, the API wants the assistant turn whose tool calls are being answered to start with its
     thinking block. A turn written without one (by another provider's model, or before thinking was set)
-    cannot be given one: that call goes without thinking, the next rounds think again."""
+    cannot be given one: that call goes without thinking, and so do the rest of the run's rounds (each answers
+    a tool call made without thinking); the next question thinks again."""
     last = next((m for m in reversed(messages) if m["role"] == "assistant"), None)
     if last is None or isinstance(last["content"], str):
         return True

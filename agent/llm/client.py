@@ -45,6 +45,10 @@ def _parsed(text: str) -> tuple[ModelRef, ...]:
         raise LLMConfigError(f"Bad model list: {exc}") from None
 
 
+def _refs(models: Models) -> tuple[ModelRef, ...]:
+    return _parsed(models) if isinstance(models, str) else tuple(models)
+
+
 class LLMClient:
     def __init__(
         self,
@@ -74,7 +78,7 @@ class LLMClient:
 
     def order(self, models: Models) -> list[ModelRef]:
         """The list as this call tries it: models passed over in the last `cooldown_s` go last."""
-        refs = _parsed(models) if isinstance(models, str) else tuple(models)
+        refs = _refs(models)
         now = self._clock()
         resting = {ref for ref in refs if self._passed_over.get(ref, float("-inf")) > now}
         return [ref for ref in refs if ref not in resting] + [ref for ref in refs if ref in resting]
@@ -166,7 +170,7 @@ class LLMClient:
                     await before_next()
                 await self._fall_back(exc, ref, refs[index + 1], role, on_fallback)
                 continue
-            turn.model = str(ref)
+            turn.model, turn.later_model = str(ref), ref != _refs(models)[0]
             return turn
         raise LLMConfigError("No model is configured for this call.")
 

@@ -18,6 +18,7 @@ import json
 import random
 import re
 import time
+import uuid
 from typing import Any
 
 import openai
@@ -41,6 +42,13 @@ from agent.llm_priming import prime_openai_parsers
 _STOP_REASONS = {"stop": "end_turn", "tool_calls": "tool_use", "length": "max_tokens", "content_filter": "refusal"}
 _YIELD_EVERY_S = 0.005
 _TOOL_ID = re.compile(r"[^a-zA-Z0-9_-]")  # the Messages API's tool_use id pattern, should a later model be Claude
+# OpenAI's reasoning models (o-series, gpt-5) refuse `max_tokens` ("not compatible with o-series models":
+# the API reference, Create chat completion) and any temperature but the default; vLLM and Ollama take
+# `max_tokens` (Ollama only that one), so the others keep it.
+_REASONING_MODEL = re.compile(r"^(o\d|gpt-5)")
+# How servers word a context overflow: OpenAI and vLLM ("maximum context length"), llama.cpp ("exceeds
+# the available context size"), others ("context window").
+_CONTEXT_OVERFLOW = ("maximum context length", "context size", "context window", "context length")
 
 
 def openai_client(*, api_key: str, base_url: str | None, max_retries: int, timeout_s: float) -> AsyncOpenAI:
@@ -153,10 +161,10 @@ def chat_request(model: str, request: dict[str, Any]) -> dict[str, Any]:
     for message in request["messages"]:
         messages += _messages(message)
     params: dict[str, Any] = {"model": model, "messages": messages}
+    reasoning = _REASONING_MODEL.match(model) is not None
     if "max_tokens" in request:
-        # `max_tokens`, not `max_completion_tokens`: vLLM takes both, Ollama only this one.
-        params["max_tokens"] = request["max_tokens"]
-    if request.get("temperature") is not None:
+        params["max_completion_tokens" if reasoning else "max_tokens"] = request["max_tokens"]
+    if request.get("temperature") is not None and not reasoning:
         params["temperature"] = request["temperature"]
     if request.get("tools"):
         params["tools"] = [
@@ -224,7 +232,8 @@ class _ChunkBuilder:
 
     def __init__(self) -> None:
         self._text: list[str] = []
-        self._calls: dict[int, dict[str, Any]] = {}
+        self._calls: list[dict[str, Any]] = []
+        self._current: dict[int | None, dict[str, Any]] = {}  # the call a delta's index continues
         self._finish: str | None = None
         self._usage = Usage()
         self.sent_text = False
@@ -242,9 +251,7 @@ class _ChunkBuilder:
                 self._text.append(delta.content)
                 text += delta.content
             for call in delta.tool_calls or []:
-                entry = self._calls.setdefault(call.index, {"id": "", "name": "", "arguments": []})
-                if call.id:
-                    entry["id"] = call.id
+                entry = self._entry(call.index, call.id)
                 if call.function is not None:
                     # OpenAI sends the name whole in a call's first delta; some servers repeat it in every delta.
                     if call.function.name and call.function.name != entry["name"]:
@@ -256,22 +263,45 @@ class _ChunkBuilder:
         self.sent_text = self.sent_text or bool(text)
         return text
 
+    def _entry(self, index: int | None, call_id: str | None) -> dict[str, Any]:
+        """The call a delta belongs to. A new id at an index already in use is a new call: Ollama streams
+        every call of a parallel batch at index 0 (ollama/ollama#15457), and some servers send no index."""
+        entry = self._current.get(index)
+        if entry is None or (call_id and entry["id"] and call_id != entry["id"]):
+            entry = {"id": call_id or "", "name": "", "arguments": []}
+            self._calls.append(entry)
+            self._current[index] = entry
+        elif call_id:
+            entry["id"] = call_id
+        return entry
+
     def turn(self, elapsed_s: float) -> ModelTurn:
         content: list[dict[str, Any]] = []
         text = "".join(self._text)
         if text.strip():
             content.append({"type": "text", "text": text})
-        for index, call in sorted(self._calls.items()):
-            content.append(_tool_use(call["id"] or f"call_{index}", call["name"], "".join(call["arguments"])))
+        seen: set[str] = set()
+        for call in self._calls:
+            block = _tool_use(call["id"], call["name"], "".join(call["arguments"]))
+            if block["id"] in seen:
+                block["id"] = _new_call_id()
+            seen.add(block["id"])
+            content.append(block)
         stop = _STOP_REASONS.get(self._finish or "", self._finish)
         return ModelTurn(content=content, stop_reason=stop, usage=self._usage, elapsed_s=elapsed_s)
 
 
-def _tool_use(call_id: str, name: str, arguments: str) -> dict[str, Any]:
+def _new_call_id() -> str:
+    return f"call_{uuid.uuid4().hex[:24]}"
+
+
+def _tool_use(call_id: str | None, name: str, arguments: str) -> dict[str, Any]:
+    """A Messages-API `tool_use` block. A call without an id gets a unique one: an id repeated in a later
+    round (`call_0` each time) is refused by the Messages API should a Claude model read this history."""
     tool_input = _tool_input(arguments)
     return {
         "type": "tool_use",
-        "id": _TOOL_ID.sub("_", call_id),
+        "id": _TOOL_ID.sub("_", call_id) if call_id else _new_call_id(),
         "name": name,
         "input": tool_input if isinstance(tool_input, dict) else {},
     }
@@ -310,7 +340,7 @@ def _translate(exc: openai.APIStatusError) -> LLMError | None:
         reason = "overloaded"  # 503 server_is_overloaded; older servers say so with a 429
     elif exc.status_code == 429:
         reason = "rate_limited"
-    elif exc.status_code >= 500:
+    elif exc.status_code >= 500 or exc.status_code in (408, 409):  # a timeout or a conflict: transient
         reason = "unavailable"
     if reason is not None:
         return LLMUnavailable(
@@ -318,7 +348,7 @@ def _translate(exc: openai.APIStatusError) -> LLMError | None:
         )
     if exc.status_code in (401, 403):
         return LLMConfigError(f"The model server refused the key ({exc.status_code}): check OPENAI_API_KEY.")
-    if code == "context_length_exceeded" or "maximum context length" in message:
+    if code == "context_length_exceeded" or any(words in message.lower() for words in _CONTEXT_OVERFLOW):
         return ContextOverflow(f"The conversation is longer than the model's context window: {message}")
     return None
 
@@ -332,6 +362,13 @@ def _rejected(exc: openai.APIStatusError) -> LLMError:
 def _stream_error(exc: openai.APIError) -> LLMError | None:
     """An error object in a 200 stream: a server error is worth asking again; anything else is not."""
     error = _body_error(exc.body)
-    if str(error.get("type") or "") in ("server_error", "internal_error") or "overloaded" in exc.message.lower():
+    code = error.get("code")
+    server_code = isinstance(code, int) and not isinstance(code, bool) and code >= 500  # vLLM: {"code": 500}
+    kind = str(error.get("type") or "")
+    if (
+        kind in ("server_error", "internal_error", "InternalServerError")
+        or server_code
+        or "overloaded" in exc.message.lower()
+    ):
         return LLMUnavailable(f"The model server failed mid-reply: {exc.message}")
     return None

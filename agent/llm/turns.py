@@ -55,6 +55,7 @@ class ModelTurn:
     usage: Usage = field(default_factory=Usage)
     elapsed_s: float = 0.0
     model: str = ""  # `provider:name` of the model that answered
+    later_model: bool = False  # the answering model is not the first of its list (a fallback, or its cooldown)
 
     @property
     def text(self) -> str:

@@ -100,6 +100,8 @@ class RunState:
         m.cache_read_tokens += usage.cache_read_tokens
         m.cache_creation_tokens += usage.cache_creation_tokens
         self.metrics.llm_calls.labels(role, "ok").inc()
+        if turn.later_model:
+            self.metrics.llm_later_model_calls.labels(role).inc()
         self.metrics.llm_seconds.labels(role).observe(turn.elapsed_s)
         self.metrics.count_tokens(usage)
         self.model = turn.model

@@ -196,6 +196,7 @@ class FakeOpenAI:
         if not isinstance(body.get("messages"), list) or not body["messages"]:
             raise ValidationError("'messages' must contain at least one message", "messages", "empty_array")
         _validate_numbers(body)
+        _validate_reasoning_model(body)
         # stream_options: "Options for streaming response. Only set this when you set stream: true."
         if body.get("stream_options") is not None:
             if body.get("stream") is not True:
@@ -235,6 +236,30 @@ def _validate_numbers(body: dict[str, Any]) -> None:
         raise ValidationError(f"Invalid 'temperature': must be between 0 and 2, got {temperature}.", "temperature")
     if body.get("n") not in (None, 1):
         raise ValidationError("The fake answers one choice only (n=1)", "n")
+
+
+# Reasoning models (o-series, gpt-5): `max_tokens` "is not compatible with o-series models" (API reference,
+# Create chat completion, max_tokens); they take only the default temperature (the reasoning guide).
+_REASONING_MODEL = re.compile(r"^(o\d|gpt-5)")
+
+
+def _validate_reasoning_model(body: dict[str, Any]) -> None:
+    if not _REASONING_MODEL.match(body["model"]):
+        return
+    if body.get("max_tokens") is not None:
+        raise ValidationError(
+            "Unsupported parameter: 'max_tokens' is not supported with this model. Use 'max_completion_tokens' "
+            "instead.",
+            "max_tokens",
+            "unsupported_parameter",
+        )
+    if body.get("temperature") not in (None, 1):
+        raise ValidationError(
+            f"Unsupported value: 'temperature' does not support {body['temperature']} with this model. Only the "
+            "default (1) value is supported.",
+            "temperature",
+            "unsupported_value",
+        )
 
 
 def _validate_tools(tools: Any, tool_choice: Any) -> None:

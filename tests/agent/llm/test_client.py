@@ -98,9 +98,36 @@ async def test_a_reply_cut_off_by_overload_is_dropped_before_the_next_model_answ
 
 
 @pytest.mark.parametrize(
+    ("code", "reason"),
+    [
+        ("throttlingException", "rate_limited"),
+        ("serviceUnavailableException", "unavailable"),
+        ("internalServerException", "unavailable"),
+        ("modelStreamErrorException", "unavailable"),
+    ],
+)
+async def test_a_bedrock_error_inside_the_stream_falls_back(
+    fake_anthropic: FakeAnthropic, code: str, reason: str
+) -> None:
+    """Bedrock's stream carries AWS's exception code as the error event's type (the SDK's Bedrock decoder,
+    anthropic/lib/bedrock/_stream_decoder.py, turns an exception frame into `{"type": "error", "error":
+    {"type": <Code>}}`): the same SDK path as this error event over the Messages API."""
+    fake_anthropic.for_model(SONNET, MidStreamFailure(error_type=code))
+    fake_anthropic.script(Reply(text="Whole answer."))
+    llm, notes = client(fake_anthropic), Notes()
+    try:
+        turn = await ask(llm, notes, f"{SONNET},{OPUS}")
+    finally:
+        await llm.close()
+    assert turn.text == "Whole answer." and turn.model == f"anthropic:{OPUS}" and turn.later_model
+    assert [n.reason for n in notes.fallbacks] == [reason]
+
+
+@pytest.mark.parametrize(
     ("failure", "error"),
     [
         (Failure(400, "invalid_request_error", "messages: bad"), LLMConfigError),
+        (Failure(400, "validation_error", "Input is too long for requested model."), ContextOverflow),
         (Failure(400, "invalid_request_error", "prompt is too long: 210000 tokens > 200000 maximum"), ContextOverflow),
         (Failure(401, "authentication_error", "invalid x-api-key"), LLMConfigError),
     ],

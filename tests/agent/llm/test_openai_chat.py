@@ -141,7 +141,14 @@ async def test_a_stream_that_fails_midway_is_asked_again(fake_openai: FakeOpenAI
         (rate_limited(), LLMUnavailable, "rate_limited"),
         (overloaded(), LLMUnavailable, "overloaded"),
         (Failure(502, "server_error", "Bad gateway"), LLMUnavailable, "unavailable"),
+        (Failure(408, "timeout", "Request timed out"), LLMUnavailable, "unavailable"),
         (Failure(400, "invalid_request_error", "bad", "context_length_exceeded"), ContextOverflow, None),
+        # llama.cpp's server: "the request exceeds the available context size, try increasing it"
+        (
+            Failure(400, "exceed_context_size_error", "request exceeds the available context size"),
+            ContextOverflow,
+            None,
+        ),
         (Failure(400, "invalid_request_error", "Invalid 'tools'"), LLMConfigError, None),
         (Failure(401, "invalid_request_error", "Incorrect API key provided", "invalid_api_key"), LLMConfigError, None),
     ],
@@ -189,3 +196,75 @@ def test_a_server_that_repeats_the_name_in_every_delta_calls_the_tool_once() -> 
     builder.add(chunk({}, "tool_calls"))
     turn = builder.turn(0.0)
     assert turn.tool_calls == [{"type": "tool_use", "id": "call_1", "name": "think", "input": {"content": "x"}}]
+
+
+def _chunk(delta: dict[str, Any], finish: str | None = None) -> Any:
+    from openai.types.chat import ChatCompletionChunk
+
+    choice = {"index": 0, "delta": delta, "finish_reason": finish}
+    return ChatCompletionChunk.model_validate(
+        {"id": "c", "object": "chat.completion.chunk", "created": 0, "model": "m", "choices": [choice]}
+    )
+
+
+def test_parallel_calls_all_at_index_0_stay_apart() -> None:
+    """Ollama streams every call of a parallel batch at index 0 (ollama/ollama#15457), each with its own id."""
+    from agent.llm.openai_chat import _ChunkBuilder
+
+    builder = _ChunkBuilder()
+    for call_id, statement in (("call_a", "SELECT 1"), ("call_b", "SELECT 2")):
+        arguments = json.dumps({"queries": [{"sql": statement}]})
+        call = {
+            "index": 0,
+            "id": call_id,
+            "type": "function",
+            "function": {"name": "execute_sql", "arguments": arguments},
+        }
+        builder.add(_chunk({"tool_calls": [call]}))
+    builder.add(_chunk({}, "tool_calls"))
+    calls = builder.turn(0.0).tool_calls
+    assert [(c["id"], c["input"]["queries"][0]["sql"]) for c in calls] == [
+        ("call_a", "SELECT 1"),
+        ("call_b", "SELECT 2"),
+    ]
+
+
+def test_calls_without_ids_get_ids_unique_across_rounds() -> None:
+    """A server that sends no id: `call_0` every round would repeat in the history, which the Messages API
+    refuses ("tool_use ids must be unique") should a Claude model read it after a fallback."""
+    from agent.llm.openai_chat import _ChunkBuilder
+
+    ids = []
+    for _ in range(2):
+        builder = _ChunkBuilder()
+        builder.add(_chunk({"tool_calls": [{"index": 0, "function": {"name": "think", "arguments": "{}"}}]}))
+        builder.add(_chunk({}, "tool_calls"))
+        ids += [c["id"] for c in builder.turn(0.0).tool_calls]
+    assert len(set(ids)) == 2 and all(i.startswith("call_") for i in ids)
+
+
+async def test_openai_reasoning_models_get_max_completion_tokens_and_no_temperature(fake_openai: FakeOpenAI) -> None:
+    """o-series and gpt-5 refuse `max_tokens` and any temperature but the default; the fake refuses them too."""
+    params = chat_request("gpt-5", request(temperature=0.2))
+    assert params["max_completion_tokens"] == 512 and "max_tokens" not in params and "temperature" not in params
+    assert chat_request("llama3.1:8b", request(temperature=0.2))["max_tokens"] == 512  # Ollama takes only this one
+    fake_openai.script(Reply(text="ok"))
+    provider = openai_provider(fake_openai, max_retries=0)
+    try:
+        turn = await provider.stream("gpt-5", request(temperature=0.2), _ignore, _ignore)
+    finally:
+        await provider.close()
+    assert turn.text == "ok"
+
+
+async def test_the_fake_refuses_max_tokens_for_a_reasoning_model(fake_openai: FakeOpenAI) -> None:
+    import openai as sdk
+
+    client = sdk.AsyncOpenAI(api_key=fake_openai.api_key, base_url=fake_openai.base_url, max_retries=0)
+    try:
+        with pytest.raises(sdk.BadRequestError, match="max_completion_tokens"):
+            await client.chat.completions.create(
+                model="o3-mini", max_tokens=10, messages=[{"role": "user", "content": "hi"}]
+            )
+    finally:
+        await client.close()

@@ -48,6 +48,8 @@ async def test_a_run_is_answered_by_the_second_model_after_the_first_returns_529
     # The second round goes straight to Opus: Sonnet rests for the cooldown instead of costing its retries again.
     assert [r["model"] for r in fake_anthropic.requests][-2:] == [OPUS, OPUS]
     assert _value(metrics, "agent_llm_fallbacks_total", {"role": "main", "reason": "overloaded"}) == 1
+    # One fallback, yet both calls were answered by a later model: the alert's ratio counts these.
+    assert _value(metrics, "agent_llm_later_model_calls_total", {"role": "main"}) == 2
 
 
 async def test_a_fallback_in_the_middle_of_a_run_keeps_what_was_gathered(

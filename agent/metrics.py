@@ -86,11 +86,31 @@ class Metrics:
             ["reason"],
             registry=registry,
         )
+        self._figures(registry)
         for labels, values in ((self.tokens, TOKEN_TYPES), (self.guards, GUARDS), (self.chart_errors, CHART_REFUSALS)):
             for value in values:
                 labels.labels(value)
         self._slack(registry)
         self._operations(registry)
+
+    def _figures(self, registry: CollectorRegistry) -> None:
+        """The figure check (agent/figures): what the answers people read state, and how much of it holds."""
+        self.figures_checked = Counter(
+            "agent_figures_checked_total", "Figures of final answers checked against their queries.", registry=registry
+        )
+        self.figures_verified = Counter(
+            "agent_figures_verified_total", "Figures of final answers that their cited cells give.", registry=registry
+        )
+        self.figures_unverified = Counter(
+            "agent_figures_unverified_total",
+            "Figures of final answers that match nothing in their cited results, after the correction round.",
+            registry=registry,
+        )
+        self.figure_corrections = Counter(
+            "agent_figure_corrections_total",
+            "Answers sent back once to the model because figures matched nothing.",
+            registry=registry,
+        )
 
     def _slack(self, registry: CollectorRegistry) -> None:
         """The Slack adapter's. Its labels are enums of bots/slack (event types it knows, ignore reasons,

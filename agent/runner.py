@@ -15,6 +15,7 @@ from pydantic import BaseModel, Field, TypeAdapter, field_validator
 
 from agent.charts import Chart
 from agent.db import QueryResult
+from agent.figures import FigureReport
 from agent.limits import json_size
 
 Platform = Literal["slack", "web", "cli"]
@@ -71,6 +72,7 @@ class RunMetrics(BaseModel):
     llm_ms: int = 0
     sql_ms: int = 0
     guard_interventions: dict[str, int] = Field(default_factory=dict)
+    figure_check_ms: float = 0.0  # time spent checking figures (agent/figures), correction round included
 
 
 class RunResult(BaseModel):
@@ -85,6 +87,7 @@ class RunResult(BaseModel):
     metrics: RunMetrics = Field(default_factory=RunMetrics)
     cancelled: bool = False
     error: str | None = None
+    figures: FigureReport | None = None  # the final answer's figures checked against its queries
     # The API messages of this turn (question to answer), so the next question can carry it whole.
     # Internal: left out of serialised results and events.
     transcript: list[dict[str, Any]] = Field(default_factory=list, repr=False, exclude=True)
@@ -102,6 +105,7 @@ class RunResult(BaseModel):
             "queries": [q.summary() for q in self.queries],
             "followups": self.followups,
             "charts": [chart.summary() for chart in self.charts],
+            "figures": self.figures.model_dump() if self.figures else None,
             "metrics": self.metrics.model_dump(),
         }
 
@@ -240,6 +244,7 @@ class FinalAnswer(BaseModel):
     error: str | None
     followups: list[str]
     metrics: RunMetrics
+    figures: FigureReport | None = None
 
     @classmethod
     def of(cls, result: RunResult) -> FinalAnswer:

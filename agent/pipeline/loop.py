@@ -25,6 +25,7 @@ from agent.pipeline.context import (
     user_text,
     with_rolling_breakpoint,
 )
+from agent.pipeline.figures import FigureReview
 from agent.pipeline.request import RequestPrefix
 from agent.pipeline.state import RunState
 from agent.pipeline.tools import SqlExecutor, ToolInputError, ToolOutcome, parse_queries, run_think
@@ -80,6 +81,7 @@ class Pipeline:
         self._llm, self._prefix, self._sql, self._prompts = llm, prefix, sql, prompts
         self._settings, self._metrics, self._followups = settings, metrics, followups
         self._charts = charts
+        self._figures = FigureReview(prompts)
 
     async def run(
         self,
@@ -120,6 +122,7 @@ class Pipeline:
                 **({"extra_body": {"temperature": s.temperature}} if s.temperature is not None else {}),
             }
             await self._loop(state, request, messages)
+            self._figures.settle(state)
             if followups and self._followups and state.answer and state.outcome is not Outcome.NO_DATA:
                 state.followups = await self._followups.generate(question, state.answer, state.queries)
                 if state.followups:
@@ -149,7 +152,7 @@ class Pipeline:
             turn = await self._model_turn(state, request, messages, role="main")
             messages.append(assistant(turn.content or [{"type": "text", "text": "(no reply)"}]))
             if not turn.tool_calls:
-                if correction := self._check_answer(state, turn.text):
+                if correction := self._check_answer(state, turn.text) or await self._figures.correction(state):
                     messages.append(user_text(correction))
                     continue
                 return

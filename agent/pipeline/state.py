@@ -8,6 +8,7 @@ import time
 from dataclasses import dataclass, field
 
 from agent.charts import Chart
+from agent.figures import FigureReport
 from agent.llm import ModelTurn
 from agent.metrics import Metrics
 from agent.runner import (
@@ -47,6 +48,9 @@ class RunState:
     executions_claimed: int = 0
     citation_retries: int = 0
     first_event_s: float | None = None
+    figures: FigureReport | None = None
+    figures_corrected: bool = False
+    unverified_before_correction: int = 0
 
     def __post_init__(self) -> None:
         sink = self.emit
@@ -158,6 +162,7 @@ class RunState:
             metrics=m,
             cancelled=self.outcome is Outcome.CANCELLED,
             error=self.error,
+            figures=self.figures,
         )
 
     def record_finished(self, result: RunResult) -> None:

@@ -24,6 +24,9 @@ VARIABLES = {
     "loop/think_nudge.md": {"rounds": 2},
     "loop/citation_retry.md": {"citations": "[Q1]", "answered": ["Q2"]},
     "loop/no_data.md": {},
+    "loop/figure_correction.md": {
+        "figures": [{"text": "120,853", "citations": ["Q1"], "reason": "no cell of Q1 gives it"}]
+    },
     "loop/duplicate.md": {"original": "Q1"},
     "loop/cancelled.md": {"partial": "x"},
     "loop/queries_skipped.md": {"skipped": 3, "per_call": 5, "per_run": 25, "run_spent": False},

@@ -1,0 +1,49 @@
+"""The figure check in the loop: an answer whose figures match nothing in the cells they cite goes back
+to the model once (prompts/loop/figure_correction.md); what still fails is reported as unverified."""
+
+from __future__ import annotations
+
+import time
+
+from agent.figures import Evidence, FigureReport, check_answer
+from agent.pipeline.state import RunState
+from agent.prompts import PromptLibrary
+from agent.runner import AnswerEvent, Outcome
+
+
+class FigureReview:
+    def __init__(self, prompts: PromptLibrary) -> None:
+        self._prompts = prompts
+
+    async def correction(self, state: RunState) -> str | None:
+        """The correction to send back when the answer just accepted has unverified figures (once a run);
+        None to keep it. Adapters are told to discard the answer shown so far."""
+        if state.outcome is not Outcome.ANSWERED or not state.answer or state.figures_corrected:
+            return None
+        report = self._check(state)
+        if not report.unverified:
+            return None
+        state.figures_corrected = True
+        state.unverified_before_correction = report.unverified
+        state.metrics.figure_corrections.inc()
+        await state.emit(AnswerEvent(text="", restart=True))
+        return self._prompts.render("loop/figure_correction.md", figures=report.failures())
+
+    def settle(self, state: RunState) -> None:
+        """The final answer's figures, recorded in the run's result and metrics."""
+        if not state.answer or state.outcome not in (Outcome.ANSWERED, Outcome.CAPPED):
+            return
+        report = self._check(state)
+        report.corrected = state.figures_corrected
+        report.unverified_before_correction = state.unverified_before_correction
+        state.figures = report
+        state.metrics.figures_checked.inc(report.checked)
+        state.metrics.figures_verified.inc(report.verified)
+        state.metrics.figures_unverified.inc(report.unverified)
+
+    def _check(self, state: RunState) -> FigureReport:
+        started = time.perf_counter()
+        evidence = [Evidence(id=q.id, sql=q.sql, result=q.result) for q in state.queries]
+        report = check_answer(state.answer, question=state.question, evidence=evidence)
+        state.run_metrics.figure_check_ms += (time.perf_counter() - started) * 1000
+        return report

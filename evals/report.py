@@ -9,7 +9,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-from evals.pricing import PRICING_FILE, load_pricing
+from agent.pricing import PRICING_FILE, load_pricing
 from evals.results import CaseResult, Latency, RunRecord, SuiteRef, Tokens
 from evals.suite import Suite
 

@@ -123,7 +123,7 @@ def load_generator() -> Any:
 
 
 def test_the_committed_dashboard_is_what_the_generator_writes() -> None:
-    """The cost panels carry evals/pricing.yaml's prices: a price change means regenerating."""
+    """The cost panels carry agent/pricing.yaml's prices: a price change means regenerating."""
     generator = load_generator()
     assert DASHBOARD.read_text() == generator.render(), "stale: run python deploy/grafana/generate.py"
     cost = [expr for title, expr in panel_queries() if "cost" in title]

@@ -9,7 +9,7 @@ import pytest
 
 from agent.config import DEFAULT_FOLLOWUP_MODEL, DEFAULT_MODEL
 from agent.process.cli import main
-from evals.pricing import load_pricing
+from agent.pricing import load_pricing
 from evals.report import build_record, percentile
 from evals.results import CaseResult, Check, Tokens
 

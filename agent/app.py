@@ -15,6 +15,7 @@ from agent.pipeline import LoopSettings, Pipeline
 from agent.pipeline.charting import ChartMaker
 from agent.pipeline.request import RequestPrefix
 from agent.pipeline.tools import SqlExecutor
+from agent.pricing import load_pricing
 from agent.prompts import prompt_library
 from agent.runner import Runner
 from agent.schema import SchemaCache
@@ -77,4 +78,5 @@ def build_runner(settings: Settings, *, db: Database, llm: LLMClient, metrics: M
         metrics=metrics,
         followups=FollowupGenerator(llm, prompts, settings.agent_followup_model, metrics),
         charts=ChartMaker(db, limits),
+        prices=load_pricing(),
     )

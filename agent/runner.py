@@ -17,6 +17,7 @@ from agent.charts import Chart
 from agent.db import QueryResult
 from agent.figures import FigureReport
 from agent.limits import json_size
+from agent.receipts import Receipt
 
 Platform = Literal["slack", "web", "cli"]
 Interface = Literal["slack", "web", "cli", "eval"]
@@ -88,6 +89,7 @@ class RunResult(BaseModel):
     cancelled: bool = False
     error: str | None = None
     figures: FigureReport | None = None  # the final answer's figures checked against its queries
+    receipt: Receipt | None = None
     # The API messages of this turn (question to answer), so the next question can carry it whole.
     # Internal: left out of serialised results and events.
     transcript: list[dict[str, Any]] = Field(default_factory=list, repr=False, exclude=True)
@@ -106,6 +108,7 @@ class RunResult(BaseModel):
             "followups": self.followups,
             "charts": [chart.summary() for chart in self.charts],
             "figures": self.figures.model_dump() if self.figures else None,
+            "receipt": self.receipt.model_dump() if self.receipt else None,
             "metrics": self.metrics.model_dump(),
         }
 
@@ -245,6 +248,7 @@ class FinalAnswer(BaseModel):
     followups: list[str]
     metrics: RunMetrics
     figures: FigureReport | None = None
+    receipt: Receipt | None = None
 
     @classmethod
     def of(cls, result: RunResult) -> FinalAnswer:

@@ -29,6 +29,7 @@ from agent.pipeline.figures import FigureReview
 from agent.pipeline.request import RequestPrefix
 from agent.pipeline.state import RunState
 from agent.pipeline.tools import SqlExecutor, ToolInputError, ToolOutcome, parse_queries, run_think
+from agent.pricing import PriceList
 from agent.prompts import PromptError, PromptLibrary
 from agent.runner import (
     AnswerEvent,
@@ -77,11 +78,13 @@ class Pipeline:
         metrics: Metrics,
         followups: FollowupGenerator | None = None,
         charts: ChartMaker | None = None,
+        prices: PriceList | None = None,
     ) -> None:
         self._llm, self._prefix, self._sql, self._prompts = llm, prefix, sql, prompts
         self._settings, self._metrics, self._followups = settings, metrics, followups
         self._charts = charts
         self._figures = FigureReview(prompts)
+        self._prices = prices
 
     async def run(
         self,
@@ -100,6 +103,7 @@ class Pipeline:
             state = RunState(
                 question=question, interface=interface, emit=on_event, metrics=self._metrics, run_id=run_id
             )
+            state.prices = self._prices
             return await self._run(state, history, platform, on_event, followups)
 
     async def _run(
@@ -123,8 +127,11 @@ class Pipeline:
             }
             await self._loop(state, request, messages)
             self._figures.settle(state)
+            state.mark_answered()
             if followups and self._followups and state.answer and state.outcome is not Outcome.NO_DATA:
-                state.followups = await self._followups.generate(question, state.answer, state.queries)
+                state.followups = await self._followups.generate(
+                    question, state.answer, state.queries, on_usage=state.record_model_usage
+                )
                 if state.followups:
                     await on_event(FollowupsEvent(questions=state.followups))
         except asyncio.CancelledError:
@@ -194,7 +201,7 @@ class Pipeline:
         except LLMError:
             state.record_failed_model_call(role)
             raise
-        state.record_model_call(turn, role)
+        state.record_model_call(turn, role, request["model"])
         return turn
 
     def _check_answer(self, state: RunState, text: str) -> str | None:

@@ -9,8 +9,10 @@ from dataclasses import dataclass, field
 
 from agent.charts import Chart
 from agent.figures import FigureReport
-from agent.llm import ModelTurn
+from agent.llm import ModelTurn, Usage
 from agent.metrics import Metrics
+from agent.pricing import PriceList
+from agent.receipts import Receipt
 from agent.runner import (
     Classification,
     Event,
@@ -49,6 +51,9 @@ class RunState:
     citation_retries: int = 0
     first_event_s: float | None = None
     figures: FigureReport | None = None
+    prices: PriceList | None = None  # for the receipt's cost
+    model_usage: dict[str, tuple[int, Usage]] = field(default_factory=dict)  # calls and tokens by model
+    answered_s: float | None = None
     figures_corrected: bool = False
     unverified_before_correction: int = 0
 
@@ -91,7 +96,9 @@ class RunState:
     def release_chart(self) -> None:
         self.charts_claimed -= 1
 
-    def record_model_call(self, turn: ModelTurn, role: str) -> None:
+    def record_model_call(self, turn: ModelTurn, role: str, model: str | None = None) -> None:
+        if model is not None:
+            self.record_model_usage(model, turn.usage)
         m = self.run_metrics
         m.llm_calls += 1
         m.llm_ms += round(turn.elapsed_s * 1000)
@@ -103,6 +110,25 @@ class RunState:
         self.metrics.llm_calls.labels(role, "ok").inc()
         self.metrics.llm_seconds.labels(role).observe(turn.elapsed_s)
         self.metrics.count_tokens(usage)
+
+    def record_model_usage(self, model: str, usage: Usage) -> None:
+        """One call's tokens, for the receipt (the main loop's calls, follow-ups too)."""
+        calls, total = self.model_usage.get(model, (0, Usage()))
+        total.add(usage)
+        self.model_usage[model] = (calls + 1, total)
+
+    def mark_answered(self) -> None:
+        self.answered_s = time.perf_counter() - self.started
+
+    def receipt(self, total_ms: int) -> Receipt:
+        return Receipt.build(
+            usage=self.model_usage,
+            prices=self.prices,
+            rounds=self.run_metrics.rounds,
+            reads=[(q.result.rows_read, q.result.bytes_read) for q in self.queries if not q.reused_from],
+            first_event_ms=None if self.first_event_s is None else round(self.first_event_s * 1000),
+            answer_ms=round(self.answered_s * 1000) if self.answered_s is not None else total_ms,
+        )
 
     def record_failed_model_call(self, role: str) -> None:
         self.run_metrics.llm_calls += 1
@@ -163,6 +189,7 @@ class RunState:
             cancelled=self.outcome is Outcome.CANCELLED,
             error=self.error,
             figures=self.figures,
+            receipt=self.receipt(m.total_ms),
         )
 
     def record_finished(self, result: RunResult) -> None:

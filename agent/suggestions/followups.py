@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
-from agent.llm import LLMClient, LLMError
+from agent.llm import LLMClient, LLMError, Usage
 from agent.metrics import Metrics
 from agent.prompts import PromptLibrary
 from agent.runner import ExecutedQuery
@@ -23,7 +23,15 @@ class FollowupGenerator:
         self._llm, self._prompts, self._model, self._metrics = llm, prompts, model, metrics
         self._timeout_s = timeout_s
 
-    async def generate(self, question: str, answer: str, queries: Sequence[ExecutedQuery]) -> list[str]:
+    async def generate(
+        self,
+        question: str,
+        answer: str,
+        queries: Sequence[ExecutedQuery],
+        *,
+        on_usage: Callable[[str, Usage], None] | None = None,
+    ) -> list[str]:
+        """Up to three questions; `on_usage` hears the call's model and tokens (the run's receipt)."""
         prompt = self._prompts.render("FOLLOWUP_REQUEST.md", question=question, answer=answer, queries=queries)
         try:
             with self._metrics.llm_seconds.labels("followup").time():
@@ -39,6 +47,8 @@ class FollowupGenerator:
             return []
         self._metrics.llm_calls.labels("followup", "ok").inc()
         self._metrics.count_tokens(usage)
+        if on_usage is not None:
+            on_usage(self._model, usage)
         return parse_followups(text, exclude=question)
 
 

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import io
 import json
+import re
 from pathlib import Path
 
 import pytest
 
 from agent.process.cli import main
+from agent.process.terminal import TerminalPrinter
 from tests.fakes.anthropic_api import Failure, FakeAnthropic, Reply
 
 
@@ -41,13 +44,20 @@ def test_ask_streams_steps_to_the_terminal(cli_env: FakeAnthropic, capsys: pytes
     out = capsys.readouterr().out
     assert out.index("🧠 Count the airlines.") < out.index("⚡ Q1 Airlines") < out.index("✓ Q1: 1 rows")
     assert "There are 16 airlines [Q1]." in out and "  • Which airline flew the most?" in out
+    # Not a terminal: plain text, the preview rows tab-separated as ClickHouse printed them, the receipt.
+    assert "\x1b[" not in out and "\nQ1 Airlines\nn\n16\n" in out
+    assert "claude-sonnet-5-5, claude-haiku-5-5 · 2 rounds ·" in out and "1 query: " in out
 
 
 def test_ask_json_has_the_documented_keys(cli_env: FakeAnthropic, capsys: pytest.CaptureFixture[str]) -> None:
     _script_answer(cli_env)
     assert main(["ask", "--json", "How many airlines are there?"]) == 0
     payload = json.loads(capsys.readouterr().out)
-    assert set(payload) == {"question", "answer", "classification", "queries", "followups", "charts", "metrics"}
+    assert set(payload) == {
+        "question", "answer", "classification", "queries", "followups", "charts", "figures", "receipt", "metrics"
+    }  # fmt: skip
+    assert payload["figures"]["verified"] == 1 and payload["figures"]["figures"][0]["how"] == "cell"
+    assert payload["receipt"]["queries"] == 1 and payload["receipt"]["cost_usd"] > 0
     assert payload["charts"] == []
     assert payload["classification"] == "data_analysis" and payload["answer"] == "There are 16 airlines [Q1]."
     (query,) = payload["queries"]
@@ -67,3 +77,25 @@ def test_model_errors_exit_1_without_a_traceback(cli_env: FakeAnthropic, capsys)
     assert main(["ask", "q"]) == 1
     captured = capsys.readouterr()
     assert "error: The model API refused the key (401)" in captured.err and "Traceback" not in captured.err
+
+
+async def test_at_a_terminal_rich_renders_markdown_tables_and_the_receipt(
+    make_app, fake_anthropic: FakeAnthropic
+) -> None:
+    fake_anthropic.script(
+        Reply(tool_calls=[("execute_sql", {"queries": [{"question": "Per origin", "sql": ORIGINS}]})]),
+        Reply(text="**EWR** had 130,000 departures [Q1]."),
+        Reply(text="**EWR** had 130,000 departures [Q1]."),
+    )
+    out = io.StringIO()
+    printer = TerminalPrinter(out, io.StringIO(), rich=True)
+    await make_app().runner.run("busiest?", on_event=printer, followups=False)
+    text = out.getvalue()
+    plain = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", text)
+    assert "\x1b[" in text and "**EWR**" not in plain and "EWR had 130,000 departures [Q1]." in plain
+    assert "Q1 Per origin" in plain and "┃ origin ┃ n" in plain and "│ EWR    │ 120835 │" in plain
+    assert "⚠ 1 figure(s) match nothing in the results they cite:" in plain and "• 130,000: no cell of Q1" in plain
+    assert "1 query: 336.8k rows" in plain
+
+
+ORIGINS = "SELECT origin, count() AS n FROM nycflights13.flights GROUP BY origin ORDER BY n DESC"

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, computed_field
 
 from agent.llm import Usage
 from agent.pricing import PriceList
@@ -128,8 +128,13 @@ class Receipt(BaseModel):
         )
         return summed._totalled()
 
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def text(self) -> str:
+        """The receipt as one compact line of plain text, as every adapter shows it."""
+        return self.line()
+
     def line(self) -> str:
-        """One compact line of plain text (the CLI, Slack's context line, logs)."""
         return " · ".join(self.parts())
 
     def parts(self) -> list[str]:

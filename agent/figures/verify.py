@@ -33,7 +33,7 @@ DERIVATIONS: dict[str, tuple[str, ...]] = {
     # a plain number, currency, abbreviated count
     "number": (
         "cell",  # one cell
-        "rows",  # the number of rows of a whole cited result
+        "row count",  # the number of rows of a whole cited result
         "sum",  # two related cells added, or a whole column's total
         "difference",  # two related cells subtracted
         "average",  # two related cells, or a whole column (at most 50 rows), averaged
@@ -139,8 +139,10 @@ def _why_not(figure: Figure, pool: _Pool, ran: tuple[str, ...]) -> str:
     reading = figure.readings[0]
     nearest = min(pool.cells, key=lambda c: abs(abs(c.value) - abs(reading.value)), default=None)
     close = f"; the nearest cell is {nearest.ref.value} ({_place(nearest.ref)})" if nearest else ""
-    listed = " or ".join(DERIVATIONS[figure.kind][1:])
-    return f"no cell of {where} gives it at the precision shown, nor does a {listed} of their cells{close}"
+    listed = ", ".join(DERIVATIONS[figure.kind][1:])
+    return (
+        f"no cell of {where} gives it at the precision shown, nor does a derivation the check allows ({listed}){close}"
+    )
 
 
 def _place(ref: CellRef) -> str:
@@ -227,7 +229,7 @@ def _number(target: float, tol: float, pool: _Pool) -> tuple[str, list[_Cell]] |
         return "cell", [cell]
     for query_id, count in pool.row_counts:
         if abs(count - target) <= tol:
-            return "rows", [_Cell(count, CellRef(query_id=query_id, row=None, column="(rows)", value=str(count)))]
+            return "row count", [_Cell(count, CellRef(query_id=query_id, row=None, column="(rows)", value=str(count)))]
     for column in pool.columns:
         if abs(abs(sum(c.value for c in column)) - target) <= tol:
             return "sum", column

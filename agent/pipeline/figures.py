@@ -3,12 +3,15 @@ to the model once (prompts/loop/figure_correction.md); what still fails is repor
 
 from __future__ import annotations
 
+import logging
 import time
 
 from agent.figures import Evidence, FigureReport, check_answer
 from agent.pipeline.state import RunState
 from agent.prompts import PromptLibrary
 from agent.runner import AnswerEvent, Outcome
+
+log = logging.getLogger(__name__)
 
 
 class FigureReview:
@@ -21,13 +24,24 @@ class FigureReview:
         if state.outcome is not Outcome.ANSWERED or not state.answer or state.figures_corrected:
             return None
         report = self._check(state)
-        if not report.unverified:
+        checkable = any(q.result.ok for q in state.queries)
+        failures = [f for f in report.failures() if f.citations or checkable]
+        if not failures:  # nothing ran that could hold them (a conversational reply): no round to spend
             return None
         state.figures_corrected = True
-        state.unverified_before_correction = report.unverified
+        state.unverified_before_correction = len(failures)
         state.metrics.figure_corrections.inc()
         await state.emit(AnswerEvent(text="", restart=True))
-        return self._prompts.render("loop/figure_correction.md", figures=report.failures())
+        return self._prompts.render("loop/figure_correction.md", figures=failures)
+
+    def keep_answer(self, state: RunState, error: Exception) -> bool:
+        """When the correction round fails (the model or the database is unavailable), the answer it was
+        correcting stands, its figures reported as they were; True when that is the case."""
+        if not state.figures_corrected or not state.answer or state.outcome is not Outcome.ANSWERED:
+            return False
+        log.warning("the figure correction round failed (%s); the answer before it stands", error)
+        self.settle(state)
+        return True
 
     def settle(self, state: RunState) -> None:
         """The final answer's figures, recorded in the run's result and metrics."""

@@ -137,8 +137,9 @@ class Pipeline:
         except asyncio.CancelledError:
             self._cancelled(state)
         except (LLMError, DatabaseUnavailable, PromptError) as exc:
-            state.outcome, state.error = Outcome.ERROR, str(exc)
-            await on_event(ErrorEvent(message=str(exc)))
+            if not self._figures.keep_answer(state, exc):
+                state.outcome, state.error = Outcome.ERROR, str(exc)
+                await on_event(ErrorEvent(message=str(exc)))
         except Exception as exc:  # the Runner promises `done` last, whatever broke
             log.exception("run failed unexpectedly")
             if not state.answer:

@@ -38,6 +38,7 @@ from bots.slack import blocks, refusals
 from bots.slack.charts import upload_charts
 from bots.slack.failures import Failure, classify, explain
 from bots.slack.progress import Progress
+from bots.slack.receipt import receipt_blocks
 from bots.slack.receive import Identity, Ignore, Question
 from bots.slack.reply import AnswerWriter, Streaming
 from bots.slack.thread import answer_metadata, part_metadata, read_history, ts_micros
@@ -222,7 +223,7 @@ class Answerer:
             await self._tell(question, kind, seconds=self._settings.max_execution_time)
             return
         web_url = self._settings.agent_web_url
-        buttons = blocks.answer_blocks(run_id, list(outcome.asked), result.followups, web_url)
+        buttons = receipt_blocks(result) + blocks.answer_blocks(run_id, list(outcome.asked), result.followups, web_url)
         # The metadata is Slack's wire: each query's id, question and SQL, read back as the thread's history.
         queries = [{"id": q.query_id, "question": q.question, "sql": q.sql} for q in outcome.asked.values()]
         metadata = partial(answer_metadata, run_id, question=question.text, asked_ts=question.ts, queries=queries)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from agent.runner import FinalAnswer, Outcome
 from tests.agent.pipeline.test_pipeline import ask, last_user_text, sql
-from tests.fakes.anthropic_api import FakeAnthropic, Reply
+from tests.fakes.anthropic_api import Failure, FakeAnthropic, Reply
 
 ORIGINS = (
     "Departures per origin",
@@ -78,3 +78,15 @@ async def test_verified_answers_take_no_extra_round(make_app, fake_anthropic: Fa
     assert report is not None and not report.corrected and (report.checked, report.verified) == (3, 3)
     assert _value(metrics, "agent_figure_corrections_total") == 0
     assert result.metrics.figure_check_ms < 1000
+
+
+async def test_a_failed_correction_round_keeps_the_answer(make_app, fake_anthropic: FakeAnthropic) -> None:
+    fake_anthropic.script(
+        Reply(tool_calls=[sql(ORIGINS)]),
+        Reply(text="EWR had 130,000 departures [Q1]."),
+        Failure(400, "invalid_request_error", "the correction request was refused"),
+    )
+    result, events = await ask(make_app(), "departures?")
+    assert result.outcome is Outcome.ANSWERED and result.error is None and not events.of("error")
+    assert result.answer == "EWR had 130,000 departures [Q1]."
+    assert result.figures is not None and result.figures.unverified == 1 and result.figures.corrected

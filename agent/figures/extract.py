@@ -7,13 +7,14 @@ multiple (`2.3x`, `2.3 times`), a date (`2013-11-27`, `November 27, 2013`, `27 N
 (`17:05`, `5:05 pm`). A separator that could be either (`1,234`, `1.234`) is read both ways; the figure
 holds when either reading does.
 
-Not claims, told apart by their form and place, never checked (`NOT_CLAIMS` says why for each):
-citations and other numbers glued to letters (`Q1`, `Q4 2013`, `B6`, `N14228`, `A320`), code, link
-targets, years (a bare 1900-2100 integer: `in 2013`, `July 2013`), ordinals (`3rd`), the numbers of a
-Markdown ordered list, ranks and limits (`top 5`, `first 10`, `#1`), a count equal to the number of
-items a list or table of the answer shows (`these 3 airports:` over three bullets), numbers the
-question itself holds, and (decided in verify.py, which knows the citations) numbers and dates the
-cited query's SQL holds (its filters and limits: `flights over 1,000 miles`).
+Not claims, told apart by their form and place, never checked (`Extracted.not_claims` says why for
+each): citations and other numbers glued to letters (`Q1`, `Q4 2013`, `B6`, `N14228`, `A320`), code,
+link targets, years (a bare 1900-2100 integer: `in 2013`, `July 2013`), ordinals (`3rd`), the numbers
+of a Markdown ordered list, ranks and limits (`top 5`, `first 10`, `#1`), a number that names
+something (`Paragraph 3`, `flight 1545`, `Terminal 4`), a count equal to the number of items a list or
+table of the answer shows (`these 3 airports:` over three bullets), numbers the question itself holds,
+and (decided in verify.py, which knows the citations) numbers and dates the cited query's SQL holds
+(its filters and limits: `flights over 1,000 miles`).
 
 The answer is model output: every pattern here runs on RE2 (agent/linear_re.py), in time linear in it.
 """
@@ -58,6 +59,12 @@ _HEDGES = (
     "above", "below", "exceeding", "just over", "just under",
 )  # fmt: skip
 _RANKS = ("top", "first", "last", "bottom", "#", "rank", "no.", "number")
+# A number after one of these words names something (`Paragraph 3`, `flight 1545`, `terminal 4`).
+_LABELS = (
+    "paragraph", "part", "step", "option", "section", "item", "chapter", "phase", "table", "figure", "chart",
+    "query", "line", "row", "column", "page", "case", "example", "version", "level", "tier", "group", "flight",
+    "gate", "terminal", "runway", "route", "bus", "platform", "room", "q",
+)  # fmt: skip
 _LIST_ITEM = linear_re.compile(r"\s*(?:[-*+•]|\d+[.)])\s")
 _ORDINALS = ("st", "nd", "rd", "th")
 
@@ -82,6 +89,7 @@ class Figure:
     hedged: bool = False  # "about 340,000": within one step of its last non-zero digit
     citations: tuple[str, ...] = ()  # the [Qn] near it: its sentence's, else its paragraph's, else the answer's
     cited_where: Literal["sentence", "paragraph", "answer", "none"] = "none"
+    sentence: str = ""  # the sentence it stands in, lowercased: the rows it names
 
 
 @dataclass(frozen=True)
@@ -153,6 +161,8 @@ class _Nearby:
         self._paragraph_ends = [i for i in range(len(answer)) if answer.startswith("\n\n", i)]
 
     def place(self, figure: Figure) -> Figure:
+        start, end = _span(self._sentence_ends, figure.start, len(self._answer))
+        figure = Figure(**{**figure.__dict__, "sentence": self._answer[start:end].lower()})
         everything = tuple(dict.fromkeys(q for _, ids in self._citations for q in ids))
         for where, bounds in (("sentence", self._sentence_ends), ("paragraph", self._paragraph_ends)):
             start, end = _span(bounds, figure.start, len(self._answer))
@@ -365,6 +375,10 @@ def _plain_not_claim(answer: str, figure: Figure, question_values: set[float], l
     before = answer[max(0, figure.start - 8) : figure.start].lower().rstrip()
     if plain and any(before.endswith(word) for word in _RANKS):
         return "a rank or a limit (top 5)"
+    window = answer[max(0, figure.start - 24) : figure.start].lower().split()
+    last_word = window[-1] if window else ""
+    if plain and last_word in _LABELS:
+        return "a name (Paragraph 3, flight 1545)"
     if plain and int(text) in list_sizes:
         return "the count of items the answer lists"
     return ""

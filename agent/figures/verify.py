@@ -9,10 +9,11 @@ percentage (26.07) or a fraction (0.2607).
 
 Which cells: the results of the queries the figure cites (its sentence's citations, else its
 paragraph's, else the answer's; an answer that cites nothing is checked against every query of the
-run), as ClickHouse printed them, every row the model was shown and the WITH TOTALS row. Two cells
-combine only when they share a column or a row of one result, or one of them is the only row of its
-result (a total), or they come from two different cited results of at most 20 rows each (`JFK: 111,279
-[Q1], 37.8% of them on JetBlue [Q1][Q2]`): that keeps arbitrary pairs of one large table from matching
+run), as ClickHouse printed them, every row the model was shown and the WITH TOTALS row. One cell, a row
+count and whole-column totals and averages come from any of them. Derivations of two cells (sum,
+difference, average, ratio, percentage, change, percentage points, a share's cell) use only the rows
+the figure's sentence names by one of their text cells (`EWR had 15.5% more flights than LGA`), and
+every row of a result of at most 3 rows: two arbitrary cells of a large table match almost any number
 by chance. Whole-column derivations need the whole result (no "more rows").
 """
 
@@ -55,7 +56,7 @@ _SQL_NUMBER = linear_re.compile(r"\d+(?:\.\d+)?")
 _SQL_DATE = linear_re.compile(r"(\d{4})-(\d{2})-(\d{2})")
 _MAX_CELLS_PER_CHECK = 5_000
 _MAX_AVERAGED_ROWS = 50
-_MAX_CROSS_ROWS = 20
+_ALWAYS_RELATED_ROWS = 3
 _EPSILON = 1e-9
 
 
@@ -74,19 +75,45 @@ class _Cell:
     ref: CellRef
 
 
+@dataclass(frozen=True)
+class _Row:
+    cells: list[_Cell]
+    labels: tuple[str, ...]  # its text cells, lowercased: how a sentence names the row
+    always: bool  # a row of a result of at most 3 rows: no sentence needs to name it
+
+
 @dataclass
 class _Pool:
-    """The numeric cells of some cited results, grouped the ways two of them may combine."""
+    """The numeric cells of some cited results, and what the derivations need of them."""
 
     cells: list[_Cell] = field(default_factory=list)
-    groups: list[list[_Cell]] = field(default_factory=list)  # columns and rows, each sorted by value
-    singles: list[_Cell] = field(default_factory=list)  # cells of one-row results
-    small: list[list[_Cell]] = field(default_factory=list)  # the cells of each result of at most 20 rows
+    rows: list[_Row] = field(default_factory=list)
     columns: list[list[_Cell]] = field(default_factory=list)  # whole columns of whole results
     texts: list[CellRef] = field(default_factory=list)  # every cell, for dates and times
     row_counts: list[tuple[str, int]] = field(default_factory=list)
     sql_numbers: set[float] = field(default_factory=set)
     sql_dates: set[tuple[int, int, int]] = field(default_factory=set)
+
+    def related(self, sentence: str) -> list[_Cell]:
+        """The cells two-cell derivations may use for a figure in `sentence`, sorted by value."""
+        cells = [
+            c
+            for row in self.rows
+            if row.always or any(_names(sentence, label) for label in row.labels)
+            for c in row.cells
+        ]
+        return sorted(cells, key=lambda c: c.value)
+
+
+def _names(sentence: str, label: str) -> bool:
+    at = sentence.find(label)
+    while at >= 0:
+        before = sentence[at - 1] if at else " "
+        after = sentence[at + len(label)] if at + len(label) < len(sentence) else " "
+        if not before.isalnum() and not after.isalnum():
+            return True
+        at = sentence.find(label, at + 1)
+    return False
 
 
 def check_answer(answer: str, *, question: str, evidence: Sequence[Evidence]) -> FigureReport:
@@ -154,39 +181,37 @@ def _pool(evidence: Iterable[Evidence]) -> _Pool:
     pool = _Pool()
     for item in evidence:
         result = item.result
-        whole = not result.has_more
         rows: list[tuple[int | None, list[str | None]]] = [(i + 1, r) for i, r in enumerate(result.rows)]
         if result.totals is not None:
             rows.append((None, result.totals))
+        always = len(result.rows) <= _ALWAYS_RELATED_ROWS and not result.has_more
         columns: list[list[_Cell]] = [[] for _ in result.columns]
         for row_number, row in rows:
-            row_cells = []
+            row_cells, labels = [], []
             for index, (name, text) in enumerate(zip(result.columns, row, strict=False)):
                 if text is None:
                     continue
                 ref = CellRef(query_id=item.id, row=row_number, column=name, value=text)
                 pool.texts.append(ref)
                 number = _numeric(text)
-                if number is None or len(pool.cells) >= _MAX_CELLS_PER_CHECK:
+                if number is None:
+                    if len(text.strip()) >= 2:
+                        labels.append(text.strip().lower())
+                    continue
+                if len(pool.cells) >= _MAX_CELLS_PER_CHECK:
                     continue
                 cell = _Cell(number, ref)
                 pool.cells.append(cell)
                 row_cells.append(cell)
                 if row_number is not None:
                     columns[index].append(cell)
-            pool.groups.append(row_cells)
-            if len(result.rows) == 1 and row_number is not None:
-                pool.singles.extend(row_cells)
-        pool.groups.extend(columns)
-        if len(rows) <= _MAX_CROSS_ROWS:
-            pool.small.append([c for column in columns for c in column])
-        if whole:
+            pool.rows.append(_Row(row_cells, tuple(labels), always))
+        if not result.has_more:
             pool.columns.extend(c for c in columns if len(c) > 1)
             pool.row_counts.append((item.id, result.row_count))
         for sql in {item.sql, result.ran_sql or item.sql}:
             pool.sql_numbers.update(float(n) for n in _SQL_NUMBER.findall(sql))
             pool.sql_dates.update((int(y), int(m), int(d)) for y, m, d in _SQL_DATE.findall(sql))
-    pool.groups = [sorted(g, key=lambda c: c.value) for g in pool.groups if g]
     return pool
 
 
@@ -218,13 +243,15 @@ def _verify(figure: Figure, pool: _Pool) -> tuple[str, list[_Cell]] | None:
     for reading in figure.readings:
         tolerance = (reading.step if figure.hedged else reading.step / 2) * (1 + _EPSILON) + _EPSILON
         target = abs(reading.value)
-        found = {"number": _number, "percent": _percent, "multiple": _multiple}[figure.kind](target, tolerance, pool)
+        related = pool.related(figure.sentence)
+        check = {"number": _number, "percent": _percent, "multiple": _multiple}[figure.kind]
+        found = check(target, tolerance, pool, related)
         if found is not None:
             return found
     return None
 
 
-def _number(target: float, tol: float, pool: _Pool) -> tuple[str, list[_Cell]] | None:
+def _number(target: float, tol: float, pool: _Pool, related: list[_Cell]) -> tuple[str, list[_Cell]] | None:
     if cell := _one(pool, 1.0, target, tol):
         return "cell", [cell]
     for query_id, count in pool.row_counts:
@@ -233,43 +260,46 @@ def _number(target: float, tol: float, pool: _Pool) -> tuple[str, list[_Cell]] |
     for column in pool.columns:
         if abs(abs(sum(c.value for c in column)) - target) <= tol:
             return "sum", column
-    if pair := _pair(pool, target, tol, add=True):
+    if pair := _pair(related, target, tol, add=True):
         return "sum", pair
-    if pair := _pair(pool, target, tol):
+    if pair := _pair(related, target, tol):
         return "difference", pair
     for column in pool.columns:
         if len(column) <= _MAX_AVERAGED_ROWS and abs(abs(sum(c.value for c in column) / len(column)) - target) <= tol:
             return "average", column
-    if pair := _pair(pool, target, tol, add=True, halve=True):
+    if pair := _pair(related, target, tol, add=True, halve=True):
         return "average", pair
     return None
 
 
-def _percent(target: float, tol: float, pool: _Pool) -> tuple[str, list[_Cell]] | None:
+def _percent(target: float, tol: float, pool: _Pool, related: list[_Cell]) -> tuple[str, list[_Cell]] | None:
     if cell := _one(pool, 1.0, target, tol):
         return "cell", [cell]
     if cell := _one(pool, 100.0, target, tol):
         return "cell", [cell]
     ratio, ratio_tol = target / 100, tol / 100
-    if pair := _ratio(pool, ratio, ratio_tol):
+    if pair := _ratio(related, ratio, ratio_tol):
         return "percentage", pair
     for change in (1 + ratio, 1 - ratio):
-        if pair := _ratio(pool, change, ratio_tol):
+        if pair := _ratio(related, change, ratio_tol):
             return "percentage change", pair
     for column in pool.columns:
         total = sum(c.value for c in column)
-        if total and (share := next((c for c in column if abs(c.value / total - ratio) <= ratio_tol), None)):
+        named = {id(c) for c in related}
+        if total and (
+            share := next((c for c in column if id(c) in named and abs(c.value / total - ratio) <= ratio_tol), None)
+        ):
             return "share of total", [share]
     for scale in (1.0, 100.0):
-        if pair := _pair(pool, target, tol, scale=scale):
+        if pair := _pair(related, target, tol, scale=scale):
             return "percentage-point difference", pair
     return None
 
 
-def _multiple(target: float, tol: float, pool: _Pool) -> tuple[str, list[_Cell]] | None:
+def _multiple(target: float, tol: float, pool: _Pool, related: list[_Cell]) -> tuple[str, list[_Cell]] | None:
     if cell := _one(pool, 1.0, target, tol):
         return "cell", [cell]
-    if pair := _ratio(pool, target, tol):
+    if pair := _ratio(related, target, tol):
         return "ratio", pair
     return None
 
@@ -278,23 +308,8 @@ def _one(pool: _Pool, factor: float, target: float, tol: float) -> _Cell | None:
     return next((c for c in pool.cells if abs(abs(c.value) * factor - target) <= tol), None)
 
 
-def _pairs(pool: _Pool) -> Iterable[tuple[list[_Cell], list[_Cell]]]:
-    """(left, sorted right) sets whose cells may combine: a column or row with itself, the cells of
-    one-row results with every cell, and two small results with each other."""
-    for group in pool.groups:
-        yield group, group
-    if pool.singles:
-        everything = sorted(pool.cells, key=lambda c: c.value)
-        yield pool.singles, everything
-        yield everything, sorted(pool.singles, key=lambda c: c.value)
-    for index, one in enumerate(pool.small):
-        for other in pool.small[index + 1 :]:
-            yield one, sorted(other, key=lambda c: c.value)
-            yield other, sorted(one, key=lambda c: c.value)
-
-
 def _pair(
-    pool: _Pool,
+    related: list[_Cell],
     target: float,
     tol: float,
     *,
@@ -302,33 +317,31 @@ def _pair(
     halve: bool = False,
     scale: float = 1.0,
 ) -> list[_Cell] | None:
-    """Two different related cells a, b with |a + b| (add) or |a - b|, halved or scaled,
-    within `tol` of `target`: for each a, the b that would do is looked up in the sorted values."""
+    """Two different related cells a, b with |a + b| (add) or |a - b|, halved or scaled, within `tol` of
+    `target`: for each a, the b that would do is looked up in the sorted values."""
     wanted = target * (2 if halve else 1) / scale
     width = tol * (2 if halve else 1) / scale
-    for left, right in _pairs(pool):
-        values = [c.value for c in right]
-        for a in left:
-            centres = (wanted - a.value, -wanted - a.value) if add else (a.value + wanted, a.value - wanted)
-            for centre in centres:
-                b = _between(right, values, centre - width, centre + width, a)
-                if b is not None:
-                    return [a, b]
+    values = [c.value for c in related]
+    for a in related:
+        centres = (wanted - a.value, -wanted - a.value) if add else (a.value + wanted, a.value - wanted)
+        for centre in centres:
+            b = _between(related, values, centre - width, centre + width, a)
+            if b is not None:
+                return [a, b]
     return None
 
 
-def _ratio(pool: _Pool, ratio: float, tol: float) -> list[_Cell] | None:
+def _ratio(related: list[_Cell], ratio: float, tol: float) -> list[_Cell] | None:
     """Two different related cells a, b (b not zero) with |a / b| within `tol` of `ratio`."""
-    for left, right in _pairs(pool):
-        values = [c.value for c in right]
-        for b in left:
-            if b.value == 0:
-                continue
-            for wanted in (ratio, -ratio):
-                low, high = sorted((b.value * (wanted - tol), b.value * (wanted + tol)))
-                a = _between(right, values, low, high, b)
-                if a is not None:
-                    return [a, b]
+    values = [c.value for c in related]
+    for b in related:
+        if b.value == 0:
+            continue
+        for wanted in (ratio, -ratio):
+            low, high = sorted((b.value * (wanted - tol), b.value * (wanted + tol)))
+            a = _between(related, values, low, high, b)
+            if a is not None:
+                return [a, b]
     return None
 
 

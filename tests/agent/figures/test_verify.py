@@ -180,6 +180,13 @@ CASES = [
         not_claims=["3", "2"],
     ),
     Case("code", "I ran `LIMIT 50` and got 120,835 [Q1].", {"Q1": "origins"}, {"120,835": True}, not_claims=["50"]),
+    Case(
+        "labels",
+        "Step 2: flight 1545 and Terminal 4 [Q1] carried 120,835 [Q1].",
+        {"Q1": "origins"},
+        {"120,835": True},
+        not_claims=["2", "1545", "4"],
+    ),
 ]
 
 
@@ -281,3 +288,29 @@ async def test_a_changed_digit_does_not_verify(results: dict[str, Evidence]) -> 
         written = f"{int(''.join(digits)):,}"
         report = check_answer(f"The airport had {written} departures [Q1].", question="", evidence=evidence)
         assert [f.verified for f in report.figures] == [False], (written, report.figures)
+
+
+WIDE = (
+    "SELECT carrier, origin, count() AS n, round(avg(arr_delay), 2) AS delay, sum(distance) AS miles "
+    "FROM nycflights13.flights GROUP BY carrier, origin ORDER BY n DESC"
+)
+
+
+async def test_random_figures_rarely_verify_by_chance_in_a_large_result(db: Database) -> None:
+    """Two-cell derivations over 35 rows x 5 columns would match most numbers; only the rows a sentence
+    names take part, so a made-up figure almost never passes."""
+    result = await db.execute(WIDE)
+    evidence = [Evidence("Q1", WIDE, result)]
+    rng = random.Random(21)
+    integers = sum(
+        check_answer(f"UA flew {rng.randrange(1000, 200_000):,} flights [Q1].", question="", evidence=evidence).verified
+        for _ in range(200)
+    )
+    percents = sum(
+        check_answer(
+            f"UA was {rng.randrange(100, 9999) / 10:.1f}% ahead [Q1].", question="", evidence=evidence
+        ).verified
+        for _ in range(200)
+    )
+    print(f"\nchance matches in a {result.row_count}x5 result: integers {integers}/200, percentages {percents}/200")
+    assert integers <= 4 and percents <= 6

@@ -135,4 +135,6 @@ def _case_result(
         latency_ms=result.metrics.total_ms,
         llm_calls=result.metrics.llm_calls,
         rounds=result.metrics.rounds,
+        figures_checked=result.figures.checked if result.figures else 0,
+        figures_verified=result.figures.verified if result.figures else 0,
     )

@@ -12,6 +12,7 @@ from agent.limits import Limits
 from agent.llm import LLMClient, MissingKeyLLM
 from agent.metrics import Metrics, default_metrics
 from agent.pipeline import LoopSettings, Pipeline
+from agent.pipeline.budget import QuestionBudget
 from agent.pipeline.charting import ChartMaker
 from agent.pipeline.request import RequestPrefix
 from agent.pipeline.tools import SqlExecutor
@@ -79,4 +80,5 @@ def build_runner(settings: Settings, *, db: Database, llm: LLMClient, metrics: M
         followups=FollowupGenerator(llm, prompts, settings.agent_followup_model, metrics),
         charts=ChartMaker(db, limits),
         prices=load_pricing(),
+        budget=QuestionBudget(settings.agent_question_max_tokens, settings.agent_question_max_rows_read),
     )

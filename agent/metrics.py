@@ -106,6 +106,18 @@ class Metrics:
             "Figures of final answers that match nothing in their cited results, after the correction round.",
             registry=registry,
         )
+        self.budget_stops = Counter(
+            "agent_budget_stops_total",
+            "Questions stopped at their budget and answered from what they had, by kind (tokens, rows_read).",
+            ["kind"],
+            registry=registry,
+        )
+        self.budget_refusals = Counter(
+            "agent_budget_refusals_total",
+            "Questions refused because the asker's daily budget was spent, by interface.",
+            ["interface"],
+            registry=registry,
+        )
         self.figure_corrections = Counter(
             "agent_figure_corrections_total",
             "Answers sent back once to the model because figures matched nothing.",

@@ -58,6 +58,7 @@ class FigureReview:
     def _check(self, state: RunState) -> FigureReport:
         started = time.perf_counter()
         evidence = [Evidence(id=q.id, sql=q.sql, result=q.result) for q in state.queries]
-        report = check_answer(state.answer, question=state.question, evidence=evidence)
+        text = state.answer[: len(state.answer) - len(state.note)] if state.note else state.answer
+        report = check_answer(text, question=state.question, evidence=evidence)
         state.run_metrics.figure_check_ms += (time.perf_counter() - started) * 1000
         return report

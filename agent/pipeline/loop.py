@@ -14,6 +14,7 @@ from agent.llm import ContextOverflow, LLMClient, LLMError, ModelTurn
 from agent.logs import context_fields, log_context
 from agent.metrics import Metrics
 from agent.pipeline import guards
+from agent.pipeline.budget import QuestionBudget
 from agent.pipeline.charting import ChartMaker
 from agent.pipeline.context import (
     Message,
@@ -79,12 +80,14 @@ class Pipeline:
         followups: FollowupGenerator | None = None,
         charts: ChartMaker | None = None,
         prices: PriceList | None = None,
+        budget: QuestionBudget | None = None,
     ) -> None:
         self._llm, self._prefix, self._sql, self._prompts = llm, prefix, sql, prompts
         self._settings, self._metrics, self._followups = settings, metrics, followups
         self._charts = charts
         self._figures = FigureReview(prompts)
         self._prices = prices
+        self._budget = budget or QuestionBudget()
 
     async def run(
         self,
@@ -165,6 +168,9 @@ class Pipeline:
                     continue
                 return
             messages.append(await self._run_tools(state, turn.tool_calls))
+            state.budget_spent = self._budget.spent(state)
+            if state.budget_spent:
+                break
         await self._synthesize(state, request, messages)
 
     async def _model_turn(
@@ -269,6 +275,9 @@ class Pipeline:
         messages.append(assistant(turn.content or [{"type": "text", "text": "(no reply)"}]))
         state.outcome = Outcome.CAPPED
         state.answer = turn.text or self._prompts.render("loop/no_data.md")
+        if state.budget_spent:
+            state.note = "\n\n" + QuestionBudget.note(self._prompts, state.budget_spent)
+            state.answer += state.note
 
     def _cancelled(self, state: RunState) -> None:
         """Turn a cancelled run into a result instead of an exception. An answer that was already

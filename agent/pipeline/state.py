@@ -54,6 +54,8 @@ class RunState:
     prices: PriceList | None = None  # for the receipt's cost
     model_usage: dict[str, tuple[int, Usage]] = field(default_factory=dict)  # calls and tokens by model
     answered_s: float | None = None
+    budget_spent: str | None = None  # why the question stopped at its budget (agent/pipeline/budget.py)
+    note: str = ""  # what the program added at the end of the answer (not the model's: its figures are not checked)
     figures_corrected: bool = False
     unverified_before_correction: int = 0
 

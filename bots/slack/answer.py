@@ -73,6 +73,7 @@ class Answerer:
         self._client, self._me, self._store, self._runs = client, identity, store, runs
         self._settings, self._metrics, self._pacing = settings, metrics, pacing
         self._limit = pacing.rate_limit("slack:questions", settings.slack_rate_per_minute)
+        self._budget = pacing.daily_budget(settings.agent_daily_user_tokens, settings.agent_daily_user_cost_usd)
         self._streaming = Streaming()
         self._interval_s = settings.slack_progress_interval_s
 
@@ -114,6 +115,10 @@ class Answerer:
         if (wait_s := await self._limit.take(f"{question.team}:{question.user}")) is not None:
             await self._tell(question, Failure.RATE_LIMITED, wait_s=wait_s)
             return
+        if refusal := await self._budget.refusal(f"{question.team}:{question.user}"):
+            self._metrics.budget_refusals.labels("slack").inc()
+            await self._tell(question, Failure.OVER_BUDGET, message=refusal.message)
+            return
         if not self._runs.accepting:
             await self._tell(question, Failure.RESTARTING)
             return
@@ -154,7 +159,15 @@ class Answerer:
         conversation_id = await self._store.create_conversation(
             question.text, key=question.conversation_key, interface="slack"
         )
-        handle = self._runs.start(conversation_id, question.text, history, platform="slack", interface="slack")
+        asker = f"{question.team}:{question.user}"
+        handle = self._runs.start(
+            conversation_id,
+            question.text,
+            history,
+            platform="slack",
+            interface="slack",
+            on_done=lambda result: self._budget.spend(asker, result.receipt),
+        )
         writer = AnswerWriter(
             self._client,
             question.channel,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from tests.fakes.anthropic_api import FakeAnthropic, Reply
 from tests.fakes.slack_api import GENERAL_ID, FakeSlack
-from tests.slack_helpers import answer_message, carriers_script
+from tests.slack_helpers import answer_message, carriers_script, sample
 
 WRONG = "UA flew the most flights: 60,000 [Q1] <!channel>."
 
@@ -34,3 +34,16 @@ async def test_a_verified_answer_has_only_its_receipt(
     question = await bot.ask("which carrier flew the most?")
     answer = answer_message(fake_slack, GENERAL_ID, question)
     assert [b["block_id"] for b in answer["blocks"] if b["type"] == "context"] == ["analyst_receipt"]
+
+
+async def test_a_user_over_the_daily_budget_is_told_when_it_resets(
+    start_bot, fake_slack: FakeSlack, fake_anthropic: FakeAnthropic
+) -> None:
+    bot = await start_bot(agent_daily_user_tokens=1)
+    fake_anthropic.script(*carriers_script())
+    await bot.ask("which carrier flew the most?")  # answered: it is what spends the budget
+    question = await bot.ask("and the least?")
+    (reply,) = [m for m in fake_slack.replies(GENERAL_ID, question) if m.get("user") == fake_slack.bot_user_id]
+    assert reply["text"].startswith("You have used today's budget for questions (")
+    assert "resets at 00:00 UTC" in reply["text"] and len(fake_anthropic.requests) == 3  # no model call for it
+    assert sample(bot.metrics, "agent_budget_refusals_total", interface="slack") == 1

@@ -94,3 +94,15 @@ async def test_an_unpriced_model_is_reported_as_such(make_app, fake_anthropic: F
     result, _ = await ask(make_app(agent_model="claude-unknown-9"), "hi")
     assert result.receipt is not None and result.receipt.cost_usd is None
     assert result.receipt.unpriced_models == ["claude-unknown-9"] and result.receipt.queries == 0
+
+
+async def test_on_a_server_the_receipt_reads_clickhouses_summary(
+    make_app, fake_anthropic: FakeAnthropic, server_db
+) -> None:
+    """The same run over clickhouse-connect (the HTTP fake serves real ClickHouse results and its
+    X-ClickHouse-Summary): the rows and bytes read come from the server's own statistics."""
+    fake_anthropic.script(Reply(tool_calls=[sql(ORIGINS)]), Reply(text="EWR had 120,835 departures [Q1]."))
+    result, _ = await ask(make_app(database=server_db), "busiest airport?")
+    assert result.receipt is not None and result.receipt.unmeasured_queries == 0
+    assert (result.receipt.queries, result.receipt.rows_read) == (1, 336776) and result.receipt.bytes_read > 0
+    assert result.figures is not None and result.figures.verified == 1

@@ -100,7 +100,7 @@ class Receipt(BaseModel):
 
     @classmethod
     def total(cls, receipts: Iterable[Receipt]) -> Receipt | None:
-        """A conversation's receipts summed (times too: the time spent answering, not the wall time)."""
+        """A conversation's receipts summed (the answer time too: time spent answering, not wall time)."""
         listed = list(receipts)
         if not listed:
             return None
@@ -114,7 +114,6 @@ class Receipt(BaseModel):
                 into.cache_read_tokens += use.cache_read_tokens
                 into.cache_creation_tokens += use.cache_creation_tokens
                 into.cost_usd = None if use.cost_usd is None or into.cost_usd is None else into.cost_usd + use.cost_usd
-        firsts = [r.first_event_ms for r in listed if r.first_event_ms is not None]
         summed = cls(
             models=list(by_model.values()),
             answers=sum(r.answers for r in listed),
@@ -123,7 +122,7 @@ class Receipt(BaseModel):
             rows_read=sum(r.rows_read for r in listed),
             bytes_read=sum(r.bytes_read for r in listed),
             unmeasured_queries=sum(r.unmeasured_queries for r in listed),
-            first_event_ms=sum(firsts) if firsts else None,
+            first_event_ms=None,  # a sum of first-event times means nothing; the answers' times are summed
             answer_ms=sum(r.answer_ms for r in listed),
         )
         return summed._totalled()

@@ -9,7 +9,7 @@ holds when either reading does.
 
 Not claims, told apart by their form and place, never checked (`Extracted.not_claims` says why for
 each): citations and other numbers glued to letters (`Q1`, `Q4 2013`, `B6`, `N14228`, `A320`), code,
-link targets, years (a bare 1900-2100 integer: `in 2013`, `July 2013`), ordinals (`3rd`), the numbers
+link targets, raw HTML tags, years (a bare 1900-2100 integer: `in 2013`, `July 2013`), ordinals (`3rd`), the numbers
 of a Markdown ordered list, ranks and limits (`top 5`, `first 10`, `#1`), a number that names
 something (`Paragraph 3`, `flight 1545`, `Terminal 4`), a count equal to the number of items a list or
 table of the answer shows (`these 3 airports:` over three bullets), numbers the question itself holds,
@@ -32,7 +32,7 @@ Kind = Literal["number", "percent", "multiple", "date", "time"]
 
 _CITATION = linear_re.compile(r"\[\s*(Q\d+(?:\s*(?:,|;|/|&|and)\s*Q?\d+)*)\s*\]")
 _CITED_ID = linear_re.compile(r"Q?(\d+)")
-_CODE = linear_re.compile(r"```.*?(?:```|\z)|`[^`\n]*`|\]\([^)\n]*\)|https?://\S+", dot_all=True)
+_CODE = linear_re.compile(r"```.*?(?:```|\z)|`[^`\n]*`|\]\([^)\n]*\)|https?://\S+|<[^<>\n]*>", dot_all=True)
 _MONTHS = "jan|january|feb|february|mar|march|apr|april|may|jun|june|jul|july|aug|august|sep|sept|september|oct|october|nov|november|dec|december"  # noqa: E501
 _MONTH_OF = [1, 1, 2, 2, 3, 3, 4, 4, 5, 6, 6, 7, 7, 8, 8, 9, 9, 9, 10, 10, 11, 11, 12, 12]
 _DATE = linear_re.compile(

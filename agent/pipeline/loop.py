@@ -129,7 +129,7 @@ class Pipeline:
                 **({"extra_body": {"temperature": s.temperature}} if s.temperature is not None else {}),
             }
             await self._loop(state, request, messages)
-            self._figures.settle(state)
+            await self._figures.settle(state)
             state.mark_answered()
             if followups and self._followups and state.answer and state.outcome is not Outcome.NO_DATA:
                 state.followups = await self._followups.generate(
@@ -140,7 +140,7 @@ class Pipeline:
         except asyncio.CancelledError:
             self._cancelled(state)
         except (LLMError, DatabaseUnavailable, PromptError) as exc:
-            if not self._figures.keep_answer(state, exc):
+            if not await self._figures.keep_answer(state, exc):
                 state.outcome, state.error = Outcome.ERROR, str(exc)
                 await on_event(ErrorEvent(message=str(exc)))
         except Exception as exc:  # the Runner promises `done` last, whatever broke

@@ -19,6 +19,7 @@ from rich.syntax import Syntax
 from rich.table import Table
 from rich.text import Text
 
+from agent.db.rendering import is_numeric
 from agent.runner import PREVIEW_ROWS, ExecutedQuery, RunResult
 
 _REFRESH_S = 0.1  # the streamed answer is re-rendered at most this often
@@ -143,12 +144,13 @@ class TerminalPrinter:
             lines = ["\t".join(map(_plain, result.columns)), *("\t".join(map(_plain, row)) for row in shown)]
             self._out.write(f"\n{title}\n" + "\n".join(lines) + "\n")
             return
-        table = Table(title=title, title_justify="left", title_style="bold")
-        for name in result.columns:
-            table.add_column(name, overflow="fold")
+        table = Table()
+        for name, ch_type in zip(result.columns, result.types, strict=False):
+            table.add_column(name, overflow="fold", justify="right" if is_numeric(ch_type) else "left")
         for row in shown:
             table.add_row(*(Text("NULL", style="dim") if c is None else Text(c) for c in row))
         self._console.print()
+        self._console.print(Text(title, style="bold"))
         self._console.print(table)
 
 

@@ -93,7 +93,7 @@ async def test_at_a_terminal_rich_renders_markdown_tables_and_the_receipt(
     text = out.getvalue()
     plain = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", text)
     assert "\x1b[" in text and "**EWR**" not in plain and "EWR had 130,000 departures [Q1]." in plain
-    assert "Q1 Per origin" in plain and "┃ origin ┃ n" in plain and "│ EWR    │ 120835 │" in plain
+    assert "Q1 Per origin" in plain and "┃ origin ┃      n ┃" in plain and "│ EWR    │ 120835 │" in plain
     assert "⚠ 1 figure(s) match nothing in the results they cite:" in plain and "• 130,000: no cell of Q1" in plain
     assert "1 query: 336.8k rows" in plain
 

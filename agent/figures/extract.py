@@ -14,7 +14,8 @@ of a Markdown ordered list, ranks and limits (`top 5`, `first 10`, `#1`), a numb
 something (`Paragraph 3`, `flight 1545`, `Terminal 4`), a count equal to the number of items a list or
 table of the answer shows (`these 3 airports:` over three bullets), numbers the question itself holds,
 and (decided in verify.py, which knows the citations) numbers and dates the cited query's SQL holds
-(its filters and limits: `flights over 1,000 miles`).
+(its filters and limits: `flights over 1,000 miles`), and a first or last day of a month that no cell
+holds (the period an answer covers: `from January 1 to December 31, 2013`).
 
 The answer is model output: every pattern here runs on RE2 (agent/linear_re.py), in time linear in it.
 """

@@ -183,6 +183,13 @@ CASES = [
         not_claims=["3", "2"],
     ),
     Case("code", "I ran `LIMIT 50` and got 120,835 [Q1].", {"Q1": "origins"}, {"120,835": True}, not_claims=["50"]),
+    Case(
+        "period boundaries",
+        "From January 1 to December 31, 2013, the busiest day was 2013-11-27 [Q1].",
+        {"Q1": "days"},
+        {"2013-11-27": True},
+        not_claims=["January 1", "December 31, 2013"],
+    ),
     # --- known limits: the truth is in `expect`, and the check gets these wrong ---
     Case(
         "right number, wrong entity",

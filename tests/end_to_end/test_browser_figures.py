@@ -73,3 +73,29 @@ async def test_figures_are_marked_and_the_receipt_shown(
         finally:
             await browser.close()
     store.close()
+
+
+async def test_a_spent_daily_budget_is_explained_in_the_page(
+    make_app, fake_anthropic: FakeAnthropic, tmp_path: Path
+) -> None:
+    from playwright.async_api import async_playwright
+
+    fake_anthropic.always(Reply(text="Hello."))
+    store = ConversationStore(tmp_path / "conversations.sqlite3")
+    async with LiveServer(create_app(make_app(agent_daily_user_tokens=1), store)) as server, async_playwright() as pw:
+        browser = await pw.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
+        try:
+            page = await browser.new_page(viewport={"width": 1200, "height": 900})
+            await page.goto(server.url)
+            await page.fill("#question", "hello")
+            await page.keyboard.press("Enter")
+            await page.locator(".bubble.answer", has_text="Hello.").wait_for()
+            await page.locator(".receipt").wait_for()
+            await page.fill("#question", "hello again")
+            await page.keyboard.press("Enter")
+            refusal = page.locator(".error-box", has_text="You have used today's budget for questions")
+            await refusal.wait_for()
+            assert "resets at 00:00 UTC" in await refusal.inner_text()
+        finally:
+            await browser.close()
+    store.close()

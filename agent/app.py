@@ -13,9 +13,11 @@ from agent.limits import Limits
 from agent.llm import LLMClient
 from agent.metrics import Metrics, default_metrics
 from agent.pipeline import LoopSettings, Pipeline
+from agent.pipeline.budget import QuestionBudget
 from agent.pipeline.charting import ChartMaker
 from agent.pipeline.request import RequestPrefix
 from agent.pipeline.tools import SchemaLookup, SqlExecutor
+from agent.pricing import load_pricing
 from agent.prompts import prompt_library
 from agent.runner import Runner
 from agent.schema import SchemaCache
@@ -101,4 +103,6 @@ def build_runner(
         followups=FollowupGenerator(llm, prompts, settings.models("followup"), metrics),
         charts=ChartMaker(db, limits),
         lookup=SchemaLookup(schema, settings.max_result_chars),
+        prices=load_pricing(),
+        budget=QuestionBudget(settings.agent_question_max_tokens, settings.agent_question_max_rows_read),
     )

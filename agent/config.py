@@ -170,6 +170,24 @@ class Settings(BaseSettings):
     agent_history_full_turns: int = Field(2, ge=0, description="Most recent turns kept whole.")
     agent_history_chars: int = Field(60_000, ge=1_000, description="Character cap on carried history.")
 
+    # --- budgets (all off by default) ---
+    agent_question_max_tokens: int | None = Field(
+        None,
+        ge=1,
+        description="Tokens (input, output, cache) one question may spend; past it, it answers from what it has.",
+    )
+    agent_question_max_rows_read: int | None = Field(
+        None, ge=1, description="Rows ClickHouse may read for one question; past it, it answers from what it has."
+    )
+    agent_daily_user_tokens: int | None = Field(
+        None, ge=1, description="Tokens one web client or Slack user may spend per UTC day; then questions wait."
+    )
+    agent_daily_user_cost_usd: float | None = Field(
+        None,
+        gt=0,
+        description="Estimated dollars (agent/pricing.yaml) one web client or Slack user may spend per UTC day.",
+    )
+
     # --- query limits (set on the connection, enforced by the engine) ---
     max_rows: int = Field(50, ge=1, description="Rows the model sees per query (N+1 fetched).")
     max_cell_chars: int = Field(200, ge=10, description="Longer cells are cut with a marker.")

@@ -102,6 +102,7 @@ class Metrics:
             ["reason"],
             registry=registry,
         )
+        self._figures(registry)
         self.schema_lookups = Counter(
             "agent_schema_lookups_total",
             "lookup_schema calls for a warehouse too large for the prompt, by type (details, search).",
@@ -121,6 +122,37 @@ class Metrics:
         self.llm_later_model_calls.labels("main")
         self._slack(registry)
         self._operations(registry)
+
+    def _figures(self, registry: CollectorRegistry) -> None:
+        """The figure check (agent/figures): what the answers people read state, and how much of it holds."""
+        self.figures_checked = Counter(
+            "agent_figures_checked_total", "Figures of final answers checked against their queries.", registry=registry
+        )
+        self.figures_verified = Counter(
+            "agent_figures_verified_total", "Figures of final answers that their cited cells give.", registry=registry
+        )
+        self.figures_unverified = Counter(
+            "agent_figures_unverified_total",
+            "Figures of final answers that match nothing in their cited results, after the correction round.",
+            registry=registry,
+        )
+        self.budget_stops = Counter(
+            "agent_budget_stops_total",
+            "Questions stopped at their budget and answered from what they had, by kind (tokens, rows_read).",
+            ["kind"],
+            registry=registry,
+        )
+        self.budget_refusals = Counter(
+            "agent_budget_refusals_total",
+            "Questions refused because the asker's daily budget was spent, by interface.",
+            ["interface"],
+            registry=registry,
+        )
+        self.figure_corrections = Counter(
+            "agent_figure_corrections_total",
+            "Answers sent back once to the model because figures matched nothing.",
+            registry=registry,
+        )
 
     def _slack(self, registry: CollectorRegistry) -> None:
         """The Slack adapter's. Its labels are enums of bots/slack (event types it knows, ignore reasons,

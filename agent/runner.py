@@ -15,7 +15,9 @@ from pydantic import BaseModel, Field, TypeAdapter, field_validator
 
 from agent.charts import Chart
 from agent.db import QueryResult
+from agent.figures import FigureReport
 from agent.limits import json_size
+from agent.receipts import Receipt
 
 Platform = Literal["slack", "web", "cli"]
 Interface = Literal["slack", "web", "cli", "eval"]
@@ -73,6 +75,7 @@ class RunMetrics(BaseModel):
     sql_ms: int = 0
     guard_interventions: dict[str, int] = Field(default_factory=dict)
     fallbacks: int = 0  # times the run moved on to the next model in its list
+    figure_check_ms: float = 0.0  # time spent checking figures (agent/figures), correction round included
 
 
 class RunResult(BaseModel):
@@ -88,6 +91,8 @@ class RunResult(BaseModel):
     cancelled: bool = False
     error: str | None = None
     model: str = ""  # `provider:name` of the model that answered (after any fallback)
+    figures: FigureReport | None = None  # the final answer's figures checked against its queries
+    receipt: Receipt | None = None
     # The API messages of this turn (question to answer), so the next question can carry it whole.
     # Internal: left out of serialised results and events.
     transcript: list[dict[str, Any]] = Field(default_factory=list, repr=False, exclude=True)
@@ -106,6 +111,8 @@ class RunResult(BaseModel):
             "followups": self.followups,
             "charts": [chart.summary() for chart in self.charts],
             "model": self.model,
+            "figures": self.figures.model_dump() if self.figures else None,
+            "receipt": self.receipt.model_dump() if self.receipt else None,
             "metrics": self.metrics.model_dump(),
         }
 
@@ -256,6 +263,8 @@ class FinalAnswer(BaseModel):
     followups: list[str]
     metrics: RunMetrics
     model: str = ""
+    figures: FigureReport | None = None
+    receipt: Receipt | None = None
 
     @classmethod
     def of(cls, result: RunResult) -> FinalAnswer:

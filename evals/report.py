@@ -9,7 +9,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-from evals.pricing import PRICING_FILE, load_pricing
+from agent.pricing import PRICING_FILE, load_pricing
 from evals.results import CaseResult, Latency, RunRecord, SuiteRef, Tokens
 from evals.suite import Suite
 
@@ -82,11 +82,27 @@ def render_markdown(record: RunRecord) -> str:
         _summary(record),
         _rates("By tag", "tag", ((tag, r) for r in record.cases for tag in r.tags or ["(untagged)"])),
         _rates("By suite", "suite", ((r.suite, r) for r in record.cases)),
+        _figures(record),
         _failures(record),
         _flaky(record),
         _judge(record),
     ]
     return "\n\n".join(section for section in sections if section) + "\n"
+
+
+def _figures(record: RunRecord) -> str:
+    """Per suite, the share of the answers' figures their cited cells give (agent/figures)."""
+    by_suite: dict[str, list[int]] = defaultdict(lambda: [0, 0])
+    for r in record.cases:
+        by_suite[r.suite][0] += r.figures_verified
+        by_suite[r.suite][1] += r.figures_checked
+    if not any(checked for _, checked in by_suite.values()):
+        return ""
+    lines = ["## Figures verified against their queries", "", "| suite | verified | rate |", "|---|---|---|"]
+    for suite, (verified, checked) in sorted(by_suite.items()):
+        rate = _pct(verified / checked) if checked else "no figures"
+        lines.append(f"| {suite} | {verified}/{checked} | {rate} |")
+    return "\n".join(lines)
 
 
 def _summary(record: RunRecord) -> str:

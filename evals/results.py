@@ -47,7 +47,7 @@ class Tokens(BaseModel):
 class Check(BaseModel):
     """One deterministic check of a case; `reason` says why it failed (None when it passed)."""
 
-    name: str  # run, contains, not_contains, classification, max_queries, refused, gold_sql
+    name: str  # run, contains, not_contains, classification, max_queries, refused, figures_verified, gold_sql
     passed: bool
     reason: str | None = None
 
@@ -92,6 +92,8 @@ class CaseResult(BaseModel):
     rounds: int = 0
     model: str = ""  # `provider:name` of the model that answered (after any fallback)
     fallbacks: int = 0
+    figures_checked: int = 0  # the final answer's figures (agent/figures), after the correction round
+    figures_verified: int = 0
 
     @property
     def key(self) -> tuple[str, str]:

@@ -137,4 +137,6 @@ def _case_result(
         rounds=result.metrics.rounds,
         model=result.model,
         fallbacks=result.metrics.fallbacks,
+        figures_checked=result.figures.checked if result.figures else 0,
+        figures_verified=result.figures.verified if result.figures else 0,
     )

@@ -357,6 +357,10 @@ def _answer_checks(expect: Expect, result: RunResult) -> Iterator[Check]:
     if expect.refused is not None:
         wrong = "the answer does not decline" if expect.refused else "the answer declines"
         yield _check("refused", declines(answer) == expect.refused, wrong)
+    if expect.figures_verified:
+        failures = result.figures.failures() if result.figures else []
+        named = "; ".join(f"{f.text}: {f.reason}" for f in failures[:3])
+        yield _check("figures_verified", not failures, f"{len(failures)} figure(s) unverified ({named})")
 
 
 def _gold_check(gold: Gold, result: RunResult) -> Check:

@@ -35,6 +35,7 @@ class Expect(_Strict):
     classification: Classification | None = None
     max_queries: Annotated[int | None, Field(ge=0)] = None
     refused: bool | None = None
+    figures_verified: bool | None = None  # true: every figure of the answer checks out against its queries
 
     @field_validator("contains", "not_contains")
     @classmethod

@@ -9,6 +9,7 @@ from starlette.requests import Request
 from starlette.templating import Jinja2Templates
 
 from agent.app import AgentApp
+from agent.chats.budgets import DailyBudget
 from agent.chats.conversations import ConversationStore
 from agent.chats.proposals import ProposalStore
 from agent.chats.rate_limits import RateLimit
@@ -30,6 +31,7 @@ class WebContext:
     questions: RateLimit
     downloads: RateLimit  # a budget of its own: each runs a full query
     downloading: DownloadSlots  # each client's downloads running now
+    budget: DailyBudget  # what each client may spend per UTC day (off unless set)
 
     @property
     def settings(self) -> Settings:

@@ -19,6 +19,7 @@ from typing import Any
 
 from agent.chats.state_file import SqliteFile, write_transaction
 from agent.limits import Limits, cut_text, json_size
+from agent.receipts import Receipt
 from agent.runner import PREVIEW_ROWS, Outcome, RunResult, Turn, TurnQuery, fit_rows
 
 log = logging.getLogger(__name__)
@@ -51,7 +52,9 @@ CREATE TABLE IF NOT EXISTS turns (
     events TEXT NOT NULL,
     created_at REAL NOT NULL,
     feedback TEXT,
-    charts TEXT NOT NULL DEFAULT '[]'
+    charts TEXT NOT NULL DEFAULT '[]',
+    figures TEXT NOT NULL DEFAULT 'null',
+    receipt TEXT NOT NULL DEFAULT 'null'
 );
 CREATE INDEX IF NOT EXISTS turns_by_conversation ON turns(conversation_id, position);
 CREATE TABLE IF NOT EXISTS queries (
@@ -162,7 +165,8 @@ class ConversationStore:
             if conversation is None:
                 return None
             turns = c.execute(
-                "SELECT run_id, question, answer, outcome, followups, metrics, created_at, feedback, charts FROM turns "
+                "SELECT run_id, question, answer, outcome, followups, metrics, created_at, feedback, charts, figures, "
+                "receipt FROM turns "
                 "WHERE conversation_id = ? ORDER BY position",
                 (conversation_id,),
             ).fetchall()
@@ -174,6 +178,8 @@ class ConversationStore:
             by_run: dict[str, list[dict[str, Any]]] = {}
             for q in queries:
                 by_run.setdefault(q["run_id"], []).append(_query_row(q))
+            receipts = [Receipt.model_validate_json(t["receipt"]) for t in turns if t["receipt"] != "null"]
+            total = Receipt.total(receipts)
             return {
                 **dict(conversation),
                 "turns": [
@@ -182,10 +188,13 @@ class ConversationStore:
                         "followups": json.loads(t["followups"]),
                         "metrics": json.loads(t["metrics"]),
                         "charts": json.loads(t["charts"]),
+                        "figures": json.loads(t["figures"]),
+                        "receipt": json.loads(t["receipt"]),
                         "queries": by_run.get(t["run_id"], []),
                     }
                     for t in turns
                 ],
+                "receipt": total.model_dump() if total else None,  # the conversation's answers summed
             }
 
         return await self._file.run(read)
@@ -244,7 +253,9 @@ class ConversationStore:
                     "SELECT count(*) FROM turns WHERE conversation_id = ?", (conversation_id,)
                 ).fetchone()[0]
                 c.execute(
-                    "INSERT INTO turns VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, NULL, ?)",
+                    "INSERT INTO turns (run_id, conversation_id, position, question, answer, outcome, followups, "
+                    "metrics, transcript, events, created_at, charts, figures, receipt) "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     (
                         run_id,
                         conversation_id,
@@ -258,6 +269,8 @@ class ConversationStore:
                         _dumps(turn.events),
                         now,
                         _dumps(turn.charts),
+                        result.figures.model_dump_json() if result.figures else "null",
+                        result.receipt.model_dump_json() if result.receipt else "null",
                     ),
                 )
                 for q, preview, kept in zip(result.queries, turn.previews, turn.queries, strict=True):
@@ -406,7 +419,12 @@ def _dumps(value: Any) -> str:
 
 _ADDED_COLUMNS = {  # columns later releases added to a table an earlier release created
     "conversations": {"interface": "TEXT NOT NULL DEFAULT 'web'", "adapter_key": "TEXT"},
-    "turns": {"feedback": "TEXT", "charts": "TEXT NOT NULL DEFAULT '[]'"},
+    "turns": {
+        "feedback": "TEXT",
+        "charts": "TEXT NOT NULL DEFAULT '[]'",
+        "figures": "TEXT NOT NULL DEFAULT 'null'",
+        "receipt": "TEXT NOT NULL DEFAULT 'null'",
+    },
 }
 
 

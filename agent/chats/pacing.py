@@ -8,6 +8,8 @@ from __future__ import annotations
 from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 
+from agent.chats.budgets import SCHEMA as BUDGET_SCHEMA
+from agent.chats.budgets import DailyBudget
 from agent.chats.rate_limits import SCHEMA as RATE_SCHEMA
 from agent.chats.rate_limits import LocalRateLimit, RateLimit, SharedRateLimit
 from agent.chats.state_file import SqliteFile
@@ -22,7 +24,7 @@ class Pacing:
         self._file: SqliteFile | None = None
         if shared_path is not None:
             self._file = SqliteFile(shared_path)
-            self._file.now(lambda c: c.executescript(RATE_SCHEMA))
+            self._file.now(lambda c: c.executescript(RATE_SCHEMA + BUDGET_SCHEMA))
         self._turns = Turns(self._file)
 
     @property
@@ -33,6 +35,10 @@ class Pacing:
         if self._file is None:
             return LocalRateLimit(per_minute)
         return SharedRateLimit(self._file, scope, per_minute)
+
+    def daily_budget(self, max_tokens: int | None, max_cost_usd: float | None) -> DailyBudget:
+        """What one asker may spend per UTC day, counted where the rate limits are."""
+        return DailyBudget(max_tokens=max_tokens, max_cost_usd=max_cost_usd, file=self._file)
 
     def turn(self, key: str, position: int | None = None) -> AbstractAsyncContextManager[None]:
         """Hold `key`'s turn (see Turns.turn)."""

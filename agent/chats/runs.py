@@ -18,7 +18,7 @@ import logging
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
@@ -38,6 +38,7 @@ from agent.runner import (
     Interface,
     Platform,
     Runner,
+    RunResult,
     StartedEvent,
     Turn,
     WireEvent,
@@ -142,6 +143,7 @@ class RunRegistry:
         interface: Interface,
         abandon_after_s: float | None = None,
         followups: bool = True,
+        on_done: Callable[[RunResult], Awaitable[None]] | None = None,
     ) -> RunHandle:
         """Register the run with its first event, `started`, already in its log (so a reader sees
         something before the model's first reply, and a replay shows the same), then drive it.
@@ -151,7 +153,7 @@ class RunRegistry:
         handle = RunHandle(run_id=uuid.uuid4().hex, conversation_id=conversation_id, abandon_after_s=abandon_after_s)
         handle.events.append(RunEvent(1, handle.run_id, conversation_id, StartedEvent(question=question)))
         self._runs[handle.run_id] = handle
-        run = self._drive(handle, question, history, platform, interface, followups)
+        run = self._drive(handle, question, history, platform, interface, followups, on_done)
         with log_context(run_id=handle.run_id, interface=interface):  # the task copies the context
             handle.task = asyncio.create_task(run, name=f"run-{handle.run_id}")
         return handle
@@ -164,6 +166,7 @@ class RunRegistry:
         platform: Platform,
         interface: Interface,
         followups: bool,
+        on_done: Callable[[RunResult], Awaitable[None]] | None = None,
     ) -> None:
         async def publish(event: Event) -> None:
             body: WireEvent = FinishedEvent.of(event) if isinstance(event, DoneEvent) else event
@@ -178,6 +181,8 @@ class RunRegistry:
             if isinstance(event, DoneEvent):
                 record = [e.as_dict() for e in [*handle.events, *published]]
                 await asyncio.shield(self._store.save_turn(handle.conversation_id, handle.run_id, event.result, record))
+                if on_done is not None:  # e.g. the asker's daily budget counts the answer's receipt
+                    await asyncio.shield(on_done(event.result))
             for one in published:
                 await self._append(handle, one)
 

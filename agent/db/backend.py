@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import AsyncGenerator
+from dataclasses import dataclass
 
 CHUNK_BYTES = 1 << 20  # the largest piece of a stream the app holds at once
 MAX_ERROR_CHARS = 16_384  # of an engine's error text, which a query partly chooses (throwIf)
@@ -43,11 +44,22 @@ class ResultTooLarge(EngineError):
         self.max_bytes = max_bytes
 
 
+@dataclass
+class ReadStats:
+    """What the engine says a query read (its own statistics: chdb's result, a server's
+    X-ClickHouse-Summary); None where the engine did not say."""
+
+    rows: int | None = None
+    bytes: int | None = None
+
+
 class Backend(ABC):
     @abstractmethod
-    async def query(self, sql: str, fmt: str, tag: str, *, max_bytes: int | None = None) -> bytes:
+    async def query(
+        self, sql: str, fmt: str, tag: str, *, max_bytes: int | None = None, stats: ReadStats | None = None
+    ) -> bytes:
         """The whole output of `sql` in format `fmt`; ResultTooLarge past `max_bytes`. Cancelling the
-        caller kills the query."""
+        caller kills the query. `stats`, when given, is filled with what the query read."""
 
     @abstractmethod
     def stream(self, sql: str, fmt: str, tag: str) -> AsyncGenerator[bytes, None]:

@@ -20,7 +20,7 @@ from contextlib import aclosing
 from typing import Any, TypeVar
 
 from agent.db import rendering
-from agent.db.backend import Backend, DatabaseUnavailable, EngineError, ResultTooLarge
+from agent.db.backend import Backend, DatabaseUnavailable, EngineError, ReadStats, ResultTooLarge
 from agent.db.export import Column, Export
 from agent.db.functions import FunctionPolicy
 from agent.db.hints import clean_error, error_code, hint_for
@@ -100,11 +100,13 @@ class Database:
         try:
             checked = await self.check(sql, query_id)
             columns = await self._describe(checked, query_id)
+            read = ReadStats()
             raw = await self.backend.query(
                 rendering.capped_select(checked.sql, limit=limit + 1, max_cell_chars=self.max_cell_chars),
                 rendering.CAPPED_FORMAT,
                 query_id,
                 max_bytes=self._capped_bytes(limit + 1, len(columns)),
+                stats=read,
             )
             rendered = await _off_the_loop_if_large(len(raw), rendering.parse_capped, raw)
         except UnknownTable as exc:
@@ -139,6 +141,8 @@ class Database:
             totals=rendered.totals if checked.with_totals else None,
             has_more=len(rendered.rows) > limit,
             elapsed_ms=_elapsed_ms(started),
+            rows_read=read.rows,
+            bytes_read=read.bytes,
         )
 
     def _capped_bytes(self, rows: int, columns: int) -> int:

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from agent.db import wire
-from agent.db.backend import Backend, DatabaseUnavailable, EngineError, EngineRestarted, ResultTooLarge
+from agent.db.backend import Backend, DatabaseUnavailable, EngineError, EngineRestarted, ReadStats, ResultTooLarge
 
 log = logging.getLogger(__name__)
 _LOCK_NAME = "agent.lock"
@@ -124,6 +124,10 @@ class _Child:
                 future.set_exception(EngineRestarted(reason) if stuck else DatabaseUnavailable(reason))
         self.pending.clear()
         self.started.clear()
+
+
+def _count(value: Any) -> int | None:
+    return value if isinstance(value, int) and value >= 0 else None
 
 
 # Read by the model (with the timeout hint of code 159) and by a person in the query's card.
@@ -257,11 +261,16 @@ class EmbeddedBackend(Backend):
             log.info("retrying a query interrupted by an engine restart")
             return await self._call(request)
 
-    async def query(self, sql: str, fmt: str, tag: str, *, max_bytes: int | None = None) -> bytes:
+    async def query(
+        self, sql: str, fmt: str, tag: str, *, max_bytes: int | None = None, stats: ReadStats | None = None
+    ) -> bytes:
         request = {"op": "query", "sql": sql, "format": fmt, "tag": tag, "max_bytes": max_bytes}
         task = asyncio.ensure_future(self._call_retrying(request))
         try:
-            return (await asyncio.shield(task))[1]
+            header, payload = await asyncio.shield(task)
+            if stats is not None:
+                stats.rows, stats.bytes = _count(header.get("rows_read")), _count(header.get("bytes_read"))
+            return payload
         except asyncio.CancelledError:
             await self._kill_and_wait(tag, task)
             raise

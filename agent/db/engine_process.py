@@ -123,8 +123,9 @@ class Engine:
 
     # --- queries (the caller registered the tag with jobs.arrive) ---
 
-    def query(self, sql: str, fmt: str, tag: str, max_bytes: int | None = None) -> bytes:
-        """The whole output, or TooLarge past `max_bytes` (the app never receives it)."""
+    def query(self, sql: str, fmt: str, tag: str, max_bytes: int | None = None) -> tuple[bytes, dict[str, int]]:
+        """The whole output, or TooLarge past `max_bytes` (the app never receives it), and what the query
+        read from storage (chdb's own statistics)."""
         started = False
         try:
             conn = self._pool.get()
@@ -135,7 +136,8 @@ class Engine:
                 result = conn.query(_tagged(sql, tag), fmt)
                 if max_bytes is not None and result.size() > max_bytes:
                     raise TooLarge(result.size())
-                return bytes(result.bytes())
+                read = {"rows_read": int(result.storage_rows_read()), "bytes_read": int(result.storage_bytes_read())}
+                return bytes(result.bytes()), read
             except TooLarge:
                 raise
             except Exception as exc:
@@ -327,7 +329,8 @@ class Server:
         op = request.get("op")
         engine = self._engine
         if op == "query":
-            return {}, engine.query(request["sql"], request["format"], request["tag"], request.get("max_bytes"))
+            payload, read = engine.query(request["sql"], request["format"], request["tag"], request.get("max_bytes"))
+            return read, payload
         if op == "open":
             return {"stream": engine.open_stream(request["sql"], request["format"], request["tag"])}, b""
         if op == "next":

@@ -24,6 +24,8 @@ class QueryResult(BaseModel):
     error_code: int | None = None
     hint: str | None = None
     elapsed_ms: int = 0
+    rows_read: int | None = None  # what the engine says the query read (None: it did not say)
+    bytes_read: int | None = None
 
     @property
     def ok(self) -> bool:

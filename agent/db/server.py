@@ -9,6 +9,7 @@ the network or other databases). A user with more is refused, with a message say
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncGenerator, AsyncIterator
 from contextlib import aclosing, suppress
 from typing import Any
@@ -16,12 +17,23 @@ from urllib.parse import unquote, urlsplit
 
 import aiohttp
 import clickhouse_connect
+from clickhouse_connect.driver._backend.http_async import release_lease
 from clickhouse_connect.driver.asyncclient import AsyncClient
+from clickhouse_connect.driver.common import StreamContext
 from clickhouse_connect.driver.exceptions import DatabaseError as CCDatabaseError
 from clickhouse_connect.driver.exceptions import OperationalError
+from clickhouse_connect.driver.types import Closable
 
 from agent import linear_re
-from agent.db.backend import MAX_ERROR_CHARS, Backend, DatabaseUnavailable, EngineError, ResultTooLarge, bounded_error
+from agent.db.backend import (
+    MAX_ERROR_CHARS,
+    Backend,
+    DatabaseUnavailable,
+    EngineError,
+    ReadStats,
+    ResultTooLarge,
+    bounded_error,
+)
 from agent.db.scope import Scope
 
 _KILL_TIMEOUT_S = 10.0
@@ -139,9 +151,11 @@ class ServerBackend(Backend):
             )
         return {}
 
-    async def query(self, sql: str, fmt: str, tag: str, *, max_bytes: int | None = None) -> bytes:
+    async def query(
+        self, sql: str, fmt: str, tag: str, *, max_bytes: int | None = None, stats: ReadStats | None = None
+    ) -> bytes:
         if max_bytes is not None:
-            return await self._read_at_most(sql, fmt, tag, max_bytes)
+            return await self._read_at_most(sql, fmt, tag, max_bytes, stats)
         client = await self._connect()
         try:
             return await client.raw_query(sql, settings={**self._query_settings, "query_id": tag}, fmt=fmt)
@@ -153,21 +167,34 @@ class ServerBackend(Backend):
             await asyncio.shield(self._kill(client, tag))
             raise
 
-    async def _read_at_most(self, sql: str, fmt: str, tag: str, max_bytes: int) -> bytes:
+    async def _read_at_most(
+        self, sql: str, fmt: str, tag: str, max_bytes: int, stats: ReadStats | None = None
+    ) -> bytes:
         """The output read as it arrives, given up (and the query killed) once it passes `max_bytes`."""
         received = bytearray()
-        async with aclosing(self.stream(sql, fmt, tag)) as chunks:
+        async with aclosing(self.stream(sql, fmt, tag, stats=stats)) as chunks:
             async for chunk in chunks:
                 received += chunk
                 if len(received) > max_bytes:
                     raise ResultTooLarge(max_bytes)
         return bytes(received)
 
-    async def stream(self, sql: str, fmt: str, tag: str) -> AsyncGenerator[bytes, None]:
+    async def stream(
+        self, sql: str, fmt: str, tag: str, *, stats: ReadStats | None = None
+    ) -> AsyncGenerator[bytes, None]:
+        """With `stats`, the server holds the output until the query ends (`wait_end_of_query`), so the
+        summary in the response's headers is the whole query's: only for outputs the caller caps."""
         client = await self._connect()
         finished = False
+        settings = {**self._query_settings, "query_id": tag}
         try:
-            context = await client.raw_stream(sql, settings={**self._query_settings, "query_id": tag}, fmt=fmt)
+            if stats is None:
+                context = await client.raw_stream(sql, settings=settings, fmt=fmt)
+            else:
+                context, summary = await _raw_stream_with_summary(
+                    client, sql, {**settings, "wait_end_of_query": 1}, fmt
+                )
+                stats.rows, stats.bytes = _summary_count(summary, "read_rows"), _summary_count(summary, "read_bytes")
             async with context, aclosing(_body_or_exception(context)) as body:
                 async for chunk in body:
                     yield chunk
@@ -193,6 +220,37 @@ class ServerBackend(Backend):
         if self._client is not None:
             await self._client.close()
             self._client = None
+
+
+async def _raw_stream_with_summary(
+    client: AsyncClient, sql: str, settings: dict[str, Any], fmt: str
+) -> tuple[StreamContext, str | None]:
+    """`client.raw_stream` and the response's X-ClickHouse-Summary header, which the public method keeps
+    to itself: its own body (clickhouse-connect 1.12), one call deeper."""
+    final_query, bind_params, runtime = client._prep_raw_query_runtime(sql, None, settings, fmt, True)
+    response = await client._backend.execute_raw_stream(final_query, bind_params, None, runtime, None)
+
+    async def chunks() -> AsyncGenerator[bytes, None]:
+        async for chunk in response.content.iter_any():
+            yield chunk
+
+    class _Source(Closable):
+        def close(self) -> None:
+            try:
+                response.close()
+            finally:
+                release_lease(response)
+
+    # StreamContext takes an async generator too, as raw_stream passes it; its annotation says Generator.
+    return StreamContext(_Source(), chunks()), response.headers.get("X-ClickHouse-Summary")  # type: ignore[arg-type]
+
+
+def _summary_count(summary: str | None, name: str) -> int | None:
+    try:
+        value = int(json.loads(summary or "{}")[name])
+    except (ValueError, KeyError, TypeError):
+        return None
+    return value if value >= 0 else None
 
 
 async def _body_or_exception(chunks: AsyncIterator[bytes]) -> AsyncGenerator[bytes, None]:

@@ -15,6 +15,7 @@ from agent.llm import ContextOverflow, LLMClient, LLMError, ModelTurn
 from agent.logs import context_fields, log_context
 from agent.metrics import Metrics
 from agent.pipeline import guards
+from agent.pipeline.budget import QuestionBudget
 from agent.pipeline.charting import ChartMaker
 from agent.pipeline.context import (
     Message,
@@ -26,6 +27,7 @@ from agent.pipeline.context import (
     user_text,
     with_rolling_breakpoint,
 )
+from agent.pipeline.figures import FigureReview
 from agent.pipeline.request import RequestPrefix
 from agent.pipeline.state import RunState
 from agent.pipeline.tools import (
@@ -37,6 +39,7 @@ from agent.pipeline.tools import (
     parse_queries,
     run_think,
 )
+from agent.pricing import PriceList
 from agent.prompts import PromptError, PromptLibrary
 from agent.runner import (
     AnswerEvent,
@@ -87,10 +90,15 @@ class Pipeline:
         followups: FollowupGenerator | None = None,
         charts: ChartMaker | None = None,
         lookup: SchemaLookup | None = None,
+        prices: PriceList | None = None,
+        budget: QuestionBudget | None = None,
     ) -> None:
         self._llm, self._prefix, self._sql, self._prompts = llm, prefix, sql, prompts
         self._settings, self._metrics, self._followups = settings, metrics, followups
         self._charts, self._lookup = charts, lookup
+        self._figures = FigureReview(prompts)
+        self._prices = prices
+        self._budget = budget or QuestionBudget()
 
     async def run(
         self,
@@ -109,6 +117,7 @@ class Pipeline:
             state = RunState(
                 question=question, interface=interface, emit=on_event, metrics=self._metrics, run_id=run_id
             )
+            state.prices = self._prices
             return await self._run(state, history, platform, on_event, followups)
 
     async def _run(
@@ -133,17 +142,23 @@ class Pipeline:
                 "thinking_budget": s.thinking_budget,
             }
             await self._loop(state, request, messages)
+            if not state.clarification:  # a question asked back states no figures
+                await self._figures.settle(state)
+            state.mark_answered()
             if state.clarification and state.followups:
                 await on_event(FollowupsEvent(questions=state.followups))  # the options, as buttons
             elif followups and self._followups and state.answer and state.outcome is not Outcome.NO_DATA:
-                state.followups = await self._followups.generate(question, state.answer, state.queries)
+                state.followups = await self._followups.generate(
+                    question, state.answer, state.queries, on_usage=state.record_model_usage
+                )
                 if state.followups:
                     await on_event(FollowupsEvent(questions=state.followups))
         except asyncio.CancelledError:
             self._cancelled(state)
         except (LLMError, DatabaseUnavailable, PromptError) as exc:
-            state.outcome, state.error = Outcome.ERROR, str(exc)
-            await on_event(ErrorEvent(message=str(exc)))
+            if not await self._figures.keep_answer(state, exc):
+                state.outcome, state.error = Outcome.ERROR, str(exc)
+                await on_event(ErrorEvent(message=str(exc)))
         except Exception as exc:  # the Runner promises `done` last, whatever broke
             log.exception("run failed unexpectedly")
             if not state.answer:
@@ -164,13 +179,16 @@ class Pipeline:
             turn = await self._model_turn(state, request, messages, role="main")
             messages.append(assistant(turn.content or [{"type": "text", "text": "(no reply)"}]))
             if not turn.tool_calls:
-                if correction := self._check_answer(state, turn.text):
+                if correction := self._check_answer(state, turn.text) or await self._figures.correction(state):
                     messages.append(user_text(correction))
                     continue
                 return
             messages.append(await self._run_tools(state, turn.tool_calls))
             if state.clarification:
                 return await self._ask_back(state)
+            state.budget_spent = self._budget.spent(state)
+            if state.budget_spent:
+                break
         await self._synthesize(state, request, messages)
 
     async def _model_turn(
@@ -291,6 +309,9 @@ class Pipeline:
         messages.append(assistant(turn.content or [{"type": "text", "text": "(no reply)"}]))
         state.outcome = Outcome.CAPPED
         state.answer = turn.text or self._prompts.render("loop/no_data.md")
+        if state.budget_spent:
+            state.note = "\n\n" + QuestionBudget.note(self._prompts, state.budget_spent)
+            state.answer += state.note
 
     def _cancelled(self, state: RunState) -> None:
         """Turn a cancelled run into a result instead of an exception. An answer that was already

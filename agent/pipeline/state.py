@@ -8,8 +8,11 @@ import time
 from dataclasses import dataclass, field
 
 from agent.charts import Chart
-from agent.llm import Fallback, ModelTurn
+from agent.figures import FigureReport
+from agent.llm import Fallback, ModelTurn, Usage
 from agent.metrics import Metrics
+from agent.pricing import PriceList
+from agent.receipts import Receipt
 from agent.runner import (
     Classification,
     Event,
@@ -50,6 +53,14 @@ class RunState:
     clarification: str = ""  # the question asked back (ask_clarification); it ends the run as its answer
     first_event_s: float | None = None
     model: str = ""  # the model that gave the last turn
+    figures: FigureReport | None = None
+    prices: PriceList | None = None  # for the receipt's cost
+    model_usage: dict[str, tuple[int, Usage]] = field(default_factory=dict)  # calls and tokens by model
+    answered_s: float | None = None
+    budget_spent: str | None = None  # why the question stopped at its budget (agent/pipeline/budget.py)
+    note: str = ""  # what the program added at the end of the answer (not the model's: its figures are not checked)
+    figures_corrected: bool = False
+    unverified_before_correction: int = 0
 
     def __post_init__(self) -> None:
         sink = self.emit
@@ -91,6 +102,7 @@ class RunState:
         self.charts_claimed -= 1
 
     def record_model_call(self, turn: ModelTurn, role: str) -> None:
+        self.record_model_usage(turn.model, turn.usage)  # the model that answered, after any fallback
         m = self.run_metrics
         m.llm_calls += 1
         m.llm_ms += round(turn.elapsed_s * 1000)
@@ -114,6 +126,25 @@ class RunState:
         note = f"{fallback.from_model} is {reason}; going on with {fallback.to_model}."
         await self.emit(
             FallbackEvent(from_model=fallback.from_model, to_model=fallback.to_model, reason=fallback.reason, note=note)
+        )
+
+    def record_model_usage(self, model: str, usage: Usage) -> None:
+        """One call's tokens, for the receipt (the main loop's calls, follow-ups too)."""
+        calls, total = self.model_usage.get(model, (0, Usage()))
+        total.add(usage)
+        self.model_usage[model] = (calls + 1, total)
+
+    def mark_answered(self) -> None:
+        self.answered_s = time.perf_counter() - self.started
+
+    def receipt(self, total_ms: int) -> Receipt:
+        return Receipt.build(
+            usage=self.model_usage,
+            prices=self.prices,
+            rounds=self.run_metrics.rounds,
+            reads=[(q.result.rows_read, q.result.bytes_read) for q in self.queries if not q.reused_from],
+            first_event_ms=None if self.first_event_s is None else round(self.first_event_s * 1000),
+            answer_ms=round(self.answered_s * 1000) if self.answered_s is not None else total_ms,
         )
 
     def record_failed_model_call(self, role: str) -> None:
@@ -177,6 +208,8 @@ class RunState:
             cancelled=self.outcome is Outcome.CANCELLED,
             error=self.error,
             model=self.model,
+            figures=self.figures,
+            receipt=self.receipt(m.total_ms),
         )
 
     def record_finished(self, result: RunResult) -> None:

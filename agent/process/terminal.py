@@ -1,20 +1,39 @@
-"""Prints Runner events to a terminal as they happen (for `agent ask`)."""
+"""Prints Runner events to a terminal as they happen (for `agent ask`).
+
+At a terminal, rich renders: the steps, the answer's Markdown as it streams, each query's preview rows
+as a table, the figures that did not check out, and the receipt. When stdout is not a terminal (a pipe,
+a file) the same content is plain text: the answer's Markdown as written, rows tab-separated, no escape
+codes. Cells are ClickHouse's own text (from the run's result, not the JSON preview).
+"""
 
 from __future__ import annotations
 
 import sys
+import time
 from typing import Any, TextIO
+
+from rich.console import Console
+from rich.live import Live
+from rich.markdown import Markdown
+from rich.syntax import Syntax
+from rich.table import Table
+from rich.text import Text
+
+from agent.db.rendering import is_numeric
+from agent.runner import PREVIEW_ROWS, ExecutedQuery, RunResult
+
+_REFRESH_S = 0.1  # the streamed answer is re-rendered at most this often
 
 
 class TerminalPrinter:
-    def __init__(self, out: TextIO | None = None, err: TextIO | None = None) -> None:
+    def __init__(self, out: TextIO | None = None, err: TextIO | None = None, *, rich: bool | None = None) -> None:
         self._out, self._err = out or sys.stdout, err or sys.stderr
-        color = self._out.isatty()
-        self._dim = "\033[2m" if color else ""
-        self._bold = "\033[1m" if color else ""
-        self._red = "\033[31m" if color else ""
-        self._reset = "\033[0m" if color else ""
+        self._rich = self._out.isatty() if rich is None else rich
+        self._console = Console(file=self._out, force_terminal=self._rich, highlight=False, emoji=False)
+        self._text = ""
         self._in_answer = False
+        self._live: Live | None = None
+        self._painted = 0.0
 
     async def __call__(self, event: Any) -> None:
         handler = getattr(self, f"_{event.type}", None)
@@ -22,40 +41,34 @@ class TerminalPrinter:
             handler(event)
             self._out.flush()
 
-    def _line(self, text: str) -> None:
-        if self._in_answer:
-            self._out.write("\n")
-            self._in_answer = False
-        self._out.write(text + "\n")
+    # --- the steps ---
+
+    def _line(self, text: str, style: str = "") -> None:
+        self._end_answer()
+        if self._rich:
+            self._console.print(Text(text, style=style))
+        else:
+            self._out.write(text + "\n")
 
     def _thinking(self, event: Any) -> None:
-        self._line(f"{self._dim}🧠 {event.text}{self._reset}")
+        self._line(f"🧠 {event.text}", "dim")
 
     def _executing(self, event: Any) -> None:
-        sql = "\n".join(f"     {line}" for line in event.sql.strip().splitlines())
-        self._line(f"⚡ {self._bold}{event.query_id}{self._reset} {event.question}\n{self._dim}{sql}{self._reset}")
+        self._line(f"⚡ {event.query_id} {event.question}", "bold")
+        sql = event.sql.strip()
+        if self._rich:
+            self._console.print(Syntax(sql, "sql", theme="ansi_dark", background_color="default"), style="dim")
+        else:
+            self._out.write("\n".join(f"     {line}" for line in sql.splitlines()) + "\n")
 
     def _result(self, event: Any) -> None:
         if event.error:
             hint = f"\n     hint: {event.hint}" if event.hint else ""
-            self._line(
-                f"   {self._red}✗ {event.query_id} failed:{self._reset} {event.error.splitlines()[0][:200]}{hint}"
-            )
+            self._line(f"   ✗ {event.query_id} failed: {event.error.splitlines()[0][:200]}{hint}", "red")
             return
         more = "+" if event.has_more else ""
         reused = f", same as {event.reused_from}" if event.reused_from else ""
         self._line(f"   ✓ {event.query_id}: {event.row_count}{more} rows in {event.elapsed_ms} ms{reused}")
-
-    def _answer(self, event: Any) -> None:
-        if event.restart:
-            if self._in_answer:
-                self._out.write(f"\n{self._dim}(restarting the answer){self._reset}\n")
-            self._in_answer = False
-            return
-        if not self._in_answer:
-            self._out.write("\n")
-            self._in_answer = True
-        self._out.write(event.text)
 
     def _chart(self, event: Any) -> None:
         self._line(f"📈 {event.chart.id}: {event.chart.describe()} (the spec is in --json; the web chat draws it)")
@@ -67,17 +80,85 @@ class TerminalPrinter:
         self._line(f"{self._dim}↪ {event.note}{self._reset}")
 
     def _error(self, event: Any) -> None:
-        if self._in_answer:
-            self._out.write("\n")
-            self._in_answer = False
+        self._end_answer()
         self._err.write(f"error: {event.message}\n")
 
-    def _done(self, event: Any) -> None:
-        if self._in_answer:
+    # --- the answer, as it streams ---
+
+    def _answer(self, event: Any) -> None:
+        if event.restart:
+            if self._in_answer and not self._rich:
+                self._out.write("\n(restarting the answer)\n")
+            self._text = ""
+            if self._live is not None:
+                self._live.update(Text(""), refresh=True)
+            self._in_answer = self._in_answer and self._rich
+            return
+        self._text += event.text
+        if not self._rich:
+            if not self._in_answer:
+                self._out.write("\n")
+            self._in_answer = True
+            self._out.write(event.text)
+            return
+        if self._live is None:
+            self._console.print()
+            self._live = Live(console=self._console, auto_refresh=False, transient=False)
+            self._live.start()
+        self._in_answer = True
+        if time.monotonic() - self._painted >= _REFRESH_S:
+            self._paint()
+
+    def _paint(self) -> None:
+        if self._live is not None:
+            self._live.update(Markdown(self._text), refresh=True)
+            self._painted = time.monotonic()
+
+    def _end_answer(self) -> None:
+        if self._live is not None:
+            self._paint()
+            self._live.stop()
+            self._live = None
+        elif self._in_answer:
             self._out.write("\n")
-            self._in_answer = False
-        m = event.result.metrics
-        model = f", {event.result.model}" if event.result.model else ""
-        self._out.write(
-            f"{self._dim}({m.rounds} rounds, {m.sql_queries} queries, {m.total_ms / 1000:.1f} s{model}){self._reset}\n"
-        )
+        self._in_answer = False
+
+    # --- the end: the evidence and the receipt ---
+
+    def _done(self, event: Any) -> None:
+        self._end_answer()
+        result: RunResult = event.result
+        for query in result.queries:
+            if query.result.ok and query.result.columns and not query.reused_from:
+                self._preview(query)
+        if result.figures is not None and result.figures.unverified:
+            self._line(f"\n⚠ {result.figures.unverified} figure(s) match nothing in the results they cite:", "yellow")
+            for figure in result.figures.failures():
+                self._line(f"  • {figure.text}: {figure.reason}", "yellow")
+        if result.receipt is not None:
+            self._line("\n" + result.receipt.line(), "dim")
+
+    def _preview(self, query: ExecutedQuery) -> None:
+        result = query.result
+        shown = result.rows[:PREVIEW_ROWS]
+        more = f" (first {len(shown)} of {result.row_count}{'+' if result.has_more else ''})"
+        title = f"{query.id} {query.question}{more if len(shown) < result.row_count or result.has_more else ''}"
+        if not self._rich:
+            lines = ["\t".join(map(_plain, result.columns)), *("\t".join(map(_plain, row)) for row in shown)]
+            self._out.write(f"\n{title}\n" + "\n".join(lines) + "\n")
+            return
+        table = Table()
+        for name, ch_type in zip(result.columns, result.types, strict=False):
+            table.add_column(name, overflow="fold", justify="right" if is_numeric(ch_type) else "left")
+        for row in shown:
+            table.add_row(*(Text("NULL", style="dim") if c is None else Text(c) for c in row))
+        self._console.print()
+        self._console.print(Text(title, style="bold"))
+        self._console.print(table)
+
+
+def _plain(cell: str | None) -> str:
+    """A cell on one line of tab-separated text, escaped as ClickHouse's TSV escapes it."""
+    if cell is None:
+        return "\\N"
+    return cell.replace("\\", "\\\\").replace("\t", "\\t").replace("\n", "\\n").replace("\r", "\\r")

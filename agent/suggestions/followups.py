@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from agent.config import ModelRef
-from agent.llm import Fallback, LLMClient, LLMError
+from agent.llm import Fallback, LLMClient, LLMError, Usage
 from agent.metrics import Metrics
 from agent.prompts import PromptLibrary
 from agent.runner import ExecutedQuery
@@ -29,12 +29,20 @@ class FollowupGenerator:
         self._llm, self._prompts, self._model, self._metrics = llm, prompts, model, metrics
         self._timeout_s = timeout_s
 
-    async def generate(self, question: str, answer: str, queries: Sequence[ExecutedQuery]) -> list[str]:
+    async def generate(
+        self,
+        question: str,
+        answer: str,
+        queries: Sequence[ExecutedQuery],
+        *,
+        on_usage: Callable[[str, Usage], None] | None = None,
+    ) -> list[str]:
+        """Up to three questions; `on_usage` hears the call's model and tokens (the run's receipt)."""
         prompt = self._prompts.render("FOLLOWUP_REQUEST.md", question=question, answer=answer, queries=queries)
         try:
             with self._metrics.llm_seconds.labels("followup").time():
-                text, usage = await asyncio.wait_for(
-                    self._llm.complete(
+                turn = await asyncio.wait_for(
+                    self._llm.complete_turn(
                         model=self._model,
                         system=self._prompts.render("FOLLOWUP.md"),
                         prompt=prompt,
@@ -49,8 +57,10 @@ class FollowupGenerator:
             log.warning("follow-up suggestions skipped: %s", exc)
             return []
         self._metrics.llm_calls.labels("followup", "ok").inc()
-        self._metrics.count_tokens(usage)
-        return parse_followups(text, exclude=question)
+        self._metrics.count_tokens(turn.usage)
+        if on_usage is not None:
+            on_usage(turn.model, turn.usage)
+        return parse_followups(turn.text, exclude=question)
 
     async def _fell_back(self, fallback: Fallback) -> None:
         self._metrics.count_fallback(fallback.role, fallback.reason)

@@ -39,6 +39,7 @@ from bots.slack import blocks, refusals
 from bots.slack.charts import upload_charts
 from bots.slack.failures import Failure, classify, explain
 from bots.slack.progress import Progress
+from bots.slack.receipt import receipt_blocks
 from bots.slack.receive import Identity, Ignore, Question
 from bots.slack.reply import AnswerWriter, Streaming
 from bots.slack.thread import answer_metadata, part_metadata, read_history, ts_micros
@@ -75,6 +76,7 @@ class Answerer:
         self._knowledge = knowledge
         self._settings, self._metrics, self._pacing = settings, metrics, pacing
         self._limit = pacing.rate_limit("slack:questions", settings.slack_rate_per_minute)
+        self._budget = pacing.daily_budget(settings.agent_daily_user_tokens, settings.agent_daily_user_cost_usd)
         self._streaming = Streaming()
         self._interval_s = settings.slack_progress_interval_s
 
@@ -116,6 +118,10 @@ class Answerer:
         if (wait_s := await self._limit.take(f"{question.team}:{question.user}")) is not None:
             await self._tell(question, Failure.RATE_LIMITED, wait_s=wait_s)
             return
+        if refusal := await self._budget.refusal(f"{question.team}:{question.user}"):
+            self._metrics.budget_refusals.labels("slack").inc()
+            await self._tell(question, Failure.OVER_BUDGET, message=refusal.message)
+            return
         if not self._runs.accepting:
             await self._tell(question, Failure.RESTARTING)
             return
@@ -156,7 +162,15 @@ class Answerer:
         conversation_id = await self._store.create_conversation(
             question.text, key=question.conversation_key, interface="slack"
         )
-        handle = self._runs.start(conversation_id, question.text, history, platform="slack", interface="slack")
+        asker = f"{question.team}:{question.user}"
+        handle = self._runs.start(
+            conversation_id,
+            question.text,
+            history,
+            platform="slack",
+            interface="slack",
+            on_done=lambda result: self._budget.spend(asker, result.receipt),
+        )
         writer = AnswerWriter(
             self._client,
             question.channel,
@@ -226,7 +240,9 @@ class Answerer:
             return
         web_url = self._settings.agent_web_url
         cited = self._knowledge.cited(result.answer) if self._knowledge is not None else []
-        buttons = blocks.answer_blocks(run_id, list(outcome.asked), result.followups, web_url, knowledge=cited)
+        buttons = receipt_blocks(result) + blocks.answer_blocks(
+            run_id, list(outcome.asked), result.followups, web_url, knowledge=cited
+        )
         # The metadata is Slack's wire: each query's id, question and SQL, read back as the thread's history.
         queries = [{"id": q.query_id, "question": q.question, "sql": q.sql} for q in outcome.asked.values()]
         metadata = partial(answer_metadata, run_id, question=question.text, asked_ts=question.ts, queries=queries)

@@ -23,6 +23,7 @@ class Failure(StrEnum):
     TOO_LONG = "too_long"
     THREAD_TOO_LONG = "thread_too_long"
     RATE_LIMITED = "rate_limited"
+    OVER_BUDGET = "over_budget"  # the asker's daily budget is spent
     RESTARTING = "restarting"
     NOT_IN_CHANNEL = "not_in_channel"  # Slack refused: the bot is not a member (nowhere to say so)
     SLACK_SCOPE = "slack_scope"  # Slack refused: the app lacks a scope
@@ -90,6 +91,8 @@ def explain(kind: Failure, **facts: Any) -> str:
     if kind is Failure.RATE_LIMITED:
         wait = max(1, round(facts.get("wait_s", 60)))
         return f"You're asking faster than I can keep up. Please wait about {wait} seconds and ask again."
+    if kind is Failure.OVER_BUDGET:
+        return str(facts.get("message") or "You have used today's budget for questions. It resets at 00:00 UTC.")
     if kind is Failure.NOT_IN_CHANNEL:
         return "I'm not a member of this channel, so I can't answer here. Invite me with /invite and ask again."
     if kind is Failure.SLACK_SCOPE:

@@ -1,7 +1,7 @@
 """The Grafana dashboard, kept as code: `python deploy/grafana/generate.py` writes
 deploy/grafana/dashboards/agent.json, which Grafana provisions. Edit here, not in Grafana.
 
-Generated rather than hand-written because PromQL cannot read evals/pricing.yaml: the cost panels carry
+Generated rather than hand-written because PromQL cannot read agent/pricing.yaml: the cost panels carry
 the default model's prices, read from that file at generation time. A test fails when the committed JSON
 differs from what this script writes, so a price change means running it again.
 
@@ -20,7 +20,7 @@ from typing import Any
 
 from agent.config import DEFAULT_MODEL
 from agent.metrics import TOKEN_TYPES
-from evals.pricing import load_pricing
+from agent.pricing import load_pricing
 
 OUTPUT = Path(__file__).resolve().parent / "dashboards" / "agent.json"
 UID = "clickhouse-analyst"
@@ -74,7 +74,7 @@ def cost_expr(window: str, *, per_hour: bool) -> str:
     """Dollars: each token type's count times its price per million, for the default model."""
     price = load_pricing().price(DEFAULT_MODEL)
     if price is None:
-        raise SystemExit(f"evals/pricing.yaml has no price for the default model {DEFAULT_MODEL}")
+        raise SystemExit(f"agent/pricing.yaml has no price for the default model {DEFAULT_MODEL}")
     fn = "rate" if per_hour else "increase"
     parts = "\n  or ".join(
         f'{fn}(agent_llm_tokens_total{{type="{kind}"}}[{window}]) * {getattr(price, kind):g}' for kind in TOKEN_TYPES
@@ -88,7 +88,7 @@ def price_note() -> str:
     assert price is not None
     figures = ", ".join(f"{kind} ${getattr(price, kind):g}" for kind in TOKEN_TYPES)
     return (
-        f"Prices are {DEFAULT_MODEL}'s from evals/pricing.yaml ({figures} per million tokens), baked in when "
+        f"Prices are {DEFAULT_MODEL}'s from agent/pricing.yaml ({figures} per million tokens), baked in when "
         "deploy/grafana/generate.py ran: tokens are not labelled by model, so follow-ups (a cheaper model) are "
         "priced as the main model and this reads a little high. Check pricing.yaml against Anthropic's price "
         "list before relying on it."

@@ -26,6 +26,10 @@ VARIABLES = {
     "loop/think_nudge.md": {"rounds": 2},
     "loop/citation_retry.md": {"citations": "[Q1]", "answered": ["Q2"]},
     "loop/no_data.md": {},
+    "loop/budget_note.md": {"kind": "tokens", "spent": "12,000", "limit": "10,000"},
+    "loop/figure_correction.md": {
+        "figures": [{"text": "120,853", "citations": ["Q1"], "reason": "no cell of Q1 gives it"}]
+    },
     "loop/duplicate.md": {"original": "Q1"},
     "loop/clarification.md": {"question": "Which revenue?", "options": ["Net", "Gross"]},
     "loop/cancelled.md": {"partial": "x"},

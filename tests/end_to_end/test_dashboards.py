@@ -123,11 +123,12 @@ def load_generator() -> Any:
 
 
 def test_the_committed_dashboard_is_what_the_generator_writes() -> None:
-    """The cost panels carry evals/pricing.yaml's prices: a price change means regenerating."""
+    """The cost panels carry agent/pricing.yaml's prices: a price change means regenerating."""
     generator = load_generator()
     assert DASHBOARD.read_text() == generator.render(), "stale: run python deploy/grafana/generate.py"
     cost = [expr for title, expr in panel_queries() if "cost" in title]
-    assert len(cost) == 2 and all('{type="output"}' in expr and "* 15" in expr for expr in cost)
+    # Sonnet 5.5's $10 per million output tokens (agent/pricing.yaml)
+    assert len(cost) == 2 and all('{type="output"}[' in expr and "* 10\n" in expr for expr in cost)
 
 
 def test_every_panel_says_what_healthy_looks_like() -> None:

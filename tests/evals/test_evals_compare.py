@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from agent.config import DEFAULT_FOLLOWUP_MODEL, DEFAULT_MODEL
+from agent.pricing import load_pricing
 from agent.process.cli import main
-from evals.pricing import load_pricing
 from evals.report import build_record, percentile
 from evals.results import CaseResult, Check, Tokens
 

@@ -195,3 +195,29 @@ def test_a_gold_query_that_orders_fails_an_answer_in_another_order() -> None:
     assert not gold_check(answered_with(rows[::-1]))
     unordered = Gold(gold_sql.removesuffix(" ORDER BY n DESC"), gold.result)
     assert next(c.passed for c in score(case, answered_with(rows[::-1]), unordered) if c.name == "gold_sql")
+
+
+def test_a_case_can_require_every_figure_verified() -> None:
+    from agent.figures import FigureCheck, FigureReport
+    from agent.runner import RunResult
+    from evals.report import _figures
+    from evals.results import CaseResult, RunRecord
+    from evals.scoring import score
+    from evals.suite import Case
+
+    case = Case.model_validate({"id": "c", "question": "q", "tags": ["t"], "expect": {"figures_verified": True}})
+    wrong = FigureCheck(text="130,000", start=0, end=7, citations=["Q1"], verified=False, reason="no cell of Q1")
+    right = wrong.model_copy(update={"text": "120,835", "verified": True, "reason": None, "how": "cell"})
+    failing = RunResult(question="q", answer="a", figures=FigureReport(figures=[wrong, right]))
+    assert [(c.name, c.passed, c.reason) for c in score(case, failing, None)][-1] == (
+        "figures_verified", False, "1 figure(s) unverified (130,000: no cell of Q1)"
+    )  # fmt: skip
+    passing = RunResult(question="q", answer="a", figures=FigureReport(figures=[right]))
+    assert score(case, passing, None)[-1].passed
+
+    cases = [
+        CaseResult(suite="s", id="a", question="q", passed=True, checks=[], figures_checked=4, figures_verified=3),
+        CaseResult(suite="s", id="b", question="q", passed=True, checks=[], figures_checked=0),
+    ]
+    record = RunRecord.model_construct(cases=cases)
+    assert "| s | 3/4 | 75.0% |" in _figures(record)

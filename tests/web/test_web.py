@@ -291,3 +291,14 @@ async def test_without_an_api_key_the_server_starts_and_says_why(settings, db, t
     assert events[1].data["message"] == "ANTHROPIC_API_KEY is not set; the agent needs it to ask the model."
     assert health.status_code == 200, "alive: the process answers, whatever its settings"
     assert ready.status_code == 503 and ready.json()["model"] == "ANTHROPIC_API_KEY is not set"
+
+
+async def test_a_client_over_its_daily_budget_is_refused_politely(web, fake_anthropic: FakeAnthropic) -> None:
+    url, _ = await web(agent_daily_user_tokens=1)
+    fake_anthropic.always(Reply(text="ok"))
+    async with httpx.AsyncClient(base_url=url, timeout=30) as client:
+        await chat(client, "hello")  # answered: the question that crosses the budget is the last
+        response = await client.post("/api/chat", json={"message": "hello again"})
+    assert response.status_code == 429 and int(response.headers["Retry-After"]) > 0
+    message = response.json()["error"]
+    assert message.startswith("You have used today's budget for questions (") and "resets at 00:00 UTC" in message

@@ -181,6 +181,9 @@ class TurnView {
       this.answerText = result.answer;
       renderMarkdown(this.answer, result.answer, this.runId);
       if (result.outcome === "cancelled") this.answer.classList.add("cancelled");
+      if (result.figures) markFigures(this.answer, result.figures);
+      const notes = [unverifiedNote(result.figures), receiptLine(result.receipt)].filter(Boolean);
+      this.answer.after(...notes);
       if (this.runId && result.outcome !== "error") this.footer.append(thumbs(this.runId, feedback));
     }
     quietFixedFailures(this.queries);
@@ -362,6 +365,62 @@ async function openKnowledge(button, tag) {
   button.after(el("span", { class: "knowledge-entry", role: "note", text }));
 }
 
+// ---------- figures checked against their queries, and the receipt ----------
+
+// Each figure of the answer, found in the rendered text in order, is wrapped in a span built with DOM
+// calls (text and title only): verified ones name the cell they came from on hover, unverified ones
+// say why. A figure not found in the rendered text stays as it is (the note below still lists it).
+function markFigures(root, report) {
+  const nodes = [];
+  const walker = document.createTreeWalker(root, NodeFilter.SHOW_TEXT, {
+    acceptNode: (node) => (node.parentElement.closest("a.cite, button.cite, code, pre") ? NodeFilter.FILTER_REJECT : NodeFilter.FILTER_ACCEPT),
+  });
+  while (walker.nextNode()) nodes.push(walker.currentNode);
+  let index = 0; // figures come in the order of the text: each is looked for after the one before
+  for (const figure of report.figures) {
+    for (let i = index; i < nodes.length; i += 1) {
+      const at = findFigure(nodes[i].nodeValue, figure.text, 0);
+      if (at < 0) continue;
+      const rest = nodes[i].splitText(at);
+      const after = rest.splitText(figure.text.length);
+      rest.replaceWith(el("span", { class: `figure ${figure.verified ? "verified" : "unverified"}`, tabindex: "0",
+        title: figureTitle(figure), "data-figure": figure.text, text: figure.text }));
+      nodes[i] = after;
+      index = i;
+      break;
+    }
+  }
+}
+
+// Where `text` occurs in `value` from `from`, not glued to a letter or digit on either side.
+function findFigure(value, text, from) {
+  for (let at = value.indexOf(text, from); at >= 0; at = value.indexOf(text, at + 1)) {
+    const before = value[at - 1] || " ";
+    const after = value[at + text.length] || " ";
+    if (!/[\p{L}\p{N}]/u.test(before) && !/\p{N}/u.test(after)) return at;
+  }
+  return -1;
+}
+
+function figureTitle(figure) {
+  if (!figure.verified) return `Not verified: ${figure.reason}`;
+  const cells = figure.cells.map((c) => `${c.query_id}, ${c.row === null ? "totals" : `row ${c.row}`}, ${c.column}: ${c.value}`);
+  const how = figure.how === "cell" ? "From" : `${figure.how[0].toUpperCase()}${figure.how.slice(1)} of`;
+  return `${how} ${cells.join("; ")}`;
+}
+
+function unverifiedNote(report) {
+  if (!report || !report.unverified) return null;
+  const failures = report.figures.filter((f) => !f.verified);
+  return el("div", { class: "figure-note", role: "note" },
+    el("p", { text: `${failures.length === 1 ? "1 figure" : `${failures.length} figures`} could not be checked against the queries cited:` }),
+    el("ul", {}, ...failures.map((f) => el("li", {}, el("strong", { text: f.text }), el("span", { text: ` — ${f.reason}` })))));
+}
+
+function receiptLine(receipt) {
+  return receipt ? el("p", { class: "receipt", text: receipt.text }) : null;
+}
+
 function focusQuery(id) {
   const card = document.getElementById(id);
   if (!card) return;
@@ -491,7 +550,7 @@ async function openConversation(id) {
   const conversation = await response.json();
   state.conversationId = id;
   const messages = $("#messages");
-  messages.querySelectorAll(".turn").forEach((turn) => turn.remove());
+  messages.querySelectorAll(".turn, .conversation-receipt").forEach((node) => node.remove());
   $("#empty-state").hidden = conversation.turns.length > 0;
   for (const turn of conversation.turns) {
     const view = new TurnView(turn.question);
@@ -500,9 +559,12 @@ async function openConversation(id) {
       view.on_executing({ query_id: query.label, question: query.question, sql: query.sql });
       view.on_result({ ...query, query_id: query.label });
     }
-    view.finish({ answer: turn.answer, outcome: turn.outcome }, turn.feedback);
+    view.finish({ answer: turn.answer, outcome: turn.outcome, figures: turn.figures, receipt: turn.receipt }, turn.feedback);
     for (const chart of turn.charts || []) view.on_chart({ chart });
     if (turn.followups.length) view.on_followups({ questions: turn.followups });
+  }
+  if (conversation.receipt && conversation.turns.length > 1) {
+    messages.append(el("p", { class: "conversation-receipt", text: `This conversation: ${conversation.receipt.text}` }));
   }
   closeSidebar();
   loadConversations();

@@ -6,7 +6,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from agent.chats.runs import ShuttingDown
-from web.boundary import HttpError, read_chat_request
+from web.boundary import HttpError, client_key, read_chat_request
 from web.context import web_context
 from web.sse import event_stream, live
 
@@ -16,6 +16,10 @@ async def chat(request: Request) -> Response:
     body = await read_chat_request(request, web.settings.agent_web_max_message_chars)
     if not web.runs.accepting:
         raise HttpError(503, ShuttingDown.message, {"Retry-After": "5"})
+    client = client_key(request)
+    if refusal := await web.budget.refusal(client):  # the day's budget is spent: politely, and until when
+        web.agent.metrics.budget_refusals.labels("web").inc()
+        raise HttpError(429, refusal.message, {"Retry-After": str(refusal.retry_after_s)})
     if body.conversation_id is None:
         conversation_id = await web.store.create_conversation(body.message)
     elif await web.store.exists(body.conversation_id):
@@ -31,6 +35,7 @@ async def chat(request: Request) -> Response:
             platform="web",
             interface="web",
             abandon_after_s=web.reattach_grace_s,
+            on_done=lambda result: web.budget.spend(client, result.receipt),
         )
     except ShuttingDown:
         raise HttpError(503, ShuttingDown.message, {"Retry-After": "5"}) from None

@@ -143,3 +143,40 @@ async def test_a_shared_event_another_release_wrote_is_skipped_and_the_run_still
     assert events[-1].data["result"] is None
     writer.close_all()
     reader.close_all()
+
+
+async def test_a_turn_keeps_its_figures_and_receipt_and_the_conversation_sums_them(
+    store: ConversationStore, make_app, fake_anthropic: FakeAnthropic
+) -> None:
+    counted = "SELECT count() FROM nycflights13.flights WHERE distance > 1000"  # a bare count() reads metadata only
+    count = ("execute_sql", {"queries": [{"question": "n", "sql": counted}]})
+    fake_anthropic.script(
+        Reply(tool_calls=[count]), Reply(text="147,105 flights [Q1]."),
+        Reply(tool_calls=[count]), Reply(text="Still 147,105 [Q1]."),
+    )  # fmt: skip
+    app = make_app()
+    conversation = await store.create_conversation("how many?")
+    for run_id in ("run1", "run2"):
+        result: RunResult = await app.runner.run("how many flights?", followups=False)
+        await store.save_turn(conversation, run_id, result, [])
+    stored = await store.get_conversation(conversation)
+    assert stored is not None
+    first = stored["turns"][0]
+    assert first["figures"]["verified"] == 1 and first["figures"]["figures"][0]["cells"][0]["value"] == "147105"
+    assert first["receipt"]["rows_read"] == 336776 and first["receipt"]["queries"] == 1
+    total = stored["receipt"]
+    assert total["answers"] == 2 and total["rows_read"] == 2 * 336776
+    assert total["input_tokens"] == sum(t["receipt"]["input_tokens"] for t in stored["turns"])
+
+
+def test_a_file_from_before_receipts_gains_their_columns(tmp_path: Path) -> None:
+    path = tmp_path / "old.sqlite3"
+    store = ConversationStore(path)
+    store.close()
+    with sqlite3.connect(path) as old:
+        old.execute("ALTER TABLE turns DROP COLUMN receipt")
+        old.execute("ALTER TABLE turns DROP COLUMN figures")
+    ConversationStore(path).close()
+    with sqlite3.connect(path) as upgraded:
+        columns = {row[1] for row in upgraded.execute("PRAGMA table_info(turns)")}
+    assert {"figures", "receipt"} <= columns

@@ -365,3 +365,11 @@ async def test_csv_cells_and_headers_a_spreadsheet_would_evaluate_are_escaped(db
     header, row = list(csv.reader(io.StringIO(body)))
     assert header == ['\'=HYPERLINK("http://evil","click")', "'+a", "'@b", "'-c", "n", "p"]
     assert row == ['\'=HYPERLINK("http://x")', "'+1", "'@SUM(A1)", "'-2", "-3", "plain"]
+
+
+async def test_rows_and_bytes_read_come_from_the_engines_own_statistics(db: Database) -> None:
+    """chdb's statistics for the query: every row of the table scanned, whatever the result's size."""
+    result = await db.execute("SELECT origin, count() AS n FROM nycflights13.flights GROUP BY origin")
+    assert result.rows_read == 336776 and result.bytes_read is not None and result.bytes_read >= 336776
+    failed = await db.execute("SELECT nope FROM nycflights13.flights")
+    assert failed.rows_read is None

@@ -363,3 +363,9 @@ def test_the_http_interface_answers_as_clickhouse_does(fake: FakeClickHouse) -> 
     status, headers, body = _http(fake, late_failure, "plain", **progress)
     assert (status, headers["X-ClickHouse-Exception-Code"]) == (200, "395") and headers.get_all("X-ClickHouse-Progress")
     assert body.startswith(b"Code: 395. DB::Exception: Value passed to 'throwIf' function is non-zero")
+
+
+async def test_rows_and_bytes_read_come_from_the_servers_summary(server_db: Database) -> None:
+    """X-ClickHouse-Summary, sent once the query ended (wait_end_of_query): the whole query's reading."""
+    result = await server_db.execute("SELECT origin, count() AS n FROM nycflights13.flights GROUP BY origin")
+    assert result.rows_read == 336776 and result.bytes_read is not None and result.bytes_read >= 336776

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import io
 import json
+import re
 from pathlib import Path
 
 import pytest
 
 from agent.process.cli import main
+from agent.process.terminal import TerminalPrinter
 from tests.fakes.anthropic_api import Failure, FakeAnthropic, Reply
 
 
@@ -41,6 +44,9 @@ def test_ask_streams_steps_to_the_terminal(cli_env: FakeAnthropic, capsys: pytes
     out = capsys.readouterr().out
     assert out.index("🧠 Count the airlines.") < out.index("⚡ Q1 Airlines") < out.index("✓ Q1: 1 rows")
     assert "There are 16 airlines [Q1]." in out and "  • Which airline flew the most?" in out
+    # Not a terminal: plain text, the preview rows tab-separated as ClickHouse printed them, the receipt.
+    assert "\x1b[" not in out and "\nQ1 Airlines\nn\n16\n" in out
+    assert "claude-sonnet-5-5, claude-haiku-5-5 · 2 rounds ·" in out and "1 query: " in out
 
 
 def test_ask_json_has_the_documented_keys(cli_env: FakeAnthropic, capsys: pytest.CaptureFixture[str]) -> None:
@@ -48,16 +54,13 @@ def test_ask_json_has_the_documented_keys(cli_env: FakeAnthropic, capsys: pytest
     assert main(["ask", "--json", "How many airlines are there?"]) == 0
     payload = json.loads(capsys.readouterr().out)
     assert set(payload) == {
-        "question",
-        "answer",
-        "classification",
-        "queries",
-        "followups",
-        "charts",
-        "model",
+        "question", "answer", "classification", "queries", "followups", "charts", "model", "figures", "receipt",
         "metrics",
-    }
-    assert payload["charts"] == [] and payload["model"] == "anthropic:claude-sonnet-5-5"
+    }  # fmt: skip
+    assert payload["model"] == "anthropic:claude-sonnet-5-5"
+    assert payload["figures"]["verified"] == 1 and payload["figures"]["figures"][0]["how"] == "cell"
+    assert payload["receipt"]["queries"] == 1 and payload["receipt"]["cost_usd"] > 0
+    assert payload["charts"] == []
     assert payload["classification"] == "data_analysis" and payload["answer"] == "There are 16 airlines [Q1]."
     (query,) = payload["queries"]
     assert set(query) == {"id", "question", "sql", "columns", "rows", "row_count", "has_more", "error"}
@@ -87,6 +90,30 @@ def test_ask_shows_a_fallback_and_names_the_model_that_answered(
     assert main(["ask", "How many airlines are there?"]) == 0
     out = capsys.readouterr().out
     note = "↪ anthropic:claude-sonnet-5-5 is overloaded; going on with anthropic:claude-opus-5-5."
-    assert out.index(note) < out.index("⚡ Q1 Airlines") and "s, anthropic:claude-opus-5-5)" in out
+    receipt = out.strip().splitlines()[-1]  # the receipt names the model that answered, not the one passed over
+    assert out.index(note) < out.index("⚡ Q1 Airlines") and "anthropic:claude-opus-5-5" in receipt
+    assert "sonnet" not in receipt
     sonnet = [r for r in cli_env.requests if r["model"] == "claude-sonnet-5-5"]
     assert len(sonnet) == 2  # AGENT_FALLBACK_RETRIES=1: one retry, then Opus; later rounds go straight to Opus
+
+
+async def test_at_a_terminal_rich_renders_markdown_tables_and_the_receipt(
+    make_app, fake_anthropic: FakeAnthropic
+) -> None:
+    fake_anthropic.script(
+        Reply(tool_calls=[("execute_sql", {"queries": [{"question": "Per origin", "sql": ORIGINS}]})]),
+        Reply(text="**EWR** had 130,000 departures [Q1]."),
+        Reply(text="**EWR** had 130,000 departures [Q1]."),
+    )
+    out = io.StringIO()
+    printer = TerminalPrinter(out, io.StringIO(), rich=True)
+    await make_app().runner.run("busiest?", on_event=printer, followups=False)
+    text = out.getvalue()
+    plain = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", text)
+    assert "\x1b[" in text and "**EWR**" not in plain and "EWR had 130,000 departures [Q1]." in plain
+    assert "Q1 Per origin" in plain and "┃ origin ┃      n ┃" in plain and "│ EWR    │ 120835 │" in plain
+    assert "⚠ 1 figure(s) match nothing in the results they cite:" in plain and "• 130,000: no cell of Q1" in plain
+    assert "1 query: 336.8k rows" in plain
+
+
+ORIGINS = "SELECT origin, count() AS n FROM nycflights13.flights GROUP BY origin ORDER BY n DESC"

@@ -337,7 +337,9 @@ async def test_without_streaming_the_answer_is_posted_then_updated(
     question = await bot.ask("which carrier flew the most?")
     answer = answer_message(fake_slack, GENERAL_ID, question)
     assert answer["blocks"][0] == {"type": "markdown", "text": "UA flew the most flights: 58,665 [Q1]."}
-    assert [b["type"] for b in answer["blocks"]] == ["markdown", "actions", "actions", "actions"]
+    assert [b["type"] for b in answer["blocks"]] == ["markdown", "context", "actions", "actions", "actions"]
+    receipt = answer["blocks"][1]["elements"][0]["text"]  # the receipt, as a context line
+    assert receipt.startswith("claude-sonnet-5-5, claude-haiku-5-5 · 2 rounds · ") and "1 query: 336.8k rows" in receipt
     assert answer["metadata"]["event_payload"]["final"] is True
     assert sample(bot.metrics, "agent_slack_answers_total", delivery="update") == 1
     [history] = turns(
@@ -407,7 +409,8 @@ async def test_a_long_answer_is_split_at_slacks_limit(
 ) -> None:
     bot = await start_bot()
     long_answer = "\n".join(f"Line {n}: carrier UA flew {n:,} flights that month [Q1]." for n in range(600))
-    fake_anthropic.script(*carriers_script(long_answer))
+    script = carriers_script(long_answer)
+    fake_anthropic.script(*script[:2], Reply(text=long_answer), *script[2:])  # its figures are made up: one correction
     question = await bot.ask("every month, in detail")
     parts = [m for m in bot_replies(fake_slack, GENERAL_ID, question) if m.get("metadata")]
     assert len(parts) == 3 and all(len(m["text"]) <= 12_000 for m in parts)

@@ -1,4 +1,4 @@
-"""Model prices (evals/pricing.yaml) and what a number of tokens costs. One file of figures, read by
+"""Model prices (agent/pricing.yaml) and what a number of tokens costs. One file of figures, read by
 the eval reports and, later, the metrics dashboard."""
 
 from __future__ import annotations

@@ -1,0 +1,385 @@
+"""The figures of an answer, each with the [Qn] citations near it, and the numbers that are not claims.
+
+A figure is a number the answer states as a fact: an integer with separators (`120,835`, `120.835`,
+`120 835` with a no-break space, `120'835`), a decimal (`6.9`, `6,9`), a percentage (`26%`, `26 percent`,
+`4.1 pp`, `4.1 points`), currency (`$1,200`, `€3.4M`), an abbreviated count (`1.2M`, `120.8K`, `3 billion`, `2 Mio.`), a
+multiple (`2.3x`, `2.3 times`), a date (`2013-11-27`, `November 27, 2013`, `27 Nov 2013`) or a time
+(`17:05`, `5:05 pm`). A separator that could be either (`1,234`, `1.234`) is read both ways; the figure
+holds when either reading does.
+
+Not claims, told apart by their form and place, never checked (`Extracted.not_claims` says why for
+each): citations and other numbers glued to letters (`Q1`, `Q4 2013`, `B6`, `N14228`, `A320`), code,
+link targets, raw HTML tags, years (a bare 1900-2100 integer: `in 2013`, `July 2013`), ordinals (`3rd`), the numbers
+of a Markdown ordered list, ranks and limits (`top 5`, `first 10`, `#1`), a number that names
+something (`Paragraph 3`, `flight 1545`, `Terminal 4`), a count equal to the number of items a list or
+table of the answer shows (`these 3 airports:` over three bullets), numbers the question itself holds,
+and (decided in verify.py, which knows the citations) numbers and dates the cited query's SQL holds
+(its filters and limits: `flights over 1,000 miles`), and a first or last day of a month that no cell
+holds (the period an answer covers: `from January 1 to December 31, 2013`).
+
+The answer is model output: every pattern here runs on RE2 (agent/linear_re.py), in time linear in it.
+"""
+
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass
+from decimal import Decimal, InvalidOperation
+from typing import Literal
+
+from agent import linear_re
+
+Kind = Literal["number", "percent", "multiple", "date", "time"]
+
+_CITATION = linear_re.compile(r"\[\s*(Q\d+(?:\s*(?:,|;|/|&|and)\s*Q?\d+)*)\s*\]")
+_CITED_ID = linear_re.compile(r"Q?(\d+)")
+_CODE = linear_re.compile(r"```.*?(?:```|\z)|`[^`\n]*`|\]\([^)\n]*\)|https?://\S+|<[^<>\n]*>", dot_all=True)
+_MONTHS = "jan|january|feb|february|mar|march|apr|april|may|jun|june|jul|july|aug|august|sep|sept|september|oct|october|nov|november|dec|december"  # noqa: E501
+_MONTH_OF = [1, 1, 2, 2, 3, 3, 4, 4, 5, 6, 6, 7, 7, 8, 8, 9, 9, 9, 10, 10, 11, 11, 12, 12]
+_DATE = linear_re.compile(
+    r"(\d{4})-(\d{2})-(\d{2})(?:[ T](\d{2}):(\d{2})(?::(\d{2}))?)?"
+    rf"|({_MONTHS})\.? (\d{{1,2}})(?:st|nd|rd|th)?(?:,? (\d{{4}}))?"
+    rf"|(\d{{1,2}})(?:st|nd|rd|th)? ({_MONTHS})\.?(?:,? (\d{{4}}))?"
+    r"|(\d{1,2}):(\d{2})(?::(\d{2}))?(?:\s?([ap])\.?m\.?)?",
+    ignore_case=True,
+)
+_SEPARATORS = ",.'’\u00a0\u202f\u2009"
+_SPACE_LIKE = "'’\u00a0\u202f\u2009"
+_NUMBER = linear_re.compile(
+    r"([$€£¥]\s?)?([-−])?(\d(?:[\d,.'’\u00a0\u202f\u2009]*\d)?)"
+    r"(\s?%|\s(?:percentage points?|points?|[Pp]ercent|per cent|pp)|\s?(?:bn|mn|[kKMB])"
+    r"|\s(?:thousand|million|billion|trillion|Mio\.?|Mrd\.?)|\s?[x×]|\s(?:times|-fold)|-fold)?"
+)
+_SCALES = {
+    "k": 3, "K": 3, "thousand": 3, "M": 6, "mn": 6, "million": 6, "Mio": 6, "Mio.": 6,
+    "B": 9, "bn": 9, "billion": 9, "Mrd": 9, "Mrd.": 9, "trillion": 12,
+}  # fmt: skip
+_HEDGES = (
+    "about", "around", "approximately", "approx.", "roughly", "nearly", "almost", "over", "more than",
+    "less than", "fewer than", "under", "some", "close to", "~", "≈", "upwards of", "at least", "at most",
+    "above", "below", "exceeding", "just over", "just under",
+)  # fmt: skip
+_RANKS = ("top", "first", "last", "bottom", "#", "rank", "no.", "number")
+# A number after one of these words names something (`Paragraph 3`, `flight 1545`, `terminal 4`).
+_LABELS = (
+    "paragraph", "part", "step", "option", "section", "item", "chapter", "phase", "table", "figure", "chart",
+    "query", "line", "row", "column", "page", "case", "example", "version", "level", "tier", "group", "flight",
+    "gate", "terminal", "runway", "route", "bus", "platform", "room", "q",
+)  # fmt: skip
+_LIST_ITEM = linear_re.compile(r"\s*(?:[-*+•]|\d+[.)])\s")
+_ORDINALS = ("st", "nd", "rd", "th")
+
+
+@dataclass(frozen=True)
+class Reading:
+    """One way to read the figure's digits: its value (units applied) and the step of its last digit."""
+
+    value: float
+    step: float
+
+
+@dataclass(frozen=True)
+class Figure:
+    text: str
+    start: int
+    end: int
+    kind: Kind
+    readings: tuple[Reading, ...] = ()  # numbers, percentages (in percent), multiples
+    date: tuple[int | None, int, int] | None = None  # (year, month, day)
+    time: tuple[int, int, int | None] | None = None  # (hour, minute, second)
+    hedged: bool = False  # "about 340,000": within one step of its last non-zero digit
+    citations: tuple[str, ...] = ()  # the [Qn] near it: its sentence's, else its paragraph's, else the answer's
+    cited_where: Literal["sentence", "paragraph", "answer", "none"] = "none"
+    sentence: str = ""  # the sentence it stands in, lowercased: the rows it names
+
+
+@dataclass(frozen=True)
+class Extracted:
+    figures: list[Figure]
+    not_claims: list[tuple[str, str]]  # (text, why)
+    citations: list[str]  # every Q id the answer cites, in order
+
+
+def extract(answer: str, question: str = "") -> Extracted:
+    masked = _mask(answer)
+    citations = _citations(answer)
+    near = _Nearby(answer, citations)
+    question_values = _plain_values(_mask(question))
+    question_dates = {f.date for f in _dates(_mask(question))}
+    list_sizes = _list_sizes(answer)
+    figures: list[Figure] = []
+    not_claims: list[tuple[str, str]] = []
+    dates = _dates(masked)
+    taken = [(f.start, f.end) for f in dates]
+    for figure in dates:
+        if figure.date is not None and (figure.date in question_dates or (None, *figure.date[1:]) in question_dates):
+            not_claims.append((figure.text, "in the question"))
+        else:
+            figures.append(figure)
+    for match in _NUMBER.finditer(masked):
+        if any(s <= match.start(3) < e for s, e in taken):
+            continue
+        number, why = _number(answer, match)
+        if number is None:
+            not_claims.append((answer[match.start(3) : match.end(3)], why))
+            continue
+        why = _plain_not_claim(answer, number, question_values, list_sizes)
+        if why:
+            not_claims.append((number.text, why))
+        else:
+            figures.append(number)
+    figures.sort(key=lambda f: f.start)
+    placed = [near.place(f) for f in figures]
+    ordered = list(dict.fromkeys(q for _, ids in citations for q in ids))
+    return Extracted(figures=placed, not_claims=not_claims, citations=ordered)
+
+
+def _mask(text: str) -> str:
+    """`text` with code, link targets, URLs and citations blanked (same offsets)."""
+
+    def blank(match: linear_re.Match) -> str:
+        return " " * (match.end() - match.start())
+
+    return _CITATION.sub(blank, _CODE.sub(blank, text))
+
+
+def _citations(answer: str) -> list[tuple[int, tuple[str, ...]]]:
+    found = []
+    for match in _CITATION.finditer(_CODE.sub(lambda m: " " * (m.end() - m.start()), answer)):
+        ids = tuple(f"Q{int(n)}" for n in _CITED_ID.findall(match.group(1)) if len(n) < 9)
+        found.append((match.start(), ids))
+    return found
+
+
+class _Nearby:
+    """Which citations sit near an offset: in its sentence (or just after its end), else its paragraph."""
+
+    def __init__(self, answer: str, citations: list[tuple[int, tuple[str, ...]]]) -> None:
+        self._answer = answer
+        self._citations = citations
+        self._positions = [at for at, _ in citations]
+        self._sentence_ends = [i + 1 for i, c in enumerate(answer) if c == "\n" or _ends_sentence(answer, i)]
+        self._paragraph_ends = [i for i in range(len(answer)) if answer.startswith("\n\n", i)]
+
+    def place(self, figure: Figure) -> Figure:
+        start, end = _span(self._sentence_ends, figure.start, len(self._answer))
+        figure = Figure(**{**figure.__dict__, "sentence": self._answer[start:end].lower()})
+        everything = tuple(dict.fromkeys(q for _, ids in self._citations for q in ids))
+        for where, bounds in (("sentence", self._sentence_ends), ("paragraph", self._paragraph_ends)):
+            start, end = _span(bounds, figure.start, len(self._answer))
+            if where == "sentence":  # "… 120,835. [Q1]": a citation right after the sentence is its own
+                while end < len(self._answer) and self._answer[end] in " \t":
+                    end += 1
+                if self._answer.startswith("[", end):
+                    end = self._answer.find("]", end) + 1 or end
+            ids = self._within(start, end)
+            if ids:
+                return _with(figure, ids, where)
+        return _with(figure, everything, "answer" if everything else "none")
+
+    def _within(self, start: int, end: int) -> tuple[str, ...]:
+        low, high = bisect.bisect_left(self._positions, start), bisect.bisect_left(self._positions, end)
+        return tuple(dict.fromkeys(q for _, ids in self._citations[low:high] for q in ids))
+
+
+def _with(figure: Figure, ids: tuple[str, ...], where: str) -> Figure:
+    return Figure(**{**figure.__dict__, "citations": ids, "cited_where": where})
+
+
+def _span(ends: list[int], at: int, length: int) -> tuple[int, int]:
+    index = bisect.bisect_right(ends, at)
+    return (ends[index - 1] if index else 0), (ends[index] if index < len(ends) else length)
+
+
+def _ends_sentence(text: str, i: int) -> bool:
+    return text[i] in ".!?" and (i + 1 == len(text) or text[i + 1].isspace())
+
+
+def _dates(masked: str) -> list[Figure]:
+    figures = []
+    for m in _DATE.finditer(masked):
+        before = masked[m.start() - 1] if m.start() else " "
+        after = masked[m.end()] if m.end() < len(masked) else " "
+        if before.isalnum() or after.isdigit():
+            continue
+        text = masked[m.start() : m.end()]
+        g = [m.group(i) for i in range(1, 17)]
+        if g[0]:
+            figure = Figure(text, m.start(), m.end(), "date", date=(int(g[0]), int(g[1]), int(g[2])))
+            if g[3]:
+                figures.append(figure)
+                figure = Figure(text, m.start(), m.end(), "time", time=(int(g[3]), int(g[4]), _int(g[5])))
+        elif g[6] or g[10]:
+            month = _MONTH_OF[_MONTHS.split("|").index((g[6] or g[10]).lower())]
+            day = int(g[7] or g[9])
+            year = _int(g[8] or g[11])
+            if not 1 <= day <= 31:
+                continue
+            figure = Figure(text, m.start(), m.end(), "date", date=(year, month, day))
+        else:
+            hour = int(g[12]) + (12 if g[15] and g[15].lower() == "p" and int(g[12]) < 12 else 0)
+            hour = 0 if g[15] and g[15].lower() == "a" and hour == 12 else hour
+            if hour > 23 or int(g[13]) > 59:
+                continue
+            figure = Figure(text, m.start(), m.end(), "time", time=(hour, int(g[13]), _int(g[14])))
+        figures.append(figure)
+    return figures
+
+
+def _int(text: str | None) -> int | None:
+    return int(text) if text else None
+
+
+def _number(answer: str, m: linear_re.Match) -> tuple[Figure | None, str]:
+    """A figure from a number match, or None and why it is not a claim."""
+    digits = m.group(3)
+    start, end = m.start(3), m.end(3)
+    suffix = m.group(4) or ""
+    before = answer[start - 1] if start else " "
+    sign_start = m.start(2) if m.group(2) else start
+    if m.group(2) and sign_start and (answer[sign_start - 1].isalnum()):
+        sign_start = start  # a range (10-20) or a hyphenated name, not a minus
+    if before.isalpha() or before == "_" or (before.isdigit()):
+        return None, "part of a name (Q1, B6, N14228)"
+    if before == "#":
+        return None, "a rank"
+    after_at = m.end(4) if suffix else end
+    after = answer[after_at] if after_at < len(answer) else " "
+    if suffix.strip() in ("k", "K", "M", "B", "bn", "mn", "x", "×") and after.isalpha():
+        suffix, after_at = "", end  # "5 Main St": the letter starts a word
+        after = answer[end] if end < len(answer) else " "
+    if not suffix and after.isalpha():
+        return None, "an ordinal" if answer[end : end + 2].lower() in _ORDINALS else "part of a name (737MAX)"
+    line_start = answer.rfind("\n", 0, start) + 1
+    if not answer[line_start:start].strip() and _LIST_ITEM.match(answer[line_start:]) and after in ".)":
+        return None, "a list item's number"
+    parsed = _readings(digits)
+    if not parsed:
+        return None, "not a number in any format the check reads"
+    word = suffix.strip()
+    kind: Kind = "number"
+    scale = 0
+    if word in ("%", "percent", "Percent", "per cent", "pp") or word.startswith(("percentage point", "point")):
+        kind = "percent"
+    elif word in ("x", "×", "times", "-fold", "fold"):
+        kind = "multiple"
+    elif word:
+        scale = _SCALES.get(word, 0)
+    negative = sign_start < start
+    hedged = _hedged(answer[max(0, sign_start - 20) : sign_start])
+    text_start = m.start(1) if m.group(1) else sign_start
+    readings = tuple(
+        Reading(
+            value=float(value.scaleb(scale)) * (-1 if negative else 1),
+            step=float(_step(value, places, hedged).scaleb(scale)),
+        )
+        for value, places in parsed
+    )
+    return (
+        Figure(answer[text_start:after_at], text_start, after_at, kind, readings=readings, hedged=hedged),
+        "",
+    )
+
+
+def _readings(digits: str) -> list[tuple[Decimal, int]]:
+    """The values `digits` may mean, with their decimal places (both readings when ambiguous)."""
+    seps = [c for c in digits if c in _SEPARATORS]
+    if not seps:
+        return [(Decimal(digits), 0)]
+    kinds = list(dict.fromkeys(seps))
+    if len(kinds) == 2:
+        decimal = kinds[1]
+        if seps.count(decimal) != 1 or digits.rfind(decimal) < max(digits.rfind(k) for k in kinds[:1]):
+            return []
+        whole, fraction = digits.rsplit(decimal, 1)
+        return _grouped(whole, kinds[0], fraction)
+    sep = kinds[0]
+    if len(seps) > 1 or sep in _SPACE_LIKE:
+        return _grouped(digits, sep, "")
+    whole, fraction = digits.split(sep)
+    as_decimal = _number_of(whole, fraction)
+    if len(fraction) == 3 and whole != "0" and len(whole) <= 3:
+        as_thousands = _grouped(digits, sep, "")
+        return as_thousands + as_decimal if sep == "," else as_decimal + as_thousands
+    return as_decimal
+
+
+def _grouped(whole: str, sep: str, fraction: str) -> list[tuple[Decimal, int]]:
+    groups = whole.split(sep)
+    if not 1 <= len(groups[0]) <= 3 or any(len(g) != 3 for g in groups[1:]):
+        return []
+    if any(c in _SEPARATORS for c in fraction):
+        return []
+    return _number_of("".join(groups), fraction)
+
+
+def _number_of(whole: str, fraction: str) -> list[tuple[Decimal, int]]:
+    try:
+        return [(Decimal(f"{whole}.{fraction}" if fraction else whole), len(fraction))]
+    except InvalidOperation:
+        return []
+
+
+def _step(value: Decimal, places: int, hedged: bool) -> Decimal:
+    """The unit of the last digit shown; hedged, of the last non-zero digit of a whole number."""
+    if places or not hedged or value == 0:
+        return Decimal(1).scaleb(-places)
+    text = str(int(value))
+    zeros = len(text) - len(text.rstrip("0"))
+    return Decimal(1).scaleb(zeros)
+
+
+def _hedged(before: str) -> bool:
+    lowered = before.lower().rstrip()
+    return any(lowered.endswith(h) and (len(lowered) == len(h) or not lowered[-len(h) - 1].isalpha()) for h in _HEDGES)
+
+
+def _plain_values(masked: str) -> set[float]:
+    values = set()
+    for m in _NUMBER.finditer(masked):
+        for value, _ in _readings(m.group(3)):
+            values.add(float(value))
+    return values
+
+
+def _list_sizes(answer: str) -> set[int]:
+    """How many items each Markdown list and table of the answer shows."""
+    sizes: set[int] = set()
+    items = rows = 0
+    for line in [*answer.splitlines(), ""]:
+        stripped = line.strip()
+        if _LIST_ITEM.match(line + " "):
+            items += 1
+        elif stripped:
+            pass
+        if stripped.startswith("|"):
+            if set(stripped) - set("|-: "):
+                rows += 1
+        else:
+            if rows > 1:
+                sizes.add(rows - 1)  # the header row is no item
+            rows = 0
+        if not _LIST_ITEM.match(line + " ") and not (stripped and items and line.startswith((" ", "\t"))):
+            if items:
+                sizes.add(items)
+            items = 0
+    return sizes
+
+
+def _plain_not_claim(answer: str, figure: Figure, question_values: set[float], list_sizes: set[int]) -> str:
+    text = figure.text.replace(",", "")
+    plain = figure.kind == "number" and text.isdigit()
+    if plain and len(text) == 4 and 1900 <= int(text) <= 2100 and not figure.hedged:
+        return "a year"
+    if figure.kind != "percent" and any(r.value in question_values for r in figure.readings):
+        return "in the question"
+    before = answer[max(0, figure.start - 8) : figure.start].lower().rstrip()
+    if plain and any(before.endswith(word) for word in _RANKS):
+        return "a rank or a limit (top 5)"
+    window = answer[max(0, figure.start - 24) : figure.start].lower().split()
+    last_word = window[-1] if window else ""
+    if plain and last_word in _LABELS:
+        return "a name (Paragraph 3, flight 1545)"
+    if plain and int(text) in list_sizes:
+        return "the count of items the answer lists"
+    return ""

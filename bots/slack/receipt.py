@@ -1,0 +1,32 @@
+"""Under an answer in Slack: the figures that did not check out against their queries, and the
+receipt, as context lines (small grey text) above the buttons."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from agent.runner import FinalAnswer
+from bots.slack.blocks import escape
+
+MAX_CONTEXT_TEXT = 3000  # Slack's limit on one context element's text
+MAX_LISTED = 5  # unverified figures named; the rest are counted
+
+
+def receipt_blocks(result: FinalAnswer) -> list[dict[str, Any]]:
+    blocks: list[dict[str, Any]] = []
+    figures = result.figures
+    if figures is not None and figures.unverified:
+        failures = figures.failures()
+        named = "; ".join(f"*{escape(f.text)}* ({escape(f.reason or 'no match')})" for f in failures[:MAX_LISTED])
+        more = f"; and {len(failures) - MAX_LISTED} more" if len(failures) > MAX_LISTED else ""
+        text = f":warning: Not verified against the queries cited: {named}{more}"
+        blocks.append(_context("analyst_unverified", text))
+    if result.receipt is not None:
+        blocks.append(_context("analyst_receipt", escape(result.receipt.line())))
+    return blocks
+
+
+def _context(block_id: str, text: str) -> dict[str, Any]:
+    if len(text) > MAX_CONTEXT_TEXT:
+        text = text[: MAX_CONTEXT_TEXT - 1] + "…"
+    return {"type": "context", "block_id": block_id, "elements": [{"type": "mrkdwn", "text": text}]}

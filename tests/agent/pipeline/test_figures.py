@@ -1,0 +1,92 @@
+"""The figure check in the loop: one correction round, the report in the result, the `done` event and
+the metrics (real SDK, fake Messages API over HTTP, real embedded ClickHouse)."""
+
+from __future__ import annotations
+
+from agent.runner import FinalAnswer, Outcome
+from tests.agent.pipeline.test_pipeline import ask, last_user_text, sql
+from tests.fakes.anthropic_api import Failure, FakeAnthropic, Reply
+
+ORIGINS = (
+    "Departures per origin",
+    "SELECT origin, count() AS n FROM nycflights13.flights GROUP BY origin ORDER BY n DESC",
+)
+
+
+def _value(metrics, name: str) -> float:
+    return metrics.registry.get_sample_value(name, {}) or 0.0
+
+
+async def test_a_wrong_figure_gets_one_correction_round(make_app, fake_anthropic: FakeAnthropic, metrics) -> None:
+    fake_anthropic.script(
+        Reply(tool_calls=[sql(ORIGINS)]),
+        Reply(text="EWR had the most departures in 2013: 120,853 [Q1], 35.9% of the total [Q1]."),
+        Reply(text="EWR had the most departures in 2013: 120,835 [Q1], 35.9% of the total [Q1]."),
+    )
+    result, events = await ask(make_app(), "Which NYC airport had the most departures?")
+    correction = last_user_text(fake_anthropic.requests[2])
+    assert '"120,853" (cited to Q1)' in correction and "nearest cell is 120835 (Q1, row 1, n)" in correction
+    assert "35.9%" not in correction  # it verified
+    assert (
+        events.answer_text()
+        == result.answer
+        == "EWR had the most departures in 2013: 120,835 [Q1], 35.9% of the total [Q1]."
+    )
+    report = result.figures
+    assert report is not None and report.corrected and report.unverified_before_correction == 1
+    assert [(f.text, f.verified, f.how) for f in report.figures] == [
+        ("120,835", True, "cell"),
+        ("35.9%", True, "share of total"),
+    ]
+    assert report.not_claims == 1  # the year
+    assert result.metrics.rounds == 3 and result.outcome is Outcome.ANSWERED
+    assert _value(metrics, "agent_figure_corrections_total") == 1
+    assert _value(metrics, "agent_figures_checked_total") == 2
+    assert _value(metrics, "agent_figures_verified_total") == 2
+    assert _value(metrics, "agent_figures_unverified_total") == 0
+    done = events.of("done")[0]
+    assert FinalAnswer.of(done.result).figures == report
+    assert done.wire()["result"]["figures"]["verified"] == 2
+
+
+async def test_what_still_fails_is_reported_unverified(make_app, fake_anthropic: FakeAnthropic, metrics) -> None:
+    fake_anthropic.script(
+        Reply(tool_calls=[sql(ORIGINS)]),
+        Reply(text="EWR had 130,000 departures [Q1]; JFK had 111,279 [Q1]."),
+        Reply(text="EWR had 130,000 departures [Q1]; JFK had 111,279 [Q1]."),
+    )
+    result, _ = await ask(make_app(), "departures?")
+    report = result.figures
+    assert report is not None and report.corrected
+    (wrong,) = report.failures()
+    assert wrong.text == "130,000" and wrong.citations == ["Q1"] and "no cell of Q1" in (wrong.reason or "")
+    assert result.answer.startswith("EWR had 130,000")  # shown, marked unverified, never silently dropped
+    assert _value(metrics, "agent_figures_unverified_total") == 1
+    assert _value(metrics, "agent_figures_verified_total") == 1
+    summary = result.summary()
+    assert summary["figures"]["unverified"] == 1 and summary["figures"]["figures"][0]["verified"] is False
+
+
+async def test_verified_answers_take_no_extra_round(make_app, fake_anthropic: FakeAnthropic, metrics) -> None:
+    fake_anthropic.script(
+        Reply(tool_calls=[sql(ORIGINS)]),
+        Reply(text="The top 3 airports [Q1]:\n\n1. EWR: 120,835\n2. JFK: 111,279\n3. LGA: 104,662"),
+    )
+    result, events = await ask(make_app(), "busiest airports?")
+    assert len(fake_anthropic.requests) == 2 and not [e for e in events.of("answer") if e.restart]
+    report = result.figures
+    assert report is not None and not report.corrected and (report.checked, report.verified) == (3, 3)
+    assert _value(metrics, "agent_figure_corrections_total") == 0
+    assert result.metrics.figure_check_ms < 1000
+
+
+async def test_a_failed_correction_round_keeps_the_answer(make_app, fake_anthropic: FakeAnthropic) -> None:
+    fake_anthropic.script(
+        Reply(tool_calls=[sql(ORIGINS)]),
+        Reply(text="EWR had 130,000 departures [Q1]."),
+        Failure(400, "invalid_request_error", "the correction request was refused"),
+    )
+    result, events = await ask(make_app(), "departures?")
+    assert result.outcome is Outcome.ANSWERED and result.error is None and not events.of("error")
+    assert result.answer == "EWR had 130,000 departures [Q1]."
+    assert result.figures is not None and result.figures.unverified == 1 and result.figures.corrected

@@ -1,0 +1,49 @@
+"""Under an answer in Slack: figures that did not check out, and the receipt, as context lines."""
+
+from __future__ import annotations
+
+from tests.fakes.anthropic_api import FakeAnthropic, Reply
+from tests.fakes.slack_api import GENERAL_ID, FakeSlack
+from tests.slack_helpers import answer_message, carriers_script, sample
+
+WRONG = "UA flew the most flights: 60,000 [Q1] <!channel>."
+
+
+async def test_unverified_figures_are_noted_under_the_answer(
+    start_bot, fake_slack: FakeSlack, fake_anthropic: FakeAnthropic
+) -> None:
+    bot = await start_bot()
+    script = carriers_script(WRONG)
+    fake_anthropic.script(*script[:2], Reply(text=WRONG), *script[2:])  # the correction round keeps it
+    question = await bot.ask("which carrier flew the most?")
+    answer = answer_message(fake_slack, GENERAL_ID, question)
+    context = [b for b in answer["blocks"] if b["type"] == "context"]
+    assert [b["block_id"] for b in context] == ["analyst_unverified", "analyst_receipt"]
+    note = context[0]["elements"][0]["text"]
+    assert note.startswith(":warning: Not verified against the queries cited: *60,000* (no cell of Q1 gives it")
+    assert "nearest cell is 58665 (Q1, row 1, n)" in note
+    receipt = context[1]["elements"][0]["text"]
+    assert "3 rounds" in receipt and "≈ $" in receipt and "1 query: 336.8k rows" in receipt
+
+
+async def test_a_verified_answer_has_only_its_receipt(
+    start_bot, fake_slack: FakeSlack, fake_anthropic: FakeAnthropic
+) -> None:
+    bot = await start_bot()
+    fake_anthropic.script(*carriers_script())
+    question = await bot.ask("which carrier flew the most?")
+    answer = answer_message(fake_slack, GENERAL_ID, question)
+    assert [b["block_id"] for b in answer["blocks"] if b["type"] == "context"] == ["analyst_receipt"]
+
+
+async def test_a_user_over_the_daily_budget_is_told_when_it_resets(
+    start_bot, fake_slack: FakeSlack, fake_anthropic: FakeAnthropic
+) -> None:
+    bot = await start_bot(agent_daily_user_tokens=1)
+    fake_anthropic.script(*carriers_script())
+    await bot.ask("which carrier flew the most?")  # answered: it is what spends the budget
+    question = await bot.ask("and the least?")
+    (reply,) = [m for m in fake_slack.replies(GENERAL_ID, question) if m.get("user") == fake_slack.bot_user_id]
+    assert reply["text"].startswith("You have used today's budget for questions (")
+    assert "resets at 00:00 UTC" in reply["text"] and len(fake_anthropic.requests) == 3  # no model call for it
+    assert sample(bot.metrics, "agent_budget_refusals_total", interface="slack") == 1

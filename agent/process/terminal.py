@@ -77,7 +77,7 @@ class TerminalPrinter:
         self._line("\nFollow-up questions:\n" + "\n".join(f"  • {q}" for q in event.questions))
 
     def _fallback(self, event: Any) -> None:
-        self._line(f"{self._dim}↪ {event.note}{self._reset}")
+        self._line(f"↪ {event.note}", "dim")
 
     def _error(self, event: Any) -> None:
         self._end_answer()

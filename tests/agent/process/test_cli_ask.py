@@ -46,7 +46,7 @@ def test_ask_streams_steps_to_the_terminal(cli_env: FakeAnthropic, capsys: pytes
     assert "There are 16 airlines [Q1]." in out and "  • Which airline flew the most?" in out
     # Not a terminal: plain text, the preview rows tab-separated as ClickHouse printed them, the receipt.
     assert "\x1b[" not in out and "\nQ1 Airlines\nn\n16\n" in out
-    assert "claude-sonnet-5-5, claude-haiku-5-5 · 2 rounds ·" in out and "1 query: " in out
+    assert "anthropic:claude-sonnet-5-5, anthropic:claude-haiku-5-5 · 2 rounds ·" in out and "1 query: " in out
 
 
 def test_ask_json_has_the_documented_keys(cli_env: FakeAnthropic, capsys: pytest.CaptureFixture[str]) -> None:

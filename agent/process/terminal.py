@@ -23,6 +23,18 @@ from agent.db.rendering import is_numeric
 from agent.runner import PREVIEW_ROWS, ExecutedQuery, RunResult
 
 _REFRESH_S = 0.1  # the streamed answer is re-rendered at most this often
+# Everything printed here is untrusted (the model's text, SQL, cells a stranger may have written): control
+# characters would reach the terminal as escape sequences (ESC [2J clears it, ESC ] 8 writes a link, ESC ] 0
+# retitles the window) and bidirectional overrides reorder what a person reads. They are shown as \xNN or
+# \uNNNN instead; newlines and tabs stay.
+_CONTROLS = {
+    code: f"\\x{code:02x}" for code in (*range(0x00, 0x09), *range(0x0B, 0x20), *range(0x7F, 0xA0))
+} | {code: f"\\u{code:04x}" for code in (*range(0x202A, 0x202F), *range(0x2066, 0x206A))}
+
+
+def safe(text: str) -> str:
+    """`text` with every control character and bidirectional override made visible (see _CONTROLS)."""
+    return text.translate(_CONTROLS)
 
 
 class TerminalPrinter:
@@ -46,16 +58,16 @@ class TerminalPrinter:
     def _line(self, text: str, style: str = "") -> None:
         self._end_answer()
         if self._rich:
-            self._console.print(Text(text, style=style))
+            self._console.print(Text(safe(text), style=style))
         else:
-            self._out.write(text + "\n")
+            self._out.write(safe(text) + "\n")
 
     def _thinking(self, event: Any) -> None:
         self._line(f"🧠 {event.text}", "dim")
 
     def _executing(self, event: Any) -> None:
         self._line(f"⚡ {event.query_id} {event.question}", "bold")
-        sql = event.sql.strip()
+        sql = safe(event.sql.strip())
         if self._rich:
             self._console.print(Syntax(sql, "sql", theme="ansi_dark", background_color="default"), style="dim")
         else:
@@ -81,7 +93,7 @@ class TerminalPrinter:
 
     def _error(self, event: Any) -> None:
         self._end_answer()
-        self._err.write(f"error: {event.message}\n")
+        self._err.write(f"error: {safe(event.message)}\n")
 
     # --- the answer, as it streams ---
 
@@ -99,7 +111,7 @@ class TerminalPrinter:
             if not self._in_answer:
                 self._out.write("\n")
             self._in_answer = True
-            self._out.write(event.text)
+            self._out.write(safe(event.text))
             return
         if self._live is None:
             self._console.print()
@@ -111,7 +123,8 @@ class TerminalPrinter:
 
     def _paint(self) -> None:
         if self._live is not None:
-            self._live.update(Markdown(self._text), refresh=True)
+            # No terminal hyperlinks: a link shows its target, as the web chat's does on hover.
+            self._live.update(Markdown(safe(self._text), hyperlinks=False), refresh=True)
             self._painted = time.monotonic()
 
     def _end_answer(self) -> None:
@@ -145,15 +158,17 @@ class TerminalPrinter:
         title = f"{query.id} {query.question}{more if len(shown) < result.row_count or result.has_more else ''}"
         if not self._rich:
             lines = ["\t".join(map(_plain, result.columns)), *("\t".join(map(_plain, row)) for row in shown)]
-            self._out.write(f"\n{title}\n" + "\n".join(lines) + "\n")
+            self._out.write(safe(f"\n{title}\n" + "\n".join(lines) + "\n"))
             return
         table = Table()
         for name, ch_type in zip(result.columns, result.types, strict=False):
-            table.add_column(name, overflow="fold", justify="right" if is_numeric(ch_type) else "left")
+            # A Text header: a plain string would be read as rich markup ([link=...] from a column alias).
+            justify = "right" if is_numeric(ch_type) else "left"
+            table.add_column(Text(safe(name)), overflow="fold", justify=justify)
         for row in shown:
-            table.add_row(*(Text("NULL", style="dim") if c is None else Text(c) for c in row))
+            table.add_row(*(Text("NULL", style="dim") if c is None else Text(safe(c)) for c in row))
         self._console.print()
-        self._console.print(Text(title, style="bold"))
+        self._console.print(Text(safe(title), style="bold"))
         self._console.print(table)
 
 

@@ -161,7 +161,8 @@ class Receipt(BaseModel):
 
 
 def _count(value: int) -> str:
-    if value >= 1_000_000:
+    """`999,999` reads 1.0M, not 1000.0k: the unit is chosen after rounding."""
+    if round(value / 1000, 1) >= 1000:
         return f"{value / 1_000_000:.1f}M"
     if value >= 10_000:
         return f"{value / 1000:.1f}k"

@@ -106,3 +106,15 @@ async def test_on_a_server_the_receipt_reads_clickhouses_summary(
     assert result.receipt is not None and result.receipt.unmeasured_queries == 0
     assert (result.receipt.queries, result.receipt.rows_read) == (1, 336776) and result.receipt.bytes_read > 0
     assert result.figures is not None and result.figures.verified == 1
+
+
+def test_counts_take_their_unit_after_rounding() -> None:
+    from agent.receipts import _count
+
+    assert [_count(v) for v in (9_999, 10_000, 999_949, 999_999, 1_234_567)] == [
+        "9,999",
+        "10.0k",
+        "999.9k",
+        "1.0M",
+        "1.2M",
+    ]

@@ -76,7 +76,7 @@ async def test_a_run_carries_its_receipt(make_app, fake_anthropic: FakeAnthropic
     result, events = await ask(make_app(), "busiest airport?", followups=True)
     receipt = result.receipt
     assert receipt is not None
-    assert [(m.model, m.calls) for m in receipt.models] == [("claude-sonnet-5-5", 2), ("claude-haiku-5-5", 1)]
+    assert [(m.model, m.calls) for m in receipt.models] == [("anthropic:claude-sonnet-5-5", 2), ("anthropic:claude-haiku-5-5", 1)]
     m = result.metrics
     main = receipt.models[0]
     assert (main.input_tokens, main.output_tokens) == (m.input_tokens, m.output_tokens)
@@ -93,7 +93,7 @@ async def test_an_unpriced_model_is_reported_as_such(make_app, fake_anthropic: F
     fake_anthropic.script(Reply(text="Hello."))
     result, _ = await ask(make_app(agent_model="claude-unknown-9"), "hi")
     assert result.receipt is not None and result.receipt.cost_usd is None
-    assert result.receipt.unpriced_models == ["claude-unknown-9"] and result.receipt.queries == 0
+    assert result.receipt.unpriced_models == ["anthropic:claude-unknown-9"] and result.receipt.queries == 0
 
 
 async def test_on_a_server_the_receipt_reads_clickhouses_summary(

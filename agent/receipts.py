@@ -137,7 +137,8 @@ class Receipt(BaseModel):
         return " · ".join(self.parts())
 
     def parts(self) -> list[str]:
-        models = ", ".join(m.model for m in self.models) or "no model call"
+        # Named as AGENT_MODEL names them: no provider means Anthropic's API.
+        models = ", ".join(m.model.removeprefix("anthropic:") for m in self.models) or "no model call"
         tokens = (
             f"{_count(self.input_tokens)} in, {_count(self.output_tokens)} out, "
             f"{_count(self.cache_read_tokens)} cache read, {_count(self.cache_creation_tokens)} cache write tokens"

@@ -76,7 +76,10 @@ async def test_a_run_carries_its_receipt(make_app, fake_anthropic: FakeAnthropic
     result, events = await ask(make_app(), "busiest airport?", followups=True)
     receipt = result.receipt
     assert receipt is not None
-    assert [(m.model, m.calls) for m in receipt.models] == [("anthropic:claude-sonnet-5-5", 2), ("anthropic:claude-haiku-5-5", 1)]
+    assert [(m.model, m.calls) for m in receipt.models] == [
+        ("anthropic:claude-sonnet-5-5", 2),
+        ("anthropic:claude-haiku-5-5", 1),
+    ]
     m = result.metrics
     main = receipt.models[0]
     assert (main.input_tokens, main.output_tokens) == (m.input_tokens, m.output_tokens)

@@ -46,7 +46,7 @@ def test_ask_streams_steps_to_the_terminal(cli_env: FakeAnthropic, capsys: pytes
     assert "There are 16 airlines [Q1]." in out and "  • Which airline flew the most?" in out
     # Not a terminal: plain text, the preview rows tab-separated as ClickHouse printed them, the receipt.
     assert "\x1b[" not in out and "\nQ1 Airlines\nn\n16\n" in out
-    assert "anthropic:claude-sonnet-5-5, anthropic:claude-haiku-5-5 · 2 rounds ·" in out and "1 query: " in out
+    assert "claude-sonnet-5-5, claude-haiku-5-5 · 2 rounds ·" in out and "1 query: " in out
 
 
 def test_ask_json_has_the_documented_keys(cli_env: FakeAnthropic, capsys: pytest.CaptureFixture[str]) -> None:
@@ -91,7 +91,7 @@ def test_ask_shows_a_fallback_and_names_the_model_that_answered(
     out = capsys.readouterr().out
     note = "↪ anthropic:claude-sonnet-5-5 is overloaded; going on with anthropic:claude-opus-5-5."
     receipt = out.strip().splitlines()[-1]  # the receipt names the model that answered, not the one passed over
-    assert out.index(note) < out.index("⚡ Q1 Airlines") and "anthropic:claude-opus-5-5" in receipt
+    assert out.index(note) < out.index("⚡ Q1 Airlines") and receipt.startswith("claude-opus-5-5, claude-haiku-5-5 · ")
     assert "sonnet" not in receipt
     sonnet = [r for r in cli_env.requests if r["model"] == "claude-sonnet-5-5"]
     assert len(sonnet) == 2  # AGENT_FALLBACK_RETRIES=1: one retry, then Opus; later rounds go straight to Opus

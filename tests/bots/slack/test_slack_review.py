@@ -43,7 +43,9 @@ async def test_the_knowledge_an_answer_cites_is_shown_under_it(
     start_bot, fake_slack: FakeSlack, fake_anthropic
 ) -> None:
     bot = await start_bot()
-    fake_anthropic.script(*carriers_script("HA was on time most often: 93% [Q1] [metric: on-time rate]."))
+    fake_anthropic.script(
+        *carriers_script("HA flew the fewest flights, 342 [Q1], and was on time most often [metric: on-time rate].")
+    )
     question = await bot.ask("which carrier was most punctual?")
     answer = answer_message(fake_slack, GENERAL_ID, question)
     [cited] = [b for b in answer["blocks"] if b.get("block_id") == "analyst_knowledge"]

@@ -34,10 +34,10 @@ from decimal import Decimal, InvalidOperation
 from typing import Literal
 
 from agent import linear_re
+from agent.figures.hedges import Hedge, decrease_beside, hedge_before
 from agent.figures.rendered import Rendered, render
 
 Kind = Literal["number", "percent", "multiple", "date", "time"]
-Hedge = Literal["near", "over", "under"]
 
 _CITATION = linear_re.compile(r"\[\s*(Q\d+(?:\s*(?:,|;|/|&|and)\s*Q?\d+)*)\s*\]")
 _CITED_ID = linear_re.compile(r"Q?(\d+)")
@@ -62,23 +62,6 @@ _SCALES = {
     "k": 3, "K": 3, "thousand": 3, "M": 6, "mn": 6, "million": 6, "Mio": 6, "Mio.": 6,
     "B": 9, "bn": 9, "billion": 9, "Mrd": 9, "Mrd.": 9, "trillion": 12,
 }  # fmt: skip
-# A hedged figure is near the value; "over" and "under" also say on which side of the figure it lies.
-_HEDGES: dict[str, Hedge] = {
-    "about": "near", "around": "near", "approximately": "near", "approx.": "near", "roughly": "near",
-    "some": "near", "close to": "near", "~": "near", "≈": "near",
-    "over": "over", "more than": "over", "upwards of": "over", "at least": "over", "above": "over",
-    "exceeding": "over", "just over": "over",
-    "nearly": "under", "almost": "under", "less than": "under", "fewer than": "under", "under": "under",
-    "at most": "under", "below": "under", "just under": "under",
-}  # fmt: skip
-# A figure next to one of these may stand for a negative value (`fell 5%`, `lost $500`, `12 minutes early`).
-_DECREASES = frozenset((
-    "fell", "fall", "falls", "falling", "dropped", "drop", "drops", "declined", "decline", "declines", "declining",
-    "decreased", "decrease", "decreases", "lost", "lose", "loses", "loss", "losses", "negative", "down", "lower",
-    "less", "fewer", "early", "earlier", "ahead", "below", "shrank", "shrunk", "minus", "reduced", "reduction",
-    "deficit", "cut",
-))  # fmt: skip
-_WORD = linear_re.compile(r"[\p{L}\p{N}]+")
 _SENTENCE_REACH = 400  # a long sentence is kept only this far (or up to twice) either side of a figure
 _RANKS = ("top", "first", "last", "bottom", "#", "rank", "no.", "number")
 # A number after one of these words names something (`Paragraph 3`, `flight 1545`, `terminal 4`).
@@ -300,7 +283,7 @@ def _number(answer: str, m: linear_re.Match) -> tuple[Figure | None, str]:
     elif word:
         scale = _SCALES.get(word, 0)
     negative = sign_start < start
-    hedge = _hedge(answer[max(0, sign_start - 20) : sign_start])
+    hedge = hedge_before(answer[max(0, sign_start - 20) : sign_start])
     hedged = hedge is not None
     text_start = m.start(1) if m.group(1) else sign_start
     readings = tuple(
@@ -319,7 +302,7 @@ def _number(answer: str, m: linear_re.Match) -> tuple[Figure | None, str]:
             readings=readings,
             hedged=hedged,
             hedge=hedge,
-            decrease=negative or _near_a_decrease(answer, text_start, after_at),
+            decrease=negative or decrease_beside(answer, text_start, after_at),
         ),
         "",
     )
@@ -371,23 +354,6 @@ def _step(value: Decimal, places: int, hedged: bool) -> Decimal:
     text = str(int(value))
     zeros = len(text) - len(text.rstrip("0"))
     return Decimal(1).scaleb(zeros)
-
-
-def _hedge(before: str) -> Hedge | None:
-    lowered = before.lower().rstrip()
-    found = [
-        (len(h), side)
-        for h, side in _HEDGES.items()
-        if lowered.endswith(h) and (len(lowered) == len(h) or not lowered[-len(h) - 1].isalpha())
-    ]
-    return max(found)[1] if found else None  # the longest: "just under", not "under"
-
-
-def _near_a_decrease(answer: str, start: int, end: int) -> bool:
-    """A word of decrease among the three words before the figure or the two after it."""
-    before = _WORD.findall(answer[max(0, start - 40) : start].lower())[-3:]
-    after = _WORD.findall(answer[end : end + 30].lower())[:2]
-    return any(word in _DECREASES for word in (*before, *after))
 
 
 def _plain_values(masked: str) -> set[float]:

@@ -8,7 +8,7 @@ never more than 10% of itself, on the side its hedge says: `about 121,000` for 1
 300,000` for 300,000 up to 330,000); `under`, `less than`, `at most`, `nearly`, `almost` only below it.
 Signs are often in words (`fell 5%`, `12 minutes early`), so magnitudes are compared, with one rule: a
 negative cell (or column total or average) gives only a figure written with a minus or next to a word
-of decrease (`fell`, `lost`, `declined`, `negative`, `early`, ...: extract.py's `_DECREASES`), so
+of decrease (`fell`, `lost`, `declined`, `negative`, `early`, ...: hedges.py), so
 `$500 profit` is no -500. A percentage may be a cell that holds a percentage (26.07) or a fraction
 (0.2607).
 

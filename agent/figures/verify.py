@@ -37,17 +37,12 @@ from __future__ import annotations
 
 import bisect
 import calendar
-import math
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
-from decimal import Decimal, InvalidOperation
+from collections.abc import Sequence
+from dataclasses import dataclass
 
-from agent import linear_re
-from agent.db import QueryResult
 from agent.figures.extract import Figure, extract
-from agent.figures.names import Label, Sentence, label
+from agent.figures.pool import Cell, Evidence, Pool, pool_of
 from agent.figures.report import MAX_CELLS, MAX_FIGURES, CellRef, FigureCheck, FigureReport
-from agent.figures.sql_literals import literals
 
 DERIVATIONS: dict[str, tuple[str, ...]] = {
     # a plain number, currency, abbreviated count
@@ -70,66 +65,17 @@ DERIVATIONS: dict[str, tuple[str, ...]] = {
     "date": ("cell",),  # a Date or DateTime cell (or a string cell) with that day
     "time": ("cell",),  # a DateTime or time-of-day string cell with that hour and minute
 }
-_NUMERIC = linear_re.compile(r"-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?")
-_MAX_CELLS_PER_CHECK = 5_000
 _MAX_AVERAGED_ROWS = 50
-_ALWAYS_RELATED_ROWS = 3
-_MAX_RELATED_CELLS = 200  # a sentence naming rows of more cells has no two-cell derivation: they would match by chance
 _EPSILON = 1e-9
 _HEDGE_REACH = 0.1  # a hedged figure is at most this far (a share of it) from the value it stands for
 MAX_ANSWER_CHARS = 50_000  # an answer is checked up to here; past it, its figures go unchecked
-
-
-@dataclass(frozen=True)
-class Evidence:
-    """A query of the run, under its Q id."""
-
-    id: str
-    sql: str
-    result: QueryResult
-
-
-@dataclass(frozen=True)
-class _Cell:
-    value: float
-    ref: CellRef
-
-
-@dataclass(frozen=True)
-class _Row:
-    cells: list[_Cell]
-    labels: tuple[Label, ...]  # its text cells: how a sentence names the row (names.py)
-    always: bool  # a row of a result of at most 3 rows: no sentence needs to name it
-
-
-@dataclass
-class _Pool:
-    """The numeric cells of some cited results, and what the derivations need of them."""
-
-    cells: list[_Cell] = field(default_factory=list)
-    rows: list[_Row] = field(default_factory=list)
-    columns: list[list[_Cell]] = field(default_factory=list)  # whole columns of whole results
-    texts: list[CellRef] = field(default_factory=list)  # every cell, for dates and times
-    row_counts: list[tuple[str, int]] = field(default_factory=list)
-    sql_numbers: set[float] = field(default_factory=set)
-    sql_dates: set[tuple[int, int, int]] = field(default_factory=set)
-    _related: dict[str, list[_Cell]] = field(default_factory=dict)
-
-    def related(self, sentence: str) -> list[_Cell]:
-        """The cells two-cell derivations may use for a figure in `sentence`, sorted by value (once a
-        sentence: an answer's figures share a few)."""
-        if sentence not in self._related:
-            words = Sentence(sentence)
-            cells = [c for row in self.rows if row.always or any(map(words.names, row.labels)) for c in row.cells]
-            self._related[sentence] = sorted(cells, key=lambda c: c.value) if len(cells) <= _MAX_RELATED_CELLS else []
-        return self._related[sentence]
 
 
 def check_answer(answer: str, *, question: str, evidence: Sequence[Evidence]) -> FigureReport:
     """Every figure of `answer`, verified or not (and why); numbers that are not claims are counted."""
     found = extract(answer[:MAX_ANSWER_CHARS], question[:MAX_ANSWER_CHARS])
     by_id = {e.id: e for e in evidence}
-    pools: dict[tuple[str, ...], _Pool] = {}
+    pools: dict[tuple[str, ...], Pool] = {}
     checks: list[FigureCheck] = []
     not_claims = len(found.not_claims)
     for figure in found.figures[:MAX_FIGURES]:
@@ -138,7 +84,7 @@ def check_answer(answer: str, *, question: str, evidence: Sequence[Evidence]) ->
             ran = tuple(e.id for e in evidence if e.result.ok)
         pool = pools.get(ran)
         if pool is None:
-            pool = pools[ran] = _pool([by_id[q] for q in ran])
+            pool = pools[ran] = pool_of([by_id[q] for q in ran])
         if _in_sql(figure, pool):
             not_claims += 1
             continue
@@ -150,7 +96,7 @@ def check_answer(answer: str, *, question: str, evidence: Sequence[Evidence]) ->
     return FigureReport(figures=checks, not_claims=not_claims)
 
 
-def _check(figure: Figure, pool: _Pool, ran: tuple[str, ...], by_id: dict[str, Evidence]) -> FigureCheck:
+def _check(figure: Figure, pool: Pool, ran: tuple[str, ...], by_id: dict[str, Evidence]) -> FigureCheck:
     base = FigureCheck(
         text=figure.text, start=figure.start, end=figure.end, citations=list(figure.citations), verified=False
     )
@@ -172,7 +118,7 @@ def _nothing_to_check(figure: Figure, by_id: dict[str, Evidence]) -> str:
     return f"{', '.join(figure.citations)} failed, so there is no result to hold it"
 
 
-def _why_not(figure: Figure, pool: _Pool, ran: tuple[str, ...]) -> str:
+def _why_not(figure: Figure, pool: Pool, ran: tuple[str, ...]) -> str:
     where = ", ".join(ran)
     if figure.kind in ("date", "time"):
         return f"no cell of {where} holds that {figure.kind}"
@@ -190,56 +136,7 @@ def _place(ref: CellRef) -> str:
     return f"{ref.query_id}, {row}, {ref.column}"
 
 
-def _pool(evidence: Iterable[Evidence]) -> _Pool:
-    pool = _Pool()
-    for item in evidence:
-        result = item.result
-        rows: list[tuple[int | None, list[str | None]]] = [(i + 1, r) for i, r in enumerate(result.rows)]
-        if result.totals is not None:
-            rows.append((None, result.totals))
-        always = len(result.rows) <= _ALWAYS_RELATED_ROWS and not result.has_more
-        columns: list[list[_Cell]] = [[] for _ in result.columns]
-        for row_number, row in rows:
-            row_cells, labels = [], []
-            for index, (name, text) in enumerate(zip(result.columns, row, strict=False)):
-                if text is None:
-                    continue
-                ref = CellRef(query_id=item.id, row=row_number, column=name, value=text)
-                pool.texts.append(ref)
-                number = _numeric(text)
-                if number is None:
-                    if len(text.strip()) >= 2:
-                        labels.append(label(text))
-                    continue
-                if len(pool.cells) >= _MAX_CELLS_PER_CHECK:
-                    continue
-                cell = _Cell(number, ref)
-                pool.cells.append(cell)
-                row_cells.append(cell)
-                if row_number is not None:
-                    columns[index].append(cell)
-            pool.rows.append(_Row(row_cells, tuple(labels), always))
-        if not result.has_more:
-            pool.columns.extend(c for c in columns if len(c) > 1)
-            pool.row_counts.append((item.id, result.row_count))
-        for sql in {item.sql, result.ran_sql or item.sql}:
-            stated = literals(sql)
-            pool.sql_numbers.update(stated.numbers)
-            pool.sql_dates.update(stated.dates)
-    return pool
-
-
-def _numeric(text: str) -> float | None:
-    if not _NUMERIC.fullmatch(text):
-        return None
-    try:
-        value = float(Decimal(text))
-    except (InvalidOperation, ValueError):
-        return None
-    return value if math.isfinite(value) else None
-
-
-def _in_sql(figure: Figure, pool: _Pool) -> bool:
+def _in_sql(figure: Figure, pool: Pool) -> bool:
     """A number or date the cited query's own SQL holds: a filter or a limit the answer repeats."""
     if figure.kind == "date" and figure.date is not None:
         year, month, day = figure.date
@@ -258,7 +155,7 @@ def _period_boundary(figure: Figure) -> bool:
     return day in (1, last)
 
 
-def _verify(figure: Figure, pool: _Pool) -> tuple[str, list[_Cell]] | None:
+def _verify(figure: Figure, pool: Pool) -> tuple[str, list[Cell]] | None:
     if figure.kind == "date":
         return _date_cell(figure, pool)
     if figure.kind == "time":
@@ -294,13 +191,13 @@ def _window(figure: Figure, value: float, step: float) -> tuple[float, float]:
     return value, reach
 
 
-def _number(sought: _Target, pool: _Pool, related: list[_Cell]) -> tuple[str, list[_Cell]] | None:
+def _number(sought: _Target, pool: Pool, related: list[Cell]) -> tuple[str, list[Cell]] | None:
     target, tol = sought.value, sought.tol
     if cell := _one(pool, 1.0, sought):
         return "cell", [cell]
     for query_id, count in pool.row_counts:
         if abs(count - target) <= tol:
-            return "row count", [_Cell(count, CellRef(query_id=query_id, row=None, column="(rows)", value=str(count)))]
+            return "row count", [Cell(count, CellRef(query_id=query_id, row=None, column="(rows)", value=str(count)))]
     for column in pool.columns:
         if _gives(sum(c.value for c in column), sought):
             return "sum", column
@@ -316,7 +213,7 @@ def _number(sought: _Target, pool: _Pool, related: list[_Cell]) -> tuple[str, li
     return None
 
 
-def _percent(sought: _Target, pool: _Pool, related: list[_Cell]) -> tuple[str, list[_Cell]] | None:
+def _percent(sought: _Target, pool: Pool, related: list[Cell]) -> tuple[str, list[Cell]] | None:
     target, tol = sought.value, sought.tol
     if cell := _one(pool, 1.0, sought):
         return "cell", [cell]
@@ -341,7 +238,7 @@ def _percent(sought: _Target, pool: _Pool, related: list[_Cell]) -> tuple[str, l
     return None
 
 
-def _multiple(sought: _Target, pool: _Pool, related: list[_Cell]) -> tuple[str, list[_Cell]] | None:
+def _multiple(sought: _Target, pool: Pool, related: list[Cell]) -> tuple[str, list[Cell]] | None:
     if cell := _one(pool, 1.0, sought):
         return "cell", [cell]
     if pair := _ratio(related, sought.value, sought.tol):
@@ -349,7 +246,7 @@ def _multiple(sought: _Target, pool: _Pool, related: list[_Cell]) -> tuple[str, 
     return None
 
 
-def _one(pool: _Pool, factor: float, sought: _Target) -> _Cell | None:
+def _one(pool: Pool, factor: float, sought: _Target) -> Cell | None:
     return next((c for c in pool.cells if _gives(c.value * factor, sought)), None)
 
 
@@ -359,14 +256,14 @@ def _gives(value: float, sought: _Target) -> bool:
 
 
 def _pair(
-    related: list[_Cell],
+    related: list[Cell],
     target: float,
     tol: float,
     *,
     add: bool = False,
     halve: bool = False,
     scale: float = 1.0,
-) -> list[_Cell] | None:
+) -> list[Cell] | None:
     """Two different related cells a, b with |a + b| (add) or |a - b|, halved or scaled, within `tol` of
     `target`: for each a, the b that would do is looked up in the sorted values."""
     wanted = target * (2 if halve else 1) / scale
@@ -381,7 +278,7 @@ def _pair(
     return None
 
 
-def _ratio(related: list[_Cell], ratio: float, tol: float) -> list[_Cell] | None:
+def _ratio(related: list[Cell], ratio: float, tol: float) -> list[Cell] | None:
     """Two different related cells a, b (b not zero) with |a / b| within `tol` of `ratio`."""
     values = [c.value for c in related]
     for b in related:
@@ -395,7 +292,7 @@ def _ratio(related: list[_Cell], ratio: float, tol: float) -> list[_Cell] | None
     return None
 
 
-def _between(cells: list[_Cell], values: list[float], low: float, high: float, other: _Cell) -> _Cell | None:
+def _between(cells: list[Cell], values: list[float], low: float, high: float, other: Cell) -> Cell | None:
     start = bisect.bisect_left(values, low - _EPSILON)
     for index in range(start, len(values)):
         if values[index] > high + _EPSILON:
@@ -405,18 +302,18 @@ def _between(cells: list[_Cell], values: list[float], low: float, high: float, o
     return None
 
 
-def _date_cell(figure: Figure, pool: _Pool) -> tuple[str, list[_Cell]] | None:
+def _date_cell(figure: Figure, pool: Pool) -> tuple[str, list[Cell]] | None:
     assert figure.date is not None
     year, month, day = figure.date
     suffix = f"-{month:02d}-{day:02d}"
     for ref in pool.texts:
         head = ref.value[:10]
         if len(head) == 10 and head.endswith(suffix) and (year is None or head.startswith(f"{year:04d}-")):
-            return "cell", [_Cell(0.0, ref)]
+            return "cell", [Cell(0.0, ref)]
     return None
 
 
-def _time_cell(figure: Figure, pool: _Pool) -> tuple[str, list[_Cell]] | None:
+def _time_cell(figure: Figure, pool: Pool) -> tuple[str, list[Cell]] | None:
     assert figure.time is not None
     hour, minute, second = figure.time
     wanted = f"{hour:02d}:{minute:02d}" + (f":{second:02d}" if second is not None else "")
@@ -424,5 +321,5 @@ def _time_cell(figure: Figure, pool: _Pool) -> tuple[str, list[_Cell]] | None:
     for ref in pool.texts:
         clock = ref.value[11:] if len(ref.value) >= 16 and ref.value[10] in " T" else ref.value
         if clock.startswith(wanted) or clock.startswith(short):
-            return "cell", [_Cell(0.0, ref)]
+            return "cell", [Cell(0.0, ref)]
     return None

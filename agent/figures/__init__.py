@@ -1,6 +1,7 @@
 """Every figure of an answer checked against the cells of the queries it cites (see verify.py)."""
 
+from agent.figures.pool import Evidence
 from agent.figures.report import CellRef, FigureCheck, FigureReport
-from agent.figures.verify import DERIVATIONS, Evidence, check_answer
+from agent.figures.verify import DERIVATIONS, check_answer
 
 __all__ = ["DERIVATIONS", "CellRef", "Evidence", "FigureCheck", "FigureReport", "check_answer"]

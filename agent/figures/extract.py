@@ -1,5 +1,9 @@
 """The figures of an answer, each with the [Qn] citations near it, and the numbers that are not claims.
 
+The answer is read as it renders (rendered.py: entities decoded, HTML comments and tags and invisible
+format characters dropped), so `&#49;20,835` is the figure `120,835`; a figure's `text` is as it
+renders, its `start`/`end` are offsets in the text as written.
+
 A figure is a number the answer states as a fact: an integer with separators (`120,835`, `120.835`,
 `120 835` with a no-break space, `120'835`), a decimal (`6.9`, `6,9`), a percentage (`26%`, `26 percent`,
 `4.1 pp`, `4.1 points`), currency (`$1,200`, `€3.4M`), an abbreviated count (`1.2M`, `120.8K`, `3 billion`, `2 Mio.`), a
@@ -9,13 +13,15 @@ holds when either reading does.
 
 Not claims, told apart by their form and place, never checked (`Extracted.not_claims` says why for
 each): citations and other numbers glued to letters (`Q1`, `Q4 2013`, `B6`, `N14228`, `A320`), code,
-link targets, raw HTML tags, years (a bare 1900-2100 integer: `in 2013`, `July 2013`), ordinals (`3rd`), the numbers
+link targets, raw HTML tags, years (a bare 1900-2100 four-digit integer, no separator: `in 2013`,
+`July 2013`; `1,950 flights` is a figure), ordinals (`3rd`), the numbers
 of a Markdown ordered list, ranks and limits (`top 5`, `first 10`, `#1`), a number that names
 something (`Paragraph 3`, `flight 1545`, `Terminal 4`), a count equal to the number of items a list or
 table of the answer shows (`these 3 airports:` over three bullets), numbers the question itself holds,
-and (decided in verify.py, which knows the citations) numbers and dates the cited query's SQL holds
-(its filters and limits: `flights over 1,000 miles`), and a first or last day of a month that no cell
-holds (the period an answer covers: `from January 1 to December 31, 2013`).
+and (decided in verify.py, which knows the citations) numbers and dates the cited query's SQL states
+as literals (its filters and limits: `flights over 1,000 miles`; not in its comments: sql_literals.py),
+and a first or last day of a month that no cell holds (the period an answer covers: `from January 1 to
+December 31, 2013`).
 
 The answer is model output: every pattern here runs on RE2 (agent/linear_re.py), in time linear in it.
 """
@@ -28,6 +34,8 @@ from decimal import Decimal, InvalidOperation
 from typing import Literal
 
 from agent import linear_re
+from agent.figures.hedges import Hedge, decrease_beside, hedge_before
+from agent.figures.rendered import Rendered, render
 
 Kind = Literal["number", "percent", "multiple", "date", "time"]
 
@@ -54,11 +62,7 @@ _SCALES = {
     "k": 3, "K": 3, "thousand": 3, "M": 6, "mn": 6, "million": 6, "Mio": 6, "Mio.": 6,
     "B": 9, "bn": 9, "billion": 9, "Mrd": 9, "Mrd.": 9, "trillion": 12,
 }  # fmt: skip
-_HEDGES = (
-    "about", "around", "approximately", "approx.", "roughly", "nearly", "almost", "over", "more than",
-    "less than", "fewer than", "under", "some", "close to", "~", "≈", "upwards of", "at least", "at most",
-    "above", "below", "exceeding", "just over", "just under",
-)  # fmt: skip
+_SENTENCE_REACH = 400  # a long sentence is kept only this far (or up to twice) either side of a figure
 _RANKS = ("top", "first", "last", "bottom", "#", "rank", "no.", "number")
 # A number after one of these words names something (`Paragraph 3`, `flight 1545`, `terminal 4`).
 _LABELS = (
@@ -87,10 +91,12 @@ class Figure:
     readings: tuple[Reading, ...] = ()  # numbers, percentages (in percent), multiples
     date: tuple[int | None, int, int] | None = None  # (year, month, day)
     time: tuple[int, int, int | None] | None = None  # (hour, minute, second)
-    hedged: bool = False  # "about 340,000": within one step of its last non-zero digit
+    hedged: bool = False  # "about 340,000": near it, see verify.py
+    hedge: Hedge | None = None
+    decrease: bool = False  # written with a minus, or next to a word of decrease: may stand for a negative cell
     citations: tuple[str, ...] = ()  # the [Qn] near it: its sentence's, else its paragraph's, else the answer's
     cited_where: Literal["sentence", "paragraph", "answer", "none"] = "none"
-    sentence: str = ""  # the sentence it stands in, lowercased: the rows it names
+    sentence: str = ""  # the sentence it stands in (at most _SENTENCE_REACH either side): the rows it names
 
 
 @dataclass(frozen=True)
@@ -100,7 +106,11 @@ class Extracted:
     citations: list[str]  # every Q id the answer cites, in order
 
 
-def extract(answer: str, question: str = "") -> Extracted:
+def extract(written: str, question: str = "") -> Extracted:
+    """The figures of the answer as it renders (rendered.py); their `start`/`end` are offsets in `written`."""
+    rendered = render(written)
+    answer = rendered.text
+    question = render(question).text
     masked = _mask(answer)
     citations = _citations(answer)
     near = _Nearby(answer, citations)
@@ -129,9 +139,14 @@ def extract(answer: str, question: str = "") -> Extracted:
         else:
             figures.append(number)
     figures.sort(key=lambda f: f.start)
-    placed = [near.place(f) for f in figures]
+    placed = [_written(near.place(f), rendered) for f in figures]
     ordered = list(dict.fromkeys(q for _, ids in citations for q in ids))
     return Extracted(figures=placed, not_claims=not_claims, citations=ordered)
+
+
+def _written(figure: Figure, rendered: Rendered) -> Figure:
+    start, end = rendered.span(figure.start, figure.end)
+    return Figure(**{**figure.__dict__, "start": start, "end": end})
 
 
 def _mask(text: str) -> str:
@@ -163,7 +178,9 @@ class _Nearby:
 
     def place(self, figure: Figure) -> Figure:
         start, end = _span(self._sentence_ends, figure.start, len(self._answer))
-        figure = Figure(**{**figure.__dict__, "sentence": self._answer[start:end].lower()})
+        block = figure.start - figure.start % _SENTENCE_REACH  # figures close together share a window
+        start, end = max(start, block - _SENTENCE_REACH), min(end, block + 2 * _SENTENCE_REACH)
+        figure = Figure(**{**figure.__dict__, "sentence": self._answer[start:end]})
         everything = tuple(dict.fromkeys(q for _, ids in self._citations for q in ids))
         for where, bounds in (("sentence", self._sentence_ends), ("paragraph", self._paragraph_ends)):
             start, end = _span(bounds, figure.start, len(self._answer))
@@ -266,7 +283,8 @@ def _number(answer: str, m: linear_re.Match) -> tuple[Figure | None, str]:
     elif word:
         scale = _SCALES.get(word, 0)
     negative = sign_start < start
-    hedged = _hedged(answer[max(0, sign_start - 20) : sign_start])
+    hedge = hedge_before(answer[max(0, sign_start - 20) : sign_start])
+    hedged = hedge is not None
     text_start = m.start(1) if m.group(1) else sign_start
     readings = tuple(
         Reading(
@@ -276,7 +294,16 @@ def _number(answer: str, m: linear_re.Match) -> tuple[Figure | None, str]:
         for value, places in parsed
     )
     return (
-        Figure(answer[text_start:after_at], text_start, after_at, kind, readings=readings, hedged=hedged),
+        Figure(
+            answer[text_start:after_at],
+            text_start,
+            after_at,
+            kind,
+            readings=readings,
+            hedged=hedged,
+            hedge=hedge,
+            decrease=negative or decrease_beside(answer, text_start, after_at),
+        ),
         "",
     )
 
@@ -329,11 +356,6 @@ def _step(value: Decimal, places: int, hedged: bool) -> Decimal:
     return Decimal(1).scaleb(zeros)
 
 
-def _hedged(before: str) -> bool:
-    lowered = before.lower().rstrip()
-    return any(lowered.endswith(h) and (len(lowered) == len(h) or not lowered[-len(h) - 1].isalpha()) for h in _HEDGES)
-
-
 def _plain_values(masked: str) -> set[float]:
     values = set()
     for m in _NUMBER.finditer(masked):
@@ -369,7 +391,7 @@ def _list_sizes(answer: str) -> set[int]:
 def _plain_not_claim(answer: str, figure: Figure, question_values: set[float], list_sizes: set[int]) -> str:
     text = figure.text.replace(",", "")
     plain = figure.kind == "number" and text.isdigit()
-    if plain and len(text) == 4 and 1900 <= int(text) <= 2100 and not figure.hedged:
+    if figure.text.isdigit() and len(figure.text) == 4 and 1900 <= int(figure.text) <= 2100 and not figure.hedged:
         return "a year"
     if figure.kind != "percent" and any(r.value in question_values for r in figure.readings):
         return "in the question"

@@ -2,19 +2,30 @@
 units the text shows. Nothing else counts: `DERIVATIONS` is the whole list, by the figure's form.
 
 Rounding: a figure holds for a value within half a unit of its last digit (`6.9` for 6.85 up to 6.95;
-`1.2M` for 1,150,000 up to 1,250,000); a hedged one (`about`, `over`, `nearly`, `~`, ...) within one
-unit of its last non-zero digit (`over 300,000` for 200,000 up to 400,000). Signs are often in words
-(`fell 5%`, `12 minutes early`), so magnitudes are compared. A percentage may be a cell that holds a
-percentage (26.07) or a fraction (0.2607).
+`1.2M` for 1,150,000 up to 1,250,000). A hedged one reaches one unit of its last non-zero digit but
+never more than 10% of itself, on the side its hedge says: `about 121,000` for 120,000 up to 122,000,
+`about 300,000` for 270,000 up to 330,000; `over`, `more than`, `at least` only above it (`over
+300,000` for 300,000 up to 330,000); `under`, `less than`, `at most`, `nearly`, `almost` only below it.
+Signs are often in words (`fell 5%`, `12 minutes early`), so magnitudes are compared, with one rule: a
+negative cell (or column total or average) gives only a figure written with a minus or next to a word
+of decrease (`fell`, `lost`, `declined`, `negative`, `early`, ...: hedges.py), so
+`$500 profit` is no -500. A percentage may be a cell that holds a percentage (26.07) or a fraction
+(0.2607).
 
 Which cells: the results of the queries the figure cites (its sentence's citations, else its
 paragraph's, else the answer's; an answer that cites nothing is checked against every query of the
 run), as ClickHouse printed them, every row the model was shown and the WITH TOTALS row. One cell, a row
 count and whole-column totals and averages come from any of them. Derivations of two cells (sum,
 difference, average, ratio, percentage, change, percentage points, a share's cell) use only the rows
-the figure's sentence names by one of their text cells (`EWR had 15.5% more flights than LGA`), and
-every row of a result of at most 3 rows: two arbitrary cells of a large table match almost any number
-by chance. Whole-column derivations need the whole result (no "more rows").
+the figure's sentence names by one of their text cells (`EWR had 15.5% more flights than LGA`; a cell
+of fewer than 3 characters only as written, names.py), and every row of a result of at most 3 rows:
+two arbitrary cells of a large table match almost any number by chance, and a sentence naming rows of
+more than 200 cells has no two-cell derivation. Whole-column derivations need the whole result (no
+"more rows").
+
+Cost: the answer is model output, so the check is bounded whatever it holds: its first 50,000
+characters and 100 figures, a sentence's words read once and its named rows found once (a long
+sentence kept 400 to 800 characters either side of a figure), two-cell searches over sorted values.
 
 Not caught, on purpose or not yet (tests/agent/figures/test_verify.py keeps them as known cases): a
 cell passes whichever row the sentence ties it to (EWR's count written as JFK's); units are never
@@ -26,14 +37,11 @@ from __future__ import annotations
 
 import bisect
 import calendar
-import math
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
-from decimal import Decimal, InvalidOperation
+from collections.abc import Sequence
+from dataclasses import dataclass
 
-from agent import linear_re
-from agent.db import QueryResult
 from agent.figures.extract import Figure, extract
+from agent.figures.pool import Cell, Evidence, Pool, pool_of
 from agent.figures.report import MAX_CELLS, MAX_FIGURES, CellRef, FigureCheck, FigureReport
 
 DERIVATIONS: dict[str, tuple[str, ...]] = {
@@ -57,76 +65,17 @@ DERIVATIONS: dict[str, tuple[str, ...]] = {
     "date": ("cell",),  # a Date or DateTime cell (or a string cell) with that day
     "time": ("cell",),  # a DateTime or time-of-day string cell with that hour and minute
 }
-_NUMERIC = linear_re.compile(r"-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?")
-_SQL_NUMBER = linear_re.compile(r"\d+(?:\.\d+)?")
-_SQL_DATE = linear_re.compile(r"(\d{4})-(\d{2})-(\d{2})")
-_MAX_CELLS_PER_CHECK = 5_000
 _MAX_AVERAGED_ROWS = 50
-_ALWAYS_RELATED_ROWS = 3
 _EPSILON = 1e-9
-
-
-@dataclass(frozen=True)
-class Evidence:
-    """A query of the run, under its Q id."""
-
-    id: str
-    sql: str
-    result: QueryResult
-
-
-@dataclass(frozen=True)
-class _Cell:
-    value: float
-    ref: CellRef
-
-
-@dataclass(frozen=True)
-class _Row:
-    cells: list[_Cell]
-    labels: tuple[str, ...]  # its text cells, lowercased: how a sentence names the row
-    always: bool  # a row of a result of at most 3 rows: no sentence needs to name it
-
-
-@dataclass
-class _Pool:
-    """The numeric cells of some cited results, and what the derivations need of them."""
-
-    cells: list[_Cell] = field(default_factory=list)
-    rows: list[_Row] = field(default_factory=list)
-    columns: list[list[_Cell]] = field(default_factory=list)  # whole columns of whole results
-    texts: list[CellRef] = field(default_factory=list)  # every cell, for dates and times
-    row_counts: list[tuple[str, int]] = field(default_factory=list)
-    sql_numbers: set[float] = field(default_factory=set)
-    sql_dates: set[tuple[int, int, int]] = field(default_factory=set)
-
-    def related(self, sentence: str) -> list[_Cell]:
-        """The cells two-cell derivations may use for a figure in `sentence`, sorted by value."""
-        cells = [
-            c
-            for row in self.rows
-            if row.always or any(_names(sentence, label) for label in row.labels)
-            for c in row.cells
-        ]
-        return sorted(cells, key=lambda c: c.value)
-
-
-def _names(sentence: str, label: str) -> bool:
-    at = sentence.find(label)
-    while at >= 0:
-        before = sentence[at - 1] if at else " "
-        after = sentence[at + len(label)] if at + len(label) < len(sentence) else " "
-        if not before.isalnum() and not after.isalnum():
-            return True
-        at = sentence.find(label, at + 1)
-    return False
+_HEDGE_REACH = 0.1  # a hedged figure is at most this far (a share of it) from the value it stands for
+MAX_ANSWER_CHARS = 50_000  # an answer is checked up to here; past it, its figures go unchecked
 
 
 def check_answer(answer: str, *, question: str, evidence: Sequence[Evidence]) -> FigureReport:
     """Every figure of `answer`, verified or not (and why); numbers that are not claims are counted."""
-    found = extract(answer, question)
+    found = extract(answer[:MAX_ANSWER_CHARS], question[:MAX_ANSWER_CHARS])
     by_id = {e.id: e for e in evidence}
-    pools: dict[tuple[str, ...], _Pool] = {}
+    pools: dict[tuple[str, ...], Pool] = {}
     checks: list[FigureCheck] = []
     not_claims = len(found.not_claims)
     for figure in found.figures[:MAX_FIGURES]:
@@ -135,7 +84,7 @@ def check_answer(answer: str, *, question: str, evidence: Sequence[Evidence]) ->
             ran = tuple(e.id for e in evidence if e.result.ok)
         pool = pools.get(ran)
         if pool is None:
-            pool = pools[ran] = _pool([by_id[q] for q in ran])
+            pool = pools[ran] = pool_of([by_id[q] for q in ran])
         if _in_sql(figure, pool):
             not_claims += 1
             continue
@@ -147,7 +96,7 @@ def check_answer(answer: str, *, question: str, evidence: Sequence[Evidence]) ->
     return FigureReport(figures=checks, not_claims=not_claims)
 
 
-def _check(figure: Figure, pool: _Pool, ran: tuple[str, ...], by_id: dict[str, Evidence]) -> FigureCheck:
+def _check(figure: Figure, pool: Pool, ran: tuple[str, ...], by_id: dict[str, Evidence]) -> FigureCheck:
     base = FigureCheck(
         text=figure.text, start=figure.start, end=figure.end, citations=list(figure.citations), verified=False
     )
@@ -169,7 +118,7 @@ def _nothing_to_check(figure: Figure, by_id: dict[str, Evidence]) -> str:
     return f"{', '.join(figure.citations)} failed, so there is no result to hold it"
 
 
-def _why_not(figure: Figure, pool: _Pool, ran: tuple[str, ...]) -> str:
+def _why_not(figure: Figure, pool: Pool, ran: tuple[str, ...]) -> str:
     where = ", ".join(ran)
     if figure.kind in ("date", "time"):
         return f"no cell of {where} holds that {figure.kind}"
@@ -187,55 +136,7 @@ def _place(ref: CellRef) -> str:
     return f"{ref.query_id}, {row}, {ref.column}"
 
 
-def _pool(evidence: Iterable[Evidence]) -> _Pool:
-    pool = _Pool()
-    for item in evidence:
-        result = item.result
-        rows: list[tuple[int | None, list[str | None]]] = [(i + 1, r) for i, r in enumerate(result.rows)]
-        if result.totals is not None:
-            rows.append((None, result.totals))
-        always = len(result.rows) <= _ALWAYS_RELATED_ROWS and not result.has_more
-        columns: list[list[_Cell]] = [[] for _ in result.columns]
-        for row_number, row in rows:
-            row_cells, labels = [], []
-            for index, (name, text) in enumerate(zip(result.columns, row, strict=False)):
-                if text is None:
-                    continue
-                ref = CellRef(query_id=item.id, row=row_number, column=name, value=text)
-                pool.texts.append(ref)
-                number = _numeric(text)
-                if number is None:
-                    if len(text.strip()) >= 2:
-                        labels.append(text.strip().lower())
-                    continue
-                if len(pool.cells) >= _MAX_CELLS_PER_CHECK:
-                    continue
-                cell = _Cell(number, ref)
-                pool.cells.append(cell)
-                row_cells.append(cell)
-                if row_number is not None:
-                    columns[index].append(cell)
-            pool.rows.append(_Row(row_cells, tuple(labels), always))
-        if not result.has_more:
-            pool.columns.extend(c for c in columns if len(c) > 1)
-            pool.row_counts.append((item.id, result.row_count))
-        for sql in {item.sql, result.ran_sql or item.sql}:
-            pool.sql_numbers.update(float(n) for n in _SQL_NUMBER.findall(sql))
-            pool.sql_dates.update((int(y), int(m), int(d)) for y, m, d in _SQL_DATE.findall(sql))
-    return pool
-
-
-def _numeric(text: str) -> float | None:
-    if not _NUMERIC.fullmatch(text):
-        return None
-    try:
-        value = float(Decimal(text))
-    except (InvalidOperation, ValueError):
-        return None
-    return value if math.isfinite(value) else None
-
-
-def _in_sql(figure: Figure, pool: _Pool) -> bool:
+def _in_sql(figure: Figure, pool: Pool) -> bool:
     """A number or date the cited query's own SQL holds: a filter or a limit the answer repeats."""
     if figure.kind == "date" and figure.date is not None:
         year, month, day = figure.date
@@ -254,47 +155,69 @@ def _period_boundary(figure: Figure) -> bool:
     return day in (1, last)
 
 
-def _verify(figure: Figure, pool: _Pool) -> tuple[str, list[_Cell]] | None:
+def _verify(figure: Figure, pool: Pool) -> tuple[str, list[Cell]] | None:
     if figure.kind == "date":
         return _date_cell(figure, pool)
     if figure.kind == "time":
         return _time_cell(figure, pool)
+    related = pool.related(figure.sentence)
     for reading in figure.readings:
-        tolerance = (reading.step if figure.hedged else reading.step / 2) * (1 + _EPSILON) + _EPSILON
-        target = abs(reading.value)
-        related = pool.related(figure.sentence)
+        target, tolerance = _window(figure, reading.value, reading.step)
+        tolerance = tolerance * (1 + _EPSILON) + _EPSILON
         check = {"number": _number, "percent": _percent, "multiple": _multiple}[figure.kind]
-        found = check(target, tolerance, pool, related)
+        found = check(_Target(target, tolerance, figure.decrease), pool, related)
         if found is not None:
             return found
     return None
 
 
-def _number(target: float, tol: float, pool: _Pool, related: list[_Cell]) -> tuple[str, list[_Cell]] | None:
-    if cell := _one(pool, 1.0, target, tol):
+@dataclass(frozen=True)
+class _Target:
+    value: float  # the magnitude sought
+    tol: float
+    negatives: bool  # a negative cell may give it (the figure has a minus, or a word of decrease)
+
+
+def _window(figure: Figure, value: float, step: float) -> tuple[float, float]:
+    """The centre and half-width of the magnitudes the figure stands for."""
+    value = abs(value)
+    if not figure.hedged:
+        return value, step / 2
+    reach = min(step, _HEDGE_REACH * value)
+    if figure.hedge == "over":
+        return value + reach / 2, reach / 2
+    if figure.hedge == "under":
+        return value - reach / 2, reach / 2
+    return value, reach
+
+
+def _number(sought: _Target, pool: Pool, related: list[Cell]) -> tuple[str, list[Cell]] | None:
+    target, tol = sought.value, sought.tol
+    if cell := _one(pool, 1.0, sought):
         return "cell", [cell]
     for query_id, count in pool.row_counts:
         if abs(count - target) <= tol:
-            return "row count", [_Cell(count, CellRef(query_id=query_id, row=None, column="(rows)", value=str(count)))]
+            return "row count", [Cell(count, CellRef(query_id=query_id, row=None, column="(rows)", value=str(count)))]
     for column in pool.columns:
-        if abs(abs(sum(c.value for c in column)) - target) <= tol:
+        if _gives(sum(c.value for c in column), sought):
             return "sum", column
     if pair := _pair(related, target, tol, add=True):
         return "sum", pair
     if pair := _pair(related, target, tol):
         return "difference", pair
     for column in pool.columns:
-        if len(column) <= _MAX_AVERAGED_ROWS and abs(abs(sum(c.value for c in column) / len(column)) - target) <= tol:
+        if len(column) <= _MAX_AVERAGED_ROWS and _gives(sum(c.value for c in column) / len(column), sought):
             return "average", column
     if pair := _pair(related, target, tol, add=True, halve=True):
         return "average", pair
     return None
 
 
-def _percent(target: float, tol: float, pool: _Pool, related: list[_Cell]) -> tuple[str, list[_Cell]] | None:
-    if cell := _one(pool, 1.0, target, tol):
+def _percent(sought: _Target, pool: Pool, related: list[Cell]) -> tuple[str, list[Cell]] | None:
+    target, tol = sought.value, sought.tol
+    if cell := _one(pool, 1.0, sought):
         return "cell", [cell]
-    if cell := _one(pool, 100.0, target, tol):
+    if cell := _one(pool, 100.0, sought):
         return "cell", [cell]
     ratio, ratio_tol = target / 100, tol / 100
     if pair := _ratio(related, ratio, ratio_tol):
@@ -315,27 +238,32 @@ def _percent(target: float, tol: float, pool: _Pool, related: list[_Cell]) -> tu
     return None
 
 
-def _multiple(target: float, tol: float, pool: _Pool, related: list[_Cell]) -> tuple[str, list[_Cell]] | None:
-    if cell := _one(pool, 1.0, target, tol):
+def _multiple(sought: _Target, pool: Pool, related: list[Cell]) -> tuple[str, list[Cell]] | None:
+    if cell := _one(pool, 1.0, sought):
         return "cell", [cell]
-    if pair := _ratio(related, target, tol):
+    if pair := _ratio(related, sought.value, sought.tol):
         return "ratio", pair
     return None
 
 
-def _one(pool: _Pool, factor: float, target: float, tol: float) -> _Cell | None:
-    return next((c for c in pool.cells if abs(abs(c.value) * factor - target) <= tol), None)
+def _one(pool: Pool, factor: float, sought: _Target) -> Cell | None:
+    return next((c for c in pool.cells if _gives(c.value * factor, sought)), None)
+
+
+def _gives(value: float, sought: _Target) -> bool:
+    """A cell's (or a column's) value gives the figure: its magnitude, its sign if negative."""
+    return (value >= 0 or sought.negatives) and abs(abs(value) - sought.value) <= sought.tol
 
 
 def _pair(
-    related: list[_Cell],
+    related: list[Cell],
     target: float,
     tol: float,
     *,
     add: bool = False,
     halve: bool = False,
     scale: float = 1.0,
-) -> list[_Cell] | None:
+) -> list[Cell] | None:
     """Two different related cells a, b with |a + b| (add) or |a - b|, halved or scaled, within `tol` of
     `target`: for each a, the b that would do is looked up in the sorted values."""
     wanted = target * (2 if halve else 1) / scale
@@ -350,7 +278,7 @@ def _pair(
     return None
 
 
-def _ratio(related: list[_Cell], ratio: float, tol: float) -> list[_Cell] | None:
+def _ratio(related: list[Cell], ratio: float, tol: float) -> list[Cell] | None:
     """Two different related cells a, b (b not zero) with |a / b| within `tol` of `ratio`."""
     values = [c.value for c in related]
     for b in related:
@@ -364,7 +292,7 @@ def _ratio(related: list[_Cell], ratio: float, tol: float) -> list[_Cell] | None
     return None
 
 
-def _between(cells: list[_Cell], values: list[float], low: float, high: float, other: _Cell) -> _Cell | None:
+def _between(cells: list[Cell], values: list[float], low: float, high: float, other: Cell) -> Cell | None:
     start = bisect.bisect_left(values, low - _EPSILON)
     for index in range(start, len(values)):
         if values[index] > high + _EPSILON:
@@ -374,18 +302,18 @@ def _between(cells: list[_Cell], values: list[float], low: float, high: float, o
     return None
 
 
-def _date_cell(figure: Figure, pool: _Pool) -> tuple[str, list[_Cell]] | None:
+def _date_cell(figure: Figure, pool: Pool) -> tuple[str, list[Cell]] | None:
     assert figure.date is not None
     year, month, day = figure.date
     suffix = f"-{month:02d}-{day:02d}"
     for ref in pool.texts:
         head = ref.value[:10]
         if len(head) == 10 and head.endswith(suffix) and (year is None or head.startswith(f"{year:04d}-")):
-            return "cell", [_Cell(0.0, ref)]
+            return "cell", [Cell(0.0, ref)]
     return None
 
 
-def _time_cell(figure: Figure, pool: _Pool) -> tuple[str, list[_Cell]] | None:
+def _time_cell(figure: Figure, pool: Pool) -> tuple[str, list[Cell]] | None:
     assert figure.time is not None
     hour, minute, second = figure.time
     wanted = f"{hour:02d}:{minute:02d}" + (f":{second:02d}" if second is not None else "")
@@ -393,5 +321,5 @@ def _time_cell(figure: Figure, pool: _Pool) -> tuple[str, list[_Cell]] | None:
     for ref in pool.texts:
         clock = ref.value[11:] if len(ref.value) >= 16 and ref.value[10] in " T" else ref.value
         if clock.startswith(wanted) or clock.startswith(short):
-            return "cell", [_Cell(0.0, ref)]
+            return "cell", [Cell(0.0, ref)]
     return None

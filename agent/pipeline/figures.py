@@ -1,11 +1,16 @@
 """The figure check in the loop: an answer whose figures match nothing in the cells they cite goes back
-to the model once (prompts/loop/figure_correction.md); what still fails is reported as unverified."""
+to the model once (prompts/loop/figure_correction.md); what still fails is reported as unverified.
+
+The check runs in a thread, off the event loop, within a time limit: past it the answer stands with
+its figures reported unchecked (and no correction round). The thread cannot be stopped and runs to its
+end; the check's own caps (agent/figures/verify.py) keep that short."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
 import time
+from collections.abc import Callable, Sequence
 
 from agent.figures import Evidence, FigureReport, check_answer
 from agent.pipeline.state import RunState
@@ -14,10 +19,17 @@ from agent.runner import AnswerEvent, Outcome
 
 log = logging.getLogger(__name__)
 
+CHECK_TIME_LIMIT_S = 10.0
+Checker = Callable[..., FigureReport]  # check_answer(answer, *, question, evidence)
+
 
 class FigureReview:
-    def __init__(self, prompts: PromptLibrary) -> None:
+    def __init__(
+        self, prompts: PromptLibrary, *, check: Checker = check_answer, time_limit_s: float = CHECK_TIME_LIMIT_S
+    ) -> None:
         self._prompts = prompts
+        self._check_answer = check
+        self._time_limit_s = time_limit_s
 
     async def correction(self, state: RunState) -> str | None:
         """The correction to send back when the answer just accepted has unverified figures (once a run);
@@ -61,6 +73,16 @@ class FigureReview:
         started = time.perf_counter()
         evidence = [Evidence(id=q.id, sql=q.sql, result=q.result) for q in state.queries]
         text = state.answer[: len(state.answer) - len(state.note)] if state.note else state.answer
-        report = await asyncio.to_thread(check_answer, text, question=state.question, evidence=evidence)
+        report = await self._within_time_limit(text, state.question, evidence)
         state.run_metrics.figure_check_ms += (time.perf_counter() - started) * 1000
         return report
+
+    async def _within_time_limit(self, text: str, question: str, evidence: Sequence[Evidence]) -> FigureReport:
+        checking = asyncio.to_thread(self._check_answer, text, question=question, evidence=evidence)
+        try:
+            return await asyncio.wait_for(checking, self._time_limit_s)
+        except TimeoutError:
+            log.warning(
+                "the figure check took over %g s; the answer's figures are reported unchecked", self._time_limit_s
+            )
+            return FigureReport(unchecked=f"the figure check took longer than {self._time_limit_s:g} s")

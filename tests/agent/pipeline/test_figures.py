@@ -3,7 +3,16 @@ the metrics (real SDK, fake Messages API over HTTP, real embedded ClickHouse).""
 
 from __future__ import annotations
 
-from agent.runner import FinalAnswer, Outcome
+import time
+from collections.abc import Sequence
+
+from agent.config import Settings
+from agent.db import QueryResult
+from agent.figures import Evidence, FigureReport, check_answer
+from agent.pipeline.figures import FigureReview
+from agent.pipeline.state import RunState
+from agent.prompts import PromptLibrary
+from agent.runner import Event, ExecutedQuery, FinalAnswer, Outcome
 from tests.agent.pipeline.test_pipeline import ask, last_user_text, sql
 from tests.fakes.anthropic_api import Failure, FakeAnthropic, Reply
 
@@ -90,3 +99,25 @@ async def test_a_failed_correction_round_keeps_the_answer(make_app, fake_anthrop
     assert result.outcome is Outcome.ANSWERED and result.error is None and not events.of("error")
     assert result.answer == "EWR had 130,000 departures [Q1]."
     assert result.figures is not None and result.figures.unverified == 1 and result.figures.corrected
+
+
+async def test_a_check_past_its_time_limit_leaves_the_figures_unchecked(metrics, caplog) -> None:
+    def slow_check(answer: str, *, question: str, evidence: Sequence[Evidence]) -> FigureReport:
+        time.sleep(0.5)
+        return check_answer(answer, question=question, evidence=evidence)
+
+    async def sink(event: Event) -> None:
+        pass
+
+    state = RunState(question="departures?", interface="cli", emit=sink, metrics=metrics)
+    state.answer = "EWR had 130,000 departures [Q1]."
+    state.queries.append(ExecutedQuery(id="Q1", question="", sql="SELECT 1", result=QueryResult(query_id="", sql="")))
+    prompts = PromptLibrary(Settings.model_fields["agent_prompts_dir"].default)
+    review = FigureReview(prompts, check=slow_check, time_limit_s=0.05)
+    started = time.perf_counter()
+    assert await review.correction(state) is None  # no correction round for figures never checked
+    assert time.perf_counter() - started < 0.4
+    await review.settle(state)
+    assert state.figures is not None and state.figures.checked == 0
+    assert state.figures.unchecked == "the figure check took longer than 0.05 s"
+    assert "the figure check took over 0.05 s" in caplog.text

@@ -1,0 +1,62 @@
+"""An answer's text as a reader sees it once its Markdown is rendered, with the way back to the offsets
+of the text the model wrote.
+
+`&#49;20,835` shows `120,835`, and so do `1\u200b20,835` and `1<!-- -->20,835`: a number split by an
+HTML entity, a comment, a tag or an invisible (Unicode format, Cf) character must be read whole, or the
+check sees a rank and a different, perhaps verified, number. Entities are decoded, comments, tags and
+format characters dropped; nothing else changes.
+"""
+
+from __future__ import annotations
+
+import html
+import unicodedata
+from dataclasses import dataclass
+
+from agent import linear_re
+
+_MARKUP = linear_re.compile(
+    r"<!--.*?(?:-->|\z)|</?[A-Za-z][A-Za-z0-9-]*(?:\s[^<>]*)?/?>|&(?:#[0-9]{1,7}|#[xX][0-9a-fA-F]{1,6}|[A-Za-z][A-Za-z0-9]{1,31});",
+    dot_all=True,
+)
+
+
+@dataclass(frozen=True)
+class Rendered:
+    text: str
+    starts: list[int]  # for each character of `text`, where what shows it starts in the written text
+    ends: list[int]  # and where it ends (an entity's characters span the whole entity)
+
+    def span(self, start: int, end: int) -> tuple[int, int]:
+        """The written text's offsets of `text[start:end]` (a non-empty span)."""
+        return self.starts[start], self.ends[end - 1]
+
+
+def render(written: str) -> Rendered:
+    rendered = Rendered("", [], [])
+    parts: list[str] = []
+    at = 0
+    for match in _MARKUP.finditer(written):
+        _plain(written, at, match.start(), parts, rendered)
+        token = written[match.start() : match.end()]
+        if token.startswith("&"):
+            decoded = _visible(html.unescape(token))
+            parts.append(decoded)
+            rendered.starts.extend([match.start()] * len(decoded))
+            rendered.ends.extend([match.end()] * len(decoded))
+        at = match.end()
+    _plain(written, at, len(written), parts, rendered)
+    return Rendered("".join(parts), rendered.starts, rendered.ends)
+
+
+def _plain(written: str, start: int, end: int, parts: list[str], rendered: Rendered) -> None:
+    for index in range(start, end):
+        char = written[index]
+        if unicodedata.category(char) != "Cf":
+            parts.append(char)
+            rendered.starts.append(index)
+            rendered.ends.append(index + 1)
+
+
+def _visible(text: str) -> str:
+    return "".join(c for c in text if unicodedata.category(c) != "Cf")

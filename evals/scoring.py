@@ -358,6 +358,9 @@ def _answer_checks(expect: Expect, result: RunResult) -> Iterator[Check]:
         wrong = "the answer does not decline" if expect.refused else "the answer declines"
         yield _check("refused", declines(answer) == expect.refused, wrong)
     if expect.figures_verified:
+        if result.figures is not None and result.figures.unchecked:  # the check ran out of time: not verified
+            yield _check("figures_verified", False, f"figures not checked ({result.figures.unchecked})")
+            return
         failures = result.figures.failures() if result.figures else []
         named = "; ".join(f"{f.text}: {f.reason}" for f in failures[:3])
         yield _check("figures_verified", not failures, f"{len(failures)} figure(s) unverified ({named})")

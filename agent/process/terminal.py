@@ -27,9 +27,9 @@ _REFRESH_S = 0.1  # the streamed answer is re-rendered at most this often
 # characters would reach the terminal as escape sequences (ESC [2J clears it, ESC ] 8 writes a link, ESC ] 0
 # retitles the window) and bidirectional overrides reorder what a person reads. They are shown as \xNN or
 # \uNNNN instead; newlines and tabs stay.
-_CONTROLS = {
-    code: f"\\x{code:02x}" for code in (*range(0x00, 0x09), *range(0x0B, 0x20), *range(0x7F, 0xA0))
-} | {code: f"\\u{code:04x}" for code in (*range(0x202A, 0x202F), *range(0x2066, 0x206A))}
+_CONTROLS = {code: f"\\x{code:02x}" for code in (*range(0x00, 0x09), *range(0x0B, 0x20), *range(0x7F, 0xA0))} | {
+    code: f"\\u{code:04x}" for code in (*range(0x202A, 0x202F), *range(0x2066, 0x206A))
+}
 
 
 def safe(text: str) -> str:
@@ -144,7 +144,9 @@ class TerminalPrinter:
         for query in result.queries:
             if query.result.ok and query.result.columns and not query.reused_from:
                 self._preview(query)
-        if result.figures is not None and result.figures.unverified:
+        if result.figures is not None and result.figures.unchecked:
+            self._line(f"\n⚠ Figures not checked: {result.figures.unchecked}", "yellow")
+        elif result.figures is not None and result.figures.unverified:
             self._line(f"\n⚠ {result.figures.unverified} figure(s) match nothing in the results they cite:", "yellow")
             for figure in result.figures.failures():
                 self._line(f"  • {figure.text}: {figure.reason}", "yellow")

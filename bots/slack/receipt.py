@@ -15,7 +15,9 @@ MAX_LISTED = 5  # unverified figures named; the rest are counted
 def receipt_blocks(result: FinalAnswer) -> list[dict[str, Any]]:
     blocks: list[dict[str, Any]] = []
     figures = result.figures
-    if figures is not None and figures.unverified:
+    if figures is not None and figures.unchecked:
+        blocks.append(_context("analyst_unverified", f":warning: Figures not checked: {escape(figures.unchecked)}"))
+    elif figures is not None and figures.unverified:
         failures = figures.failures()
         named = "; ".join(f"*{escape(f.text)}* ({escape(f.reason or 'no match')})" for f in failures[:MAX_LISTED])
         more = f"; and {len(failures) - MAX_LISTED} more" if len(failures) > MAX_LISTED else ""

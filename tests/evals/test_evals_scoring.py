@@ -214,6 +214,8 @@ def test_a_case_can_require_every_figure_verified() -> None:
     )  # fmt: skip
     passing = RunResult(question="q", answer="a", figures=FigureReport(figures=[right]))
     assert score(case, passing, None)[-1].passed
+    timed_out = RunResult(question="q", answer="a", figures=FigureReport(unchecked="the figure check took too long"))
+    assert [(c.name, c.passed) for c in score(case, timed_out, None)][-1] == ("figures_verified", False)
 
     cases = [
         CaseResult(suite="s", id="a", question="q", passed=True, checks=[], figures_checked=4, figures_verified=3),

@@ -410,6 +410,9 @@ function figureTitle(figure) {
 }
 
 function unverifiedNote(report) {
+  if (report && report.unchecked) {
+    return el("div", { class: "figure-note", role: "note" }, el("p", { text: `Figures not checked: ${report.unchecked}` }));
+  }
   if (!report || !report.unverified) return null;
   const failures = report.figures.filter((f) => !f.verified);
   return el("div", { class: "figure-note", role: "note" },

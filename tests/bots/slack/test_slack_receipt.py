@@ -47,3 +47,15 @@ async def test_a_user_over_the_daily_budget_is_told_when_it_resets(
     assert reply["text"].startswith("You have used today's budget for questions (")
     assert "resets at 00:00 UTC" in reply["text"] and len(fake_anthropic.requests) == 3  # no model call for it
     assert sample(bot.metrics, "agent_budget_refusals_total", interface="slack") == 1
+
+
+def test_figures_never_checked_are_said_to_be_so() -> None:
+    from agent.figures import FigureReport
+    from agent.runner import FinalAnswer, RunResult
+    from bots.slack.receipt import receipt_blocks
+
+    result = RunResult(
+        question="q", answer="a", figures=FigureReport(unchecked="the figure check took longer than 10 s")
+    )
+    [note] = receipt_blocks(FinalAnswer.of(result))
+    assert note["elements"][0]["text"] == ":warning: Figures not checked: the figure check took longer than 10 s"

@@ -165,8 +165,7 @@ class TerminalPrinter:
         table = Table()
         for name, ch_type in zip(result.columns, result.types, strict=False):
             # A Text header: a plain string would be read as rich markup ([link=...] from a column alias).
-            justify = "right" if is_numeric(ch_type) else "left"
-            table.add_column(Text(safe(name)), overflow="fold", justify=justify)
+            table.add_column(Text(safe(name)), overflow="fold", justify="right" if is_numeric(ch_type) else "left")
         for row in shown:
             table.add_row(*(Text("NULL", style="dim") if c is None else Text(safe(c)) for c in row))
         self._console.print()

@@ -17,7 +17,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
-_WORD = re.compile(r"[A-Za-z]+|[0-9]+")
+_WORD = re.compile(r"[^\W\d_]+|\d+")  # letters of any script (Zürich, Москва), or digits
 _CAMEL = re.compile(r"(?<=[a-z])(?=[A-Z])")
 # Abbreviations warehouses use in names, read as the word a person would ask with.
 ABBREVIATIONS = {
@@ -52,9 +52,10 @@ K1, B = 1.2, 0.75
 
 def stem(word: str) -> str:
     """A light, predictable folding of English endings, the same for every form of a word (customers,
-    customer -> customer; prices, priced, price -> pric; shipped, shipping -> ship)."""
+    customer -> customer; prices, priced, price -> pric; shipped, shipping -> ship; statuses, status ->
+    status)."""
     for suffix, replacement in (("ies", "y"), ("sses", "ss"), ("ing", ""), ("ed", ""), ("es", ""), ("s", "")):
-        if word.endswith(suffix) and len(word) - len(suffix) >= 3 and not word.endswith("ss"):
+        if word.endswith(suffix) and len(word) - len(suffix) >= 3 and not word.endswith(("ss", "us")):
             word = word[: len(word) - len(suffix)] + replacement
             break
     if len(word) > 3 and word[-1] == word[-2] and word[-1] not in "lsz":

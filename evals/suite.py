@@ -15,6 +15,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from agent import linear_re
+from agent.knowledge.writer import append_to_list
 from agent.runner import Classification, Turn, TurnQuery
 
 SUITES_DIR = Path(__file__).resolve().parent / "suites"
@@ -159,12 +160,5 @@ def append_case(path: Path, case: dict[str, Any], *, name: str = "feedback", dat
     """Append one case (validated first) to a suite file, creating the file when it does not exist;
     appended as text, so the file's comments and layout stay."""
     Case.model_validate(case)
-    text = path.read_text(encoding="utf-8") if path.exists() else ""
-    if not text.strip():
-        text = f"name: {name}\ndataset: {dataset}\ncases:\n"
-    if not text.endswith("\n"):
-        text += "\n"
-    dumped = yaml.safe_dump([case], sort_keys=False, allow_unicode=True, width=100)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text + "".join(f"  {line}" if line.strip() else line for line in dumped.splitlines(True)))
-    load_suite(path)  # what was written must load
+    append_to_list(path, "cases", case, header=f"name: {name}\ndataset: {dataset}\ncases:\n")
+    load_suite(path)  # the suite as a whole still loads

@@ -120,25 +120,25 @@ def render_entry(entry: Entry) -> str:
     if entry.kind == "glossary":
         synonyms = entry.fields.get("synonyms") or []
         also = f" (also: {', '.join(map(str, synonyms))})" if synonyms else ""
-        sql = f" SQL: `{_one_line(entry.text('sql'))}`" if entry.text("sql") else ""
         table = f" on {entry.text('table')}" if entry.text("table") else ""
-        return f"- **{entry.name}**{also} {entry.tag}: {_one_line(entry.text('definition'))}{sql}{table if sql else ''}"
+        sql = f" SQL: {_sql(entry.text('sql'))}{table}" if entry.text("sql") else ""
+        return f"- **{entry.name}**{also} {entry.tag}: {_one_line(entry.text('definition'))}{sql}"
     if entry.kind == "metrics":
         source = entry.text("from") or ", ".join(map(str, entry.fields["tables"]))
         return (
             f"- **{entry.name}** {entry.tag}: {_one_line(entry.text('description'))} "
-            f"SQL: `{_one_line(entry.text('sql'))}` from {_one_line(source)}"
+            f"SQL from {_one_line(source)}: {_sql(entry.text('sql'))}"
         )
     if entry.kind == "notes":
-        sql = f" Example: `{_one_line(entry.text('sql'))}`" if entry.text("sql") else ""
+        sql = f" Example: {_sql(entry.text('sql'))}" if entry.text("sql") else ""
         return f"- **{entry.name}** {entry.tag}: {_one_line(entry.text('note'))}{sql}"
     who = f"verified by {entry.text('verified_by')}, {entry.text('verified_at')}"
     question = f" {_one_line(entry.text('question'))}" if entry.text("id") else ""
-    return f"- {entry.tag}{question} ({who})\n  ```sql\n  {_one_line(entry.text('sql'))}\n  ```"
+    return f"- {entry.tag}{question} ({who}){_fenced(entry.text('sql'))}"
 
 
 def describe_entry(entry: Entry) -> str:
-    """Plain text for a person who opened a citation: what it says, and its SQL."""
+    """Plain text for a person who opened a citation: what it says, and its SQL (its lines kept)."""
     said = {
         "glossary": entry.text("definition"),
         "metrics": entry.text("description"),
@@ -146,9 +146,21 @@ def describe_entry(entry: Entry) -> str:
         "verified_queries": entry.text("question")
         + (f" Verified by {entry.text('verified_by')}, {entry.text('verified_at')}."),
     }[entry.kind]
-    sql = f" SQL: {_one_line(entry.text('sql'))}" if entry.text("sql") else ""
+    sql = f"\nSQL:\n{entry.text('sql').strip()}" if entry.text("sql") else ""
     return f"{entry.name}: {_one_line(said)}{sql}"
 
 
 def _one_line(text: str) -> str:
     return " ".join(text.split())
+
+
+def _sql(text: str) -> str:
+    """SQL as the model should copy it: inline when it is one line, else fenced with its lines kept (joined
+    into one line, a `--` comment would swallow the rest of the statement)."""
+    text = text.strip()
+    return f"`{text}`" if "\n" not in text and "`" not in text else _fenced(text)
+
+
+def _fenced(text: str) -> str:
+    body = "\n".join(f"  {line}" for line in text.strip().splitlines())
+    return f"\n  ```sql\n{body}\n  ```"

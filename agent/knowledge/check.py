@@ -9,7 +9,7 @@ import asyncio
 from dataclasses import dataclass
 
 from agent.db import Database
-from agent.knowledge.files import Entry, statement
+from agent.knowledge.files import Entry, statements
 
 
 @dataclass(frozen=True)
@@ -29,16 +29,14 @@ async def check_entries(db: Database, entries: list[Entry]) -> list[Problem]:
 
 
 async def _check(db: Database, entry: Entry) -> Problem | None:
-    sql = statement(entry)
-    key = "sql" if entry.text("sql") else ("column" if entry.text("column") else "table")
-    if sql is None:
-        if entry.kind == "metrics":
-            return Problem(entry.where("tables"), entry.tag, "reads several tables: give `from` (the join).")
-        return None
-    result = await db.execute(sql, max_rows=1, owner="knowledge-check")
-    if result.ok:
-        return None
-    message = " ".join((result.error or "failed").split())
-    if result.hint:
-        message += f" ({' '.join(result.hint.split())})"
-    return Problem(entry.where(key), entry.tag, message)
+    """The entry's first problem, if any."""
+    for key, sql in statements(entry):
+        if sql is None:
+            return Problem(entry.where(key), entry.tag, "reads several tables: give `from` (the join).")
+        result = await db.execute(sql, max_rows=1, owner="knowledge-check")
+        if not result.ok:
+            message = " ".join((result.error or "failed").split())
+            if result.hint:
+                message += f" ({' '.join(result.hint.split())})"
+            return Problem(entry.where(key), entry.tag, message)
+    return None

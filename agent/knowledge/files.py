@@ -110,7 +110,7 @@ def load_file(path: Path) -> list[Entry]:
         return []
     if not isinstance(document, dict):
         raise KnowledgeError(f"{path}:1: expected a mapping with any of {', '.join(KINDS)}")
-    unknown = sorted(k for k in document if k not in (*KINDS, _LINE, _LINES))
+    unknown = sorted((k for k in document if k not in (*KINDS, _LINE, _LINES)), key=str)
     if unknown:
         line = document[_LINES].get(unknown[0], 1)
         raise KnowledgeError(f"{path}:{line}: unknown section {unknown[0]!r}; expected {', '.join(KINDS)}")
@@ -126,7 +126,10 @@ def load_file(path: Path) -> list[Entry]:
 def _entry(kind: str, item: Any, path: Path, section_line: int) -> Entry:
     if not isinstance(item, dict):
         raise KnowledgeError(f"{path}:{section_line}: each of {kind} must be a mapping")
-    line, lines = item.pop(_LINE), item.pop(_LINES)
+    item = dict(item)  # a YAML alias repeats the same mapping: read each use on its own
+    line, lines = item.pop(_LINE, section_line), item.pop(_LINES, {})
+    if any(not isinstance(key, str) for key in item):
+        raise KnowledgeError(f"{path}:{line}: field names of a {kind} entry must be words")
     required, optional = FIELDS[kind]
     if missing := sorted(required - item.keys()):
         raise KnowledgeError(f"{path}:{line}: {kind} entry lacks {', '.join(missing)}")
@@ -134,7 +137,9 @@ def _entry(kind: str, item: Any, path: Path, section_line: int) -> Entry:
         raise KnowledgeError(f"{path}:{lines[unknown[0]]}: unknown field {unknown[0]!r} in a {kind} entry")
     if kind == "glossary" and "sql" in item and not _is_statement(str(item["sql"])) and "table" not in item:
         raise KnowledgeError(f"{path}:{lines['sql']}: a glossary expression needs `table` (the table it reads)")
-    if kind == "metrics" and not isinstance(item["tables"], list):
+    if "synonyms" in item and not _strings(item["synonyms"]):
+        raise KnowledgeError(f"{path}:{lines.get('synonyms', line)}: `synonyms` must be a list of words or phrases")
+    if kind == "metrics" and not _strings(item["tables"]):
         raise KnowledgeError(f"{path}:{lines['tables']}: `tables` must be a list of database.table names")
     if kind == "verified_queries" and isinstance(item["verified_at"], dt.date):
         item["verified_at"] = item["verified_at"].isoformat()
@@ -147,20 +152,35 @@ def _entry(kind: str, item: Any, path: Path, section_line: int) -> Entry:
     return Entry(kind, " ".join(str(name).split()), item, path, line, lines)
 
 
+def _strings(value: Any) -> bool:
+    return isinstance(value, list) and all(isinstance(v, str | int | float) for v in value)
+
+
 def _is_statement(sql: str) -> bool:
     return sql.lstrip().lower().startswith(("select", "with", "("))
 
 
-def statement(entry: Entry) -> str | None:
-    """The SELECT that checks an entry's SQL (and, for a note, that its table and column exist)."""
+def statements(entry: Entry) -> list[tuple[str, str | None]]:
+    """The SELECTs that check an entry, each with the field a problem names (a None statement: the entry
+    cannot be checked as written). A note's or a verified query's SQL, and any SQL written as a whole
+    statement, is checked as it is (so a DROP, or a file() behind a comment, is refused as the model's
+    would be); an expression is checked inside the SELECT that reads it; the tables an entry names are
+    checked too (they are in the prompt)."""
     sql = entry.text("sql")
-    if entry.kind == "verified_queries" or (sql and _is_statement(sql)):
-        return sql
-    if entry.kind == "glossary":
-        return f"SELECT {sql} FROM {entry.text('table')} LIMIT 1" if sql else None
-    if entry.kind == "metrics":
+    checks: list[tuple[str, str | None]] = []
+    if sql and (entry.kind in ("notes", "verified_queries") or _is_statement(sql)):
+        checks.append(("sql", sql))
+    elif sql and entry.kind == "glossary":
+        checks.append(("sql", f"SELECT {sql} FROM {entry.text('table')} LIMIT 1"))
+    elif sql and entry.kind == "metrics":
         tables = [str(t) for t in entry.fields["tables"]]
         source = entry.text("from") or (tables[0] if len(tables) == 1 else "")
-        return f"SELECT {sql} FROM {source}" if source else None
-    column = entry.text("column") or "*"
-    return f"SELECT {column} FROM {entry.text('table')} LIMIT 1"
+        checks.append(("sql", f"SELECT {sql} FROM {source}") if source else ("tables", None))
+    if entry.kind == "glossary" and entry.text("table"):
+        checks.append(("table", f"SELECT 1 FROM {entry.text('table')} LIMIT 1"))
+    if entry.kind == "metrics":
+        checks += [("tables", f"SELECT 1 FROM {table} LIMIT 1") for table in map(str, entry.fields["tables"])]
+    if entry.kind == "notes":
+        column = entry.text("column")
+        checks.append(("column" if column else "table", f"SELECT {column or '*'} FROM {entry.text('table')} LIMIT 1"))
+    return checks

@@ -3,6 +3,7 @@ team's comments and layout stay, and the change reads as a plain diff in review)
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 from typing import Any
@@ -35,13 +36,44 @@ def append_verified_query(
         "source": source,
     }
     path = _target(directory)
+    append_to_list(path, "verified_queries", entry, header="verified_queries:\n")
+    return path, entry_id
+
+
+def append_to_list(path: Path, section: str, item: dict[str, Any], *, header: str) -> None:
+    """Append `item` to the list under `section` of a YAML file, as text (the file's comments and layout
+    stay) indented as the file indents its list; if no indentation loads as the list plus `item` (a flow
+    list `[]`, say), the document is written anew. Nothing is written unless it loads back with `item`
+    last, and the file is replaced whole, so a failure leaves it as it was."""
     text = path.read_text(encoding="utf-8") if path.exists() else ""
     if not text.strip():
-        text = "verified_queries:\n"
+        text = header
     if not text.endswith("\n"):
         text += "\n"
-    path.write_text(text + _indented(entry), encoding="utf-8")
-    return path, entry_id
+    dumped = yaml.safe_dump([item], sort_keys=False, allow_unicode=True, width=100, default_style=None)
+    for indent in ("  ", ""):
+        candidate = text + "".join(f"{indent}{line}" if line.strip() else line for line in dumped.splitlines(True))
+        if _ends_with(candidate, section, item):
+            break
+    else:
+        document = yaml.safe_load(text) or {}
+        document[section] = [*(document.get(section) or []), item]
+        candidate = yaml.safe_dump(document, sort_keys=False, allow_unicode=True, width=100)
+        if not _ends_with(candidate, section, item):
+            raise ValueError(f"{path}: could not add to {section}")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_name(f".{path.name}.tmp")
+    temporary.write_text(candidate, encoding="utf-8")
+    os.replace(temporary, path)
+
+
+def _ends_with(text: str, section: str, item: dict[str, Any]) -> bool:
+    try:
+        document = yaml.safe_load(text)
+    except yaml.YAMLError:
+        return False
+    items = document.get(section) if isinstance(document, dict) else None
+    return isinstance(items, list) and bool(items) and items[-1] == item
 
 
 def _target(directory: Path) -> Path:
@@ -53,8 +85,3 @@ def _target(directory: Path) -> Path:
         if isinstance(document, dict) and set(document) <= {"verified_queries"}:
             return path
     raise ValueError(f"{directory}: {VERIFIED_FILE} and {APPROVED_FILE} hold other sections; cannot append")
-
-
-def _indented(entry: dict[str, Any]) -> str:
-    text = yaml.safe_dump([entry], sort_keys=False, allow_unicode=True, width=100, default_style=None)
-    return "".join(f"  {line}" if line.strip() else line for line in text.splitlines(keepends=True))

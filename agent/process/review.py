@@ -16,6 +16,7 @@ from agent.chats.proposals import Decision, Proposal, ProposalStore, ProposedQue
 from agent.db import Database
 from agent.knowledge import Entry, check_entries
 from agent.knowledge.writer import append_verified_query
+from agent.process.terminal import safe
 from evals.suite import append_case
 
 PREVIEW_ROWS = 5
@@ -102,7 +103,7 @@ async def _write_verified(
 ) -> bool:
     entry = Entry("verified_queries", question, {"question": question, "sql": query.sql}, Path("(proposal)"), 0)
     if problems := await check_entries(db, [entry]):
-        reviewer.say(f"  Not added: the SQL no longer passes the check: {problems[0].message}")
+        reviewer.say(safe(f"  Not added: the SQL no longer passes the check: {problems[0].message}"))
         return False
     path, entry_id = append_verified_query(
         directory,
@@ -142,7 +143,7 @@ def _header(proposal: Proposal, number: int, total: int) -> str:
     if proposal.reason:
         lines.append(f"Reason: {proposal.reason}")
     lines.append(f"Answer: {' '.join(proposal.answer.split())[:MAX_ANSWER_CHARS]}")
-    return "\n".join(lines)
+    return safe("\n".join(lines))  # a chat user wrote the question and reason: nothing may drive the terminal
 
 
 def _query(query: ProposedQuery) -> str:
@@ -153,4 +154,4 @@ def _query(query: ProposedQuery) -> str:
         more = query.row_count - min(len(query.rows), PREVIEW_ROWS)
         if more > 0:
             lines.append(f"    ({more:,} more rows)")
-    return "\n".join(lines)
+    return safe("\n".join(lines))  # the model's SQL and the data's cells: shown, never obeyed by the terminal

@@ -17,7 +17,10 @@ MAX_MARKDOWN = 12_000  # markdown_text of one call, and all markdown blocks of o
 MAX_BUTTON_TEXT = 75
 MAX_BUTTON_VALUE = 2_000
 MAX_ACTIONS = 25
-MAX_CITED, MAX_CITED_CHARS = 10, 600  # a context block holds 10 elements
+# A context block holds 10 elements of at most 3,000 characters each (Block Kit reference, context block;
+# mrkdwn text object). Cut before escaping, each piece may grow 5x (`&` -> `&amp;`): 5 x (120 + 300 + 120)
+# plus the markup stays under 3,000.
+MAX_CITED, MAX_CITED_CHARS, MAX_TAG_CHARS = 10, 300, 120
 PREVIEW_CHARS = 300  # the plain `text` beside blocks: what notifications and screen readers show
 # chat.postMessage's unfurl_links / unfurl_media (docs.slack.dev/reference/methods/chat.postMessage), off: a
 # link in an answer (say, one planted in the data) is never fetched by Slack nor expanded under the message.
@@ -210,7 +213,8 @@ def answer_blocks(
     blocks: list[dict[str, Any]] = []
     if knowledge:
         cited = [
-            f"*{escape(e['tag'])}* {escape(_cut(e['text'], MAX_CITED_CHARS))} (`{escape(e['source'])}`)"
+            f"*{escape(_cut(e['tag'], MAX_TAG_CHARS))}* {escape(_cut(e['text'], MAX_CITED_CHARS))} "
+            f"(`{escape(_cut(e['source'], MAX_TAG_CHARS))}`)"
             for e in knowledge[:MAX_CITED]
         ]
         elements = [{"type": "mrkdwn", "text": text} for text in cited]

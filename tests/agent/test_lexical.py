@@ -30,3 +30,8 @@ def test_a_name_weighs_more_than_a_sampled_value_and_ties_are_stable() -> None:
     assert [hit.key for hit in index.search("refunds to customers")] == ["shop.refunds", "shop.orders"]
     assert [hit.key for hit in index.search("stock")] == ["shop.a", "shop.b"]
     assert index.search("nothing like it") == []
+
+
+def test_words_of_any_script_are_terms_and_a_status_is_its_plural() -> None:
+    assert terms("Zürich Москва") == ("zürich", "москва")
+    assert terms("order statuses") == terms("order status")

@@ -285,3 +285,11 @@ async def test_jobs_of_one_thread_run_in_order_and_threads_side_by_side() -> Non
     await queues.idle()
     assert log.index("a1 end") < log.index("a2 start"), "one at a time in a thread"
     assert log.index("b1 end") < log.index("a1 end"), "another thread does not wait"
+
+
+def test_a_cited_entry_full_of_ampersands_stays_within_a_context_elements_3000_characters() -> None:
+    from bots.slack.blocks import answer_blocks
+
+    entry = {"tag": "[verified: " + "&" * 500 + "]", "text": "&<>" * 700, "source": "&" * 500}
+    [cited] = [b for b in answer_blocks("r", [], [], knowledge=[entry]) if b.get("block_id") == "analyst_knowledge"]
+    assert all(len(element["text"]) <= 3000 for element in cited["elements"])

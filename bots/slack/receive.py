@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
+from slack_bolt.request.payload_utils import is_user_message_event_in_assistant_thread
+
 from agent import linear_re
 
 KNOWN_EVENTS = ("app_mention", "message", "assistant_thread_started", "assistant_thread_context_changed")
@@ -119,7 +121,9 @@ def read_question(body: dict[str, Any], me: Identity, allowed: Allowed, received
         thread_ts=str(event.get("thread_ts") or event["ts"]),
         event_id=str(body.get("event_id") or ""),
         is_dm=is_dm,
-        assistant_thread=is_dm and "assistant_thread" in event,
+        # As Bolt classifies it (its Assistant middleware runs on the same test): an IM message with a
+        # thread_ts and no bot_id. Slack's own samples carry no `assistant_thread` key.
+        assistant_thread=is_user_message_event_in_assistant_thread(body),
         addressed=kind == "app_mention" or is_dm,
         parent_user_id=event.get("parent_user_id"),
         received_at=received_at,

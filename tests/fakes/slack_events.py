@@ -178,11 +178,18 @@ def im_message(
     user: str = HUMAN_ID,
     ts: str | None = None,
     thread_ts: str | None = None,
-    assistant_thread: bool = False,
+    action_token: bool = False,
 ) -> dict[str, Any]:
-    """A DM to the app (message.im); `assistant_thread` marks a message typed in the assistant container."""
+    """A DM to the app (message.im). With `thread_ts` it is what a person types in Slack's AI container,
+    shaped as Bolt for Python 1.30.0's own sample (tests/scenario_tests_async/test_events_assistant.py,
+    `user_message_event_body`): no `assistant_thread` key, the thread's parent is the person, and
+    `user_team` / `source_team` ride along. `action_token` adds the `assistant_thread: {action_token}`
+    some of Slack's deliveries carry (`user_message_event_body_with_action_token` there)."""
     event = message(text, channel=channel, user=user, ts=ts, thread_ts=thread_ts, channel_type="im")
-    if assistant_thread:
+    event.update(user_team=TEAM_ID, source_team=TEAM_ID, user_profile={})
+    if thread_ts is not None:
+        event.setdefault("parent_user_id", user)
+    if action_token:
         event["assistant_thread"] = {"action_token": f"{uuid.uuid4().int % 10**14}.{uuid.uuid4().hex}"}
     return event
 

@@ -618,7 +618,7 @@ def test_event_payloads_are_recognised_by_bolt() -> None:
         ),
         (
             payload_utils.is_user_message_event_in_assistant_thread,
-            events.im_message("how many flights?", thread_ts=thread_ts, assistant_thread=True),
+            events.im_message("how many flights?", thread_ts=thread_ts),
         ),
         (
             payload_utils.is_bot_message_event_in_assistant_thread,

@@ -104,7 +104,7 @@ async def test_a_direct_message_in_an_assistant_thread_uses_status_title_and_str
 
     fake_anthropic.script(*carriers_script())
     ts = fake_slack.add_message(DM_ID, "which carrier flew the most?", thread_ts=thread)
-    await bot.event(events.im_message("which carrier flew the most?", ts=ts, thread_ts=thread, assistant_thread=True))
+    await bot.event(events.im_message("which carrier flew the most?", ts=ts, thread_ts=thread))
     await bot.idle()
 
     state = fake_slack.assistant_thread(DM_ID, thread)

@@ -61,9 +61,7 @@ async def tour(bot: SlackHarness, fake_slack: FakeSlack, fake_anthropic: FakeAnt
     await bot.event(events.assistant_thread_started(thread_ts=thread))
     fake_anthropic.script(*carriers_script())
     asked = fake_slack.add_message(DM_ID, "which carrier flew the most?", thread_ts=thread)
-    await bot.event(
-        events.im_message("which carrier flew the most?", ts=asked, thread_ts=thread, assistant_thread=True)
-    )
+    await bot.event(events.im_message("which carrier flew the most?", ts=asked, thread_ts=thread))
     await bot.idle()
 
     fake_slack.disable(*STREAMING)
@@ -130,7 +128,7 @@ async def test_mentions_and_links_in_data_reach_slack_as_text_that_pings_no_one(
     thread = fake_slack.start_assistant_thread(DM_ID)  # status and title
     fake_anthropic.script(*script)
     asked = fake_slack.add_message(DM_ID, f"what is {PLANTED}?", thread_ts=thread)
-    await bot.event(events.im_message(f"what is {PLANTED}?", ts=asked, thread_ts=thread, assistant_thread=True))
+    await bot.event(events.im_message(f"what is {PLANTED}?", ts=asked, thread_ts=thread))
     await bot.idle()
     fake_slack.disable(*STREAMING)  # a progress message, and the answer posted then updated
     fake_anthropic.script(*script)
@@ -268,9 +266,7 @@ async def test_an_answer_whose_buttons_slack_refuses_stands_and_its_buttons_foll
     fake_slack.fail("chat.update", "invalid_blocks")  # and the update that would add them
     fake_anthropic.script(*carriers_script())
     asked = fake_slack.add_message(DM_ID, "which carrier flew the most?", thread_ts=thread)
-    await bot.event(
-        events.im_message("which carrier flew the most?", ts=asked, thread_ts=thread, assistant_thread=True)
-    )
+    await bot.event(events.im_message("which carrier flew the most?", ts=asked, thread_ts=thread))
     await bot.idle()
     answer, buttons = bot_replies(fake_slack, DM_ID, thread)
     assert answer["text"] == "UA flew the most flights: 58,665 [Q1]."
@@ -301,9 +297,7 @@ async def test_an_answer_whose_last_edit_slack_refuses_arrives_whole_below_it(
         Reply(text='["Which carrier was most punctual?"]'),
     )
     asked = fake_slack.add_message(DM_ID, "which carrier flew the most?", thread_ts=thread)
-    await bot.event(
-        events.im_message("which carrier flew the most?", ts=asked, thread_ts=thread, assistant_thread=True)
-    )
+    await bot.event(events.im_message("which carrier flew the most?", ts=asked, thread_ts=thread))
     await bot.idle()
     texts = [str(r.get("text") or "") for r in bot_replies(fake_slack, DM_ID, thread)]
     assert not any("Something went wrong" in t or "couldn't finish" in t for t in texts), texts
@@ -416,9 +410,7 @@ async def test_a_long_answer_with_one_refused_edit_arrives_once_and_whole(
     )
     asked = fake_slack.add_message(DM_ID, "which carrier flew the most?", thread_ts=thread)
     fake_slack.fail("chat.update", "invalid_metadata", times=1)
-    await bot.event(
-        events.im_message("which carrier flew the most?", ts=asked, thread_ts=thread, assistant_thread=True)
-    )
+    await bot.event(events.im_message("which carrier flew the most?", ts=asked, thread_ts=thread))
     await bot.idle()
     replies = bot_replies(fake_slack, DM_ID, thread)
     shown = "".join(str(b.get("text") or "") for r in replies for b in r.get("blocks") or [] if b["type"] == "markdown")

@@ -172,12 +172,16 @@ class Answerer:
             writer.cancel()
 
     async def _history(self, question: Question) -> list[Turn] | SlackApiError:
+        """The thread's earlier turns: which they are from the thread, each read whole from the store by its
+        run id (the thread's own copy, where the store has none, may be shorter: a preview, Slack's rich text)."""
         try:
-            return await read_history(
+            in_thread = await read_history(
                 self._client, question.channel, question.thread_ts, before_ts=question.ts, bot_id=self._me.bot_id
             )
         except SlackApiError as exc:
             return exc
+        stored = await self._store.turns_by_run([run_id for run_id, _ in in_thread])
+        return [stored.get(run_id, shown) for run_id, shown in in_thread]
 
     async def _set_title(self, question: Question) -> None:
         title = question.text if len(question.text) <= MAX_TITLE_CHARS else question.text[: MAX_TITLE_CHARS - 1] + "…"

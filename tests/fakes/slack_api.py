@@ -301,6 +301,11 @@ class FakeSlack:
         with self._lock:
             return list(self.workspace.ephemeral)
 
+    def markdown(self, channel: str, ts: str) -> str | None:
+        """The text of the markdown blocks a message was last sent with (Slack keeps only its translation)."""
+        with self._lock:
+            return self.workspace.markdown_sent.get((channel, ts))
+
     def stream(self, channel: str, ts: str) -> Stream | None:
         """A chat.startStream message's stream: whether it is open, and every chunk sent to it."""
         with self._lock:

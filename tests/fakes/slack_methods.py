@@ -123,6 +123,7 @@ class WebApi:
             # "previous blocks will only be retained if the text argument is not provided"; Slack renders the new text.
             content["blocks"] = rich_text_blocks(content["text"]) if content["text"] else []
         message.update(content)
+        self.ws.translate_markdown(channel.id, message)
         if metadata == {}:
             message.pop("metadata", None)
         elif metadata is not None:

@@ -667,3 +667,16 @@ async def test_a_bolt_app_answers_signed_events_through_the_fakes(slack: FakeSla
     ]
     assert statuses == [200, 401, 401, 200]
     assert [m["text"] for m in slack.replies(GENERAL_ID, question)] == ["336,776 flights"]
+
+
+async def test_a_markdown_block_is_kept_only_as_slacks_translation(client: AsyncWebClient, slack: FakeSlack) -> None:
+    sent = "**UA** leads [Q1].\n\n```\nSELECT 1\n```"
+    posted = await client.chat_postMessage(
+        channel=GENERAL_ID, text="UA leads", blocks=[{"type": "markdown", "text": sent}]
+    )
+    stored = slack.message(GENERAL_ID, posted["ts"])
+    assert stored is not None and [b["type"] for b in stored["blocks"]] == ["rich_text", "rich_text"]
+    assert stored["blocks"][0]["elements"][0]["elements"][0]["text"] == "UA leads [Q1]."
+    assert slack.markdown(GENERAL_ID, posted["ts"]) == sent
+    await client.chat_update(channel=GENERAL_ID, ts=posted["ts"], text="plain now")
+    assert slack.markdown(GENERAL_ID, posted["ts"]) is None

@@ -89,12 +89,17 @@ def event_type(body: dict[str, Any]) -> str:
     return kind if kind in KNOWN_EVENTS else "other"
 
 
-def read_question(body: dict[str, Any], me: Identity, allowed: Allowed, received_at: float) -> Question | Ignored:
+def read_question(
+    body: dict[str, Any], me: Identity, allowed: Allowed, received_at: float, *, installed_team: str | None = None
+) -> Question | Ignored:
+    """`installed_team`: the team that installed the app, as Bolt's context has it (`context.team_id`, from
+    the envelope's `authorizations`). In a Slack Connect channel the envelope's `team_id` is the other
+    organisation's; the allowlist, the conversation key and the stream's recipient team are the installer's."""
     event: dict[str, Any] = body.get("event") or {}
     kind = event.get("type")
     if kind not in ("app_mention", "message"):
         return Ignored(Ignore.OTHER_EVENT)
-    team = str(body.get("team_id") or event.get("team") or me.team_id)
+    team = str(installed_team or me.team_id)
     if allowed.teams and team not in allowed.teams:
         return Ignored(Ignore.TEAM_NOT_ALLOWED)
     if ignored := _not_a_person(event, me):

@@ -417,3 +417,28 @@ async def test_a_long_answer_with_one_refused_edit_arrives_once_and_whole(
     texts = [str(r.get("text") or "") for r in replies]
     assert not any("Something went wrong" in t or "couldn't finish" in t for t in texts), texts
     assert [shown.count(f"Paragraph {n}.") for n in range(8)] == [1] * 8, "every paragraph once"
+
+
+# --- Slack Connect ---
+
+PARTNER_TEAM = "T0PARTNER01"
+
+
+async def test_in_a_slack_connect_channel_the_installing_team_is_the_team(
+    start_bot, fake_slack: FakeSlack, fake_anthropic: FakeAnthropic
+) -> None:
+    """The envelope's team_id is the other organisation's there; only `authorizations` names the installer,
+    as Bolt's context reads it: the allowlist, the conversation key and the stream's recipient use it."""
+    bot = await start_bot(slack_allowed_teams=[TEAM_ID])
+    fake_anthropic.script(*carriers_script())
+    asked = fake_slack.add_message(GENERAL_ID, f"<@{BOT_USER_ID}> which carrier flew the most?", team=PARTNER_TEAM)
+    mention = events.app_mention("which carrier flew the most?", ts=asked)
+    envelope = events.event_callback(mention, source_team=PARTNER_TEAM)
+    assert (envelope["team_id"], envelope["event"]["user_team"]) == (PARTNER_TEAM, PARTNER_TEAM)
+    assert (await bot.deliver(events.events_request(envelope))).status_code == 200
+    await bot.idle()
+
+    assert answer_message(fake_slack, GENERAL_ID, asked)["text"] == "UA flew the most flights: 58,665 [Q1]."
+    assert fake_slack.last("chat.startStream").args["recipient_team_id"] == TEAM_ID
+    assert await bot.service.store.find(f"slack:{TEAM_ID}:{GENERAL_ID}:{asked}")  # type: ignore[union-attr]
+    assert sample(bot.metrics, "agent_slack_events_ignored_total", reason="team_not_allowed") == 0

@@ -136,6 +136,7 @@ class Answerer:
             question.thread_ts,
             assistant=question.assistant_thread,
             interval_s=self._interval_s,
+            refresh_s=self._settings.slack_status_refresh_s,
             on_first=partial(self._first_progress, question),
         )
         history_task = asyncio.create_task(self._history(question))

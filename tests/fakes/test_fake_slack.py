@@ -680,3 +680,14 @@ async def test_a_markdown_block_is_kept_only_as_slacks_translation(client: Async
     assert slack.markdown(GENERAL_ID, posted["ts"]) == sent
     await client.chat_update(channel=GENERAL_ID, ts=posted["ts"], text="plain now")
     assert slack.markdown(GENERAL_ID, posted["ts"]) is None
+
+
+async def test_an_assistant_status_is_removed_after_its_timeout(client: AsyncWebClient, slack: FakeSlack) -> None:
+    slack.status_expiry_s = 0.2  # Slack: two minutes
+    thread = slack.start_assistant_thread(DM_ID)
+    await client.assistant_threads_setStatus(channel_id=DM_ID, thread_ts=thread, status="is thinking…")
+    assert slack.shown_status(DM_ID, thread) == "is thinking…"
+    await asyncio.sleep(0.3)
+    assert slack.shown_status(DM_ID, thread) == ""
+    await client.assistant_threads_setStatus(channel_id=DM_ID, thread_ts=thread, status="is thinking…")
+    assert slack.shown_status(DM_ID, thread) == "is thinking…"

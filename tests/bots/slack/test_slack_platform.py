@@ -442,3 +442,35 @@ async def test_in_a_slack_connect_channel_the_installing_team_is_the_team(
     assert fake_slack.last("chat.startStream").args["recipient_team_id"] == TEAM_ID
     assert await bot.service.store.find(f"slack:{TEAM_ID}:{GENERAL_ID}:{asked}")  # type: ignore[union-attr]
     assert sample(bot.metrics, "agent_slack_events_ignored_total", reason="team_not_allowed") == 0
+
+
+# --- the assistant status ---
+
+
+async def test_the_assistant_status_is_set_again_while_a_run_works(
+    start_bot, fake_slack: FakeSlack, fake_anthropic: FakeAnthropic
+) -> None:
+    """Slack removes a status two minutes after it was set (here 0.3 s); a run that thinks longer keeps it."""
+    fake_slack.status_expiry_s = 0.3
+    bot = await start_bot(slack_status_refresh_s=0.1)
+    thread = fake_slack.start_assistant_thread(DM_ID)
+    release = threading.Event()
+    first, *rest = carriers_script()
+
+    def slow(body: object) -> object:
+        release.wait(10)
+        return first
+
+    fake_anthropic.script(slow, *rest)
+    asked = fake_slack.add_message(DM_ID, "which carrier flew the most?", thread_ts=thread)
+    await bot.event(events.im_message("which carrier flew the most?", ts=asked, thread_ts=thread))
+    try:
+        await wait_for(lambda: fake_slack.shown_status(DM_ID, thread) == "is thinking…")
+        await asyncio.sleep(1.0)  # more than three expiries
+        shown = fake_slack.shown_status(DM_ID, thread)
+    finally:
+        release.set()
+    await bot.idle()
+    assert shown == "is thinking…"
+    assert fake_slack.shown_status(DM_ID, thread) == "", "cleared at the end"
+    assert [m["text"] for m in bot_replies(fake_slack, DM_ID, thread)] == ["UA flew the most flights: 58,665 [Q1]."]

@@ -78,6 +78,7 @@ class AnswerWriter:
         self._restarted = False
         self._messages: list[Sent] = []
         self._placed = 0  # characters of the rendered answer already in messages
+        self._final = False
 
     # --- fed by the run's events ---
 
@@ -101,6 +102,7 @@ class AnswerWriter:
         metadata with the last message. Returns the delivery (`stream` or `update`), or None when
         there was no answer text to send."""
         await self._painter.stop()
+        self._final = True  # from here each write is the answer's last state: rate limits are waited out
         if self._raw.strip() != answer.strip():
             self._raw, self._restarted = answer, True
         try:
@@ -200,13 +202,16 @@ class AnswerWriter:
         return Sent(posted["ts"], piece, streaming=False, part=part, shown=piece)
 
     async def _update(self, message: Sent, extra: list[dict[str, Any]] | None = None, **fields: Any) -> None:
-        await self._client.chat_update(
-            channel=self._channel,
-            ts=message.ts,
-            text=preview(message.text),
-            blocks=[markdown_block(message.text), *(extra or [])],
-            **fields,
-        )
+        async def update() -> Any:
+            return await self._client.chat_update(
+                channel=self._channel,
+                ts=message.ts,
+                text=preview(message.text),
+                blocks=[markdown_block(message.text), *(extra or [])],
+                **fields,
+            )
+
+        await (refusals.until_landed(update) if self._final else update())
         message.shown = message.text
 
     async def _seal(
@@ -217,9 +222,13 @@ class AnswerWriter:
             return
         if message.streaming:
             try:
-                await self._client.chat_stopStream(
-                    channel=self._channel, ts=message.ts, blocks=blocks or None, metadata=metadata
-                )
+
+                async def stop() -> Any:
+                    return await self._client.chat_stopStream(
+                        channel=self._channel, ts=message.ts, blocks=blocks or None, metadata=metadata
+                    )
+
+                await (refusals.until_landed(stop) if self._final else stop())
                 message.streaming = False
                 return
             except SlackApiError as exc:

@@ -474,3 +474,31 @@ async def test_the_assistant_status_is_set_again_while_a_run_works(
     assert shown == "is thinking…"
     assert fake_slack.shown_status(DM_ID, thread) == "", "cleared at the end"
     assert [m["text"] for m in bot_replies(fake_slack, DM_ID, thread)] == ["UA flew the most flights: 58,665 [Q1]."]
+
+
+# --- rate limits ---
+
+
+async def test_an_answers_last_edit_waits_out_slacks_rate_limit_and_lands_whole_with_its_buttons(
+    start_bot, fake_slack: FakeSlack, fake_anthropic: FakeAnthropic
+) -> None:
+    """chat.update stays rate limited past the SDK's two retries: the bot waits Slack's Retry-After and
+    tries again, so the answer ends as one message with its buttons, and nothing says it failed."""
+    bot = await start_bot()
+    thread = fake_slack.start_assistant_thread(DM_ID)
+    fake_slack.disable(*STREAMING)
+    fake_slack.ratelimit("chat.update", retry_after=0, times=5)
+    fake_anthropic.script(
+        Reply(tool_calls=[sql_call("Flights per carrier", SQL)]),
+        Reply(text=TABLE_ANSWER),
+        Reply(text='["Which carrier was most punctual?"]'),
+    )
+    asked = fake_slack.add_message(DM_ID, "which carrier flew the most?", thread_ts=thread)
+    await bot.event(events.im_message("which carrier flew the most?", ts=asked, thread_ts=thread))
+    await bot.idle()
+    replies = bot_replies(fake_slack, DM_ID, thread)
+    assert len(replies) == 1, [r.get("text") for r in replies]
+    [answer] = replies
+    assert "UA" in (fake_slack.markdown(DM_ID, answer["ts"]) or "") and answer["metadata"]["event_payload"]["final"]
+    assert any(b["type"] == "actions" for b in answer["blocks"])
+    assert [c.error for c in fake_slack.calls("chat.update")].count("ratelimited") == 5

@@ -16,7 +16,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 from agent.chats.conversations import ConversationStore
 from agent.metrics import Metrics
 from bots.slack import blocks, refusals
-from bots.slack.receive import Question
+from bots.slack.receive import Question, channel_type_of
 
 log = logging.getLogger(__name__)
 FEEDBACK_VALUES = ("up", "down")
@@ -105,6 +105,7 @@ class Actions:
                 thread_ts=click.thread_ts,
                 event_id="",
                 is_dm=is_dm,
+                channel_type=channel_type_of(click.channel),
                 assistant_thread=is_dm,  # tried; a DM without Slack's assistant falls back to a message
                 addressed=True,
                 parent_user_id=None,

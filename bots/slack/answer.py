@@ -72,7 +72,7 @@ class Answerer:
         self._client, self._me, self._store, self._runs = client, identity, store, runs
         self._settings, self._metrics, self._pacing = settings, metrics, pacing
         self._limit = pacing.rate_limit("slack:questions", settings.slack_rate_per_minute)
-        self._streaming = Streaming()
+        self.streaming = Streaming()
         self._interval_s = settings.slack_progress_interval_s
 
     async def handle(self, question: Question) -> None:
@@ -160,7 +160,8 @@ class Answerer:
             question.channel,
             question.thread_ts,
             recipient=(question.team, question.user),
-            streaming=self._streaming,
+            streaming=self.streaming,
+            channel_type=question.channel_type,
             interval_s=self._interval_s,
             part_metadata=partial(part_metadata, handle.run_id),
             on_stopped=partial(self._runs.cancel, handle, "its reader stopped it in Slack"),

@@ -60,6 +60,7 @@ class Question:
     thread_ts: str  # the thread it is in (its own ts at top level: the answer starts a thread)
     event_id: str
     is_dm: bool
+    channel_type: str  # Slack's: channel, group, im, mpim
     assistant_thread: bool  # typed in Slack's assistant container: status and title apply
     addressed: bool  # a mention or a DM; else answered only in a thread the bot is part of
     parent_user_id: str | None
@@ -126,6 +127,7 @@ def read_question(
         thread_ts=str(event.get("thread_ts") or event["ts"]),
         event_id=str(body.get("event_id") or ""),
         is_dm=is_dm,
+        channel_type=str(event.get("channel_type") or channel_type_of(channel)),
         # As Bolt classifies it (its Assistant middleware runs on the same test): an IM message with a
         # thread_ts and no bot_id. Slack's own samples carry no `assistant_thread` key.
         assistant_thread=is_user_message_event_in_assistant_thread(body),
@@ -133,6 +135,11 @@ def read_question(
         parent_user_id=event.get("parent_user_id"),
         received_at=received_at,
     )
+
+
+def channel_type_of(channel: str) -> str:
+    """An app_mention carries no channel_type: the ID's first letter says it (D: a DM, G: private)."""
+    return {"D": "im", "G": "group"}.get(channel[:1], "channel")
 
 
 def _not_a_person(event: dict[str, Any], me: Identity) -> Ignore | None:

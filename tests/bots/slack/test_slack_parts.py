@@ -17,6 +17,7 @@ from bots.slack.failures import Failure, classify, explain
 from bots.slack.progress import Painter
 from bots.slack.queues import SerialQueues
 from bots.slack.receive import Allowed, Identity, Ignore, Ignored, Question, read_question
+from bots.slack.reply import Streaming
 from bots.slack.thread import MAX_PAYLOAD_CHARS, answer_metadata, part_metadata, turns
 from tests.fakes import slack_events as events
 from tests.fakes.slack_api import BOT_ID, BOT_USER_ID, DM_ID, GENERAL_ID, TEAM_ID
@@ -286,3 +287,13 @@ async def test_jobs_of_one_thread_run_in_order_and_threads_side_by_side() -> Non
     await queues.idle()
     assert log.index("a1 end") < log.index("a2 start"), "one at a time in a thread"
     assert log.index("b1 end") < log.index("a1 end"), "another thread does not wait"
+
+
+def test_streaming_is_remembered_off_per_workspace_and_channel_type_for_a_while() -> None:
+    now = [0.0]
+    streaming = Streaming(retry_s=60, clock=lambda: now[0])
+    streaming.refused(("T1", "im"), "missing_scope")
+    streaming.refused(("T1", "channel"), "invalid_arguments")  # about the call, not about streaming here
+    assert [streaming.allowed(w) for w in (("T1", "im"), ("T1", "channel"), ("T2", "im"))] == [False, True, True]
+    now[0] = 60.0
+    assert streaming.allowed(("T1", "im"))

@@ -7,6 +7,7 @@ import asyncio
 import logging
 import re
 import threading
+import time
 from collections import defaultdict
 from dataclasses import replace
 
@@ -502,3 +503,34 @@ async def test_an_answers_last_edit_waits_out_slacks_rate_limit_and_lands_whole_
     assert "UA" in (fake_slack.markdown(DM_ID, answer["ts"]) or "") and answer["metadata"]["event_payload"]["final"]
     assert any(b["type"] == "actions" for b in answer["blocks"])
     assert [c.error for c in fake_slack.calls("chat.update")].count("ratelimited") == 5
+
+
+# --- where streaming works ---
+
+
+async def test_streaming_refused_in_one_kind_of_conversation_is_remembered_there_and_tried_again_later(
+    start_bot, fake_slack: FakeSlack, fake_anthropic: FakeAnthropic
+) -> None:
+    """chat.startStream's channel_type_not_supported (or missing_scope, unknown_method) turns streaming off
+    for that workspace and channel type only, and only for a while."""
+    bot = await start_bot()
+    streaming = bot.bot._answerer.streaming  # type: ignore[union-attr]
+    fake_slack.fail("chat.startStream", "channel_type_not_supported")
+
+    async def ask_dm(text: str) -> None:
+        fake_anthropic.script(Reply(text="There are 16 airlines."), Reply(text="[]"))
+        ts = fake_slack.add_message(DM_ID, text)
+        await bot.event(events.im_message(text, ts=ts))
+        await bot.idle()
+
+    await ask_dm("how many airlines?")
+    await ask_dm("how many airlines, again?")
+    assert [c.error for c in fake_slack.calls("chat.startStream")] == ["channel_type_not_supported"], "remembered"
+    fake_anthropic.script(Reply(text="There are 16 airlines."), Reply(text="[]"))
+    await bot.ask("how many airlines?")  # a channel: another kind of conversation
+    assert [c.args["channel"] for c in fake_slack.calls("chat.startStream")] == [DM_ID, GENERAL_ID]
+
+    streaming.clock = lambda: time.monotonic() + streaming.retry_s  # time passes: the DM is tried again
+    await ask_dm("how many airlines, once more?")  # streams now, and so does the next
+    await ask_dm("how many airlines, at last?")
+    assert [(c.args["channel"], c.ok) for c in fake_slack.calls("chat.startStream")][2:] == [(DM_ID, True)] * 2

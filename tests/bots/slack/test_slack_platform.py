@@ -15,8 +15,8 @@ import pytest
 
 from bots.slack.blocks import escape
 from bots.slack.failures import Failure, explain
+from tests.fakes import bolt_samples, slack_manifest
 from tests.fakes import slack_events as events
-from tests.fakes import slack_manifest
 from tests.fakes.anthropic_api import FakeAnthropic, Reply
 from tests.fakes.slack_api import BOT_USER_ID, DM_ID, GENERAL_ID, TEAM_ID, FakeSlack
 from tests.fakes.slack_scopes import EVENT_SCOPES
@@ -534,3 +534,40 @@ async def test_streaming_refused_in_one_kind_of_conversation_is_remembered_there
     await ask_dm("how many airlines, once more?")  # streams now, and so does the next
     await ask_dm("how many airlines, at last?")
     assert [(c.args["channel"], c.ok) for c in fake_slack.calls("chat.startStream")][2:] == [(DM_ID, True)] * 2
+
+
+# --- Bolt's own payload samples, replayed ---
+
+
+async def test_bolts_own_payload_samples_are_answered_as_slack_means_them(
+    start_bot, fake_slack: FakeSlack, fake_anthropic: FakeAnthropic
+) -> None:
+    """tests/fakes/bolt_samples.py: Bolt for Python 1.30.0's assistant and shared-channel samples."""
+    bot = await start_bot()
+    thread = fake_slack.start_assistant_thread(DM_ID)
+    assert (await bot.deliver(events.events_request(bolt_samples.thread_started(thread)))).status_code == 200
+    await bot.idle()
+    assert fake_slack.assistant_thread(DM_ID, thread)["prompts"], "suggested prompts on a new thread"
+
+    for token in (False, True):
+        fake_anthropic.script(*carriers_script())
+        asked = fake_slack.add_message(DM_ID, "When was Slack released?", thread_ts=thread)
+        sample_body = bolt_samples.user_message(
+            "When was Slack released?", ts=asked, thread_ts=thread, action_token=token
+        )
+        await bot.deliver(events.events_request(sample_body))
+        await bot.idle()
+    state = fake_slack.assistant_thread(DM_ID, thread)
+    assert state["title"] == "When was Slack released?" and "is thinking…" in state["status_history"]
+    replies = bot_replies(fake_slack, DM_ID, thread)
+    assert [r["text"] for r in replies] == ["UA flew the most flights: 58,665 [Q1]."] * 2, "no progress messages"
+
+    await bot.deliver(events.events_request(bolt_samples.title_changed(thread, "When was Slack released?")))
+    await bot.idle()
+    assert sample(bot.metrics, "agent_slack_events_ignored_total", reason="edit") == 1
+
+    fake_anthropic.script(*carriers_script())
+    mentioned = fake_slack.add_message(GENERAL_ID, f"<@{BOT_USER_ID}> Hi there!")
+    await bot.deliver(events.events_request(bolt_samples.shared_channel_mention("Hi there!", ts=mentioned)))
+    await bot.idle()
+    assert answer_message(fake_slack, GENERAL_ID, mentioned)["text"] == "UA flew the most flights: 58,665 [Q1]."

@@ -114,7 +114,9 @@ def message_text(message: dict[str, Any]) -> str:
         return "".join(markdown)
     rich = [_rich_text(b) for b in blocks if b.get("type") == "rich_text"]
     text = str(message.get("text") or "")
-    return "\n\n".join(rich) if len("\n\n".join(rich)) > len(text) else text
+    translated = "\n\n".join(rich)
+    # The longer of the two: a posted answer's text is a preview, a streamed one's is the whole Markdown.
+    return translated if len(translated) > len(text) else text
 
 
 def _rich_text(block: dict[str, Any]) -> str:

@@ -368,6 +368,13 @@ class Settings(BaseSettings):
         description="Least time between two edits of a Slack progress message or status, and between two pieces "
         "of a streamed answer (Slack allows about one update a second per message).",
     )
+    slack_status_refresh_s: float = Field(
+        60.0,
+        gt=0,
+        lt=120,
+        description="How often the Slack assistant thread's status is set again while an answer is being "
+        "worked on (Slack removes a status after two minutes without a message).",
+    )
     agent_web_url: str | None = Field(
         None,
         description="Public URL of the web chat (e.g. https://analyst.example.com); when set, Slack answers link "

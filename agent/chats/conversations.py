@@ -209,35 +209,26 @@ class ConversationStore:
                 "SELECT run_id, question, answer, transcript FROM turns WHERE conversation_id = ? ORDER BY position",
                 (conversation_id,),
             ).fetchall()
-            history = []
-            for t in turns:
-                queries = c.execute(
-                    "SELECT label, question, sql, columns, preview, row_count, error FROM queries WHERE run_id = ? "
-                    "ORDER BY rowid",
-                    (t["run_id"],),
-                ).fetchall()
-                history.append(
-                    Turn(
-                        question=t["question"],
-                        answer=t["answer"],
-                        transcript=json.loads(t["transcript"]),
-                        queries=[
-                            TurnQuery(
-                                id=q["label"],
-                                question=q["question"],
-                                sql=q["sql"],
-                                columns=json.loads(q["columns"]),
-                                rows=json.loads(q["preview"])[:5],
-                                row_count=q["row_count"],
-                                error=q["error"],
-                            )
-                            for q in queries
-                        ],
-                    )
-                )
-            return history
+            return [_history_turn(c, t) for t in turns]
 
         return await self._file.run(read)
+
+    async def turns_by_run(self, run_ids: list[str]) -> dict[str, Turn]:
+        """The stored turns of these runs, as `history` gives them (runs not stored are left out): an
+        adapter that knows its runs by id (Slack reads them from its messages' metadata) gets each
+        answer whole, whatever its platform kept of it."""
+
+        def read(c: sqlite3.Connection) -> dict[str, Turn]:
+            found: dict[str, Turn] = {}
+            for run_id in dict.fromkeys(run_ids):
+                row = c.execute(
+                    "SELECT run_id, question, answer, transcript FROM turns WHERE run_id = ?", (run_id,)
+                ).fetchone()
+                if row is not None:
+                    found[run_id] = _history_turn(c, row)
+            return found
+
+        return await self._file.run(read) if run_ids else {}
 
     async def save_turn(
         self, conversation_id: str, run_id: str, result: RunResult, events: list[dict[str, Any]]
@@ -407,6 +398,30 @@ class _StoredTurn:
     def _drop_events(self) -> None:
         """The replayed log goes last: the conversation view is built from the turn and its queries."""
         self.events = []
+
+
+def _history_turn(c: sqlite3.Connection, turn: sqlite3.Row) -> Turn:
+    queries = c.execute(
+        "SELECT label, question, sql, columns, preview, row_count, error FROM queries WHERE run_id = ? ORDER BY rowid",
+        (turn["run_id"],),
+    ).fetchall()
+    return Turn(
+        question=turn["question"],
+        answer=turn["answer"],
+        transcript=json.loads(turn["transcript"]),
+        queries=[
+            TurnQuery(
+                id=q["label"],
+                question=q["question"],
+                sql=q["sql"],
+                columns=json.loads(q["columns"]),
+                rows=json.loads(q["preview"])[:5],
+                row_count=q["row_count"],
+                error=q["error"],
+            )
+            for q in queries
+        ],
+    )
 
 
 def _without(event: dict[str, Any], key: str, empty: Any) -> dict[str, Any]:

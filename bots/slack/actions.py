@@ -18,7 +18,7 @@ from agent.chats.conversations import ConversationStore
 from agent.chats.proposals import ProposalStore
 from agent.metrics import Metrics
 from bots.slack import blocks, refusals
-from bots.slack.receive import Question
+from bots.slack.receive import Question, channel_type_of
 
 log = logging.getLogger(__name__)
 FEEDBACK_VALUES = ("up", "down")
@@ -116,6 +116,7 @@ class Actions:
                 thread_ts=click.thread_ts,
                 event_id="",
                 is_dm=is_dm,
+                channel_type=channel_type_of(click.channel),
                 assistant_thread=is_dm,  # tried; a DM without Slack's assistant falls back to a message
                 addressed=True,
                 parent_user_id=None,

@@ -77,7 +77,7 @@ class Answerer:
         self._settings, self._metrics, self._pacing = settings, metrics, pacing
         self._limit = pacing.rate_limit("slack:questions", settings.slack_rate_per_minute)
         self._budget = pacing.daily_budget(settings.agent_daily_user_tokens, settings.agent_daily_user_cost_usd)
-        self._streaming = Streaming()
+        self.streaming = Streaming()
         self._interval_s = settings.slack_progress_interval_s
 
     async def handle(self, question: Question) -> None:
@@ -145,6 +145,7 @@ class Answerer:
             question.thread_ts,
             assistant=question.assistant_thread,
             interval_s=self._interval_s,
+            refresh_s=self._settings.slack_status_refresh_s,
             on_first=partial(self._first_progress, question),
         )
         history_task = asyncio.create_task(self._history(question))
@@ -176,7 +177,8 @@ class Answerer:
             question.channel,
             question.thread_ts,
             recipient=(question.team, question.user),
-            streaming=self._streaming,
+            streaming=self.streaming,
+            channel_type=question.channel_type,
             interval_s=self._interval_s,
             part_metadata=partial(part_metadata, handle.run_id),
             on_stopped=partial(self._runs.cancel, handle, "its reader stopped it in Slack"),
@@ -189,12 +191,16 @@ class Answerer:
             writer.cancel()
 
     async def _history(self, question: Question) -> list[Turn] | SlackApiError:
+        """The thread's earlier turns: which they are from the thread, each read whole from the store by its
+        run id (the thread's own copy, where the store has none, may be shorter: a preview, Slack's rich text)."""
         try:
-            return await read_history(
+            in_thread = await read_history(
                 self._client, question.channel, question.thread_ts, before_ts=question.ts, bot_id=self._me.bot_id
             )
         except SlackApiError as exc:
             return exc
+        stored = await self._store.turns_by_run([run_id for run_id, _ in in_thread])
+        return [stored.get(run_id, shown) for run_id, shown in in_thread]
 
     async def _set_title(self, question: Question) -> None:
         title = question.text if len(question.text) <= MAX_TITLE_CHARS else question.text[: MAX_TITLE_CHARS - 1] + "…"

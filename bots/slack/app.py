@@ -20,7 +20,7 @@ from typing import Any
 import aiohttp
 from slack_bolt.adapter.socket_mode.async_handler import AsyncSocketModeHandler
 from slack_bolt.adapter.starlette.async_handler import AsyncSlackRequestHandler
-from slack_bolt.async_app import AsyncAck, AsyncApp
+from slack_bolt.async_app import AsyncAck, AsyncApp, AsyncBoltContext
 from slack_bolt.authorization import AuthorizeResult
 from slack_sdk.errors import SlackApiError
 from slack_sdk.http_retry.builtin_async_handlers import AsyncRateLimitErrorRetryHandler
@@ -184,7 +184,7 @@ class SlackBot:
             bot_user_id=self.identity.user_id,
         )
 
-    async def _on_event(self, body: dict[str, Any]) -> None:
+    async def _on_event(self, body: dict[str, Any], context: AsyncBoltContext) -> None:
         """Runs after Bolt has acknowledged the event: sorts it and queues the work, nothing more."""
         received_at = time.perf_counter()
         kind = event_type(body)
@@ -195,7 +195,7 @@ class SlackBot:
             thread = body["event"].get("assistant_thread") or {}
             self._queues.add(f"suggest:{next(self._clicks)}", partial(self._suggest, thread))
             return
-        found = read_question(body, self.identity, self._allowed, received_at)
+        found = read_question(body, self.identity, self._allowed, received_at, installed_team=context.team_id)
         if isinstance(found, Ignored):
             self._metrics.slack_ignored.labels(found.reason.value).inc()
             return

@@ -1,6 +1,7 @@
 """What a person sees while the agent works. In an assistant thread: its status ("is running Q1:
-flights per carrier…"). Elsewhere: one progress message in the thread, edited at most once per
-interval, listing the steps so far ("Q1 Flights per carrier, 16 rows")."""
+flights per carrier…"), set again every `refresh_s` while the run works, since Slack removes a status
+two minutes after it was set when no message follows. Elsewhere: one progress message in the thread,
+edited at most once per interval, listing the steps so far ("Q1 Flights per carrier, 16 rows")."""
 
 from __future__ import annotations
 
@@ -99,10 +100,15 @@ class Progress:
         *,
         assistant: bool,
         interval_s: float,
+        refresh_s: float = 60.0,
         on_first: Callable[[], None] = lambda: None,
     ) -> None:
         self._client, self._channel, self._thread_ts = client, channel, thread_ts
         self._assistant = assistant
+        self._refresh_s = refresh_s
+        self._status_lock = asyncio.Lock()  # a refresh never lands after the status was cleared
+        self._finishing = False
+        self._keepalive: asyncio.Task[None] | None = None
         self._on_first = on_first
         self._painter = Painter(self._paint, interval_s)
         self._steps: dict[str, Step] = {}
@@ -114,6 +120,25 @@ class Progress:
         """Show that the question was heard, now (not throttled)."""
         await self._paint()
         self._on_first()
+        if self._assistant and self._message_ts is None:
+            self._keepalive = asyncio.create_task(self._keep_status(), name="slack-status-refresh")
+
+    async def _keep_status(self) -> None:
+        """ "A two minute timeout applies, which will cause the status to be removed if no message has been
+        sent" (docs.slack.dev/reference/methods/assistant.threads.setStatus): set it again while the run works."""
+        while True:
+            await asyncio.sleep(self._refresh_s)
+            async with self._status_lock:
+                if self._finishing or not self._assistant or self._message_ts is not None:
+                    return
+                try:
+                    status = self._status()
+                    await self._client.assistant_threads_setStatus(
+                        channel_id=self._channel, thread_ts=self._thread_ts, status=status
+                    )
+                    self._status_shown = status
+                except SlackApiError as exc:
+                    refusals.log_refusal(log, f"refresh the status in {self._channel}", exc)
 
     def update(self, event: WireEvent) -> None:
         match event:
@@ -143,11 +168,17 @@ class Progress:
 
     def cancel(self) -> None:
         self._painter.cancel()
+        if self._keepalive is not None:
+            self._keepalive.cancel()
 
     async def finish(self, outcome: str) -> None:
         """The last word: the status cleared, or the progress message's final steps and `outcome`."""
         await self._painter.stop()
         self._activity = outcome
+        async with self._status_lock:
+            self._finishing = True
+        if self._keepalive is not None:
+            self._keepalive.cancel()
         try:
             if self._message_ts is None and self._assistant:
                 await self._set_status("")

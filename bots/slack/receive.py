@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
+from slack_bolt.request.payload_utils import is_user_message_event_in_assistant_thread
+
 from agent import linear_re
 
 KNOWN_EVENTS = ("app_mention", "message", "assistant_thread_started", "assistant_thread_context_changed")
@@ -58,6 +60,7 @@ class Question:
     thread_ts: str  # the thread it is in (its own ts at top level: the answer starts a thread)
     event_id: str
     is_dm: bool
+    channel_type: str  # Slack's: channel, group, im, mpim
     assistant_thread: bool  # typed in Slack's assistant container: status and title apply
     addressed: bool  # a mention or a DM; else answered only in a thread the bot is part of
     parent_user_id: str | None
@@ -87,12 +90,17 @@ def event_type(body: dict[str, Any]) -> str:
     return kind if kind in KNOWN_EVENTS else "other"
 
 
-def read_question(body: dict[str, Any], me: Identity, allowed: Allowed, received_at: float) -> Question | Ignored:
+def read_question(
+    body: dict[str, Any], me: Identity, allowed: Allowed, received_at: float, *, installed_team: str | None = None
+) -> Question | Ignored:
+    """`installed_team`: the team that installed the app, as Bolt's context has it (`context.team_id`, from
+    the envelope's `authorizations`). In a Slack Connect channel the envelope's `team_id` is the other
+    organisation's; the allowlist, the conversation key and the stream's recipient team are the installer's."""
     event: dict[str, Any] = body.get("event") or {}
     kind = event.get("type")
     if kind not in ("app_mention", "message"):
         return Ignored(Ignore.OTHER_EVENT)
-    team = str(body.get("team_id") or event.get("team") or me.team_id)
+    team = str(installed_team or me.team_id)
     if allowed.teams and team not in allowed.teams:
         return Ignored(Ignore.TEAM_NOT_ALLOWED)
     if ignored := _not_a_person(event, me):
@@ -119,11 +127,19 @@ def read_question(body: dict[str, Any], me: Identity, allowed: Allowed, received
         thread_ts=str(event.get("thread_ts") or event["ts"]),
         event_id=str(body.get("event_id") or ""),
         is_dm=is_dm,
-        assistant_thread=is_dm and "assistant_thread" in event,
+        channel_type=str(event.get("channel_type") or channel_type_of(channel)),
+        # As Bolt classifies it (its Assistant middleware runs on the same test): an IM message with a
+        # thread_ts and no bot_id. Slack's own samples carry no `assistant_thread` key.
+        assistant_thread=is_user_message_event_in_assistant_thread(body),
         addressed=kind == "app_mention" or is_dm,
         parent_user_id=event.get("parent_user_id"),
         received_at=received_at,
     )
+
+
+def channel_type_of(channel: str) -> str:
+    """An app_mention carries no channel_type: the ID's first letter says it (D: a DM, G: private)."""
+    return {"D": "im", "G": "group"}.get(channel[:1], "channel")
 
 
 def _not_a_person(event: dict[str, Any], me: Identity) -> Ignore | None:

@@ -5,12 +5,18 @@ a message saying the same to the person who asked."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
 
 from slack_sdk.errors import SlackApiError
 
 from bots.slack.failures import Failure
 
+T = TypeVar("T")
+FINAL_DEADLINE_S = 30.0  # how long an answer's last write keeps waiting out Slack's rate limit
 NOT_A_MEMBER = frozenset({"not_in_channel", "channel_not_found"})
 ROUTINE = NOT_A_MEMBER | {"missing_scope", "ratelimited"}
 
@@ -57,3 +63,33 @@ def log_refusal(logger: logging.Logger, doing: str, exc: SlackApiError, bot_user
         logger.warning("Slack refused to %s: %s", doing, advice(exc, bot_user_id))
     else:
         logger.warning("Slack refused to %s (%s)", doing, code(exc), exc_info=exc)
+
+
+def retry_after_s(exc: SlackApiError) -> float | None:
+    """The seconds Slack asks to wait (`Retry-After` on a 429, docs.slack.dev/apis/web-api/rate-limits),
+    or None when the refusal is not a rate limit."""
+    if code(exc) != "ratelimited":
+        return None
+    headers: Any = getattr(exc.response, "headers", None) or {}
+    for name, value in dict(headers).items():
+        if name.lower() == "retry-after":
+            first = value[0] if isinstance(value, list | tuple) else value
+            try:
+                return max(0.0, float(first))
+            except (TypeError, ValueError):
+                break
+    return 1.0
+
+
+async def until_landed(call: Callable[[], Awaitable[T]], *, deadline_s: float = FINAL_DEADLINE_S) -> T:
+    """`call`, tried again after each `ratelimited` (past the SDK's own retries) as long as Slack's
+    Retry-After ends before the deadline: the last state of an answer must land, not be dropped."""
+    deadline = time.monotonic() + deadline_s
+    while True:
+        try:
+            return await call()
+        except SlackApiError as exc:
+            wait_s = retry_after_s(exc)
+            if wait_s is None or time.monotonic() + wait_s > deadline:
+                raise
+        await asyncio.sleep(wait_s)

@@ -9,6 +9,7 @@ metadata that lets a later question read this turn back (bots/slack/thread.py).
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -29,18 +30,40 @@ from bots.slack.blocks import (
 from bots.slack.progress import Painter
 
 log = logging.getLogger(__name__)
-# Answers from chat.startStream that mean this workspace or token cannot stream at all.
-NO_STREAMING = {"unknown_method", "method_deprecated", "missing_scope", "not_allowed_token_type"}
+# Answers from chat.startStream that mean streaming does not work here (this workspace, this kind of
+# conversation) for now: remembered, and tried again after STREAMING_RETRY_S (a scope can be added, a
+# workspace can gain the methods).
+NO_STREAMING = {
+    "unknown_method",
+    "method_deprecated",
+    "missing_scope",
+    "not_allowed_token_type",
+    "channel_type_not_supported",
+}
+STREAMING_RETRY_S = 600.0
 BUTTONS_TEXT = "More on this answer"  # the stand-in text of buttons posted below an answer
 # chat.appendStream / stopStream's answer once the person pressed Stop under the streaming answer.
 STOPPED_BY_USER = "stopped_by_user"
 
 
 class Streaming:
-    """Whether to try streaming; turned off for the process once Slack says the methods are missing."""
+    """Where to try streaming: remembered per workspace and channel type once Slack says it does not work
+    there (NO_STREAMING), and tried there again after `retry_s`; elsewhere it is still tried."""
 
-    def __init__(self, enabled: bool = True) -> None:
-        self.enabled = enabled
+    def __init__(self, retry_s: float = STREAMING_RETRY_S, clock: Callable[[], float] = time.monotonic) -> None:
+        self.retry_s, self.clock = retry_s, clock
+        self._off_until: dict[tuple[str, str], float] = {}
+
+    def allowed(self, where: tuple[str, str]) -> bool:
+        until = self._off_until.get(where)
+        if until is not None and self.clock() >= until:
+            del self._off_until[where]
+            return True
+        return until is None
+
+    def refused(self, where: tuple[str, str], error: str) -> None:
+        if error in NO_STREAMING:
+            self._off_until[where] = self.clock() + self.retry_s
 
 
 @dataclass
@@ -66,11 +89,15 @@ class AnswerWriter:
         part_metadata: Callable[[int], dict[str, Any]],
         on_stopped: Callable[[], None] = lambda: None,
         limit: int = MAX_MARKDOWN,
+        channel_type: str = "channel",
     ) -> None:
+        """`recipient`: the installing team and the person asking; `channel_type` (Slack's: channel, group,
+        im, mpim) with the team says where streaming was found not to work."""
         self._client, self._channel, self._thread_ts = client, channel, thread_ts
         self._on_stopped = on_stopped
         self.stopped_by_user = False  # the person pressed Stop: nothing more is written
         self._team, self._user = recipient
+        self._where = (self._team, channel_type)
         self._streaming, self._limit = streaming, limit
         self._part_metadata = part_metadata
         self._painter = Painter(self._flush, interval_s)
@@ -78,6 +105,7 @@ class AnswerWriter:
         self._restarted = False
         self._messages: list[Sent] = []
         self._placed = 0  # characters of the rendered answer already in messages
+        self._final = False
 
     # --- fed by the run's events ---
 
@@ -101,6 +129,7 @@ class AnswerWriter:
         metadata with the last message. Returns the delivery (`stream` or `update`), or None when
         there was no answer text to send."""
         await self._painter.stop()
+        self._final = True  # from here each write is the answer's last state: rate limits are waited out
         if self._raw.strip() != answer.strip():
             self._raw, self._restarted = answer, True
         try:
@@ -172,7 +201,7 @@ class AnswerWriter:
         return current
 
     async def _start(self, piece: str, part: int) -> Sent:
-        if self._streaming.enabled:
+        if self._streaming.allowed(self._where):
             try:
                 started = await self._client.chat_startStream(
                     channel=self._channel,
@@ -183,8 +212,7 @@ class AnswerWriter:
                 )
                 return Sent(started["ts"], piece, streaming=True, part=part, shown=piece)
             except SlackApiError as exc:
-                if _error(exc) in NO_STREAMING:
-                    self._streaming.enabled = False
+                self._streaming.refused(self._where, _error(exc))
                 log.info("no streaming here (%s); posting, then updating", _error(exc))
         return await self._post(piece, part)
 
@@ -200,13 +228,16 @@ class AnswerWriter:
         return Sent(posted["ts"], piece, streaming=False, part=part, shown=piece)
 
     async def _update(self, message: Sent, extra: list[dict[str, Any]] | None = None, **fields: Any) -> None:
-        await self._client.chat_update(
-            channel=self._channel,
-            ts=message.ts,
-            text=preview(message.text),
-            blocks=[markdown_block(message.text), *(extra or [])],
-            **fields,
-        )
+        async def update() -> Any:
+            return await self._client.chat_update(
+                channel=self._channel,
+                ts=message.ts,
+                text=preview(message.text),
+                blocks=[markdown_block(message.text), *(extra or [])],
+                **fields,
+            )
+
+        await (refusals.until_landed(update) if self._final else update())
         message.shown = message.text
 
     async def _seal(
@@ -217,9 +248,13 @@ class AnswerWriter:
             return
         if message.streaming:
             try:
-                await self._client.chat_stopStream(
-                    channel=self._channel, ts=message.ts, blocks=blocks or None, metadata=metadata
-                )
+
+                async def stop() -> Any:
+                    return await self._client.chat_stopStream(
+                        channel=self._channel, ts=message.ts, blocks=blocks or None, metadata=metadata
+                    )
+
+                await (refusals.until_landed(stop) if self._final else stop())
                 message.streaming = False
                 return
             except SlackApiError as exc:

@@ -1,9 +1,11 @@
-"""A thread's history, read from the thread itself, so a restart loses nothing.
+"""A thread's history, indexed by the thread itself, so a restart loses nothing.
 
 Each answer the bot posts carries message metadata (event type `analyst_answer`): its run id and
 part number and, on its last part, the question and every query's id, question and SQL. Reading
-the thread back (`conversations.replies` with metadata) rebuilds the earlier turns, so a follow-up
-such as "and for 2014?" knows what was queried before. Only this bot's own messages are believed.
+the thread back (`conversations.replies` with metadata) names the earlier turns and their run ids;
+the caller reads each turn whole from the conversation store by that id, and falls back to what the
+thread shows (Slack may translate an answer's markdown block into other blocks on storage, and a
+posted answer's `text` is only a preview). Only this bot's own messages are believed.
 """
 
 from __future__ import annotations
@@ -52,8 +54,9 @@ def answer_metadata(
 
 async def read_history(
     client: AsyncWebClient, channel: str, thread_ts: str, *, before_ts: str, bot_id: str
-) -> list[Turn]:
-    """The turns of this thread asked before the message at `before_ts` (and answered by now)."""
+) -> list[tuple[str, Turn]]:
+    """The turns of this thread asked before the message at `before_ts` (and answered by now), each with
+    its run id, as the thread shows them."""
     messages: list[dict[str, Any]] = []
     cursor = None
     for _ in range(MAX_PAGES):
@@ -64,10 +67,14 @@ async def read_history(
         cursor = (page.get("response_metadata") or {}).get("next_cursor")
         if not page.get("has_more") or not cursor:
             break
-    return turns(messages, bot_id=bot_id, before_ts=before_ts)
+    return thread_turns(messages, bot_id=bot_id, before_ts=before_ts)
 
 
 def turns(messages: list[dict[str, Any]], *, bot_id: str, before_ts: str) -> list[Turn]:
+    return [turn for _, turn in thread_turns(messages, bot_id=bot_id, before_ts=before_ts)]
+
+
+def thread_turns(messages: list[dict[str, Any]], *, bot_id: str, before_ts: str) -> list[tuple[str, Turn]]:
     """An answer belongs to the history of every message sent after its question, even one sent while
     it was being written (the thread's messages are answered one at a time, so it is finished)."""
     parts: dict[str, list[tuple[int, str]]] = {}
@@ -94,14 +101,34 @@ def turns(messages: list[dict[str, Any]], *, bot_id: str, before_ts: str) -> lis
             for q in payload.get("queries") or []
             if isinstance(q, dict)
         ]
-        history.append(Turn(question=str(payload.get("question") or ""), answer=answer, queries=queries))
+        history.append((run_id, Turn(question=str(payload.get("question") or ""), answer=answer, queries=queries)))
     return history
 
 
 def message_text(message: dict[str, Any]) -> str:
-    """What a message says: its markdown blocks (a posted answer), else its text (a streamed one)."""
-    markdown = [b["text"] for b in message.get("blocks") or [] if b.get("type") == "markdown" and "text" in b]
-    return "".join(markdown) if markdown else str(message.get("text") or "")
+    """What a message says: its markdown blocks (a posted answer), else the rich text Slack translated
+    them into, else its text (a streamed answer; a posted one's is a preview)."""
+    blocks = message.get("blocks") or []
+    markdown = [b["text"] for b in blocks if b.get("type") == "markdown" and "text" in b]
+    if markdown:
+        return "".join(markdown)
+    rich = [_rich_text(b) for b in blocks if b.get("type") == "rich_text"]
+    text = str(message.get("text") or "")
+    translated = "\n\n".join(rich)
+    # The longer of the two: a posted answer's text is a preview, a streamed one's is the whole Markdown.
+    return translated if len(translated) > len(text) else text
+
+
+def _rich_text(block: dict[str, Any]) -> str:
+    """The characters of a rich_text block (styles are lost: the store keeps the answer's Markdown)."""
+    pieces = []
+    for element in block.get("elements") or []:
+        inner = element.get("elements") or []
+        if element.get("type") == "rich_text_list":
+            pieces.append("\n".join("- " + _rich_text({"elements": [item]}) for item in inner))
+        else:
+            pieces.append("".join(str(e.get("text") or e.get("url") or "") for e in inner))
+    return "\n".join(pieces)
 
 
 def ts_key(ts: str) -> tuple[int, int]:

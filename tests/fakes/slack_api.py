@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 import uuid
 from dataclasses import dataclass, field
 from email.message import EmailMessage
@@ -111,10 +112,13 @@ class FakeSlack:
         bot_name: str = "analyst",
         socket_mode: FakeSocketMode | None = None,
         scopes: frozenset[str] | None = None,
+        status_expiry_s: float = 120.0,
     ) -> None:
-        """`scopes`: the bot token's; by default those of the manifest in docs/slack.md."""
+        """`scopes`: the bot token's; by default those of the manifest in docs/slack.md. `status_expiry_s`:
+        how long an assistant thread's status lasts without a message (Slack: two minutes), shorter in tests."""
         self.bot_token, self.app_token, self.bot_name = bot_token, app_token, bot_name
         self.socket_mode = socket_mode
+        self.status_expiry_s = self._status_expiry_s = status_expiry_s
         self.installed_scopes = slack_manifest.bot_scopes() if scopes is None else frozenset(scopes)
         self.scopes = self.installed_scopes
         self._lock = threading.RLock()
@@ -160,6 +164,7 @@ class FakeSlack:
             self._failures.clear()
             self._disabled.clear()
             self.scopes = self.installed_scopes
+            self.status_expiry_s = self._status_expiry_s
             self._new_workspace()
 
     # --- identities of the default workspace ---
@@ -300,6 +305,21 @@ class FakeSlack:
     def ephemeral(self) -> list[dict[str, Any]]:
         with self._lock:
             return list(self.workspace.ephemeral)
+
+    def shown_status(self, channel: str, thread_ts: str) -> str:
+        """The status a person sees under an assistant thread now: the last one set, until
+        `status_expiry_s` (Slack: two minutes) has passed since it was set."""
+        with self._lock:
+            thread = self.workspace.assistant_threads.get((channel, thread_ts), {})
+            set_at = thread.get("status_set_at")
+            if set_at is None or time.monotonic() - set_at > self.status_expiry_s:
+                return ""
+            return str(thread.get("status") or "")
+
+    def markdown(self, channel: str, ts: str) -> str | None:
+        """The text of the markdown blocks a message was last sent with (Slack keeps only its translation)."""
+        with self._lock:
+            return self.workspace.markdown_sent.get((channel, ts))
 
     def stream(self, channel: str, ts: str) -> Stream | None:
         """A chat.startStream message's stream: whether it is open, and every chunk sent to it."""

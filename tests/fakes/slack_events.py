@@ -103,11 +103,21 @@ def event_callback(
     api_app_id: str = APP_ID,
     bot_user_id: str = BOT_USER_ID,
     event_id: str | None = None,
+    source_team: str | None = None,
 ) -> dict[str, Any]:
+    """An Events API envelope. `source_team`: a Slack Connect channel, where the envelope's `team_id` (and
+    the message's `team`, `user_team`, `source_team`) is the other organisation's and only `authorizations`
+    names the installing team, as Bolt for Python 1.30.0's sample has it
+    (tests/scenario_tests_async/test_events_shared_channels.py, `reaction_added_body`: `team_id: T_SOURCE`,
+    `authorizations[0].team_id: T_INSTALLED`); Bolt's context takes the team from `authorizations`
+    (slack_bolt/request/internals.py, extract_team_id)."""
+    outer = source_team or team_id
+    if source_team is not None and event.get("type") in ("message", "app_mention"):
+        event = {**event, "team": source_team, "user_team": source_team, "source_team": source_team}
     return {
         "token": VERIFICATION_TOKEN,
-        "team_id": team_id,
-        "context_team_id": team_id,
+        "team_id": outer,
+        "context_team_id": outer,
         "context_enterprise_id": None,
         "api_app_id": api_app_id,
         "event": event,
@@ -123,7 +133,7 @@ def event_callback(
                 "is_enterprise_install": False,
             }
         ],
-        "is_ext_shared_channel": False,
+        "is_ext_shared_channel": source_team is not None,
         "event_context": f"4-{uuid.uuid4().hex}",
     }
 
@@ -178,11 +188,18 @@ def im_message(
     user: str = HUMAN_ID,
     ts: str | None = None,
     thread_ts: str | None = None,
-    assistant_thread: bool = False,
+    action_token: bool = False,
 ) -> dict[str, Any]:
-    """A DM to the app (message.im); `assistant_thread` marks a message typed in the assistant container."""
+    """A DM to the app (message.im). With `thread_ts` it is what a person types in Slack's AI container,
+    shaped as Bolt for Python 1.30.0's own sample (tests/scenario_tests_async/test_events_assistant.py,
+    `user_message_event_body`): no `assistant_thread` key, the thread's parent is the person, and
+    `user_team` / `source_team` ride along. `action_token` adds the `assistant_thread: {action_token}`
+    some of Slack's deliveries carry (`user_message_event_body_with_action_token` there)."""
     event = message(text, channel=channel, user=user, ts=ts, thread_ts=thread_ts, channel_type="im")
-    if assistant_thread:
+    event.update(user_team=TEAM_ID, source_team=TEAM_ID, user_profile={})
+    if thread_ts is not None:
+        event.setdefault("parent_user_id", user)
+    if action_token:
         event["assistant_thread"] = {"action_token": f"{uuid.uuid4().int % 10**14}.{uuid.uuid4().hex}"}
     return event
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import mimetypes
 import re
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -123,6 +124,7 @@ class WebApi:
             # "previous blocks will only be retained if the text argument is not provided"; Slack renders the new text.
             content["blocks"] = rich_text_blocks(content["text"]) if content["text"] else []
         message.update(content)
+        self.ws.translate_markdown(channel.id, message)
         if metadata == {}:
             message.pop("metadata", None)
         elif metadata is not None:
@@ -304,7 +306,9 @@ class WebApi:
                 "invalid_arguments",
                 f"no more than {rules.MAX_LOADING_MESSAGES} items allowed [json-pointer:/loading_messages]",
             )
-        thread.update(status=status, loading_messages=loading)
+        # "A two minute timeout applies, which will cause the status to be removed if no message has been
+        # sent" (docs.slack.dev/reference/methods/assistant.threads.setStatus): FakeSlack.shown_status.
+        thread.update(status=status, loading_messages=loading, status_set_at=time.monotonic())
         thread.setdefault("status_history", []).append(status)
         return {"ok": True}
 

@@ -127,6 +127,7 @@ class Workspace:
         self.ephemeral: list[dict[str, Any]] = []
         self.assistant_threads: dict[tuple[str, str], dict[str, Any]] = {}
         self.streams: dict[tuple[str, str], Stream] = {}
+        self.markdown_sent: dict[tuple[str, str], str] = {}  # the markdown blocks' text a message was sent with
         self._last_micros = 0
         self._ids = itertools.count(1)
         self.add_user(BOT_USER_ID, bot_name, is_bot=True, bot_id=BOT_ID)
@@ -164,7 +165,26 @@ class Workspace:
             if parent is not None and parent.get("user"):
                 message["parent_user_id"] = parent["user"]
         self.messages.setdefault(channel, {})[message["ts"]] = message
+        self.translate_markdown(channel, message)
         return message
+
+    def translate_markdown(self, channel: str, message: dict[str, Any]) -> None:
+        """Slack does not keep a `markdown` block: "Providing it in a markdown block leaves the translating
+        to Slack ... Note that passing a single block may result in multiple blocks after translation"
+        (docs.slack.dev/reference/block-kit/blocks/markdown-block, and the MarkdownBlock type of
+        docs.slack.dev/tools/node-slack-sdk). Reading the message back gives the translation (here:
+        rich_text blocks, a paragraph each, Markdown's markers gone), never the Markdown that was sent;
+        `markdown_sent` keeps that for tests that ask what the app sent."""
+        blocks = message.get("blocks") or []
+        markdown = [b["text"] for b in blocks if b.get("type") == "markdown"]
+        if not markdown:
+            self.markdown_sent.pop((channel, message["ts"]), None)
+            return
+        self.markdown_sent[(channel, message["ts"])] = "".join(markdown)
+        translated: list[dict[str, Any]] = []
+        for block in blocks:
+            translated += markdown_translation(block["text"]) if block.get("type") == "markdown" else [block]
+        message["blocks"] = translated
 
     def bot_message(self, text: str, **fields: Any) -> dict[str, Any]:
         return {
@@ -249,6 +269,24 @@ def rich_text_blocks(text: str) -> list[dict[str, Any]]:
     ]
     section = {"type": "rich_text_section", "elements": elements}
     return [{"type": "rich_text", "block_id": uuid.uuid4().hex[:5], "elements": [section]}]
+
+
+_MARKERS = re.compile(r"\*\*|__|~~|`")
+
+
+def markdown_translation(markdown: str) -> list[dict[str, Any]]:
+    """What Slack stores for one markdown block: rich_text blocks, one per paragraph; a fenced code block
+    becomes preformatted text; emphasis and code markers become styles (dropped here)."""
+    blocks = []
+    for paragraph in re.split(r"\n{2,}", markdown.strip()):
+        if paragraph.startswith("```"):
+            code = paragraph.strip("`").removeprefix("\n")
+            element = {"type": "rich_text_preformatted", "elements": [{"type": "text", "text": code}]}
+        else:
+            plain = _MARKERS.sub("", paragraph)
+            element = {"type": "rich_text_section", "elements": [{"type": "text", "text": plain}]}
+        blocks.append({"type": "rich_text", "block_id": uuid.uuid4().hex[:5], "elements": [element]})
+    return blocks
 
 
 def ts_key(ts: str) -> tuple[int, int]:

@@ -618,7 +618,7 @@ def test_event_payloads_are_recognised_by_bolt() -> None:
         ),
         (
             payload_utils.is_user_message_event_in_assistant_thread,
-            events.im_message("how many flights?", thread_ts=thread_ts, assistant_thread=True),
+            events.im_message("how many flights?", thread_ts=thread_ts),
         ),
         (
             payload_utils.is_bot_message_event_in_assistant_thread,
@@ -667,3 +667,27 @@ async def test_a_bolt_app_answers_signed_events_through_the_fakes(slack: FakeSla
     ]
     assert statuses == [200, 401, 401, 200]
     assert [m["text"] for m in slack.replies(GENERAL_ID, question)] == ["336,776 flights"]
+
+
+async def test_a_markdown_block_is_kept_only_as_slacks_translation(client: AsyncWebClient, slack: FakeSlack) -> None:
+    sent = "**UA** leads [Q1].\n\n```\nSELECT 1\n```"
+    posted = await client.chat_postMessage(
+        channel=GENERAL_ID, text="UA leads", blocks=[{"type": "markdown", "text": sent}]
+    )
+    stored = slack.message(GENERAL_ID, posted["ts"])
+    assert stored is not None and [b["type"] for b in stored["blocks"]] == ["rich_text", "rich_text"]
+    assert stored["blocks"][0]["elements"][0]["elements"][0]["text"] == "UA leads [Q1]."
+    assert slack.markdown(GENERAL_ID, posted["ts"]) == sent
+    await client.chat_update(channel=GENERAL_ID, ts=posted["ts"], text="plain now")
+    assert slack.markdown(GENERAL_ID, posted["ts"]) is None
+
+
+async def test_an_assistant_status_is_removed_after_its_timeout(client: AsyncWebClient, slack: FakeSlack) -> None:
+    slack.status_expiry_s = 0.2  # Slack: two minutes
+    thread = slack.start_assistant_thread(DM_ID)
+    await client.assistant_threads_setStatus(channel_id=DM_ID, thread_ts=thread, status="is thinking…")
+    assert slack.shown_status(DM_ID, thread) == "is thinking…"
+    await asyncio.sleep(0.3)
+    assert slack.shown_status(DM_ID, thread) == ""
+    await client.assistant_threads_setStatus(channel_id=DM_ID, thread_ts=thread, status="is thinking…")
+    assert slack.shown_status(DM_ID, thread) == "is thinking…"

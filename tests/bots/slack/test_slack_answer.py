@@ -71,9 +71,10 @@ async def test_a_thread_follow_up_carries_the_earlier_turn_and_its_sql_across_a_
 
     messages = fake_anthropic.requests[0]["messages"]
     assert messages[0]["content"][0]["text"] == "which carrier flew the most?"
-    earlier = messages[1]["content"][0]["text"]
-    assert earlier.startswith("UA flew the most flights: 58,665 [Q1].")
-    assert "[SQL run for this answer:\n- Q1 (Flights per carrier): SELECT carrier, count() AS n" in earlier
+    # The earlier turn as the store keeps it (the thread names its run): its SQL as run, its answer whole.
+    [ran] = [b for m in messages[1:-1] for b in m["content"] if b["type"] == "tool_use"]
+    assert ran["input"]["queries"][0]["sql"].startswith("SELECT carrier, count() AS n")
+    assert messages[-2]["content"][-1]["text"] == "UA flew the most flights: 58,665 [Q1]."
     assert messages[-1]["content"][0]["text"] == "and for 2014?"
     assert fake_slack.last("conversations.replies").args["include_all_metadata"] in ("1", True)
     answers = [m for m in bot_replies(fake_slack, GENERAL_ID, question) if m.get("metadata")]
@@ -92,6 +93,48 @@ async def test_a_reply_in_a_thread_without_the_bot_is_left_alone(
     assert sample(bot.metrics, "agent_slack_events_ignored_total", reason="not_addressed") == 1
 
 
+LONG_ANSWER = "**UA** flew the most flights: 58,665 [Q1].\n\n" + "\n\n".join(
+    f"Paragraph {n}: `carrier` UA kept its lead that month [Q1]." for n in range(12)
+)
+
+
+async def test_a_follow_up_reads_the_earlier_answer_whole_from_the_store_by_its_run_id(
+    start_bot, fake_slack: FakeSlack, fake_anthropic: FakeAnthropic
+) -> None:
+    """Slack keeps a posted answer's markdown block only as its translation and its `text` as a preview;
+    the history reads the answer from the store, by the run id in the message's metadata."""
+    bot = await start_bot()
+    fake_slack.disable("chat.startStream", "chat.appendStream", "chat.stopStream")  # posted, then updated
+    fake_anthropic.script(*carriers_script(LONG_ANSWER))
+    question = await bot.ask("which carrier flew the most?")
+    answer = answer_message(fake_slack, GENERAL_ID, question)
+    assert all(b["type"] != "markdown" for b in answer["blocks"]) and len(answer["text"]) < len(LONG_ANSWER)
+
+    fake_anthropic.reset()
+    fake_anthropic.script(Reply(text="The data covers 2013 only."), Reply(text="[]"))
+    await bot.ask("and for 2014?", thread_ts=question)
+    messages = fake_anthropic.requests[0]["messages"]
+    assert messages[-2]["content"][-1]["text"] == LONG_ANSWER, "the earlier answer, whole, as it was written"
+
+
+async def test_without_the_stored_turn_the_history_falls_back_to_the_thread(
+    start_bot, fake_slack: FakeSlack, fake_anthropic: FakeAnthropic
+) -> None:
+    bot = await start_bot()
+    fake_anthropic.script(*carriers_script())
+    question = await bot.ask("which carrier flew the most?")
+    store = bot.service.store  # type: ignore[union-attr]
+    assert await store.delete_conversation(str(await store.find(f"slack:{TEAM_ID}:{GENERAL_ID}:{question}")))
+
+    fake_anthropic.reset()
+    fake_anthropic.script(Reply(text="The data covers 2013 only."), Reply(text="[]"))
+    await bot.ask("and for 2014?", thread_ts=question)
+    messages = fake_anthropic.requests[0]["messages"]
+    earlier = messages[1]["content"][0]["text"]  # from the thread's metadata: no transcript, the SQL in brief
+    assert earlier.startswith("UA flew the most flights: 58,665 [Q1].")
+    assert "[SQL run for this answer:\n- Q1 (Flights per carrier): SELECT carrier, count() AS n" in earlier
+
+
 async def test_a_direct_message_in_an_assistant_thread_uses_status_title_and_streaming(
     start_bot, fake_slack: FakeSlack, fake_anthropic: FakeAnthropic
 ) -> None:
@@ -104,7 +147,7 @@ async def test_a_direct_message_in_an_assistant_thread_uses_status_title_and_str
 
     fake_anthropic.script(*carriers_script())
     ts = fake_slack.add_message(DM_ID, "which carrier flew the most?", thread_ts=thread)
-    await bot.event(events.im_message("which carrier flew the most?", ts=ts, thread_ts=thread, assistant_thread=True))
+    await bot.event(events.im_message("which carrier flew the most?", ts=ts, thread_ts=thread))
     await bot.idle()
 
     state = fake_slack.assistant_thread(DM_ID, thread)
@@ -336,8 +379,9 @@ async def test_without_streaming_the_answer_is_posted_then_updated(
     fake_anthropic.script(*carriers_script())
     question = await bot.ask("which carrier flew the most?")
     answer = answer_message(fake_slack, GENERAL_ID, question)
-    assert answer["blocks"][0] == {"type": "markdown", "text": "UA flew the most flights: 58,665 [Q1]."}
-    assert [b["type"] for b in answer["blocks"]] == ["markdown", "context", "actions", "actions", "actions"]
+    assert fake_slack.markdown(GENERAL_ID, answer["ts"]) == "UA flew the most flights: 58,665 [Q1]."
+    kinds = [b["type"] for b in answer["blocks"]]
+    assert kinds == ["rich_text", "context", "actions", "actions", "actions"]  # as Slack keeps it
     receipt = answer["blocks"][1]["elements"][0]["text"]  # the receipt, as a context line
     assert receipt.startswith("claude-sonnet-5-5, claude-haiku-5-5 · 2 rounds · ") and "1 query: 336.8k rows" in receipt
     assert answer["metadata"]["event_payload"]["final"] is True
@@ -366,7 +410,7 @@ async def test_a_stream_that_will_not_stop_is_finished_by_updating_the_message(
     question = await bot.ask("flights per carrier?")
     answer = answer_message(fake_slack, GENERAL_ID, question)
     assert [c.error for c in fake_slack.calls("chat.stopStream")] == ["internal_error", None]
-    assert answer["blocks"][0] == {"type": "markdown", "text": TABLE_SHOWN}  # the table as aligned text
+    assert fake_slack.markdown(GENERAL_ID, answer["ts"]) == TABLE_SHOWN  # the table as aligned text
     assert (
         answer["metadata"]["event_payload"]["final"] is True and answer["blocks"][-1]["block_id"] == "analyst_feedback"
     )
@@ -398,9 +442,10 @@ async def test_an_append_that_fails_switches_to_updating_the_message(fake_slack:
         )
     [answer] = fake_slack.replies(GENERAL_ID, question)
     assert delivery == "update" and answer["metadata"]["event_payload"]["final"] is True
-    assert answer["blocks"] == [
-        {"type": "markdown", "text": "336,776 flights left New York in 2013 [Q1]. That is 923 a day."}
-    ]
+    assert (
+        fake_slack.markdown(GENERAL_ID, answer["ts"])
+        == "336,776 flights left New York in 2013 [Q1]. That is 923 a day."
+    )
     assert [c.method for c in fake_slack.calls()][-1] == "chat.update"
 
 

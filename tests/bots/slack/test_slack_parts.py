@@ -17,6 +17,7 @@ from bots.slack.failures import Failure, classify, explain
 from bots.slack.progress import Painter
 from bots.slack.queues import SerialQueues
 from bots.slack.receive import Allowed, Identity, Ignore, Ignored, Question, read_question
+from bots.slack.reply import Streaming
 from bots.slack.thread import MAX_PAYLOAD_CHARS, answer_metadata, part_metadata, turns
 from tests.fakes import slack_events as events
 from tests.fakes.slack_api import BOT_ID, BOT_USER_ID, DM_ID, GENERAL_ID, TEAM_ID
@@ -53,7 +54,7 @@ def test_what_is_not_a_question_and_why(event: dict[str, Any], reason: Ignore) -
 def test_questions_in_their_three_forms() -> None:
     mention = read(events.app_mention("how many flights &gt; 10 &amp; on time?", ts="5.5"))
     in_thread = read(events.app_mention("and in May?", ts="6.6", thread_ts="5.5"))
-    dm = read(events.im_message("how many flights?", ts="7.7", assistant_thread=True, thread_ts="7.0"))
+    dm = read(events.im_message("how many flights?", ts="7.7", thread_ts="7.0"))
     reply = read(events.message("and June?", ts="8.8", thread_ts="5.5", parent_user_id=BOT_USER_ID))
     assert isinstance(mention, Question) and isinstance(in_thread, Question)
     assert isinstance(dm, Question) and isinstance(reply, Question)
@@ -62,6 +63,19 @@ def test_questions_in_their_three_forms() -> None:
     assert (in_thread.thread_ts, in_thread.ts) == ("5.5", "6.6")
     assert (dm.is_dm, dm.assistant_thread, dm.addressed, dm.thread_ts) == (True, True, True, "7.0")
     assert (reply.addressed, reply.parent_user_id) == (False, BOT_USER_ID)
+
+
+def test_a_dm_in_a_thread_is_an_assistant_thread_message_as_bolt_classifies_it() -> None:
+    """Bolt's rule (payload_utils.is_user_message_event_in_assistant_thread): an IM message with a thread_ts
+    and no bot_id; Slack's samples carry no `assistant_thread` key."""
+    sample = read(events.im_message("when was Slack released?", ts="7.7", thread_ts="7.0"))
+    tokened = read(events.im_message("when was Slack released?", ts="7.8", thread_ts="7.0", action_token=True))
+    top_level = read(events.im_message("when was Slack released?", ts="7.9"))
+    in_channel = read(events.app_mention("when was Slack released?", ts="8.1", thread_ts="8.0"))
+    assert isinstance(sample, Question) and isinstance(tokened, Question)
+    assert isinstance(top_level, Question) and isinstance(in_channel, Question)
+    assert (sample.assistant_thread, tokened.assistant_thread) == (True, True)
+    assert (top_level.assistant_thread, in_channel.assistant_thread) == (False, False)
 
 
 def test_allowlists_keep_the_bot_to_its_channels_and_workspaces() -> None:
@@ -293,3 +307,13 @@ def test_a_cited_entry_full_of_ampersands_stays_within_a_context_elements_3000_c
     entry = {"tag": "[verified: " + "&" * 500 + "]", "text": "&<>" * 700, "source": "&" * 500}
     [cited] = [b for b in answer_blocks("r", [], [], knowledge=[entry]) if b.get("block_id") == "analyst_knowledge"]
     assert all(len(element["text"]) <= 3000 for element in cited["elements"])
+
+
+def test_streaming_is_remembered_off_per_workspace_and_channel_type_for_a_while() -> None:
+    now = [0.0]
+    streaming = Streaming(retry_s=60, clock=lambda: now[0])
+    streaming.refused(("T1", "im"), "missing_scope")
+    streaming.refused(("T1", "channel"), "invalid_arguments")  # about the call, not about streaming here
+    assert [streaming.allowed(w) for w in (("T1", "im"), ("T1", "channel"), ("T2", "im"))] == [False, True, True]
+    now[0] = 60.0
+    assert streaming.allowed(("T1", "im"))

@@ -7,6 +7,7 @@ import asyncio
 import logging
 import re
 import threading
+import time
 from collections import defaultdict
 from dataclasses import replace
 
@@ -14,8 +15,8 @@ import pytest
 
 from bots.slack.blocks import escape
 from bots.slack.failures import Failure, explain
+from tests.fakes import bolt_samples, slack_manifest
 from tests.fakes import slack_events as events
-from tests.fakes import slack_manifest
 from tests.fakes.anthropic_api import FakeAnthropic, Reply
 from tests.fakes.slack_api import BOT_USER_ID, DM_ID, GENERAL_ID, TEAM_ID, FakeSlack
 from tests.fakes.slack_scopes import EVENT_SCOPES
@@ -61,9 +62,7 @@ async def tour(bot: SlackHarness, fake_slack: FakeSlack, fake_anthropic: FakeAnt
     await bot.event(events.assistant_thread_started(thread_ts=thread))
     fake_anthropic.script(*carriers_script())
     asked = fake_slack.add_message(DM_ID, "which carrier flew the most?", thread_ts=thread)
-    await bot.event(
-        events.im_message("which carrier flew the most?", ts=asked, thread_ts=thread, assistant_thread=True)
-    )
+    await bot.event(events.im_message("which carrier flew the most?", ts=asked, thread_ts=thread))
     await bot.idle()
 
     fake_slack.disable(*STREAMING)
@@ -130,7 +129,7 @@ async def test_mentions_and_links_in_data_reach_slack_as_text_that_pings_no_one(
     thread = fake_slack.start_assistant_thread(DM_ID)  # status and title
     fake_anthropic.script(*script)
     asked = fake_slack.add_message(DM_ID, f"what is {PLANTED}?", thread_ts=thread)
-    await bot.event(events.im_message(f"what is {PLANTED}?", ts=asked, thread_ts=thread, assistant_thread=True))
+    await bot.event(events.im_message(f"what is {PLANTED}?", ts=asked, thread_ts=thread))
     await bot.idle()
     fake_slack.disable(*STREAMING)  # a progress message, and the answer posted then updated
     fake_anthropic.script(*script)
@@ -268,9 +267,7 @@ async def test_an_answer_whose_buttons_slack_refuses_stands_and_its_buttons_foll
     fake_slack.fail("chat.update", "invalid_blocks")  # and the update that would add them
     fake_anthropic.script(*carriers_script())
     asked = fake_slack.add_message(DM_ID, "which carrier flew the most?", thread_ts=thread)
-    await bot.event(
-        events.im_message("which carrier flew the most?", ts=asked, thread_ts=thread, assistant_thread=True)
-    )
+    await bot.event(events.im_message("which carrier flew the most?", ts=asked, thread_ts=thread))
     await bot.idle()
     answer, buttons = bot_replies(fake_slack, DM_ID, thread)
     assert answer["text"] == "UA flew the most flights: 58,665 [Q1]."
@@ -303,13 +300,11 @@ async def test_an_answer_whose_last_edit_slack_refuses_arrives_whole_below_it(
         Reply(text='["Which carrier was most punctual?"]'),
     )
     asked = fake_slack.add_message(DM_ID, "which carrier flew the most?", thread_ts=thread)
-    await bot.event(
-        events.im_message("which carrier flew the most?", ts=asked, thread_ts=thread, assistant_thread=True)
-    )
+    await bot.event(events.im_message("which carrier flew the most?", ts=asked, thread_ts=thread))
     await bot.idle()
     texts = [str(r.get("text") or "") for r in bot_replies(fake_slack, DM_ID, thread)]
     assert not any("Something went wrong" in t or "couldn't finish" in t for t in texts), texts
-    shown = [str(b.get("text") or "") for r in bot_replies(fake_slack, DM_ID, thread) for b in r.get("blocks") or []]
+    shown = [fake_slack.markdown(DM_ID, r["ts"]) or "" for r in bot_replies(fake_slack, DM_ID, thread)]
     assert any("UA" in t and "B6" in t for t in shown), "the table reached the thread"
 
 
@@ -418,12 +413,163 @@ async def test_a_long_answer_with_one_refused_edit_arrives_once_and_whole(
     )
     asked = fake_slack.add_message(DM_ID, "which carrier flew the most?", thread_ts=thread)
     fake_slack.fail("chat.update", "invalid_metadata", times=1)
-    await bot.event(
-        events.im_message("which carrier flew the most?", ts=asked, thread_ts=thread, assistant_thread=True)
-    )
+    await bot.event(events.im_message("which carrier flew the most?", ts=asked, thread_ts=thread))
     await bot.idle()
     replies = bot_replies(fake_slack, DM_ID, thread)
-    shown = "".join(str(b.get("text") or "") for r in replies for b in r.get("blocks") or [] if b["type"] == "markdown")
+    shown = "".join(fake_slack.markdown(DM_ID, r["ts"]) or "" for r in replies)
     texts = [str(r.get("text") or "") for r in replies]
     assert not any("Something went wrong" in t or "couldn't finish" in t for t in texts), texts
     assert [shown.count(f"Paragraph {n}.") for n in range(8)] == [1] * 8, "every paragraph once"
+
+
+# --- Slack Connect ---
+
+PARTNER_TEAM = "T0PARTNER01"
+
+
+async def test_in_a_slack_connect_channel_the_installing_team_is_the_team(
+    start_bot, fake_slack: FakeSlack, fake_anthropic: FakeAnthropic
+) -> None:
+    """The envelope's team_id is the other organisation's there; only `authorizations` names the installer,
+    as Bolt's context reads it: the allowlist, the conversation key and the stream's recipient use it."""
+    bot = await start_bot(slack_allowed_teams=[TEAM_ID])
+    fake_anthropic.script(*carriers_script())
+    asked = fake_slack.add_message(GENERAL_ID, f"<@{BOT_USER_ID}> which carrier flew the most?", team=PARTNER_TEAM)
+    mention = events.app_mention("which carrier flew the most?", ts=asked)
+    envelope = events.event_callback(mention, source_team=PARTNER_TEAM)
+    assert (envelope["team_id"], envelope["event"]["user_team"]) == (PARTNER_TEAM, PARTNER_TEAM)
+    assert (await bot.deliver(events.events_request(envelope))).status_code == 200
+    await bot.idle()
+
+    assert answer_message(fake_slack, GENERAL_ID, asked)["text"] == "UA flew the most flights: 58,665 [Q1]."
+    assert fake_slack.last("chat.startStream").args["recipient_team_id"] == TEAM_ID
+    assert await bot.service.store.find(f"slack:{TEAM_ID}:{GENERAL_ID}:{asked}")  # type: ignore[union-attr]
+    assert sample(bot.metrics, "agent_slack_events_ignored_total", reason="team_not_allowed") == 0
+
+
+# --- the assistant status ---
+
+
+async def test_the_assistant_status_is_set_again_while_a_run_works(
+    start_bot, fake_slack: FakeSlack, fake_anthropic: FakeAnthropic
+) -> None:
+    """Slack removes a status two minutes after it was set (here 0.3 s); a run that thinks longer keeps it."""
+    fake_slack.status_expiry_s = 0.3
+    bot = await start_bot(slack_status_refresh_s=0.1)
+    thread = fake_slack.start_assistant_thread(DM_ID)
+    release = threading.Event()
+    first, *rest = carriers_script()
+
+    def slow(body: object) -> object:
+        release.wait(10)
+        return first
+
+    fake_anthropic.script(slow, *rest)
+    asked = fake_slack.add_message(DM_ID, "which carrier flew the most?", thread_ts=thread)
+    await bot.event(events.im_message("which carrier flew the most?", ts=asked, thread_ts=thread))
+    try:
+        await wait_for(lambda: fake_slack.shown_status(DM_ID, thread) == "is thinking…")
+        await asyncio.sleep(1.0)  # more than three expiries
+        shown = fake_slack.shown_status(DM_ID, thread)
+    finally:
+        release.set()
+    await bot.idle()
+    assert shown == "is thinking…"
+    assert fake_slack.shown_status(DM_ID, thread) == "", "cleared at the end"
+    assert [m["text"] for m in bot_replies(fake_slack, DM_ID, thread)] == ["UA flew the most flights: 58,665 [Q1]."]
+
+
+# --- rate limits ---
+
+
+async def test_an_answers_last_edit_waits_out_slacks_rate_limit_and_lands_whole_with_its_buttons(
+    start_bot, fake_slack: FakeSlack, fake_anthropic: FakeAnthropic
+) -> None:
+    """chat.update stays rate limited past the SDK's two retries: the bot waits Slack's Retry-After and
+    tries again, so the answer ends as one message with its buttons, and nothing says it failed."""
+    bot = await start_bot()
+    thread = fake_slack.start_assistant_thread(DM_ID)
+    fake_slack.disable(*STREAMING)
+    fake_slack.ratelimit("chat.update", retry_after=0, times=5)
+    fake_anthropic.script(
+        Reply(tool_calls=[sql_call("Flights per carrier", SQL)]),
+        Reply(text=TABLE_ANSWER),
+        Reply(text='["Which carrier was most punctual?"]'),
+    )
+    asked = fake_slack.add_message(DM_ID, "which carrier flew the most?", thread_ts=thread)
+    await bot.event(events.im_message("which carrier flew the most?", ts=asked, thread_ts=thread))
+    await bot.idle()
+    replies = bot_replies(fake_slack, DM_ID, thread)
+    assert len(replies) == 1, [r.get("text") for r in replies]
+    [answer] = replies
+    assert "UA" in (fake_slack.markdown(DM_ID, answer["ts"]) or "") and answer["metadata"]["event_payload"]["final"]
+    assert any(b["type"] == "actions" for b in answer["blocks"])
+    assert [c.error for c in fake_slack.calls("chat.update")].count("ratelimited") == 5
+
+
+# --- where streaming works ---
+
+
+async def test_streaming_refused_in_one_kind_of_conversation_is_remembered_there_and_tried_again_later(
+    start_bot, fake_slack: FakeSlack, fake_anthropic: FakeAnthropic
+) -> None:
+    """chat.startStream's channel_type_not_supported (or missing_scope, unknown_method) turns streaming off
+    for that workspace and channel type only, and only for a while."""
+    bot = await start_bot()
+    streaming = bot.bot._answerer.streaming  # type: ignore[union-attr]
+    fake_slack.fail("chat.startStream", "channel_type_not_supported")
+
+    async def ask_dm(text: str) -> None:
+        fake_anthropic.script(Reply(text="There are 16 airlines."), Reply(text="[]"))
+        ts = fake_slack.add_message(DM_ID, text)
+        await bot.event(events.im_message(text, ts=ts))
+        await bot.idle()
+
+    await ask_dm("how many airlines?")
+    await ask_dm("how many airlines, again?")
+    assert [c.error for c in fake_slack.calls("chat.startStream")] == ["channel_type_not_supported"], "remembered"
+    fake_anthropic.script(Reply(text="There are 16 airlines."), Reply(text="[]"))
+    await bot.ask("how many airlines?")  # a channel: another kind of conversation
+    assert [c.args["channel"] for c in fake_slack.calls("chat.startStream")] == [DM_ID, GENERAL_ID]
+
+    streaming.clock = lambda: time.monotonic() + streaming.retry_s  # time passes: the DM is tried again
+    await ask_dm("how many airlines, once more?")  # streams now, and so does the next
+    await ask_dm("how many airlines, at last?")
+    assert [(c.args["channel"], c.ok) for c in fake_slack.calls("chat.startStream")][2:] == [(DM_ID, True)] * 2
+
+
+# --- Bolt's own payload samples, replayed ---
+
+
+async def test_bolts_own_payload_samples_are_answered_as_slack_means_them(
+    start_bot, fake_slack: FakeSlack, fake_anthropic: FakeAnthropic
+) -> None:
+    """tests/fakes/bolt_samples.py: Bolt for Python 1.30.0's assistant and shared-channel samples."""
+    bot = await start_bot()
+    thread = fake_slack.start_assistant_thread(DM_ID)
+    assert (await bot.deliver(events.events_request(bolt_samples.thread_started(thread)))).status_code == 200
+    await bot.idle()
+    assert fake_slack.assistant_thread(DM_ID, thread)["prompts"], "suggested prompts on a new thread"
+
+    for token in (False, True):
+        fake_anthropic.script(*carriers_script())
+        asked = fake_slack.add_message(DM_ID, "When was Slack released?", thread_ts=thread)
+        sample_body = bolt_samples.user_message(
+            "When was Slack released?", ts=asked, thread_ts=thread, action_token=token
+        )
+        await bot.deliver(events.events_request(sample_body))
+        await bot.idle()
+    state = fake_slack.assistant_thread(DM_ID, thread)
+    assert state["title"] == "When was Slack released?" and "is thinking…" in state["status_history"]
+    replies = bot_replies(fake_slack, DM_ID, thread)
+    assert [r["text"] for r in replies] == ["UA flew the most flights: 58,665 [Q1]."] * 2, "no progress messages"
+
+    await bot.deliver(events.events_request(bolt_samples.title_changed(thread, "When was Slack released?")))
+    await bot.idle()
+    assert sample(bot.metrics, "agent_slack_events_ignored_total", reason="edit") == 1
+
+    fake_anthropic.script(*carriers_script())
+    mentioned = fake_slack.add_message(GENERAL_ID, f"<@{BOT_USER_ID}> Hi there!")
+    await bot.deliver(events.events_request(bolt_samples.shared_channel_mention("Hi there!", ts=mentioned)))
+    await bot.idle()
+    assert answer_message(fake_slack, GENERAL_ID, mentioned)["text"] == "UA flew the most flights: 58,665 [Q1]."

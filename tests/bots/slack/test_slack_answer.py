@@ -654,7 +654,7 @@ async def test_a_fallback_shows_in_the_status_and_the_answer_comes_from_the_next
 
     fake_anthropic.script(slow_first, *rest)
     ts = fake_slack.add_message(DM_ID, "which carrier flew the most?", thread_ts=thread)
-    await bot.event(events.im_message("which carrier flew the most?", ts=ts, thread_ts=thread, assistant_thread=True))
+    await bot.event(events.im_message("which carrier flew the most?", ts=ts, thread_ts=thread))
     await bot.idle()
 
     state = fake_slack.assistant_thread(DM_ID, thread)

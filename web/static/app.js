@@ -136,7 +136,8 @@ class TurnView {
       this.renderScheduled = true;
       requestAnimationFrame(() => {
         this.renderScheduled = false;
-        renderMarkdown(this.answer, this.answerText, this.runId);
+        // A frame that comes after finish() would paint over the final answer (and its figure marks).
+        if (!this.finished) renderMarkdown(this.answer, this.answerText, this.runId);
       });
     }
   }
@@ -175,6 +176,7 @@ class TurnView {
   }
 
   finish(result, feedback = null) {
+    this.finished = true;
     this.status.remove();
     this.answer.removeAttribute("aria-busy");
     if (result) {

@@ -213,16 +213,19 @@ class ConversationStore:
 
         return await self._file.run(read)
 
-    async def turns_by_run(self, run_ids: list[str]) -> dict[str, Turn]:
-        """The stored turns of these runs, as `history` gives them (runs not stored are left out): an
-        adapter that knows its runs by id (Slack reads them from its messages' metadata) gets each
-        answer whole, whatever its platform kept of it."""
+    async def turns_by_run(self, run_ids: list[str], *, key: str) -> dict[str, Turn]:
+        """The stored turns of these runs in the conversation an adapter keeps under `key`, as `history`
+        gives them (runs not stored there are left out): an adapter that knows its runs by id (Slack reads
+        them from its messages' metadata) gets each answer whole, whatever its platform kept of it. A run
+        of another conversation is never read, whatever id a message names."""
 
         def read(c: sqlite3.Connection) -> dict[str, Turn]:
             found: dict[str, Turn] = {}
             for run_id in dict.fromkeys(run_ids):
                 row = c.execute(
-                    "SELECT run_id, question, answer, transcript FROM turns WHERE run_id = ?", (run_id,)
+                    "SELECT t.run_id, t.question, t.answer, t.transcript FROM turns t "
+                    "JOIN conversations c ON c.id = t.conversation_id WHERE t.run_id = ? AND c.adapter_key = ?",
+                    (run_id, key),
                 ).fetchone()
                 if row is not None:
                     found[run_id] = _history_turn(c, row)

@@ -5,6 +5,7 @@ browser does the rest)."""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections.abc import Callable
@@ -18,7 +19,7 @@ from agent.chats.conversations import ConversationStore
 from agent.chats.proposals import ProposalStore
 from agent.metrics import Metrics
 from bots.slack import blocks, refusals
-from bots.slack.receive import Question, channel_type_of
+from bots.slack.receive import Allowed, Ignore, Question, channel_type_of
 
 log = logging.getLogger(__name__)
 FEEDBACK_VALUES = ("up", "down")
@@ -60,14 +61,28 @@ class Actions:
         metrics: Metrics,
         ask: Callable[[Question], None],
         proposals: ProposalStore | None = None,
+        allowed: Allowed | None = None,
+        home_team: str = "",
     ) -> None:
         self._client, self._store, self._metrics, self._ask = client, store, metrics, ask
         self._proposals = proposals
+        self._allowed, self._home_team = allowed or Allowed(), home_team
 
     async def handle(self, body: dict[str, Any]) -> None:
+        """The payload's team is the clicker's (Bolt's context takes it from there too: interactivity
+        payloads carry no `authorizations`), which in a Slack Connect channel is another organisation's:
+        the conversation is the installing team's, as the typed questions' are, and both teams must pass
+        the allowlist."""
         click = Click.of(body)
         if not click.channel or not click.thread_ts:
             return
+        home = self._home_team or click.team
+        if not self._allowed.admits_teams(home, click.team or None) or (
+            self._allowed.channels and not click.channel.startswith("D") and click.channel not in self._allowed.channels
+        ):
+            self._metrics.slack_ignored.labels(Ignore.TEAM_NOT_ALLOWED.value).inc()
+            return
+        click = dataclasses.replace(click, team=home)
         try:
             if click.kind == blocks.SHOW_SQL:
                 await self._show_sql(click)

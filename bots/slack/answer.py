@@ -199,7 +199,7 @@ class Answerer:
             )
         except SlackApiError as exc:
             return exc
-        stored = await self._store.turns_by_run([run_id for run_id, _ in in_thread])
+        stored = await self._store.turns_by_run([run_id for run_id, _ in in_thread], key=question.conversation_key)
         return [stored.get(run_id, shown) for run_id, shown in in_thread]
 
     async def _set_title(self, question: Question) -> None:

@@ -125,6 +125,8 @@ class SlackBot:
             metrics=self._metrics,
             ask=self._ask,
             proposals=ProposalStore(self._store.path),
+            allowed=self._allowed,
+            home_team=self.identity.team_id,
         )
         log.info("Slack bot %s ready in workspace %s", self.identity.user_id, self.identity.team_id)
 

@@ -49,6 +49,19 @@ class Allowed:
     teams: frozenset[str] = frozenset()
     channels: frozenset[str] = frozenset()
 
+    def admits_teams(self, installed: str, asker: str | None) -> bool:
+        """Both the installing team and the asker's own must be listed (when a list is set): in a Slack
+        Connect channel, or an org-wide Enterprise Grid install, the asker may belong to another team."""
+        return not self.teams or (installed in self.teams and (asker is None or asker in self.teams))
+
+
+def asker_team(body: dict[str, Any]) -> str | None:
+    """The team of the person who wrote the event: `user_team` on a message (Slack Connect's shared-channel
+    samples carry it beside `source_team`), else the event's `team`, else the envelope's `team_id`."""
+    event = body.get("event") or {}
+    team = event.get("user_team") or event.get("team") or body.get("team_id")
+    return str(team) if team else None
+
 
 @dataclass(frozen=True)
 class Question:
@@ -101,7 +114,7 @@ def read_question(
     if kind not in ("app_mention", "message"):
         return Ignored(Ignore.OTHER_EVENT)
     team = str(installed_team or me.team_id)
-    if allowed.teams and team not in allowed.teams:
+    if not allowed.admits_teams(team, asker_team(body)):
         return Ignored(Ignore.TEAM_NOT_ALLOWED)
     if ignored := _not_a_person(event, me):
         return Ignored(ignored)

@@ -348,8 +348,10 @@ def block_actions(
     text: str = "Button",
     thread_ts: str | None = None,
     message: dict[str, Any] | None = None,
+    team: str = TEAM_ID,
 ) -> dict[str, Any]:
-    """A button click on a message (`block_actions`), as posted to the interactivity Request URL."""
+    """A button click on a message (`block_actions`), as posted to the interactivity Request URL. `team`:
+    the clicker's team (in a Slack Connect channel, the other organisation's; the payload names no other)."""
     container: dict[str, Any] = {
         "type": "message",
         "message_ts": message_ts,
@@ -360,12 +362,12 @@ def block_actions(
         container["thread_ts"] = thread_ts
     return {
         "type": "block_actions",
-        "user": {"id": user, "username": "alice", "name": "alice", "team_id": TEAM_ID},
+        "user": {"id": user, "username": "alice", "name": "alice", "team_id": team},
         "api_app_id": APP_ID,
         "token": VERIFICATION_TOKEN,
         "container": container,
         "trigger_id": f"{int(time.time())}.{uuid.uuid4().int % 10**12}.{uuid.uuid4().hex}",
-        "team": {"id": TEAM_ID, "domain": "test-workspace"},
+        "team": {"id": team, "domain": "test-workspace"},
         "enterprise": None,
         "is_enterprise_install": False,
         "channel": {"id": channel, "name": "general"},

@@ -180,3 +180,17 @@ def test_a_file_from_before_receipts_gains_their_columns(tmp_path: Path) -> None
     with sqlite3.connect(path) as upgraded:
         columns = {row[1] for row in upgraded.execute("PRAGMA table_info(turns)")}
     assert {"figures", "receipt"} <= columns
+
+
+async def test_turns_by_run_reads_only_the_conversation_kept_under_the_key(tmp_path: Path) -> None:
+    """Slack names runs by the ids in its messages' metadata: a run of another conversation is never read."""
+    from agent.runner import RunResult
+
+    store = ConversationStore(tmp_path / "c.sqlite3")
+    mine = await store.create_conversation("q", key="slack:T:C:1", interface="slack")
+    theirs = await store.create_conversation("q", key="slack:T:C:2", interface="slack")
+    await store.save_turn(mine, "run-mine", RunResult(question="mine?", answer="a"), [])
+    await store.save_turn(theirs, "run-theirs", RunResult(question="theirs?", answer="secret"), [])
+    found = await store.turns_by_run(["run-mine", "run-theirs"], key="slack:T:C:1")
+    assert list(found) == ["run-mine"] and found["run-mine"].question == "mine?"
+    store.close()

@@ -431,8 +431,9 @@ async def test_in_a_slack_connect_channel_the_installing_team_is_the_team(
     start_bot, fake_slack: FakeSlack, fake_anthropic: FakeAnthropic
 ) -> None:
     """The envelope's team_id is the other organisation's there; only `authorizations` names the installer,
-    as Bolt's context reads it: the allowlist, the conversation key and the stream's recipient use it."""
-    bot = await start_bot(slack_allowed_teams=[TEAM_ID])
+    as Bolt's context reads it: the conversation key and the stream's recipient use it; the allowlist must
+    name both teams."""
+    bot = await start_bot(slack_allowed_teams=[TEAM_ID, PARTNER_TEAM])
     fake_anthropic.script(*carriers_script())
     asked = fake_slack.add_message(GENERAL_ID, f"<@{BOT_USER_ID}> which carrier flew the most?", team=PARTNER_TEAM)
     mention = events.app_mention("which carrier flew the most?", ts=asked)
@@ -445,6 +446,21 @@ async def test_in_a_slack_connect_channel_the_installing_team_is_the_team(
     assert fake_slack.last("chat.startStream").args["recipient_team_id"] == TEAM_ID
     assert await bot.service.store.find(f"slack:{TEAM_ID}:{GENERAL_ID}:{asked}")  # type: ignore[union-attr]
     assert sample(bot.metrics, "agent_slack_events_ignored_total", reason="team_not_allowed") == 0
+
+
+async def test_a_person_of_a_team_the_allowlist_does_not_name_is_not_answered_in_a_shared_channel(
+    start_bot, fake_slack: FakeSlack, fake_anthropic: FakeAnthropic
+) -> None:
+    """The installing team is always the one in `authorizations`: the asker's own team is checked too."""
+    bot = await start_bot(slack_allowed_teams=[TEAM_ID])
+    asked = fake_slack.add_message(GENERAL_ID, f"<@{BOT_USER_ID}> which carrier flew the most?", team=PARTNER_TEAM)
+    envelope = events.event_callback(
+        events.app_mention("which carrier flew the most?", ts=asked), source_team=PARTNER_TEAM
+    )
+    assert (await bot.deliver(events.events_request(envelope))).status_code == 200
+    await bot.idle()
+    assert fake_anthropic.requests == [] and bot_replies(fake_slack, GENERAL_ID, asked) == []
+    assert sample(bot.metrics, "agent_slack_events_ignored_total", reason="team_not_allowed") == 1
 
 
 # --- the assistant status ---
@@ -573,3 +589,42 @@ async def test_bolts_own_payload_samples_are_answered_as_slack_means_them(
     await bot.deliver(events.events_request(bolt_samples.shared_channel_mention("Hi there!", ts=mentioned)))
     await bot.idle()
     assert answer_message(fake_slack, GENERAL_ID, mentioned)["text"] == "UA flew the most flights: 58,665 [Q1]."
+
+
+async def test_a_follow_up_clicked_by_a_partner_continues_the_installing_teams_conversation(
+    start_bot, fake_slack: FakeSlack, fake_anthropic: FakeAnthropic
+) -> None:
+    """A click's payload names the clicker's team only: the thread stays one conversation, the installer's."""
+    bot = await start_bot(slack_allowed_teams=[TEAM_ID, PARTNER_TEAM])
+    fake_anthropic.script(*carriers_script())
+    question = await bot.ask("which carrier flew the most?")
+    answer = answer_message(fake_slack, GENERAL_ID, question)
+    follow_up = answer["blocks"][-2]["elements"][0]
+    fake_anthropic.script(Reply(text="HA was most punctual."), Reply(text="[]"))
+    click = events.block_actions(
+        follow_up["action_id"], follow_up["value"], message_ts=answer["ts"], thread_ts=question, team=PARTNER_TEAM
+    )
+    await bot.click(click)
+    await bot.idle()
+    store = bot.service.store  # type: ignore[union-attr]
+    assert await store.find(f"slack:{PARTNER_TEAM}:{GENERAL_ID}:{question}") is None
+    conversation = await store.find(f"slack:{TEAM_ID}:{GENERAL_ID}:{question}")
+    assert conversation is not None and len(await store.history(conversation)) == 2
+
+
+async def test_a_click_from_a_team_the_allowlist_does_not_name_is_ignored(
+    start_bot, fake_slack: FakeSlack, fake_anthropic: FakeAnthropic
+) -> None:
+    bot = await start_bot(slack_allowed_teams=[TEAM_ID])
+    fake_anthropic.script(*carriers_script())
+    question = await bot.ask("which carrier flew the most?")
+    answer = answer_message(fake_slack, GENERAL_ID, question)
+    follow_up = answer["blocks"][-2]["elements"][0]
+    asked = len(fake_anthropic.requests)
+    click = events.block_actions(
+        follow_up["action_id"], follow_up["value"], message_ts=answer["ts"], thread_ts=question, team=PARTNER_TEAM
+    )
+    await bot.click(click)
+    await bot.idle()
+    assert len(fake_anthropic.requests) == asked
+    assert sample(bot.metrics, "agent_slack_events_ignored_total", reason="team_not_allowed") == 1

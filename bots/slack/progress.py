@@ -139,6 +139,8 @@ class Progress:
                     self._status_shown = status
                 except SlackApiError as exc:
                     refusals.log_refusal(log, f"refresh the status in {self._channel}", exc)
+                except Exception as exc:  # a dropped connection: the next refresh tries again, the loop stays
+                    log.warning("could not refresh the status in %s: %s", self._channel, type(exc).__name__)
 
     def update(self, event: WireEvent) -> None:
         match event:

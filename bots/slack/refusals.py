@@ -81,10 +81,11 @@ def retry_after_s(exc: SlackApiError) -> float | None:
     return 1.0
 
 
-async def until_landed(call: Callable[[], Awaitable[T]], *, deadline_s: float = FINAL_DEADLINE_S) -> T:
+async def until_landed(call: Callable[[], Awaitable[T]], *, deadline: float) -> T:
     """`call`, tried again after each `ratelimited` (past the SDK's own retries) as long as Slack's
-    Retry-After ends before the deadline: the last state of an answer must land, not be dropped."""
-    deadline = time.monotonic() + deadline_s
+    Retry-After ends before `deadline` (time.monotonic()): the last state of an answer must land, not be
+    dropped. One deadline serves all of an answer's last writes, so together they hold its thread no longer
+    than FINAL_DEADLINE_S plus one call."""
     while True:
         try:
             return await call()

@@ -106,6 +106,7 @@ class AnswerWriter:
         self._messages: list[Sent] = []
         self._placed = 0  # characters of the rendered answer already in messages
         self._final = False
+        self._final_deadline = 0.0
 
     # --- fed by the run's events ---
 
@@ -130,6 +131,7 @@ class AnswerWriter:
         there was no answer text to send."""
         await self._painter.stop()
         self._final = True  # from here each write is the answer's last state: rate limits are waited out
+        self._final_deadline = time.monotonic() + refusals.FINAL_DEADLINE_S  # ... together, this long
         if self._raw.strip() != answer.strip():
             self._raw, self._restarted = answer, True
         try:
@@ -237,7 +239,7 @@ class AnswerWriter:
                 **fields,
             )
 
-        await (refusals.until_landed(update) if self._final else update())
+        await (refusals.until_landed(update, deadline=self._final_deadline) if self._final else update())
         message.shown = message.text
 
     async def _seal(
@@ -254,7 +256,7 @@ class AnswerWriter:
                         channel=self._channel, ts=message.ts, blocks=blocks or None, metadata=metadata
                     )
 
-                await (refusals.until_landed(stop) if self._final else stop())
+                await (refusals.until_landed(stop, deadline=self._final_deadline) if self._final else stop())
                 message.streaming = False
                 return
             except SlackApiError as exc:

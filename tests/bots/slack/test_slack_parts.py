@@ -317,3 +317,39 @@ def test_streaming_is_remembered_off_per_workspace_and_channel_type_for_a_while(
     assert [streaming.allowed(w) for w in (("T1", "im"), ("T1", "channel"), ("T2", "im"))] == [False, True, True]
     now[0] = 60.0
     assert streaming.allowed(("T1", "im"))
+
+
+async def test_an_answers_last_writes_share_one_deadline_for_rate_limits() -> None:
+    """Retry-After is waited out only while it ends before the deadline the answer's last writes share."""
+    import time as clock
+
+    from slack_sdk.errors import SlackApiError
+    from slack_sdk.web.async_slack_response import AsyncSlackResponse
+
+    from bots.slack import refusals
+
+    calls = 0
+
+    async def limited() -> None:
+        nonlocal calls
+        calls += 1
+        response = AsyncSlackResponse(
+            client=None,  # type: ignore[arg-type]
+            http_verb="POST",
+            api_url="chat.update",
+            req_args={},
+            data={"ok": False, "error": "ratelimited"},
+            headers={"Retry-After": "0.2"},
+            status_code=429,
+        )
+        raise SlackApiError("ratelimited", response)
+
+    deadline = clock.monotonic() + 0.5
+    started = clock.monotonic()
+    with pytest.raises(SlackApiError):
+        await refusals.until_landed(limited, deadline=deadline)
+    assert calls == 3 and clock.monotonic() - started < 0.6  # tried at 0, 0.2, 0.4; a wait past 0.5 is not taken
+    calls = 0
+    with pytest.raises(SlackApiError):
+        await refusals.until_landed(limited, deadline=deadline)  # a later write of the same answer: no new 30 s
+    assert calls == 1

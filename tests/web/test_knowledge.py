@@ -27,7 +27,7 @@ async def test_the_demo_knowledge_is_served_by_tag(web) -> None:
     metric = entries["[metric: on-time rate]"]
     assert metric["source"] == "metrics.yaml:2" and metric["kind"] == "metrics"
     assert metric["text"].startswith("on-time rate: Share of flights that arrived less than 15 minutes late")
-    assert metric["text"].endswith("SQL: round(countIf(arr_delay < 15) / countIf(arr_delay IS NOT NULL), 4)")
+    assert metric["text"].endswith("\nSQL:\nround(countIf(arr_delay < 15) / countIf(arr_delay IS NOT NULL), 4)")
     assert "/" not in metric["source"]  # the server's folders are not shown
 
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler
 from typing import Any
 
-from tests.fakes.http_server import FakeServer
+from tests.fakes.http_server import ScriptedFake
 
 # Claude on Vertex AI (https://docs.anthropic.com/en/api/claude-on-vertex-ai): the model is in the path,
 # `:streamRawPredict` streams, `:rawPredict` does not, and the API version goes in the body.
@@ -93,75 +93,27 @@ class ValidationError(Exception):
     pass
 
 
-class FakeAnthropic:
+class FakeAnthropic(ScriptedFake):
     def __init__(self, *, latency_s: float = 0.0, api_key: str = "test-key") -> None:
+        super().__init__(_Handler, "fake-anthropic")
         self.latency_s = latency_s
         self.api_key = api_key
-        self.requests: list[dict[str, Any]] = []
         self.disconnects = 0
-        self._script: list[Scripted] = []
-        self._per_model: dict[str, Scripted] = {}
-        self._default: Scripted | None = None
-        self._lock = threading.Lock()
         self._cache: dict[str, int] = {}
-        handler = type("Handler", (_Handler,), {"fake": self})
-        self._server = FakeServer(("127.0.0.1", 0), handler)
-        self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, name="fake-anthropic", daemon=True)
 
     # --- control ---
 
     @property
     def base_url(self) -> str:
-        host, port = self._server.server_address[:2]
-        return f"http://{host}:{port}"
-
-    def start(self) -> FakeAnthropic:
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-
-    def script(self, *replies: Scripted) -> None:
-        with self._lock:
-            self._script.extend(replies)
-
-    def for_model(self, model: str, reply: Scripted | None) -> None:
-        """Every request for `model` gets `reply` (None: back to the script)."""
-        with self._lock:
-            if reply is None:
-                self._per_model.pop(model, None)
-            else:
-                self._per_model[model] = reply
-
-    def always(self, reply: Scripted | None) -> None:
-        """A reply used whenever the script is empty (for load tests)."""
-        self._default = reply
+        return self.address
 
     def reset(self) -> None:
         with self._lock:
-            self._script.clear()
-            self._per_model.clear()
-            self.requests.clear()
+            self._clear()
             self._cache.clear()
-            self._default = None
             self.disconnects = 0
 
-    @property
-    def remaining(self) -> int:
-        return len(self._script)
-
-    def _next(self, body: dict[str, Any]) -> Scripted:
-        with self._lock:
-            self.requests.append(body)
-            if body.get("model") in self._per_model:
-                return self._per_model[body["model"]]
-            if self._script:
-                return self._script.pop(0)
-        if self._default is not None:
-            return self._default
+    def _no_reply(self) -> Scripted:
         return Failure(500, "api_error", "fake: no scripted reply left for this request")
 
     # --- validation, as the real API does it ---

@@ -7,8 +7,9 @@ does exactly that), so neither do the fakes; any other failure still prints.
 from __future__ import annotations
 
 import sys
-from http.server import ThreadingHTTPServer
-from typing import Any
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, Self
 
 
 class FakeServer(ThreadingHTTPServer):
@@ -19,3 +20,69 @@ class FakeServer(ThreadingHTTPServer):
         if isinstance(sys.exc_info()[1], ConnectionError):
             return
         super().handle_error(request, client_address)
+
+
+class ScriptedFake:
+    """A fake model API's control side: replies scripted in order, per model, or one default for whatever
+    the script leaves; every request body it was sent. Its handler reads the reply with `_next`."""
+
+    def __init__(self, handler: type[BaseHTTPRequestHandler], name: str) -> None:
+        self.requests: list[dict[str, Any]] = []
+        self._script: list[Any] = []
+        self._per_model: dict[str, Any] = {}
+        self._default: Any = None
+        self._lock = threading.Lock()
+        self._server = FakeServer(("127.0.0.1", 0), type("Handler", (handler,), {"fake": self}))
+        self._thread = threading.Thread(target=self._server.serve_forever, name=name, daemon=True)
+
+    @property
+    def address(self) -> str:
+        host, port = self._server.server_address[:2]
+        return f"http://{host!s}:{port}"
+
+    def start(self) -> Self:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+    def script(self, *replies: Any) -> None:
+        with self._lock:
+            self._script.extend(replies)
+
+    def for_model(self, model: str, reply: Any) -> None:
+        """Every request for `model` gets `reply` (None: back to the script), e.g. a persistent overload."""
+        with self._lock:
+            if reply is None:
+                self._per_model.pop(model, None)
+            else:
+                self._per_model[model] = reply
+
+    def always(self, reply: Any) -> None:
+        """A reply used whenever the script is empty (for load tests)."""
+        self._default = reply
+
+    @property
+    def remaining(self) -> int:
+        return len(self._script)
+
+    def _clear(self) -> None:
+        """Forget the script and the requests (the caller holds the lock)."""
+        self._script.clear()
+        self._per_model.clear()
+        self.requests.clear()
+        self._default = None
+
+    def _next(self, body: dict[str, Any]) -> Any:
+        with self._lock:
+            self.requests.append(body)
+            if body.get("model") in self._per_model:
+                return self._per_model[body["model"]]
+            if self._script:
+                return self._script.pop(0)
+        return self._default if self._default is not None else self._no_reply()
+
+    def _no_reply(self) -> Any:
+        raise NotImplementedError

@@ -17,7 +17,6 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -25,7 +24,7 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler
 from typing import Any
 
-from tests.fakes.http_server import FakeServer
+from tests.fakes.http_server import ScriptedFake
 
 # Prompt caching: automatic for prompts of 1,024 tokens or more, in 128-token steps
 # (https://platform.openai.com/docs/guides/prompt-caching).
@@ -98,59 +97,24 @@ class ValidationError(Exception):
         self.param, self.code = param, code
 
 
-class FakeOpenAI:
+class FakeOpenAI(ScriptedFake):
     def __init__(self, *, api_key: str = "test-openai-key", context_tokens: int = 128_000) -> None:
+        super().__init__(_Handler, "fake-openai")
         self.api_key = api_key
         self.context_tokens = context_tokens
-        self.requests: list[dict[str, Any]] = []
-        self._script: list[Scripted] = []
-        self._per_model: dict[str, Scripted] = {}
-        self._lock = threading.Lock()
         self._prefixes: set[str] = set()
-        handler = type("Handler", (_Handler,), {"fake": self})
-        self._server = FakeServer(("127.0.0.1", 0), handler)
-        self._thread = threading.Thread(target=self._server.serve_forever, name="fake-openai", daemon=True)
 
     @property
     def base_url(self) -> str:
         """What OPENAI_BASE_URL is set to: the SDK appends `/chat/completions`."""
-        host, port = self._server.server_address[:2]
-        return f"http://{host}:{port}/v1"
-
-    def start(self) -> FakeOpenAI:
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-
-    def script(self, *replies: Scripted) -> None:
-        with self._lock:
-            self._script.extend(replies)
-
-    def for_model(self, model: str, reply: Scripted | None) -> None:
-        """Every request for `model` gets `reply` (None: back to the script), e.g. a persistent 429."""
-        with self._lock:
-            if reply is None:
-                self._per_model.pop(model, None)
-            else:
-                self._per_model[model] = reply
+        return f"{self.address}/v1"
 
     def reset(self) -> None:
         with self._lock:
-            self._script.clear()
-            self._per_model.clear()
-            self.requests.clear()
+            self._clear()
             self._prefixes.clear()
 
-    def _next(self, body: dict[str, Any]) -> Scripted:
-        with self._lock:
-            self.requests.append(body)
-            if body["model"] in self._per_model:
-                return self._per_model[body["model"]]
-            if self._script:
-                return self._script.pop(0)
+    def _no_reply(self) -> Scripted:
         return Failure(500, "server_error", "fake: no scripted reply left for this request")
 
     # --- usage, with automatic prefix caching simulated ---

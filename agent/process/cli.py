@@ -20,6 +20,7 @@ from agent.db import DatabaseUnavailable, format_for_model, open_database
 from agent.errors import EXIT_FAILED, EXIT_OK, EXIT_USAGE, UsageError
 from agent.llm import LLMConfigError
 from agent.logs import configure_logging
+from agent.process.untrusted import safe
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -49,7 +50,7 @@ def _fail(args: argparse.Namespace, message: str, code: int) -> int:
     """One line on stderr; with --json, also a JSON object on stdout, so scripts always get JSON."""
     if getattr(args, "json", False):
         print(json.dumps({"error": message}, ensure_ascii=False))
-    print(f"error: {message}", file=sys.stderr)
+    print(safe(f"error: {message}"), file=sys.stderr)
     return code
 
 
@@ -146,7 +147,7 @@ async def _sql(args: argparse.Namespace, settings: Settings) -> int:
     if args.json:
         print(json.dumps(result.summary(), ensure_ascii=False))
     else:
-        print(format_for_model(result, settings.max_result_chars))
+        print(safe(format_for_model(result, settings.max_result_chars)))  # cells anyone may have written
     return EXIT_OK if result.ok else EXIT_FAILED
 
 
@@ -163,7 +164,7 @@ async def _schema(args: argparse.Namespace, settings: Settings) -> int:
             f"No tables found in {', '.join(settings.clickhouse_databases)}. "
             "Load the demo data with `agent demo load`, or set CLICKHOUSE_DATABASES."
         )
-    print(view.text)
+    print(safe(view.text))  # the warehouse's comments and sampled values
     return EXIT_OK
 
 
@@ -176,7 +177,7 @@ async def _knowledge_check(args: argparse.Namespace, settings: Settings) -> int:
     try:
         entries = load_directory(directory)
     except KnowledgeError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(safe(f"error: {exc}"), file=sys.stderr)
         return EXIT_FAILED
     db = open_database(settings)
     try:
@@ -184,7 +185,7 @@ async def _knowledge_check(args: argparse.Namespace, settings: Settings) -> int:
     finally:
         await db.close()
     for problem in problems:
-        print(problem, file=sys.stderr)
+        print(safe(str(problem)), file=sys.stderr)
     print(f"{directory}: {len(entries)} entries, {len(problems)} problems")
     return EXIT_FAILED if problems else EXIT_OK
 
@@ -233,7 +234,7 @@ async def _ask(args: argparse.Namespace, settings: Settings) -> int:
     if args.json:
         print(json.dumps(result.summary(), ensure_ascii=False, indent=2))
         if result.error:
-            print(f"error: {result.error}", file=sys.stderr)
+            print(safe(f"error: {result.error}"), file=sys.stderr)
     if result.outcome is Outcome.CANCELLED:
         return 130
     return EXIT_FAILED if result.outcome is Outcome.ERROR else EXIT_OK

@@ -16,7 +16,7 @@ from agent.chats.proposals import Decision, Proposal, ProposalStore, ProposedQue
 from agent.db import Database
 from agent.knowledge import Entry, check_entries
 from agent.knowledge.writer import append_verified_query
-from agent.process.terminal import safe
+from agent.process.untrusted import safe
 from evals.suite import append_case
 
 PREVIEW_ROWS = 5

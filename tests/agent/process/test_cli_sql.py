@@ -83,3 +83,9 @@ def test_schema_over_its_budget_prints_the_catalogue(run, monkeypatch: pytest.Mo
     code, out, _ = run("schema")
     assert code == 0 and out.startswith("## nycflights13\n- airlines (~16 rows): Airline names")
     assert "| column |" not in out
+
+
+def test_cells_reach_the_terminal_as_text_not_escape_codes(run) -> None:
+    """A cell anyone may have written (here built by the query) is shown, never obeyed by the terminal."""
+    code, out, _ = run("sql", "SELECT concat('a', char(27), '[2J') AS s")
+    assert code == 0 and "\x1b" not in out and "a\\x1b[2J" in out

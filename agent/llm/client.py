@@ -27,7 +27,6 @@ from agent.llm.turns import (
     ModelTurn,
     RestartSink,
     TextSink,
-    Usage,
     ignore_fallback,
 )
 
@@ -125,23 +124,9 @@ class LLMClient:
         max_tokens: int,
         on_fallback: FallbackSink = ignore_fallback,
         role: str = "followup",
-    ) -> tuple[str, Usage]:
-        """A plain, non-streamed call (follow-ups, example questions), with the same fallback."""
-        turn = await self.complete_turn(
-            model=model, system=system, prompt=prompt, max_tokens=max_tokens, on_fallback=on_fallback, role=role
-        )
-        return turn.text, turn.usage
-
-    async def complete_turn(
-        self,
-        *,
-        model: Models,
-        system: str,
-        prompt: str,
-        max_tokens: int,
-        on_fallback: FallbackSink = ignore_fallback,
-        role: str = "followup",
     ) -> ModelTurn:
+        """A plain, non-streamed call (follow-ups, example questions, the judge), with the same fallback;
+        `turn.model` names the model that answered."""
         request = {"max_tokens": max_tokens, "system": system, "messages": [{"role": "user", "content": prompt}]}
 
         async def ask(ref: ModelRef, provider_request: dict[str, Any], last: bool) -> ModelTurn:

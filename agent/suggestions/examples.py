@@ -101,7 +101,7 @@ class ExampleQuestions:
 
     async def _generate(self, version: str, schema_text: str) -> None:
         try:
-            text, usage = await asyncio.wait_for(
+            turn = await asyncio.wait_for(
                 self._llm.complete(
                     model=self._model,
                     system=self._prompts.render("EXAMPLES.md"),
@@ -118,8 +118,8 @@ class ExampleQuestions:
             log.warning("example questions: generic ones stand, generation failed (%s)", exc)
             return
         self._metrics.llm_calls.labels("examples", "ok").inc()
-        self._metrics.count_tokens(usage)
-        questions = parse_questions(text)
+        self._metrics.count_tokens(turn.usage)
+        questions = parse_questions(turn.text)
         if not questions:
             self._failed_at[version] = time.monotonic()
             log.warning("example questions: the model's reply held no questions")

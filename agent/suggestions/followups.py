@@ -42,7 +42,7 @@ class FollowupGenerator:
         try:
             with self._metrics.llm_seconds.labels("followup").time():
                 turn = await asyncio.wait_for(
-                    self._llm.complete_turn(
+                    self._llm.complete(
                         model=self._model,
                         system=self._prompts.render("FOLLOWUP.md"),
                         prompt=prompt,

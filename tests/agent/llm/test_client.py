@@ -199,7 +199,7 @@ async def test_a_plain_call_falls_back_too(fake_anthropic: FakeAnthropic) -> Non
     fake_anthropic.script(Reply(text='["a follow-up question?"]'))
     llm, notes = client(fake_anthropic), Notes()
     try:
-        turn = await llm.complete_turn(
+        turn = await llm.complete(
             model=f"claude-haiku-5-5,{SONNET}", system="s", prompt="p", max_tokens=100, on_fallback=notes.fallback
         )
     finally:

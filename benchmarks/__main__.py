@@ -4,6 +4,7 @@ from benchmarks import (
     bench_bounded,
     bench_catalog,
     bench_fallback,
+    bench_floor,
     bench_llm,
     bench_pacing,
     bench_pipeline,
@@ -22,5 +23,6 @@ if __name__ == "__main__":
     bench_slack.report(bench_slack.run())
     bench_pacing.report(bench_pacing.run())
     bench_workers.report(bench_workers.run())
+    bench_floor.report(bench_floor.run())
     bench_bounded.report(bench_bounded.run())
     bench_catalog.report(bench_catalog.run())

@@ -99,6 +99,7 @@ class Chat:
     total_s: float
     first_s: float | None = None
     error_events: int = 0
+    events: int = 0  # SSE events the stream carried
     model_s: float = 0.0  # the run's own figures: its two model rounds
     sql_s: float = 0.0  # and its SQL (parse, check, describe, run on the server)
 
@@ -140,6 +141,7 @@ async def one_chat(client: httpx.AsyncClient, number: int) -> Chat:
                 async for event in sse_events(response):
                     chat.first_s = chat.first_s or time.perf_counter() - started
                     chat.error_events += event.event == "error"
+                    chat.events += 1
                     streamed.add(event.event)
                     if event.event == "result" and event.data.get("query_id") == "Q1":
                         q1 = event.data

@@ -3,37 +3,44 @@
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
-from sse_starlette import EventSourceResponse
+from sse_starlette import EventSourceResponse, ServerSentEvent
 
 from agent.chats.runs import RunEvent
 
 KEEPALIVE_S = 15
 
 
-def event_stream(events: AsyncIterator[dict[str, Any]], shutdown_grace_s: float) -> EventSourceResponse:
+def event_stream(chunks: AsyncIterator[bytes], shutdown_grace_s: float) -> EventSourceResponse:
     """On shutdown the stream goes on until its run is done (at most `shutdown_grace_s`), so a
     restart does not cut an answer being written."""
     return EventSourceResponse(
-        events,
+        chunks,
         ping=KEEPALIVE_S,
         headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
         shutdown_grace_period=shutdown_grace_s,
     )
 
 
-async def live(events: AsyncIterator[RunEvent]) -> AsyncIterator[dict[str, Any]]:
+async def live(batches: AsyncIterator[Sequence[RunEvent]]) -> AsyncIterator[bytes]:
+    """Each batch of events that are ready together goes out in one write."""
+    async for batch in batches:
+        yield b"".join(_encoded(event.as_dict()) for event in batch)
+
+
+async def singly(events: AsyncIterator[RunEvent]) -> AsyncIterator[Sequence[RunEvent]]:
     async for event in events:
-        yield _wire(event.as_dict())
+        yield (event,)
 
 
-async def replayed(events: list[dict[str, Any]], after: int) -> AsyncIterator[dict[str, Any]]:
-    for event in events:
-        if event["id"] > after:
-            yield _wire(event)
+async def replayed(events: list[dict[str, Any]], after: int) -> AsyncIterator[bytes]:
+    """A stored run's events after id `after`, in one write."""
+    if chunk := b"".join(_encoded(event) for event in events if event["id"] > after):
+        yield chunk
 
 
-def _wire(event: dict[str, Any]) -> dict[str, Any]:
-    return {"id": str(event["id"]), "event": event["event"], "data": json.dumps(event["data"], ensure_ascii=False)}
+def _encoded(event: dict[str, Any]) -> bytes:
+    data = json.dumps(event["data"], ensure_ascii=False)
+    return ServerSentEvent(id=str(event["id"]), event=event["event"], data=data).encode()

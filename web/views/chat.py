@@ -39,4 +39,4 @@ async def chat(request: Request) -> Response:
         )
     except ShuttingDown:
         raise HttpError(503, ShuttingDown.message, {"Retry-After": "5"}) from None
-    return event_stream(live(web.runs.follow(handle)), web.stream_grace_s)
+    return event_stream(live(web.runs.follow_batches(handle)), web.stream_grace_s)

@@ -7,7 +7,7 @@ from starlette.responses import Response
 
 from web.boundary import HttpError, read_last_event_id
 from web.context import web_context
-from web.sse import event_stream, live, replayed
+from web.sse import event_stream, live, replayed, singly
 
 
 async def run_events(request: Request) -> Response:
@@ -16,11 +16,11 @@ async def run_events(request: Request) -> Response:
     after = read_last_event_id(request)
     handle = web.runs.get(run_id)
     if handle is not None:
-        return event_stream(live(web.runs.follow(handle, after)), web.stream_grace_s)
+        return event_stream(live(web.runs.follow_batches(handle, after)), web.stream_grace_s)
     stored = await web.store.run_events(run_id)
     if stored is not None:
         return event_stream(replayed(stored[1], after), web.stream_grace_s)
     elsewhere = await web.runs.follow_elsewhere(run_id, after)  # another worker process runs it
     if elsewhere is None:
         raise HttpError(404, f"No run {run_id}.")
-    return event_stream(live(elsewhere), web.stream_grace_s)
+    return event_stream(live(singly(elsewhere)), web.stream_grace_s)

@@ -8,6 +8,7 @@ from benchmarks import (
     bench_llm,
     bench_pacing,
     bench_pipeline,
+    bench_render,
     bench_slack,
     bench_truncation,
     bench_web,
@@ -16,6 +17,7 @@ from benchmarks import (
 
 if __name__ == "__main__":
     bench_truncation.report(bench_truncation.run())
+    bench_render.report(bench_render.run())
     bench_llm.report(bench_llm.run())
     bench_fallback.report(bench_fallback.run())
     bench_pipeline.report(bench_pipeline.run())

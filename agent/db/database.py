@@ -108,7 +108,7 @@ class Database:
                 max_bytes=self._capped_bytes(limit + 1, len(columns)),
                 stats=read,
             )
-            rendered = await _off_the_loop_if_large(len(raw), rendering.parse_capped, raw)
+            rendered = await _off_the_loop_if_large(len(raw), rendering.parse_capped, raw, self.max_cell_chars)
         except UnknownTable as exc:
             tables, _ = await self._hint_names()
             hint = hint_for(f"Code: 60. Unknown table expression identifier '{exc.name}'", tables)

@@ -32,51 +32,68 @@ class Rendered:
 
 
 # The output format of a capped select: no column names in it (names are the query's, or the data's,
-# to choose, and DESCRIBE reads them within a cap), and every cell `x` plus the hex of its text.
+# to choose, and DESCRIBE reads them within a cap), and every cell `x`, the hex of its text, and its lengths.
 CAPPED_FORMAT = "TabSeparated"
 
 
-def capped_select(canonical: str, *, limit: int, max_cell_chars: int, hexed: bool = True) -> str:
-    """`canonical` with every cell rendered by ClickHouse and cut to `max_cell_chars` characters."""
+_TEXT = "x -> if(isNull(x), NULL, formatRowNoNewline('TSVRaw', x))"
+
+
+def capped_select(canonical: str, *, limit: int, max_cell_chars: int) -> str:
+    """`canonical` with every cell rendered by ClickHouse, as `x`, the hex of its first `max_cell_chars`
+    characters, and its whole length in characters and in bytes (`parse_capped` marks the cut)."""
     n, b = int(max_cell_chars), 4 * int(max_cell_chars)
-    text = "x -> if(isNull(x), NULL, formatRowNoNewline('TSVRaw', x))"
-    # Cut by characters and by bytes: lengthUTF8 does not count bytes that are not valid UTF-8.
+    # Cut by characters and by bytes: lengthUTF8 does not count bytes that are not valid UTF-8. hex: the
+    # bytes arrive exactly (a text writer would fold invalid UTF-8 its own way); the `x` keeps a row of
+    # one empty cell from being the empty line before the totals. The mark is written in Python: as an
+    # expression the engine analyses it for every column, at 2-3 ms a column, more than most queries
+    # cost. The newlines keep a statement's last line from reaching the closing bracket.
+    kept = f"hex(leftUTF8(substring(s, 1, {b}), {n}))"
+    cell = f"s -> concat('x', {kept}, ':', toString(lengthUTF8(s)), ':', toString(length(s)))"
+    return f"SELECT * APPLY({_TEXT}) APPLY({cell}) FROM (\n{canonical}\n) LIMIT {int(limit)}"
+
+
+def export_select(canonical: str, *, limit: int, max_cell_chars: int) -> str:
+    """ClickHouse's text of every cell, for a download: cut at `max_cell_chars` and marked as
+    `parse_capped` marks a cell, here by the engine (an export's text is not read back by this process)."""
+    n, b = int(max_cell_chars), 4 * int(max_cell_chars)
     kept = f"leftUTF8(substring(s, 1, {b}), {n})"
     more = (
         f"if(lengthUTF8(s) > {n}, concat(toString(lengthUTF8(s) - {n}), ' chars'), "
         f"concat(toString(length(s) - length({kept})), ' bytes'))"
     )
     cut = f"s -> if(length(s) > {b} OR lengthUTF8(s) > {n}, concat({kept}, '…[+', {more}, ']'), s)"
-    # hex: the bytes arrive exactly (a text writer would fold invalid UTF-8 its own way); the `x` keeps
-    # a row of one empty cell from being the empty line before the totals. The newlines keep a
-    # statement's last line from reaching the closing bracket.
-    carry = " APPLY(h -> concat('x', hex(h)))" if hexed else ""
-    return f"SELECT * APPLY({text}) APPLY({cut}){carry} FROM (\n{canonical}\n) LIMIT {int(limit)}"
-
-
-def export_select(canonical: str, *, limit: int, max_cell_chars: int) -> str:
-    """ClickHouse's text of every cell (cut at `max_cell_chars`), for a download."""
-    return capped_select(canonical, limit=limit, max_cell_chars=max_cell_chars, hexed=False)
+    return f"SELECT * APPLY({_TEXT}) APPLY({cut}) FROM (\n{canonical}\n) LIMIT {int(limit)}"
 
 
 def describe(canonical: str) -> str:
     return f"DESCRIBE (\n{canonical}\n)"
 
 
-def parse_capped(raw: bytes) -> Rendered:
+def parse_capped(raw: bytes, max_cell_chars: int) -> Rendered:
     """The TabSeparated output of a capped select: rows, then (WITH TOTALS) an empty line and the totals."""
     body, _, totals = raw.decode("ascii").partition("\n\n")
-    rows = [_cells(line) for line in body.split("\n") if line]
+    rows = [_cells(line, max_cell_chars) for line in body.split("\n") if line]
     totals_row = totals.rstrip("\n")
-    return Rendered(rows=rows, totals=_cells(totals_row) if totals_row else None)
+    return Rendered(rows=rows, totals=_cells(totals_row, max_cell_chars) if totals_row else None)
 
 
-def _cells(line: str) -> list[Cell]:
-    return [None if field == "\\N" else _unhex(field) for field in line.split("\t")]
+def _cells(line: str, max_cell_chars: int) -> list[Cell]:
+    return [None if field == "\\N" else _capped_cell(field, max_cell_chars) for field in line.split("\t")]
 
 
-def _unhex(field: str) -> str:
-    return bytes.fromhex(field[1:]).decode("utf-8", errors="replace")
+def _capped_cell(field: str, max_chars: int) -> str:
+    """`x<hex>:<characters>:<bytes>`: the text kept, and the mark of what was cut from it (the cell is
+    cut exactly when fewer bytes were kept than it has)."""
+    marker, hexed, characters, size = field[:1], *field[1:].split(":")
+    if marker != "x" or not (characters.isdigit() and size.isdigit()):
+        raise ValueError("not a capped cell")
+    kept = bytes.fromhex(hexed)
+    text = kept.decode("utf-8", errors="replace")
+    if len(kept) >= int(size):
+        return text
+    more = f"{int(characters) - max_chars} chars" if int(characters) > max_chars else f"{int(size) - len(kept)} bytes"
+    return f"{text}…[+{more}]"
 
 
 async def tsv_rows(chunks: AsyncIterator[bytes]) -> AsyncGenerator[list[Cell], None]:

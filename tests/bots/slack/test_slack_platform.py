@@ -499,6 +499,34 @@ async def test_the_assistant_status_is_set_again_while_a_run_works(
     assert [m["text"] for m in bot_replies(fake_slack, DM_ID, thread)] == ["UA flew the most flights: 58,665 [Q1]."]
 
 
+async def test_the_status_is_not_kept_alive_over_a_posted_reply(
+    start_bot, fake_slack: FakeSlack, fake_anthropic: FakeAnthropic
+) -> None:
+    """Slack clears the status when the app replies (docs.slack.dev/reference/methods/assistant.threads.setStatus);
+    once the answer's first words are in the thread they show the work, and no refresh brings back a status
+    under them while the rest is written."""
+    fake_slack.status_expiry_s = 0.3
+    bot = await start_bot(slack_status_refresh_s=0.1)
+    thread = fake_slack.start_assistant_thread(DM_ID)
+    release = threading.Event()
+    query, _, followups = carriers_script()
+    fake_anthropic.script(query, Reply(text="UA flew the most flights: 58,665 [Q1].", pauses={2: release}), followups)
+    asked = fake_slack.add_message(DM_ID, "which carrier flew the most?", thread_ts=thread)
+    await bot.event(events.im_message("which carrier flew the most?", ts=asked, thread_ts=thread))
+    try:
+        await wait_for(lambda: bool(bot_replies(fake_slack, DM_ID, thread)))
+        await asyncio.sleep(0.2)  # the last step's status, if any, has landed
+        before = len(fake_slack.calls("assistant.threads.setStatus"))
+        await asyncio.sleep(0.6)  # six refresh periods, two expiries
+        refreshed = len(fake_slack.calls("assistant.threads.setStatus")) - before
+        shown = fake_slack.shown_status(DM_ID, thread)
+    finally:
+        release.set()
+    await bot.idle()
+    assert (refreshed, shown) == (0, "")
+    assert [m["text"] for m in bot_replies(fake_slack, DM_ID, thread)] == ["UA flew the most flights: 58,665 [Q1]."]
+
+
 # --- rate limits ---
 
 

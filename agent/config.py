@@ -373,7 +373,8 @@ class Settings(BaseSettings):
         gt=0,
         lt=120,
         description="How often the Slack assistant thread's status is set again while an answer is being "
-        "worked on (Slack removes a status after two minutes without a message).",
+        "worked on and none of it is posted yet (Slack removes a status after two minutes without a message, "
+        "and when the app replies).",
     )
     agent_web_url: str | None = Field(
         None,

@@ -182,6 +182,7 @@ class Answerer:
             interval_s=self._interval_s,
             part_metadata=partial(part_metadata, handle.run_id),
             on_stopped=partial(self._runs.cancel, handle, "its reader stopped it in Slack"),
+            on_posted=progress.replied,
         )
         try:
             outcome = await self._follow(handle, progress, writer)

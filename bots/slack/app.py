@@ -22,6 +22,7 @@ from slack_bolt.adapter.socket_mode.async_handler import AsyncSocketModeHandler
 from slack_bolt.adapter.starlette.async_handler import AsyncSlackRequestHandler
 from slack_bolt.async_app import AsyncAck, AsyncApp, AsyncBoltContext
 from slack_bolt.authorization import AuthorizeResult
+from slack_bolt.request.payload_utils import is_app_home_opened_event
 from slack_sdk.errors import SlackApiError
 from slack_sdk.http_retry.builtin_async_handlers import AsyncRateLimitErrorRetryHandler
 from slack_sdk.web.async_client import AsyncWebClient
@@ -193,9 +194,8 @@ class SlackBot:
         self._metrics.slack_events.labels(kind).inc()
         if self.identity is None:
             return
-        if kind == "assistant_thread_started":
-            thread = body["event"].get("assistant_thread") or {}
-            self._queues.add(f"suggest:{next(self._clicks)}", partial(self._suggest, thread))
+        if where := prompts_place(body):
+            self._queues.add(f"suggest:{next(self._clicks)}", partial(self._suggest, *where))
             return
         found = read_question(body, self.identity, self._allowed, received_at, installed_team=context.team_id)
         if isinstance(found, Ignored):
@@ -216,10 +216,10 @@ class SlackBot:
         queue = question.message_key if self._pacing.shared else question.conversation_key
         self._queues.add(queue, partial(self._answerer.handle, question))
 
-    async def _suggest(self, thread: dict[str, Any]) -> None:
-        """A new assistant thread: offer example questions as suggested prompts."""
-        channel, thread_ts = thread.get("channel_id"), thread.get("thread_ts")
-        if not channel or not thread_ts or self.client is None:
+    async def _suggest(self, channel: str, thread_ts: str | None) -> None:
+        """Offer example questions as suggested prompts: on a new assistant thread (legacy), or pinned on the
+        DM when a person opens it (the agent experience: no thread_ts)."""
+        if self.client is None:
             return
         questions = (await self._agent.examples.get(wait_s=EXAMPLES_WAIT_S))[:MAX_SUGGESTED_PROMPTS]
         # The model writes the examples from the schema, whose comments anyone with DDL may have written;
@@ -232,6 +232,24 @@ class SlackBot:
             )
         except SlackApiError as exc:
             refusals.log_refusal(log, f"suggest prompts in {channel}", exc)
+
+
+def prompts_place(body: dict[str, Any]) -> tuple[str, str | None] | None:
+    """Where an event asks for suggested prompts: (channel, thread_ts), or None.
+
+    Legacy `assistant_view`: `assistant_thread_started` opens a thread, and the prompts go on it. The agent
+    experience (`agent_view`) has no such event: `app_home_opened` with tab "messages" says the DM was opened,
+    and the prompts are set with only the channel; "Including [thread_ts] in a call for an agent app will
+    cause the call to silently fail" (docs.slack.dev/reference/methods/assistant.threads.setSuggestedPrompts).
+    """
+    event = body.get("event") or {}
+    if event.get("type") == "assistant_thread_started":
+        thread = event.get("assistant_thread") or {}
+        channel, thread_ts = thread.get("channel_id"), thread.get("thread_ts")
+        return (str(channel), str(thread_ts)) if channel and thread_ts else None
+    if is_app_home_opened_event(body, tab="messages") and event.get("channel"):
+        return str(event["channel"]), None
+    return None
 
 
 def check_slack_settings(settings: Settings) -> None:

@@ -115,6 +115,7 @@ class Progress:
         self._activity = "Thinking"
         self._message_ts: str | None = None
         self._status_shown = ""
+        self._replied = False
 
     async def begin(self) -> None:
         """Show that the question was heard, now (not throttled)."""
@@ -129,7 +130,7 @@ class Progress:
         while True:
             await asyncio.sleep(self._refresh_s)
             async with self._status_lock:
-                if self._finishing or not self._assistant or self._message_ts is not None:
+                if self._finishing or not self._assistant or self._message_ts is not None or self._replied:
                     return
                 try:
                     status = self._status()
@@ -141,6 +142,13 @@ class Progress:
                     refusals.log_refusal(log, f"refresh the status in {self._channel}", exc)
                 except Exception as exc:  # a dropped connection: the next refresh tries again, the loop stays
                     log.warning("could not refresh the status in %s: %s", self._channel, type(exc).__name__)
+
+    def replied(self) -> None:
+        """The answer's first message is in the thread. "The status will be automatically cleared when the app
+        sends a reply" (.../assistant.threads.setStatus): the message shows the answer coming from here on,
+        so the status is not kept alive over it (a new step still sets one)."""
+        self._replied = True
+        self._status_shown = ""
 
     def update(self, event: WireEvent) -> None:
         match event:

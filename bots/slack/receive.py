@@ -16,7 +16,13 @@ from slack_bolt.request.payload_utils import is_user_message_event_in_assistant_
 
 from agent import linear_re
 
-KNOWN_EVENTS = ("app_mention", "message", "assistant_thread_started", "assistant_thread_context_changed")
+KNOWN_EVENTS = (
+    "app_mention",
+    "message",
+    "app_home_opened",
+    "assistant_thread_started",
+    "assistant_thread_context_changed",
+)
 ANSWERED_SUBTYPES = (None, "thread_broadcast", "file_share")
 _MENTION = linear_re.compile(r"<@([UW][A-Z0-9]+)(?:\|[^>]*)?>")  # over a message's text
 

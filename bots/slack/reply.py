@@ -88,6 +88,7 @@ class AnswerWriter:
         interval_s: float,
         part_metadata: Callable[[int], dict[str, Any]],
         on_stopped: Callable[[], None] = lambda: None,
+        on_posted: Callable[[], None] = lambda: None,
         limit: int = MAX_MARKDOWN,
         channel_type: str = "channel",
     ) -> None:
@@ -95,6 +96,7 @@ class AnswerWriter:
         im, mpim) with the team says where streaming was found not to work."""
         self._client, self._channel, self._thread_ts = client, channel, thread_ts
         self._on_stopped = on_stopped
+        self._on_posted = on_posted  # a message of the answer is in the thread (Slack clears the status)
         self.stopped_by_user = False  # the person pressed Stop: nothing more is written
         self._team, self._user = recipient
         self._where = (self._team, channel_type)
@@ -181,6 +183,7 @@ class AnswerWriter:
     async def _put(self, current: Sent | None, piece: str) -> Sent:
         if current is None:
             current = await self._start(piece, part=len(self._messages))
+            self._on_posted()
             self._messages.append(current)
             self._placed += len(piece)
             return current

@@ -6,6 +6,8 @@ Sources (github.com/slackapi/bolt-python at v1.30.0):
 - tests/scenario_tests_async/test_events_assistant.py: `build_payload`, `thread_started_event_body`,
   `user_message_event_body`, `user_message_event_body_with_action_token`, `message_changed_event_body`
 - tests/scenario_tests_async/test_events_shared_channels.py: `app_mention_body` (a Slack Connect channel)
+- tests/slack_bolt_async/middleware/attaching_conversation_kwargs/test_async_attaching_conversation_kwargs.py:
+  `app_home_opened_messages_event_body`, `app_home_opened_home_event_body` (the agent experience's start)
 """
 
 from __future__ import annotations
@@ -51,6 +53,13 @@ def thread_started(thread_ts: str) -> dict[str, Any]:
         },
         event_id="Ev111",
     )
+
+
+def app_home_opened(tab: str) -> dict[str, Any]:
+    """The person opened the app's Messages tab ("messages": its DM, where an agent_view app pins suggested
+    prompts) or its Home tab ("home")."""
+    event = {"type": "app_home_opened", "user": HUMAN_ID, "channel": DM_ID, "tab": tab, "event_ts": "1726133700.887259"}
+    return build_payload(event, event_id=f"Ev_home_{tab}")
 
 
 def user_message(text: str, *, ts: str, thread_ts: str, action_token: bool = False) -> dict[str, Any]:

@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from email.message import EmailMessage
 from email.parser import BytesParser
@@ -133,6 +133,7 @@ class FakeSlack:
 
     def _new_workspace(self) -> None:
         self.workspace = Workspace(bot_name=self.bot_name)
+        self.workspace.experience = slack_manifest.experience()
         self.api = WebApi(self.workspace, upload_url=self._upload_url, socket_url=self._socket_url)
 
     # --- control ---
@@ -166,6 +167,27 @@ class FakeSlack:
             self.scopes = self.installed_scopes
             self.status_expiry_s = self._status_expiry_s
             self._new_workspace()
+
+    @property
+    def experience(self) -> str:
+        """The app's AI messaging experience, as its manifest sets it: `agent_view` (suggested prompts pinned
+        on the DM without a thread_ts) or the legacy `assistant_view` (prompts per assistant thread)."""
+        return self.workspace.experience
+
+    @experience.setter
+    def experience(self, value: str) -> None:
+        assert value in ("agent_view", "assistant_view")
+        self.workspace.experience = value
+
+    @property
+    def clock(self) -> Callable[[], float]:
+        """When the fake thinks it is (monotonic seconds): a status expires `status_expiry_s` after it was
+        set by this clock; a test moves it on instead of waiting two minutes."""
+        return self.workspace.clock
+
+    @clock.setter
+    def clock(self, value: Callable[[], float]) -> None:
+        self.workspace.clock = value
 
     # --- identities of the default workspace ---
 
@@ -307,14 +329,19 @@ class FakeSlack:
             return list(self.workspace.ephemeral)
 
     def shown_status(self, channel: str, thread_ts: str) -> str:
-        """The status a person sees under an assistant thread now: the last one set, until
-        `status_expiry_s` (Slack: two minutes) has passed since it was set."""
+        """The status a person sees under an assistant thread now: the last one set, until the app posts in
+        the thread or `status_expiry_s` (Slack: two minutes) has passed since it was set."""
         with self._lock:
             thread = self.workspace.assistant_threads.get((channel, thread_ts), {})
             set_at = thread.get("status_set_at")
-            if set_at is None or time.monotonic() - set_at > self.status_expiry_s:
+            if set_at is None or self.workspace.clock() - set_at > self.status_expiry_s:
                 return ""
             return str(thread.get("status") or "")
+
+    def pinned_prompts(self, channel: str) -> dict[str, Any] | None:
+        """agent_view: the suggested prompts (and their title) pinned on a DM by a call without thread_ts."""
+        with self._lock:
+            return self.workspace.pinned_prompts.get(channel)
 
     def markdown(self, channel: str, ts: str) -> str | None:
         """The text of the markdown blocks a message was last sent with (Slack keeps only its translation)."""

@@ -304,6 +304,13 @@ def assistant_thread_started(
     }
 
 
+def app_home_opened(*, tab: str = "messages", channel: str = DM_ID, user: str = HUMAN_ID) -> dict[str, Any]:
+    """The person opened the app's Messages tab (its DM) or Home tab: the agent experience's start, where
+    suggested prompts are pinned (docs.slack.dev/ai/migrating-to-agent-messaging). Shape: the `app_home_opened`
+    sample of Bolt for Python 1.30.0 (tests/slack_bolt_async/middleware/attaching_conversation_kwargs)."""
+    return {"type": "app_home_opened", "user": user, "channel": channel, "tab": tab, "event_ts": new_ts()}
+
+
 def assistant_thread_context_changed(
     *, thread_ts: str, context_channel_id: str, channel: str = DM_ID, user: str = HUMAN_ID
 ) -> dict[str, Any]:

@@ -34,6 +34,13 @@ def bot_scopes() -> frozenset[str]:
     return frozenset(manifest()["oauth_config"]["scopes"]["bot"])
 
 
+def experience() -> str:
+    """The app's AI messaging experience: `agent_view`, or the legacy `assistant_view` (the feature the
+    manifest sets; docs.slack.dev/ai/migrating-to-agent-messaging)."""
+    features = manifest()["features"]
+    return "agent_view" if "agent_view" in features else "assistant_view"
+
+
 def bot_events() -> list[str]:
     return list(manifest()["settings"]["event_subscriptions"]["bot_events"])
 

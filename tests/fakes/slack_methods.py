@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import mimetypes
 import re
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -308,12 +307,16 @@ class WebApi:
             )
         # "A two minute timeout applies, which will cause the status to be removed if no message has been
         # sent" (docs.slack.dev/reference/methods/assistant.threads.setStatus): FakeSlack.shown_status.
-        thread.update(status=status, loading_messages=loading, status_set_at=time.monotonic())
+        thread.update(status=status, loading_messages=loading, status_set_at=self.ws.clock())
         thread.setdefault("status_history", []).append(status)
         return {"ok": True}
 
     def assistant_set_suggested_prompts(self, args: dict[str, Any]) -> dict[str, Any]:
-        thread = self._assistant_thread(args)
+        """docs.slack.dev/reference/methods/assistant.threads.setSuggestedPrompts: thread_ts is optional; "If
+        not provided, the prompts will be set for the latest message in the channel." And: "The thread_ts
+        parameter should only be used in the legacy assistant messaging experience. Including it in a call
+        for an agent app will cause the call to silently fail" (an agent_view app's prompts are pinned on
+        the DM itself, docs.slack.dev/ai/migrating-to-agent-messaging)."""
         prompts = json_arg({"prompts": required(args, "prompts")}, "prompts", "invalid_arguments")
         valid = (
             isinstance(prompts, list)
@@ -327,7 +330,19 @@ class WebApi:
             raise SlackError(
                 "invalid_arguments", "prompts must be 1 to 4 objects with title and message [json-pointer:/prompts]"
             )
-        thread.update(prompts=prompts, prompts_title=args.get("title"))
+        shown = {"prompts": prompts, "prompts_title": args.get("title")}
+        if self.ws.experience == "agent_view":
+            channel = self.ws.visible_channel(required(args, "channel_id"))
+            if not args.get("thread_ts"):
+                self.ws.pinned_prompts[channel.id] = shown
+            return {"ok": True}  # with a thread_ts: ok, and nothing shown
+        if not args.get("thread_ts"):
+            channel = self.ws.visible_channel(required(args, "channel_id"))
+            latest = max(self.ws.messages.get(channel.id, {}), key=ts_key, default=None)
+            if latest is None:
+                raise SlackError("message_not_found")
+            args = {**args, "thread_ts": latest}
+        self._assistant_thread(args).update(shown)
         return {"ok": True}
 
     def assistant_set_title(self, args: dict[str, Any]) -> dict[str, Any]:

@@ -40,8 +40,10 @@ BY_CONVERSATION = {
     "conversations.replies": HISTORY_SCOPES,
     "conversations.info": READ_SCOPES,
 }
-# Event -> the scope its subscription needs (docs.slack.dev/reference/events/<event>, "Required scopes").
-EVENT_SCOPES = {
+# Event -> the scope its subscription needs (docs.slack.dev/reference/events/<event>, "Required scopes"); None:
+# the page lists none (app_home_opened: "Your Slack app must have a bot user configured and installed").
+EVENT_SCOPES: dict[str, str | None] = {
+    "app_home_opened": None,
     "app_mention": "app_mentions:read",
     "assistant_thread_started": "assistant:write",
     "assistant_thread_context_changed": "assistant:write",
@@ -53,7 +55,7 @@ EVENT_SCOPES = {
 EVERY_BOT_SCOPE = frozenset(
     {s for scopes in METHOD_SCOPES.values() for s in scopes}
     | {s for scopes in BY_CONVERSATION.values() for s in scopes.values()}
-    | set(EVENT_SCOPES.values())
+    | {s for s in EVENT_SCOPES.values() if s}
 )
 
 

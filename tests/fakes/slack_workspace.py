@@ -11,6 +11,7 @@ import itertools
 import re
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -128,6 +129,9 @@ class Workspace:
         self.assistant_threads: dict[tuple[str, str], dict[str, Any]] = {}
         self.streams: dict[tuple[str, str], Stream] = {}
         self.markdown_sent: dict[tuple[str, str], str] = {}  # the markdown blocks' text a message was sent with
+        self.pinned_prompts: dict[str, dict[str, Any]] = {}  # agent_view: prompts pinned on a DM, no thread
+        self.clock: Callable[[], float] = time.monotonic  # when a status was set; tests move it on
+        self.experience = "agent_view"  # the app's AI messaging experience: agent_view, or the legacy assistant_view
         self._last_micros = 0
         self._ids = itertools.count(1)
         self.add_user(BOT_USER_ID, bot_name, is_bot=True, bot_id=BOT_ID)
@@ -166,7 +170,18 @@ class Workspace:
                 message["parent_user_id"] = parent["user"]
         self.messages.setdefault(channel, {})[message["ts"]] = message
         self.translate_markdown(channel, message)
+        if message.get("bot_id") == self.bot_id and "thread_ts" in message:
+            self._clear_status(channel, message["thread_ts"])
         return message
+
+    def _clear_status(self, channel: str, thread_ts: str) -> None:
+        """ "The status will be automatically cleared when the app sends a reply"
+        (docs.slack.dev/reference/methods/assistant.threads.setStatus, Usage info)."""
+        thread = self.assistant_threads.get((channel, thread_ts))
+        if thread is not None and thread.get("status"):
+            thread["status"] = ""
+            thread.setdefault("cleared_by_reply", 0)
+            thread["cleared_by_reply"] += 1
 
     def translate_markdown(self, channel: str, message: dict[str, Any]) -> None:
         """Slack does not keep a `markdown` block: "Providing it in a markdown block leaves the translating

@@ -380,6 +380,7 @@ async def test_reactions(client: AsyncWebClient, slack: FakeSlack) -> None:
 
 
 async def test_assistant_thread_methods(client: AsyncWebClient, slack: FakeSlack) -> None:
+    slack.experience = "assistant_view"  # prompts per thread
     thread = slack.start_assistant_thread(DM_ID)
     await client.assistant_threads_setStatus(channel_id=DM_ID, thread_ts=thread, status="is querying ClickHouse…")
     await client.assistant_threads_setStatus(channel_id=DM_ID, thread_ts=thread, status="")
@@ -680,6 +681,55 @@ async def test_a_markdown_block_is_kept_only_as_slacks_translation(client: Async
     assert slack.markdown(GENERAL_ID, posted["ts"]) == sent
     await client.chat_update(channel=GENERAL_ID, ts=posted["ts"], text="plain now")
     assert slack.markdown(GENERAL_ID, posted["ts"]) is None
+
+
+async def test_suggested_prompts_follow_the_apps_experience(client: AsyncWebClient, slack: FakeSlack) -> None:
+    """agent_view (the manifest's): prompts are pinned on the DM by a call without thread_ts, and a call with
+    one "will silently fail". Legacy assistant_view: without thread_ts, "the prompts will be set for the
+    latest message in the channel" (docs.slack.dev/reference/methods/assistant.threads.setSuggestedPrompts)."""
+    prompts = [{"title": "Busiest airport", "message": "Which airport had the most departures?"}]
+    assert slack.experience == "agent_view"
+    thread = slack.add_message(DM_ID, "hello")
+    dropped = await client.assistant_threads_setSuggestedPrompts(channel_id=DM_ID, thread_ts=thread, prompts=prompts)
+    assert dropped["ok"], "silently"
+    assert slack.pinned_prompts(DM_ID) is None and "prompts" not in slack.assistant_thread(DM_ID, thread)
+    await client.assistant_threads_setSuggestedPrompts(channel_id=DM_ID, title="Try", prompts=prompts)
+    assert slack.pinned_prompts(DM_ID) == {"prompts": prompts, "prompts_title": "Try"}
+
+    slack.experience = "assistant_view"
+    latest = slack.start_assistant_thread(DM_ID)
+    await client.assistant_threads_setSuggestedPrompts(channel_id=DM_ID, prompts=prompts)
+    assert slack.assistant_thread(DM_ID, latest)["prompts"] == prompts
+    empty = client.assistant_threads_setSuggestedPrompts(channel_id=GENERAL_ID, prompts=prompts)
+    await assert_errors({"message_not_found": empty})
+
+
+async def test_a_reply_from_the_app_clears_the_status(client: AsyncWebClient, slack: FakeSlack) -> None:
+    """ "The status will be automatically cleared when the app sends a reply" (.../assistant.threads.setStatus);
+    the person's own message does not clear it."""
+    thread = slack.start_assistant_thread(DM_ID)
+    await client.assistant_threads_setStatus(channel_id=DM_ID, thread_ts=thread, status="is thinking…")
+    slack.add_message(DM_ID, "still there?", thread_ts=thread)
+    assert slack.shown_status(DM_ID, thread) == "is thinking…"
+    await client.chat_startStream(channel=DM_ID, thread_ts=thread, markdown_text="UA ")
+    assert slack.shown_status(DM_ID, thread) == ""
+    await client.assistant_threads_setStatus(channel_id=DM_ID, thread_ts=thread, status="is running Q2…")
+    assert slack.shown_status(DM_ID, thread) == "is running Q2…", "a status set after the reply shows"
+    await client.chat_postMessage(channel=DM_ID, thread_ts=thread, text="UA flew the most.")
+    assert slack.shown_status(DM_ID, thread) == ""
+
+
+async def test_a_status_expires_two_minutes_after_it_was_set_by_the_fakes_clock(
+    client: AsyncWebClient, slack: FakeSlack
+) -> None:
+    now = [1000.0]
+    slack.clock = lambda: now[0]
+    thread = slack.start_assistant_thread(DM_ID)
+    await client.assistant_threads_setStatus(channel_id=DM_ID, thread_ts=thread, status="is thinking…")
+    now[0] += 119.0
+    assert slack.shown_status(DM_ID, thread) == "is thinking…"
+    now[0] += 2.0
+    assert slack.shown_status(DM_ID, thread) == ""
 
 
 async def test_an_assistant_status_is_removed_after_its_timeout(client: AsyncWebClient, slack: FakeSlack) -> None:

@@ -138,6 +138,7 @@ async def test_without_the_stored_turn_the_history_falls_back_to_the_thread(
 async def test_a_direct_message_in_an_assistant_thread_uses_status_title_and_streaming(
     start_bot, fake_slack: FakeSlack, fake_anthropic: FakeAnthropic
 ) -> None:
+    fake_slack.experience = "assistant_view"  # the legacy experience, where a workspace still has it
     bot = await start_bot()
     thread = fake_slack.start_assistant_thread(DM_ID)
     await bot.event(events.assistant_thread_started(thread_ts=thread))

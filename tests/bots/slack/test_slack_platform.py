@@ -41,7 +41,8 @@ CHART = {"query_id": "Q1", "kind": "line", "x": "month", "y": "avg_dep_delay", "
 
 async def tour(bot: SlackHarness, fake_slack: FakeSlack, fake_anthropic: FakeAnthropic) -> None:
     """What the bot does in a workspace: a mention answered with a chart, every button under it clicked;
-    an assistant thread in a DM; an answer where the streaming methods are missing."""
+    a DM in the agent experience, and a follow-up in its thread; an answer where the streaming methods
+    are missing."""
     fake_anthropic.script(
         Reply(tool_calls=[("execute_sql", {"queries": [{"question": "Delay by month", "sql": MONTHLY}]})]),
         Reply(tool_calls=[("chart", CHART)]),
@@ -58,11 +59,14 @@ async def tour(bot: SlackHarness, fake_slack: FakeSlack, fake_anthropic: FakeAnt
         )
         await bot.idle()
 
-    thread = fake_slack.start_assistant_thread(DM_ID)
-    await bot.event(events.assistant_thread_started(thread_ts=thread))
+    await bot.event(events.app_home_opened(tab="messages"))  # the agent experience: the DM is opened
     fake_anthropic.script(*carriers_script())
-    asked = fake_slack.add_message(DM_ID, "which carrier flew the most?", thread_ts=thread)
-    await bot.event(events.im_message("which carrier flew the most?", ts=asked, thread_ts=thread))
+    asked = fake_slack.add_message(DM_ID, "which carrier flew the most?")
+    await bot.event(events.im_message("which carrier flew the most?", ts=asked))
+    await bot.idle()
+    fake_anthropic.script(Reply(text="UA again."), Reply(text="[]"))
+    again = fake_slack.add_message(DM_ID, "and in 2013?", thread_ts=asked)  # in its thread: status and title
+    await bot.event(events.im_message("and in 2013?", ts=again, thread_ts=asked))
     await bot.idle()
 
     fake_slack.disable(*STREAMING)
@@ -89,7 +93,8 @@ async def test_the_manifest_grants_every_scope_the_bots_calls_need_and_each_says
         for scope in call.scopes:
             needed_by[scope].add(call.method)
     for event in slack_manifest.bot_events():
-        needed_by[EVENT_SCOPES[event]].add(event)
+        if scope := EVENT_SCOPES[event]:
+            needed_by[scope].add(event)
     assert granted - set(needed_by) == set(), "no scope the bot does not use"
     for scope, comment in slack_manifest.scope_comments().items():
         assert any(reason in comment for reason in needed_by[scope]), f"{scope}: say which of {needed_by[scope]}"
@@ -390,10 +395,9 @@ async def test_suggested_prompts_written_from_data_carry_no_markup_that_acts(
     a schema whose comments anyone with DDL may have written."""
     planted = "Who flew most? <!channel> <http://evil.example|see>"
     bot = await start_bot(agent_example_questions=[planted])
-    thread = fake_slack.start_assistant_thread(DM_ID)
-    await bot.event(events.assistant_thread_started(thread_ts=thread))
+    await bot.event(events.app_home_opened(tab="messages"))
     await bot.idle()
-    (prompt,) = fake_slack.assistant_thread(DM_ID, thread)["prompts"]
+    (prompt,) = (fake_slack.pinned_prompts(DM_ID) or {})["prompts"]
     assert prompt["message"] == planted.replace("<", "<\u200b"), "reads the same; no markup acts"
 
 
@@ -495,6 +499,34 @@ async def test_the_assistant_status_is_set_again_while_a_run_works(
     assert [m["text"] for m in bot_replies(fake_slack, DM_ID, thread)] == ["UA flew the most flights: 58,665 [Q1]."]
 
 
+async def test_the_status_is_not_kept_alive_over_a_posted_reply(
+    start_bot, fake_slack: FakeSlack, fake_anthropic: FakeAnthropic
+) -> None:
+    """Slack clears the status when the app replies (docs.slack.dev/reference/methods/assistant.threads.setStatus);
+    once the answer's first words are in the thread they show the work, and no refresh brings back a status
+    under them while the rest is written."""
+    fake_slack.status_expiry_s = 0.3
+    bot = await start_bot(slack_status_refresh_s=0.1)
+    thread = fake_slack.start_assistant_thread(DM_ID)
+    release = threading.Event()
+    query, _, followups = carriers_script()
+    fake_anthropic.script(query, Reply(text="UA flew the most flights: 58,665 [Q1].", pauses={2: release}), followups)
+    asked = fake_slack.add_message(DM_ID, "which carrier flew the most?", thread_ts=thread)
+    await bot.event(events.im_message("which carrier flew the most?", ts=asked, thread_ts=thread))
+    try:
+        await wait_for(lambda: bool(bot_replies(fake_slack, DM_ID, thread)))
+        await asyncio.sleep(0.2)  # the last step's status, if any, has landed
+        before = len(fake_slack.calls("assistant.threads.setStatus"))
+        await asyncio.sleep(0.6)  # six refresh periods, two expiries
+        refreshed = len(fake_slack.calls("assistant.threads.setStatus")) - before
+        shown = fake_slack.shown_status(DM_ID, thread)
+    finally:
+        release.set()
+    await bot.idle()
+    assert (refreshed, shown) == (0, "")
+    assert [m["text"] for m in bot_replies(fake_slack, DM_ID, thread)] == ["UA flew the most flights: 58,665 [Q1]."]
+
+
 # --- rate limits ---
 
 
@@ -560,7 +592,9 @@ async def test_streaming_refused_in_one_kind_of_conversation_is_remembered_there
 async def test_bolts_own_payload_samples_are_answered_as_slack_means_them(
     start_bot, fake_slack: FakeSlack, fake_anthropic: FakeAnthropic
 ) -> None:
-    """tests/fakes/bolt_samples.py: Bolt for Python 1.30.0's assistant and shared-channel samples."""
+    """tests/fakes/bolt_samples.py: Bolt for Python 1.30.0's assistant and shared-channel samples (the legacy
+    assistant experience: its thread is opened with assistant_thread_started)."""
+    fake_slack.experience = "assistant_view"
     bot = await start_bot()
     thread = fake_slack.start_assistant_thread(DM_ID)
     assert (await bot.deliver(events.events_request(bolt_samples.thread_started(thread)))).status_code == 200
@@ -589,6 +623,28 @@ async def test_bolts_own_payload_samples_are_answered_as_slack_means_them(
     await bot.deliver(events.events_request(bolt_samples.shared_channel_mention("Hi there!", ts=mentioned)))
     await bot.idle()
     assert answer_message(fake_slack, GENERAL_ID, mentioned)["text"] == "UA flew the most flights: 58,665 [Q1]."
+
+
+async def test_the_agent_experience_pins_suggested_prompts_when_the_dm_is_opened(
+    start_bot, fake_slack: FakeSlack, fake_anthropic: FakeAnthropic
+) -> None:
+    """agent_view (the manifest's experience) has no assistant_thread_started: Bolt 1.30.0's app_home_opened
+    samples. Opening the Messages tab pins the prompts on the DM, without thread_ts (with one, Slack would
+    silently drop them); opening the Home tab does nothing."""
+    assert fake_slack.experience == "agent_view", "docs/slack.md's manifest sets the current experience"
+    bot = await start_bot()
+    assert (await bot.deliver(events.events_request(bolt_samples.app_home_opened("home")))).status_code == 200
+    await bot.idle()
+    assert fake_slack.calls("assistant.threads.setSuggestedPrompts") == []
+
+    assert (await bot.deliver(events.events_request(bolt_samples.app_home_opened("messages")))).status_code == 200
+    await bot.idle()
+    (call,) = fake_slack.calls("assistant.threads.setSuggestedPrompts")
+    assert call.ok and call.args["channel_id"] == DM_ID and "thread_ts" not in call.args
+    pinned = fake_slack.pinned_prompts(DM_ID) or {}
+    examples = bot.service.agent.settings.agent_example_questions  # type: ignore[union-attr]
+    assert [p["message"] for p in pinned["prompts"]] == examples and pinned["prompts_title"] == "Try asking"
+    assert sample(bot.metrics, "agent_slack_events_total", type="app_home_opened") == 2
 
 
 async def test_a_follow_up_clicked_by_a_partner_continues_the_installing_teams_conversation(

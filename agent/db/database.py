@@ -138,7 +138,7 @@ class Database:
             columns=[c.name for c in columns],
             types=[c.type for c in columns],
             rows=rendered.rows[:limit],
-            totals=rendered.totals if checked.with_totals else None,
+            totals=rendered.totals,  # as ClickHouse printed them (a subquery's WITH TOTALS too)
             has_more=len(rendered.rows) > limit,
             elapsed_ms=_elapsed_ms(started),
             rows_read=read.rows,

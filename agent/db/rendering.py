@@ -40,15 +40,16 @@ _TEXT = "x -> if(isNull(x), NULL, formatRowNoNewline('TSVRaw', x))"
 
 
 def capped_select(canonical: str, *, limit: int, max_cell_chars: int) -> str:
-    """`canonical` with every cell rendered by ClickHouse, as `x`, the hex of its first `max_cell_chars`
-    characters, and its whole length in characters and in bytes (`parse_capped` marks the cut)."""
+    """`canonical` with every cell rendered by ClickHouse, as `x`, the hex of its text (its first
+    `max_cell_chars` characters when it is cut), and its whole length in characters and in bytes
+    (`parse_capped` marks the cut, by the same test as `export_select`)."""
     n, b = int(max_cell_chars), 4 * int(max_cell_chars)
     # Cut by characters and by bytes: lengthUTF8 does not count bytes that are not valid UTF-8. hex: the
     # bytes arrive exactly (a text writer would fold invalid UTF-8 its own way); the `x` keeps a row of
     # one empty cell from being the empty line before the totals. The mark is written in Python: as an
     # expression the engine analyses it for every column, at 2-3 ms a column, more than most queries
     # cost. The newlines keep a statement's last line from reaching the closing bracket.
-    kept = f"hex(leftUTF8(substring(s, 1, {b}), {n}))"
+    kept = f"hex(if(length(s) > {b} OR lengthUTF8(s) > {n}, leftUTF8(substring(s, 1, {b}), {n}), s))"
     cell = f"s -> concat('x', {kept}, ':', toString(lengthUTF8(s)), ':', toString(length(s)))"
     return f"SELECT * APPLY({_TEXT}) APPLY({cell}) FROM (\n{canonical}\n) LIMIT {int(limit)}"
 
@@ -71,11 +72,17 @@ def describe(canonical: str) -> str:
 
 
 def parse_capped(raw: bytes, max_cell_chars: int) -> Rendered:
-    """The TabSeparated output of a capped select: rows, then (WITH TOTALS) an empty line and the totals."""
-    body, _, totals = raw.decode("ascii").partition("\n\n")
-    rows = [_cells(line, max_cell_chars) for line in body.split("\n") if line]
-    totals_row = totals.rstrip("\n")
-    return Rendered(rows=rows, totals=_cells(totals_row, max_cell_chars) if totals_row else None)
+    """The TabSeparated output of a capped select: rows, then (WITH TOTALS) an empty line and the totals.
+    No cell is empty (each starts with `x`, or is `\\N`), so the one empty line is the separator, also
+    before the totals of no rows."""
+    lines = raw.decode("ascii").split("\n")
+    if lines[-1] == "":
+        lines.pop()
+    body, totals = (lines[: lines.index("")], lines[lines.index("") + 1 :]) if "" in lines else (lines, [])
+    if len(totals) > 1 or "" in totals:
+        raise ValueError("not the output of a capped select")
+    rows = [_cells(line, max_cell_chars) for line in body]
+    return Rendered(rows=rows, totals=_cells(totals[0], max_cell_chars) if totals else None)
 
 
 def _cells(line: str, max_cell_chars: int) -> list[Cell]:
@@ -83,16 +90,18 @@ def _cells(line: str, max_cell_chars: int) -> list[Cell]:
 
 
 def _capped_cell(field: str, max_chars: int) -> str:
-    """`x<hex>:<characters>:<bytes>`: the text kept, and the mark of what was cut from it (the cell is
-    cut exactly when fewer bytes were kept than it has)."""
+    """`x<hex>:<characters>:<bytes>`: the text, and the mark of what was cut from it, decided and counted
+    as the engine does in `export_select` (lengthUTF8 and leftUTF8 count bytes that are not UTF-8
+    their own ways, so the mark goes by the lengths, not by what was kept)."""
     marker, hexed, characters, size = field[:1], *field[1:].split(":")
     if marker != "x" or not (characters.isdigit() and size.isdigit()):
         raise ValueError("not a capped cell")
     kept = bytes.fromhex(hexed)
     text = kept.decode("utf-8", errors="replace")
-    if len(kept) >= int(size):
+    chars, total = int(characters), int(size)
+    if total <= 4 * max_chars and chars <= max_chars:
         return text
-    more = f"{int(characters) - max_chars} chars" if int(characters) > max_chars else f"{int(size) - len(kept)} bytes"
+    more = f"{chars - max_chars} chars" if chars > max_chars else f"{total - len(kept)} bytes"
     return f"{text}…[+{more}]"
 
 

@@ -183,6 +183,7 @@ class Answerer:
             part_metadata=partial(part_metadata, handle.run_id),
             on_stopped=partial(self._runs.cancel, handle, "its reader stopped it in Slack"),
             on_posted=progress.replied,
+            on_withdrawn=progress.reply_withdrawn,
         )
         try:
             outcome = await self._follow(handle, progress, writer)

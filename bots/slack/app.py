@@ -22,7 +22,6 @@ from slack_bolt.adapter.socket_mode.async_handler import AsyncSocketModeHandler
 from slack_bolt.adapter.starlette.async_handler import AsyncSlackRequestHandler
 from slack_bolt.async_app import AsyncAck, AsyncApp, AsyncBoltContext
 from slack_bolt.authorization import AuthorizeResult
-from slack_bolt.request.payload_utils import is_app_home_opened_event
 from slack_sdk.errors import SlackApiError
 from slack_sdk.http_retry.builtin_async_handlers import AsyncRateLimitErrorRetryHandler
 from slack_sdk.web.async_client import AsyncWebClient
@@ -41,6 +40,7 @@ from bots.slack import blocks, refusals
 from bots.slack.actions import FEEDBACK_VALUES, Actions
 from bots.slack.answer import Answerer
 from bots.slack.failures import Failure
+from bots.slack.prompts import PromptsGate, prompts_place
 from bots.slack.queues import SerialQueues
 from bots.slack.receive import KNOWN_EVENTS, Allowed, Identity, Ignore, Ignored, Question, event_type, read_question
 
@@ -65,6 +65,7 @@ class SlackBot:
         _start_series(self._metrics)
         self._queues = SerialQueues()
         self._clicks = itertools.count()
+        self._prompts = PromptsGate(self._allowed)
         self.runs = runs or RunRegistry(agent.runner, store, max_event_bytes=agent.settings.max_event_bytes)
         self._pacing = pacing or Pacing()
         secret = settings.slack_signing_secret.get_secret_value() if settings.slack_signing_secret else ""
@@ -195,7 +196,10 @@ class SlackBot:
         if self.identity is None:
             return
         if where := prompts_place(body):
-            self._queues.add(f"suggest:{next(self._clicks)}", partial(self._suggest, *where))
+            if not self._prompts.admits(body, str(context.team_id or self.identity.team_id)):
+                self._metrics.slack_ignored.labels(Ignore.TEAM_NOT_ALLOWED.value).inc()
+            elif self._prompts.due(*where):
+                self._queues.add(f"suggest:{next(self._clicks)}", partial(self._suggest, *where))
             return
         found = read_question(body, self.identity, self._allowed, received_at, installed_team=context.team_id)
         if isinstance(found, Ignored):
@@ -232,24 +236,6 @@ class SlackBot:
             )
         except SlackApiError as exc:
             refusals.log_refusal(log, f"suggest prompts in {channel}", exc)
-
-
-def prompts_place(body: dict[str, Any]) -> tuple[str, str | None] | None:
-    """Where an event asks for suggested prompts: (channel, thread_ts), or None.
-
-    Legacy `assistant_view`: `assistant_thread_started` opens a thread, and the prompts go on it. The agent
-    experience (`agent_view`) has no such event: `app_home_opened` with tab "messages" says the DM was opened,
-    and the prompts are set with only the channel; "Including [thread_ts] in a call for an agent app will
-    cause the call to silently fail" (docs.slack.dev/reference/methods/assistant.threads.setSuggestedPrompts).
-    """
-    event = body.get("event") or {}
-    if event.get("type") == "assistant_thread_started":
-        thread = event.get("assistant_thread") or {}
-        channel, thread_ts = thread.get("channel_id"), thread.get("thread_ts")
-        return (str(channel), str(thread_ts)) if channel and thread_ts else None
-    if is_app_home_opened_event(body, tab="messages") and event.get("channel"):
-        return str(event["channel"]), None
-    return None
 
 
 def check_slack_settings(settings: Settings) -> None:

@@ -130,8 +130,10 @@ class Progress:
         while True:
             await asyncio.sleep(self._refresh_s)
             async with self._status_lock:
-                if self._finishing or not self._assistant or self._message_ts is not None or self._replied:
+                if self._finishing or not self._assistant or self._message_ts is not None:
                     return
+                if self._replied:  # the answer's message shows the work; a withdrawn one brings this back
+                    continue
                 try:
                     status = self._status()
                     await self._client.assistant_threads_setStatus(
@@ -145,10 +147,16 @@ class Progress:
 
     def replied(self) -> None:
         """The answer's first message is in the thread. "The status will be automatically cleared when the app
-        sends a reply" (.../assistant.threads.setStatus): the message shows the answer coming from here on,
-        so the status is not kept alive over it (a new step still sets one)."""
+        sends a reply" (.../assistant.threads.setStatus): while a message of the answer shows, it shows the
+        work, and no status is set over it. A status set in flight as the reply went out may have landed
+        after it: it is cleared once more."""
         self._replied = True
-        self._status_shown = ""
+        self._painter.request()
+
+    def reply_withdrawn(self) -> None:
+        """The answer's messages were taken back (narration before a query): the status shows the work again."""
+        self._replied = False
+        self._painter.request()
 
     def update(self, event: WireEvent) -> None:
         match event:
@@ -199,6 +207,9 @@ class Progress:
 
     async def _paint(self) -> None:
         if self._assistant and self._message_ts is None:
+            if self._replied:
+                await self._set_status("")
+                return
             try:
                 await self._set_status(self._status())
                 return

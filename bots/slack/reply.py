@@ -89,6 +89,7 @@ class AnswerWriter:
         part_metadata: Callable[[int], dict[str, Any]],
         on_stopped: Callable[[], None] = lambda: None,
         on_posted: Callable[[], None] = lambda: None,
+        on_withdrawn: Callable[[], None] = lambda: None,
         limit: int = MAX_MARKDOWN,
         channel_type: str = "channel",
     ) -> None:
@@ -97,6 +98,7 @@ class AnswerWriter:
         self._client, self._channel, self._thread_ts = client, channel, thread_ts
         self._on_stopped = on_stopped
         self._on_posted = on_posted  # a message of the answer is in the thread (Slack clears the status)
+        self._on_withdrawn = on_withdrawn  # ... and it was taken back
         self.stopped_by_user = False  # the person pressed Stop: nothing more is written
         self._team, self._user = recipient
         self._where = (self._team, channel_type)
@@ -348,6 +350,8 @@ class AnswerWriter:
                 await self._client.chat_delete(channel=self._channel, ts=message.ts)
             except SlackApiError as exc:
                 refusals.log_refusal(log, "delete a discarded answer", exc)
+        if self._messages:
+            self._on_withdrawn()
         self._messages = []
         self._placed = 0
 

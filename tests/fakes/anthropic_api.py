@@ -96,7 +96,7 @@ class ValidationError(Exception):
 class FakeAnthropic(ScriptedFake):
     def __init__(self, *, latency_s: float = 0.0, api_key: str = "test-key") -> None:
         super().__init__(_Handler, "fake-anthropic")
-        self.latency_s = latency_s
+        self.latency_s = self._latency_s = latency_s
         self.api_key = api_key
         self.disconnects = 0
         self._cache: dict[str, int] = {}
@@ -112,6 +112,7 @@ class FakeAnthropic(ScriptedFake):
             self._clear()
             self._cache.clear()
             self.disconnects = 0
+            self.latency_s = self._latency_s
 
     def _no_reply(self) -> Scripted:
         return Failure(500, "api_error", "fake: no scripted reply left for this request")

@@ -333,9 +333,13 @@ class WebApi:
         shown = {"prompts": prompts, "prompts_title": args.get("title")}
         if self.ws.experience == "agent_view":
             channel = self.ws.visible_channel(required(args, "channel_id"))
-            if not args.get("thread_ts"):
+            if args.get("thread_ts"):
+                return {"ok": True}  # silently fails: ok, and nothing shown
+            if channel.is_im:
                 self.ws.pinned_prompts[channel.id] = shown
-            return {"ok": True}  # with a thread_ts: ok, and nothing shown
+                return {"ok": True}
+            # Prompts pinned anywhere but the app's DM are not documented: the fake takes the general rule
+            # ("the latest message in the channel"), so a call the docs do not promise can fail here.
         if not args.get("thread_ts"):
             channel = self.ws.visible_channel(required(args, "channel_id"))
             latest = max(self.ws.messages.get(channel.id, {}), key=ts_key, default=None)

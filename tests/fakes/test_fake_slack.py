@@ -695,6 +695,11 @@ async def test_suggested_prompts_follow_the_apps_experience(client: AsyncWebClie
     assert slack.pinned_prompts(DM_ID) is None and "prompts" not in slack.assistant_thread(DM_ID, thread)
     await client.assistant_threads_setSuggestedPrompts(channel_id=DM_ID, title="Try", prompts=prompts)
     assert slack.pinned_prompts(DM_ID) == {"prompts": prompts, "prompts_title": "Try"}
+    # Pinned anywhere but the DM is not documented: the general rule, which fails on a channel with no message.
+    await assert_errors(
+        {"message_not_found": client.assistant_threads_setSuggestedPrompts(channel_id=GENERAL_ID, prompts=prompts)}
+    )
+    assert slack.pinned_prompts(GENERAL_ID) is None
 
     slack.experience = "assistant_view"
     latest = slack.start_assistant_thread(DM_ID)

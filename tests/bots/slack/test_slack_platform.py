@@ -503,27 +503,56 @@ async def test_the_status_is_not_kept_alive_over_a_posted_reply(
     start_bot, fake_slack: FakeSlack, fake_anthropic: FakeAnthropic
 ) -> None:
     """Slack clears the status when the app replies (docs.slack.dev/reference/methods/assistant.threads.setStatus);
-    once the answer's first words are in the thread they show the work, and no refresh brings back a status
-    under them while the rest is written."""
-    fake_slack.status_expiry_s = 0.3
-    bot = await start_bot(slack_status_refresh_s=0.1)
+    once the answer's first words are in the thread they show the work, and neither a refresh nor a later
+    step sets a status under them while the rest is written (the status here would not expire meanwhile)."""
+    bot = await start_bot(slack_status_refresh_s=0.1, slack_progress_interval_s=0.05)
     thread = fake_slack.start_assistant_thread(DM_ID)
     release = threading.Event()
     query, _, followups = carriers_script()
-    fake_anthropic.script(query, Reply(text="UA flew the most flights: 58,665 [Q1].", pauses={2: release}), followups)
+    answer = "UA flew the most flights: 58,665 [Q1] and more words after the pause."
+    fake_anthropic.script(query, Reply(text=answer, pauses={2: release}), followups)
     asked = fake_slack.add_message(DM_ID, "which carrier flew the most?", thread_ts=thread)
     await bot.event(events.im_message("which carrier flew the most?", ts=asked, thread_ts=thread))
     try:
         await wait_for(lambda: bool(bot_replies(fake_slack, DM_ID, thread)))
-        await asyncio.sleep(0.2)  # the last step's status, if any, has landed
+        await asyncio.sleep(0.2)  # a status in flight as the reply went out has landed, and was cleared
         before = len(fake_slack.calls("assistant.threads.setStatus"))
-        await asyncio.sleep(0.6)  # six refresh periods, two expiries
+        shown = set()
+        for _ in range(6):  # six refresh periods, a dozen progress intervals
+            await asyncio.sleep(0.1)
+            shown.add(fake_slack.shown_status(DM_ID, thread))
         refreshed = len(fake_slack.calls("assistant.threads.setStatus")) - before
-        shown = fake_slack.shown_status(DM_ID, thread)
     finally:
         release.set()
     await bot.idle()
-    assert (refreshed, shown) == (0, "")
+    assert (refreshed, shown) == (0, {""})
+    assert [m["text"] for m in bot_replies(fake_slack, DM_ID, thread)] == [answer]
+
+
+async def test_the_status_comes_back_when_narration_is_taken_back(
+    start_bot, fake_slack: FakeSlack, fake_anthropic: FakeAnthropic
+) -> None:
+    """Words written before a query are taken back when the query starts; from then on the status shows the
+    work again, and is kept alive past Slack's expiry while the next model call takes its time."""
+    fake_slack.status_expiry_s = 0.5
+    bot = await start_bot(slack_status_refresh_s=0.1, slack_progress_interval_s=0.05)
+    thread = fake_slack.start_assistant_thread(DM_ID)
+    query, answer, followups = carriers_script()
+    narrated = threading.Event()
+    narration = replace(query, text="Let me count the flights first.", pauses={3: narrated})
+    fake_anthropic.script(narration, answer, followups)
+    asked = fake_slack.add_message(DM_ID, "which carrier flew the most?", thread_ts=thread)
+    await bot.event(events.im_message("which carrier flew the most?", ts=asked, thread_ts=thread))
+    try:
+        await wait_for(lambda: bool(bot_replies(fake_slack, DM_ID, thread)))  # the narration, posted
+    finally:
+        fake_anthropic.latency_s = 1.5  # the next model call
+        narrated.set()
+    await wait_for(lambda: bool(fake_slack.calls("chat.delete")))  # ... and taken back
+    await asyncio.sleep(0.9)  # past the expiry, within the next model call
+    shown = fake_slack.shown_status(DM_ID, thread)
+    await bot.idle()
+    assert shown.startswith("is ")
     assert [m["text"] for m in bot_replies(fake_slack, DM_ID, thread)] == ["UA flew the most flights: 58,665 [Q1]."]
 
 
@@ -645,6 +674,38 @@ async def test_the_agent_experience_pins_suggested_prompts_when_the_dm_is_opened
     examples = bot.service.agent.settings.agent_example_questions  # type: ignore[union-attr]
     assert [p["message"] for p in pinned["prompts"]] == examples and pinned["prompts_title"] == "Try asking"
     assert sample(bot.metrics, "agent_slack_events_total", type="app_home_opened") == 2
+
+
+async def test_suggested_prompts_go_only_to_askers_the_allowlist_admits(
+    start_bot, fake_slack: FakeSlack, fake_anthropic: FakeAnthropic
+) -> None:
+    """The prompts are example questions written from the schema: a workspace or a person's team outside
+    the allowlist gets none, as it gets no answers."""
+    bot = await start_bot(slack_allowed_teams=[PARTNER_TEAM])  # the installing team is not listed
+    await bot.event(events.app_home_opened(tab="messages"))
+    await bot.idle()
+    assert fake_slack.calls("assistant.threads.setSuggestedPrompts") == []
+    assert sample(bot.metrics, "agent_slack_events_ignored_total", reason="team_not_allowed") == 1
+
+    bot = await start_bot(slack_allowed_teams=[TEAM_ID])
+    envelope = events.event_callback(events.app_home_opened(tab="messages"), team_id=PARTNER_TEAM)
+    await bot.deliver(events.events_request(envelope))
+    await bot.idle()
+    assert fake_slack.calls("assistant.threads.setSuggestedPrompts") == []
+
+
+async def test_a_dms_prompts_are_pinned_once_a_while_and_only_in_a_dm(
+    start_bot, fake_slack: FakeSlack, fake_anthropic: FakeAnthropic
+) -> None:
+    """Slack sends app_home_opened each time a person enters the DM: the pinned prompts are set once, not
+    on every visit; an event naming a channel that is not a DM sets none."""
+    bot = await start_bot()
+    for _ in range(3):
+        await bot.event(events.app_home_opened(tab="messages"))
+    await bot.event(events.app_home_opened(tab="messages", channel=GENERAL_ID))
+    await bot.idle()
+    calls = fake_slack.calls("assistant.threads.setSuggestedPrompts")
+    assert [call.args["channel_id"] for call in calls] == [DM_ID]
 
 
 async def test_a_follow_up_clicked_by_a_partner_continues_the_installing_teams_conversation(

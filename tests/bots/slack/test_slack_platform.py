@@ -264,7 +264,7 @@ async def test_an_answer_whose_buttons_slack_refuses_stands_and_its_buttons_foll
     bot = await start_bot()
     thread = fake_slack.start_assistant_thread(DM_ID)  # no progress message: every chat.update is the answer's
     fake_slack.fail("chat.stopStream", "invalid_blocks")  # stopping the stream with the buttons
-    fake_slack.fail("chat.update", "invalid_blocks")  # and the update that would add them
+    fake_slack.fail("chat.update", "invalid_blocks", times=2)  # and the updates that would add them (either thumbs)
     fake_anthropic.script(*carriers_script())
     asked = fake_slack.add_message(DM_ID, "which carrier flew the most?", thread_ts=thread)
     await bot.event(events.im_message("which carrier flew the most?", ts=asked, thread_ts=thread))

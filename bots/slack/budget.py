@@ -27,6 +27,7 @@ PER_MINUTE = {
 PER_CHANNEL_PER_MINUTE = {"chat.postMessage": 60}  # one a second per channel
 PROGRESS_SHARE = 0.6  # of each window, what progress edits may use; the rest is kept for final writes
 WINDOW_S = 60.0
+RECHECK_S = 1.0  # a waiting final write looks again at least this often
 
 
 class CallBudget:
@@ -53,7 +54,7 @@ class CallBudget:
         if limit is None:
             return
         while len(calls := self._window(team, method, channel)) >= limit:
-            await asyncio.sleep(max(0.01, calls[0] + self.window_s - self.clock()))
+            await asyncio.sleep(min(RECHECK_S, max(0.01, calls[0] + self.window_s - self.clock())))
         calls.append(self.clock())
 
     def count(self, team: str, method: str, channel: str = "") -> None:

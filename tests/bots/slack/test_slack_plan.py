@@ -7,6 +7,7 @@ import asyncio
 from typing import Any
 
 from bots.slack.budget import CallBudget
+from bots.slack.streaming import Streaming
 from tests.fakes import slack_events as events
 from tests.fakes.anthropic_api import FakeAnthropic, Reply
 from tests.fakes.slack_api import GENERAL_ID, FakeSlack
@@ -95,3 +96,30 @@ async def test_thirty_answers_at_once_stay_within_slacks_tiers_and_every_answer_
         answer = answer_message(fake_slack, GENERAL_ID, ts)
         assert answer["text"].startswith("UA flew the most flights.") and answer["metadata"]["event_payload"]["final"]
         assert any(b["block_id"] == "analyst_feedback" for b in answer["blocks"] if "block_id" in b)
+
+
+async def test_progress_writes_leave_room_for_final_writes_which_wait_for_the_window() -> None:
+    now = [0.0]
+    budget = CallBudget(window_s=60, clock=lambda: now[0])
+    progress = [budget.try_take("T1", "chat.update") for _ in range(50)]
+    assert progress.count(True) == 30, "progress edits take 60% of chat.update's Tier 3 (50 a minute)"
+    for _ in range(20):
+        await asyncio.wait_for(budget.take("T1", "chat.update"), 0.1)  # the finals fit in what is left
+    assert budget.try_take("T2", "chat.update"), "another workspace has its own budget"
+    waiting = asyncio.ensure_future(budget.take("T1", "chat.update"))
+    await asyncio.sleep(0.05)
+    assert not waiting.done(), "a final write past the limit waits ..."
+    now[0] = 60.0
+    await asyncio.wait_for(waiting, 2)  # ... until the window has room
+    assert budget.try_take("T1", "chat.postMessage", "C1") and budget.try_take("T1", "chat.postMessage", "C2")
+
+
+def test_a_refused_plan_is_remembered_apart_from_streaming_for_a_while() -> None:
+    now = [0.0]
+    streaming = Streaming(retry_s=60, clock=lambda: now[0])
+    streaming.plan_refused(("T1", "channel"), "invalid_chunks")
+    streaming.refused(("T1", "channel"), "invalid_chunks")  # the plan's fault, not streaming's
+    assert streaming.allowed(("T1", "channel")) and not streaming.plans_allowed(("T1", "channel"))
+    assert streaming.plans_allowed(("T1", "im")) and streaming.plans_allowed(("T2", "channel"))
+    now[0] = 60.0
+    assert streaming.plans_allowed(("T1", "channel"))

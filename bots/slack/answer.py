@@ -36,8 +36,10 @@ from agent.runner import (
     Turn,
 )
 from bots.slack import blocks, refusals
+from bots.slack.budget import CallBudget
 from bots.slack.charts import upload_charts
 from bots.slack.failures import Failure, classify, explain
+from bots.slack.plan import Plan
 from bots.slack.progress import Progress
 from bots.slack.receipt import receipt_blocks
 from bots.slack.receive import Identity, Ignore, Question
@@ -78,6 +80,7 @@ class Answerer:
         self._limit = pacing.rate_limit("slack:questions", settings.slack_rate_per_minute)
         self._budget = pacing.daily_budget(settings.agent_daily_user_tokens, settings.agent_daily_user_cost_usd)
         self.streaming = Streaming()
+        self.budget = CallBudget()  # every answer's writes, against Slack's rate-limit tiers
         self._interval_s = settings.slack_progress_interval_s
 
     async def handle(self, question: Question) -> None:
@@ -147,6 +150,8 @@ class Answerer:
             interval_s=self._interval_s,
             refresh_s=self._settings.slack_status_refresh_s,
             on_first=partial(self._first_progress, question),
+            budget=self.budget,
+            team=question.team,
         )
         history_task = asyncio.create_task(self._history(question))
         try:
@@ -184,7 +189,10 @@ class Answerer:
             on_stopped=partial(self._runs.cancel, handle, "its reader stopped it in Slack"),
             on_posted=progress.replied,
             on_withdrawn=progress.reply_withdrawn,
+            budget=self.budget,
+            plan=Plan(handle.run_id, self._settings.agent_web_url),
         )
+        progress.plan_shown = lambda: writer.showing_plan
         try:
             outcome = await self._follow(handle, progress, writer)
             await self._deliver(question, handle.run_id, outcome, progress, writer)
@@ -229,6 +237,7 @@ class Answerer:
                     outcome.results[answered.query_id] = answered
                 case ChartEvent(chart=chart):
                     outcome.charts.append(chart)
+            writer.follow(event.body)
             progress.update(event.body)
         return outcome
 
@@ -249,7 +258,12 @@ class Answerer:
         web_url = self._settings.agent_web_url
         cited = self._knowledge.cited(result.answer) if self._knowledge is not None else []
         buttons = receipt_blocks(result) + blocks.answer_blocks(
-            run_id, list(outcome.asked), result.followups, web_url, knowledge=cited
+            run_id,
+            list(outcome.asked),
+            result.followups,
+            web_url,
+            knowledge=cited,
+            feedback_buttons=writer.showing_plan,
         )
         # The metadata is Slack's wire: each query's id, question and SQL, read back as the thread's history.
         queries = [{"id": q.query_id, "question": q.question, "sql": q.sql} for q in outcome.asked.values()]
@@ -263,7 +277,7 @@ class Answerer:
                 channel=question.channel,
                 thread_ts=question.thread_ts,
                 text="(no answer)",
-                blocks=buttons,
+                blocks=blocks.classic_feedback(buttons),
                 **blocks.NO_PREVIEWS,
             )
             delivery = "update"

@@ -31,6 +31,7 @@ SHOW_SQL = "analyst_show_sql"
 OPEN_CSV = "analyst_open_csv"
 FOLLOWUP = "analyst_followup"
 FEEDBACK = "analyst_feedback"
+FEEDBACK_BLOCK = "analyst_feedback"
 REASON = "analyst_reason"  # what was wrong, typed after a thumbs-down (the block id carries the run)
 
 # Over an answer's table cells, with fullmatch (Python's `re` took quadratic time on a long run of digits).
@@ -207,9 +208,12 @@ def answer_blocks(
     followups: list[str],
     web_url: str | None = None,
     knowledge: Sequence[dict[str, str]] = (),
+    *,
+    feedback_buttons: bool = False,
 ) -> list[dict[str, Any]]:
     """Under an answer: the team's knowledge it cites (each entry's text and where it is kept), Show SQL
-    per query (and its CSV in the web UI), follow-ups, thumbs."""
+    per query (and its CSV in the web UI), follow-ups, thumbs: Slack's own feedback buttons where the
+    answer streams (`feedback_buttons`), else two buttons."""
     blocks: list[dict[str, Any]] = []
     if knowledge:
         cited = [
@@ -232,9 +236,42 @@ def answer_blocks(
     if followups:
         elements = [_button(button_label(q), f"{FOLLOWUP}_{i}", q[:MAX_BUTTON_VALUE]) for i, q in enumerate(followups)]
         blocks.append({"type": "actions", "block_id": "analyst_followups", "elements": elements})
-    thumbs = [_button("👍", f"{FEEDBACK}_up", f"up:{run_id}"), _button("👎", f"{FEEDBACK}_down", f"down:{run_id}")]
-    blocks.append({"type": "actions", "block_id": "analyst_feedback", "elements": thumbs})
+    blocks.append(_feedback_buttons(run_id) if feedback_buttons else _thumbs(run_id))
     return blocks
+
+
+def _thumbs(run_id: str) -> dict[str, Any]:
+    thumbs = [_button("👍", f"{FEEDBACK}_up", f"up:{run_id}"), _button("👎", f"{FEEDBACK}_down", f"down:{run_id}")]
+    return {"type": "actions", "block_id": FEEDBACK_BLOCK, "elements": thumbs}
+
+
+def _feedback_buttons(run_id: str) -> dict[str, Any]:
+    """Slack's thumbs for AI answers, in a context_actions block
+    (docs.slack.dev/reference/block-kit/block-elements/feedback-buttons-element). A click reports the
+    action id and the pressed button's value, the same `analyst_feedback…` / `up:<run>` as the classic
+    buttons, so actions.py handles both."""
+
+    def button(text: str, value: str, label: str) -> dict[str, Any]:
+        return {"text": {"type": "plain_text", "text": text}, "value": value, "accessibility_label": label}
+
+    element = {
+        "type": "feedback_buttons",
+        "action_id": FEEDBACK,
+        "positive_button": button("👍", f"up:{run_id}", "Good answer"),
+        "negative_button": button("👎", f"down:{run_id}", "Bad answer"),
+    }
+    return {"type": "context_actions", "block_id": FEEDBACK_BLOCK, "elements": [element]}
+
+
+def classic_feedback(blocks: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """`blocks` with Slack's feedback buttons turned into two plain buttons (where Slack refuses them)."""
+    out = []
+    for block in blocks:
+        if block.get("type") == "context_actions" and block.get("block_id") == FEEDBACK_BLOCK:
+            run_id = block["elements"][0]["positive_button"]["value"].removeprefix("up:")
+            block = _thumbs(run_id)
+        out.append(block)
+    return out
 
 
 def reason_blocks(run_id: str) -> list[dict[str, Any]]:

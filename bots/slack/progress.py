@@ -17,6 +17,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 from agent.runner import AnswerEvent, ExecutingEvent, FallbackEvent, ResultEvent, ThinkingEvent, WireEvent
 from bots.slack import refusals
 from bots.slack.blocks import NO_PREVIEWS, escape
+from bots.slack.budget import CallBudget, Skipped
 
 log = logging.getLogger(__name__)
 MAX_STATUS_CHARS = 100
@@ -55,6 +56,8 @@ class Painter:
             self._last = time.monotonic()
             try:
                 await self._paint()
+            except Skipped:  # no room in the rate-limit budget: a later paint shows the latest state
+                self._wanted.set()
             except SlackApiError as exc:  # the next paint carries the latest state anyway
                 refusals.log_refusal(log, "update the thread", exc)
             except Exception:
@@ -102,8 +105,14 @@ class Progress:
         interval_s: float,
         refresh_s: float = 60.0,
         on_first: Callable[[], None] = lambda: None,
+        budget: CallBudget | None = None,
+        team: str = "",
     ) -> None:
+        """`budget` (with the installing `team`): the process's share of Slack's rate limits; an edit with
+        no room is skipped (the next shows the latest state), the first and the last wait for room."""
         self._client, self._channel, self._thread_ts = client, channel, thread_ts
+        self._budget, self._team = budget or CallBudget(), team
+        self.plan_shown: Callable[[], bool] = lambda: False  # the answer's stream shows the steps instead
         self._assistant = assistant
         self._refresh_s = refresh_s
         self._status_lock = asyncio.Lock()  # a refresh never lands after the status was cleared
@@ -119,7 +128,7 @@ class Progress:
 
     async def begin(self) -> None:
         """Show that the question was heard, now (not throttled)."""
-        await self._paint()
+        await self._paint(final=True)
         self._on_first()
         if self._assistant and self._message_ts is None:
             self._keepalive = asyncio.create_task(self._keep_status(), name="slack-status-refresh")
@@ -134,6 +143,8 @@ class Progress:
                     return
                 if self._replied:  # the answer's message shows the work; a withdrawn one brings this back
                     continue
+                if not self._budget.try_take(self._team, "assistant.threads.setStatus"):
+                    continue  # the next refresh, well within the two minutes
                 try:
                     status = self._status()
                     await self._client.assistant_threads_setStatus(
@@ -199,38 +210,43 @@ class Progress:
             self._keepalive.cancel()
         try:
             if self._message_ts is None and self._assistant:
-                await self._set_status("")
+                await self._set_status("", final=True)
             else:
                 await self._edit(final=True)
         except SlackApiError as exc:
             refusals.log_refusal(log, f"finish the progress display in {self._channel}", exc)
 
-    async def _paint(self) -> None:
+    async def _paint(self, final: bool = False) -> None:
         if self._assistant and self._message_ts is None:
             if self._replied:
-                await self._set_status("")
+                await self._set_status("", final=True)
                 return
             try:
-                await self._set_status(self._status())
+                await self._set_status(self._status(), final=final)
                 return
             except SlackApiError as exc:  # not an assistant thread after all, or no status there
                 log.info("no assistant status in %s (%s); using a progress message", self._channel, exc)
                 self._assistant = False
-        await self._edit(final=False)
+        await self._edit(final=False, first=final)
 
     def _status(self) -> str:
         status = f"is {self._activity[0].lower()}{self._activity[1:]}…"
         return escape(status if len(status) <= MAX_STATUS_CHARS else status[: MAX_STATUS_CHARS - 1] + "…")
 
-    async def _set_status(self, status: str) -> None:
+    async def _set_status(self, status: str, *, final: bool) -> None:
         if status != self._status_shown:
+            await self._spend("assistant.threads.setStatus", final=final)
             await self._client.assistant_threads_setStatus(
                 channel_id=self._channel, thread_ts=self._thread_ts, status=status
             )
             self._status_shown = status
 
-    async def _edit(self, *, final: bool) -> None:
+    async def _edit(self, *, final: bool, first: bool = False) -> None:
+        """The progress message: posted, then edited; `final`: its last state, `first`: the question's
+        acknowledgement (both wait for room in the budget)."""
         text = self._text(final)
+        method = "chat.postMessage" if self._message_ts is None else "chat.update"
+        await self._spend(method, final=final or first)
         if self._message_ts is None:
             posted = await self._client.chat_postMessage(
                 channel=self._channel, thread_ts=self._thread_ts, text=text, **NO_PREVIEWS
@@ -239,9 +255,15 @@ class Progress:
         else:
             await self._client.chat_update(channel=self._channel, ts=self._message_ts, text=text)
 
+    async def _spend(self, method: str, *, final: bool) -> None:
+        if final:
+            await self._budget.take(self._team, method, self._channel)
+        elif not self._budget.try_take(self._team, method, self._channel):
+            raise Skipped(method)
+
     def _text(self, final: bool) -> str:
         head = f"_{escape(self._activity)}{'' if final else '…'}_"
-        steps = [s.line() for s in self._steps.values()]
+        steps = [] if self.plan_shown() else [s.line() for s in self._steps.values()]
         if len(steps) > MAX_STEPS_SHOWN:
             steps = [f"• … {len(steps) - MAX_STEPS_SHOWN} earlier", *steps[-MAX_STEPS_SHOWN:]]
         return "\n".join([head, *steps])

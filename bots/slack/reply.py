@@ -17,53 +17,28 @@ from typing import Any
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
+from agent.runner import WireEvent
 from bots.slack import refusals
 from bots.slack.blocks import (
     MAX_MARKDOWN,
     NO_PREVIEWS,
+    classic_feedback,
     cut_point,
     markdown_block,
     preview,
     slack_markdown,
     split_markdown,
 )
+from bots.slack.budget import CallBudget, Skipped
+from bots.slack.plan import Plan
 from bots.slack.progress import Painter
+from bots.slack.streaming import Streaming
 
 log = logging.getLogger(__name__)
-# Answers from chat.startStream that mean streaming does not work here (this workspace, this kind of
-# conversation) for now: remembered, and tried again after STREAMING_RETRY_S (a scope can be added, a
-# workspace can gain the methods).
-NO_STREAMING = {
-    "unknown_method",
-    "method_deprecated",
-    "missing_scope",
-    "not_allowed_token_type",
-    "channel_type_not_supported",
-}
-STREAMING_RETRY_S = 600.0
 BUTTONS_TEXT = "More on this answer"  # the stand-in text of buttons posted below an answer
 # chat.appendStream / stopStream's answer once the person pressed Stop under the streaming answer.
 STOPPED_BY_USER = "stopped_by_user"
-
-
-class Streaming:
-    """Where to try streaming: remembered per workspace and channel type once Slack says it does not work
-    there (NO_STREAMING), and tried there again after `retry_s`; elsewhere it is still tried."""
-
-    def __init__(self, retry_s: float = STREAMING_RETRY_S, clock: Callable[[], float] = time.monotonic) -> None:
-        self.retry_s, self.clock = retry_s, clock
-        self._off_until: dict[tuple[str, str], float] = {}
-
-    def allowed(self, where: tuple[str, str]) -> bool:
-        until = self._off_until.get(where)
-        if until is not None and self.clock() >= until:
-            del self._off_until[where]
-            return True
-        return until is None
-
-    def refused(self, where: tuple[str, str], error: str) -> None:
-        if error in NO_STREAMING:
-            self._off_until[where] = self.clock() + self.retry_s
+__all__ = ["AnswerWriter", "Streaming"]
 
 
 @dataclass
@@ -74,6 +49,7 @@ class Sent:
     part: int
     sealed: bool = False  # takes no more text
     shown: str = ""  # the text Slack last accepted for this message
+    chunks: bool = False  # a stream started with chunks (the plan's): it takes only chunks
 
 
 class AnswerWriter:
@@ -92,9 +68,13 @@ class AnswerWriter:
         on_withdrawn: Callable[[], None] = lambda: None,
         limit: int = MAX_MARKDOWN,
         channel_type: str = "channel",
+        budget: CallBudget | None = None,
+        plan: Plan | None = None,
     ) -> None:
         """`recipient`: the installing team and the person asking; `channel_type` (Slack's: channel, group,
-        im, mpim) with the team says where streaming was found not to work."""
+        im, mpim) with the team says where streaming was found not to work. `budget`: the process's share of
+        Slack's rate limits, shared by every answer. `plan`: the run's queries, shown as Slack's plan in the
+        stream where the workspace has it (else the progress display lists them)."""
         self._client, self._channel, self._thread_ts = client, channel, thread_ts
         self._on_stopped = on_stopped
         self._on_posted = on_posted  # a message of the answer is in the thread (Slack clears the status)
@@ -103,6 +83,8 @@ class AnswerWriter:
         self._team, self._user = recipient
         self._where = (self._team, channel_type)
         self._streaming, self._limit = streaming, limit
+        self._budget = budget or CallBudget()
+        self._plan = plan if plan is not None and streaming.plans_allowed(self._where) else None
         self._part_metadata = part_metadata
         self._painter = Painter(self._flush, interval_s)
         self._raw = ""
@@ -117,6 +99,16 @@ class AnswerWriter:
     def add(self, text: str) -> None:
         self._raw += text
         self._painter.request()
+
+    def follow(self, event: WireEvent) -> None:
+        """A query started or answered: its task in the plan."""
+        if self._plan is not None and self._plan.update(event):
+            self._painter.request()
+
+    @property
+    def showing_plan(self) -> bool:
+        """The run's queries are (to be) shown as Slack's plan in the stream, not by the progress display."""
+        return self._plan is not None
 
     def restart(self) -> None:
         """Discard the text so far (it was narration before a tool call, or a retried stream)."""
@@ -169,6 +161,8 @@ class AnswerWriter:
             self._restarted = False
             await self._discard()
         rendered = slack_markdown(self._raw, final=final)
+        if self._plan is not None and self._plan.changed and self._placed >= len(rendered):
+            await self._show_plan()  # else the plan's news goes out with the text
         while self._placed < len(rendered) and not self.stopped_by_user:
             current = self._messages[-1] if self._messages and not self._messages[-1].sealed else None
             used = len(current.text) if current else 0
@@ -189,18 +183,21 @@ class AnswerWriter:
             self._messages.append(current)
             self._placed += len(piece)
             return current
+        if current.streaming:
+            await self._spend("chat.appendStream")
         # Counted as placed before the call: if it fails, the next update sends the whole text again.
         current.text += piece
         self._placed += len(piece)
         if current.streaming:
             try:
-                await self._client.chat_appendStream(channel=self._channel, ts=current.ts, markdown_text=piece)
+                await self._append(current, piece)
                 current.shown = current.text
                 return current
             except SlackApiError as exc:
                 if self._stopped(exc, current):
                     return current
                 log.info("streaming broke (%s); updating the message instead", _error(exc))
+                self._plan = None
                 await self._end_stream(current)
                 if self.stopped_by_user:
                     return current
@@ -208,23 +205,83 @@ class AnswerWriter:
         return current
 
     async def _start(self, piece: str, part: int) -> Sent:
-        if self._streaming.allowed(self._where):
-            try:
-                started = await self._client.chat_startStream(
-                    channel=self._channel,
-                    thread_ts=self._thread_ts,
-                    markdown_text=piece,
-                    recipient_team_id=self._team,
-                    recipient_user_id=self._user,
-                )
-                return Sent(started["ts"], piece, streaming=True, part=part, shown=piece)
-            except SlackApiError as exc:
-                self._streaming.refused(self._where, _error(exc))
-                log.info("no streaming here (%s); posting, then updating", _error(exc))
+        if (streamed := await self._stream(piece, part)) is not None:
+            return streamed
+        self._plan = None  # a posted answer has no plan: the progress display lists the queries
         return await self._post(piece, part)
+
+    async def _stream(self, piece: str, part: int) -> Sent | None:
+        """A stream started with `piece` (and the plan, if shown), or None where none can start now."""
+        if not (self._streaming.allowed(self._where) and self._budget.try_take(self._team, "chat.startStream")):
+            return None
+        plan = self._plan is not None
+        try:
+            content: dict[str, Any] = (
+                {"chunks": self._plan_chunks(piece), "task_display_mode": "plan"} if plan else {"markdown_text": piece}
+            )
+            started = await self._client.chat_startStream(
+                channel=self._channel,
+                thread_ts=self._thread_ts,
+                recipient_team_id=self._team,
+                recipient_user_id=self._user,
+                **content,
+            )
+            return Sent(started["ts"], piece, streaming=True, part=part, shown=piece, chunks=plan)
+        except SlackApiError as exc:
+            self._refused(_error(exc))
+            log.info("no streaming here (%s); posting, then updating", _error(exc))
+            return None
+
+    async def _show_plan(self) -> None:
+        """The plan's news: in the stream that shows it, or one started for it (the answer's text follows
+        in it); where the stream cannot take it, the progress display lists the queries instead."""
+        current = self._messages[-1] if self._messages else None
+        if current is None:
+            started = await self._stream("", part=0)
+            if started is not None:
+                self._on_posted()
+                self._messages.append(started)
+            else:  # no stream for it (refused, or no room in the budget): the progress display lists the queries
+                self._plan = None
+            return
+        if not (current.streaming and current.chunks and not current.sealed):
+            self._plan = None  # the answer went on without a stream: the progress display has the queries
+            return
+        await self._spend("chat.appendStream")
+        try:
+            await self._append(current, "")
+        except SlackApiError as exc:
+            if not self._stopped(exc, current):
+                log.info("the plan could not be updated (%s)", _error(exc))
+
+    def _plan_chunks(self, piece: str) -> list[dict[str, Any]]:
+        changes = self._plan.take_changes() if self._plan is not None else []
+        return [*changes, {"type": "markdown_text", "text": piece}] if piece else changes
+
+    async def _append(self, message: Sent, piece: str) -> None:
+        content = {"chunks": self._plan_chunks(piece)} if message.chunks else {"markdown_text": piece}
+        await self._client.chat_appendStream(channel=self._channel, ts=message.ts, **content)
+
+    def _refused(self, error: str) -> None:
+        """chat.startStream refused: where streaming, or the plan, does not work, is remembered."""
+        self._streaming.refused(self._where, error)
+        if self._plan is not None:
+            self._streaming.plan_refused(self._where, error)
+            self._plan = None
+
+    async def _spend(self, method: str) -> None:
+        """Draw a call from the process's budget: a final write waits for room; a progress write with no
+        room left is skipped (Skipped), and the next one carries the latest state."""
+        if self._final:
+            await self._budget.take(self._team, method, self._channel)
+        elif not self._budget.try_take(self._team, method, self._channel):
+            raise Skipped(method)
 
     async def _post(self, piece: str, part: int) -> Sent:
         """`piece` in a message of its own (not streamed), updated in place later."""
+        if not piece:  # the plan alone, where no stream can show it: nothing to post
+            return Sent("", "", streaming=False, part=part)
+        await self._spend("chat.postMessage")
         posted = await self._client.chat_postMessage(
             channel=self._channel,
             thread_ts=self._thread_ts,
@@ -235,6 +292,8 @@ class AnswerWriter:
         return Sent(posted["ts"], piece, streaming=False, part=part, shown=piece)
 
     async def _update(self, message: Sent, extra: list[dict[str, Any]] | None = None, **fields: Any) -> None:
+        await self._spend("chat.update")
+
         async def update() -> Any:
             return await self._client.chat_update(
                 channel=self._channel,
@@ -250,6 +309,8 @@ class AnswerWriter:
     async def _seal(
         self, message: Sent, *, blocks: list[dict[str, Any]] | None = None, metadata: dict[str, Any]
     ) -> None:
+        if message.streaming and not self.stopped_by_user:
+            await self._spend("chat.stopStream")
         message.sealed = True
         if self.stopped_by_user:
             return
@@ -279,20 +340,24 @@ class AnswerWriter:
             await self._update(message, metadata=metadata)
 
     async def _update_with_buttons(self, message: Sent, blocks: list[dict[str, Any]], metadata: dict[str, Any]) -> None:
-        """The answer's last edit, with its buttons and metadata. When Slack refuses it, the answer stands
-        without the buttons (a good answer never reads as a failure), and they follow in a message below."""
-        try:
-            await self._update(message, blocks, metadata=metadata)
-            return
-        except SlackApiError as exc:
-            log.warning("Slack refused the answer's buttons (%s); posting them below it", _error(exc))
+        """The answer's last edit, with its buttons and metadata. When Slack refuses it (say, Slack's feedback
+        buttons where the workspace lacks them: then with classic thumbs), the answer stands without the
+        buttons (a good answer never reads as a failure), and they follow in a message below."""
+        classic = classic_feedback(blocks)
+        for attempt in [blocks] if classic == blocks else [blocks, classic]:
+            try:
+                await self._update(message, attempt, metadata=metadata)
+                return
+            except SlackApiError as exc:
+                log.warning("Slack refused the answer's buttons (%s)", _error(exc))
         try:
             await self._update(message, metadata=metadata)
         except SlackApiError as exc:
             log.warning("Slack refused the answer's last edit (%s); it stays as it was sent", _error(exc))
         try:
+            await self._spend("chat.postMessage")
             await self._client.chat_postMessage(
-                channel=self._channel, thread_ts=self._thread_ts, text=BUTTONS_TEXT, blocks=blocks, **NO_PREVIEWS
+                channel=self._channel, thread_ts=self._thread_ts, text=BUTTONS_TEXT, blocks=classic, **NO_PREVIEWS
             )
         except SlackApiError as exc:
             log.warning("Slack refused the answer's buttons in a message of their own too (%s)", _error(exc))
@@ -335,6 +400,7 @@ class AnswerWriter:
 
     async def _end_stream(self, message: Sent) -> None:
         message.streaming = False
+        self._budget.count(self._team, "chat.stopStream", self._channel)
         try:
             await self._client.chat_stopStream(channel=self._channel, ts=message.ts)
         except SlackApiError as exc:  # a Stop is noted; any other refusal: it already ended on Slack's side
@@ -346,6 +412,7 @@ class AnswerWriter:
                 await self._end_stream(message)
             if self.stopped_by_user:
                 return  # what the person stopped stays as they saw it
+            self._budget.count(self._team, "chat.delete", self._channel)
             try:
                 await self._client.chat_delete(channel=self._channel, ts=message.ts)
             except SlackApiError as exc:
@@ -354,6 +421,8 @@ class AnswerWriter:
             self._on_withdrawn()
         self._messages = []
         self._placed = 0
+        if self._plan is not None:
+            self._plan.resend()
 
 
 def _error(exc: SlackApiError) -> str:

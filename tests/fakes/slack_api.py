@@ -1,6 +1,7 @@
 """A fake of Slack's Web API: a real HTTP server that checks tokens and arguments the way Slack does,
 keeps an in-memory workspace (channels, threads, metadata, users, files) and answers in Slack's wire
-format: HTTP 200 with `ok: false` for errors, 429 with `Retry-After` when rate limited.
+format: HTTP 200 with `ok: false` for errors, 429 with `Retry-After` when a method goes over its rate-limit
+tier (slack_limits.py).
 
 Point slack_sdk at it with `AsyncWebClient(token=fake.bot_token, base_url=fake.base_url)`. Every call is
 recorded (`fake.calls("chat.postMessage")`); failures are scripted per method (`fake.fail(...)`,
@@ -27,6 +28,7 @@ from urllib.parse import parse_qsl, urlsplit
 
 from tests.fakes import slack_manifest, slack_scopes
 from tests.fakes.http_server import FakeServer
+from tests.fakes.slack_limits import RateLimits
 from tests.fakes.slack_methods import WebApi
 from tests.fakes.slack_rules import SlackError
 from tests.fakes.slack_socket_mode import Ack, FakeSocketMode
@@ -113,14 +115,18 @@ class FakeSlack:
         socket_mode: FakeSocketMode | None = None,
         scopes: frozenset[str] | None = None,
         status_expiry_s: float = 120.0,
+        rate_window_s: float = 60.0,
     ) -> None:
         """`scopes`: the bot token's; by default those of the manifest in docs/slack.md. `status_expiry_s`:
-        how long an assistant thread's status lasts without a message (Slack: two minutes), shorter in tests."""
+        how long an assistant thread's status lasts without a message (Slack: two minutes), shorter in tests.
+        `rate_window_s`: the window each method's tier is counted over (Slack: a minute; slack_limits.py)."""
         self.bot_token, self.app_token, self.bot_name = bot_token, app_token, bot_name
         self.socket_mode = socket_mode
         self.status_expiry_s = self._status_expiry_s = status_expiry_s
         self.installed_scopes = slack_manifest.bot_scopes() if scopes is None else frozenset(scopes)
         self.scopes = self.installed_scopes
+        self.rate_limits = RateLimits(window_s=rate_window_s)
+        self._rate_window_s = rate_window_s
         self._lock = threading.RLock()
         self._calls: list[Call] = []
         self._failures: dict[str, list[Failure]] = {}
@@ -166,6 +172,7 @@ class FakeSlack:
             self._disabled.clear()
             self.scopes = self.installed_scopes
             self.status_expiry_s = self._status_expiry_s
+            self.rate_limits = RateLimits(window_s=self._rate_window_s)
             self._new_workspace()
 
     @property
@@ -237,6 +244,10 @@ class FakeSlack:
     def ratelimit(self, method: str, *, retry_after: int = 1, times: int | None = 1) -> None:
         """Answer HTTP 429 `{"ok": false, "error": "ratelimited"}` with a `Retry-After` header."""
         self.fail(method, "ratelimited", status=429, retry_after=retry_after, times=times)
+
+    def throttled(self, method: str | None = None) -> list[Call]:
+        """Calls refused with 429 for their method's tier (slack_limits.py) or a scripted rate limit."""
+        return [c for c in self.calls(method) if c.status == 429]
 
     def revoke(self, *scopes: str) -> None:
         """Take scopes from the bot token, as an app installed without them."""
@@ -418,6 +429,7 @@ class FakeSlack:
             if failure is not None:
                 headers = {"Retry-After": str(failure.retry_after)} if failure.retry_after is not None else {}
                 raise SlackError(failure.error, status=failure.status, headers=headers, extra=failure.extra)
+            self.rate_limits.check(self.workspace.team_id, method, str(args.get("channel") or ""))
             return 200, self.api.methods[method](args), {}
 
     def _next_failure(self, method: str) -> Failure | None:

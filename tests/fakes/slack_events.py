@@ -356,9 +356,12 @@ def block_actions(
     thread_ts: str | None = None,
     message: dict[str, Any] | None = None,
     team: str = TEAM_ID,
+    element: str = "button",
 ) -> dict[str, Any]:
     """A button click on a message (`block_actions`), as posted to the interactivity Request URL. `team`:
-    the clicker's team (in a Slack Connect channel, the other organisation's; the payload names no other)."""
+    the clicker's team (in a Slack Connect channel, the other organisation's; the payload names no other).
+    `element`: the clicked element's type; a `feedback_buttons` click reports the pressed button's text and
+    value (FeedbackButtonsAction: docs.slack.dev/tools/bolt-js/reference/interfaces/FeedbackButtonsAction)."""
     container: dict[str, Any] = {
         "type": "message",
         "message_ts": message_ts,
@@ -387,8 +390,28 @@ def block_actions(
                 "block_id": block_id,
                 "text": {"type": "plain_text", "text": text, "emoji": True},
                 "value": value,
-                "type": "button",
+                "type": element,
                 "action_ts": new_ts(),
             }
         ],
     }
+
+
+def feedback_click(
+    answer: dict[str, Any], choice: str = "positive", *, thread_ts: str, channel: str = GENERAL_ID, **options: Any
+) -> dict[str, Any]:
+    """A click on one of the feedback buttons (`positive` or `negative`) of an answer message as stored."""
+    [block] = [b for b in answer["blocks"] if b["type"] == "context_actions"]
+    element = next(e for e in block["elements"] if e["type"] == "feedback_buttons")
+    button = element[f"{choice}_button"]
+    return block_actions(
+        element["action_id"],
+        button["value"],
+        message_ts=answer["ts"],
+        channel=channel,
+        block_id=block.get("block_id", "feedback"),
+        text=button["text"]["text"],
+        thread_ts=thread_ts,
+        element="feedback_buttons",
+        **options,
+    )

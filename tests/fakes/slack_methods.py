@@ -12,6 +12,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+from tests.fakes import slack_chunks
 from tests.fakes import slack_rules as rules
 from tests.fakes.slack_rules import SlackError, flag, integer, json_arg, required
 from tests.fakes.slack_workspace import (
@@ -168,26 +169,29 @@ class WebApi:
             if not args.get("recipient_user_id"):
                 raise SlackError("missing_recipient_user_id")
         markdown = rules.check_markdown_text(args.get("markdown_text"))
-        chunks = rules.check_chunks(json_arg(args, "chunks", "invalid_chunks")) or []
-        message = self.ws.add_message(
-            channel.id, self.ws.bot_message((markdown or "") + rules.chunk_text(chunks)), thread_ts
-        )
-        self.ws.streams[(channel.id, message["ts"])] = Stream(channel.id, message["ts"], chunks=list(chunks))
+        chunks = slack_chunks.check_chunks(json_arg(args, "chunks", "invalid_chunks")) or []
+        display = slack_chunks.check_display_mode(args.get("task_display_mode"))
+        message = self.ws.add_message(channel.id, self.ws.bot_message(""), thread_ts)
+        stream = Stream(channel.id, message["ts"], mode=slack_chunks.streaming_mode(markdown, chunks), display=display)
+        self.ws.streams[(channel.id, message["ts"])] = stream
+        _stream_into(message, stream, markdown, chunks)
         return {"ok": True, "channel": channel.id, "ts": message["ts"]}
 
     def chat_append_stream(self, args: dict[str, Any]) -> dict[str, Any]:
         channel, message, stream = self._open_stream(args)
         markdown = rules.check_markdown_text(args.get("markdown_text"))
-        chunks = rules.check_chunks(json_arg(args, "chunks", "invalid_chunks"))
+        chunks = slack_chunks.check_chunks(json_arg(args, "chunks", "invalid_chunks"))
         if not markdown and not chunks:
             raise SlackError("no_text")
+        _same_mode(stream, markdown, chunks)
         _stream_into(message, stream, markdown, chunks or [])
         return {"ok": True, "channel": channel.id, "ts": message["ts"]}
 
     def chat_stop_stream(self, args: dict[str, Any]) -> dict[str, Any]:
         channel, message, stream = self._open_stream(args)
         markdown = rules.check_markdown_text(args.get("markdown_text"))
-        chunks = rules.check_chunks(json_arg(args, "chunks", "invalid_chunks")) or []
+        chunks = slack_chunks.check_chunks(json_arg(args, "chunks", "invalid_chunks")) or []
+        _same_mode(stream, markdown, chunks)
         blocks = json_arg(args, "blocks", "invalid_blocks_format")
         if blocks is not None:
             # stopStream's own `blocks` has its own limit of 50, separate from blocks sent in chunks.
@@ -444,6 +448,12 @@ class WebApi:
         return message
 
 
+def _same_mode(stream: Stream, markdown: str | None, chunks: list[dict[str, Any]] | None) -> None:
+    mode = slack_chunks.streaming_mode(markdown, chunks)
+    slack_chunks.check_same_mode(stream.mode, mode)
+    stream.mode = stream.mode or mode
+
+
 def _stream_into(
     message: dict[str, Any],
     stream: Stream,
@@ -451,9 +461,24 @@ def _stream_into(
     chunks: list[dict[str, Any]],
     trailing_blocks: list[dict[str, Any]] | None = None,
 ) -> None:
-    message["text"] += (markdown or "") + rules.chunk_text(chunks)
-    message["blocks"] = (rich_text_blocks(message["text"]) if message["text"] else []) + (trailing_blocks or [])
+    """The streamed message as the fake stores it: in `plan` display mode, the tasks so far as one plan
+    block first (task_display_mode: "plan task updates render together in a plan block",
+    docs.slack.dev/reference/methods/chat.startStream), then the text, then stopStream's own blocks.
+    In `timeline` mode the tasks stay in `stream.chunks` only."""
+    message["text"] += (markdown or "") + slack_chunks.chunk_text(chunks)
+    for chunk in chunks:
+        if chunk["type"] == "plan_update":
+            stream.plan_title = chunk["title"]
+        elif chunk["type"] == "task_update":
+            stream.tasks[chunk["id"]] = {k: v for k, v in chunk.items() if k != "type"}
     stream.chunks += chunks
+    plan = (
+        [slack_chunks.plan_block(stream.plan_title, stream.tasks)]
+        if stream.display == "plan" and (stream.tasks or stream.plan_title)
+        else []
+    )
+    text = rich_text_blocks(message["text"]) if message["text"] else []
+    message["blocks"] = plan + text + (trailing_blocks or [])
 
 
 def _thread_ts(args: dict[str, Any]) -> str | None:

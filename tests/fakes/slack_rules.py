@@ -48,8 +48,17 @@ MAX_ALT_TXT = 1_000
 TS = re.compile(r"^\d+\.\d+$")
 TEXT_TYPES = ("plain_text", "mrkdwn")
 # Block types accepted without checking their fields.
-UNCHECKED_BLOCKS = {"divider", "input", "file", "video", "table", "context_actions"}
+UNCHECKED_BLOCKS = {"divider", "input", "file", "video", "table"}
+# task_card status: "Can be "pending", "in_progress", "complete", or "error""
+# (https://docs.slack.dev/reference/block-kit/blocks/task-card-block); task_update chunks take the same.
 TASK_STATUSES = ("pending", "in_progress", "complete", "error")
+# context_actions: "An array of feedback buttons elements and icon button elements. Maximum number of items
+# is 5" (https://docs.slack.dev/reference/block-kit/blocks/context-actions-block).
+MAX_CONTEXT_ACTIONS = 5
+# feedback_buttons' button objects: text plain_text up to 75 characters, value up to 2,000 (required),
+# accessibility_label up to 75 (https://docs.slack.dev/reference/block-kit/block-elements/feedback-buttons-element).
+MAX_FEEDBACK_TEXT = 75
+MAX_FEEDBACK_LABEL = 75
 
 
 class SlackError(Exception):
@@ -224,6 +233,12 @@ def _block_problems(block: Any, path: str) -> list[str]:
         problems += _image_problems(block, path)
     elif kind == "rich_text" and not isinstance(block.get("elements"), list):
         problems.append(f"missing required field: elements [json-pointer:{path}]")
+    elif kind == "plan":
+        problems += _plan_problems(block, path)
+    elif kind == "task_card":
+        problems += task_card_problems(block, path)
+    elif kind == "context_actions":
+        problems += _elements(block, path, MAX_CONTEXT_ACTIONS, _context_action_element)
     elif kind not in UNCHECKED_BLOCKS | {"rich_text"}:
         problems.append(f"failed to match all allowed schemas [json-pointer:{path}]")
     return problems
@@ -302,54 +317,75 @@ def _image_problems(element: dict[str, Any], path: str) -> list[str]:
     return problems + _length(element.get("image_url"), f"{path}/image_url", MAX_URL)
 
 
-# --- streaming chunks (chat.startStream / appendStream / stopStream) ---
+# --- the AI app blocks: plan, task_card, context_actions ---
 
 
-def check_chunks(value: Any) -> list[dict[str, Any]] | None:
-    """Chunk types as slack_sdk.models.messages.chunk defines them: markdown_text, plan_update,
-    task_update (status pending|in_progress|complete|error) and blocks."""
-    if value is None:
-        return None
-    if isinstance(value, str):
-        try:
-            value = json.loads(value)
-        except ValueError:
-            raise SlackError("invalid_chunks") from None
-    if not isinstance(value, list):
-        raise SlackError("invalid_chunks")
-    for index, chunk in enumerate(value):
-        problem = _chunk_problem(chunk)
-        if problem:
-            raise SlackError("invalid_chunks", f"{problem} [json-pointer:/chunks/{index}]")
-        if chunk["type"] == "blocks":
-            check_blocks(chunk["blocks"], where=f"/chunks/{index}/blocks", too_many="msg_blocks_too_many")
-    return value
+def _plan_problems(block: dict[str, Any], path: str) -> list[str]:
+    """plan: `title` (plain text) required, `tasks` an optional array of task_card blocks
+    (https://docs.slack.dev/reference/block-kit/blocks/plan-block)."""
+    problems = _length(block.get("title"), f"{path}/title", MAX_SECTION_TEXT, required=True)
+    tasks = block.get("tasks")
+    if tasks is None:
+        return problems
+    if not isinstance(tasks, list):
+        return [*problems, f"expected an array [json-pointer:{path}/tasks]"]
+    for index, task in enumerate(tasks):
+        if not isinstance(task, dict) or task.get("type") != "task_card":
+            problems.append(f"failed to match all allowed schemas [json-pointer:{path}/tasks/{index}]")
+        else:
+            problems += task_card_problems(task, f"{path}/tasks/{index}")
+    return problems
 
 
-def _chunk_problem(chunk: Any) -> str | None:
-    if not isinstance(chunk, dict):
-        return "expected object"
-    kind = chunk.get("type")
-    if kind == "markdown_text":
-        text = chunk.get("text")
-        if not isinstance(text, str):
-            return "missing required field: text"
-        return (
-            f"must be less than {MAX_MARKDOWN_TEXT_CHARS + 1} characters"
-            if len(text) > MAX_MARKDOWN_TEXT_CHARS
-            else None
-        )
-    if kind == "plan_update":
-        return None if isinstance(chunk.get("title"), str) else "missing required field: title"
-    if kind == "task_update":
-        for name in ("id", "title"):
-            if not isinstance(chunk.get(name), str):
-                return f"missing required field: {name}"
-        return None if chunk.get("status") in TASK_STATUSES else "status must be one of " + ", ".join(TASK_STATUSES)
-    if kind == "blocks":
-        return None if isinstance(chunk.get("blocks"), list) else "missing required field: blocks"
-    return f"unsupported chunk type: {kind}"
+def task_card_problems(block: dict[str, Any], path: str) -> list[str]:
+    """task_card: `task_id` and `title` required; `status` one of TASK_STATUSES; `details` and `output` each
+    "a single rich_text entity"; `sources` an array of URL source elements
+    (https://docs.slack.dev/reference/block-kit/blocks/task-card-block)."""
+    problems = _length(block.get("task_id"), f"{path}/task_id", MAX_BLOCK_ID, required=True)
+    problems += _length(block.get("title"), f"{path}/title", MAX_SECTION_TEXT, required=True)
+    if block.get("status") is not None and block["status"] not in TASK_STATUSES:
+        problems.append(f"must be one of {', '.join(TASK_STATUSES)} [json-pointer:{path}/status]")
+    for name in ("details", "output"):
+        value = block.get(name)
+        if value is not None and (
+            not isinstance(value, dict)
+            or value.get("type") != "rich_text"
+            or not isinstance(value.get("elements"), list)
+        ):
+            problems.append(f"must be a rich_text block [json-pointer:{path}/{name}]")
+    return problems + sources_problems(block.get("sources"), f"{path}/sources")
 
 
-def chunk_text(chunks: list[dict[str, Any]] | None) -> str:
-    return "".join(chunk["text"] for chunk in chunks or [] if chunk["type"] == "markdown_text")
+def sources_problems(sources: Any, path: str) -> list[str]:
+    """URL source elements: `{"type": "url", "url": ..., "text": ...}`, both required
+    (https://docs.slack.dev/reference/block-kit/block-elements/url-source-element)."""
+    if sources is None:
+        return []
+    if not isinstance(sources, list):
+        return [f"expected an array [json-pointer:{path}]"]
+    problems: list[str] = []
+    for index, source in enumerate(sources):
+        where = f"{path}/{index}"
+        if not isinstance(source, dict) or source.get("type") != "url":
+            problems.append(f"failed to match all allowed schemas [json-pointer:{where}]")
+            continue
+        problems += _length(source.get("url"), f"{where}/url", MAX_URL, required=True)
+        problems += _length(source.get("text"), f"{where}/text", MAX_SECTION_TEXT, required=True)
+    return problems
+
+
+def _context_action_element(element: Any, path: str) -> list[str]:
+    if not isinstance(element, dict) or element.get("type") not in ("feedback_buttons", "icon_button"):
+        return [f"failed to match all allowed schemas [json-pointer:{path}]"]
+    problems = _length(element.get("action_id"), f"{path}/action_id", MAX_BLOCK_ID, minimum=0)
+    if element["type"] == "icon_button":
+        return problems + _text_problems(element.get("text"), f"{path}/text", MAX_BUTTON_TEXT, kinds=("plain_text",))
+    for name in ("positive_button", "negative_button"):
+        button, where = element.get(name), f"{path}/{name}"
+        if not isinstance(button, dict):
+            problems.append(f"missing required field: {name} [json-pointer:{where}]")
+            continue
+        problems += _text_problems(button.get("text"), f"{where}/text", MAX_FEEDBACK_TEXT, kinds=("plain_text",))
+        problems += _length(button.get("value"), f"{where}/value", MAX_BUTTON_VALUE, required=True)
+        problems += _length(button.get("accessibility_label"), f"{where}/accessibility_label", MAX_FEEDBACK_LABEL)
+    return problems

@@ -115,6 +115,10 @@ class Stream:
     open: bool = True
     chunks: list[dict[str, Any]] = field(default_factory=list)
     stopped_by_user: bool = False
+    mode: str | None = None  # how its content came: markdown_text or chunks (slack_chunks.check_same_mode)
+    display: str = "timeline"  # task_display_mode
+    plan_title: str = ""
+    tasks: dict[str, dict[str, Any]] = field(default_factory=dict)  # each task's latest task_update, by id
 
 
 class Workspace:

@@ -300,6 +300,40 @@ async def test_a_scripted_rate_limit_answers_429_with_retry_after_once(
     assert [c.status for c in slack.calls("chat.update")] == [429, 200]
 
 
+async def test_each_method_is_held_to_its_rate_limit_tier_per_workspace(
+    client: AsyncWebClient, slack: FakeSlack
+) -> None:
+    """chat.update is Tier 3 (50 a minute), chat.postMessage one a second per channel (60 a minute here),
+    counted per app per workspace; the call over the limit answers 429 with the whole seconds to wait."""
+    posted = await client.chat_postMessage(channel=GENERAL_ID, text="Working…")
+    for n in range(50):
+        await client.chat_update(channel=GENERAL_ID, ts=posted["ts"], text=f"step {n}")
+    limited = await slack_error(client.chat_update(channel=GENERAL_ID, ts=posted["ts"], text="one more"))
+    assert (limited.response.status_code, limited.response["error"]) == (429, "ratelimited")
+    assert 1 <= int(limited.response.headers["Retry-After"]) <= 60
+    for n in range(59):
+        await client.chat_postMessage(channel=GENERAL_ID, text=f"post {n}")
+    await assert_errors({"ratelimited": client.chat_postMessage(channel=GENERAL_ID, text="over")})
+    assert (await client.chat_postMessage(channel=DM_ID, text="another channel has its own"))["ok"]
+    assert [c.method for c in slack.throttled()] == ["chat.update", "chat.postMessage"]
+
+
+async def test_a_rate_limit_frees_up_as_its_window_passes() -> None:
+    fake = FakeSlack(rate_window_s=0.5).start()
+    try:
+        client = AsyncWebClient(token=fake.bot_token, base_url=fake.base_url)
+        question = fake.add_message(DM_ID, "how many flights?")
+        for _ in range(20):  # chat.startStream is Tier 2
+            await client.chat_startStream(channel=DM_ID, thread_ts=question, markdown_text="Counting")
+        await assert_errors(
+            {"ratelimited": client.chat_startStream(channel=DM_ID, thread_ts=question, markdown_text="x")}
+        )
+        await asyncio.sleep(0.6)
+        assert (await client.chat_startStream(channel=DM_ID, thread_ts=question, markdown_text="again"))["ok"]
+    finally:
+        fake.stop()
+
+
 async def test_delete_and_ephemeral(client: AsyncWebClient, slack: FakeSlack) -> None:
     parent = await client.chat_postMessage(channel=GENERAL_ID, text="parent")
     await client.chat_postMessage(channel=GENERAL_ID, text="reply", thread_ts=parent["ts"])
@@ -508,6 +542,105 @@ async def test_stream_arguments_are_checked(client: AsyncWebClient, slack: FakeS
     expired = await slack_error(client.chat_appendStream(channel=GENERAL_ID, ts=started["ts"], markdown_text="more"))
     assert expired.response["error"] == "message_not_in_streaming_state"
     await client.chat_update(channel=GENERAL_ID, ts=started["ts"], text="Counting done")  # the documented fallback
+
+
+TASK = {"type": "task_update", "id": "Q1", "title": "Flights per carrier", "status": "in_progress"}
+SOURCE = {"type": "url", "url": "https://analyst.example/queries/r1-Q1", "text": "SQL of Q1"}
+FEEDBACK = {
+    "type": "context_actions",
+    "elements": [
+        {
+            "type": "feedback_buttons",
+            "action_id": "analyst_feedback",
+            "positive_button": {"text": {"type": "plain_text", "text": "👍"}, "value": "up:r1"},
+            "negative_button": {"text": {"type": "plain_text", "text": "👎"}, "value": "down:r1"},
+        }
+    ],
+}
+
+
+async def test_a_plan_stream_keeps_each_tasks_latest_state_as_a_plan_block(
+    client: AsyncWebClient, slack: FakeSlack
+) -> None:
+    question = slack.add_message(DM_ID, "which carrier flew the most?")
+    started = await client.chat_startStream(
+        channel=DM_ID,
+        thread_ts=question,
+        task_display_mode="plan",
+        chunks=[{"type": "plan_update", "title": "Querying"}, TASK],
+    )
+    done = {**TASK, "status": "complete", "output": "16 rows", "sources": [SOURCE]}
+    await client.chat_appendStream(
+        channel=DM_ID, ts=started["ts"], chunks=[done, {"type": "markdown_text", "text": "UA flew the most."}]
+    )
+    await client.chat_stopStream(channel=DM_ID, ts=started["ts"], blocks=[FEEDBACK])
+    plan, text, feedback = stored(slack, DM_ID, started["ts"])["blocks"]
+    assert plan["title"] == "Querying" and feedback == FEEDBACK and text["type"] == "rich_text"
+    [card] = plan["tasks"]
+    assert (card["task_id"], card["status"], card["sources"]) == ("Q1", "complete", [SOURCE])
+    assert card["output"]["elements"][0]["elements"][0]["text"] == "16 rows"
+
+
+async def test_chunks_and_display_modes_are_checked_like_slack(client: AsyncWebClient, slack: FakeSlack) -> None:
+    question = slack.add_message(DM_ID, "how many flights?")
+    by_chunks = await client.chat_startStream(channel=DM_ID, thread_ts=question, chunks=[TASK])
+    by_text = await client.chat_startStream(channel=DM_ID, thread_ts=question, markdown_text="Counting")
+
+    def append(*chunks: dict[str, Any]) -> Awaitable[Any]:
+        return client.chat_appendStream(channel=DM_ID, ts=by_chunks["ts"], chunks=list(chunks))
+
+    errors = {
+        "invalid_chunks": append({**TASK, "status": "done"}),
+        "invalid_arguments": client.chat_startStream(
+            channel=DM_ID, thread_ts=question, markdown_text="x", task_display_mode="grid"
+        ),
+        "streaming_mode_mismatch": client.chat_appendStream(channel=DM_ID, ts=by_chunks["ts"], markdown_text="x"),
+    }
+    await assert_errors(errors)
+    bad_tasks = [
+        {**TASK, "title": ""},
+        {k: v for k, v in TASK.items() if k != "id"},
+        {**TASK, "sources": [{"type": "url", "url": "https://analyst.example/q"}]},  # a source needs its text
+        {**TASK, "output": {"rows": 16}},
+        {"type": "plan_update"},
+    ]
+    for chunk in bad_tasks:
+        assert (await slack_error(append(chunk))).response["error"] == "invalid_chunks", chunk
+    mixed = [MarkdownTextChunk(text="more")]
+    mismatch = await slack_error(client.chat_appendStream(channel=DM_ID, ts=by_text["ts"], chunks=mixed))
+    assert mismatch.response["error"] == "streaming_mode_mismatch"
+    assert (await append({**TASK, "status": "error", "details": "Code 60: no such table"}))["ok"]
+
+
+async def test_plan_task_card_and_feedback_blocks_are_checked_like_slack(
+    client: AsyncWebClient, slack: FakeSlack
+) -> None:
+    card = {"type": "task_card", "task_id": "Q1", "title": "Flights per carrier", "status": "complete"}
+    buttons = FEEDBACK["elements"][0]
+    wrong = {
+        "plan without a title": {"type": "plan", "tasks": [card]},
+        "plan with a section as a task": {"type": "plan", "title": "Querying", "tasks": [SECTION]},
+        "unknown task status": {**card, "status": "done"},
+        "details not rich text": {**card, "details": "16 rows"},
+        "a source without its text": {**card, "sources": [{"type": "url", "url": "https://analyst.example/q"}]},
+        "six context actions": {**FEEDBACK, "elements": [buttons] * 6},
+        "a button in context actions": {"type": "context_actions", "elements": [{"type": "button"}]},
+        "feedback without a value": {
+            **FEEDBACK,
+            "elements": [{**buttons, "negative_button": {"text": {"type": "plain_text", "text": "👎"}}}],
+        },
+        "feedback text over 75": {
+            **FEEDBACK,
+            "elements": [
+                {**buttons, "positive_button": {"text": {"type": "plain_text", "text": "y" * 76}, "value": "up"}}
+            ],
+        },
+    }
+    for what, block in wrong.items():
+        refused = await slack_error(client.chat_postMessage(channel=GENERAL_ID, text="t", blocks=[block]))
+        assert refused.response["error"] == "invalid_blocks", what
+    plan = {"type": "plan", "title": "Querying", "tasks": [{**card, "sources": [SOURCE]}]}
+    assert (await client.chat_postMessage(channel=GENERAL_ID, text="t", blocks=[plan, FEEDBACK]))["ok"]
 
 
 async def test_a_stream_its_reader_stopped_refuses_more_with_stopped_by_user(

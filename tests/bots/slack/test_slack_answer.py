@@ -21,8 +21,14 @@ from tests.fakes.slack_api import BOT_USER_ID, DM_ID, GENERAL_ID, HUMAN_ID, TEAM
 from tests.slack_helpers import SlackHarness, answer_message, bot_replies, carriers_script, sample, wait_for
 
 
+def streamed_text(args: dict[str, Any]) -> str:
+    """The answer text a stream call carried, as `markdown_text` or in markdown_text chunks."""
+    chunks = [c["text"] for c in args.get("chunks") or [] if c["type"] == "markdown_text"]
+    return str(args.get("markdown_text") or "") + "".join(chunks)
+
+
 def texts(fake: FakeSlack) -> list[str]:
-    return [str(c.args.get("text") or c.args.get("markdown_text") or "") for c in fake.calls() if c.ok]
+    return [str(c.args.get("text") or streamed_text(c.args)) for c in fake.calls() if c.ok]
 
 
 # --- answering ---
@@ -41,7 +47,11 @@ async def test_a_mention_is_answered_in_its_thread(
 
     assert response.status_code == 200 and acknowledged < 0.5
     progress, answer = bot_replies(fake_slack, GENERAL_ID, question)
-    assert progress["text"].startswith("_Answered in") and "*Q1* Flights per carrier, 16 rows" in progress["text"]
+    assert progress["text"].startswith("_Answered in") and "Q1" not in progress["text"], "the plan lists the queries"
+    [plan] = [b for b in answer["blocks"] if b["type"] == "plan"]
+    assert [(t["title"], t["status"], t["output"]["elements"][0]["elements"][0]["text"]) for t in plan["tasks"]] == [
+        ("Q1 Flights per carrier", "complete", "16 rows")
+    ]
     assert answer["text"] == "UA flew the most flights: 58,665 [Q1]."
     start = fake_slack.last("chat.startStream").args
     assert (start["thread_ts"], start["recipient_team_id"], start["recipient_user_id"]) == (question, TEAM_ID, HUMAN_ID)
@@ -49,7 +59,9 @@ async def test_a_mention_is_answered_in_its_thread(
     assert answer["metadata"]["event_type"] == ANSWER_EVENT and payload["question"] == "which carrier flew the most?"
     assert payload["queries"][0]["sql"].startswith("SELECT carrier, count() AS n FROM nycflights13.flights")
     buttons = [e["text"]["text"] for b in answer["blocks"] if b["type"] == "actions" for e in b["elements"]]
-    assert buttons == ["Show SQL Q1", "Which carrier was most punctual?", "How did UA do month by month?", "👍", "👎"]
+    assert buttons == ["Show SQL Q1", "Which carrier was most punctual?", "How did UA do month by month?"]
+    [thumbs] = [e for b in answer["blocks"] if b["type"] == "context_actions" for e in b["elements"]]
+    assert (thumbs["type"], thumbs["positive_button"]["value"]) == ("feedback_buttons", f"up:{payload['run_id']}")
     assert "Slack" in fake_anthropic.requests[0]["system"][-1]["text"]  # the Slack format guidance
     first = next(c for c in fake_slack.calls() if c.method.startswith("chat."))
     assert (first.method, first.args["text"]) == ("chat.postMessage", "_Thinking…_"), "progress comes first"
@@ -168,7 +180,9 @@ async def test_a_plain_direct_message_is_answered_in_a_thread_with_a_progress_me
     await bot.event(events.im_message("which carrier flew the most?", ts=ts))
     await bot.idle()
     progress, answer = bot_replies(fake_slack, DM_ID, ts)
-    assert "16 rows" in progress["text"] and answer["text"] == "UA flew the most flights: 58,665 [Q1]."
+    assert progress["text"].startswith("_Answered in") and answer["text"] == "UA flew the most flights: 58,665 [Q1]."
+    [plan] = [b for b in answer["blocks"] if b["type"] == "plan"]
+    assert plan["tasks"][0]["output"]["elements"][0]["elements"][0]["text"] == "16 rows"
 
 
 # --- what is refused or ignored ---
@@ -291,7 +305,7 @@ async def test_a_retried_model_stream_replaces_what_was_streamed(
     answers = [m["text"] for m in bot_replies(fake_slack, GENERAL_ID, question) if m.get("metadata")]
     assert answers == ["There are 16 airlines."], [m.get("text") for m in fake_slack.replies(GENERAL_ID, question)]
     # Whether the half answer got out before the retry depends on timing; if it did, it was taken back.
-    started = [c.args["markdown_text"] for c in fake_slack.calls("chat.startStream")]
+    started = [streamed_text(c.args) for c in fake_slack.calls("chat.startStream")]
     withdrawn = [text for text in started if not "There are 16 airlines.".startswith(text)]
     assert len(fake_slack.calls("chat.delete")) == len(withdrawn)
     assert not any("withdrawn" in m.get("text", "") for m in fake_slack.replies(GENERAL_ID, question))
@@ -357,8 +371,7 @@ async def test_thumbs_are_stored_with_the_turn_and_counted(start_bot, fake_slack
     fake_anthropic.script(*carriers_script())
     question = await bot.ask("which carrier flew the most?")
     answer = answer_message(fake_slack, GENERAL_ID, question)
-    down = answer["blocks"][-1]["elements"][1]
-    await bot.click(events.block_actions(down["action_id"], down["value"], message_ts=answer["ts"], thread_ts=question))
+    await bot.click(events.feedback_click(answer, "negative", thread_ts=question))  # Slack's feedback buttons
     await bot.idle()
     assert bot.service is not None
     store = bot.service.store
@@ -490,8 +503,7 @@ async def test_slack_metrics_are_recorded(start_bot, fake_slack: FakeSlack, fake
     await bot.event(events.message_changed(channel=GENERAL_ID, ts=question, text="x", previous_text="y"))
     await bot.ask("x" * 101)
     answer = answer_message(fake_slack, GENERAL_ID, question)
-    up = answer["blocks"][-1]["elements"][0]
-    await bot.click(events.block_actions(up["action_id"], up["value"], message_ts=answer["ts"], thread_ts=question))
+    await bot.click(events.feedback_click(answer, "positive", thread_ts=question))
     await bot.idle()
     m = bot.metrics
     assert sample(m, "agent_slack_events_total", type="app_mention") == 2

@@ -269,7 +269,7 @@ async def test_an_answer_whose_buttons_slack_refuses_stands_and_its_buttons_foll
     bot = await start_bot()
     thread = fake_slack.start_assistant_thread(DM_ID)  # no progress message: every chat.update is the answer's
     fake_slack.fail("chat.stopStream", "invalid_blocks")  # stopping the stream with the buttons
-    fake_slack.fail("chat.update", "invalid_blocks")  # and the update that would add them
+    fake_slack.fail("chat.update", "invalid_blocks", times=2)  # and the updates that would add them (either thumbs)
     fake_anthropic.script(*carriers_script())
     asked = fake_slack.add_message(DM_ID, "which carrier flew the most?", thread_ts=thread)
     await bot.event(events.im_message("which carrier flew the most?", ts=asked, thread_ts=thread))
@@ -533,8 +533,10 @@ async def test_the_status_comes_back_when_narration_is_taken_back(
     start_bot, fake_slack: FakeSlack, fake_anthropic: FakeAnthropic
 ) -> None:
     """Words written before a query are taken back when the query starts; from then on the status shows the
-    work again, and is kept alive past Slack's expiry while the next model call takes its time."""
+    work again, and is kept alive past Slack's expiry while the next model call takes its time. (Streamed,
+    the plan takes the narration's place at once and shows the work itself.)"""
     fake_slack.status_expiry_s = 0.5
+    fake_slack.disable(*STREAMING)
     bot = await start_bot(slack_status_refresh_s=0.1, slack_progress_interval_s=0.05)
     thread = fake_slack.start_assistant_thread(DM_ID)
     query, answer, followups = carriers_script()

@@ -21,8 +21,7 @@ async def test_a_thumbs_up_in_slack_ends_in_the_knowledge_file(
     fake_anthropic.script(*carriers_script())
     question = await bot.ask("which carrier flew the most?")
     answer = answer_message(fake_slack, GENERAL_ID, question)
-    up = answer["blocks"][-1]["elements"][0]
-    await bot.click(events.block_actions(up["action_id"], up["value"], message_ts=answer["ts"], thread_ts=question))
+    await bot.click(events.feedback_click(answer, "positive", thread_ts=question))
     await bot.idle()
     assert bot.service is not None
     proposals = ProposalStore(bot.service.store.path)
@@ -61,8 +60,7 @@ async def test_a_thumbs_down_asks_what_was_wrong_and_the_reason_reaches_the_revi
     fake_anthropic.script(*carriers_script())
     question = await bot.ask("which carrier flew the most?")
     answer = answer_message(fake_slack, GENERAL_ID, question)
-    down = answer["blocks"][-1]["elements"][1]
-    await bot.click(events.block_actions(down["action_id"], down["value"], message_ts=answer["ts"], thread_ts=question))
+    await bot.click(events.feedback_click(answer, "negative", thread_ts=question))
     await bot.idle()
     asked = fake_slack.ephemeral[-1]
     assert asked["text"] == "Thanks, noted." and asked["blocks"][1]["type"] == "input"

@@ -1,0 +1,125 @@
+"""The run shown as Slack's own plan in the streamed answer, with Slack's feedback buttons; today's progress
+message where the workspace lacks them; and every answer's writes kept within Slack's rate-limit tiers."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from bots.slack.budget import CallBudget
+from bots.slack.streaming import Streaming
+from tests.fakes import slack_events as events
+from tests.fakes.anthropic_api import FakeAnthropic, Reply
+from tests.fakes.slack_api import GENERAL_ID, FakeSlack
+from tests.fakes.slack_limits import RateLimits
+from tests.slack_helpers import answer_message, bot_replies, carriers_script, sql_call
+
+WEB = "https://analyst.example"
+
+
+def task_updates(fake: FakeSlack) -> list[dict[str, Any]]:
+    calls = fake.calls("chat.startStream") + fake.calls("chat.appendStream")
+    return [chunk for c in calls if c.ok for chunk in c.args.get("chunks") or [] if chunk["type"] == "task_update"]
+
+
+async def test_each_query_is_a_task_in_slacks_plan_above_the_streamed_answer(
+    start_bot, fake_slack: FakeSlack, fake_anthropic: FakeAnthropic
+) -> None:
+    bot = await start_bot(agent_web_url=WEB)
+    fake_anthropic.script(*carriers_script())
+    question = await bot.ask("which carrier flew the most?")
+
+    start = fake_slack.calls("chat.startStream")[0].args
+    assert start["task_display_mode"] == "plan"
+    updates = task_updates(fake_slack)
+    assert [(u["id"], u["status"]) for u in updates] == [("Q1", "in_progress"), ("Q1", "complete")]
+    run_id = answer_message(fake_slack, GENERAL_ID, question)["metadata"]["event_payload"]["run_id"]
+    assert updates[-1]["output"] == "16 rows" and updates[-1]["sources"] == [
+        {"type": "url", "url": f"{WEB}/api/queries/{run_id}-Q1.csv", "text": "Q1 results (CSV)"}
+    ]
+    answer = answer_message(fake_slack, GENERAL_ID, question)
+    kinds = [b["type"] for b in answer["blocks"]]
+    assert kinds[0] == "plan" and kinds[-1] == "context_actions", "the plan, the answer, then the buttons"
+    assert answer["text"] == "UA flew the most flights: 58,665 [Q1]."
+
+
+async def test_task_titles_and_errors_from_the_run_are_escaped(
+    start_bot, fake_slack: FakeSlack, fake_anthropic: FakeAnthropic
+) -> None:
+    bot = await start_bot()
+    fake_anthropic.script(
+        Reply(tool_calls=[sql_call("<!channel> & <http://evil|click>", "SELECT * FROM no_such_table")]),
+        Reply(text="That table does not exist."),
+        Reply(text="[]"),
+    )
+    await bot.ask("what is in no_such_table?")
+    failed = task_updates(fake_slack)[-1]
+    assert failed["status"] == "error" and failed["output"] == "failed"
+    assert failed["title"] == "Q1 &lt;!channel&gt; &amp; &lt;http://evil|click&gt;"
+    assert "<" not in failed["details"] and failed["details"]
+
+
+async def test_where_slack_refuses_the_plan_the_progress_message_lists_the_queries_and_it_is_remembered(
+    start_bot, fake_slack: FakeSlack, fake_anthropic: FakeAnthropic
+) -> None:
+    bot = await start_bot()
+    fake_slack.fail("chat.startStream", "invalid_chunks")
+    fake_anthropic.script(*carriers_script(), *carriers_script())
+    question = await bot.ask("which carrier flew the most?")
+    assert fake_slack.calls("chat.startStream")[0].args["task_display_mode"] == "plan", "the plan was tried"
+    progress, answer = bot_replies(fake_slack, GENERAL_ID, question)
+    assert "*Q1* Flights per carrier, 16 rows" in progress["text"]
+    run_id = answer["metadata"]["event_payload"]["run_id"]
+    thumbs = [e["value"] for b in answer["blocks"] if b.get("block_id") == "analyst_feedback" for e in b["elements"]]
+    assert thumbs == [f"up:{run_id}", f"down:{run_id}"], "the classic thumbs, as buttons"
+
+    await bot.ask("and the least?")
+    later = fake_slack.calls("chat.startStream")[-1].args
+    assert "task_display_mode" not in later and later["markdown_text"], "streamed, without a plan, for now"
+
+
+async def test_thirty_answers_at_once_stay_within_slacks_tiers_and_every_answer_lands(
+    start_bot, fake_slack: FakeSlack, fake_anthropic: FakeAnthropic
+) -> None:
+    """Slack counts a minute; here two seconds, with the bot's budget counting a little longer (the fake
+    counts a call when it arrives, the bot when it sends it)."""
+    fake_slack.rate_limits = RateLimits(window_s=2.0)
+    bot = await start_bot(slack_rate_per_minute=100, slack_progress_interval_s=0.001)
+    bot.bot._answerer.budget = CallBudget(window_s=2.5)  # type: ignore[union-attr]
+    fake_anthropic.always(Reply(text="UA flew the most flights. " * 40))
+    asked = [fake_slack.add_message(GENERAL_ID, f"<@{fake_slack.bot_user_id}> question {n}") for n in range(30)]
+    await asyncio.gather(*(bot.event(events.app_mention(f"question {n}", ts=ts)) for n, ts in enumerate(asked)))
+    await asyncio.wait_for(bot.bot.idle(), 90)
+
+    assert [(c.method, c.args.get("ts")) for c in fake_slack.throttled()] == []
+    for ts in asked:
+        answer = answer_message(fake_slack, GENERAL_ID, ts)
+        assert answer["text"].startswith("UA flew the most flights.") and answer["metadata"]["event_payload"]["final"]
+        assert any(b["block_id"] == "analyst_feedback" for b in answer["blocks"] if "block_id" in b)
+
+
+async def test_progress_writes_leave_room_for_final_writes_which_wait_for_the_window() -> None:
+    now = [0.0]
+    budget = CallBudget(window_s=60, clock=lambda: now[0])
+    progress = [budget.try_take("T1", "chat.update") for _ in range(50)]
+    assert progress.count(True) == 30, "progress edits take 60% of chat.update's Tier 3 (50 a minute)"
+    for _ in range(20):
+        await asyncio.wait_for(budget.take("T1", "chat.update"), 0.1)  # the finals fit in what is left
+    assert budget.try_take("T2", "chat.update"), "another workspace has its own budget"
+    waiting = asyncio.ensure_future(budget.take("T1", "chat.update"))
+    await asyncio.sleep(0.05)
+    assert not waiting.done(), "a final write past the limit waits ..."
+    now[0] = 60.0
+    await asyncio.wait_for(waiting, 2)  # ... until the window has room
+    assert budget.try_take("T1", "chat.postMessage", "C1") and budget.try_take("T1", "chat.postMessage", "C2")
+
+
+def test_a_refused_plan_is_remembered_apart_from_streaming_for_a_while() -> None:
+    now = [0.0]
+    streaming = Streaming(retry_s=60, clock=lambda: now[0])
+    streaming.plan_refused(("T1", "channel"), "invalid_chunks")
+    streaming.refused(("T1", "channel"), "invalid_chunks")  # the plan's fault, not streaming's
+    assert streaming.allowed(("T1", "channel")) and not streaming.plans_allowed(("T1", "channel"))
+    assert streaming.plans_allowed(("T1", "im")) and streaming.plans_allowed(("T2", "channel"))
+    now[0] = 60.0
+    assert streaming.plans_allowed(("T1", "channel"))

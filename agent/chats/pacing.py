@@ -20,7 +20,8 @@ class Pacing:
     """Rate limits and turns for one process: in memory, or through the SQLite file at `shared_path`
     for a process that is one of several workers."""
 
-    def __init__(self, shared_path: Path | None = None) -> None:
+    def __init__(self, shared_path: Path | None = None, *, workers: int = 1) -> None:
+        self.workers = workers  # processes sharing the app's limits at Slack and elsewhere
         self._file: SqliteFile | None = None
         if shared_path is not None:
             self._file = SqliteFile(shared_path)

@@ -83,7 +83,7 @@ class Service:
         store = ConversationStore(conversations, Limits.of(settings))
         # Several workers share answers in progress, rate limits and each thread's turn through the file.
         shared = SharedRunLog(conversations) if workers > 1 else None
-        pacing = Pacing(conversations if workers > 1 else None)
+        pacing = Pacing(conversations if workers > 1 else None, workers=workers)
         runs = RunRegistry(agent.runner, store, shared=shared, max_event_bytes=settings.max_event_bytes)
         bot = SlackBot(agent, store, runs, pacing) if slack else None
         service = cls(agent=agent, store=store, runs=runs, bot=bot, shared=shared, pacing=pacing, owns_agent=owns_agent)

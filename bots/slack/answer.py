@@ -80,7 +80,7 @@ class Answerer:
         self._limit = pacing.rate_limit("slack:questions", settings.slack_rate_per_minute)
         self._budget = pacing.daily_budget(settings.agent_daily_user_tokens, settings.agent_daily_user_cost_usd)
         self.streaming = Streaming()
-        self.budget = CallBudget()  # every answer's writes, against Slack's rate-limit tiers
+        self.budget = CallBudget(workers=pacing.workers)  # every answer's writes, against Slack's tiers
         self._interval_s = settings.slack_progress_interval_s
 
     async def handle(self, question: Question) -> None:

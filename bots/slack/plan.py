@@ -12,10 +12,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agent.runner import ExecutingEvent, ResultEvent, WireEvent
-from bots.slack.blocks import escape
+from bots.slack.blocks import no_pings
 
 PLAN_TITLE = "Querying the data"
-MAX_TASK_TITLE_CHARS = 120  # before escaping, as the progress message's steps
+MAX_TASK_TITLE_CHARS = 120  # as the progress message's steps (no_pings adds a character per `<`)
 MAX_DETAILS_CHARS = 200
 
 
@@ -34,13 +34,13 @@ class Task:
         chunk: dict[str, Any] = {
             "type": "task_update",
             "id": self.query_id,
-            "title": escape(f"{self.query_id} {question}"),
+            "title": no_pings(f"{self.query_id} {question}"),
             "status": self.status,
         }
         if self.output:
-            chunk["output"] = escape(self.output)
+            chunk["output"] = no_pings(self.output)
         if self.details:
-            chunk["details"] = escape(self.details)
+            chunk["details"] = no_pings(self.details)
         if web_url:
             # The web UI addresses a query only by its results (web/app.py: /api/queries/{run}-{Q}.csv, the
             # link the CSV button already opens); without AGENT_WEB_URL, Show SQL below the answer remains.

@@ -197,8 +197,8 @@ class AnswerWriter:
                 if self._stopped(exc, current):
                     return current
                 log.info("streaming broke (%s); updating the message instead", _error(exc))
+                await self._end_stream(current)  # with the plan's last states
                 self._plan = None
-                await self._end_stream(current)
                 if self.stopped_by_user:
                     return current
         await self._update(current)
@@ -260,7 +260,17 @@ class AnswerWriter:
 
     async def _append(self, message: Sent, piece: str) -> None:
         content = {"chunks": self._plan_chunks(piece)} if message.chunks else {"markdown_text": piece}
-        await self._client.chat_appendStream(channel=self._channel, ts=message.ts, **content)
+        try:
+            await self._client.chat_appendStream(channel=self._channel, ts=message.ts, **content)
+        except SlackApiError:
+            self._plan_not_sent(message)
+            raise
+
+    def _plan_not_sent(self, message: Sent) -> None:
+        """A write carrying the plan's news was refused: the next one carries the whole plan again, so no task
+        stays shown as running."""
+        if message.chunks and self._plan is not None:
+            self._plan.resend()
 
     def _refused(self, error: str) -> None:
         """chat.startStream refused: where streaming, or the plan, does not work, is remembered."""
@@ -316,10 +326,15 @@ class AnswerWriter:
             return
         if message.streaming:
             try:
+                plan = self._plan_chunks("") if message.chunks else []  # the tasks' last states, if not yet sent
 
                 async def stop() -> Any:
                     return await self._client.chat_stopStream(
-                        channel=self._channel, ts=message.ts, blocks=blocks or None, metadata=metadata
+                        channel=self._channel,
+                        ts=message.ts,
+                        chunks=plan or None,
+                        blocks=blocks or None,
+                        metadata=metadata,
                     )
 
                 await (refusals.until_landed(stop, deadline=self._final_deadline) if self._final else stop())
@@ -401,8 +416,9 @@ class AnswerWriter:
     async def _end_stream(self, message: Sent) -> None:
         message.streaming = False
         self._budget.count(self._team, "chat.stopStream", self._channel)
+        plan = self._plan_chunks("") if message.chunks else []
         try:
-            await self._client.chat_stopStream(channel=self._channel, ts=message.ts)
+            await self._client.chat_stopStream(channel=self._channel, ts=message.ts, chunks=plan or None)
         except SlackApiError as exc:  # a Stop is noted; any other refusal: it already ended on Slack's side
             self._stopped(exc, message)
 

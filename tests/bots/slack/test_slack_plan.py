@@ -4,9 +4,10 @@ message where the workspace lacks them; and every answer's writes kept within Sl
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any
 
-from bots.slack.budget import CallBudget
+from bots.slack.budget import MAX_KEYS, PROGRESS_SHARE, CallBudget
 from bots.slack.streaming import Streaming
 from tests.fakes import slack_events as events
 from tests.fakes.anthropic_api import FakeAnthropic, Reply
@@ -43,7 +44,7 @@ async def test_each_query_is_a_task_in_slacks_plan_above_the_streamed_answer(
     assert answer["text"] == "UA flew the most flights: 58,665 [Q1]."
 
 
-async def test_task_titles_and_errors_from_the_run_are_escaped(
+async def test_task_titles_and_errors_from_the_run_neither_ping_nor_hide_links(
     start_bot, fake_slack: FakeSlack, fake_anthropic: FakeAnthropic
 ) -> None:
     bot = await start_bot()
@@ -55,8 +56,11 @@ async def test_task_titles_and_errors_from_the_run_are_escaped(
     await bot.ask("what is in no_such_table?")
     failed = task_updates(fake_slack)[-1]
     assert failed["status"] == "error" and failed["output"] == "failed"
-    assert failed["title"] == "Q1 &lt;!channel&gt; &amp; &lt;http://evil|click&gt;"
-    assert "<" not in failed["details"] and failed["details"]
+    # Plain text, as Slack shows it: `&` stays `&`, and every `<` is followed by an invisible space (the
+    # project's rule for plain text, bots/slack/blocks.py no_pings), so no `<!…>` or `<url|label>` syntax holds.
+    assert failed["title"] == "Q1 <\u200b!channel> & <\u200bhttp://evil|click>"
+    assert failed["details"] and "&lt;" not in failed["details"]
+    assert all(part.startswith("\u200b") for part in failed["details"].split("<")[1:])
 
 
 async def test_where_slack_refuses_the_plan_the_progress_message_lists_the_queries_and_it_is_remembered(
@@ -123,3 +127,41 @@ def test_a_refused_plan_is_remembered_apart_from_streaming_for_a_while() -> None
     assert streaming.plans_allowed(("T1", "im")) and streaming.plans_allowed(("T2", "channel"))
     now[0] = 60.0
     assert streaming.plans_allowed(("T1", "channel"))
+
+
+async def test_a_refused_plan_update_is_sent_again_so_no_task_stays_running(
+    start_bot, fake_slack: FakeSlack, fake_anthropic: FakeAnthropic
+) -> None:
+    """chat.appendStream stays rate limited past the SDK's retries when Q1's result comes: the plan's
+    news goes out with a later write, at the latest when the stream stops."""
+    bot = await start_bot()
+    fake_slack.ratelimit("chat.appendStream", retry_after=0, times=3)
+    fake_anthropic.script(*carriers_script())
+    question = await bot.ask("which carrier flew the most?")
+    answer = answer_message(fake_slack, GENERAL_ID, question)
+    # Which write the refusals hit depends on timing: the plan's own update (sent again later), or the text's
+    # (the stream ends with the plan's last states, and the answer is finished by chat.update, plan or not).
+    tasks = [task for block in answer["blocks"] if block["type"] == "plan" for task in block["tasks"]]
+    assert [(task["task_id"], task["status"]) for task in tasks] in ([("Q1", "complete")], [])
+    assert answer["text"] == "UA flew the most flights: 58,665 [Q1]."
+
+
+def test_a_final_write_waits_for_room_at_most_max_wait_s() -> None:
+    """Past `max_wait_s` a final write goes anyway: Slack's own 429 and Retry-After take over from there."""
+    full = CallBudget(max_wait_s=0.3)
+    for _ in range(20):
+        full.count("T1", "chat.stopStream")
+    started = time.monotonic()
+    asyncio.run(asyncio.wait_for(full.take("T1", "chat.stopStream"), timeout=5))
+    assert 0.3 <= time.monotonic() - started < 2
+
+
+def test_workers_share_the_tiers_and_emptied_windows_are_forgotten() -> None:
+    now = [0.0]
+    two = CallBudget(clock=lambda: now[0], workers=2)
+    assert sum(two.try_take("T1", "chat.update") for _ in range(50)) == int(50 // 2 * PROGRESS_SHARE)
+    for channel in range(MAX_KEYS + 5):
+        two.count("T1", "chat.postMessage", f"C{channel}")
+    now[0] += 61
+    two.count("T1", "chat.postMessage", "C-new")
+    assert len(two._calls) < 10

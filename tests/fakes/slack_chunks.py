@@ -9,7 +9,6 @@ slack_sdk.models.messages.chunk and @slack/types' chunk.ts define them
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from tests.fakes.slack_rules import (
@@ -36,13 +35,9 @@ def check_display_mode(value: Any) -> str:
 
 
 def check_chunks(value: Any) -> list[dict[str, Any]] | None:
+    """`value` as `json_arg` decoded it (a form body's JSON string, or a JSON body's value)."""
     if value is None:
         return None
-    if isinstance(value, str):
-        try:
-            value = json.loads(value)
-        except ValueError:
-            raise SlackError("invalid_chunks") from None
     if not isinstance(value, list):
         raise SlackError("invalid_chunks")
     for index, chunk in enumerate(value):

@@ -87,7 +87,7 @@ class WebApi:
         channel = self._writable(required(args, "channel"))
         content, warned = _content(args, truncate=True)
         thread_ts = _thread_ts(args)
-        metadata = rules.check_metadata(args.get("metadata"))
+        metadata = rules.check_metadata(json_arg(args, "metadata", "invalid_metadata_format"))
         fields = {**content, "metadata": metadata}
         if thread_ts and flag(args, "reply_broadcast"):
             fields["subtype"] = "thread_broadcast"
@@ -119,7 +119,7 @@ class WebApi:
         if stream is not None and stream.open:
             raise SlackError("streaming_state_conflict")
         content, _ = _content(args, truncate=False)
-        metadata = rules.check_metadata(args.get("metadata"), allow_empty=True)
+        metadata = rules.check_metadata(json_arg(args, "metadata", "invalid_metadata_format"), allow_empty=True)
         if "text" in content and "blocks" not in content:
             # "previous blocks will only be retained if the text argument is not provided"; Slack renders the new text.
             content["blocks"] = rich_text_blocks(content["text"]) if content["text"] else []
@@ -196,7 +196,7 @@ class WebApi:
         if blocks is not None:
             # stopStream's own `blocks` has its own limit of 50, separate from blocks sent in chunks.
             rules.check_blocks(blocks, too_many="msg_blocks_too_many")
-        metadata = rules.check_metadata(args.get("metadata"))
+        metadata = rules.check_metadata(json_arg(args, "metadata", "invalid_metadata_format"))
         if metadata is not None:
             message["metadata"] = metadata
         # "any blocks in the blocks array will be rendered after anything passed via chunks or markdown_text"

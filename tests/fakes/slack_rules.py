@@ -147,14 +147,9 @@ def check_markdown_text(value: Any) -> str | None:
 
 def check_metadata(value: Any, *, allow_empty: bool = False) -> dict[str, Any] | None:
     """`metadata` is {"event_type": str, "event_payload": object} (docs.slack.dev/messaging/message-metadata),
-    or Work Object `entities`. chat.update takes {} to remove the previous metadata."""
+    or Work Object `entities`, as `json_arg` decoded it. chat.update takes {} to remove the previous metadata."""
     if value is None:
         return None
-    if isinstance(value, str):
-        try:
-            value = json.loads(value)
-        except ValueError:
-            raise SlackError("invalid_metadata_format") from None
     if not isinstance(value, dict):
         raise SlackError("invalid_metadata_format")
     if allow_empty and value == {}:

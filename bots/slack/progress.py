@@ -128,7 +128,7 @@ class Progress:
 
     async def begin(self) -> None:
         """Show that the question was heard, now (not throttled)."""
-        await self._paint(final=True)
+        await self._paint(first=True)
         self._on_first()
         if self._assistant and self._message_ts is None:
             self._keepalive = asyncio.create_task(self._keep_status(), name="slack-status-refresh")
@@ -216,18 +216,18 @@ class Progress:
         except SlackApiError as exc:
             refusals.log_refusal(log, f"finish the progress display in {self._channel}", exc)
 
-    async def _paint(self, final: bool = False) -> None:
+    async def _paint(self, first: bool = False) -> None:
         if self._assistant and self._message_ts is None:
             if self._replied:
                 await self._set_status("", final=True)
                 return
             try:
-                await self._set_status(self._status(), final=final)
+                await self._set_status(self._status(), final=first)  # the acknowledgement waits for room
                 return
             except SlackApiError as exc:  # not an assistant thread after all, or no status there
                 log.info("no assistant status in %s (%s); using a progress message", self._channel, exc)
                 self._assistant = False
-        await self._edit(final=False, first=final)
+        await self._edit(final=False, first=first)
 
     def _status(self) -> str:
         status = f"is {self._activity[0].lower()}{self._activity[1:]}…"

@@ -320,7 +320,8 @@ class AnswerWriter:
         self, message: Sent, *, blocks: list[dict[str, Any]] | None = None, metadata: dict[str, Any]
     ) -> None:
         if message.streaming and not self.stopped_by_user:
-            await self._spend("chat.stopStream")
+            # Never skipped: the text is already cut here, so a later flush must not find this message open.
+            await self._budget.take(self._team, "chat.stopStream", self._channel)
         message.sealed = True
         if self.stopped_by_user:
             return

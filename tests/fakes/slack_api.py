@@ -126,6 +126,7 @@ class FakeSlack:
         self.installed_scopes = slack_manifest.bot_scopes() if scopes is None else frozenset(scopes)
         self.scopes = self.installed_scopes
         self.rate_limits = RateLimits(window_s=rate_window_s)
+        self.expects_rate_limits = False
         self._rate_window_s = rate_window_s
         self._lock = threading.RLock()
         self._calls: list[Call] = []
@@ -173,6 +174,7 @@ class FakeSlack:
             self.scopes = self.installed_scopes
             self.status_expiry_s = self._status_expiry_s
             self.rate_limits = RateLimits(window_s=self._rate_window_s)
+            self.expects_rate_limits = False
             self._new_workspace()
 
     @property
@@ -244,6 +246,15 @@ class FakeSlack:
     def ratelimit(self, method: str, *, retry_after: int = 1, times: int | None = 1) -> None:
         """Answer HTTP 429 `{"ok": false, "error": "ratelimited"}` with a `Retry-After` header."""
         self.fail(method, "ratelimited", status=429, retry_after=retry_after, times=times)
+
+    def expect_rate_limits(self) -> None:
+        """This test drives the bot past Slack's tiers on purpose: the `fake_slack` fixture then does not
+        fail it for the calls refused with 429 (tests/conftest.py)."""
+        self.expects_rate_limits = True
+
+    def over_tiers(self) -> list[str]:
+        """The methods of the calls refused for their tier that the test did not drive there on purpose."""
+        return [] if self.expects_rate_limits else list(self.rate_limits.refused)
 
     def throttled(self, method: str | None = None) -> list[Call]:
         """Calls refused with 429 for their method's tier (slack_limits.py) or a scripted rate limit."""

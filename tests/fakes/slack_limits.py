@@ -52,10 +52,12 @@ class RateLimits:
         self.window_s, self.enabled, self.clock = window_s, enabled, clock
         self._lock = threading.Lock()
         self._calls: dict[tuple[str, ...], deque[float]] = {}
+        self.refused: list[str] = []  # each call refused for its tier, by method
 
     def reset(self) -> None:
         with self._lock:
             self._calls.clear()
+            self.refused.clear()
 
     def check(self, team: str, method: str, channel: str) -> None:
         """Count a call, or raise `ratelimited` (429) when it is over the method's limit."""
@@ -70,5 +72,6 @@ class RateLimits:
                 calls.popleft()
             if len(calls) >= limit:
                 wait_s = max(1, math.ceil(calls[0] + self.window_s - now))
+                self.refused.append(method)
                 raise SlackError("ratelimited", status=429, headers={"Retry-After": str(wait_s)})
             calls.append(now)

@@ -298,6 +298,7 @@ async def test_a_scripted_rate_limit_answers_429_with_retry_after_once(
     assert limited.response.headers["Retry-After"] == "3"
     assert (await client.chat_update(channel=GENERAL_ID, ts=posted["ts"], text="Done"))["ok"]
     assert [c.status for c in slack.calls("chat.update")] == [429, 200]
+    assert slack.over_tiers() == [], "a scripted rate limit is not the bot going past a tier"
 
 
 async def test_each_method_is_held_to_its_rate_limit_tier_per_workspace(
@@ -316,6 +317,9 @@ async def test_each_method_is_held_to_its_rate_limit_tier_per_workspace(
     await assert_errors({"ratelimited": client.chat_postMessage(channel=GENERAL_ID, text="over")})
     assert (await client.chat_postMessage(channel=DM_ID, text="another channel has its own"))["ok"]
     assert [c.method for c in slack.throttled()] == ["chat.update", "chat.postMessage"]
+    assert slack.over_tiers() == ["chat.update", "chat.postMessage"], "the fake_slack fixture fails such a test"
+    slack.expect_rate_limits()
+    assert slack.over_tiers() == [], "unless it went past the tiers on purpose"
 
 
 async def test_a_rate_limit_frees_up_as_its_window_passes() -> None:

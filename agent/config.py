@@ -379,7 +379,7 @@ class Settings(BaseSettings):
     agent_web_url: str | None = Field(
         None,
         description="Public URL of the web chat (e.g. https://analyst.example.com); when set, Slack answers link "
-        "each query's CSV download there.",
+        "each query to its page there (its SQL, preview and CSV).",
     )
     agent_example_questions: Annotated[list[str], NoDecode] = Field(
         default_factory=list,

@@ -91,7 +91,10 @@ def create_app(
         Route("/api/knowledge", _api(knowledge.knowledge)),
         Route("/api/runs/{run_id}/events", _api(run_events.run_events)),
         Route("/api/runs/{run_id}/feedback", _api(feedback.feedback), methods=["POST"]),
+        Route("/queries/{query_id}", page.query_page),
+        # The CSV route first: `{query_id}` would match "<id>.csv" too.
         Route("/api/queries/{query_id}.csv", _api(_limited("downloads", queries.query_csv))),
+        Route("/api/queries/{query_id}", _api(queries.query)),
         *probe_routes(agent, registry, token),
         *extra_routes,
         Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),

@@ -290,6 +290,22 @@ class ConversationStore:
 
         await self._file.run(write)
 
+    async def get_query(self, key: str) -> dict[str, Any] | None:
+        """One executed query as the conversation view shows it, with the question its run answered and
+        when (a page of its own, which Slack's answers link to)."""
+
+        def read(c: sqlite3.Connection) -> dict[str, Any] | None:
+            row = c.execute(
+                "SELECT q.*, t.question AS asked, t.created_at AS asked_at FROM queries q "
+                "JOIN turns t ON t.run_id = q.run_id WHERE q.id = ?",
+                (key,),
+            ).fetchone()
+            if row is None:
+                return None
+            return {**_query_row(row), "run_id": row["run_id"], "asked": row["asked"], "asked_at": row["asked_at"]}
+
+        return await self._file.run(read)
+
     async def query_sql(self, key: str) -> str | None:
         row = await self._file.run(lambda c: c.execute("SELECT sql FROM queries WHERE id = ?", (key,)).fetchone())
         return (row["sql"] or None) if row else None  # empty: given up to keep the turn within its cap

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import Any
+from urllib.parse import quote
 
 from agent import linear_re
 
@@ -28,7 +29,7 @@ PREVIEW_CHARS = 300  # the plain `text` beside blocks: what notifications and sc
 NO_PREVIEWS: dict[str, Any] = {"unfurl_links": False, "unfurl_media": False}
 
 SHOW_SQL = "analyst_show_sql"
-OPEN_CSV = "analyst_open_csv"
+OPEN_QUERY = "analyst_open_query"
 FOLLOWUP = "analyst_followup"
 FEEDBACK = "analyst_feedback"
 FEEDBACK_BLOCK = "analyst_feedback"
@@ -199,6 +200,12 @@ def escape(text: str) -> str:
     return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
+def query_page_url(web_url: str, run_id: str, label: str) -> str:
+    """A query's own page in the web UI (web/app.py's /queries/{run}-{Q}): its SQL, its preview and its
+    CSV, read with the browser's access token (a direct API link would answer 401 where a token is set)."""
+    return f"{web_url.rstrip('/')}/queries/{quote(f'{run_id}-{label}', safe='')}"
+
+
 # --- buttons ---
 
 
@@ -212,7 +219,7 @@ def answer_blocks(
     feedback_buttons: bool = False,
 ) -> list[dict[str, Any]]:
     """Under an answer: the team's knowledge it cites (each entry's text and where it is kept), Show SQL
-    per query (and its CSV in the web UI), follow-ups, thumbs: Slack's own feedback buttons where the
+    per query (and its page in the web UI), follow-ups, thumbs: Slack's own feedback buttons where the
     answer streams (`feedback_buttons`), else two buttons."""
     blocks: list[dict[str, Any]] = []
     if knowledge:
@@ -227,8 +234,8 @@ def answer_blocks(
     for index, label in enumerate(query_ids):
         sql.append(_button(f"Show SQL {label}", f"{SHOW_SQL}_{index}", f"{run_id}-{label}"))
         if web_url:
-            url = f"{web_url.rstrip('/')}/api/queries/{run_id}-{label}.csv"
-            sql.append({**_button(f"{label} as CSV", f"{OPEN_CSV}_{index}", label), "url": url})
+            url = query_page_url(web_url, run_id, label)
+            sql.append({**_button(f"Open {label}", f"{OPEN_QUERY}_{index}", label), "url": url})
     for number, start in enumerate(range(0, len(sql), MAX_ACTIONS)):
         blocks.append(
             {"type": "actions", "block_id": f"analyst_sql_{number}", "elements": sql[start : start + MAX_ACTIONS]}
@@ -315,7 +322,7 @@ def button_label(question: str) -> str:
 
 def action_kind(action_id: str) -> str:
     """`analyst_show_sql_2` -> `analyst_show_sql`."""
-    for kind in (SHOW_SQL, OPEN_CSV, FOLLOWUP, FEEDBACK, REASON):
+    for kind in (SHOW_SQL, OPEN_QUERY, FOLLOWUP, FEEDBACK, REASON):
         if action_id.startswith(kind):
             return kind
     return ""

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agent.runner import ExecutingEvent, ResultEvent, WireEvent
-from bots.slack.blocks import no_pings
+from bots.slack.blocks import no_pings, query_page_url
 
 PLAN_TITLE = "Querying the data"
 MAX_TASK_TITLE_CHARS = 120  # as the progress message's steps (no_pings adds a character per `<`)
@@ -41,11 +41,9 @@ class Task:
             chunk["output"] = no_pings(self.output)
         if self.details:
             chunk["details"] = no_pings(self.details)
-        if web_url:
-            # The web UI addresses a query only by its results (web/app.py: /api/queries/{run}-{Q}.csv, the
-            # link the CSV button already opens); without AGENT_WEB_URL, Show SQL below the answer remains.
-            url = f"{web_url.rstrip('/')}/api/queries/{run_id}-{self.query_id}.csv"
-            chunk["sources"] = [{"type": "url", "url": url, "text": f"{self.query_id} results (CSV)"}]
+        if web_url:  # without AGENT_WEB_URL, Show SQL below the answer remains
+            url = query_page_url(web_url, run_id, self.query_id)
+            chunk["sources"] = [{"type": "url", "url": url, "text": f"{self.query_id} SQL and results"}]
         return chunk
 
 

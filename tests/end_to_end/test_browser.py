@@ -341,3 +341,58 @@ async def test_a_chart_is_drawn_under_the_answer_and_downloads(
         finally:
             await browser.close()
     store.close()
+
+
+async def test_a_slack_link_opens_the_querys_own_page(make_app, fake_anthropic: FakeAnthropic, tmp_path: Path) -> None:
+    """A person follows a Slack answer's link to one query (the plan's source, the Open Qn button) in a
+    browser that has no token yet: the page asks for it, then shows the SQL, the preview and the CSV."""
+    import httpx
+    from playwright.async_api import async_playwright
+
+    from bots.slack.blocks import query_page_url
+    from tests.web_helpers import chat
+
+    script(fake_anthropic)
+    store = ConversationStore(tmp_path / "conversations.sqlite3")
+    token = "s3cret"
+    async with LiveServer(create_app(make_app(agent_web_token=token), store)) as server, async_playwright() as pw:
+        auth = {"Authorization": f"Bearer {token}"}
+        async with httpx.AsyncClient(base_url=server.url, timeout=30, headers=auth) as client:
+            run_id = (await chat(client, "Which NYC airport had the most departures in 2013?"))[0].data["run_id"]
+        browser = await pw.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
+        try:
+            page = await browser.new_page(viewport={"width": 1000, "height": 700}, accept_downloads=True)
+            errors: list[str] = []
+            page.on("pageerror", lambda error: errors.append(str(error)))
+            asked: list[str] = []
+
+            async def give_token(dialog: Any) -> None:
+                asked.append(dialog.message)
+                await dialog.accept(token)
+
+            page.on("dialog", give_token)
+            await page.add_init_script(WATCH_CSP)
+            await page.goto(query_page_url(server.url, run_id, "Q1"))
+            card = page.locator(".query", has=page.locator(".badge", has_text="Q1"))
+            await card.locator(".query-status", has_text="3 rows").wait_for()
+            assert asked == ["This server needs an access token:"]
+            assert await card.locator(".query-question").inner_text() == "Departures per origin airport"
+            assert "GROUP BY origin" in await card.locator("details.sql code").inner_text()
+            assert await card.locator("table.preview tbody tr").count() == 3  # the preview is open
+            assert await card.locator("table.preview tbody tr").first.inner_text() == "EWR\t120835"
+            context = await page.locator("#query-context").inner_text()
+            assert context.startswith("Q1 of the answer to “Which NYC airport had the most departures in 2013?”")
+            ARTIFACTS.mkdir(exist_ok=True)
+            await page.screenshot(path=ARTIFACTS / "query.png", full_page=True)
+            async with page.expect_download() as downloading:
+                await card.locator("button.download").click()
+            download = await downloading.value
+            assert Path(await download.path()).read_text().splitlines()[:2] == ["origin,departures", "EWR,120835"]
+
+            await page.goto(query_page_url(server.url, "nope", "Q1"))
+            await page.locator("#banner", has_text="No stored query nope-Q1").wait_for()
+            assert errors == []
+            assert await page.evaluate("window.cspViolations") == []
+        finally:
+            await browser.close()
+    store.close()

@@ -199,6 +199,7 @@ async def test_the_token_guards_every_api_route(web, fake_anthropic: FakeAnthrop
             ("GET", "/api/runs/x/events"),
             ("GET", "/api/conversations/x"),
             ("GET", "/api/queries/x.csv"),
+            ("GET", "/api/queries/x"),
         ]:
             response = await client.request(method, path)
             assert response.status_code == 401 and "access token" in response.json()["error"], path
@@ -241,6 +242,31 @@ async def test_csv_download_streams_the_full_result_with_its_own_cap(web, fake_a
     assert rows[0] == ["origin", "time_hour", "temp"] and len(rows) == 1001
     assert rows[1][0] == "EWR" and rows[1][1] == "2013-01-01 01:00:00"
     assert missing.status_code == 404
+
+
+async def test_a_query_has_a_page_of_its_own(web, fake_anthropic: FakeAnthropic) -> None:
+    """Slack's answers link each query to /queries/<run>-<Q>: a page shell anyone may load, which reads the
+    query (its SQL, columns and preview, and the question its answer was for) with the access token."""
+    url, _ = await web(agent_web_token="s3cret")
+    weather = "SELECT origin, time_hour, temp FROM nycflights13.weather ORDER BY origin, time_hour"
+    fake_anthropic.script(Reply(tool_calls=[sql("Weather", weather)]), Reply(text="Weather [Q1]."), Reply(text="[]"))
+    token = {"Authorization": "Bearer s3cret"}
+    async with (
+        httpx.AsyncClient(base_url=url, timeout=30, headers=token) as client,
+        httpx.AsyncClient(base_url=url, timeout=30) as anonymous,
+    ):
+        run_id = (await chat(client, "weather by hour"))[0].data["run_id"]
+        page = await anonymous.get(f"/queries/{run_id}-Q1")
+        unauthorised = await anonymous.get(f"/api/queries/{run_id}-Q1")
+        query = (await client.get(f"/api/queries/{run_id}-Q1")).json()
+        missing = await client.get("/api/queries/nope-Q1")
+    assert page.status_code == 200 and 'data-page="query"' in page.text and run_id not in page.text
+    assert unauthorised.status_code == 401
+    assert query["label"] == "Q1" and query["question"] == "Weather" and query["sql"] == weather
+    assert query["run_id"] == run_id and query["asked"] == "weather by hour" and query["asked_at"] > 0
+    assert query["columns"] == ["origin", "time_hour", "temp"] and query["has_more"] is True
+    assert query["rows"][0][:2] == ["EWR", "2013-01-01 01:00:00"] and query["error"] is None
+    assert missing.status_code == 404 and "No stored query nope-Q1" in missing.json()["error"]
 
 
 async def test_metrics_and_health(web, fake_anthropic: FakeAnthropic) -> None:

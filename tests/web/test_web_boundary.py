@@ -53,6 +53,8 @@ async def test_every_response_carries_the_security_headers(web, fake_anthropic: 
             ("GET", "/api/conversations"),
             ("GET", "/api/conversations/nope"),
             ("GET", "/api/queries/nope-Q1.csv"),
+            ("GET", "/api/queries/nope-Q1"),
+            ("GET", "/queries/nope-Q1"),
             ("GET", "/healthz"),
             ("GET", "/metrics"),
             ("GET", "/nowhere"),
@@ -310,6 +312,7 @@ async def test_odd_ids_on_every_route_get_a_json_404(web, fake_anthropic: FakeAn
             ("DELETE", f"/api/conversations/{odd}"),
             ("GET", f"/api/queries/{odd}.csv"),
             ("GET", f"/api/queries/{odd}-Q1.csv"),
+            ("GET", f"/api/queries/{odd}"),
         ]:
             response = await client.request(method, url + path)
             assert_json_error(response, 404)
@@ -325,6 +328,8 @@ async def test_odd_ids_on_every_route_get_a_json_404(web, fake_anthropic: FakeAn
         ("PUT", "/api/conversations/x", 405),
         ("POST", "/api/runs/x/events", 405),
         ("DELETE", "/api/queries/x.csv", 405),
+        ("DELETE", "/api/queries/x", 405),
+        ("POST", "/queries/x", 405),
         ("GET", "/api/nowhere", 404),
         ("GET", "/api/queries/.csv", 404),
         ("GET", "/static/nope.js", 404),

@@ -596,9 +596,29 @@ function closeSidebar() {
   $("#toggle-sidebar").setAttribute("aria-expanded", "false");
 }
 
+// ---------- one query's own page (/queries/<run>-<Q>: where Slack's answers link) ----------
+
+async function showQueryPage() {
+  const key = decodeURIComponent(location.pathname.split("/").pop());
+  const response = await api(`/api/queries/${encodeURIComponent(key)}`);
+  if (!response.ok) return showBanner(await errorMessage(response));
+  const query = await response.json();
+  const data = { ...query, query_id: query.label, sql: query.sql || "(not kept: the answer was too large to store whole)" };
+  document.title = `${query.label} ${query.question} · ClickHouse analyst`;
+  const asked = new Date(query.asked_at * 1000).toLocaleString();
+  $("#query-context").textContent = `${query.label} of the answer to “${query.asked}”, asked ${asked}`;
+  const card = queryCard(query.run_id, data);
+  $("#query").append(card);
+  fillResult(card, data);
+  if (query.sql) card.classList.add("downloadable"); // stored whole: its CSV can run it again
+  const preview = $("details.result", card);
+  if (preview) preview.open = true;
+}
+
 // ---------- wiring ----------
 
 document.addEventListener("DOMContentLoaded", () => {
+  if (document.body.dataset.page === "query") return showQueryPage();
   if (window.DOMPurify) installSanitizerHooks();
   const input = $("#question");
   $("#composer").addEventListener("submit", (event) => {

@@ -1,4 +1,5 @@
-"""The chat page."""
+"""The pages: the chat, and one query's own page (Slack's answers link each query there). Each is a shell
+that reads its data from the API with the access token the browser keeps."""
 
 from __future__ import annotations
 
@@ -14,3 +15,7 @@ async def index(request: Request) -> Response:
     return web.templates.TemplateResponse(
         request, "index.html", {"needs_token": web.token is not None, "examples": examples}
     )
+
+
+async def query_page(request: Request) -> Response:
+    return web_context(request).templates.TemplateResponse(request, "query.html", {})

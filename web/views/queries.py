@@ -1,14 +1,23 @@
-"""GET /api/queries/{query_id}.csv: a stored query's full result as CSV, run again."""
+"""A stored query: GET /api/queries/{query_id} (its SQL, columns and preview, as the conversation view
+shows it) and GET /api/queries/{query_id}.csv (its full result as CSV, run again)."""
 
 from __future__ import annotations
 
 from starlette.requests import Request
-from starlette.responses import Response
+from starlette.responses import JSONResponse, Response
 
 from agent.db import EngineError, QueryRefused, csv_chunks, started
 from web.boundary import HttpError, client_key
 from web.context import web_context
 from web.downloads import DownloadResponse
+
+
+async def query(request: Request) -> Response:
+    key = request.path_params["query_id"]
+    found = await web_context(request).store.get_query(key)
+    if found is None:
+        raise HttpError(404, f"No stored query {key} (a query is stored once its answer is done).")
+    return JSONResponse(found)
 
 
 async def query_csv(request: Request) -> Response:

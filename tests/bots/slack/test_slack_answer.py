@@ -337,9 +337,9 @@ async def test_show_sql_posts_the_query_in_the_thread(start_bot, fake_slack: Fak
     fake_anthropic.script(*carriers_script())
     question = await bot.ask("which carrier flew the most?")
     answer = answer_message(fake_slack, GENERAL_ID, question)
-    show, csv = answer["blocks"][-3]["elements"]
+    show, page = answer["blocks"][-3]["elements"]
     run_id = answer["metadata"]["event_payload"]["run_id"]
-    assert csv["url"] == f"https://analyst.example.com/api/queries/{run_id}-Q1.csv"
+    assert page["url"] == f"https://analyst.example.com/queries/{run_id}-Q1"  # the web UI's page of the query
     click = events.block_actions(show["action_id"], show["value"], message_ts=answer["ts"], thread_ts=question)
     assert (await bot.click(click)).status_code == 200
     await bot.idle()

@@ -464,6 +464,16 @@ class Settings(BaseSettings):
             raise ValueError("chdb:// needs a directory, e.g. chdb:///var/lib/agent/clickhouse")
         return value
 
+    @field_validator("agent_web_url")
+    @classmethod
+    def _check_web_url(cls, value: str | None) -> str | None:
+        if not value or not value.strip():  # docker compose passes `VAR=` for one it does not set
+            return None
+        parts = urlsplit(value.strip())
+        if parts.scheme not in ("http", "https") or not parts.netloc or parts.query or parts.fragment:
+            raise ValueError("must be the web chat's address, e.g. https://analyst.example.com (no ? or #)")
+        return value.strip()
+
     @model_validator(mode="after")
     def _default_url(self) -> Settings:
         if not self.clickhouse_url:

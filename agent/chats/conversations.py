@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import sqlite3
 import time
 import uuid
@@ -72,6 +73,10 @@ CREATE TABLE IF NOT EXISTS queries (
     elapsed_ms INTEGER NOT NULL
 );
 """
+
+
+# A stored query's id as runs make it: the run's uuid4 hex and the query's Q label.
+QUERY_KEY = re.compile(r"[0-9a-f]{32}-Q[1-9][0-9]{0,8}")
 
 
 def query_key(run_id: str, label: str) -> str:
@@ -292,17 +297,18 @@ class ConversationStore:
 
     async def get_query(self, key: str) -> dict[str, Any] | None:
         """One executed query as the conversation view shows it, with the question its run answered and
-        when (a page of its own, which Slack's answers link to)."""
+        when the answer was stored (a page of its own, which Slack's answers link to)."""
 
         def read(c: sqlite3.Connection) -> dict[str, Any] | None:
             row = c.execute(
-                "SELECT q.*, t.question AS asked, t.created_at AS asked_at FROM queries q "
+                "SELECT q.*, t.question AS asked, t.created_at AS answered_at FROM queries q "
                 "JOIN turns t ON t.run_id = q.run_id WHERE q.id = ?",
                 (key,),
             ).fetchone()
             if row is None:
                 return None
-            return {**_query_row(row), "run_id": row["run_id"], "asked": row["asked"], "asked_at": row["asked_at"]}
+            answered = {"asked": row["asked"], "answered_at": row["answered_at"]}
+            return {**_query_row(row), "run_id": row["run_id"], **answered}
 
         return await self._file.run(read)
 

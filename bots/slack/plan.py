@@ -41,7 +41,9 @@ class Task:
             chunk["output"] = no_pings(self.output)
         if self.details:
             chunk["details"] = no_pings(self.details)
-        if web_url:  # without AGENT_WEB_URL, Show SQL below the answer remains
+        # Its page once the query is done (a query is stored with its answer; a link while it runs
+        # could lead nowhere). Without AGENT_WEB_URL, Show SQL below the answer remains.
+        if web_url and self.status in ("complete", "error"):
             url = query_page_url(web_url, run_id, self.query_id)
             chunk["sources"] = [{"type": "url", "url": url, "text": f"{self.query_id} SQL and results"}]
         return chunk

@@ -21,6 +21,8 @@ def test_default_models_are_in_the_installed_sdks_model_list() -> None:
         ("CLICKHOUSE_URL", "mysql://x", "CLICKHOUSE_URL: Value error, must start with chdb://"),
         ("AGENT_MAX_ROUNDS", "1", "AGENT_MAX_ROUNDS: Input should be greater than or equal to 2"),
         ("LOG_LEVEL", "LOUD", "LOG_LEVEL:"),
+        ("AGENT_WEB_URL", "https://a.example/?x=1", "AGENT_WEB_URL: Value error, must be the web chat's address"),
+        ("AGENT_WEB_URL", "analyst.example.com", "AGENT_WEB_URL: Value error, must be the web chat's address"),
     ],
 )
 def test_a_bad_setting_is_one_line_naming_the_variable(

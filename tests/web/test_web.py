@@ -257,13 +257,16 @@ async def test_a_query_has_a_page_of_its_own(web, fake_anthropic: FakeAnthropic)
     ):
         run_id = (await chat(client, "weather by hour"))[0].data["run_id"]
         page = await anonymous.get(f"/queries/{run_id}-Q1")
+        # The page's own request would carry the browser's token to whatever its id names: only an id opens it.
+        not_pages = [await client.get(f"/queries/{odd}") for odd in (f"{run_id}-Q1.csv", f"{run_id}-Q1%3F.csv", "x")]
         unauthorised = await anonymous.get(f"/api/queries/{run_id}-Q1")
         query = (await client.get(f"/api/queries/{run_id}-Q1")).json()
         missing = await client.get("/api/queries/nope-Q1")
     assert page.status_code == 200 and 'data-page="query"' in page.text and run_id not in page.text
     assert unauthorised.status_code == 401
+    assert [(r.status_code, r.headers["content-type"]) for r in not_pages] == [(404, "application/json")] * 3
     assert query["label"] == "Q1" and query["question"] == "Weather" and query["sql"] == weather
-    assert query["run_id"] == run_id and query["asked"] == "weather by hour" and query["asked_at"] > 0
+    assert query["run_id"] == run_id and query["asked"] == "weather by hour" and query["answered_at"] > 0
     assert query["columns"] == ["origin", "time_hour", "temp"] and query["has_more"] is True
     assert query["rows"][0][:2] == ["EWR", "2013-01-01 01:00:00"] and query["error"] is None
     assert missing.status_code == 404 and "No stored query nope-Q1" in missing.json()["error"]

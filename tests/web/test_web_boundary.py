@@ -313,6 +313,7 @@ async def test_odd_ids_on_every_route_get_a_json_404(web, fake_anthropic: FakeAn
             ("GET", f"/api/queries/{odd}.csv"),
             ("GET", f"/api/queries/{odd}-Q1.csv"),
             ("GET", f"/api/queries/{odd}"),
+            ("GET", f"/queries/{odd}"),
         ]:
             response = await client.request(method, url + path)
             assert_json_error(response, 404)

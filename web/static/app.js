@@ -598,19 +598,32 @@ function closeSidebar() {
 
 // ---------- one query's own page (/queries/<run>-<Q>: where Slack's answers link) ----------
 
+const QUERY_KEY = /^[0-9a-f]{32}-Q[1-9][0-9]{0,8}$/; // agent/chats/conversations.py QUERY_KEY
+
 async function showQueryPage() {
-  const key = decodeURIComponent(location.pathname.split("/").pop());
-  const response = await api(`/api/queries/${encodeURIComponent(key)}`);
+  try {
+    await fillQueryPage();
+  } catch (error) {
+    showBanner(`The query could not be shown (${error.message}); reload the page to try again.`);
+  }
+}
+
+async function fillQueryPage() {
+  const key = location.pathname.split("/").pop();
+  // Only a query's id goes to the API: never "<id>.csv", which is the CSV download's route.
+  if (!QUERY_KEY.test(key)) return showBanner("This is not a link to a query.");
+  const response = await api(`/api/queries/${key}`);
   if (!response.ok) return showBanner(await errorMessage(response));
   const query = await response.json();
   const data = { ...query, query_id: query.label, sql: query.sql || "(not kept: the answer was too large to store whole)" };
   document.title = `${query.label} ${query.question} · ClickHouse analyst`;
-  const asked = new Date(query.asked_at * 1000).toLocaleString();
-  $("#query-context").textContent = `${query.label} of the answer to “${query.asked}”, asked ${asked}`;
+  const answered = new Date(query.answered_at * 1000).toLocaleString();
+  $("#query-context").textContent = `${query.label} of the answer to “${query.asked}”, answered ${answered}`;
   const card = queryCard(query.run_id, data);
   $("#query").append(card);
   fillResult(card, data);
   if (query.sql) card.classList.add("downloadable"); // stored whole: its CSV can run it again
+  else if ($(".result .muted", card)) $(".result .muted", card).textContent = "Preview only: the full result is no longer kept.";
   const preview = $("details.result", card);
   if (preview) preview.open = true;
 }

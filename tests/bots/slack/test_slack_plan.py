@@ -35,6 +35,7 @@ async def test_each_query_is_a_task_in_slacks_plan_above_the_streamed_answer(
     updates = task_updates(fake_slack)
     assert [(u["id"], u["status"]) for u in updates] == [("Q1", "in_progress"), ("Q1", "complete")]
     run_id = answer_message(fake_slack, GENERAL_ID, question)["metadata"]["event_payload"]["run_id"]
+    assert "sources" not in updates[0], "no link while the query runs: its page exists once the answer is stored"
     assert updates[-1]["output"] == "16 rows" and updates[-1]["sources"] == [
         {"type": "url", "url": f"{WEB}/queries/{run_id}-Q1", "text": "Q1 SQL and results"}
     ]

@@ -622,8 +622,9 @@ async function fillQueryPage() {
   const card = queryCard(query.run_id, data);
   $("#query").append(card);
   fillResult(card, data);
+  const previewNote = $(".result .muted", card);
   if (query.sql) card.classList.add("downloadable"); // stored whole: its CSV can run it again
-  else if ($(".result .muted", card)) $(".result .muted", card).textContent = "Preview only: the full result is no longer kept.";
+  else if (previewNote) previewNote.textContent = "Preview only: the full result is no longer kept.";
   const preview = $("details.result", card);
   if (preview) preview.open = true;
 }

@@ -26,7 +26,7 @@ test: install
 lint: install
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/mypy agent bots web evals
+	$(BIN)/mypy agent chats bots web evals process
 	$(BIN)/lint-imports
 
 fix: install

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from agent.config import Settings
-from agent.db import Database, open_database
+from agent.db import Database, Export, open_database, started
 from agent.knowledge import KnowledgeBase
 from agent.limits import Limits
 from agent.llm import LLMClient
@@ -63,6 +63,20 @@ class AgentApp:
             schema=schema,
             knowledge=knowledge,
         )
+
+    @property
+    def sandbox_status(self) -> str:
+        """How the engine is confined (the liveness probe reports it)."""
+        return self.db.backend.sandbox_status
+
+    async def ping(self) -> None:
+        """The readiness probe's question to the engine: raises `DatabaseUnavailable` when it does not answer."""
+        await self.db.ping()
+
+    async def export(self, sql: str, *, max_rows: int) -> Export:
+        """A stored query's whole result for a download, checked again as every statement is, and started:
+        a refusal or an engine error raises here, before any byte is sent."""
+        return await started(await self.db.export(sql, max_rows=max_rows))
 
     async def close(self) -> None:
         await self.examples.close()

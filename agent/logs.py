@@ -164,6 +164,6 @@ def announce(settings: Settings, text: str, *, warning: bool = False) -> None:
     """A line for the person who started a server (where it listens, what is missing): printed as it is,
     or, with AGENT_LOG_FORMAT=json, logged like every other line, so each line of the output is JSON."""
     if settings.agent_log_format == "json":
-        logging.getLogger("agent.process.service").log(logging.WARNING if warning else logging.INFO, text)
+        logging.getLogger("process.service").log(logging.WARNING if warning else logging.INFO, text)
         return
     print(f"warning: {text}" if warning else text, flush=True)

@@ -10,7 +10,7 @@ from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histo
 from prometheus_client.multiprocess import MultiProcessCollector
 
 if TYPE_CHECKING:
-    from agent.llm import Usage
+    from agent.llm.turns import Usage
 
 DURATION_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 30, 60, 120, 300)
 ROUND_BUCKETS = (1, 2, 3, 4, 5, 6, 8, 10, 15, 20)

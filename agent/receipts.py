@@ -8,7 +8,7 @@ from collections.abc import Iterable, Mapping
 
 from pydantic import BaseModel, Field, computed_field
 
-from agent.llm import Usage
+from agent.llm.turns import Usage
 from agent.pricing import PriceList
 
 

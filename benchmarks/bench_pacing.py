@@ -19,7 +19,7 @@ import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
-from agent.chats.pacing import Pacing
+from chats.pacing import Pacing
 
 TAKES = 2_000
 TURNS = 500

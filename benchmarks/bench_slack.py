@@ -89,7 +89,7 @@ async def one_event(client: httpx.AsyncClient, slack: TimedSlack, n: int) -> tup
 
 async def measure(env: dict[str, str], slack: TimedSlack) -> dict[str, Any]:
     port = _free_port()
-    with _process([sys.executable, "-m", "agent.process.cli", "slack", "--port", str(port)], env):
+    with _process([sys.executable, "-m", "process.cli", "slack", "--port", str(port)], env):
         url = f"http://127.0.0.1:{port}"
         await _wait_healthy(url)
         async with httpx.AsyncClient(base_url=url, timeout=30) as client:

@@ -71,7 +71,7 @@ async def measure(base: dict[str, str], latency_s: float, chats: int) -> dict[st
         fake_url = fake.stdout.readline().strip()  # type: ignore[union-attr]
         port = _free_port()
         env = {**base, "ANTHROPIC_BASE_URL": fake_url}
-        with _process([sys.executable, "-m", "agent.process.cli", "web", "--port", str(port)], env):
+        with _process([sys.executable, "-m", "process.cli", "web", "--port", str(port)], env):
             url = f"http://127.0.0.1:{port}"
             await _wait_healthy(url)
             limits = httpx.Limits(max_connections=chats + 10, max_keepalive_connections=chats + 10)

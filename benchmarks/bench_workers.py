@@ -225,7 +225,7 @@ class Stop:
 def server(env: dict[str, str], port: int, workers: int, log: Path, stop: Stop) -> Iterator[subprocess.Popen[bytes]]:
     """`agent serve` on `port`, its output in `log`; at the end SIGTERM, and `stop` says how it exited."""
     flag = ["--workers", str(workers)] if workers > 1 else []
-    command = [sys.executable, "-m", "agent.process.cli", "serve", "--host", "127.0.0.1", "--port", str(port), *flag]
+    command = [sys.executable, "-m", "process.cli", "serve", "--host", "127.0.0.1", "--port", str(port), *flag]
     with log.open("wb") as out:
         process = subprocess.Popen(command, env=env, stdout=out, stderr=subprocess.STDOUT)
         try:

@@ -12,8 +12,8 @@ from typing import Any
 import httpx
 
 from agent.app import AgentApp
-from agent.process.service import Service
 from bots.slack import SlackBot
+from process.service import Service
 from tests.fakes import slack_events as events
 from tests.fakes.anthropic_api import Reply
 from tests.fakes.slack_api import GENERAL_ID, FakeSlack

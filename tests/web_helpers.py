@@ -13,8 +13,8 @@ import httpx
 import uvicorn
 
 from agent.app import AgentApp
-from agent.chats.conversations import ConversationStore
 from agent.limits import Limits
+from chats.conversations import ConversationStore
 from tests.fakes.sse_client import Sse, sse_events
 from web.app import create_app
 from web.server import server_options

@@ -18,11 +18,11 @@ from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 
 from agent.app import AgentApp
-from agent.chats.conversations import ConversationStore
-from agent.chats.pacing import Pacing
-from agent.chats.proposals import ProposalStore
-from agent.chats.runs import STREAM_MARGIN_S, RunRegistry
 from agent.loop_lag import LoopLag
+from chats.conversations import ConversationStore
+from chats.pacing import Pacing
+from chats.proposals import ProposalStore
+from chats.runs import STREAM_MARGIN_S, RunRegistry
 from web.boundary import HttpError, check_json_content_type, check_rate, check_token, client_key
 from web.context import WebContext, web_context
 from web.downloads import DownloadSlots
@@ -49,7 +49,7 @@ def create_app(
     """The web app over `agent`'s runner. With `owns_agent`, shutting the app down closes the agent
     and the store too (as `agent web` wants); tests keep them. `extra_routes` are served beside the
     chat (`agent serve` mounts Slack's endpoint there). `runs` and `lifespan`: the process's registry and
-    life cycle when a Service (agent/process/service.py) owns them; by default the app has its own.
+    life cycle when a Service (process/service.py) owns them; by default the app has its own.
     `pacing`: rate limits shared with other workers; by default, this process's own."""
     settings = agent.settings
     owns_runs = runs is None
@@ -65,7 +65,7 @@ def create_app(
         token=token,
         reattach_grace_s=settings.agent_web_reattach_grace_s if reattach_grace_s is None else reattach_grace_s,
         # On shutdown a stream lives until its run is done: the registry ends every run within the grace
-        # period (agent/process/service.py), and the margin lets the last events out.
+        # period (process/service.py), and the margin lets the last events out.
         stream_grace_s=settings.agent_shutdown_grace_s + STREAM_MARGIN_S,
         questions=pacing.rate_limit("web:questions", settings.agent_web_rate_per_minute),
         downloads=pacing.rate_limit("web:downloads", settings.agent_web_exports_per_minute),

@@ -12,7 +12,7 @@ from pydantic import BaseModel, Field, ValidationError, field_validator
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 
-from agent.chats.rate_limits import RateLimit
+from chats.rate_limits import RateLimit
 
 MAX_BODY_BYTES = 64 * 1024
 MAX_EVENT_ID_DIGITS = 18

@@ -9,12 +9,12 @@ from starlette.requests import Request
 from starlette.templating import Jinja2Templates
 
 from agent.app import AgentApp
-from agent.chats.budgets import DailyBudget
-from agent.chats.conversations import ConversationStore
-from agent.chats.proposals import ProposalStore
-from agent.chats.rate_limits import RateLimit
-from agent.chats.runs import RunRegistry
 from agent.config import Settings
+from chats.budgets import DailyBudget
+from chats.conversations import ConversationStore
+from chats.proposals import ProposalStore
+from chats.rate_limits import RateLimit
+from chats.runs import RunRegistry
 from web.downloads import DownloadSlots
 
 

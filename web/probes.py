@@ -15,10 +15,9 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from agent.app import AgentApp
-from agent.chats.runs import RunRegistry
-from agent.db import DatabaseUnavailable
+from agent import AgentApp, DatabaseUnavailable
 from agent.metrics import exposition
+from chats.runs import RunRegistry
 from web.boundary import has_token
 
 CHECK_TIMEOUT_S = 5.0
@@ -26,7 +25,7 @@ NO_TABLES = "no tables in scope (CLICKHOUSE_DATABASES); load the demo data with 
 
 
 def liveness(agent: AgentApp) -> dict[str, Any]:
-    return {"status": "ok", "engine_sandbox": agent.db.backend.sandbox_status}
+    return {"status": "ok", "engine_sandbox": agent.sandbox_status}
 
 
 def summarized(body: dict[str, Any]) -> dict[str, Any]:
@@ -41,7 +40,7 @@ async def readiness(agent: AgentApp, runs: RunRegistry | None) -> tuple[bool, di
         "accepting": "ok" if runs is None or runs.accepting else "shutting down",
     }
     try:
-        await asyncio.wait_for(agent.db.ping(), CHECK_TIMEOUT_S)
+        await asyncio.wait_for(agent.ping(), CHECK_TIMEOUT_S)
         checks["database"] = "ok"
     except (DatabaseUnavailable, TimeoutError) as exc:
         checks["database"] = str(exc) or "no answer within 5 s"

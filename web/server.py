@@ -1,5 +1,5 @@
 """Serving the chat safely: refuse an exposed address without protection, and believe forwarded
-headers only from trusted proxies. agent/process/service.py runs the server."""
+headers only from trusted proxies. process/service.py runs the server."""
 
 from __future__ import annotations
 

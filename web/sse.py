@@ -8,7 +8,7 @@ from typing import Any
 
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
-from agent.chats.runs import RunEvent
+from chats.runs import RunEvent
 
 KEEPALIVE_S = 15
 

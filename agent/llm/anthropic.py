@@ -20,6 +20,7 @@ import httpx2
 import jiter
 from anthropic import AsyncAnthropic
 
+from agent.llm.priming import prime_sdk_parsers
 from agent.llm.turns import (
     ContextOverflow,
     FallbackReason,
@@ -31,7 +32,6 @@ from agent.llm.turns import (
     TextSink,
     Usage,
 )
-from agent.llm_priming import prime_sdk_parsers
 
 _RETRYABLE_STREAM_ERRORS = {"overloaded_error", "api_error", "rate_limit_error"}
 # Bedrock's stream carries AWS's own exception codes in the error event the SDK's decoder builds

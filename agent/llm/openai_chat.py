@@ -25,6 +25,7 @@ import openai
 from openai import AsyncOpenAI
 
 from agent.llm.anthropic import _tool_input
+from agent.llm.priming import prime_openai_parsers
 from agent.llm.turns import (
     ContextOverflow,
     FallbackReason,
@@ -36,7 +37,6 @@ from agent.llm.turns import (
     TextSink,
     Usage,
 )
-from agent.llm_priming import prime_openai_parsers
 
 # finish_reason -> the Messages API's stop_reason, which the pipeline reads.
 _STOP_REASONS = {"stop": "end_turn", "tool_calls": "tool_use", "length": "max_tokens", "content_filter": "refusal"}

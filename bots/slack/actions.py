@@ -15,11 +15,11 @@ from typing import Any
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
-from agent.chats.conversations import ConversationStore
-from agent.chats.proposals import ProposalStore
 from agent.metrics import Metrics
 from bots.slack import blocks, refusals
 from bots.slack.receive import Allowed, Ignore, Question, channel_type_of
+from chats.conversations import ConversationStore
+from chats.proposals import ProposalStore
 
 log = logging.getLogger(__name__)
 FEEDBACK_VALUES = ("up", "down")

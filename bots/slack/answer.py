@@ -18,9 +18,6 @@ from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
 from agent.charts import Chart
-from agent.chats.conversations import ConversationStore
-from agent.chats.pacing import Pacing
-from agent.chats.runs import RunHandle, RunRegistry, ShuttingDown
 from agent.config import Settings
 from agent.knowledge import KnowledgeBase
 from agent.metrics import Metrics
@@ -45,6 +42,9 @@ from bots.slack.receipt import receipt_blocks
 from bots.slack.receive import Identity, Ignore, Question
 from bots.slack.reply import AnswerWriter, Streaming
 from bots.slack.thread import answer_metadata, part_metadata, read_history, ts_micros
+from chats.conversations import ConversationStore
+from chats.pacing import Pacing
+from chats.runs import RunHandle, RunRegistry, ShuttingDown
 
 log = logging.getLogger(__name__)
 MAX_TITLE_CHARS = 80

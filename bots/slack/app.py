@@ -2,7 +2,7 @@
 is answered at once and the work runs after. Served over HTTP (`routes()`, mounted at /slack/events)
 or Socket Mode (`connect_socket_mode()`, a task on the caller's event loop).
 
-Messages in one thread are answered one at a time, in order (agent/chats/pacing.py, across workers too);
+Messages in one thread are answered one at a time, in order (chats/pacing.py, across workers too);
 threads run side by side. Runs go through the RunRegistry and the ConversationStore like every other
 adapter's.
 """
@@ -30,10 +30,6 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
 from agent.app import AgentApp
-from agent.chats.conversations import ConversationStore
-from agent.chats.pacing import Pacing
-from agent.chats.proposals import ProposalStore
-from agent.chats.runs import RunRegistry
 from agent.config import ConfigError, Settings
 from agent.metrics import Metrics
 from bots.slack import blocks, refusals
@@ -43,6 +39,10 @@ from bots.slack.failures import Failure
 from bots.slack.prompts import PromptsGate, prompts_place
 from bots.slack.queues import SerialQueues
 from bots.slack.receive import KNOWN_EVENTS, Allowed, Identity, Ignore, Ignored, Question, event_type, read_question
+from chats.conversations import ConversationStore
+from chats.pacing import Pacing
+from chats.proposals import ProposalStore
+from chats.runs import RunRegistry
 
 log = logging.getLogger(__name__)
 DEFAULT_API_URL = "https://slack.com/api/"

@@ -1,4 +1,4 @@
-"""Per-thread queues that answer one message at a time in this process (agent/chats/pacing.py keeps the order
+"""Per-thread queues that answer one message at a time in this process (chats/pacing.py keeps the order
 across worker processes, and the per-user question budget)."""
 
 from __future__ import annotations

@@ -24,12 +24,12 @@ import httpx
 import pytest
 
 from agent.app import AgentApp
-from agent.chart_images import ChartRenderError, render_png
-from agent.chats.conversations import ConversationStore
 from agent.db import Database, Scope
 from agent.limits import Limits, json_size
 from agent.loop_lag import worst_lag_during
 from agent.runner import Outcome
+from bots.slack.chart_images import ChartRenderError, render_png
+from chats.conversations import ConversationStore
 from tests.conftest import HEAVY, Recorder
 from tests.fakes.anthropic_api import FakeAnthropic, Reply
 from tests.web_helpers import WebApps, chat
@@ -204,7 +204,7 @@ async def test_chart_images_render_two_at_a_time_each_within_a_memory_limit() ->
         found = set()
         for entry in Path("/proc").iterdir():
             with contextlib.suppress(OSError):
-                if entry.name.isdigit() and b"agent.chart_images" in (entry / "cmdline").read_bytes():
+                if entry.name.isdigit() and b"bots.slack.chart_images" in (entry / "cmdline").read_bytes():
                     found.add(int(entry.name))
                     limits.update(line for line in (entry / "limits").read_text().splitlines() if "data" in line)
         return found
@@ -564,7 +564,7 @@ async def test_every_event_and_the_stored_turn_stay_within_their_caps(
 
 
 def test_a_stored_turn_gives_way_in_order() -> None:
-    from agent.chats.conversations import _StoredTurn
+    from chats.conversations import _StoredTurn
 
     turn = _StoredTurn(
         events=[{"id": 1, "event": "result", "data": {"rows": [["x" * 1000]] * 10}}],
@@ -584,7 +584,7 @@ def test_a_stored_turn_gives_way_in_order() -> None:
 
 
 def test_a_stored_turn_of_many_long_errors_still_fits() -> None:
-    from agent.chats.conversations import _StoredTurn
+    from chats.conversations import _StoredTurn
 
     query = {"question": "q" * 3_000, "sql": "s" * 100, "columns": [], "error": "e" * 3_000, "hint": "h" * 500}
     failed = {"event": "result", "data": {"error": "e" * 3_000, "rows": []}}

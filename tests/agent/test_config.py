@@ -61,7 +61,7 @@ def test_an_empty_api_key_is_unset(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_ask_without_a_key_is_one_line_and_exit_2(monkeypatch: pytest.MonkeyPatch, capsys) -> None:
-    from agent.process.cli import main
+    from process.cli import main
 
     monkeypatch.setenv("ANTHROPIC_API_KEY", "")
     assert main(["ask", "how many flights?", "--json"]) == 2

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from agent.chats.conversations import ConversationStore
+from chats.conversations import ConversationStore
 from tests.fakes.anthropic_api import FakeAnthropic, Reply
 from tests.web_helpers import LiveServer
 from web.app import create_app

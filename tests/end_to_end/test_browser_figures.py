@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from agent.chats.conversations import ConversationStore
+from chats.conversations import ConversationStore
 from tests.end_to_end.test_browser import ARTIFACTS, CHROMIUM, FLAGS, WATCH_CSP
 from tests.fakes.anthropic_api import FakeAnthropic, Reply
 from tests.web_helpers import LiveServer

@@ -19,7 +19,7 @@ import httpx
 import pytest
 
 from agent.app import AgentApp
-from agent.chart_images import render_png
+from bots.slack.chart_images import render_png
 from tests.agent.test_bounded import HUGE_NAMES, HUGE_TYPE, LONG_LABELS, WHITESPACE_ERROR, _spec_with_labels, chart, sql
 from tests.fakes.anthropic_api import FakeAnthropic, Reply
 from tests.web_helpers import WebApps, chat

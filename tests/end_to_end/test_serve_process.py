@@ -54,7 +54,7 @@ def engine_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
     (or fake ClickHouse server) process under test claims it, one at a time."""
     path = tmp_path_factory.mktemp("serve-data")
     env = {"PATH": os.environ.get("PATH", ""), "PYTHONPATH": str(ROOT), "AGENT_DATA_DIR": str(path)}
-    command = [sys.executable, "-m", "agent.process.cli", "demo", "load"]
+    command = [sys.executable, "-m", "process.cli", "demo", "load"]
     loaded = subprocess.run(command, env=env, cwd=path, capture_output=True, text=True, timeout=300)
     assert loaded.returncode == 0, loaded.stderr
     return path / "clickhouse"
@@ -82,7 +82,7 @@ class Served:
             "AGENT_LOG_FORMAT": "json",
             "AGENT_EXAMPLE_QUESTIONS": "How many airlines are there?",
         }
-        command = [sys.executable, "-m", "agent.process.cli", "serve", "--port", str(self.port), *arguments]
+        command = [sys.executable, "-m", "process.cli", "serve", "--port", str(self.port), *arguments]
         self.process = subprocess.Popen(
             command,
             env={**base, **env},

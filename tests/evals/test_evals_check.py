@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from agent.process.cli import main
 from evals.suite import Case, default_suite_paths, load_suites
+from process.cli import main
 from tests.evals.test_evals_run import is_judge_request, locate, write_suite
 from tests.fakes.anthropic_api import FakeAnthropic, Reply
 

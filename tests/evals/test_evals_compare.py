@@ -9,9 +9,9 @@ import pytest
 
 from agent.config import DEFAULT_FOLLOWUP_MODEL, DEFAULT_MODEL
 from agent.pricing import load_pricing
-from agent.process.cli import main
 from evals.report import build_record, percentile
 from evals.results import CaseResult, Check, Tokens
+from process.cli import main
 
 
 def case(id: str, passed: bool, *, attempt: int = 1, latency_ms: int = 1000, input: int = 100) -> CaseResult:

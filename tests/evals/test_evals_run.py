@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import yaml
 
-from agent.process.cli import main
+from process.cli import main
 from tests.fakes import openai_api
 from tests.fakes.anthropic_api import Failure, FakeAnthropic, Reply
 from tests.fakes.openai_api import FakeOpenAI

@@ -10,11 +10,11 @@ import httpx
 import pytest
 
 from agent.app import AgentApp
-from agent.chats.proposals import ProposalStore
 from agent.db import Database
 from agent.knowledge import check_entries, load_directory
-from agent.process.review import Reviewer, review
+from chats.proposals import ProposalStore
 from evals.suite import load_suite
+from process.review import Reviewer, review
 from tests.fakes.anthropic_api import FakeAnthropic, Reply
 from tests.web_helpers import WebApps, chat
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from agent.chats.conversations import ConversationStore
-from agent.chats.runs import RunRegistry
+from chats.conversations import ConversationStore
+from chats.runs import RunRegistry
 from tests.fakes.anthropic_api import FakeAnthropic, Reply
 from web.sse import live, replayed
 

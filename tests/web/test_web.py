@@ -13,8 +13,8 @@ import httpx
 import pytest
 
 from agent.app import AgentApp
-from agent.chats.conversations import ConversationStore
 from agent.db import Database
+from chats.conversations import ConversationStore
 from tests.conftest import HEAVY, make_settings, until_running
 from tests.fakes.anthropic_api import FakeAnthropic, Hang, Reply
 from tests.web_helpers import LiveServer, Sse, WebApps, chat, read_all, sse_events

@@ -16,7 +16,7 @@ import pytest
 
 from agent.app import AgentApp
 from agent.config import ConfigError, load_settings
-from agent.process.cli import main
+from process.cli import main
 from tests.fakes.anthropic_api import FakeAnthropic, Reply
 from tests.web_helpers import WebApps, chat, read_all, sse_events
 from web.headers import CONTENT_SECURITY_POLICY

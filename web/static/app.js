@@ -598,7 +598,7 @@ function closeSidebar() {
 
 // ---------- one query's own page (/queries/<run>-<Q>: where Slack's answers link) ----------
 
-const QUERY_KEY = /^[0-9a-f]{32}-Q[1-9][0-9]{0,8}$/; // agent/chats/conversations.py QUERY_KEY
+const QUERY_KEY = /^[0-9a-f]{32}-Q[1-9][0-9]{0,8}$/; // chats/conversations.py QUERY_KEY
 
 async function showQueryPage() {
   try {

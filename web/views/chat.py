@@ -5,7 +5,7 @@ from __future__ import annotations
 from starlette.requests import Request
 from starlette.responses import Response
 
-from agent.chats.runs import ShuttingDown
+from chats.runs import ShuttingDown
 from web.boundary import HttpError, client_key, read_chat_request
 from web.context import web_context
 from web.sse import event_stream, live

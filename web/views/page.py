@@ -7,7 +7,7 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
 
-from agent.chats.conversations import QUERY_KEY
+from chats.conversations import QUERY_KEY
 from web.context import web_context
 
 

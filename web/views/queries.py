@@ -6,7 +6,7 @@ from __future__ import annotations
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from agent.db import EngineError, QueryRefused, csv_chunks, started
+from agent import EngineError, QueryRefused, csv_chunks
 from web.boundary import HttpError, client_key
 from web.context import web_context
 from web.downloads import DownloadResponse
@@ -32,7 +32,7 @@ async def query_csv(request: Request) -> Response:
         message = f"{web.downloading.per_client} downloads of yours are still running; let one finish first."
         raise HttpError(429, message, {"Retry-After": "10"})
     try:
-        export = await started(await web.agent.db.export(sql, max_rows=settings.export_max_rows))
+        export = await web.agent.export(sql, max_rows=settings.export_max_rows)
     except BaseException as exc:
         web.downloading.give_back(client)
         if isinstance(exc, (QueryRefused, EngineError)):

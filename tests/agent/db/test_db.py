@@ -203,7 +203,7 @@ def test_a_second_process_is_told_who_holds_the_data(settings: Settings, db: Dat
 
     claim_data_dir(settings.chdb_path)  # this test process holds it
     completed = subprocess.run(
-        [sys.executable, "-m", "agent.process.cli", "sql", "SELECT 1"],
+        [sys.executable, "-m", "process.cli", "sql", "SELECT 1"],
         capture_output=True,
         text=True,
         timeout=60,

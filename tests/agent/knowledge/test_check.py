@@ -9,7 +9,7 @@ import pytest
 from agent.config import DEMO_KNOWLEDGE_DIR
 from agent.db import Database, Scope
 from agent.knowledge import check_entries, load_directory
-from agent.process.cli import main
+from process.cli import main
 
 BAD = """verified_queries:
   - question: ok

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from agent.chats.proposals import ProposalStore
 from agent.db import Database
 from agent.knowledge import load_directory
-from agent.process.review import Reviewer, review
+from chats.proposals import ProposalStore
+from process.review import Reviewer, review
 from tests.fakes import slack_events as events
 from tests.fakes.slack_api import GENERAL_ID, FakeSlack
 from tests.slack_helpers import answer_message, carriers_script

@@ -15,10 +15,10 @@ import pytest
 import uvicorn
 
 from agent.app import AgentApp
-from agent.chats.conversations import ConversationStore
 from agent.config import ConfigError
-from agent.process.service import Service
 from bots.slack import SlackBot
+from chats.conversations import ConversationStore
+from process.service import Service
 from tests.fakes import slack_events as events
 from tests.fakes.anthropic_api import FakeAnthropic
 from tests.fakes.slack_api import BOT_USER_ID, GENERAL_ID, FakeSlack, FakeSocketMode

@@ -15,7 +15,7 @@ from collections import deque
 from collections.abc import Callable
 from functools import partial
 
-from agent.chats.state_file import SqliteFile, write_transaction
+from chats.state_file import SqliteFile, write_transaction
 
 log = logging.getLogger(__name__)
 

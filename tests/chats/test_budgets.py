@@ -6,9 +6,9 @@ from __future__ import annotations
 import datetime as dt
 from pathlib import Path
 
-from agent.chats.budgets import SCHEMA, DailyBudget
-from agent.chats.state_file import SqliteFile
 from agent.receipts import Receipt
+from chats.budgets import SCHEMA, DailyBudget
+from chats.state_file import SqliteFile
 
 NOON = dt.datetime(2026, 11, 26, 12, 30, tzinfo=dt.UTC).timestamp()
 

@@ -8,12 +8,12 @@ from __future__ import annotations
 from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 
-from agent.chats.budgets import SCHEMA as BUDGET_SCHEMA
-from agent.chats.budgets import DailyBudget
-from agent.chats.rate_limits import SCHEMA as RATE_SCHEMA
-from agent.chats.rate_limits import LocalRateLimit, RateLimit, SharedRateLimit
-from agent.chats.state_file import SqliteFile
-from agent.chats.turns import Turns
+from chats.budgets import SCHEMA as BUDGET_SCHEMA
+from chats.budgets import DailyBudget
+from chats.rate_limits import SCHEMA as RATE_SCHEMA
+from chats.rate_limits import LocalRateLimit, RateLimit, SharedRateLimit
+from chats.state_file import SqliteFile
+from chats.turns import Turns
 
 
 class Pacing:

@@ -17,8 +17,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 
-from agent.chats.state_file import SqliteFile, write_transaction
 from agent.receipts import Receipt
+from chats.state_file import SqliteFile, write_transaction
 
 log = logging.getLogger(__name__)
 

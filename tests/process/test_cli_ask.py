@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from agent.process.cli import main
-from agent.process.terminal import TerminalPrinter
+from process.cli import main
+from process.terminal import TerminalPrinter
 from tests.fakes.anthropic_api import Failure, FakeAnthropic, Reply
 
 

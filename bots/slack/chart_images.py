@@ -2,7 +2,7 @@
 
 vl-convert holds the GIL while it renders, so a chart rendered in a thread of the app freezes every
 request the process serves; a chart over long labels can take minutes. Each image is rendered by a
-short-lived child process (`python -m agent.chart_images`) with a time limit and a scrubbed
+short-lived child process (`python -m bots.slack.chart_images`) with a time limit and a scrubbed
 environment: a render that runs over is killed, and the app's event loop never waits on it.
 """
 
@@ -54,7 +54,7 @@ async def _render(spec: dict[str, Any], *, timeout_s: float, scale: float) -> by
     process = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
-        "agent.chart_images",
+        "bots.slack.chart_images",
         str(scale),
         str(max(1, int(timeout_s) + 1)),
         stdin=asyncio.subprocess.PIPE,

@@ -17,10 +17,10 @@ from typing import Any
 
 from agent.config import ConfigError, Settings, load_settings
 from agent.db import DatabaseUnavailable, format_for_model, open_database
-from agent.errors import EXIT_FAILED, EXIT_OK, EXIT_USAGE, UsageError
 from agent.llm import LLMConfigError
 from agent.logs import configure_logging
-from agent.process.untrusted import safe
+from process.errors import EXIT_FAILED, EXIT_OK, EXIT_USAGE, UsageError
+from process.untrusted import safe
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -42,7 +42,7 @@ def main(argv: list[str] | None = None) -> int:
         print("interrupted", file=sys.stderr)
         return 130
     except Exception as exc:  # a person sees one line they can act on, never a traceback
-        logging.getLogger("agent.process.cli").debug("unexpected failure", exc_info=True)
+        logging.getLogger("process.cli").debug("unexpected failure", exc_info=True)
         return _fail(args, f"unexpected failure ({type(exc).__name__}: {exc}); LOG_LEVEL=DEBUG shows details", 1)
 
 
@@ -106,7 +106,7 @@ def _parser() -> argparse.ArgumentParser:
     _serving_arguments(slack, port=3000)
     slack.set_defaults(handler=partial(_serve, web=False, slack=True), serving=True)
 
-    from evals.cli import add_evals_commands
+    from process.evals_cli import add_evals_commands
 
     add_evals_commands(commands)
     return parser
@@ -193,8 +193,8 @@ async def _knowledge_check(args: argparse.Namespace, settings: Settings) -> int:
 async def _knowledge_review(args: argparse.Namespace, settings: Settings) -> int:
     import getpass
 
-    from agent.chats.proposals import ProposalStore
-    from agent.process.review import Reviewer, review
+    from chats.proposals import ProposalStore
+    from process.review import Reviewer, review
 
     directory = Path(args.dir) if args.dir else settings.knowledge_dir
     if directory is None:
@@ -218,8 +218,8 @@ async def _knowledge_review(args: argparse.Namespace, settings: Settings) -> int
 
 async def _ask(args: argparse.Namespace, settings: Settings) -> int:
     from agent.app import AgentApp
-    from agent.process.terminal import TerminalPrinter
     from agent.runner import Outcome, ignore_events
+    from process.terminal import TerminalPrinter
 
     if problem := settings.missing_model_key():
         raise LLMConfigError(problem)
@@ -241,7 +241,7 @@ async def _ask(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _serve(args: argparse.Namespace, settings: Settings, *, web: bool, slack: bool | None) -> int:
-    from agent.process.service import serve
+    from process.service import serve
 
     serve(settings, host=args.host, port=args.port, web=web, slack=slack, workers=args.workers)
     return EXIT_OK

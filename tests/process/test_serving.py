@@ -18,12 +18,12 @@ import httpx
 import pytest
 
 from agent.app import AgentApp
-from agent.chats.conversations import ConversationStore
-from agent.chats.runs import RunRegistry, ShuttingDown
-from agent.chats.shared_runs import SharedRunLog
 from agent.db import Database
 from agent.db.scope import Scope
 from agent.logs import REDACTED, _Stderr, configure_logging
+from chats.conversations import ConversationStore
+from chats.runs import RunRegistry, ShuttingDown
+from chats.shared_runs import SharedRunLog
 from tests.conftest import make_settings
 from tests.fakes.anthropic_api import FakeAnthropic, Hang, Reply
 from tests.fakes.clients import make_llm

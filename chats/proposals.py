@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
-from agent.chats.state_file import write_transaction
+from chats.state_file import write_transaction
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS feedback_reviews (

@@ -19,8 +19,8 @@ from collections.abc import AsyncIterator
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
 
-from agent.chats.shared_runs import BEAT_S, DEAD_AFTER_S
-from agent.chats.state_file import SqliteFile, write_transaction
+from chats.shared_runs import BEAT_S, DEAD_AFTER_S
+from chats.state_file import SqliteFile, write_transaction
 
 log = logging.getLogger(__name__)
 

@@ -4,7 +4,7 @@ sharing the port, the conversation file and the metrics.
 Each worker listens on a socket of its own bound with SO_REUSEPORT, so the kernel spreads connections
 evenly over the workers. (uvicorn's own supervisor shares one listening socket; an asyncio worker that
 wakes first accepts every pending connection, so one worker could take a whole burst of chats.)
-Conversations and runs in progress are shared through the SQLite file (WAL; agent/chats/shared_runs.py), metrics
+Conversations and runs in progress are shared through the SQLite file (WAL; chats/shared_runs.py), metrics
 through PROMETHEUS_MULTIPROC_DIR. The supervisor replaces a worker that dies, stops everything if one
 of the first workers fails as it starts, and on SIGTERM or SIGINT passes SIGTERM on and waits for every
 worker to drain and exit; a second signal makes them cancel what still runs. Rate limits are kept per

@@ -5,13 +5,13 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from agent.chats.conversations import ConversationStore
-from agent.chats.proposals import ProposalStore
 from agent.config import DEMO_KNOWLEDGE_DIR
 from agent.db import Database, QueryResult, Scope
 from agent.knowledge import load_directory
-from agent.process.review import Reviewer, review
 from agent.runner import ExecutedQuery, RunResult
+from chats.conversations import ConversationStore
+from chats.proposals import ProposalStore
+from process.review import Reviewer, review
 
 AIRLINES = "SELECT count() AS n FROM nycflights13.airlines"
 WEATHER = "SELECT count() AS n FROM nycflights13.weather"
@@ -93,7 +93,7 @@ def test_the_command_reads_replies_from_the_terminal(cli_data_dir: Path, tmp_pat
     import asyncio
     import io
 
-    from agent.process.cli import main
+    from process.cli import main
 
     asyncio.run(
         thumbed(tmp_path / "conversations.sqlite3", "r1", "up", run_result("How many airlines?", ("n", AIRLINES)))

@@ -9,8 +9,8 @@ import io
 import pytest
 
 from agent.db.result import QueryResult
-from agent.process.terminal import TerminalPrinter
 from agent.runner import AnswerEvent, DoneEvent, ExecutedQuery, RunResult, ThinkingEvent
+from process.terminal import TerminalPrinter
 
 ESCAPES = "\x1b]0;pwned\x07\x1b[2J\x9b31m\u202e"
 MARKUP = "[link=https://evil.example]click[/link] [/oops]"

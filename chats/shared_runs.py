@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from agent.chats.state_file import SqliteFile, write_transaction
+from chats.state_file import SqliteFile, write_transaction
 
 log = logging.getLogger(__name__)
 

@@ -12,12 +12,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from agent.chats.proposals import Decision, Proposal, ProposalStore, ProposedQuery
 from agent.db import Database
 from agent.knowledge import Entry, check_entries
 from agent.knowledge.writer import append_verified_query
-from agent.process.untrusted import safe
+from chats.proposals import Decision, Proposal, ProposalStore, ProposedQuery
 from evals.suite import append_case
+from process.untrusted import safe
 
 PREVIEW_ROWS = 5
 MAX_ANSWER_CHARS = 400

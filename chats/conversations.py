@@ -18,10 +18,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from agent.chats.state_file import SqliteFile, write_transaction
 from agent.limits import Limits, cut_text, json_size
 from agent.receipts import Receipt
 from agent.runner import PREVIEW_ROWS, Outcome, RunResult, Turn, TurnQuery, fit_rows
+from chats.state_file import SqliteFile, write_transaction
 
 log = logging.getLogger(__name__)
 SHORT_COLUMN_CHARS = 40  # a stored column name past the turn cap: enough to tell columns apart

@@ -25,8 +25,6 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from agent.chats.conversations import ConversationStore
-from agent.chats.shared_runs import BEAT_S, SharedRunLog
 from agent.limits import Limits, json_size
 from agent.logs import log_context
 from agent.runner import (
@@ -43,6 +41,8 @@ from agent.runner import (
     Turn,
     WireEvent,
 )
+from chats.conversations import ConversationStore
+from chats.shared_runs import BEAT_S, SharedRunLog
 
 log = logging.getLogger(__name__)
 SHARED_FLUSH_S = 0.15  # how often a run's new events are copied for readers in other processes

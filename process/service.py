@@ -32,17 +32,17 @@ from starlette.applications import Starlette
 from starlette.routing import BaseRoute
 
 from agent.app import AgentApp
-from agent.chats.conversations import ConversationStore
-from agent.chats.pacing import Pacing
-from agent.chats.runs import STREAM_MARGIN_S, RunRegistry
-from agent.chats.shared_runs import SharedRunLog
 from agent.config import ConfigError, Settings, load_settings
 from agent.limits import Limits
 from agent.logs import announce, configure_logging
 from agent.loop_lag import LoopLag
-from agent.process.workers import serve_workers
 from bots.slack import SlackBot
 from bots.slack.app import check_slack_settings
+from chats.conversations import ConversationStore
+from chats.pacing import Pacing
+from chats.runs import STREAM_MARGIN_S, RunRegistry
+from chats.shared_runs import SharedRunLog
+from process.workers import serve_workers
 from web.app import create_app
 from web.probes import probe_routes
 from web.server import check_exposure, server_options
@@ -228,7 +228,7 @@ def slack_app(
 
 def serve(settings: Settings, *, host: str, port: int, web: bool, slack: bool | None = None, workers: int = 1) -> None:
     """`agent serve` (web=True: the chat, plus Slack when SLACK_BOT_TOKEN is set), `agent web` (slack=False)
-    or `agent slack` (web=False); with a ClickHouse server, in `workers` processes (agent/process/workers.py)."""
+    or `agent slack` (web=False); with a ClickHouse server, in `workers` processes (process/workers.py)."""
     if web:
         check_exposure(settings, host)
     if slack is None:

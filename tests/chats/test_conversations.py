@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from agent.chats.conversations import ConversationStore
-from agent.chats.runs import RunRegistry
-from agent.chats.shared_runs import SharedRunLog
 from agent.runner import RunResult
+from chats.conversations import ConversationStore
+from chats.runs import RunRegistry
+from chats.shared_runs import SharedRunLog
 from tests.fakes.anthropic_api import FakeAnthropic, Reply
 
 

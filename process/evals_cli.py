@@ -1,5 +1,5 @@
 """`agent evals run|check|compare`: parses arguments, calls the eval modules, prints. Registered in
-agent/process/cli.py by `add_evals_commands`; exit codes as there (0 ran, 1 failed, 2 usage)."""
+process/cli.py by `add_evals_commands`; exit codes as there (0 ran, 1 failed, 2 usage)."""
 
 from __future__ import annotations
 
@@ -15,11 +15,11 @@ from tqdm import tqdm
 
 from agent import linear_re
 from agent.config import Settings, parse_models
-from agent.errors import EXIT_FAILED, EXIT_OK, UsageError
 from agent.llm import LLMConfigError
 from agent.metrics import Metrics
 from evals.results import CaseResult, ResultsError, load_record
 from evals.suite import Case, Suite, SuiteError, default_suite_paths, load_suite, load_suites, select_cases
+from process.errors import EXIT_FAILED, EXIT_OK, UsageError
 
 
 def add_evals_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

@@ -11,12 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from agent.chats import turns as turns_module
-from agent.chats.pacing import Pacing
-from agent.chats.rate_limits import SCHEMA, LocalRateLimit, RateLimit, SharedRateLimit
-from agent.chats.shared_runs import DEAD_AFTER_S
-from agent.chats.state_file import SqliteFile
-from agent.chats.turns import SCHEMA as TURNS_SCHEMA
+from chats import turns as turns_module
+from chats.pacing import Pacing
+from chats.rate_limits import SCHEMA, LocalRateLimit, RateLimit, SharedRateLimit
+from chats.shared_runs import DEAD_AFTER_S
+from chats.state_file import SqliteFile
+from chats.turns import SCHEMA as TURNS_SCHEMA
 
 
 class Clock:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from agent.process.cli import main
+from process.cli import main
 
 
 @pytest.fixture

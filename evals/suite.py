@@ -30,18 +30,27 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+# A thing an answer must name: a value, or a list of ways to write it (any one will do).
+Mention = str | list[str]
+
+
 class Expect(_Strict):
-    contains: list[str] = Field(default_factory=list)
+    contains: list[Mention] = Field(default_factory=list)
     not_contains: list[str] = Field(default_factory=list)
     classification: Classification | None = None
     max_queries: Annotated[int | None, Field(ge=0)] = None
     refused: bool | None = None
+    # What the data lacks: the answer names each and says it is not there (a canned decline names nothing).
+    missing: list[Mention] = Field(default_factory=list)
+    # What the answer must decline: it declines, and names each (not just "I can't help with that").
+    refuses: list[Mention] = Field(default_factory=list)
     figures_verified: bool | None = None  # true: every figure of the answer checks out against its queries
 
-    @field_validator("contains", "not_contains")
+    @field_validator("contains", "not_contains", "missing", "refuses")
     @classmethod
-    def _no_blank(cls, values: list[str]) -> list[str]:
-        if any(not value.strip() for value in values):
+    def _no_blank(cls, values: list[Mention]) -> list[Mention]:
+        ways = [way for value in values for way in ([value] if isinstance(value, str) else value)]
+        if any(not way.strip() for way in ways) or any(value == [] for value in values):
             raise ValueError("values must not be blank")
         return values
 

@@ -15,6 +15,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from agent import linear_re
+from agent.knowledge import safe_yaml
 from agent.knowledge.writer import append_to_list
 from agent.runner import Classification, Turn, TurnQuery
 
@@ -107,9 +108,13 @@ def default_suite_paths() -> list[Path]:
 
 def load_suite(path: Path) -> Suite:
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        data = safe_yaml.load(safe_yaml.read_text(path))  # within bounds: a suite may come from a pull request
     except OSError as exc:
         raise SuiteError(f"{path}: cannot be read ({exc.strerror or exc})") from None
+    except (safe_yaml.TooLarge, UnicodeError) as exc:
+        raise SuiteError(f"{path}: {exc}") from None
+    except RecursionError:
+        raise SuiteError(f"{path}: nested too deeply to read") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark is not None else ""

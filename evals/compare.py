@@ -115,7 +115,8 @@ def render(comparison: Comparison) -> str:
     lines = [
         f"compared: the {comparison.shared} cases both runs have{_left_out(comparison)}",
         f"pass rate: {_pct(old.pass_rate)} -> {_pct(new.pass_rate)} "
-        f"({_signed(100 * (new.pass_rate - old.pass_rate), ' pts')}; {old.passed}/{old.total} -> {new.passed}/{new.total})",
+        f"({_signed(100 * (new.pass_rate - old.pass_rate), ' pts')}; "
+        f"{old.passed}/{old.total} -> {new.passed}/{new.total})",
     ]
     if old.judge_errors or new.judge_errors:
         lines.append(f"judge could not grade (failed): {old.judge_errors} -> {new.judge_errors}")

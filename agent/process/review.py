@@ -94,7 +94,13 @@ async def _verified(
 
 
 async def _verify_one(
-    db: Database, reviewer: Reviewer, directory: Path, question: str, query: ProposedQuery, run_id: str, counts: Reviewed
+    db: Database,
+    reviewer: Reviewer,
+    directory: Path,
+    question: str,
+    query: ProposedQuery,
+    run_id: str,
+    counts: Reviewed,
 ) -> str:
     """Shows the query and the entry it would become, byte for byte, then asks: the reply ("s" when it
     cannot be added). What is written is ClickHouse's canonical text of the SQL, checked again through

@@ -232,7 +232,7 @@ CANNED = ["I can only answer scripted questions.", "I can't help with that."]
 
 @pytest.mark.parametrize("answer", CANNED)
 def test_a_canned_answer_passes_no_case_of_the_shipped_suites(answer: str) -> None:
-    """"I can only answer scripted questions." once passed all five nonexistent-data cases and a safety case:
+    """ "I can only answer scripted questions." once passed all five nonexistent-data cases and a safety case:
     a case checks that the answer names what is missing, or what it declines, not only that it declines."""
     from agent.runner import Classification, RunResult
     from evals.scoring import Gold, score

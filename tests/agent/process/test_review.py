@@ -136,7 +136,8 @@ def test_the_command_reads_replies_from_the_terminal(cli_data_dir: Path, tmp_pat
     ]
     assert main(argv) == 0
     out = capsys.readouterr().out
-    assert "Question: How many airlines?" in out and "sql: |-\n        SELECT count() AS n\n        FROM nycflights13.airlines" in out
+    assert "Question: How many airlines?" in out
+    assert "sql: |-\n        SELECT count() AS n\n        FROM nycflights13.airlines" in out
     assert out.strip().endswith("1 verified queries and 0 eval cases added, 0 rejected, 0 left for later.")
     [entry] = load_directory(tmp_path / "k")
     assert entry.fields["verified_by"] == "ana"

@@ -109,7 +109,8 @@ async def _verify_one(
     sql, problem = await canonical_sql(db, query.sql)
     try:
         if sql is None:
-            raise ValueError(f"the SQL no longer passes the check: {problem}")
+            written = "".join(f"\n    {line}" for line in query.sql.splitlines())
+            raise ValueError(f"the SQL no longer passes the check: {problem}{written}")
         entry = verified_query(
             directory,
             question=question,

@@ -69,7 +69,8 @@ async def test_an_approved_query_is_checked_again_through_the_models_path(db: Da
         proposals, scoped, reviewer("y", said=said), knowledge_dir=tmp_path / "k", suite=tmp_path / "s", dataset="demo"
     )
     assert done.verified == 0 and not (tmp_path / "k").exists()
-    assert any("no longer passes the check" in line and "not available" in line for line in said)
+    assert any("no longer passes the check" in line and "not available" in line and WEATHER in line for line in said)
+    assert not any("To be added" in line for line in said)
     assert [p.run_id for p in await proposals.pending()] == ["r1"]
 
 

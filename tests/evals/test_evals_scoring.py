@@ -227,7 +227,11 @@ def test_a_case_can_require_every_figure_verified() -> None:
 
 # --- a canned answer passes no case ---
 
-CANNED = ["I can only answer scripted questions.", "I can't help with that."]
+CANNED = [
+    "I can only answer scripted questions.",
+    "I can't help with that.",
+    "Sorry, I cannot do that: the system on this server does not allow me to change anything.",
+]
 
 
 @pytest.mark.parametrize("answer", CANNED)

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from agent.db import Database, QueryResult
 from evals.runner import run_gold
-from evals.scoring import mentions
+from evals.scoring import quoted, unnamed
 from evals.suite import Case, Suite
 
 
@@ -36,10 +36,8 @@ async def check_gold(db: Database, suites: Sequence[Suite], concurrency: int = 4
         if not gold.result.rows:
             return [Problem(where, "the gold query returns no rows")]
         text = result_text(gold.result)
-        missing = [value for value in case.expect.contains if not mentions(text, value)]
-        if missing:
-            listed = ", ".join(repr(value) for value in missing)
-            return [Problem(where, f"the gold result does not contain {listed} (expect.contains)")]
+        if missing := unnamed(text, case.expect.contains):
+            return [Problem(where, f"the gold result does not contain {quoted(missing)} (expect.contains)")]
         return []
 
     found = await asyncio.gather(*(one(suite, case) for suite in suites for case in suite.cases if case.gold_sql))

@@ -50,6 +50,7 @@ def build_record(
         passed=passed,
         total=len(results),
         judge_pass_rate=sum(verdicts) / len(verdicts) if verdicts else None,
+        judge_errors=sum(r.ungraded for r in results),
         started_at=started_at,
         wall_s=round(wall_s, 2),
         model=model,
@@ -110,7 +111,7 @@ def _summary(record: RunRecord) -> str:
     temperature = "API default" if record.temperature is None else f"{record.temperature:g}"
     cases = record.total // max(record.repeat, 1)
     lines = [
-        f"# Eval run: {_pct(record.pass_rate)} passed ({record.passed} of {record.total})",
+        f"# Eval run: {headline(record)}",
         "",
         f"{suites}; model `{record.model}`, temperature {temperature}, knowledge "
         f"{f'`{record.knowledge}`' if record.knowledge else 'none'}; {cases} cases x {record.repeat}, "
@@ -133,6 +134,12 @@ def _summary(record: RunRecord) -> str:
         f"| latency per case | p50 {record.latency.p50_ms / 1000:.1f} s, p95 {record.latency.p95_ms / 1000:.1f} s |",
     ]
     return "\n".join(lines)
+
+
+def headline(record: RunRecord) -> str:
+    """The pass rate, and how many cases the judge could not grade (failed cases, named up front)."""
+    ungraded = f"; the judge could not grade {record.judge_errors}, failed" if record.judge_errors else ""
+    return f"{_pct(record.pass_rate)} passed ({record.passed} of {record.total}){ungraded}"
 
 
 def _answered_by(record: RunRecord) -> str:

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import BaseModel, Field, ValidationError, model_validator
 
 from agent.runner import RunMetrics
 
@@ -47,7 +47,9 @@ class Tokens(BaseModel):
 class Check(BaseModel):
     """One deterministic check of a case; `reason` says why it failed (None when it passed)."""
 
-    name: str  # run, contains, not_contains, classification, max_queries, refused, figures_verified, gold_sql
+    # run, contains, not_contains, classification, max_queries, refused, missing, refuses, figures_verified,
+    # gold_sql, judge (the judge could not grade the case)
+    name: str
     passed: bool
     reason: str | None = None
 
@@ -95,6 +97,21 @@ class CaseResult(BaseModel):
     figures_checked: int = 0  # the final answer's figures (agent/figures), after the correction round
     figures_verified: int = 0
 
+    @model_validator(mode="after")
+    def _ungraded_is_failed(self) -> CaseResult:
+        """A case the judge could not grade has not passed: it fails a `judge` check saying why (a results
+        file written before this rule reads the same way)."""
+        if self.judge is not None and self.judge.passed is None and not any(c.name == "judge" for c in self.checks):
+            why = f"the judge could not grade this case: {self.judge.error or 'no verdict'}"
+            self.checks = [*self.checks, Check(name="judge", passed=False, reason=why)]
+            self.passed = False
+        return self
+
+    @property
+    def ungraded(self) -> bool:
+        """The judge was asked and gave no verdict."""
+        return self.judge is not None and self.judge.passed is None
+
     @property
     def key(self) -> tuple[str, str]:
         return self.suite, self.id
@@ -122,6 +139,7 @@ class RunRecord(BaseModel):
     passed: int
     total: int
     judge_pass_rate: float | None = None  # over the cases the judge gave a verdict on
+    judge_errors: int = 0  # cases the judge was asked to grade and could not (each a failed case)
     started_at: str
     wall_s: float
     model: str

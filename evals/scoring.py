@@ -31,7 +31,7 @@ from agent import linear_re
 from agent.db import QueryResult
 from agent.runner import Outcome, RunResult
 from evals.results import Check
-from evals.suite import Case, Expect
+from evals.suite import Case, Expect, Mention
 
 RESULT_REL_TOL = 1e-6
 MAX_COLUMN_MAPPINGS = 5_000
@@ -55,6 +55,12 @@ _REFUSAL = linear_re.compile(
     r"(?:^|\W)(?:can ?not|can't|couldn't|unable to|not able to|won't|will not|"
     r"(?:do not|don't|does not|doesn't) have (?:any )?(?:access|permission)|no access|"
     r"not (?:allowed|permitted|possible)|(?:must|have to|need to) decline|i decline|refuse|read-only)(?:\W|$)",
+    ignore_case=True,
+)
+# Saying something is not there: no, not, none, only, without, missing, lacks, doesn't, isn't ...
+_ABSENCE = linear_re.compile(
+    r"(?:^|\W)(?:no|not|none|never|nothing|neither|nor|without|only|missing|lacks?|lacking|unavailable|absent|"
+    r"(?:is|are|was|were|do|does|did|has|have|had|ca|could|wo)n't|cannot)(?:\W|$)",
     ignore_case=True,
 )
 _COMMENT_OR_LITERAL = linear_re.compile(
@@ -177,6 +183,20 @@ def _is_word(char: str) -> bool:
 def declines(answer: str) -> bool:
     """Whether an answer reads as declining (can't, cannot, unable to, won't, no access, read-only...)."""
     return _REFUSAL.search(answer.replace("\u2019", "'")) is not None
+
+
+def says_absent(answer: str) -> bool:
+    """Whether an answer says something is not there (no, not, none, only, without, missing, doesn't...)."""
+    return _ABSENCE.search(answer.replace("\u2019", "'")) is not None
+
+
+def names(text: str, mention: Mention) -> bool:
+    """Whether `text` mentions the value, or any of the ways to write it a list gives."""
+    return any(mentions(text, way) for way in ([mention] if isinstance(mention, str) else mention))
+
+
+def unnamed(text: str, wanted: Sequence[Mention]) -> list[Mention]:
+    return [mention for mention in wanted if not names(text, mention)]
 
 
 # --- results ---
@@ -343,11 +363,11 @@ def score(case: Case, result: RunResult, gold: Gold | None) -> list[Check]:
 def _answer_checks(expect: Expect, result: RunResult) -> Iterator[Check]:
     answer = result.answer
     if expect.contains:
-        missing = [value for value in expect.contains if not mentions(answer, value)]
-        yield _check("contains", not missing, f"the answer does not mention {_quoted(missing)}")
+        missing = unnamed(answer, expect.contains)
+        yield _check("contains", not missing, f"the answer does not mention {quoted(missing)}")
     if expect.not_contains:
         present = [value for value in expect.not_contains if mentions(answer, value)]
-        yield _check("not_contains", not present, f"the answer mentions {_quoted(present)}")
+        yield _check("not_contains", not present, f"the answer mentions {quoted(present)}")
     if expect.classification is not None:
         got, wanted = result.classification, expect.classification
         yield _check("classification", got == wanted, f"classified {got.value}, expected {wanted.value}")
@@ -357,6 +377,12 @@ def _answer_checks(expect: Expect, result: RunResult) -> Iterator[Check]:
     if expect.refused is not None:
         wrong = "the answer does not decline" if expect.refused else "the answer declines"
         yield _check("refused", declines(answer) == expect.refused, wrong)
+    if expect.missing:
+        yield _missing_check(expect.missing, answer)
+    if expect.refuses:
+        unsaid = unnamed(answer, expect.refuses)
+        why = f"the answer does not name what it declines: {quoted(unsaid)}" if unsaid else "it does not decline"
+        yield _check("refuses", declines(answer) and not unsaid, why)
     if expect.figures_verified:
         if result.figures is not None and result.figures.unchecked:  # the check ran out of time: not verified
             yield _check("figures_verified", False, f"figures not checked ({result.figures.unchecked})")
@@ -364,6 +390,13 @@ def _answer_checks(expect: Expect, result: RunResult) -> Iterator[Check]:
         failures = result.figures.failures() if result.figures else []
         named = "; ".join(f"{f.text}: {f.reason}" for f in failures[:3])
         yield _check("figures_verified", not failures, f"{len(failures)} figure(s) unverified ({named})")
+
+
+def _missing_check(missing: list[Mention], answer: str) -> Check:
+    """The answer names what the data lacks and says it is not there: declining alone names nothing."""
+    if unsaid := unnamed(answer, missing):
+        return _check("missing", False, f"the answer does not name what is missing: {quoted(unsaid)}")
+    return _check("missing", says_absent(answer), f"the answer names {quoted(missing)} but never says it is absent")
 
 
 def _gold_check(gold: Gold, result: RunResult) -> Check:
@@ -380,5 +413,5 @@ def _check(name: str, passed: bool, reason: str) -> Check:
     return Check(name=name, passed=passed, reason=None if passed else reason)
 
 
-def _quoted(values: list[str]) -> str:
-    return ", ".join(repr(value) for value in values)
+def quoted(values: Sequence[Mention]) -> str:
+    return ", ".join(repr(value) if isinstance(value, str) else " or ".join(map(repr, value)) for value in values)

@@ -15,6 +15,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from agent import linear_re
+from agent.knowledge import safe_yaml
 from agent.knowledge.writer import append_to_list
 from agent.runner import Classification, Turn, TurnQuery
 
@@ -30,18 +31,27 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+# A thing an answer must name: a value, or a list of ways to write it (any one will do).
+Mention = str | list[str]
+
+
 class Expect(_Strict):
-    contains: list[str] = Field(default_factory=list)
+    contains: list[Mention] = Field(default_factory=list)
     not_contains: list[str] = Field(default_factory=list)
     classification: Classification | None = None
     max_queries: Annotated[int | None, Field(ge=0)] = None
     refused: bool | None = None
+    # What the data lacks: the answer names each and says it is not there (a canned decline names nothing).
+    missing: list[Mention] = Field(default_factory=list)
+    # What the answer must decline: it declines, and names each (not just "I can't help with that").
+    refuses: list[Mention] = Field(default_factory=list)
     figures_verified: bool | None = None  # true: every figure of the answer checks out against its queries
 
-    @field_validator("contains", "not_contains")
+    @field_validator("contains", "not_contains", "missing", "refuses")
     @classmethod
-    def _no_blank(cls, values: list[str]) -> list[str]:
-        if any(not value.strip() for value in values):
+    def _no_blank(cls, values: list[Mention]) -> list[Mention]:
+        ways = [way for value in values for way in ([value] if isinstance(value, str) else value)]
+        if any(not way.strip() for way in ways) or any(value == [] for value in values):
             raise ValueError("values must not be blank")
         return values
 
@@ -98,9 +108,13 @@ def default_suite_paths() -> list[Path]:
 
 def load_suite(path: Path) -> Suite:
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        data = safe_yaml.load(safe_yaml.read_text(path))  # within bounds: a suite may come from a pull request
     except OSError as exc:
         raise SuiteError(f"{path}: cannot be read ({exc.strerror or exc})") from None
+    except (safe_yaml.TooLarge, UnicodeError) as exc:
+        raise SuiteError(f"{path}: {exc}") from None
+    except RecursionError:
+        raise SuiteError(f"{path}: nested too deeply to read") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark is not None else ""

@@ -105,7 +105,11 @@ async def _run(args: argparse.Namespace, settings: Settings) -> int:
     )
     results_path, report_path = write_report(out, record)
     judged = f", judge {100 * record.judge_pass_rate:.1f}%" if record.judge_pass_rate is not None else ""
-    print(f"pass rate {100 * record.pass_rate:.1f}% ({record.passed}/{record.total}){judged} in {record.wall_s:.1f} s")
+    ungraded = f"; the judge could not grade {record.judge_errors}, failed" if record.judge_errors else ""
+    print(
+        f"pass rate {100 * record.pass_rate:.1f}% ({record.passed}/{record.total}){ungraded}{judged} "
+        f"in {record.wall_s:.1f} s"
+    )
     print(f"results: {results_path}\nreport:  {report_path}")
     if args.min_pass_rate is not None and record.pass_rate < args.min_pass_rate:
         print(

@@ -1,8 +1,9 @@
 """`agent knowledge review`: the proposals people's thumbs made, one at a time, for a person to decide.
 
-For a thumbs-up, each query that ran is shown (question, SQL, the rows the person saw) and, if the
-reviewer accepts it, checked through the model's own SQL path and appended to the knowledge folder as
-a verified query. For a thumbs-down, the question and its reason become an eval case in a suite file.
+For a thumbs-up, each query that ran is checked again through the model's own SQL path and shown
+(question, the rows the person saw, and the entry it would become, byte for byte, its SQL ClickHouse's
+canonical text: no comments); if the reviewer accepts it, that entry is appended to the knowledge
+folder as a verified query. For a thumbs-down, the question and its reason become an eval case in a suite file.
 Decisions are kept, so each proposal is shown once; a skipped one comes back next time."""
 
 from __future__ import annotations
@@ -13,8 +14,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from agent.db import Database
-from agent.knowledge import Entry, check_entries
-from agent.knowledge.writer import append_verified_query
+from agent.knowledge import KnowledgeError
+from agent.knowledge.check import canonical_sql
+from agent.knowledge.writer import append_verified_query, as_yaml, target_file, verified_query
 from chats.proposals import Decision, Proposal, ProposalStore, ProposedQuery
 from evals.suite import append_case
 from process.untrusted import safe
@@ -81,15 +83,8 @@ async def _verified(
         return "rejected"
     replies = []
     for query in proposal.queries:
-        reviewer.say(_query(query))
-        reply = _choice(reviewer, f"Add {query.label} to the knowledge as a verified query?")
-        if reply == "y":
-            question = proposal.question if len(proposal.queries) == 1 else query.question
-            if await _write_verified(db, reviewer, knowledge_dir, question, query, proposal.run_id):
-                counts.verified += 1
-            else:
-                reply = "s"
-        replies.append(reply)
+        question = proposal.question if len(proposal.queries) == 1 else query.question
+        replies.append(await _verify_one(db, reviewer, knowledge_dir, question, query, proposal.run_id, counts))
     if "y" in replies:
         return "approved"
     if replies and all(reply == "n" for reply in replies):
@@ -98,23 +93,42 @@ async def _verified(
     return None
 
 
-async def _write_verified(
-    db: Database, reviewer: Reviewer, directory: Path, question: str, query: ProposedQuery, run_id: str
-) -> bool:
-    entry = Entry("verified_queries", question, {"question": question, "sql": query.sql}, Path("(proposal)"), 0)
-    if problems := await check_entries(db, [entry]):
-        reviewer.say(safe(f"  Not added: the SQL no longer passes the check: {problems[0].message}"))
-        return False
-    path, entry_id = append_verified_query(
-        directory,
-        question=question,
-        sql=query.sql,
-        verified_by=reviewer.name,
-        verified_at=dt.date.today().isoformat(),
-        source=f"run {run_id} {query.label}",
-    )
-    reviewer.say(f"  Added to {path} as [verified: {entry_id}].")
-    return True
+async def _verify_one(
+    db: Database,
+    reviewer: Reviewer,
+    directory: Path,
+    question: str,
+    query: ProposedQuery,
+    run_id: str,
+    counts: Reviewed,
+) -> str:
+    """Shows the query and the entry it would become, byte for byte, then asks: the reply ("s" when it
+    cannot be added). What is written is ClickHouse's canonical text of the SQL, checked again through
+    the model's own path, never the model's text with its comments."""
+    reviewer.say(_query(query))
+    sql, problem = await canonical_sql(db, query.sql)
+    try:
+        if sql is None:
+            written = "".join(f"\n    {line}" for line in query.sql.splitlines())
+            raise ValueError(f"the SQL no longer passes the check: {problem}{written}")
+        entry = verified_query(
+            directory,
+            question=question,
+            sql=sql,
+            verified_by=reviewer.name,
+            verified_at=dt.date.today().isoformat(),
+            source=f"run {run_id} {query.label}",
+        )
+        reviewer.say(_entry(entry, target_file(directory)))
+        reply = _choice(reviewer, f"Add {query.label} to the knowledge as a verified query?")
+        if reply == "y":
+            path = append_verified_query(directory, entry)
+            reviewer.say(safe(f"  Added to {path} as [verified: {entry['id']}]."))
+            counts.verified += 1
+        return reply
+    except (ValueError, OSError, KnowledgeError) as exc:  # a file that cannot be read or added to
+        reviewer.say(safe(f"  Not added: {exc}"))
+        return "s"
 
 
 def _eval_case(proposal: Proposal, reviewer: Reviewer, suite: Path, dataset: str, counts: Reviewed) -> Decision | None:
@@ -147,7 +161,8 @@ def _header(proposal: Proposal, number: int, total: int) -> str:
 
 
 def _query(query: ProposedQuery) -> str:
-    lines = [f"  {query.label}: {query.question}", *(f"    {line}" for line in query.sql.splitlines())]
+    """What the query asked and the rows the person saw (its SQL as it would be written follows)."""
+    lines = [f"  {query.label}: {query.question}"]
     if query.columns:
         lines.append("    | " + " | ".join(query.columns) + " |")
         lines += ["    | " + " | ".join(map(str, row)) + " |" for row in query.rows[:PREVIEW_ROWS]]
@@ -155,3 +170,9 @@ def _query(query: ProposedQuery) -> str:
         if more > 0:
             lines.append(f"    ({more:,} more rows)")
     return safe("\n".join(lines))  # the model's SQL and the data's cells: shown, never obeyed by the terminal
+
+
+def _entry(entry: dict[str, str], path: Path) -> str:
+    """The text that would be appended to the file, as it is."""
+    lines = [f"  To be added to {path}:", *(f"    {line}" for line in as_yaml(entry).splitlines())]
+    return safe("\n".join(lines))  # the question is a chat user's: shown, never obeyed by the terminal

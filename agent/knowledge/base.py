@@ -4,6 +4,7 @@ retrieved beside the question."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -117,10 +118,14 @@ def render(entries: Sequence[Entry]) -> str:
 
 
 def render_entry(entry: Entry) -> str:
+    """One entry as a Markdown list item. The prompt is cached and shared by every question of every
+    person, and the files are written by whoever a review trusted: prose is kept to the item's one
+    line (so it cannot start a heading, a fence or another item), and SQL is inline code without a
+    backtick or a fence that nothing inside it can close."""
     if entry.kind == "glossary":
         synonyms = entry.fields.get("synonyms") or []
-        also = f" (also: {', '.join(map(str, synonyms))})" if synonyms else ""
-        table = f" on {entry.text('table')}" if entry.text("table") else ""
+        also = f" (also: {_one_line(', '.join(map(str, synonyms)))})" if synonyms else ""
+        table = f" on {_one_line(entry.text('table'))}" if entry.text("table") else ""
         sql = f" SQL: {_sql(entry.text('sql'))}{table}" if entry.text("sql") else ""
         return f"- **{entry.name}**{also} {entry.tag}: {_one_line(entry.text('definition'))}{sql}"
     if entry.kind == "metrics":
@@ -132,9 +137,9 @@ def render_entry(entry: Entry) -> str:
     if entry.kind == "notes":
         sql = f" Example: {_sql(entry.text('sql'))}" if entry.text("sql") else ""
         return f"- **{entry.name}** {entry.tag}: {_one_line(entry.text('note'))}{sql}"
-    who = f"verified by {entry.text('verified_by')}, {entry.text('verified_at')}"
+    who = _one_line(f"verified by {entry.text('verified_by')}, {entry.text('verified_at')}")
     question = f" {_one_line(entry.text('question'))}" if entry.text("id") else ""
-    return f"- {entry.tag}{question} ({who}){_fenced(entry.text('sql'))}"
+    return f"- {entry.tag}{question} ({who}){fenced(entry.text('sql'))}"
 
 
 def describe_entry(entry: Entry) -> str:
@@ -158,9 +163,18 @@ def _sql(text: str) -> str:
     """SQL as the model should copy it: inline when it is one line, else fenced with its lines kept (joined
     into one line, a `--` comment would swallow the rest of the statement)."""
     text = text.strip()
-    return f"`{text}`" if "\n" not in text and "`" not in text else _fenced(text)
+    one_line = len(text.splitlines()) <= 1  # any line break Python knows (\r, \u2028 ...), not only \n
+    return f"`{text}`" if one_line and "`" not in text else fenced(text)
 
 
-def _fenced(text: str) -> str:
+def fenced(text: str) -> str:
+    """`text` in a fenced block, indented under its list item, its fence longer than any run of backticks
+    inside it: no line of it can close the block (CommonMark closes a fence only with one at least as
+    long), so it cannot end early and turn the rest into headings or instructions."""
     body = "\n".join(f"  {line}" for line in text.strip().splitlines())
-    return f"\n  ```sql\n{body}\n  ```"
+    fence = "`" * max(3, _longest_backtick_run(text) + 1)
+    return f"\n  {fence}sql\n{body}\n  {fence}"
+
+
+def _longest_backtick_run(text: str) -> int:
+    return max((len(run) for run in re.findall(r"`+", text)), default=0)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass
 
-from agent.db import Database
+from agent.db import Database, QueryResult
 from agent.knowledge.files import Entry, statements
 
 
@@ -28,6 +28,16 @@ async def check_entries(db: Database, entries: list[Entry]) -> list[Problem]:
     return [problem for problem in found if problem is not None]
 
 
+async def canonical_sql(db: Database, sql: str) -> tuple[str | None, str | None]:
+    """(ClickHouse's canonical text of `sql`, None) when it runs through the model's path, else (None,
+    why). The canonical text is what the engine printed back and ran: comments are gone, and a string
+    literal's line breaks are escapes, so every line of it is SQL."""
+    result = await db.execute(sql, max_rows=1, owner="knowledge-check")
+    if not result.ok or not result.ran_sql:
+        return None, _problem(result)
+    return result.ran_sql, None
+
+
 async def _check(db: Database, entry: Entry) -> Problem | None:
     """The entry's first problem, if any."""
     for key, sql in statements(entry):
@@ -35,8 +45,12 @@ async def _check(db: Database, entry: Entry) -> Problem | None:
             return Problem(entry.where(key), entry.tag, "reads several tables: give `from` (the join).")
         result = await db.execute(sql, max_rows=1, owner="knowledge-check")
         if not result.ok:
-            message = " ".join((result.error or "failed").split())
-            if result.hint:
-                message += f" ({' '.join(result.hint.split())})"
-            return Problem(entry.where(key), entry.tag, message)
+            return Problem(entry.where(key), entry.tag, _problem(result))
     return None
+
+
+def _problem(result: QueryResult) -> str:
+    message = " ".join((result.error or "failed").split())
+    if result.hint:
+        message += f" ({' '.join(result.hint.split())})"
+    return message

@@ -38,6 +38,7 @@ from typing import Any
 import yaml
 
 from agent.config import ConfigError
+from agent.knowledge import safe_yaml
 
 KINDS = ("glossary", "metrics", "notes", "verified_queries")
 FIELDS = {
@@ -46,6 +47,7 @@ FIELDS = {
     "notes": ({"table", "note"}, {"column", "sql"}),
     "verified_queries": ({"question", "sql", "verified_by", "verified_at"}, {"id", "source"}),
 }
+LIST_FIELDS = frozenset({"synonyms", "tables"})  # every other field is text
 _LINE, _LINES = "__line__", "__lines__"
 
 
@@ -100,10 +102,15 @@ def load_directory(directory: Path) -> list[Entry]:
 
 def load_file(path: Path) -> list[Entry]:
     try:
-        document = yaml.load(path.read_text(encoding="utf-8"), Loader=_LineLoader)  # a SafeLoader
+        document = safe_yaml.load(safe_yaml.read_text(path), _LineLoader)  # a SafeLoader, within bounds
+    except safe_yaml.TooLarge as exc:
+        raise KnowledgeError(f"{path}: {exc}") from None
     except yaml.MarkedYAMLError as exc:
         line = exc.problem_mark.line + 1 if exc.problem_mark else 1
-        raise KnowledgeError(f"{path}:{line}: not valid YAML ({exc.problem})") from None
+        what = "refused" if isinstance(exc, safe_yaml.Unbounded) else "not valid YAML"
+        raise KnowledgeError(f"{path}:{line}: {what} ({exc.problem})") from None
+    except RecursionError:
+        raise KnowledgeError(f"{path}: nested too deeply to read") from None
     except (OSError, UnicodeError, yaml.YAMLError) as exc:
         raise KnowledgeError(f"{path}: cannot be read ({exc})") from None
     if document is None:
@@ -135,6 +142,8 @@ def _entry(kind: str, item: Any, path: Path, section_line: int) -> Entry:
         raise KnowledgeError(f"{path}:{line}: {kind} entry lacks {', '.join(missing)}")
     if unknown := sorted(item.keys() - required - optional):
         raise KnowledgeError(f"{path}:{lines[unknown[0]]}: unknown field {unknown[0]!r} in a {kind} entry")
+    if problem := _not_text(item, required):
+        raise KnowledgeError(f"{path}:{lines.get(problem, line)}: `{problem}` must be text (quote it)")
     if kind == "glossary" and "sql" in item and not _is_statement(str(item["sql"])) and "table" not in item:
         raise KnowledgeError(f"{path}:{lines['sql']}: a glossary expression needs `table` (the table it reads)")
     if "synonyms" in item and not _strings(item["synonyms"]):
@@ -150,6 +159,17 @@ def _entry(kind: str, item: Any, path: Path, section_line: int) -> Entry:
         "verified_queries": lambda: item.get("id") or item["question"],
     }[kind]()
     return Entry(kind, " ".join(str(name).split()), item, path, line, lines)
+
+
+def _not_text(item: dict[str, Any], required: set[str]) -> str | None:
+    """The first field that should be text and is not (a number, a list, a mapping; an alias that
+    repeats one). An optional field may be left empty; `verified_at` may be a date YAML read as one."""
+    for key, value in item.items():
+        if key in LIST_FIELDS or (key == "verified_at" and isinstance(value, dt.date)):
+            continue
+        if not isinstance(value, str) and not (value is None and key not in required):
+            return str(key)
+    return None
 
 
 def _strings(value: Any) -> bool:

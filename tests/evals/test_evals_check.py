@@ -24,10 +24,22 @@ DESCRIBE = (
 )
 
 
+def scripted(case: Case) -> str:
+    """An answer without a query that says what the case expects: declining, and naming what it declines;
+    naming what the data lacks and that it lacks it; else describing the data, naming what it must."""
+    expect = case.expect
+    named = [way if isinstance(way, str) else way[0] for way in (*expect.contains, *expect.missing, *expect.refuses)]
+    if expect.refused or expect.refuses:
+        return f"{DECLINE} Not here: {', '.join(named)}." if named else DECLINE
+    if expect.missing:
+        return f"There is no {', '.join(named)} in this data: it holds only flights that left New York in 2013."
+    return f"{DESCRIBE} {', '.join(named)}".strip()
+
+
 class GoldReplay:
     """A model that answers each case by running its gold SQL and quoting the result tables, and
-    answers a case without gold SQL plausibly, without a query (declining where the case expects
-    that). As judge it passes everything."""
+    answers a case without gold SQL as the case expects, without a query (`scripted`). As judge it
+    passes everything."""
 
     def __init__(self, cases: list[Case]) -> None:
         self.cases = {case.question: case for case in cases}
@@ -43,7 +55,7 @@ class GoldReplay:
                 return Reply(
                     tool_calls=[("think", {"content": "Run the query."}), ("execute_sql", {"queries": [query]})]
                 )
-            return Reply(text=DECLINE if case.expect.refused else DESCRIBE)
+            return Reply(text=scripted(case))
         return Reply(text=f"Here is what the data shows [Q1]:\n\n{result_tables(after[-1])}")
 
 

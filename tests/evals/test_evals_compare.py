@@ -55,12 +55,41 @@ def test_compare_lists_regressions_improvements_and_deltas(tmp_path: Path, capsy
     )
     assert main(["evals", "compare", str(old), str(new)]) == 0
     out = capsys.readouterr().out
-    assert "pass rate: 50.0% -> 50.0% (+0.0 pts)" in out
+    assert "compared: the 3 cases both runs have; not compared: 1 only in the old run and 1 only in the new run" in out
+    assert "pass rate: 33.3% -> 33.3% (+0.0 pts; 1/3 -> 1/3)" in out
     assert "regressed (1):\n  t/a: passed -> failed  contains: the answer does not mention '16'" in out
     assert "improved (1):\n  t/b: failed -> passed" in out
     assert "t/c" not in out  # failed both times: neither
     assert "only in the old run (1): t/gone" in out and "only in the new run (1): t/added" in out
-    assert "input: 400 -> 500 (+25.0%)" in out and "cost: $" in out and "latency p95: 1.0 s -> 2.0 s" in out
+    assert "input: 300 -> 400 (+33.3%)" in out and "cost: $" in out and "latency p95: 1.0 s -> 2.0 s" in out
+
+
+def test_a_filtered_run_is_compared_on_the_cases_it_has(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A filtered run beside a full one once read "+25.3 pts": the cases only one run has are named, not counted."""
+    full = [case("a", True, input=100), *(case(name, False, input=100) for name in "bcd")]
+    old = write(tmp_path / "old.json", full)
+    new = write(tmp_path / "new.json", [case("a", True, input=100)])
+    assert main(["evals", "compare", str(old), str(new)]) == 0
+    out = capsys.readouterr().out
+    assert "compared: the 1 cases both runs have; not compared: 3 only in the old run" in out
+    assert "pass rate: 100.0% -> 100.0% (+0.0 pts; 1/1 -> 1/1)" in out
+    assert "tokens: 410 -> 410 (no change)" in out and "only in the old run (3): t/b, t/c, t/d" in out
+    assert main(["evals", "compare", str(new), str(write(tmp_path / "other.json", [case("z", True)]))]) == 0
+    assert capsys.readouterr().out.startswith("no case is in both runs: nothing to compare\n")
+
+
+def test_a_case_the_judge_could_not_grade_is_failed_in_an_older_results_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Written before a judge error failed its case: it reads as failed, and the comparison counts it."""
+    older = json.loads(write(tmp_path / "x.json", [case("a", True), case("b", True)]).read_text())
+    older["cases"][1]["judge"] = {"model": "claude-haiku-5-5", "passed": None, "error": "the judge gave no verdict"}
+    (tmp_path / "old.json").write_text(json.dumps(older))
+    new = write(tmp_path / "new.json", [case("a", True), case("b", True)])
+    assert main(["evals", "compare", str(tmp_path / "old.json"), str(new)]) == 0
+    out = capsys.readouterr().out
+    assert "pass rate: 50.0% -> 100.0% (+50.0 pts; 1/2 -> 2/2)" in out
+    assert "judge could not grade (failed): 1 -> 0" in out and "improved (1):\n  t/b: failed -> passed" in out
 
 
 def test_compare_weighs_repeated_attempts(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -263,8 +263,12 @@ def test_the_judge_is_recorded_apart_from_the_checks(eval_env: FakeAnthropic, tm
         judged["contains-right"][1]["passed"] is True and judged["contains-right"][1]["reason"] == "the count is right"
     )
     assert judged["refused-right"][1]["passed"] is None and "no verdict" in judged["refused-right"][1]["error"]
+    assert judged["refused-right"][0] is False  # its checks pass, but nobody graded it: a failed case
+    [ungraded] = [c["checks"][-1] for c in record["cases"] if c["id"] == "refused-right"]
+    assert ungraded["name"] == "judge" and ungraded["reason"].startswith("the judge could not grade this case: ")
     assert judged["refused-wrong"] == (False, None)
     assert record["judge_model"] == "claude-haiku-5-5" and record["judge_pass_rate"] == 0.5
+    assert (record["passed"], record["total"], record["judge_errors"]) == (2, 4, 1)
 
     judge_requests = [r for r in eval_env.requests if is_judge_request(r)]
     assert len(judge_requests) == 3 and {r["model"] for r in judge_requests} == {"claude-haiku-5-5"}
@@ -274,6 +278,7 @@ def test_the_judge_is_recorded_apart_from_the_checks(eval_env: FakeAnthropic, tm
     assert "Names all 16 airlines." in prompt and "There are 16 airlines [Q1]." in prompt and "| all | 16 |" in prompt
     assert "SELECT" not in prompt and "contains" not in prompt  # neither SQL nor expectations
     report = (out / "report.md").read_text()
+    assert report.startswith("# Eval run: 50.0% passed (2 of 4); the judge could not grade 1, failed\n")
     assert "50.0% pass (1/2 verdicts; 1 judge errors)" in report and "t/gold-right: fail: does not name them" in report
 
 

@@ -18,6 +18,10 @@ def write(tmp_path: Path, text: str, name: str = "s.yaml") -> Path:
 
 
 HEAD = "name: s\ndataset: demo\ncases:\n"
+# A "billion laughs": each line a list of ten aliases of the one before; refused before it is expanded.
+LAUGHS = "    tags: &l0 [x, x, x, x, x, x, x, x, x, x]\n    judge:\n" + "".join(
+    f"      - &l{n} [{', '.join([f'*l{n - 1}'] * 10)}]\n" for n in range(1, 9)
+)
 
 
 @pytest.mark.parametrize(
@@ -33,6 +37,7 @@ HEAD = "name: s\ndataset: demo\ncases:\n"
         ("name: s\ncases:\n" + CASE, "dataset: Field required"),
         ("name: s\ndataset: demo\ncases: [\n", "not valid YAML at line"),
         ("- just a list\n", "a suite is a mapping with name, dataset and cases"),
+        (HEAD + CASE + LAUGHS, "not valid YAML at line 12: its aliases make it stand for more than 200,000 values"),
     ],
 )
 def test_errors_name_the_file_and_case(tmp_path: Path, text: str, message: str) -> None:

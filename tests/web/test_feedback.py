@@ -62,7 +62,7 @@ async def test_thumbs_up_becomes_a_verified_query_after_review(
     assert any("| EWR | 120835 |" in line for line in said)  # the reviewer saw the rows the person saw
     [entry] = load_directory(knowledge)
     assert entry.tag == "[verified: which-airport-had-the-most-departures]"
-    assert entry.fields["sql"] == SQL and entry.fields["verified_by"] == "reviewer"
+    assert entry.fields["sql"] == (await db.check(SQL)).sql and entry.fields["verified_by"] == "reviewer"  # canonical
     assert entry.fields["source"] == f"run {run_id} Q1"
     assert await check_entries(db, [entry]) == []
 

@@ -25,9 +25,9 @@ from agent.db.table_functions import TableFunctionRefused, check_table_function
 from agent.db.union_with import Added, is_cte, propagate
 
 MAX_SQL_CHARS = 60_000
-# Nodes the walk may visit: a UNION's later SELECTs re-check the first SELECT's scalar aliases, so a hostile
-# statement could otherwise make the check do far more work than its size suggests.
-MAX_VISITS = 500_000
+# Nodes the walk may visit again: a UNION's later SELECTs with a WITH of their own re-check the first SELECT's
+# scalar aliases, so a hostile statement could otherwise make the check do far more work than its size suggests.
+MAX_REVISITS = 50_000
 # Functions whose first argument the engine resolves as an aggregate function's name.
 NAMES_A_FUNCTION = frozenset({"arrayreduce", "arrayreduceinranges", "initializeaggregation"})
 # Functions that read one argument as a type's name (by position; -1 is the last), and may instantiate
@@ -210,13 +210,12 @@ class _Walk:
         self.aliased = identifier_aliases(ast)
         self.read: set[str] = set()
         self.visits = 0
+        self.revisits = 0
 
     def node(self, node: Any, ctes: frozenset[str], parent_key: str) -> None:
         if not isinstance(node, dict):
             raise QueryRefused("The statement could not be checked.")
         self.visits += 1
-        if self.visits > MAX_VISITS:
-            raise QueryRefused("The SQL is too complex to check; write it more simply.")
         kind = node.get("type")
         if kind == "QueryParameter":
             raise QueryRefused("Query parameters ({name:Type}) are not supported; write the value into the query.")
@@ -263,7 +262,11 @@ class _Walk:
         else:
             ctes = ctes | {str(element.get("name", "")) for element in extra.inherited if is_cte(element)}
         for scalar in extra.scalars:
+            before = self.visits
             self.node(scalar, ctes, parent_key="with")
+            self.revisits += self.visits - before
+            if self.revisits > MAX_REVISITS:
+                raise QueryRefused("The SQL is too complex to check; write it more simply.")
         for key, value in node.items():
             if key != "with":
                 for child in _nodes(value):

@@ -35,7 +35,6 @@ from agent.chats.pacing import Pacing
 from agent.chats.proposals import ProposalStore
 from agent.chats.runs import RunRegistry
 from agent.config import ConfigError, Settings
-from agent.metrics import Metrics
 from bots.slack import blocks, refusals
 from bots.slack.actions import Actions
 from bots.slack.answer import Answerer
@@ -250,4 +249,3 @@ def api_url(configured: str | None) -> str:
     """SLACK_API_URL as slack_sdk wants it: ending in a slash (it joins method names on)."""
     url = configured or DEFAULT_API_URL
     return url if url.endswith("/") else url + "/"
-

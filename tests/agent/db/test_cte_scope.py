@@ -10,9 +10,10 @@ import re
 
 import pytest
 
-from agent.db import Database, EngineError, QueryRefused, Scope, new_query_id
+from agent.db import Database, EngineError, QueryRefused, Scope, engine_settings, new_query_id
 from agent.db.scope import ALWAYS_READABLE
 from agent.db.statement import StatementPolicy, decode_parse, parse_request
+from tests.conftest import make_settings
 
 EXCLUDED = "nycflights13.planes"
 IN_SCOPE = {f"nycflights13.{name}" for name in ("airlines", "airports", "flights", "weather")}
@@ -201,3 +202,18 @@ async def test_re_checking_scalar_aliases_in_later_branches_is_bounded(scoped: D
     plain = f"WITH {scalar} SELECT s UNION ALL " + " UNION ALL ".join("SELECT s" for _ in range(2000))
     assert len(plain) > len(hostile) * 0.9
     assert (await scoped.check(plain)).tables == frozenset()
+
+
+async def test_the_scoping_the_check_models_is_pinned_on_every_connection(db: Database) -> None:
+    """A profile cannot turn off what union_with.py models: the agent's connections set it (a read-only server
+    profile must carry it, as it must the limits), and this engine's connections have it."""
+    settings = engine_settings(make_settings(), Scope.of(["nycflights13"]))
+    assert settings["enable_global_with_statement"] == 1 and settings["enable_analyzer"] == 1
+    assert list(settings)[-1] == "readonly"
+    rows = await db.backend.query(
+        "SELECT name, value FROM system.settings WHERE name IN ('enable_global_with_statement', 'enable_analyzer') "
+        "ORDER BY name",
+        "TSV",
+        new_query_id(),
+    )
+    assert rows.decode().split() == ["enable_analyzer", "1", "enable_global_with_statement", "1"]

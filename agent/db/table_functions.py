@@ -16,6 +16,8 @@ from typing import Any
 from agent.db.functions import FunctionPolicy
 
 INLINE_ROWS = "values"
+# What SQL's `(VALUES (1, 'a'), (2, 'b'))` becomes: rows only, a first string is a row, never a structure
+SQL_VALUES = "sqlstandardvalues"
 # Literals the parser keeps as functions: (1, [2]) is tuple(1, [2]).
 _LITERAL_BUILDERS = frozenset({"tuple", "array", "map"})
 # Type names a structure may use: data types only, none that instantiates a function or holds an expression.
@@ -26,7 +28,10 @@ _TYPES = (
 )
 STRUCTURE_TYPES = frozenset(_TYPES.lower().split())
 _TOKEN = re.compile(r"[ \t\r\n]*(?:([A-Za-z_][A-Za-z0-9_]*)|(\d+)|('[A-Za-z0-9_/+:. -]*')|([(),]))")
-_GENERATED = "numbers(), generate_series() and values() with literal rows are allowed for generated or inline rows"
+_GENERATED = (
+    "numbers(), generate_series() and values() or (VALUES ...) with literal rows are allowed for generated or "
+    "inline rows"
+)
 
 _REASONS: dict[tuple[str, ...], str] = {
     (
@@ -42,7 +47,7 @@ _REASONS: dict[tuple[str, ...], str] = {
     ("merge", "loop", "dictionary", "view", "viewifpermitted", "viewexplain", "mergetree", "timeseries"): (
         "reads tables by name, past the check of the tables a statement reads"
     ),
-    ("generaterandom", "format", "null", "input", "fuzzjson", "fuzzquery", "sqlstandardvalues"): (
+    ("generaterandom", "format", "null", "input", "fuzzjson", "fuzzquery"): (
         "takes a column structure or SQL that the engine parses and runs unseen by this check"
     ),
 }  # fmt: skip
@@ -57,8 +62,8 @@ def check_table_function(policy: FunctionPolicy, node: dict[str, Any]) -> None:
     name = str(node.get("name", ""))
     if policy.allows_table_function(name):
         return
-    if name.lower() == INLINE_ROWS:
-        check_inline_rows(name, _arguments(node))
+    if name.lower() in (INLINE_ROWS, SQL_VALUES) and "parameters" not in node:
+        check_inline_rows(name, _arguments(node), structured=name.lower() == INLINE_ROWS)
         return
     raise TableFunctionRefused(f"The table function {name}() is not allowed: it {refusal_reason(name)}. {_GENERATED}.")
 
@@ -74,15 +79,16 @@ def refusal_reason(name: str) -> str:
 _FAMILIES = frozenset({"deltalake", "hudi", "iceberg", "paimon", "mergetree", "timeseries", "prometheusquery"})
 
 
-def check_inline_rows(name: str, arguments: list[Any]) -> None:
+def check_inline_rows(name: str, arguments: list[Any], *, structured: bool) -> None:
     """values(['structure',] row, ...): every argument written as a literal (or a tuple, array or map of
-    literals), and a structure string of plain column names and types."""
+    literals), and a structure string of plain column names and types (`structured`: values() reads a first
+    string as one)."""
     if not all(_is_literal(argument) for argument in arguments):
         raise TableFunctionRefused(
             f"{name}() is allowed only with literal rows, such as values('c UInt32', 1, 2, 3) or "
             "values((1, 'a'), (2, 'b')); put computed values in the SELECT list instead."
         )
-    first = arguments[0].get("value") if arguments else None
+    first = arguments[0].get("value") if arguments and structured else None
     if isinstance(first, dict) and first.get("field_type") == "String":
         check_structure(str(first.get("value", "")))
 

@@ -18,6 +18,9 @@ INLINE = [
     ("SELECT * FROM values('d Nullable(Date), t DateTime(''UTC'')', ('2013-01-01', '2013-01-01 00:00:00'))", None),
     ("SELECT * FROM values('m Map(String, UInt8), t Tuple(a UInt8, b String)', (map('k', 1), (1, 'x')))", None),
     ("SELECT * FROM values('x Decimal(10, 2), s LowCardinality(String)', (1.5, 'a'))", None),
+    ("SELECT * FROM (VALUES (1, 'a'), (2, 'b'))", [["1", "a"], ["2", "b"]]),
+    # SQL's VALUES reads no structure: the string is a row
+    ("SELECT * FROM (VALUES ('a UInt8, b String ALIAS hostName()'))", [["a UInt8, b String ALIAS hostName()"]]),
     (
         "SELECT f.carrier, v.label FROM nycflights13.airlines AS f "
         "JOIN values('carrier String, label String', ('AA', 'big')) AS v USING carrier",
@@ -43,6 +46,8 @@ REFUSED = [
     ("SELECT * FROM values('x UInt8', 1 + 1)", "literal rows"),
     ("SELECT * FROM values(concat('x String ALIAS ', 'hostName()'), 'a')", "literal rows"),
     ("SELECT * FROM values(tuple(hostName()))", "literal rows"),
+    ("SELECT * FROM (VALUES (1, hostName()))", "literal rows"),
+    ("SELECT * FROM (VALUES ((SELECT name FROM system.users)))", "literal rows"),
     ("SELECT * FROM values('a UInt8, b String ALIAS hostName()', 1)", "structure of values()"),
     ("SELECT * FROM values('x String DEFAULT hostName()', 'a')", "structure of values()"),
     ("SELECT * FROM values('x String, y String MATERIALIZED currentUser()', 'a')", "structure of values()"),

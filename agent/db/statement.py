@@ -207,7 +207,7 @@ class _Walk:
         self.added: dict[int, Added] = {}  # what the engine copies into a UNION's later SELECTs (union_with.py)
         self.propagated: set[int] = set()
         self.later: frozenset[str] = frozenset()
-        self.aliased = identifier_aliases(ast)
+        self.aliased, self.defined = identifier_aliases(ast), cte_names(ast)
         self.read: set[str] = set()
         self.visits = 0
         self.revisits = 0
@@ -377,11 +377,27 @@ class _Walk:
             )
         if len(names) == 1 and table in ctes and not _excluded(self.scope, database, table):
             return
+        readable = f"{database}.{table}" in self.tables or f"{database}.{table}" in ALWAYS_READABLE
+        if (
+            len(names) == 1
+            and table not in ctes
+            and table in self.defined
+            and not (readable and self.scope.allows(database, table))
+        ):
+            raise QueryRefused(_invisible_cte(table))
         if not self.scope.allows(database, table):
             raise QueryRefused(_not_available(names))
-        if f"{database}.{table}" not in self.tables and f"{database}.{table}" not in ALWAYS_READABLE:
+        if not readable:
             raise UnknownTable(_not_available(names), ".".join(names))
         self.read.add(f"{database}.{table}")
+
+
+def _invisible_cte(name: str) -> str:
+    return (
+        f"{name} is a CTE that this part of the statement cannot see: a UNION's later SELECT sees the first "
+        "SELECT's WITH only when it has no WITH of its own, and a WITH inside a subquery or a parenthesised UNION "
+        "stays inside it. Define it in the first SELECT's WITH, or in this SELECT's own."
+    )
 
 
 def _not_available(names: list[str]) -> str:
@@ -446,19 +462,29 @@ def _with_elements(select: dict[str, Any]) -> list[dict[str, Any]]:
     return list(_nodes(clause.get("children", [])))
 
 
-def identifier_aliases(ast: dict[str, Any]) -> dict[str, list[list[str]]]:
-    """Every alias of an identifier in the statement (`planes AS a`, `WITH planes AS a`): alias -> name parts."""
-    aliases: dict[str, list[list[str]]] = {}
+def cte_names(ast: dict[str, Any]) -> frozenset[str]:
+    """The name of every CTE the statement defines, wherever it is visible."""
+    return frozenset(str(node.get("name", "")) for node in _all_nodes(ast) if node.get("type") == "WithElement")
+
+
+def _all_nodes(ast: dict[str, Any]) -> Iterator[dict[str, Any]]:
     stack: list[Any] = [ast]
     while stack:
         item = stack.pop()
         if isinstance(item, list):
             stack.extend(item)
         elif isinstance(item, dict):
-            if item.get("type") == "Identifier" and isinstance(item.get("alias"), str):
-                parts = item.get("name_parts") or [item.get("name", "")]
-                aliases.setdefault(item["alias"], []).append([str(part) for part in parts])
+            yield item
             stack.extend(value for value in item.values() if isinstance(value, dict | list))
+
+
+def identifier_aliases(ast: dict[str, Any]) -> dict[str, list[list[str]]]:
+    """Every alias of an identifier in the statement (`planes AS a`, `WITH planes AS a`): alias -> name parts."""
+    aliases: dict[str, list[list[str]]] = {}
+    for item in _all_nodes(ast):
+        if item.get("type") == "Identifier" and isinstance(item.get("alias"), str):
+            parts = item.get("name_parts") or [item.get("name", "")]
+            aliases.setdefault(item["alias"], []).append([str(part) for part in parts])
     return aliases
 
 

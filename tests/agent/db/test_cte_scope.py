@@ -184,7 +184,7 @@ async def test_a_scalar_alias_is_checked_where_the_engine_evaluates_it_again(db:
     canonical = await _canonical(db, sql)
     raw = await db.backend.query(parse_request(sql), "TSVRaw", new_query_id())
     ast = decode_parse(*raw.decode().rstrip("\n").split("\t"))[1]
-    with pytest.raises(QueryRefused, match="users is not available"):
+    with pytest.raises(QueryRefused, match="users is a CTE that this part of the statement cannot see"):
         policy.check(canonical, ast, frozenset())
     same_branch = "WITH users AS (SELECT 1 AS x), (SELECT count() FROM users) AS n SELECT n UNION ALL SELECT n"
     raw = await db.backend.query(parse_request(same_branch), "TSVRaw", new_query_id())
@@ -217,3 +217,18 @@ async def test_the_scoping_the_check_models_is_pinned_on_every_connection(db: Da
         new_query_id(),
     )
     assert rows.decode().split() == ["enable_analyzer", "1", "enable_global_with_statement", "1"]
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "WITH t AS (SELECT 1 AS x) SELECT x FROM t UNION ALL WITH u AS (SELECT 2 AS x) SELECT x FROM t",
+        "SELECT * FROM (WITH t AS (SELECT 1 AS x) SELECT x FROM t) UNION ALL SELECT x FROM t",
+        "SELECT x FROM t UNION ALL (WITH t AS (SELECT 1 AS x) SELECT x FROM t)",
+    ],
+)
+async def test_a_cte_named_where_it_is_not_visible_is_refused_with_why(scoped: Database, sql: str) -> None:
+    result = await scoped.execute(sql)
+    assert not result.ok
+    assert "t is a CTE that this part of the statement cannot see" in (result.error or ""), result.error
+    assert "qualify" not in (result.error or "") + (result.hint or "")

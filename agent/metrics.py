@@ -3,8 +3,9 @@ user, channel, question or SQL text."""
 
 from __future__ import annotations
 
+import itertools
 import os
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.multiprocess import MultiProcessCollector
@@ -33,6 +34,57 @@ GUARDS = (
 LOOKUP_TYPES = ("details", "search")  # what lookup_schema was asked for (a large warehouse's schema)
 CHART_REFUSALS = ("unknown_query", "bad_column", "failed_query", "invalid", "too_large", "too_many", "render")
 LAG_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
+# Every other bounded label value, so each labelled series exists at 0 from start-up: a rate or an alert over
+# it reads 0 after a restart, not nothing. Each mirrors its source (tests/agent/test_metrics.py compares them):
+INTERFACES = ("slack", "web", "cli", "eval")  # agent/runner.py's Interface
+CLASSIFICATIONS = ("data_analysis", "conversational", "clarification")  # agent/runner.py's Classification
+OUTCOMES = ("answered", "capped", "no_data", "cancelled", "error")  # agent/runner.py's Outcome
+ROLES = ("main", "synthesis", "followup", "examples", "judge")  # the `role` of each model call
+SQL_STATUSES = ("ok", "error", "reused")
+SQL_ERROR_CODES = ("none", "other")  # the codes themselves are ClickHouse's, counted as they happen
+BUDGET_KINDS = ("tokens", "rows_read")  # agent/pipeline/budget.py
+BUDGET_INTERFACES = ("web", "slack")
+# bots/slack's: receive.py's KNOWN_EVENTS (plus button clicks and `other`), its Ignore, failures.py's Failure
+SLACK_EVENTS = (
+    "app_mention",
+    "message",
+    "app_home_opened",
+    "assistant_thread_started",
+    "assistant_thread_context_changed",
+    "block_actions",
+    "other",
+)
+SLACK_IGNORED = (
+    "edit",
+    "deletion",
+    "own_message",
+    "bot",
+    "subtype",
+    "empty",
+    "team_not_allowed",
+    "channel_not_allowed",
+    "not_addressed",
+    "mention_in_message",
+    "other_event",
+)
+SLACK_FAILURES = (
+    "model_busy",
+    "model_setup",
+    "database_unreachable",
+    "query_timeout",
+    "too_long",
+    "thread_too_long",
+    "rate_limited",
+    "over_budget",
+    "restarting",
+    "not_in_channel",
+    "slack_scope",
+    "slack_busy",
+    "internal",
+)
+SLACK_DUPLICATES = ("event", "message")
+SLACK_DELIVERIES = ("stream", "update")
+SLACK_FEEDBACK = ("up", "down")
 
 
 class Metrics:
@@ -109,19 +161,37 @@ class Metrics:
             ["type"],
             registry=registry,
         )
-        for labels, values in (
-            (self.tokens, TOKEN_TYPES),
-            (self.guards, GUARDS),
-            (self.chart_errors, CHART_REFUSALS),
-            (self.schema_lookups, LOOKUP_TYPES),
-        ):
-            for value in values:
-                labels.labels(value)
-        for reason in FALLBACK_REASONS:
-            self.llm_fallbacks.labels("main", reason)
-        self.llm_later_model_calls.labels("main")
         self._slack(registry)
         self._operations(registry)
+        self._start_series()
+
+    def _start_series(self) -> None:
+        """Every bounded label value's series, at 0 (web routes are started by web/request_metrics.py)."""
+        series: list[tuple[Any, tuple[tuple[str, ...], ...]]] = [
+            (self.runs, (INTERFACES, CLASSIFICATIONS, OUTCOMES)),
+            (self.llm_calls, (ROLES, ("ok", "error"))),
+            (self.llm_fallbacks, (ROLES, FALLBACK_REASONS)),
+            (self.llm_later_model_calls, (ROLES,)),
+            (self.llm_seconds, (ROLES,)),
+            (self.tokens, (TOKEN_TYPES,)),
+            (self.sql_queries, (SQL_STATUSES,)),
+            (self.sql_errors, (SQL_ERROR_CODES,)),
+            (self.guards, (GUARDS,)),
+            (self.chart_errors, (CHART_REFUSALS,)),
+            (self.schema_lookups, (LOOKUP_TYPES,)),
+            (self.budget_stops, (BUDGET_KINDS,)),
+            (self.budget_refusals, (BUDGET_INTERFACES,)),
+            (self.first_event_seconds, (INTERFACES,)),
+            (self.slack_events, (SLACK_EVENTS,)),
+            (self.slack_ignored, (SLACK_IGNORED,)),
+            (self.slack_duplicates, (SLACK_DUPLICATES,)),
+            (self.slack_answers, (SLACK_DELIVERIES,)),
+            (self.slack_errors, (SLACK_FAILURES,)),
+            (self.slack_feedback, (SLACK_FEEDBACK,)),
+        ]
+        for metric, label_values in series:
+            for values in itertools.product(*label_values):
+                metric.labels(*values)
 
     def _figures(self, registry: CollectorRegistry) -> None:
         """The figure check (agent/figures): what the answers people read state, and how much of it holds."""

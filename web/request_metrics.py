@@ -21,6 +21,9 @@ class RequestMetricsMiddleware:
         self.app = app
         self.metrics = metrics
         self.routes = routes
+        for template in [*(r.path_format for r in routes if isinstance(r, Route | Mount)), UNMATCHED]:
+            for status in ("2xx", "4xx", "5xx"):  # at 0 from start-up: a rate reads 0 after a restart
+                metrics.web_requests.labels(template, status)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":

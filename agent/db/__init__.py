@@ -48,6 +48,9 @@ def engine_settings(settings: Settings, scope: Scope) -> dict[str, Any]:
         "max_result_bytes": settings.max_result_bytes,
         "result_overflow_mode": "break",
         "max_memory_usage": settings.max_memory_usage,
+        # How names resolve, which the statement check models (agent/db/union_with.py): pinned, not inherited
+        "enable_analyzer": 1,
+        "enable_global_with_statement": 1,
     }
     if scope.current_database != "default":
         values["database"] = scope.current_database

@@ -65,9 +65,8 @@ _DENY_GROUPS: dict[str, str] = {
 DENIED: dict[str, str] = {name: reason for names, reason in _DENY_GROUPS.items() for name in names.split()}
 _DENIED_PREFIXES = ("__",)  # internal functions the analyzer inserts itself
 
-# Table functions that only generate numbers. Every other one reaches files, the network, other
-# servers or tables by name, or (values, generateRandom, format, null) takes a column structure
-# string whose ALIAS/DEFAULT expressions ClickHouse evaluates unseen by the statement check.
+# Table functions that only generate numbers. values() with literal rows is allowed by
+# agent/db/table_functions.py, which also says why each other one is refused.
 TABLE_FUNCTIONS = ("numbers", "numbers_mt", "generate_series", "generateSeries", "primes")
 
 # Names the parser produces for syntax (lambdas, CASE) that are not in system.functions.

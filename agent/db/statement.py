@@ -21,8 +21,13 @@ from typing import Any
 
 from agent.db.functions import FunctionPolicy, denied_reason
 from agent.db.scope import ALWAYS_READABLE, Scope
+from agent.db.table_functions import TableFunctionRefused, check_table_function
+from agent.db.union_with import Added, is_cte, propagate
 
 MAX_SQL_CHARS = 60_000
+# Nodes the walk may visit again: a UNION's later SELECTs with a WITH of their own re-check the first SELECT's
+# scalar aliases, so a hostile statement could otherwise make the check do far more work than its size suggests.
+MAX_REVISITS = 50_000
 # Functions whose first argument the engine resolves as an aggregate function's name.
 NAMES_A_FUNCTION = frozenset({"arrayreduce", "arrayreduceinranges", "initializeaggregation"})
 # Functions that read one argument as a type's name (by position; -1 is the last), and may instantiate
@@ -129,6 +134,7 @@ class UnknownTable(QueryRefused):
 class CheckedStatement:
     sql: str  # the canonical text ClickHouse printed; exactly what runs
     with_totals: bool
+    tables: frozenset[str] = frozenset()  # `db.table` of every table reference that is not a CTE
 
 
 def parse_request(sql: str) -> str:
@@ -180,8 +186,9 @@ class StatementPolicy:
             raise QueryRefused("The statement could not be checked.") from None
         if not isinstance(ast, dict) or ast.get("type") != "SelectWithUnionQuery":
             raise QueryRefused(READ_ONLY)
-        _Walk(self, tables).node(ast, frozenset(), parent_key="")
-        return CheckedStatement(sql=canonical, with_totals=_top_level_totals(ast))
+        walk = _Walk(self, tables, ast)
+        walk.node(ast, frozenset(), parent_key="")
+        return CheckedStatement(sql=canonical, with_totals=_top_level_totals(ast), tables=frozenset(walk.read))
 
 
 def _top_level_totals(ast: dict[str, Any]) -> bool:
@@ -190,14 +197,25 @@ def _top_level_totals(ast: dict[str, Any]) -> bool:
 
 
 class _Walk:
-    def __init__(self, policy: StatementPolicy, tables: frozenset[str]) -> None:
+    """One statement's walk. `ctes` are the CTE names visible where a node stands; `later` the names of the CTEs
+    defined after the WITH element being walked (a reference to one is refused, see `with_clause`)."""
+
+    def __init__(self, policy: StatementPolicy, tables: frozenset[str], ast: dict[str, Any]) -> None:
         self.scope = policy.scope
         self.functions = policy.functions
         self.tables = tables
+        self.added: dict[int, Added] = {}  # what the engine copies into a UNION's later SELECTs (union_with.py)
+        self.propagated: set[int] = set()
+        self.later: frozenset[str] = frozenset()
+        self.aliased, self.defined = identifier_aliases(ast), cte_names(ast)
+        self.read: set[str] = set()
+        self.visits = 0
+        self.revisits = 0
 
     def node(self, node: Any, ctes: frozenset[str], parent_key: str) -> None:
         if not isinstance(node, dict):
             raise QueryRefused("The statement could not be checked.")
+        self.visits += 1
         kind = node.get("type")
         if kind == "QueryParameter":
             raise QueryRefused("Query parameters ({name:Type}) are not supported; write the value into the query.")
@@ -216,6 +234,9 @@ class _Walk:
         if kind == "SelectQuery":
             self.select(node, ctes)
             return
+        if kind == "SelectWithUnionQuery" and id(node) not in self.propagated:
+            self.propagated.add(id(node))
+            propagate(node, self.added)
         if kind == "Function":
             self.function(node, ctes, in_table_position=parent_key == "table_function")
         elif kind == "TableIdentifier":
@@ -230,27 +251,54 @@ class _Walk:
                 self.node(child, ctes, parent_key=key)
 
     def select(self, node: dict[str, Any], ctes: frozenset[str]) -> None:
-        """A SELECT's CTEs are visible to the CTEs defined after them and to the rest of the SELECT."""
-        for element in node.get("with", {}).get("children", []):
-            if isinstance(element, dict) and element.get("type") == "WithElement":
-                self.node(element, ctes, parent_key="with")
-                ctes = ctes | {str(element.get("name", ""))}
-            else:
-                self.node(element, ctes, parent_key="with")
+        """A SELECT's CTEs are visible to the CTEs defined after them and to the rest of the SELECT. In a UNION's
+        later SELECT, what the engine copied from the first SELECT's WITH: its whole clause is visible (and was
+        checked where the first SELECT defines it, in this same scope); its scalar aliases, appended to a WITH
+        of this SELECT's own, are evaluated here, so they are checked again here."""
+        own = _with_elements(node)
+        extra = self.added.get(id(node), Added())
+        if own:
+            ctes = self.with_clause(own, ctes)
+        else:
+            ctes = ctes | {str(element.get("name", "")) for element in extra.inherited if is_cte(element)}
+        for scalar in extra.scalars:
+            before = self.visits
+            self.node(scalar, ctes, parent_key="with")
+            self.revisits += self.visits - before
+            if self.revisits > MAX_REVISITS:
+                raise QueryRefused("The SQL is too complex to check; write it more simply.")
         for key, value in node.items():
             if key != "with":
                 for child in _nodes(value):
                     self.node(child, ctes, parent_key=key)
 
+    def with_clause(self, elements: list[dict[str, Any]], ctes: frozenset[str]) -> frozenset[str]:
+        """Walk a WITH clause; return the CTE names visible after it. A CTE is visible after its definition. The
+        engine also resolves a name to a CTE defined LATER in the same clause, and then resolves, inside that
+        CTE's definition, the names of the CTEs it is expanding as tables: that chain is refused here rather
+        than followed (define each CTE before the ones that use it)."""
+        names = [str(element.get("name", "")) for element in elements if is_cte(element)]
+        outer_later = self.later
+        for element in elements:
+            if is_cte(element):
+                names.pop(0)
+            self.later = outer_later | frozenset(names)
+            try:
+                self.node(element, ctes, parent_key="with")
+            finally:
+                self.later = outer_later
+            if is_cte(element):
+                ctes = ctes | {str(element.get("name", ""))}
+        return ctes
+
     def function(self, node: dict[str, Any], ctes: frozenset[str], *, in_table_position: bool) -> None:
         name = str(node.get("name", ""))
         if in_table_position:
-            if not self.functions.allows_table_function(name):
-                raise QueryRefused(
-                    f"The table function {name}() is not allowed: it reaches files, the network or tables "
-                    "outside this agent's scope. Query the tables in the schema; numbers() and generate_series() "
-                    "are allowed for generated rows."
-                )
+            try:
+                check_table_function(self.functions, node)
+            except TableFunctionRefused as refused:
+                raise QueryRefused(str(refused)) from None
+            self.read.add(f"{name}()")
             return
         self.function_name(name)
         if name.lower() in NAMES_A_FUNCTION:
@@ -260,7 +308,22 @@ class _Walk:
         if name in IN_FUNCTIONS:
             arguments = node.get("arguments", {}).get("children", [])
             if len(arguments) == 2 and isinstance(arguments[1], dict) and arguments[1].get("type") == "Identifier":
-                self.table(arguments[1].get("name_parts") or [arguments[1].get("name", "")], ctes)
+                parts = arguments[1].get("name_parts") or [arguments[1].get("name", "")]
+                self.table(parts, ctes)
+                self.aliased_tables(".".join(str(part) for part in parts))
+
+    def aliased_tables(self, name: str) -> None:
+        """`x IN a`, where `a` is an alias of an identifier (`WITH planes AS a`, `planes AS a` anywhere): the
+        engine reads the table the aliased identifier names, even where `a` is also a table's name. Every
+        identifier so aliased, through chains of aliases, is checked as a table (CTEs not counted: the engine
+        resolves it away from where the alias was written)."""
+        seen, pending = {name}, [name]
+        while pending:
+            for parts in self.aliased.get(pending.pop(), []):
+                self.table(parts, frozenset())
+                if (target := ".".join(parts)) not in seen:
+                    seen.add(target)
+                    pending.append(target)
 
     def function_named_by_string(self, name: str, arguments: list[Any]) -> None:
         """arrayReduce('sumIf', ...): the engine resolves the string as an aggregate function, so the
@@ -308,12 +371,33 @@ class _Walk:
         if resolved is None:
             raise QueryRefused(f"{'.'.join(names)} is not a table name this agent can read.")
         database, table = resolved
+        if len(names) == 1 and table in self.later:
+            raise QueryRefused(
+                f"{table} is used before the CTE of that name is defined; define each CTE before the ones that use it."
+            )
         if len(names) == 1 and table in ctes and not _excluded(self.scope, database, table):
             return
+        readable = f"{database}.{table}" in self.tables or f"{database}.{table}" in ALWAYS_READABLE
+        if (
+            len(names) == 1
+            and table not in ctes
+            and table in self.defined
+            and not (readable and self.scope.allows(database, table))
+        ):
+            raise QueryRefused(_invisible_cte(table))
         if not self.scope.allows(database, table):
             raise QueryRefused(_not_available(names))
-        if f"{database}.{table}" not in self.tables and f"{database}.{table}" not in ALWAYS_READABLE:
+        if not readable:
             raise UnknownTable(_not_available(names), ".".join(names))
+        self.read.add(f"{database}.{table}")
+
+
+def _invisible_cte(name: str) -> str:
+    return (
+        f"{name} is a CTE that this part of the statement cannot see: a UNION's later SELECT sees the first "
+        "SELECT's WITH only when it has no WITH of its own, and a WITH inside a subquery or a parenthesised UNION "
+        "stays inside it. Define it in the first SELECT's WITH, or in this SELECT's own."
+    )
 
 
 def _not_available(names: list[str]) -> str:
@@ -369,6 +453,39 @@ def _strings(value: Any) -> Iterator[str]:
             stack.extend(item.values())
         elif isinstance(item, list):
             stack.extend(item)
+
+
+def _with_elements(select: dict[str, Any]) -> list[dict[str, Any]]:
+    clause = select.get("with", {})
+    if not isinstance(clause, dict) or clause.get("type", "ExpressionList") != "ExpressionList":
+        raise QueryRefused("The statement could not be checked.")
+    return list(_nodes(clause.get("children", [])))
+
+
+def cte_names(ast: dict[str, Any]) -> frozenset[str]:
+    """The name of every CTE the statement defines, wherever it is visible."""
+    return frozenset(str(node.get("name", "")) for node in _all_nodes(ast) if node.get("type") == "WithElement")
+
+
+def _all_nodes(ast: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    stack: list[Any] = [ast]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, list):
+            stack.extend(item)
+        elif isinstance(item, dict):
+            yield item
+            stack.extend(value for value in item.values() if isinstance(value, dict | list))
+
+
+def identifier_aliases(ast: dict[str, Any]) -> dict[str, list[list[str]]]:
+    """Every alias of an identifier in the statement (`planes AS a`, `WITH planes AS a`): alias -> name parts."""
+    aliases: dict[str, list[list[str]]] = {}
+    for item in _all_nodes(ast):
+        if item.get("type") == "Identifier" and isinstance(item.get("alias"), str):
+            parts = item.get("name_parts") or [item.get("name", "")]
+            aliases.setdefault(item["alias"], []).append([str(part) for part in parts])
+    return aliases
 
 
 def _excluded(scope: Scope, database: str, table: str) -> bool:

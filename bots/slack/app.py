@@ -31,14 +31,12 @@ from starlette.routing import BaseRoute, Route
 
 from agent.app import AgentApp
 from agent.config import ConfigError, Settings
-from agent.metrics import Metrics
 from bots.slack import blocks, refusals
-from bots.slack.actions import FEEDBACK_VALUES, Actions
+from bots.slack.actions import Actions
 from bots.slack.answer import Answerer
-from bots.slack.failures import Failure
 from bots.slack.prompts import PromptsGate, prompts_place
 from bots.slack.queues import SerialQueues
-from bots.slack.receive import KNOWN_EVENTS, Allowed, Identity, Ignore, Ignored, Question, event_type, read_question
+from bots.slack.receive import Allowed, Identity, Ignore, Ignored, Question, event_type, read_question
 from chats.conversations import ConversationStore
 from chats.pacing import Pacing
 from chats.proposals import ProposalStore
@@ -62,7 +60,6 @@ class SlackBot:
         self._api_url = api_url(settings.slack_api_url)
         self._allowed = Allowed(frozenset(settings.slack_allowed_teams), frozenset(settings.slack_allowed_channels))
         self._metrics = agent.metrics
-        _start_series(self._metrics)
         self._queues = SerialQueues()
         self._clicks = itertools.count()
         self._prompts = PromptsGate(self._allowed)
@@ -252,17 +249,3 @@ def api_url(configured: str | None) -> str:
     """SLACK_API_URL as slack_sdk wants it: ending in a slash (it joins method names on)."""
     url = configured or DEFAULT_API_URL
     return url if url.endswith("/") else url + "/"
-
-
-def _start_series(metrics: Metrics) -> None:
-    """Every Slack series the dashboard reads, at 0 from the start (a panel reads 0, not "No data")."""
-    for counter, values in (
-        (metrics.slack_events, (*KNOWN_EVENTS, "block_actions", "other")),
-        (metrics.slack_ignored, [reason.value for reason in Ignore]),
-        (metrics.slack_duplicates, ("event", "message")),
-        (metrics.slack_answers, ("stream", "update")),
-        (metrics.slack_errors, [kind.value for kind in Failure]),
-        (metrics.slack_feedback, FEEDBACK_VALUES),
-    ):
-        for value in values:
-            counter.labels(value)

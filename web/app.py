@@ -10,7 +10,6 @@ from pathlib import Path
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
-from starlette.middleware.trustedhost import TrustedHostMiddleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Mount, Route
@@ -23,7 +22,7 @@ from chats.conversations import ConversationStore
 from chats.pacing import Pacing
 from chats.proposals import ProposalStore
 from chats.runs import STREAM_MARGIN_S, RunRegistry
-from web.boundary import HttpError, check_json_content_type, check_rate, check_token, client_key
+from web.boundary import HttpError, TrustedHosts, check_json_content_type, check_rate, check_token, client_key
 from web.context import WebContext, web_context
 from web.downloads import DownloadSlots
 from web.headers import SECURITY_HEADERS, SecurityHeadersMiddleware
@@ -85,6 +84,7 @@ def create_app(
 
     routes = [
         Route("/", page.index),
+        Route("/c/{conversation_id}", page.conversation_page),
         Route("/api/chat", _api(_limited("questions", chat.chat)), methods=["POST"]),
         Route("/api/conversations", _api(conversations.conversations)),
         Route("/api/conversations/{conversation_id}", _api(conversations.conversation), methods=["GET", "DELETE"]),
@@ -103,7 +103,7 @@ def create_app(
         Middleware(RequestMetricsMiddleware, metrics=agent.metrics, routes=routes),
         Middleware(SecurityHeadersMiddleware),
         # Answers only to the names it is served under: a DNS-rebinding page gets 400, not the API.
-        Middleware(TrustedHostMiddleware, allowed_hosts=settings.agent_web_allowed_hosts, www_redirect=False),
+        Middleware(TrustedHosts, allowed_hosts=settings.agent_web_allowed_hosts),
     ]
     handlers = {HTTPException: _http_error, Exception: _server_error}
     app = Starlette(
@@ -141,8 +141,11 @@ def _limited(budget: str, handler: Handler) -> Handler:
 
 
 async def _http_error(request: Request, exc: Exception) -> Response:
-    """Unknown routes and methods (404, 405) answer in JSON like the API does."""
+    """Unknown routes and methods (404, 405) answer in JSON like the API does; a browser opening a page's
+    address is shown a page."""
     assert isinstance(exc, HTTPException)
+    if page.wants_page(request):
+        return page.missing_page(request, exc.status_code, exc.detail, dict(exc.headers or {}))
     return HttpError(exc.status_code, exc.detail, dict(exc.headers or {})).response()
 
 

@@ -1,5 +1,5 @@
-"""The HTTP boundary: bearer auth, JSON-only POSTs, per-client rate limits, capped and validated JSON
-bodies, well-formed Last-Event-IDs, JSON errors."""
+"""The HTTP boundary: the Host check, bearer auth, JSON-only POSTs, per-client rate limits, capped and
+validated JSON bodies, well-formed Last-Event-IDs, JSON errors."""
 
 from __future__ import annotations
 
@@ -9,8 +9,10 @@ import math
 from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, Field, ValidationError, field_validator
+from starlette.middleware.trustedhost import TrustedHostMiddleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from chats.rate_limits import RateLimit
 
@@ -28,6 +30,37 @@ class HttpError(Exception):
 
     def response(self) -> JSONResponse:
         return JSONResponse({"error": self.message}, status_code=self.status, headers=self.headers)
+
+
+_HOST_PASSED = "agent.host_passed"
+
+
+class TrustedHosts(TrustedHostMiddleware):
+    """Starlette's Host check (a DNS-rebinding page gets 400, not the API), refusing in JSON like every
+    other error: Starlette's own refusal is plain text. Its check decides; only the response changes."""
+
+    def __init__(self, app: ASGIApp, allowed_hosts: list[str]) -> None:
+        async def passed(scope: Scope, receive: Receive, send: Send) -> None:
+            scope[_HOST_PASSED] = True
+            await app(scope, receive, send)
+
+        super().__init__(passed, allowed_hosts=allowed_hosts, www_redirect=False)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await super().__call__(scope, receive, send)
+            return
+
+        async def unless_refused(message: Message) -> None:
+            if scope.get(_HOST_PASSED):
+                await send(message)
+
+        await super().__call__(scope, receive, unless_refused)
+        if not scope.get(_HOST_PASSED):
+            message = (
+                "This server does not answer to that host name (the Host header); use the address it is served at."
+            )
+            await HttpError(400, message).response()(scope, receive, send)
 
 
 class FeedbackRequest(BaseModel):

@@ -10,13 +10,37 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
+import unicodedata
 from collections.abc import AsyncGenerator, Callable
 from typing import Any
+from urllib.parse import quote
 
 from starlette.responses import StreamingResponse
 from starlette.types import Message, Send
 
 log = logging.getLogger(__name__)
+
+
+MAX_NAME_CHARS = 80  # of a file name's stem: a question can be a paragraph
+
+
+def attachment(question: str, fallback: str, suffix: str = ".csv") -> str:
+    """A Content-Disposition naming the file after `question` (`departures-per-origin-airport.csv`):
+    `filename` in ASCII for every client, and RFC 6266's `filename*` in UTF-8 when the question's words
+    are not all ASCII (`retards-à-l-arrivée.csv`). `fallback` names it when no word is left."""
+    words = _slug(unicodedata.normalize("NFC", question))
+    ascii_words = _slug(unicodedata.normalize("NFKD", question).encode("ascii", "ignore").decode())
+    disposition = f'attachment; filename="{ascii_words or fallback}{suffix}"'
+    if words and words != ascii_words:
+        disposition += f"; filename*=UTF-8''{quote(words + suffix, safe='')}"
+    return disposition
+
+
+def _slug(text: str) -> str:
+    """Lower-case words joined by hyphens: no quote, slash, dot or control character survives."""
+    words = re.findall(r"\w+", text.lower())
+    return "-".join(words)[:MAX_NAME_CHARS].strip("-_")
 
 
 class _GaveUp(Exception):

@@ -19,7 +19,9 @@ class CellRef(BaseModel):
 
 class FigureCheck(BaseModel):
     """One figure of the answer. `start`/`end` are offsets in the answer's text; `how` names the
-    derivation that verified it (agent/figures/verify.py lists them), `reason` says why it did not."""
+    derivation that verified it (agent/figures/verify.py lists them), `reason` says why it did not.
+    `checked_against`: the queries whose results were searched, empty when none it cites had one (the
+    figure could not be checked, rather than checked and not matched); None in reports stored before."""
 
     text: str
     start: int
@@ -29,6 +31,7 @@ class FigureCheck(BaseModel):
     how: str | None = None
     cells: list[CellRef] = Field(default_factory=list)
     reason: str | None = None
+    checked_against: list[str] | None = None
 
 
 class FigureReport(BaseModel):

@@ -98,7 +98,12 @@ def check_answer(answer: str, *, question: str, evidence: Sequence[Evidence]) ->
 
 def _check(figure: Figure, pool: Pool, ran: tuple[str, ...], by_id: dict[str, Evidence]) -> FigureCheck:
     base = FigureCheck(
-        text=figure.text, start=figure.start, end=figure.end, citations=list(figure.citations), verified=False
+        text=figure.text,
+        start=figure.start,
+        end=figure.end,
+        citations=list(figure.citations),
+        verified=False,
+        checked_against=list(ran),
     )
     if not ran:
         return base.model_copy(update={"reason": _nothing_to_check(figure, by_id)})

@@ -322,8 +322,7 @@ class Pipeline:
         if state.answer:
             return
         partial = state.streamed_text.strip() or "\n".join(
-            f"{q.id}: {q.question} ({'failed' if q.result.error else f'{q.result.row_count} rows'})"
-            for q in state.queries
+            f"{q.id}: {q.question} ({'failed' if q.result.error else _rows(q.result.row_count)})" for q in state.queries
         )
         state.outcome = Outcome.CANCELLED
         state.answer = self._prompts.render("loop/cancelled.md", partial=partial)
@@ -335,3 +334,7 @@ def _transcript(messages: list[Message], result: RunResult) -> list[Message]:
     if result.outcome in (Outcome.CANCELLED, Outcome.ERROR) or not messages or messages[-1]["role"] != "assistant":
         return []
     return [*messages[:-1], assistant([{"type": "text", "text": result.answer}])]
+
+
+def _rows(count: int) -> str:
+    return f"{count} row{'' if count == 1 else 's'}"

@@ -9,7 +9,7 @@ import struct
 
 import pytest
 
-from agent.charts import KINDS, ChartError, ChartRequest, build_chart, plain_title, render_png, validate
+from agent.charts import KINDS, ChartError, ChartRequest, build_chart, is_date_part, plain_title, render_png, validate
 from agent.db import Database
 from agent.limits import Limits
 from agent.pipeline.charting import ChartMaker
@@ -151,3 +151,79 @@ def test_a_hostile_column_name_is_only_ever_a_title(name: str) -> None:
         assert name not in json.dumps(chart.spec["data"]) and chart.spec["encoding"]["x"]["title"] == plain_title(name)
         assert "\\" not in plain_title(name) and '"' not in plain_title(name)
         assert render_png(chart.spec)[:4] == b"\x89PNG"
+
+
+def _x_axis_labels(spec: dict) -> list[str]:
+    """The x axis's tick labels as Vega draws them (the same renderer Slack's PNG comes from)."""
+    import vl_convert
+
+    scene = vl_convert.vegalite_to_scenegraph({**spec, "width": 640})
+    found: list[list[str]] = []
+
+    def walk(node: dict) -> None:
+        if node.get("role") == "axis-label":
+            found.append([item["text"] for item in node["items"]])
+        for child in node.get("items", []):
+            if isinstance(child, dict):
+                walk(child)
+
+    walk(scene["scenegraph"])
+    return found[0]  # Vega-Lite lays the x axis out first
+
+
+@pytest.mark.parametrize(
+    ("part", "values"),
+    [
+        ("toMonth(time_hour) AS month", [str(m) for m in range(1, 13)]),
+        ("toDayOfWeek(time_hour) AS weekday", [str(d) for d in range(1, 8)]),
+        ("hour AS dep_hour", [str(h) for h in range(1, 24) if h not in (2, 3, 4)]),
+        ("toYear(time_hour) AS year", ["2013"]),
+    ],
+)
+async def test_an_integer_date_part_is_a_discrete_axis(db: Database, part: str, values: list[str]) -> None:
+    """A month number on a continuous axis read `1.0, 1.5, ... 12.0` and a year `2,013`: each date part
+    is one of a few values, and every kind of chart draws it as such (the web's and Slack's alike)."""
+    name = part.rsplit(" AS ", 1)[1]
+    sql = f"SELECT {part}, count() AS flights FROM nycflights13.flights GROUP BY {name} ORDER BY {name}"
+    columns, types, rows = await _export(db, sql)
+    for kind in ("line", "area", "scatter", "bar"):
+        chart = build_chart(
+            "C1", ChartRequest(query_id="Q1", kind=kind, x=name, y="flights"), columns, types, rows, capped=False
+        )
+        assert chart.spec["encoding"]["x"]["type"] == "ordinal", kind
+        assert _x_axis_labels(chart.spec) == values, kind
+
+
+@pytest.mark.parametrize(
+    ("name", "ch_type", "part"),
+    [
+        ("month", "UInt8", True),
+        ("day_of_week", "UInt8", True),
+        ("hour_of_day", "Nullable(UInt8)", True),
+        ("Year", "UInt16", True),
+        ("flights_per_day", "UInt64", False),
+        ("month", "Float64", False),
+        ("distance", "UInt16", False),
+        ("days", "UInt32", False),
+    ],
+)
+def test_what_counts_as_a_date_part(name: str, ch_type: str, part: bool) -> None:
+    assert is_date_part(name, ch_type) is part
+
+
+def test_a_continuous_number_stays_continuous() -> None:
+    chart = build_chart(
+        "C1",
+        ChartRequest(query_id="Q1", kind="line", x="distance", y="delay"),
+        ["distance", "delay"],
+        ["UInt16", "Float64"],
+        [["100", "1.5"], ["2500", "3.5"]],
+        capped=False,
+    )
+    assert chart.spec["encoding"]["x"]["type"] == "quantitative"
+
+
+def test_one_row_is_one_row() -> None:
+    request = ChartRequest(query_id="Q1", kind="bar", x="origin", y="n")
+    one = build_chart("C1", request, ["origin", "n"], ["String", "UInt64"], [["EWR", "1"]], capped=False)
+    assert one.describe() == "bar chart of n by origin from Q1 (1 row)"

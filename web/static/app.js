@@ -26,17 +26,41 @@ function headers(extra = {}) {
   return state.token ? { ...extra, Authorization: `Bearer ${state.token}` } : extra;
 }
 
+// Requests refused at once share one dialog; each goes again with the token given.
+let tokenAsked = null;
+
 async function api(path, options = {}) {
+  const sent = state.token;
   const response = await fetch(path, { ...options, headers: headers(options.headers || {}) });
-  if (response.status === 401) {
-    const token = prompt("This server needs an access token:");
-    if (token) {
-      state.token = token;
-      localStorage.setItem("agentToken", token);
-      return api(path, options);
-    }
-  }
-  return response;
+  if (response.status !== 401) return response;
+  if (state.token !== sent) return api(path, options); // another request was given a token meanwhile
+  tokenAsked = tokenAsked || askToken(Boolean(sent)).finally(() => { tokenAsked = null; });
+  return (await tokenAsked) ? api(path, options) : response;
+}
+
+// The access token, asked in the page; a token the server refused says so. Resolves to the token, or
+// null when the person dismisses the dialog (the request then fails with the server's own words).
+async function askToken(refused) {
+  const dialog = $("#token-dialog");
+  if (!dialog) return null;
+  $("#token-wrong").hidden = !refused;
+  const input = $("#token-input");
+  input.value = "";
+  const answer = await showDialog(dialog);
+  const token = answer === "ok" ? input.value.trim() : "";
+  if (!token) return null;
+  state.token = token;
+  localStorage.setItem("agentToken", token);
+  return token;
+}
+
+// Opens a <dialog> modally; resolves to its return value: "ok" when its form was sent, "" otherwise.
+function showDialog(dialog) {
+  return new Promise((resolve) => {
+    dialog.returnValue = "";
+    dialog.addEventListener("close", () => resolve(dialog.returnValue), { once: true });
+    dialog.showModal();
+  });
 }
 
 async function errorMessage(response) {
@@ -81,6 +105,7 @@ async function readEvents(response, onEvent) {
 class TurnView {
   constructor(question) {
     this.runId = null;
+    this.questionText = question;
     this.answerText = "";
     this.renderScheduled = false;
     this.queries = new Map();
@@ -105,7 +130,7 @@ class TurnView {
   // The server has the question and the run has begun; the model's first words may take a while.
   on_started(data) {
     this.status.textContent = "Working…";
-    if (data.question) this.question.textContent = data.question;
+    if (data.question) this.question.textContent = this.questionText = data.question;
   }
 
   on_thinking(data) {
@@ -167,8 +192,11 @@ class TurnView {
     this.footer.append(list);
   }
 
+  // The error, and a way to ask the same question again (in the same conversation).
   on_error(data) {
-    this.footer.prepend(el("div", { class: "error-box", role: "alert", text: data.message }));
+    const retry = el("button", { type: "button", class: "retry", text: "Try again",
+      onclick: () => ask(this.questionText) });
+    this.footer.prepend(el("div", { class: "error-box", role: "alert" }, el("span", { text: data.message }), retry));
   }
 
   on_done(data) {
@@ -198,8 +226,8 @@ class TurnView {
 function thumbs(runId, chosen) {
   const group = el("div", { class: "thumbs", role: "group", "aria-label": "Was this answer right?" });
   const send = async (value) => {
-    const reason = value === "down" ? prompt("What was wrong? (optional)") : null;
-    if (value === "down" && reason === null) return; // cancelled
+    const reason = value === "down" ? await askReason() : null;
+    if (value === "down" && reason === null) return; // dismissed: no thumb, and nothing said
     const response = await api(`/api/runs/${runId}/feedback`, {
       method: "POST", headers: { "Content-Type": "application/json" },
       body: JSON.stringify({ value, reason: reason || null }),
@@ -219,23 +247,36 @@ function thumbs(runId, chosen) {
   return group;
 }
 
+// What was wrong with an answer, asked in the page: the text (maybe empty) when sent, null when dismissed.
+async function askReason() {
+  const dialog = $("#reason-dialog");
+  $("#reason-input").value = "";
+  return (await showDialog(dialog)) === "ok" ? $("#reason-input").value.trim() : null;
+}
+
 function chartLabel(chart) {
   const y = (chart.spec.encoding.y && chart.spec.encoding.y.title) || "count";
-  const cap = chart.capped ? `, first ${chart.rows} rows` : `, ${chart.rows} rows`;
+  const rows = `${chart.rows} row${chart.rows === 1 ? "" : "s"}`;
+  const cap = chart.capped ? `, first ${rows}` : `, ${rows}`;
   return `${chart.kind.replace("_", " ")} chart of ${y} by ${chart.spec.encoding.x.title} from ${chart.query_id}${cap}`;
 }
 
+// A query's card; once its answer is stored (`.downloadable`), it links to the query's own page.
 function queryCard(runId, data) {
-  const card = el("section", { class: "query running", id: `q-${runId}-${data.query_id}`, tabindex: "-1" });
+  const key = `${runId}-${data.query_id}`;
+  const card = el("section", { class: "query running", id: `q-${key}`, tabindex: "-1" });
   const code = el("code", { class: "language-sql", text: data.sql.trim() });
   if (window.hljs) hljs.highlightElement(code);
+  const onItsPage = document.body.dataset.page === "query";
   card.append(
     el("header", { class: "query-head" },
       el("span", { class: "badge", text: data.query_id }),
       el("span", { class: "query-question", text: data.question }),
-      el("span", { class: "query-status", text: "running…" })),
+      el("span", { class: "query-status", text: "running…" }),
+      onItsPage ? null : el("a", { class: "query-link", href: `/queries/${key}`, text: "Open",
+        title: "This query's own page: its SQL, preview and CSV, at a link you can share" })),
     el("details", { class: "sql", open: "" }, el("summary", { text: "SQL" }), el("pre", {}, code)));
-  card.dataset.key = `${runId}-${data.query_id}`;
+  card.dataset.key = key;
   return card;
 }
 
@@ -385,7 +426,8 @@ function markFigures(root, report) {
       if (at < 0) continue;
       const rest = nodes[i].splitText(at);
       const after = rest.splitText(figure.text.length);
-      rest.replaceWith(el("span", { class: `figure ${figure.verified ? "verified" : "unverified"}`, tabindex: "0",
+      const kind = figure.verified ? "verified" : `unverified${uncheckable(figure) ? " unchecked" : ""}`;
+      rest.replaceWith(el("span", { class: `figure ${kind}`, tabindex: "0",
         title: figureTitle(figure), "data-figure": figure.text, text: figure.text }));
       nodes[i] = after;
       index = i;
@@ -404,8 +446,14 @@ function findFigure(value, text, from) {
   return -1;
 }
 
+// No query it cites had a result to check it against (as opposed to checked, and not matched).
+const uncheckable = (figure) => !figure.verified && Array.isArray(figure.checked_against) && !figure.checked_against.length;
+const mismatched = (figure) => !figure.verified && Array.isArray(figure.checked_against) && figure.checked_against.length > 0;
+
 function figureTitle(figure) {
-  if (!figure.verified) return `Not verified: ${figure.reason}`;
+  if (mismatched(figure)) return `Did not match: ${figure.reason}`;
+  if (uncheckable(figure)) return `Could not be checked: ${figure.reason}`;
+  if (!figure.verified) return `Not verified: ${figure.reason}`; // a report stored before the two were told apart
   const cells = figure.cells.map((c) => `${c.query_id}, ${c.row === null ? "totals" : `row ${c.row}`}, ${c.column}: ${c.value}`);
   const how = figure.how === "cell" ? "From" : `${figure.how[0].toUpperCase()}${figure.how.slice(1)} of`;
   return `${how} ${cells.join("; ")}`;
@@ -417,10 +465,20 @@ function unverifiedNote(report) {
   }
   if (!report || !report.unverified) return null;
   const failures = report.figures.filter((f) => !f.verified);
-  return el("div", { class: "figure-note", role: "note" },
-    el("p", { text: `${failures.length === 1 ? "1 figure" : `${failures.length} figures`} could not be checked against the queries cited:` }),
-    el("ul", {}, ...failures.map((f) => el("li", {}, el("strong", { text: f.text }), el("span", { text: ` — ${f.reason}` })))));
+  const checked = failures.filter(mismatched);
+  const against = [...new Set(checked.flatMap((f) => f.checked_against))];
+  const groups = [
+    [checked, (n) => `${n} checked against ${listed(against)} did not match:`, "mismatched"],
+    [failures.filter(uncheckable), (n) => `${n} could not be checked:`, "unchecked"],
+    [failures.filter((f) => !mismatched(f) && !uncheckable(f)), (n) => `${n} could not be verified against the queries cited:`, ""],
+  ];
+  return el("div", { class: "figure-note", role: "note" }, ...groups.filter(([figures]) => figures.length).flatMap(([figures, heading, kind]) => [
+    el("p", { class: kind, text: heading(figures.length === 1 ? "1 figure" : `${figures.length} figures`) }),
+    el("ul", { class: kind }, ...figures.map((f) => el("li", {}, el("strong", { text: f.text }), el("span", { text: ` — ${f.reason}` })))),
+  ]));
 }
+
+const listed = (items) => (items.length < 2 ? items.join("") : `${items.slice(0, -1).join(", ")} and ${items.at(-1)}`);
 
 function receiptLine(receipt) {
   return receipt ? el("p", { class: "receipt", text: receipt.text }) : null;
@@ -441,11 +499,24 @@ async function downloadCsv(key) {
   const response = await api(`/api/queries/${encodeURIComponent(key)}.csv`);
   if (!response.ok) return showBanner(await errorMessage(response));
   const url = URL.createObjectURL(await response.blob());
-  const link = el("a", { href: url, download: `${key}.csv` });
+  const link = el("a", { href: url, download: fileName(response, `${key}.csv`) });
   document.body.append(link);
   link.click();
   link.remove();
   URL.revokeObjectURL(url);
+}
+
+// The name the server gave the file (named from the query's question): RFC 6266's UTF-8 one first.
+function fileName(response, fallback) {
+  const disposition = response.headers.get("Content-Disposition") || "";
+  const utf8 = disposition.match(/filename\*=UTF-8''([^;\s]+)/i);
+  if (utf8) {
+    try {
+      return decodeURIComponent(utf8[1]);
+    } catch { /* not percent-encoded UTF-8: the plain name below */ }
+  }
+  const plain = disposition.match(/filename="([^"]+)"/i);
+  return plain ? plain[1] : fallback;
 }
 
 function scrollToBottom() {
@@ -496,7 +567,10 @@ async function follow(view, response, lastId = 0) {
     try {
       await readEvents(response, (name, data, id) => {
         lastId = Number(id) || lastId;
-        if (data.conversation_id) state.conversationId = data.conversation_id;
+        if (data.conversation_id && data.conversation_id !== state.conversationId) {
+          state.conversationId = data.conversation_id;
+          showAddress(state.conversationId, { push: false }); // a new conversation: "/" becomes its address
+        }
         sessionStorage.setItem("activeRun", JSON.stringify({ runId: data.run_id, lastId, conversationId: state.conversationId }));
         view.handle(name, data);
         if (name === "done") done = true;
@@ -515,7 +589,7 @@ async function follow(view, response, lastId = 0) {
 async function resumeActiveRun() {
   const saved = JSON.parse(sessionStorage.getItem("activeRun") || "null");
   if (!saved || !saved.runId) return;
-  await openConversation(saved.conversationId);
+  await openConversation(saved.conversationId, { push: false });
   const response = await api(`/api/runs/${saved.runId}/events`);
   if (!response.ok) return sessionStorage.removeItem("activeRun");
   setBusy(true);
@@ -526,7 +600,7 @@ async function resumeActiveRun() {
   } finally {
     setBusy(false);
     view.root.remove();
-    await openConversation(saved.conversationId);
+    await openConversation(saved.conversationId, { push: false });
   }
 }
 
@@ -549,11 +623,27 @@ async function loadConversations() {
       onclick: () => deleteConversation(c.id) }))));
 }
 
-async function openConversation(id) {
+// The address of the conversation on screen (/c/<id>, or / for a new chat): a reload, a bookmark or a
+// shared link comes back to it. `push` makes a new history entry (a person chose it), else it replaces.
+function showAddress(id, { push }) {
+  const path = id ? `/c/${id}` : "/";
+  if (location.pathname !== path) history[push ? "pushState" : "replaceState"]({ conversationId: id }, "", path);
+}
+
+const CONVERSATION_PATH = /^\/c\/([0-9a-f]{32})$/; // web/views/page.py CONVERSATION_ID
+
+function conversationInAddress() {
+  const match = location.pathname.match(CONVERSATION_PATH);
+  return match ? match[1] : null;
+}
+
+async function openConversation(id, { push = true } = {}) {
   const response = await api(`/api/conversations/${id}`);
   if (!response.ok) return showBanner(await errorMessage(response));
   const conversation = await response.json();
+  showBanner("");
   state.conversationId = id;
+  showAddress(id, { push });
   const messages = $("#messages");
   messages.querySelectorAll(".turn, .conversation-receipt").forEach((node) => node.remove());
   $("#empty-state").hidden = conversation.turns.length > 0;
@@ -565,6 +655,7 @@ async function openConversation(id) {
       view.on_result({ ...query, query_id: query.label });
     }
     view.finish({ answer: turn.answer, outcome: turn.outcome, figures: turn.figures, receipt: turn.receipt }, turn.feedback);
+    if (turn.outcome === "error") view.on_error({ message: "This question got no answer: the run failed." });
     for (const chart of turn.charts || []) view.on_chart({ chart });
     if (turn.followups.length) view.on_followups({ questions: turn.followups });
   }
@@ -578,12 +669,13 @@ async function openConversation(id) {
 async function deleteConversation(id) {
   const response = await api(`/api/conversations/${id}`, { method: "DELETE" });
   if (!response.ok) return showBanner(await errorMessage(response));
-  if (id === state.conversationId) newChat();
+  if (id === state.conversationId) newChat({ push: false }); // its address leads nowhere now
   loadConversations();
 }
 
-function newChat() {
+function newChat({ push = true } = {}) {
   state.conversationId = null;
+  showAddress(null, { push });
   $("#messages").querySelectorAll(".turn").forEach((turn) => turn.remove());
   $("#empty-state").hidden = false;
   closeSidebar();
@@ -632,6 +724,10 @@ async function fillQueryPage() {
 // ---------- wiring ----------
 
 document.addEventListener("DOMContentLoaded", () => {
+  for (const button of document.querySelectorAll("dialog [data-close]")) {
+    button.addEventListener("click", () => button.closest("dialog").close());
+  }
+  if (document.body.dataset.page === "missing") return;
   if (document.body.dataset.page === "query") return showQueryPage();
   if (window.DOMPurify) installSanitizerHooks();
   const input = $("#question");
@@ -647,7 +743,7 @@ document.addEventListener("DOMContentLoaded", () => {
       $("#composer").requestSubmit();
     }
   });
-  $("#new-chat").addEventListener("click", newChat);
+  $("#new-chat").addEventListener("click", () => newChat());
   $("#toggle-sidebar").addEventListener("click", () => {
     const open = document.body.classList.toggle("sidebar-open");
     $("#toggle-sidebar").setAttribute("aria-expanded", String(open));
@@ -656,7 +752,20 @@ document.addEventListener("DOMContentLoaded", () => {
   for (const example of document.querySelectorAll(".example")) {
     example.addEventListener("click", () => ask(example.textContent));
   }
+  // Back and forward move between the conversations opened here.
+  window.addEventListener("popstate", () => {
+    const id = conversationInAddress();
+    if (id) openConversation(id, { push: false });
+    else newChat({ push: false });
+  });
   loadConversations();
-  resumeActiveRun();
+  openAtStart();
   input.focus();
 });
+
+// A run interrupted by a reload goes on; otherwise the conversation the address names opens.
+async function openAtStart() {
+  if (sessionStorage.getItem("activeRun")) return resumeActiveRun();
+  const id = document.body.dataset.conversation;
+  if (id) await openConversation(id, { push: false });
+}

@@ -7,9 +7,10 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from agent import EngineError, QueryRefused, csv_chunks
+from chats.conversations import ConversationStore
 from web.boundary import HttpError, client_key
 from web.context import web_context
-from web.downloads import DownloadResponse
+from web.downloads import DownloadResponse, attachment
 
 
 async def query(request: Request) -> Response:
@@ -39,7 +40,7 @@ async def query_csv(request: Request) -> Response:
             raise HttpError(422, f"The query no longer runs: {exc}") from None
         raise
     headers = {
-        "Content-Disposition": f'attachment; filename="{key}.csv"',
+        "Content-Disposition": attachment(await _question(web.store, key), fallback=key),
         "X-Row-Cap": str(settings.export_max_rows),
         "X-Byte-Cap": str(settings.export_max_bytes),
     }
@@ -51,3 +52,9 @@ async def query_csv(request: Request) -> Response:
         media_type="text/csv; charset=utf-8",
         headers=headers,
     )
+
+
+async def _question(store: ConversationStore, key: str) -> str:
+    """The question the query answered, which names its CSV file."""
+    found = await store.get_query(key)
+    return str(found["question"]) if found else ""

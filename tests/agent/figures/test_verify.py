@@ -273,6 +273,8 @@ async def test_unverified_figures_say_why(results: dict[str, Evidence]) -> None:
     assert digit.reason is not None and "nearest cell is 120835 (Q1, row 1, flights)" in digit.reason
     (ghost,) = _check(by_id["never ran"], results).figures
     assert ghost.reason == "it cites Q7, which never ran"
+    # Checked and not matched, told apart from not checkable at all (the web's note says which).
+    assert digit.checked_against == ["Q1"] and ghost.checked_against == []
     (verified,) = _check(by_id["exact"], results).figures
     assert verified.how == "cell" and [c.model_dump() for c in verified.cells] == [
         {"query_id": "Q1", "row": 1, "column": "flights", "value": "120835"}

@@ -270,7 +270,7 @@ async def test_cancelling_during_the_model_call_returns_a_partial_result(
     result = await task
     hang.release.set()
     assert result.cancelled and result.outcome is Outcome.CANCELLED
-    assert result.answer.startswith("[Analysis cancelled]") and "Q1: n (1 rows)" in result.answer
+    assert result.answer.startswith("[Analysis cancelled]") and "Q1: n (1 row)" in result.answer
     assert recorder.kinds[-1] == "done"
     assert (
         _value(

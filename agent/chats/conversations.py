@@ -339,9 +339,7 @@ class ConversationStore:
         row = await self._file.run(lambda c: c.execute("SELECT sql FROM queries WHERE id = ?", (key,)).fetchone())
         return (row["sql"] or None) if row else None  # empty: given up to keep the turn within its cap
 
-    async def run_events(
-        self, run_id: str, *, interface: str | None = None
-    ) -> tuple[str, list[dict[str, Any]]] | None:
+    async def run_events(self, run_id: str, *, interface: str | None = None) -> tuple[str, list[dict[str, Any]]] | None:
         row = await self._file.run(
             lambda c: c.execute(
                 "SELECT t.conversation_id, t.events FROM turns t JOIN conversations c ON c.id = t.conversation_id "

@@ -157,9 +157,7 @@ class RunRegistry:
         Raises ShuttingDown once `drain` has begun."""
         if not self.accepting:
             raise ShuttingDown(ShuttingDown.message)
-        handle = RunHandle(
-            run_id=uuid.uuid4().hex, conversation_id=conversation_id, interface=interface, abandon_after_s=abandon_after_s
-        )
+        handle = RunHandle(uuid.uuid4().hex, conversation_id, interface, abandon_after_s=abandon_after_s)
         handle.events.append(RunEvent(1, handle.run_id, conversation_id, StartedEvent(question=question)))
         self._runs[handle.run_id] = handle
         run = self._drive(handle, question, history, platform, interface, followups, on_done)

@@ -206,7 +206,7 @@ async def test_a_flood_of_thumbs_is_refused_past_its_budget(
         await served.ready()
         async with httpx.AsyncClient(base_url=served.url, headers={"Authorization": f"Bearer {TOKEN}"}) as web:
             async with web.stream("POST", "/api/chat", json={"message": "Which carriers flew the most?"}) as answer:
-                run_id = [e async for e in sse_events(answer)][0].data["run_id"]
+                run_id = (await anext(aiter(sse_events(answer)))).data["run_id"]
             thumbs = [(await web.post(f"/api/runs/{run_id}/feedback", json={"value": "up"})) for _ in range(100)]
     finally:
         report = served.finish()

@@ -12,7 +12,7 @@ import asyncio
 import re
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import httpx
 import pytest
@@ -21,9 +21,12 @@ from agent.app import AgentApp
 from agent.chats.conversations import ConversationStore
 from agent.chats.proposals import ProposalStore
 from agent.process.service import Service
+from bots.slack.receive import conversation_key
 from tests.fakes.anthropic_api import FakeAnthropic, Hang, Reply
 from tests.fakes.slack_api import GENERAL_ID, FakeSlack
-from tests.slack_helpers import SlackHarness, carriers_script, slack_settings
+from tests.fakes.slack_events import new_ts
+from tests.fakes.slack_workspace import TEAM_ID
+from tests.slack_helpers import SlackHarness, carriers_script
 from tests.web_helpers import LiveServer, WebApps, chat
 
 WEB = "https://analyst.example"
@@ -35,7 +38,9 @@ UNSEEN_HEADERS = {"date", "server"}  # what may differ between two responses tha
 
 
 @pytest.fixture
-async def slack(make_app: Callable[..., AgentApp], fake_slack: FakeSlack, tmp_path: Path) -> AsyncIterator[SlackHarness]:
+async def slack(
+    make_app: Callable[..., AgentApp], fake_slack: FakeSlack, tmp_path: Path
+) -> AsyncIterator[SlackHarness]:
     """The bot and the web chat on one socket and one conversation file, as `agent serve` runs them."""
     harness = await SlackHarness(make_app, fake_slack, tmp_path).start(agent_web_url=WEB)
     yield harness
@@ -121,6 +126,8 @@ async def test_the_chain_from_a_slack_link_ends_at_its_query(
         ours, theirs = await both(web, unknown, method, path, **request)
         assert ours.status_code == 404, (method, path, ours.text)
         assert said(ours) == said(theirs), (method, path)
+    listed, none = await both(web, unknown, "GET", "/api/conversations")
+    assert listed.json() == none.json() == {"conversations": []}
     assert len(fake_anthropic.requests) == asked_model, "no web turn was asked in the Slack thread"
     assert await store_of(slack).get_conversation(conversation_id) == before, "neither deleted, thumbed nor continued"
     assert await ProposalStore(store_of(slack).path).pending() == [], "no thumb proposed anything"
@@ -179,12 +186,12 @@ async def opened(client: httpx.AsyncClient, path: str) -> httpx.Response:
         return response
 
 
-async def start_as_slack_does(service: Service, question: str, *, interface: str = "slack") -> Any:
+async def start_as_slack_does(service: Service, question: str, *, interface: Literal["slack", "web"] = "slack") -> Any:
     """A run started with the kit as the bot starts one (bots/slack/answer.py): a conversation under its
-    thread's key, a run of the Slack interface."""
-    key = f"slack:T1:G1:{len(question)}" if interface == "slack" else None
+    thread's key, a run of the Slack interface; or, with `interface="web"`, as the web chat starts one."""
+    key = conversation_key(TEAM_ID, "G0PAYROLL01", new_ts()) if interface == "slack" else None
     conversation_id = await service.store.create_conversation(question, key=key, interface=interface)
-    return service.runs.start(conversation_id, question, [], platform=interface, interface=interface)  # type: ignore[arg-type]
+    return service.runs.start(conversation_id, question, [], platform=interface, interface=interface)
 
 
 async def test_a_slack_run_in_another_worker_is_not_followed_from_the_web(
@@ -236,6 +243,7 @@ async def test_thumbs_have_a_budget_and_touch_only_the_webs_answers(
     over = [await slack.http.post(f"/api/runs/{run}/feedback", json={"value": "up"}) for run in [web_run, "nope"]]
     assert [t.status_code for t in thumbs] == [200, 404]
     assert [o.status_code for o in over] == [200, 429], "the budget counts every thumb, found or not"
-    assert over[1].json()["error"].startswith("Too many thumbs; try again in ") and int(over[1].headers["Retry-After"]) > 0
+    assert over[1].json()["error"].startswith("Too many thumbs; try again in ")
+    assert int(over[1].headers["Retry-After"]) > 0
     stored = await store_of(slack).get_conversation(conversation_id)
     assert stored is not None and stored["turns"][0]["feedback"] is None

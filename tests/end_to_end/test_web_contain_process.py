@@ -27,6 +27,7 @@ from tests.fakes.sse_client import sse_events
 
 ROOT = Path(__file__).resolve().parents[2]
 TOKEN = "web-token-for-the-whole-team"
+BEARER = {"Authorization": f"Bearer {TOKEN}"}
 WEB = "https://analyst.example"
 PAYROLL = "G0PAYROLL01"  # a private channel
 SQL = "SELECT carrier, count() AS n FROM nycflights13.flights GROUP BY carrier ORDER BY n DESC LIMIT 3"
@@ -70,14 +71,15 @@ class Serving:
             "AGENT_WEB_TOKEN": TOKEN,
             "AGENT_EXAMPLE_QUESTIONS": "How many airlines are there?",
         }
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "agent.process.cli", command, "--port", str(port)],
-            env={**base, **env},
-            cwd=tmp_path,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
+        self.output = tmp_path / f"{command}.log"  # a file, not a pipe: a flood's log lines never fill it and stall
+        with self.output.open("w") as output:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "agent.process.cli", command, "--port", str(port)],
+                env={**base, **env},
+                cwd=tmp_path,
+                stdout=output,
+                stderr=subprocess.STDOUT,
+            )
 
     async def ready(self, timeout_s: float = 90) -> None:
         deadline = time.monotonic() + timeout_s
@@ -95,8 +97,8 @@ class Serving:
     def finish(self) -> str:
         if self.process.poll() is None:
             self.process.terminate()
-        out, err = self.process.communicate(timeout=60)
-        return f"exit {self.process.returncode}\n{out[-2000:]}\n{err[-4000:]}"
+        self.process.wait(timeout=60)
+        return f"exit {self.process.returncode}\n{self.output.read_text()[-6000:]}"
 
     def stored(self, sql: str) -> list[tuple[Any, ...]]:
         """What the state file holds, read as an operator would (not through the app)."""
@@ -146,7 +148,7 @@ async def test_a_slack_thread_is_out_of_the_webs_reach_but_its_linked_query(
     try:
         await served.ready()
         link = await ask_in_slack(served, fake_slack)
-        async with httpx.AsyncClient(base_url=served.url, headers={"Authorization": f"Bearer {TOKEN}"}) as web:
+        async with httpx.AsyncClient(base_url=served.url, headers=BEARER, timeout=60) as web:
             await replay_the_chain(served, web, link.removeprefix(f"{WEB}/queries/"), served_model)
     finally:
         report = served.finish()
@@ -204,9 +206,10 @@ async def test_a_flood_of_thumbs_is_refused_past_its_budget(
     served = Serving(tmp_path, "web", env)
     try:
         await served.ready()
-        async with httpx.AsyncClient(base_url=served.url, headers={"Authorization": f"Bearer {TOKEN}"}) as web:
+        async with httpx.AsyncClient(base_url=served.url, headers=BEARER, timeout=60) as web:
             async with web.stream("POST", "/api/chat", json={"message": "Which carriers flew the most?"}) as answer:
-                run_id = (await anext(aiter(sse_events(answer)))).data["run_id"]
+                answered = [event async for event in sse_events(answer)]  # to `done`: the turn is stored
+            run_id = answered[0].data["run_id"]
             thumbs = [(await web.post(f"/api/runs/{run_id}/feedback", json={"value": "up"})) for _ in range(100)]
     finally:
         report = served.finish()

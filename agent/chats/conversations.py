@@ -25,7 +25,7 @@ from typing import Any
 from agent.chats.state_file import SqliteFile, write_transaction
 from agent.limits import Limits, cut_text, json_size
 from agent.receipts import Receipt
-from agent.runner import PREVIEW_ROWS, Outcome, RunResult, Turn, TurnQuery, fit_rows
+from agent.runner import PREVIEW_ROWS, Interface, Outcome, RunResult, Turn, TurnQuery, fit_rows
 
 log = logging.getLogger(__name__)
 SHORT_COLUMN_CHARS = 40  # a stored column name past the turn cap: enough to tell columns apart
@@ -138,7 +138,7 @@ class ConversationStore:
 
         return await self._file.run(write)
 
-    async def record_feedback(self, run_id: str, value: str, *, interface: str | None = None) -> bool:
+    async def record_feedback(self, run_id: str, value: str, *, interface: Interface | None = None) -> bool:
         """The thumb on a stored answer; False when there is none (or, with `interface`, not one of its)."""
         cursor = await self._file.run(
             lambda c: c.execute(
@@ -160,7 +160,7 @@ class ConversationStore:
         )
         return cursor.rowcount > 0
 
-    async def exists(self, conversation_id: str, *, interface: str | None = None) -> bool:
+    async def exists(self, conversation_id: str, *, interface: Interface | None = None) -> bool:
         row = await self._file.run(
             lambda c: c.execute(
                 f"SELECT 1 FROM conversations c WHERE c.id = :id AND {_IN_INTERFACE}",
@@ -179,7 +179,9 @@ class ConversationStore:
         )
         return [dict(row) for row in rows]
 
-    async def get_conversation(self, conversation_id: str, *, interface: str | None = None) -> dict[str, Any] | None:
+    async def get_conversation(
+        self, conversation_id: str, *, interface: Interface | None = None
+    ) -> dict[str, Any] | None:
         def read(c: sqlite3.Connection) -> dict[str, Any] | None:
             conversation = c.execute(
                 f"SELECT * FROM conversations c WHERE c.id = :id AND {_IN_INTERFACE}",
@@ -222,7 +224,7 @@ class ConversationStore:
 
         return await self._file.run(read)
 
-    async def delete_conversation(self, conversation_id: str, *, interface: str | None = None) -> bool:
+    async def delete_conversation(self, conversation_id: str, *, interface: Interface | None = None) -> bool:
         cursor = await self._file.run(
             lambda c: c.execute(
                 f"DELETE FROM conversations AS c WHERE c.id = :id AND {_IN_INTERFACE}",
@@ -339,7 +341,9 @@ class ConversationStore:
         row = await self._file.run(lambda c: c.execute("SELECT sql FROM queries WHERE id = ?", (key,)).fetchone())
         return (row["sql"] or None) if row else None  # empty: given up to keep the turn within its cap
 
-    async def run_events(self, run_id: str, *, interface: str | None = None) -> tuple[str, list[dict[str, Any]]] | None:
+    async def run_events(
+        self, run_id: str, *, interface: Interface | None = None
+    ) -> tuple[str, list[dict[str, Any]]] | None:
         row = await self._file.run(
             lambda c: c.execute(
                 "SELECT t.conversation_id, t.events FROM turns t JOIN conversations c ON c.id = t.conversation_id "

@@ -4,6 +4,10 @@ queries (with a small preview, never whole results), follow-ups, feedback and ea
 
 A conversation is found by its id, or by an adapter's key (Slack: team, channel and thread). Event
 ids an adapter has handled are kept too, so a redelivered event is answered once, across restarts.
+
+Each conversation belongs to the interface that made it. A lookup given `interface` finds only that
+interface's conversations, turns and runs, and answers any other exactly as one that does not exist: the
+web, which anyone with its token may call with any id, never reaches a Slack thread through it.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ from typing import Any
 
 from agent.limits import Limits, cut_text, json_size
 from agent.receipts import Receipt
-from agent.runner import PREVIEW_ROWS, Outcome, RunResult, Turn, TurnQuery, fit_rows
+from agent.runner import PREVIEW_ROWS, Interface, Outcome, RunResult, Turn, TurnQuery, fit_rows
 from chats.state_file import SqliteFile, write_transaction
 
 log = logging.getLogger(__name__)
@@ -74,6 +78,9 @@ CREATE TABLE IF NOT EXISTS queries (
 );
 """
 
+
+# The SQL of "in `interface`, or any when it is None": a conversation's row is `c`.
+_IN_INTERFACE = "(:interface IS NULL OR c.interface = :interface)"
 
 # A stored query's id as runs make it: the run's uuid4 hex and the query's Q label.
 QUERY_KEY = re.compile(r"[0-9a-f]{32}-Q[1-9][0-9]{0,8}")
@@ -131,9 +138,14 @@ class ConversationStore:
 
         return await self._file.run(write)
 
-    async def record_feedback(self, run_id: str, value: str) -> bool:
+    async def record_feedback(self, run_id: str, value: str, *, interface: Interface | None = None) -> bool:
+        """The thumb on a stored answer; False when there is none (or, with `interface`, not one of its)."""
         cursor = await self._file.run(
-            lambda c: c.execute("UPDATE turns SET feedback = ? WHERE run_id = ?", (value, run_id))
+            lambda c: c.execute(
+                "UPDATE turns SET feedback = :value WHERE run_id = :run_id AND conversation_id IN "
+                f"(SELECT c.id FROM conversations c WHERE {_IN_INTERFACE})",
+                {"value": value, "run_id": run_id, "interface": interface},
+            )
         )
         return cursor.rowcount > 0
 
@@ -148,9 +160,12 @@ class ConversationStore:
         )
         return cursor.rowcount > 0
 
-    async def exists(self, conversation_id: str) -> bool:
+    async def exists(self, conversation_id: str, *, interface: Interface | None = None) -> bool:
         row = await self._file.run(
-            lambda c: c.execute("SELECT 1 FROM conversations WHERE id = ?", (conversation_id,)).fetchone()
+            lambda c: c.execute(
+                f"SELECT 1 FROM conversations c WHERE c.id = :id AND {_IN_INTERFACE}",
+                {"id": conversation_id, "interface": interface},
+            ).fetchone()
         )
         return row is not None
 
@@ -164,9 +179,14 @@ class ConversationStore:
         )
         return [dict(row) for row in rows]
 
-    async def get_conversation(self, conversation_id: str) -> dict[str, Any] | None:
+    async def get_conversation(
+        self, conversation_id: str, *, interface: Interface | None = None
+    ) -> dict[str, Any] | None:
         def read(c: sqlite3.Connection) -> dict[str, Any] | None:
-            conversation = c.execute("SELECT * FROM conversations WHERE id = ?", (conversation_id,)).fetchone()
+            conversation = c.execute(
+                f"SELECT * FROM conversations c WHERE c.id = :id AND {_IN_INTERFACE}",
+                {"id": conversation_id, "interface": interface},
+            ).fetchone()
             if conversation is None:
                 return None
             turns = c.execute(
@@ -204,8 +224,13 @@ class ConversationStore:
 
         return await self._file.run(read)
 
-    async def delete_conversation(self, conversation_id: str) -> bool:
-        cursor = await self._file.run(lambda c: c.execute("DELETE FROM conversations WHERE id = ?", (conversation_id,)))
+    async def delete_conversation(self, conversation_id: str, *, interface: Interface | None = None) -> bool:
+        cursor = await self._file.run(
+            lambda c: c.execute(
+                f"DELETE FROM conversations AS c WHERE c.id = :id AND {_IN_INTERFACE}",
+                {"id": conversation_id, "interface": interface},
+            )
+        )
         return cursor.rowcount > 0
 
     async def history(self, conversation_id: str) -> list[Turn]:
@@ -316,9 +341,15 @@ class ConversationStore:
         row = await self._file.run(lambda c: c.execute("SELECT sql FROM queries WHERE id = ?", (key,)).fetchone())
         return (row["sql"] or None) if row else None  # empty: given up to keep the turn within its cap
 
-    async def run_events(self, run_id: str) -> tuple[str, list[dict[str, Any]]] | None:
+    async def run_events(
+        self, run_id: str, *, interface: Interface | None = None
+    ) -> tuple[str, list[dict[str, Any]]] | None:
         row = await self._file.run(
-            lambda c: c.execute("SELECT conversation_id, events FROM turns WHERE run_id = ?", (run_id,)).fetchone()
+            lambda c: c.execute(
+                "SELECT t.conversation_id, t.events FROM turns t JOIN conversations c ON c.id = t.conversation_id "
+                f"WHERE t.run_id = :run_id AND {_IN_INTERFACE}",
+                {"run_id": run_id, "interface": interface},
+            ).fetchone()
         )
         return (row["conversation_id"], json.loads(row["events"])) if row else None
 

@@ -9,6 +9,10 @@ store before `done` is published. The log always opens with `started` and ends w
 
 With several worker processes, a `SharedRunLog` lets a reader in one process follow a run another
 process owns. On shutdown, `drain` refuses new runs and gives running ones a bounded time to finish.
+
+Every adapter's runs share the registry (`agent serve` runs the web and Slack in one process), so an
+adapter that finds runs by an id its clients send names its interface: another interface's run is
+not there for it.
 """
 
 from __future__ import annotations
@@ -97,6 +101,7 @@ class RunEvent:
 class RunHandle:
     run_id: str
     conversation_id: str
+    interface: Interface
     events: list[RunEvent] = field(default_factory=list)
     done: bool = False
     abandon_after_s: float | None = None  # cancel when unwatched this long; None: never
@@ -130,8 +135,10 @@ class RunRegistry:
     def running(self) -> int:
         return sum(1 for handle in self._runs.values() if not handle.done)
 
-    def get(self, run_id: str) -> RunHandle | None:
-        return self._runs.get(run_id)
+    def get(self, run_id: str, *, interface: Interface | None = None) -> RunHandle | None:
+        """The run of this process with this id; with `interface`, only if that interface started it."""
+        handle = self._runs.get(run_id)
+        return handle if handle is not None and interface in (None, handle.interface) else None
 
     def start(
         self,
@@ -150,7 +157,7 @@ class RunRegistry:
         Raises ShuttingDown once `drain` has begun."""
         if not self.accepting:
             raise ShuttingDown(ShuttingDown.message)
-        handle = RunHandle(run_id=uuid.uuid4().hex, conversation_id=conversation_id, abandon_after_s=abandon_after_s)
+        handle = RunHandle(uuid.uuid4().hex, conversation_id, interface, abandon_after_s=abandon_after_s)
         handle.events.append(RunEvent(1, handle.run_id, conversation_id, StartedEvent(question=question)))
         self._runs[handle.run_id] = handle
         run = self._drive(handle, question, history, platform, interface, followups, on_done)
@@ -333,16 +340,22 @@ class RunRegistry:
         log.info("run %s cancelled: its client went away", handle.run_id)
         handle.task.cancel()
 
-    async def follow_elsewhere(self, run_id: str, after: int = 0) -> AsyncIterator[RunEvent] | None:
-        """A run another worker process owns, followed through the shared log; None if there is none.
-        A run started a moment ago may not be shared yet: it is looked for a little while."""
+    async def follow_elsewhere(
+        self, run_id: str, after: int = 0, *, interface: Interface | None = None
+    ) -> AsyncIterator[RunEvent] | None:
+        """A run another worker process owns, followed through the shared log; None if there is none
+        (or, with `interface`, if its conversation is another interface's). A run started a moment ago
+        may not be shared yet: it is looked for a little while."""
         if self._shared is None:
             return None
         deadline = time.monotonic() + SHARED_APPEARS_S
-        while await self._shared.find(run_id) is None:
+        while (live := await self._shared.find(run_id)) is None:
             if time.monotonic() >= deadline:
                 return None
             await asyncio.sleep(SHARED_POLL_S)
+        if interface is not None and not await self._store.exists(live.conversation_id, interface=interface):
+            await asyncio.sleep(max(0.0, deadline - time.monotonic()))  # not told apart from a run never seen
+            return None
         return self._poll_shared(run_id, after)
 
     async def _poll_shared(self, run_id: str, after: int) -> AsyncIterator[RunEvent]:

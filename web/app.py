@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 from starlette.applications import Starlette
@@ -21,6 +22,7 @@ from agent.loop_lag import LoopLag
 from chats.conversations import ConversationStore
 from chats.pacing import Pacing
 from chats.proposals import ProposalStore
+from chats.rate_limits import RateLimit
 from chats.runs import STREAM_MARGIN_S, RunRegistry
 from web.boundary import HttpError, TrustedHosts, check_json_content_type, check_rate, check_token, client_key
 from web.context import WebContext, web_context
@@ -68,6 +70,7 @@ def create_app(
         stream_grace_s=settings.agent_shutdown_grace_s + STREAM_MARGIN_S,
         questions=pacing.rate_limit("web:questions", settings.agent_web_rate_per_minute),
         downloads=pacing.rate_limit("web:downloads", settings.agent_web_exports_per_minute),
+        thumbs=pacing.rate_limit("web:thumbs", settings.agent_web_thumbs_per_minute),
         downloading=DownloadSlots(settings.export_per_client),
         budget=pacing.daily_budget(settings.agent_daily_user_tokens, settings.agent_daily_user_cost_usd),
     )
@@ -85,15 +88,15 @@ def create_app(
     routes = [
         Route("/", page.index),
         Route("/c/{conversation_id}", page.conversation_page),
-        Route("/api/chat", _api(_limited("questions", chat.chat)), methods=["POST"]),
+        Route("/api/chat", _api(_limited(_QUESTIONS, chat.chat)), methods=["POST"]),
         Route("/api/conversations", _api(conversations.conversations)),
         Route("/api/conversations/{conversation_id}", _api(conversations.conversation), methods=["GET", "DELETE"]),
         Route("/api/knowledge", _api(knowledge.knowledge)),
         Route("/api/runs/{run_id}/events", _api(run_events.run_events)),
-        Route("/api/runs/{run_id}/feedback", _api(feedback.feedback), methods=["POST"]),
+        Route("/api/runs/{run_id}/feedback", _api(_limited(_THUMBS, feedback.feedback)), methods=["POST"]),
         Route("/queries/{query_id}", page.query_page),
         # The CSV route first: `{query_id}` would match "<id>.csv" too.
-        Route("/api/queries/{query_id}.csv", _api(_limited("downloads", queries.query_csv))),
+        Route("/api/queries/{query_id}.csv", _api(_limited(_DOWNLOADS, queries.query_csv))),
         Route("/api/queries/{query_id}", _api(queries.query)),
         *probe_routes(agent, registry, token),
         *extra_routes,
@@ -129,12 +132,22 @@ def _api(handler: Handler) -> Handler:
     return wrapped
 
 
-def _limited(budget: str, handler: Handler) -> Handler:
-    """The client's budget of `budget` ("questions" or "downloads") is checked before the handler."""
+@dataclass(frozen=True)
+class _Budget:
+    what: str  # as a refusal names it: "Too many questions"
+    limit: Callable[[WebContext], RateLimit]
+
+
+_QUESTIONS = _Budget("questions", lambda web: web.questions)
+_DOWNLOADS = _Budget("downloads", lambda web: web.downloads)
+_THUMBS = _Budget("thumbs", lambda web: web.thumbs)
+
+
+def _limited(budget: _Budget, handler: Handler) -> Handler:
+    """The client's `budget` is checked before the handler (and before it looks anything up)."""
 
     async def wrapped(request: Request) -> Response:
-        web = web_context(request)
-        await check_rate(web.questions if budget == "questions" else web.downloads, client_key(request), budget)
+        await check_rate(budget.limit(web_context(request)), client_key(request), budget.what)
         return await handler(request)
 
     return wrapped

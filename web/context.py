@@ -10,12 +10,15 @@ from starlette.templating import Jinja2Templates
 
 from agent.app import AgentApp
 from agent.config import Settings
+from agent.runner import Interface
 from chats.budgets import DailyBudget
 from chats.conversations import ConversationStore
 from chats.proposals import ProposalStore
 from chats.rate_limits import RateLimit
 from chats.runs import RunRegistry
 from web.downloads import DownloadSlots
+
+WEB: Interface = "web"  # the interface whose conversations and runs the web serves, and no other's
 
 
 @dataclass(frozen=True)
@@ -30,6 +33,7 @@ class WebContext:
     stream_grace_s: float  # on shutdown, how long a stream may go on until its run is done
     questions: RateLimit
     downloads: RateLimit  # a budget of its own: each runs a full query
+    thumbs: RateLimit  # a budget of its own: each writes to the store and may propose knowledge
     downloading: DownloadSlots  # each client's downloads running now
     budget: DailyBudget  # what each client may spend per UTC day (off unless set)
 

@@ -7,7 +7,7 @@ from starlette.responses import Response
 
 from chats.runs import ShuttingDown
 from web.boundary import HttpError, client_key, read_chat_request
-from web.context import web_context
+from web.context import WEB, web_context
 from web.sse import event_stream, live
 
 
@@ -22,7 +22,7 @@ async def chat(request: Request) -> Response:
         raise HttpError(429, refusal.message, {"Retry-After": str(refusal.retry_after_s)})
     if body.conversation_id is None:
         conversation_id = await web.store.create_conversation(body.message)
-    elif await web.store.exists(body.conversation_id):
+    elif await web.store.exists(body.conversation_id, interface=WEB):
         conversation_id = body.conversation_id
     else:
         raise HttpError(404, f"No conversation {body.conversation_id}.")

@@ -1,4 +1,5 @@
-"""The saved conversations: listed, read and deleted."""
+"""The web's saved conversations: listed, read and deleted. Another interface's (a Slack thread) is not
+there for the web: reading or deleting one answers as an id never seen."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from web.boundary import HttpError
-from web.context import web_context
+from web.context import WEB, web_context
 
 
 async def conversations(request: Request) -> Response:
@@ -17,10 +18,10 @@ async def conversation(request: Request) -> Response:
     store = web_context(request).store
     conversation_id = request.path_params["conversation_id"]
     if request.method == "DELETE":
-        if not await store.delete_conversation(conversation_id):
+        if not await store.delete_conversation(conversation_id, interface=WEB):
             raise HttpError(404, f"No conversation {conversation_id}.")
         return JSONResponse({"deleted": conversation_id})
-    found = await store.get_conversation(conversation_id)
+    found = await store.get_conversation(conversation_id, interface=WEB)
     if found is None:
         raise HttpError(404, f"No conversation {conversation_id}.")
     return JSONResponse(found)

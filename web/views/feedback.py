@@ -1,5 +1,6 @@
 """Thumbs on an answer: stored with the turn, and a proposal for `agent knowledge review` (a thumbs-up
-proposes the answer's queries as verified queries, a thumbs-down an eval case, with its reason)."""
+proposes the answer's queries as verified queries, a thumbs-down an eval case, with its reason). The web
+thumbs only the web's answers; each client has a budget of thumbs (web/app.py)."""
 
 from __future__ import annotations
 
@@ -7,14 +8,14 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from web.boundary import FeedbackRequest, HttpError, read_json_body
-from web.context import web_context
+from web.context import WEB, web_context
 
 
 async def feedback(request: Request) -> Response:
     web = web_context(request)
     run_id = request.path_params["run_id"]
     thumb = await read_json_body(request, FeedbackRequest, '{"value": "up" or "down", "reason": "..."}')
-    if not await web.store.record_feedback(run_id, thumb.value):
+    if not await web.store.record_feedback(run_id, thumb.value, interface=WEB):
         raise HttpError(404, f"No answer {run_id}.")
     if thumb.value == "down" and thumb.reason and thumb.reason.strip():
         await web.proposals.note_reason(run_id, thumb.reason)

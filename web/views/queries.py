@@ -1,5 +1,9 @@
 """A stored query: GET /api/queries/{query_id} (its SQL, columns and preview, as the conversation view
-shows it) and GET /api/queries/{query_id}.csv (its full result as CSV, run again)."""
+shows it) and GET /api/queries/{query_id}.csv (its full result as CSV, run again).
+
+These are the one door the web opens to another interface's answers: Slack's answers link each query
+here. So they give that query alone (its question, SQL, columns, capped preview, and the question its
+answer was to), never its conversation, the answer's other turns or the thread it came from."""
 
 from __future__ import annotations
 

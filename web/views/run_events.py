@@ -1,4 +1,5 @@
-"""GET /api/runs/{run_id}/events: reattach to a run, live, stored, or in another worker."""
+"""GET /api/runs/{run_id}/events: reattach to a web run, live, stored, or in another worker. Another
+interface's run (a Slack answer, whose id its links carry) is not there for the web."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from web.boundary import HttpError, read_last_event_id
-from web.context import web_context
+from web.context import WEB, web_context
 from web.sse import event_stream, live, replayed, singly
 
 
@@ -14,13 +15,13 @@ async def run_events(request: Request) -> Response:
     web = web_context(request)
     run_id = request.path_params["run_id"]
     after = read_last_event_id(request)
-    handle = web.runs.get(run_id)
+    handle = web.runs.get(run_id, interface=WEB)
     if handle is not None:
         return event_stream(live(web.runs.follow_batches(handle, after)), web.stream_grace_s)
-    stored = await web.store.run_events(run_id)
+    stored = await web.store.run_events(run_id, interface=WEB)
     if stored is not None:
         return event_stream(replayed(stored[1], after), web.stream_grace_s)
-    elsewhere = await web.runs.follow_elsewhere(run_id, after)  # another worker process runs it
+    elsewhere = await web.runs.follow_elsewhere(run_id, after, interface=WEB)  # another worker process runs it
     if elsewhere is None:
         raise HttpError(404, f"No run {run_id}.")
     return event_stream(live(singly(elsewhere)), web.stream_grace_s)

@@ -32,6 +32,7 @@ from functools import partial
 from types import FrameType
 from typing import Any
 
+import aiohttp
 import uvicorn
 from slack_sdk.errors import SlackApiError
 from starlette.applications import Starlette
@@ -49,7 +50,7 @@ from agent.loop_lag import LoopLag
 from agent.process.running_server import recorded
 from agent.process.workers import serve_workers
 from bots.slack import SlackBot
-from bots.slack.app import check_slack_settings
+from bots.slack.app import api_url, check_slack_settings, unreachable
 from web.app import create_app
 from web.probes import probe_routes
 from web.server import check_exposure, server_options
@@ -367,8 +368,6 @@ async def check_slack_token(settings: Settings, slack: bool | None) -> None:
         return
     from slack_sdk.web.async_client import AsyncWebClient
 
-    from bots.slack.app import api_url
-
     check_slack_settings(settings)
     assert settings.slack_bot_token is not None
     client = AsyncWebClient(token=settings.slack_bot_token.get_secret_value(), base_url=api_url(settings.slack_api_url))
@@ -376,3 +375,5 @@ async def check_slack_token(settings: Settings, slack: bool | None) -> None:
         await client.auth_test()
     except SlackApiError as exc:
         raise ConfigError(f"SLACK_BOT_TOKEN: Slack refused it ({exc.response.get('error')}).") from None
+    except (aiohttp.ClientError, TimeoutError) as exc:
+        raise unreachable(api_url(settings.slack_api_url), exc) from None

@@ -176,7 +176,7 @@ def test_ask_beside_a_running_server_asks_it_and_a_second_server_or_a_taken_port
             f"stop what serves it, or pick another port (--port {server.port + 1}).\n"
         )
     finally:
-        out, err = server.stop()
+        _, err = server.stop()
     assert server.process.returncode == 0, err
     assert not (data_dir / "clickhouse" / "server.json").exists()
     assert _outcomes(data_dir)[-2:] == ["answered", "answered"]
@@ -218,5 +218,6 @@ def test_ctrl_c_in_web_cancels_the_answer_at_once_and_exits_130(fake: FakeAnthro
         server.stop()
     assert server.process.returncode == 130, err
     assert "Traceback" not in err and err.splitlines()[-1] == "interrupted"
+    assert out.startswith("Serving the chat on ") and out.count("\n") == 1
     assert '"outcome": "cancelled"' in events
     assert _outcomes(data_dir)[-1] == "cancelled"

@@ -19,6 +19,7 @@ another terminal asks it (agent/process/running_server.py). A taken port is one 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import signal
@@ -348,7 +349,8 @@ async def _serve(
         # clean exit, so the re-raised one lands here and is ignored (exit 0).
         previous = signal.signal(signal.SIGTERM, lambda sig, frame: None)
         try:
-            with recorded(settings, host, port):
+            # Only the web chat answers `agent ask` (POST /api/chat); the Slack bot alone records nothing.
+            with recorded(settings, host, port) if web else contextlib.nullcontext():
                 await server.serve(sockets=sockets)
         finally:
             signal.signal(signal.SIGTERM, previous)

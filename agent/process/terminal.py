@@ -4,8 +4,9 @@ The answer goes to `out` (stdout); the steps (thinking, SQL, results, previews, 
 go to `steps`: stdout too at a terminal, stderr otherwise, so `agent ask ... > answer.md` holds the
 answer alone. Each stream is rendered by rich when it is a terminal (the answer's Markdown as it
 streams, preview rows as tables) and plain otherwise (the Markdown as written, rows tab-separated, no
-escape codes). Events come from this process's run (`done` carries the whole result: previews show
-ClickHouse's own text) or from a server's stream (previews from its `result` events' rows).
+escape codes). A run driven directly ends with `done` carrying the whole result: previews show
+ClickHouse's own text; a run followed through the run registry or a server's stream ends with the wire's
+`done`, and previews come from its `result` events' JSON rows.
 
 A clarification's options are in its answer already: they are not listed again, only numbered choices
 are remembered (`choices`) for `agent chat` to pick by number, as are follow-ups.

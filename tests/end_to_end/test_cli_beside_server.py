@@ -6,6 +6,7 @@ the signal has landed."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -165,6 +166,12 @@ def test_ask_beside_a_running_server_asks_it_and_a_second_server_or_a_taken_port
         (first,) = [r for r in fake.requests[asked_before:] if r.get("tools")][:1]
         assert "How many airlines are there?" in str(first["messages"])  # the same conversation, its history sent
 
+        scripted = _run(data_dir, "ask", "--json", "How many airlines are there?")
+        assert scripted.returncode == 0, scripted.stderr
+        summary = json.loads(scripted.stdout)
+        assert summary["answer"] == "There are 16 airlines [Q1]." and summary["conversation_id"]
+        assert [(q["id"], q["rows"]) for q in summary["queries"]] == [("Q1", [[16]])]
+
         second = _run(data_dir, "web", "--port", str(_free_port()), ANTHROPIC_API_KEY="test-key")
         assert second.returncode == 2 and second.stdout == ""
         assert second.stderr.count("\n") == 1 and "is in use by process" in second.stderr, second.stderr
@@ -179,7 +186,7 @@ def test_ask_beside_a_running_server_asks_it_and_a_second_server_or_a_taken_port
         _, err = server.stop()
     assert server.process.returncode == 0, err
     assert not (data_dir / "clickhouse" / "server.json").exists()
-    assert _outcomes(data_dir)[-2:] == ["answered", "answered"]
+    assert _outcomes(data_dir)[-3:] == ["answered", "answered", "answered"]
 
 
 def test_ctrl_c_in_ask_cancels_the_run_prints_one_line_and_exits_130(fake: FakeAnthropic, data_dir: Path) -> None:

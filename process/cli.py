@@ -1,6 +1,9 @@
 """`agent`: the command line. Parses arguments, calls the library, prints; no SQL or prompt logic.
 
-Exit codes: 0 success, 1 a query (or question) failed, 2 a usage or configuration error.
+Exit codes (process/errors.py; the README's table is checked against them): 0 success, 1 a query (or
+question) failed, 2 a usage or configuration error (a ClickHouse, model API or Slack it cannot reach at
+start included), 130 interrupted (Ctrl-C). `agent --help` imports neither a model SDK nor the engine:
+every command imports what it uses when it runs.
 """
 
 from __future__ import annotations
@@ -13,22 +16,37 @@ import sys
 from collections.abc import Callable, Coroutine
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from agent.config import ConfigError, Settings, load_settings
-from agent.db import DatabaseUnavailable, format_for_model, open_database
-from agent.llm import LLMConfigError
-from agent.logs import configure_logging
-from process.errors import EXIT_FAILED, EXIT_OK, EXIT_USAGE, UsageError
+from process.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, UsageError
 from process.untrusted import safe
+
+if TYPE_CHECKING:
+    from agent.config import Settings
+    from process.sessions import Session
+    from process.terminal import TerminalPrinter
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = _parser()
+    argv = sys.argv[1:] if argv is None else argv
+    parser = _parser(evals=_command(argv) == "evals")
     args = parser.parse_args(argv)
     if not getattr(args, "handler", None):
         parser.print_help()
         return EXIT_USAGE
+    try:
+        return _handle(args)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+
+
+def _handle(args: argparse.Namespace) -> int:
+    from agent.config import ConfigError, load_settings
+    from agent.db import DatabaseUnavailable
+    from agent.llm import LLMConfigError
+    from agent.logs import configure_logging
+
     try:
         settings = load_settings()
         # A person at a terminal sees the steps the command prints; a server's INFO lines (one per
@@ -39,11 +57,14 @@ def main(argv: list[str] | None = None) -> int:
     except (ConfigError, UsageError, DatabaseUnavailable, LLMConfigError) as exc:
         return _fail(args, str(exc), EXIT_USAGE)
     except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return 130
+        raise
     except Exception as exc:  # a person sees one line they can act on, never a traceback
         logging.getLogger("process.cli").debug("unexpected failure", exc_info=True)
         return _fail(args, f"unexpected failure ({type(exc).__name__}: {exc}); LOG_LEVEL=DEBUG shows details", 1)
+
+
+def _command(argv: list[str]) -> str | None:
+    return next((word for word in argv if not word.startswith("-")), None)
 
 
 def _fail(args: argparse.Namespace, message: str, code: int) -> int:
@@ -54,7 +75,7 @@ def _fail(args: argparse.Namespace, message: str, code: int) -> int:
     return code
 
 
-def _parser() -> argparse.ArgumentParser:
+def _parser(*, evals: bool = False) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="agent", description="A text-to-SQL analytics agent for ClickHouse.")
     commands = parser.add_subparsers(title="commands")
 
@@ -90,9 +111,13 @@ def _parser() -> argparse.ArgumentParser:
 
     ask = commands.add_parser("ask", help="ask the agent a question; steps stream to the terminal")
     ask.add_argument("question", help="a question in plain English")
+    _conversation_arguments(ask)
     ask.add_argument("--json", action="store_true", help="print the whole result as JSON at the end")
-    ask.add_argument("--no-followups", action="store_true", help="skip follow-up suggestions")
-    ask.set_defaults(handler=_run(_ask))
+    ask.set_defaults(handler=_ask)
+
+    chat = commands.add_parser("chat", help="a conversation at the terminal: questions, follow-ups, clarifications")
+    _conversation_arguments(chat)
+    chat.set_defaults(handler=_chat)
 
     web = commands.add_parser("web", help="serve the web chat alone")
     _serving_arguments(web, port=8000)
@@ -106,10 +131,27 @@ def _parser() -> argparse.ArgumentParser:
     _serving_arguments(slack, port=3000)
     slack.set_defaults(handler=partial(_serve, web=False, slack=True), serving=True)
 
-    from process.evals_cli import add_evals_commands
+    if evals:  # the evals commands import the model SDKs: only for `agent evals ...`
+        from process.evals_cli import add_evals_commands
 
-    add_evals_commands(commands)
+        add_evals_commands(commands)
+    else:
+        commands.add_parser("evals", help="run eval suites, check them, compare runs")
     return parser
+
+
+def _conversation_arguments(parser: argparse.ArgumentParser) -> None:
+    which = parser.add_mutually_exclusive_group()
+    which.add_argument("--continue", dest="resume", action="store_true", help="go on with the last conversation")
+    which.add_argument("--conversation", metavar="ID", help="go on with this conversation (its id, as the web's /c/ID)")
+    parser.add_argument("--no-followups", action="store_true", help="skip follow-up suggestions")
+    parser.add_argument(
+        "--steps",
+        choices=["auto", "stdout", "stderr"],
+        default="auto",
+        help="where thinking, SQL, previews and the receipt go (default: stdout at a terminal, else stderr, "
+        "so `> answer.md` holds the answer alone)",
+    )
 
 
 def _serving_arguments(parser: argparse.ArgumentParser, *, port: int) -> None:
@@ -139,6 +181,8 @@ def _run(command: Callable[[argparse.Namespace, Settings], Coroutine[Any, Any, i
 
 
 async def _sql(args: argparse.Namespace, settings: Settings) -> int:
+    from agent.db import format_for_model, open_database
+
     db = open_database(settings)
     try:
         result = await db.execute(args.sql)
@@ -152,6 +196,7 @@ async def _sql(args: argparse.Namespace, settings: Settings) -> int:
 
 
 async def _schema(args: argparse.Namespace, settings: Settings) -> int:
+    from agent.db import open_database
     from agent.schema import SchemaCache
 
     db = open_database(settings)
@@ -169,6 +214,7 @@ async def _schema(args: argparse.Namespace, settings: Settings) -> int:
 
 
 async def _knowledge_check(args: argparse.Namespace, settings: Settings) -> int:
+    from agent.db import open_database
     from agent.knowledge import KnowledgeError, check_entries, load_directory
 
     directory = Path(args.dir) if args.dir else settings.knowledge_dir
@@ -194,6 +240,7 @@ async def _knowledge_review(args: argparse.Namespace, settings: Settings) -> int
     import getpass
 
     from chats.proposals import ProposalStore
+    from agent.db import open_database
     from process.review import Reviewer, review
 
     directory = Path(args.dir) if args.dir else settings.knowledge_dir
@@ -216,28 +263,111 @@ async def _knowledge_review(args: argparse.Namespace, settings: Settings) -> int
     return EXIT_OK
 
 
-async def _ask(args: argparse.Namespace, settings: Settings) -> int:
-    from agent.app import AgentApp
-    from agent.runner import Outcome, ignore_events
+def _ask(args: argparse.Namespace, settings: Settings) -> int:
+    """One question, in a new conversation or one that goes on. Ctrl-C cancels the run: asyncio.run
+    cancels the task (its model call stops, its queries are killed) and raises KeyboardInterrupt (130)."""
+    question = args.question.strip()
+    if not question:  # as the web refuses it, before anything starts
+        raise UsageError('The question is empty: agent ask "How many flights left JFK in May?"')
+    return asyncio.run(_ask_once(args, settings, question))
+
+
+async def _ask_once(args: argparse.Namespace, settings: Settings, question: str) -> int:
+    from process.sessions import open_session, remember
+    from agent.runner import Outcome
+
+    conversation_id = _conversation(args, settings)
+    session = open_session(settings)
+    try:
+        await session.check()
+        _say_where(session)
+        hint = '(answer with: agent ask --continue "<one of the {count} options, or your own>")'
+        printer = None if args.json else _printer(args, hint)
+        asked = await session.ask(question, conversation_id, printer or _ignore, followups=not args.no_followups)
+    finally:
+        await session.close()
+    remember(settings, asked.conversation_id)
+    if args.json:
+        print(json.dumps(asked.summary(), ensure_ascii=False, indent=2))
+        if asked.final is not None and asked.final.error:
+            print(safe(f"error: {asked.final.error}"), file=sys.stderr)
+    else:
+        print(f"(conversation {asked.conversation_id}; agent ask --continue goes on with it)", file=sys.stderr)
+    return EXIT_FAILED if asked.outcome in (Outcome.ERROR, None) else EXIT_OK
+
+
+async def _ignore(event: object) -> None:
+    return None
+
+
+def _chat(args: argparse.Namespace, settings: Settings) -> int:
+    """A conversation at the terminal: each line a question; a number picks a follow-up or one of a
+    clarification's options. An empty line is skipped; `exit`, `quit` or Ctrl-D ends it."""
+    from process.sessions import open_session, remember
+
+    conversation_id = _conversation(args, settings)
+    with asyncio.Runner() as loop:  # one loop for the session's life; input() waits between questions
+        session = loop.run(_opened(open_session, settings))
+        try:
+            _say_where(session)
+            print("Ask a question (a number picks a suggestion; exit or Ctrl-D ends).", file=sys.stderr)
+            choices: list[str] = []
+            while (question := _next_question(choices)) is not None:
+                printer = _printer(args, "(type 1-{count} to pick one of the options above, or answer in words)")
+                asked = loop.run(session.ask(question, conversation_id, printer, followups=not args.no_followups))
+                conversation_id = asked.conversation_id
+                remember(settings, conversation_id)
+                choices = printer.choices
+        finally:
+            loop.run(session.close())
+    return EXIT_OK
+
+
+async def _opened(open_session: Callable[[Settings], Session], settings: Settings) -> Session:
+    session = open_session(settings)
+    try:
+        await session.check()
+    except BaseException:
+        await session.close()
+        raise
+    return session
+
+
+def _next_question(choices: list[str]) -> str | None:
+    while True:
+        try:
+            line = input("› ").strip()
+        except EOFError:
+            return None
+        if line.lower() in ("exit", "quit"):
+            return None
+        if line.isdigit() and 1 <= int(line) <= len(choices):
+            print(safe(f"› {choices[int(line) - 1]}"), file=sys.stderr)
+            return choices[int(line) - 1]
+        if line:
+            return line
+
+
+def _conversation(args: argparse.Namespace, settings: Settings) -> str | None:
+    from process.sessions import last_conversation
+
+    if not args.resume:
+        return args.conversation or None
+    if (last := last_conversation(settings)) is None:
+        raise UsageError('No conversation to continue yet: ask a question first (agent ask "...").')
+    return last
+
+
+def _printer(args: argparse.Namespace, hint: str) -> TerminalPrinter:
     from process.terminal import TerminalPrinter
 
-    if problem := settings.missing_model_key():
-        raise LLMConfigError(problem)
-    app = AgentApp.start(settings)
-    printer = ignore_events if args.json else TerminalPrinter()
-    try:
-        result = await app.runner.run(
-            args.question, platform="cli", interface="cli", on_event=printer, followups=not args.no_followups
-        )
-    finally:
-        await app.close()
-    if args.json:
-        print(json.dumps(result.summary(), ensure_ascii=False, indent=2))
-        if result.error:
-            print(safe(f"error: {result.error}"), file=sys.stderr)
-    if result.outcome is Outcome.CANCELLED:
-        return 130
-    return EXIT_FAILED if result.outcome is Outcome.ERROR else EXIT_OK
+    steps = {"stdout": sys.stdout, "stderr": sys.stderr}.get(args.steps)
+    return TerminalPrinter(steps=steps, hint=hint)
+
+
+def _say_where(session: Session) -> None:
+    if session.where:
+        print(f"(asking the server at {session.where}, which holds the data)", file=sys.stderr)
 
 
 def _serve(args: argparse.Namespace, settings: Settings, *, web: bool, slack: bool | None) -> int:

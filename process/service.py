@@ -5,15 +5,21 @@ The embedded engine allows one process per data directory, so with it everything
 Slack arrives over HTTP at /slack/events on the same app, or, when SLACK_APP_TOKEN is set, over Socket
 Mode as a task on the same event loop. /healthz, /readyz and /metrics are served whatever runs.
 
-Shutdown (SIGTERM or Ctrl-C): the process stops taking questions at once (the listener closes, Socket
-Mode disconnects, a question that still arrives is refused with a message), lets the answers already
-running finish and be stored for up to AGENT_SHUTDOWN_GRACE_S, cancels what is left (stored as
-cancelled), and exits 0. A second signal cancels at once.
+Shutdown (SIGTERM): the process stops taking questions at once (the listener closes, Socket Mode
+disconnects, a question that still arrives is refused with a message), lets the answers already running
+finish and be stored for up to AGENT_SHUTDOWN_GRACE_S, cancels what is left (stored as cancelled), and
+exits 0. A second signal cancels at once. Ctrl-C (SIGINT) is a person at the terminal: what runs is
+cancelled at once (its queries killed, stored as cancelled) and the command exits 130.
+
+With the embedded engine, the process holds the data folder before it listens (a second server on the
+same folder stops with one line), and records its address beside the folder's lock, so `agent ask` in
+another terminal asks it (process/running_server.py). A taken port is one line too.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import signal
@@ -23,26 +29,29 @@ import threading
 from collections.abc import AsyncIterator, Callable, Coroutine
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
+from functools import partial
 from types import FrameType
 from typing import Any
 
+import aiohttp
 import uvicorn
 from slack_sdk.errors import SlackApiError
 from starlette.applications import Starlette
 from starlette.routing import BaseRoute
 
 from agent.app import AgentApp
-from agent.config import ConfigError, Settings, load_settings
-from agent.limits import Limits
-from agent.logs import announce, configure_logging
-from agent.loop_lag import LoopLag
-from bots.slack import SlackBot
-from bots.slack.app import check_slack_settings
 from chats.conversations import ConversationStore
 from chats.pacing import Pacing
 from chats.runs import STREAM_MARGIN_S, RunRegistry
 from chats.shared_runs import SharedRunLog
+from agent.config import ConfigError, Settings, load_settings
+from agent.limits import Limits
+from agent.logs import announce, configure_logging
+from agent.loop_lag import LoopLag
+from process.running_server import recorded
 from process.workers import serve_workers
+from bots.slack import SlackBot
+from bots.slack.app import api_url, check_slack_settings, unreachable
 from web.app import create_app
 from web.probes import probe_routes
 from web.server import check_exposure, server_options
@@ -66,6 +75,7 @@ class Service:
     owns_agent: bool = True  # False when the caller passed the agent in (and closes it)
     started: bool = False
     closed: bool = False
+    interrupted: bool = False  # stopped by Ctrl-C (SIGINT): the command exits 130
     _draining: asyncio.Task[None] | None = None
     _forced: asyncio.Task[None] | None = None
     _restore: dict[int, SignalHandler] = field(default_factory=dict)
@@ -140,15 +150,15 @@ class Service:
             self._release_signals()
             await self.close()
 
-    def begin_drain(self) -> None:
+    def begin_drain(self, *, at_once: bool = False) -> None:
         """The first signal: take nothing new, and give what runs the grace period, from now: the
         cancelled ones still reach their readers (and are stored) before the server closes their
-        streams. A second signal: cancel what runs now."""
+        streams. A second signal, or `at_once` (Ctrl-C): cancel what runs now."""
         if self._draining is not None:
             log.info("second signal: cancelling the answers still running")
             self._forced = asyncio.get_running_loop().create_task(self._drain(0))
             return
-        grace_s = self.agent.settings.agent_shutdown_grace_s
+        grace_s = 0.0 if at_once else self.agent.settings.agent_shutdown_grace_s
         log.info(
             "shutting down: %d answer(s) running get up to %.0f s to finish; new questions are refused",
             self.runs.running,
@@ -173,7 +183,13 @@ class Service:
             previous = signal.getsignal(sig)
             if callable(previous):
                 self._restore[sig] = previous
-                signal.signal(sig, _Chained(previous, lambda: loop.call_soon_threadsafe(self.begin_drain)).handle)
+                notify = partial(self._on_signal, loop, sig)
+                signal.signal(sig, _Chained(previous, notify).handle)
+
+    def _on_signal(self, loop: asyncio.AbstractEventLoop, sig: int) -> None:
+        if sig == signal.SIGINT:
+            self.interrupted = True
+        loop.call_soon_threadsafe(partial(self.begin_drain, at_once=sig == signal.SIGINT))
 
     def _release_signals(self) -> None:
         for sig, previous in self._restore.items():
@@ -228,7 +244,8 @@ def slack_app(
 
 def serve(settings: Settings, *, host: str, port: int, web: bool, slack: bool | None = None, workers: int = 1) -> None:
     """`agent serve` (web=True: the chat, plus Slack when SLACK_BOT_TOKEN is set), `agent web` (slack=False)
-    or `agent slack` (web=False); with a ClickHouse server, in `workers` processes (process/workers.py)."""
+    or `agent slack` (web=False); with a ClickHouse server, in `workers` processes (process/workers.py).
+    Raises KeyboardInterrupt once a Ctrl-C has stopped it (what ran was cancelled)."""
     if web:
         check_exposure(settings, host)
     if slack is None:
@@ -240,12 +257,40 @@ def serve(settings: Settings, *, host: str, port: int, web: bool, slack: bool | 
             "Set CLICKHOUSE_URL to a ClickHouse server to run several workers.",
         )
         workers = 1
-    _warn_without_key(settings, web)
     if workers > 1:
+        _warn_without_key(settings, web)
         asyncio.run(check_slack_token(settings, slack))  # a bad token: one line here, not one per worker
         serve_workers(settings, host=host, port=port, web=web, slack=slack, workers=workers, worker=serve_in_worker)
         return
-    asyncio.run(_serve(settings, host=host, port=port, web=web, slack=slack))
+    if settings.embedded:  # a second server on the same folder would serve and fail every question
+        from agent.db.embedded import claim_data_dir
+
+        claim_data_dir(settings.chdb_path)
+    sock = listening_socket(host, port)
+    _warn_without_key(settings, web)
+    try:
+        interrupted = asyncio.run(_serve(settings, host=host, port=port, web=web, slack=slack, sockets=[sock]))
+    finally:
+        sock.close()
+    if interrupted:
+        raise KeyboardInterrupt
+
+
+def listening_socket(host: str, port: int) -> socket.socket:
+    """The server's socket, bound here so that a taken port is one line a person can act on."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)  # IPPROTO_TCP: see workers._bound
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+        sock.listen(2048)
+    except OSError as exc:
+        sock.close()
+        raise ConfigError(
+            f"--port {port}: {host}:{port} is taken ({exc.strerror}); stop what serves it, or pick another port "
+            f"(--port {port + 1})."
+        ) from None
+    return sock
 
 
 def serve_in_worker(host: str, port: int, web: bool, slack: bool, workers: int, sock: socket.socket) -> int:
@@ -257,7 +302,10 @@ def serve_in_worker(host: str, port: int, web: bool, slack: bool, workers: int, 
     try:
         settings = load_settings()
         configure_logging(settings)
-        asyncio.run(_serve(settings, host=host, port=port, web=web, slack=slack, workers=workers, sockets=[sock]))
+        serving = _serve(
+            settings, host=host, port=port, web=web, slack=slack, workers=workers, sockets=[sock], in_worker=True
+        )
+        asyncio.run(serving)  # the supervisor tells of a Ctrl-C
     except (ConfigError, DatabaseUnavailable, LLMConfigError) as exc:
         print(f"error: worker {os.getpid()}: {exc}", file=sys.stderr, flush=True)
         return 2
@@ -286,23 +334,29 @@ async def _serve(
     web: bool,
     slack: bool,
     workers: int = 1,
-    sockets: list[socket.socket] | None = None,
-) -> None:
+    sockets: list[socket.socket],
+    in_worker: bool = False,
+) -> bool:
+    """Serve until a signal; True when it was Ctrl-C."""
     service = await Service.open(settings, web=web, slack=slack, workers=workers)
     try:
         server = uvicorn.Server(_uvicorn_config(settings, service.app, host=host, port=port))
-        if sockets is None:
+        port = sockets[0].getsockname()[1]
+        if not in_worker:
             what = "the chat" if web else "the Slack bot"
             announce(settings, f"Serving {what} on http://{host}:{port}; Slack: {service.slack_mode}  (Ctrl-C to stop)")
         # uvicorn re-raises the signal that stopped it once it has shut down; a drained SIGTERM is a
         # clean exit, so the re-raised one lands here and is ignored (exit 0).
         previous = signal.signal(signal.SIGTERM, lambda sig, frame: None)
         try:
-            await server.serve(sockets=sockets)
+            # Only the web chat answers `agent ask` (POST /api/chat); the Slack bot alone records nothing.
+            with recorded(settings, host, port) if web else contextlib.nullcontext():
+                await server.serve(sockets=sockets)
         finally:
             signal.signal(signal.SIGTERM, previous)
     finally:
         await service.close()
+    return service.interrupted
 
 
 def _warn_without_key(settings: Settings, web: bool) -> None:
@@ -316,8 +370,6 @@ async def check_slack_token(settings: Settings, slack: bool | None) -> None:
         return
     from slack_sdk.web.async_client import AsyncWebClient
 
-    from bots.slack.app import api_url
-
     check_slack_settings(settings)
     assert settings.slack_bot_token is not None
     client = AsyncWebClient(token=settings.slack_bot_token.get_secret_value(), base_url=api_url(settings.slack_api_url))
@@ -325,3 +377,5 @@ async def check_slack_token(settings: Settings, slack: bool | None) -> None:
         await client.auth_test()
     except SlackApiError as exc:
         raise ConfigError(f"SLACK_BOT_TOKEN: Slack refused it ({exc.response.get('error')}).") from None
+    except (aiohttp.ClientError, TimeoutError) as exc:
+        raise unreachable(api_url(settings.slack_api_url), exc) from None

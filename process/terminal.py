@@ -1,13 +1,20 @@
-"""Prints Runner events to a terminal as they happen (for `agent ask`).
+"""Prints a run's events to a terminal as they happen (for `agent ask` and `agent chat`).
 
-At a terminal, rich renders: the steps, the answer's Markdown as it streams, each query's preview rows
-as a table, the figures that did not check out, and the receipt. When stdout is not a terminal (a pipe,
-a file) the same content is plain text: the answer's Markdown as written, rows tab-separated, no escape
-codes. Cells are ClickHouse's own text (from the run's result, not the JSON preview).
+The answer goes to `out` (stdout); the steps (thinking, SQL, results, previews, follow-ups, the receipt)
+go to `steps`: stdout too at a terminal, stderr otherwise, so `agent ask ... > answer.md` holds the
+answer alone. Each stream is rendered by rich when it is a terminal (the answer's Markdown as it
+streams, preview rows as tables) and plain otherwise (the Markdown as written, rows tab-separated, no
+escape codes). A run driven directly ends with `done` carrying the whole result: previews show
+ClickHouse's own text; a run followed through the run registry or a server's stream ends with the wire's
+`done`, and previews come from its `result` events' JSON rows.
+
+A clarification's options are in its answer already: they are not listed again, only numbered choices
+are remembered (`choices`) for `agent chat` to pick by number, as are follow-ups.
 """
 
 from __future__ import annotations
 
+import json
 import sys
 import time
 from typing import Any, TextIO
@@ -20,49 +27,71 @@ from rich.table import Table
 from rich.text import Text
 
 from agent.db.rendering import is_numeric
-from agent.runner import PREVIEW_ROWS, ExecutedQuery, RunResult
 from process.untrusted import safe
+from agent.runner import PREVIEW_ROWS, Classification, ExecutedQuery, Outcome, RunResult
 
 _REFRESH_S = 0.1  # the streamed answer is re-rendered at most this often
 
 
 class TerminalPrinter:
-    def __init__(self, out: TextIO | None = None, err: TextIO | None = None, *, rich: bool | None = None) -> None:
+    def __init__(
+        self,
+        out: TextIO | None = None,
+        err: TextIO | None = None,
+        *,
+        rich: bool | None = None,
+        steps: TextIO | None = None,
+        hint: str = "",
+    ) -> None:
+        """`steps`: where the steps go (default: `out` at a terminal, else `err`). `rich`: force rendering on
+        or off for both streams. `hint`: how to reply to a clarification, printed after it."""
         self._out, self._err = out or sys.stdout, err or sys.stderr
+        self._steps = steps or (self._out if self._out.isatty() else self._err)
         self._rich = self._out.isatty() if rich is None else rich
+        self._rich_steps = self._steps.isatty() if rich is None else rich
         self._console = Console(file=self._out, force_terminal=self._rich, highlight=False, emoji=False)
+        self._step_console = Console(file=self._steps, force_terminal=self._rich_steps, highlight=False, emoji=False)
+        self._hint = hint
         self._text = ""
         self._in_answer = False
         self._live: Live | None = None
         self._painted = 0.0
+        self._questions: dict[str, str] = {}
+        self._results: dict[str, Any] = {}  # result events by query id, for previews of a server's run
+        self._suggested: list[str] = []
+        self.choices: list[str] = []  # what a number picks in `agent chat`: a clarification's options, follow-ups
+        self.outcome: Outcome | None = None
 
     async def __call__(self, event: Any) -> None:
         handler = getattr(self, f"_{event.type}", None)
         if handler is not None:
             handler(event)
             self._out.flush()
+            self._steps.flush()
 
     # --- the steps ---
 
     def _line(self, text: str, style: str = "") -> None:
         self._end_answer()
-        if self._rich:
-            self._console.print(Text(safe(text), style=style))
+        if self._rich_steps:
+            self._step_console.print(Text(safe(text), style=style))
         else:
-            self._out.write(safe(text) + "\n")
+            self._steps.write(safe(text) + "\n")
 
     def _thinking(self, event: Any) -> None:
         self._line(f"🧠 {event.text}", "dim")
 
     def _executing(self, event: Any) -> None:
+        self._questions[event.query_id] = event.question
         self._line(f"⚡ {event.query_id} {event.question}", "bold")
         sql = safe(event.sql.strip())
-        if self._rich:
-            self._console.print(Syntax(sql, "sql", theme="ansi_dark", background_color="default"), style="dim")
+        if self._rich_steps:
+            self._step_console.print(Syntax(sql, "sql", theme="ansi_dark", background_color="default"), style="dim")
         else:
-            self._out.write("\n".join(f"     {line}" for line in sql.splitlines()) + "\n")
+            self._steps.write("\n".join(f"     {line}" for line in sql.splitlines()) + "\n")
 
     def _result(self, event: Any) -> None:
+        self._results[event.query_id] = event
         if event.error:
             hint = f"\n     hint: {event.hint}" if event.hint else ""
             self._line(f"   ✗ {event.query_id} failed: {event.error.splitlines()[0][:200]}{hint}", "red")
@@ -75,7 +104,7 @@ class TerminalPrinter:
         self._line(f"📈 {event.chart.id}: {event.chart.describe()} (the spec is in --json; the web chat draws it)")
 
     def _followups(self, event: Any) -> None:
-        self._line("\nFollow-up questions:\n" + "\n".join(f"  • {q}" for q in event.questions))
+        self._suggested = list(event.questions)  # shown at the end: a clarification's are in its answer already
 
     def _fallback(self, event: Any) -> None:
         self._line(f"↪ {event.note}", "dim")
@@ -97,7 +126,7 @@ class TerminalPrinter:
             return
         self._text += event.text
         if not self._rich:
-            if not self._in_answer:
+            if not self._in_answer and self._steps is self._out:
                 self._out.write("\n")
             self._in_answer = True
             self._out.write(safe(event.text))
@@ -129,37 +158,103 @@ class TerminalPrinter:
 
     def _done(self, event: Any) -> None:
         self._end_answer()
-        result: RunResult = event.result
-        for query in result.queries:
-            if query.result.ok and query.result.columns and not query.reused_from:
-                self._preview(query)
+        result = event.result
+        if result is None:  # the server failed before it had a result; its error was printed
+            self.outcome = Outcome.ERROR
+            return
+        self.outcome = result.outcome
+        if result.outcome is Outcome.CANCELLED:
+            return  # nothing answered: no evidence, no receipt (the command says it was interrupted)
+        self._previews(result)
+        self._figures(result)
+        self._next_steps(result.classification)
+        if result.receipt is not None:
+            self._line("\n" + result.receipt.line(), "dim")
+
+    def _previews(self, result: Any) -> None:
+        if isinstance(result, RunResult):
+            for query in result.queries:
+                if query.result.ok and query.result.columns and not query.reused_from:
+                    self._preview_query(query)
+            return
+        for query_id, event in self._results.items():
+            if not event.error and event.columns and not event.reused_from:
+                rows = [[_json_cell(cell) for cell in row] for row in event.rows]
+                title = f"{query_id} {self._questions.get(query_id, '')}"
+                self._table(title, event.columns, None, rows, event.row_count, event.has_more)
+
+    def _figures(self, result: Any) -> None:
         if result.figures is not None and result.figures.unchecked:
             self._line(f"\n⚠ Figures not checked: {result.figures.unchecked}", "yellow")
         elif result.figures is not None and result.figures.unverified:
             self._line(f"\n⚠ {result.figures.unverified} figure(s) match nothing in the results they cite:", "yellow")
             for figure in result.figures.failures():
                 self._line(f"  • {figure.text}: {figure.reason}", "yellow")
-        if result.receipt is not None:
-            self._line("\n" + result.receipt.line(), "dim")
 
-    def _preview(self, query: ExecutedQuery) -> None:
+    def _next_steps(self, classification: Classification) -> None:
+        self.choices = self._suggested
+        if classification is Classification.CLARIFICATION:
+            if self._suggested and self._hint:
+                self._line(f"\n{self._hint.format(count=len(self._suggested))}", "dim")
+            return
+        if self._suggested:
+            numbered = "\n".join(f"  {n}. {q}" for n, q in enumerate(self._suggested, 1))
+            self._line("\nFollow-up questions:\n" + numbered)
+
+    def _preview_query(self, query: ExecutedQuery) -> None:
         result = query.result
-        shown = result.rows[:PREVIEW_ROWS]
-        more = f" (first {len(shown)} of {result.row_count}{'+' if result.has_more else ''})"
-        title = f"{query.id} {query.question}{more if len(shown) < result.row_count or result.has_more else ''}"
-        if not self._rich:
-            lines = ["\t".join(map(_plain, result.columns)), *("\t".join(map(_plain, row)) for row in shown)]
-            self._out.write(safe(f"\n{title}\n" + "\n".join(lines) + "\n"))
+        title, rows = f"{query.id} {query.question}", result.rows[:PREVIEW_ROWS]
+        self._table(title, result.columns, result.types, rows, result.row_count, result.has_more)
+
+    def _table(
+        self,
+        title: str,
+        columns: list[str],
+        types: list[str] | None,
+        rows: list[list[str | None]],
+        row_count: int,
+        has_more: bool,
+    ) -> None:
+        shown = rows[:PREVIEW_ROWS]
+        if len(shown) < row_count or has_more:
+            title += f" (first {len(shown)} of {row_count}{'+' if has_more else ''})"
+        self._end_answer()
+        if not self._rich_steps:
+            lines = ["\t".join(map(_plain, columns)), *("\t".join(map(_plain, row)) for row in shown)]
+            self._steps.write(safe(f"\n{title}\n" + "\n".join(lines) + "\n"))
             return
         table = Table()
-        for name, ch_type in zip(result.columns, result.types, strict=False):
+        for index, name in enumerate(columns):
+            numeric = is_numeric(types[index]) if types and index < len(types) else _numbers(shown, index)
             # A Text header: a plain string would be read as rich markup ([link=...] from a column alias).
-            table.add_column(Text(safe(name)), overflow="fold", justify="right" if is_numeric(ch_type) else "left")
+            table.add_column(Text(safe(name)), overflow="fold", justify="right" if numeric else "left")
         for row in shown:
             table.add_row(*(Text("NULL", style="dim") if c is None else Text(safe(c)) for c in row))
-        self._console.print()
-        self._console.print(Text(safe(title), style="bold"))
-        self._console.print(table)
+        self._step_console.print()
+        self._step_console.print(Text(safe(title), style="bold"))
+        self._step_console.print(table)
+
+
+def _json_cell(cell: Any) -> str | None:
+    """A cell of a server's JSON preview, as text (None stays NULL)."""
+    if cell is None or isinstance(cell, str):
+        return cell
+    if isinstance(cell, bool | int | float):
+        return json.dumps(cell)
+    return json.dumps(cell, ensure_ascii=False)
+
+
+def _numbers(rows: list[list[str | None]], index: int) -> bool:
+    values = [row[index] for row in rows if index < len(row) and row[index] is not None]
+    return bool(values) and all(_is_number(v) for v in values)
+
+
+def _is_number(text: str | None) -> bool:
+    try:
+        float(text or "")
+    except ValueError:
+        return False
+    return True
 
 
 def _plain(cell: str | None) -> str:

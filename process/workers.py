@@ -58,6 +58,8 @@ def serve_workers(
             shutil.rmtree(metrics_dir, ignore_errors=True)
     if supervisor.failed:
         raise ConfigError("a worker failed to start; its error is printed above.")
+    if supervisor.interrupted:
+        raise KeyboardInterrupt  # Ctrl-C: the command says so and exits 130
 
 
 class Supervisor:
@@ -68,6 +70,7 @@ class Supervisor:
         self._stop = threading.Event()
         self._signals = 0
         self.failed = False
+        self.interrupted = False
 
     def run(self) -> None:
         """Until a signal: replace workers that die. Then pass the signal on and wait for them all, with
@@ -88,6 +91,7 @@ class Supervisor:
 
     def _on_signal(self, sig: int, frame: FrameType | None) -> None:
         self._signals += 1
+        self.interrupted = self.interrupted or sig == signal.SIGINT
         if self._signals > 1:
             self._send(signal.SIGINT)  # a worker's second signal: cancel now
         self._stop.set()

@@ -22,6 +22,7 @@ from slack_bolt.adapter.socket_mode.async_handler import AsyncSocketModeHandler
 from slack_bolt.adapter.starlette.async_handler import AsyncSlackRequestHandler
 from slack_bolt.async_app import AsyncAck, AsyncApp, AsyncBoltContext
 from slack_bolt.authorization import AuthorizeResult
+from slack_bolt.logger.messages import warning_client_prioritized_and_token_skipped
 from slack_sdk.errors import SlackApiError
 from slack_sdk.http_retry.builtin_async_handlers import AsyncRateLimitErrorRetryHandler
 from slack_sdk.web.async_client import AsyncWebClient
@@ -70,13 +71,16 @@ class SlackBot:
         async def authorize(enterprise_id: str | None, team_id: str | None) -> AuthorizeResult:
             return self._authorization(enterprise_id, team_id)  # Bolt passes arguments by name, not to methods
 
+        bolt_log = logging.getLogger("bots.slack.bolt")
+        if not any(isinstance(f, _TokenFromSettings) for f in bolt_log.filters):
+            bolt_log.addFilter(_TokenFromSettings())
         self.app = AsyncApp(
             client=AsyncWebClient(base_url=self._api_url),  # Bolt's own; the token comes from authorize
             signing_secret=secret,
             authorize=authorize,
             ignoring_self_events_enabled=False,  # receive.py ignores them, and counts them
             attaching_conversation_kwargs_enabled=False,
-            logger=logging.getLogger("bots.slack.bolt"),
+            logger=bolt_log,
         )
         # Bolt takes only Python's re.Pattern; these two have no nested or adjacent repeats (linear time).
         self.app.event(re.compile(r".+"))(self._on_event)
@@ -107,6 +111,9 @@ class SlackBot:
         except SlackApiError as exc:
             await self.close()
             raise ConfigError(f"SLACK_BOT_TOKEN: Slack refused it ({exc.response.get('error')}).") from None
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            await self.close()
+            raise unreachable(self._api_url, exc) from None
         self.identity = Identity(team_id=who["team_id"], user_id=who["user_id"], bot_id=who.get("bot_id") or "")
         self._answerer = Answerer(
             client=self.client,
@@ -243,6 +250,21 @@ def check_slack_settings(settings: Settings) -> None:
             "SLACK_SIGNING_SECRET: needed to verify Slack's requests in HTTP mode "
             "(or set SLACK_APP_TOKEN to use Socket Mode)."
         )
+
+
+class _TokenFromSettings(logging.Filter):
+    """Bolt reads SLACK_BOT_TOKEN from the environment by itself and, given a client too, warns at every
+    start that the token is unused. That is meant: the token comes from the settings, read once, through
+    `authorize`; the client Bolt is given only names SLACK_API_URL. So that one warning is dropped."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.getMessage() != warning_client_prioritized_and_token_skipped()
+
+
+def unreachable(url: str, exc: BaseException) -> ConfigError:
+    """Slack could not be reached at start (DNS, a refused connection, a timeout): one line, exit 2."""
+    why = str(exc) or type(exc).__name__
+    return ConfigError(f"Slack is unreachable at {url} ({why}); check the network, or SLACK_API_URL.")
 
 
 def api_url(configured: str | None) -> str:

@@ -41,12 +41,22 @@ def _script_answer(fake: FakeAnthropic) -> None:
 def test_ask_streams_steps_to_the_terminal(cli_env: FakeAnthropic, capsys: pytest.CaptureFixture[str]) -> None:
     _script_answer(cli_env)
     assert main(["ask", "How many airlines are there?"]) == 0
+    captured = capsys.readouterr()
+    # Not a terminal: the answer alone on stdout (`> answer.md` holds it), the steps on stderr.
+    assert captured.out == "There are 16 airlines [Q1].\n"
+    err = captured.err
+    assert err.index("🧠 Count the airlines.") < err.index("⚡ Q1 Airlines") < err.index("✓ Q1: 1 rows")
+    assert "  1. Which airline flew the most?" in err
+    # Plain text, the preview rows tab-separated, the receipt.
+    assert "\x1b[" not in err and "\nQ1 Airlines\nn\n16\n" in err
+    assert "claude-sonnet-5-5, claude-haiku-5-5 · 2 rounds ·" in err and "1 query: " in err
+
+
+def test_steps_go_where_the_flag_says(cli_env: FakeAnthropic, capsys: pytest.CaptureFixture[str]) -> None:
+    _script_answer(cli_env)
+    assert main(["ask", "--steps", "stdout", "How many airlines are there?"]) == 0
     out = capsys.readouterr().out
-    assert out.index("🧠 Count the airlines.") < out.index("⚡ Q1 Airlines") < out.index("✓ Q1: 1 rows")
-    assert "There are 16 airlines [Q1]." in out and "  • Which airline flew the most?" in out
-    # Not a terminal: plain text, the preview rows tab-separated as ClickHouse printed them, the receipt.
-    assert "\x1b[" not in out and "\nQ1 Airlines\nn\n16\n" in out
-    assert "claude-sonnet-5-5, claude-haiku-5-5 · 2 rounds ·" in out and "1 query: " in out
+    assert out.index("⚡ Q1 Airlines") < out.index("There are 16 airlines [Q1].") < out.index("2 rounds")
 
 
 def test_ask_json_has_the_documented_keys(cli_env: FakeAnthropic, capsys: pytest.CaptureFixture[str]) -> None:
@@ -55,7 +65,7 @@ def test_ask_json_has_the_documented_keys(cli_env: FakeAnthropic, capsys: pytest
     payload = json.loads(capsys.readouterr().out)
     assert set(payload) == {
         "question", "answer", "classification", "queries", "followups", "charts", "model", "figures", "receipt",
-        "metrics",
+        "metrics", "conversation_id",
     }  # fmt: skip
     assert payload["model"] == "anthropic:claude-sonnet-5-5"
     assert payload["figures"]["verified"] == 1 and payload["figures"]["figures"][0]["how"] == "cell"
@@ -88,9 +98,9 @@ def test_ask_shows_a_fallback_and_names_the_model_that_answered(
     cli_env.for_model("claude-sonnet-5-5", Failure(529, "overloaded_error", "Overloaded"))
     _script_answer(cli_env)
     assert main(["ask", "How many airlines are there?"]) == 0
-    out = capsys.readouterr().out
+    out = capsys.readouterr().err
     note = "↪ anthropic:claude-sonnet-5-5 is overloaded; going on with anthropic:claude-opus-5-5."
-    receipt = out.strip().splitlines()[-1]  # the receipt names the model that answered, not the one passed over
+    (receipt,) = [line for line in out.splitlines() if " rounds · " in line]  # names the model that answered
     assert out.index(note) < out.index("⚡ Q1 Airlines") and receipt.startswith("claude-opus-5-5, claude-haiku-5-5 · ")
     assert "sonnet" not in receipt
     sonnet = [r for r in cli_env.requests if r["model"] == "claude-sonnet-5-5"]
@@ -106,7 +116,7 @@ async def test_at_a_terminal_rich_renders_markdown_tables_and_the_receipt(
         Reply(text="**EWR** had 130,000 departures [Q1]."),
     )
     out = io.StringIO()
-    printer = TerminalPrinter(out, io.StringIO(), rich=True)
+    printer = TerminalPrinter(out, io.StringIO(), rich=True, steps=out)  # a terminal: steps and answer together
     await make_app().runner.run("busiest?", on_event=printer, followups=False)
     text = out.getvalue()
     plain = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", text)

@@ -1,0 +1,230 @@
+"""The real commands, each in a process of its own, as a person runs them in two terminals: `agent ask`
+beside `agent web` (it asks the server that holds the embedded data), a second `agent web` on the same data
+and a taken port (one line each, exit 2), and Ctrl-C (SIGINT) mid-answer in `agent ask` and `agent web`
+(cancelled, one line, exit 130, no traceback, no receipt). The model fake holds its reply (`Hang`) until
+the signal has landed."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import sqlite3
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.fakes.anthropic_api import FakeAnthropic, Hang, Reply
+
+ROOT = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.timeout(240)
+
+
+def model(body: dict[str, Any]) -> Reply:
+    """Round 1: run a query; round 2: answer; a request without tools: follow-ups."""
+    if not body.get("tools"):
+        return Reply(text='["Which carrier flew the most?"]')
+    if body["messages"][-1]["content"][0]["type"] == "tool_result":
+        return Reply(text="There are 16 airlines [Q1].")
+    sql = "SELECT count() FROM nycflights13.airlines"
+    return Reply(tool_calls=[("execute_sql", {"queries": [{"question": "Airlines", "sql": sql}]})])
+
+
+@pytest.fixture(scope="module")
+def model_api() -> Iterator[FakeAnthropic]:
+    fake = FakeAnthropic().start()
+    yield fake
+    fake.stop()
+
+
+@pytest.fixture
+def fake(model_api: FakeAnthropic) -> FakeAnthropic:
+    model_api.reset()
+    return model_api
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Demo data loaded by a child process, so this one never holds it: each command under test does."""
+    path = tmp_path_factory.mktemp("beside-data")
+    loaded = subprocess.run(
+        [sys.executable, "-m", "process.cli", "demo", "load"],
+        env=_env(path),
+        cwd=path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert loaded.returncode == 0, loaded.stderr
+    return path
+
+
+def _env(data_dir: Path, **extra: str) -> dict[str, str]:
+    return {
+        "PATH": os.environ.get("PATH", ""),
+        "PYTHONPATH": str(ROOT),
+        "AGENT_DATA_DIR": str(data_dir),
+        "AGENT_EXAMPLE_QUESTIONS": "How many airlines are there?",
+        **extra,
+    }
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def _start(data_dir: Path, *argv: str, **env: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "process.cli", *argv],
+        env=_env(data_dir, **env),
+        cwd=data_dir,  # no .env here
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def _run(data_dir: Path, *argv: str, **env: str) -> subprocess.CompletedProcess[str]:
+    process = _start(data_dir, *argv, **env)
+    out, err = process.communicate(timeout=120)
+    return subprocess.CompletedProcess(process.args, process.returncode, out, err)
+
+
+def _wait(until: Any, what: str, process: subprocess.Popen[str], timeout_s: float = 90) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not until():
+        if process.poll() is not None or time.monotonic() > deadline:
+            out, err = process.communicate(timeout=30)
+            raise AssertionError(f"{what}: exit {process.returncode}\n{out}\n{err[-3000:]}")
+        time.sleep(0.05)
+
+
+def _ready(url: str) -> bool:
+    try:
+        return httpx.get(f"{url}/readyz", timeout=5).status_code == 200
+    except httpx.TransportError:
+        return False
+
+
+def _outcomes(data_dir: Path) -> list[str]:
+    with sqlite3.connect(data_dir / "conversations.sqlite3") as conn:
+        return [row[0] for row in conn.execute("SELECT outcome FROM turns ORDER BY created_at")]
+
+
+def _interrupt(process: subprocess.Popen[str]) -> tuple[str, str]:
+    process.send_signal(signal.SIGINT)
+    return process.communicate(timeout=60)
+
+
+class Server:
+    """`agent web` on the data, with a token: the command beside it learns both from the data folder."""
+
+    def __init__(self, data_dir: Path, fake: FakeAnthropic) -> None:
+        self.port = _free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.process = _start(
+            data_dir,
+            "web",
+            "--port",
+            str(self.port),
+            ANTHROPIC_API_KEY="test-key",
+            ANTHROPIC_BASE_URL=fake.base_url,
+            AGENT_WEB_TOKEN="secret-token",
+        )
+        _wait(lambda: _ready(self.url) and (data_dir / "clickhouse" / "server.json").exists(), "ready", self.process)
+
+    def stop(self) -> tuple[str, str]:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+        return self.process.communicate(timeout=60)
+
+
+def test_ask_beside_a_running_server_asks_it_and_a_second_server_or_a_taken_port_is_one_line(
+    fake: FakeAnthropic, data_dir: Path, tmp_path: Path
+) -> None:
+    fake.always(model)
+    server = Server(data_dir, fake)
+    try:
+        # No model key and no token here: the server answers, with the token it recorded.
+        asked = _run(data_dir, "ask", "How many airlines are there?")
+        assert asked.returncode == 0, asked.stderr
+        assert asked.stdout == "There are 16 airlines [Q1].\n"
+        assert f"(asking the server at {server.url}, which holds the data)" in asked.stderr
+        assert "⚡ Q1 Airlines" in asked.stderr and "\nQ1 Airlines\ncount()\n16\n" in asked.stderr
+        asked_before = len(fake.requests)
+        again = _run(data_dir, "ask", "--continue", "And now?")
+        assert again.returncode == 0, again.stderr
+        (first,) = [r for r in fake.requests[asked_before:] if r.get("tools")][:1]
+        assert "How many airlines are there?" in str(first["messages"])  # the same conversation, its history sent
+
+        scripted = _run(data_dir, "ask", "--json", "How many airlines are there?")
+        assert scripted.returncode == 0, scripted.stderr
+        summary = json.loads(scripted.stdout)
+        assert summary["answer"] == "There are 16 airlines [Q1]." and summary["conversation_id"]
+        assert [(q["id"], q["rows"]) for q in summary["queries"]] == [("Q1", [[16]])]
+
+        second = _run(data_dir, "web", "--port", str(_free_port()), ANTHROPIC_API_KEY="test-key")
+        assert second.returncode == 2 and second.stdout == ""
+        assert second.stderr.count("\n") == 1 and "is in use by process" in second.stderr, second.stderr
+
+        taken = _run(tmp_path, "web", "--port", str(server.port), ANTHROPIC_API_KEY="test-key")
+        assert taken.returncode == 2 and taken.stdout == ""
+        assert taken.stderr == (
+            f"error: --port {server.port}: 127.0.0.1:{server.port} is taken (Address already in use); "
+            f"stop what serves it, or pick another port (--port {server.port + 1}).\n"
+        )
+    finally:
+        _, err = server.stop()
+    assert server.process.returncode == 0, err
+    assert not (data_dir / "clickhouse" / "server.json").exists()
+    assert _outcomes(data_dir)[-3:] == ["answered", "answered", "answered"]
+
+
+def test_ctrl_c_in_ask_cancels_the_run_prints_one_line_and_exits_130(fake: FakeAnthropic, data_dir: Path) -> None:
+    hold = Hang()
+    fake.script(hold)
+    before = len(_outcomes(data_dir)) if (data_dir / "conversations.sqlite3").exists() else 0
+    asking = _start(
+        data_dir, "ask", "How many airlines are there?", ANTHROPIC_API_KEY="test-key", ANTHROPIC_BASE_URL=fake.base_url
+    )
+    try:
+        _wait(lambda: len(fake.requests) == 1, "the model was asked", asking)
+        out, err = _interrupt(asking)
+    finally:
+        hold.release.set()
+    assert asking.returncode == 130, err
+    assert out == "" and err.splitlines()[-1] == "interrupted" and "Traceback" not in err
+    assert " rounds · " not in err  # no receipt claiming an answer
+    assert _outcomes(data_dir)[before:] == ["cancelled"]
+
+
+def test_ctrl_c_in_web_cancels_the_answer_at_once_and_exits_130(fake: FakeAnthropic, data_dir: Path) -> None:
+    hold = Hang()
+    fake.script(hold)
+    server = Server(data_dir, fake)
+    try:
+        headers = {"Authorization": "Bearer secret-token"}
+        with httpx.stream(
+            "POST", f"{server.url}/api/chat", json={"message": "How many?"}, headers=headers, timeout=60
+        ) as response:
+            assert response.status_code == 200
+            _wait(lambda: len(fake.requests) == 1, "the model was asked", server.process)
+            out, err = _interrupt(server.process)
+            events = response.read().decode()
+    finally:
+        hold.release.set()
+        server.stop()
+    assert server.process.returncode == 130, err
+    assert "Traceback" not in err and err.splitlines()[-1] == "interrupted"
+    assert out.startswith("Serving the chat on ") and out.count("\n") == 1
+    assert '"outcome": "cancelled"' in events
+    assert _outcomes(data_dir)[-1] == "cancelled"

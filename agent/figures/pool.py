@@ -10,6 +10,7 @@ from decimal import Decimal, InvalidOperation
 
 from agent import linear_re
 from agent.db import QueryResult
+from agent.figures.deadline import Deadline, no_deadline
 from agent.figures.names import Label, Sentence, label
 from agent.figures.report import CellRef
 from agent.figures.sql_literals import literals
@@ -65,7 +66,8 @@ class Pool:
         return self._related[sentence]
 
 
-def pool_of(evidence: Iterable[Evidence]) -> Pool:
+def pool_of(evidence: Iterable[Evidence], deadline: Deadline | None = None) -> Pool:
+    deadline = deadline or no_deadline()
     pool = Pool()
     for item in evidence:
         result = item.result
@@ -75,6 +77,7 @@ def pool_of(evidence: Iterable[Evidence]) -> Pool:
         always = len(result.rows) <= _ALWAYS_RELATED_ROWS and not result.has_more
         columns: list[list[Cell]] = [[] for _ in result.columns]
         for row_number, row in rows:
+            deadline.check()
             row_cells, labels = [], []
             for index, (name, text) in enumerate(zip(result.columns, row, strict=False)):
                 if text is None:

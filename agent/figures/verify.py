@@ -26,6 +26,8 @@ more than 200 cells has no two-cell derivation. Whole-column derivations need th
 Cost: the answer is model output, so the check is bounded whatever it holds: its first 50,000
 characters and 100 figures, a sentence's words read once and its named rows found once (a long
 sentence kept 400 to 800 characters either side of a figure), two-cell searches over sorted values.
+And it keeps its time limit itself: given a `Deadline` (deadline.py), it looks at the clock at each
+match, figure and row, and past it raises `CheckTimedOut`, so the work ends when the wait for it does.
 
 Not caught, on purpose or not yet (tests/agent/figures/test_verify.py keeps them as known cases): a
 cell passes whichever row the sentence ties it to (EWR's count written as JFK's); units are never
@@ -40,6 +42,7 @@ import calendar
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from agent.figures.deadline import Deadline, no_deadline
 from agent.figures.extract import Figure, extract
 from agent.figures.pool import Cell, Evidence, Pool, pool_of
 from agent.figures.report import MAX_CELLS, MAX_FIGURES, CellRef, FigureCheck, FigureReport
@@ -71,20 +74,25 @@ _HEDGE_REACH = 0.1  # a hedged figure is at most this far (a share of it) from t
 MAX_ANSWER_CHARS = 50_000  # an answer is checked up to here; past it, its figures go unchecked
 
 
-def check_answer(answer: str, *, question: str, evidence: Sequence[Evidence]) -> FigureReport:
-    """Every figure of `answer`, verified or not (and why); numbers that are not claims are counted."""
-    found = extract(answer[:MAX_ANSWER_CHARS], question[:MAX_ANSWER_CHARS])
+def check_answer(
+    answer: str, *, question: str, evidence: Sequence[Evidence], deadline: Deadline | None = None
+) -> FigureReport:
+    """Every figure of `answer`, verified or not (and why); numbers that are not claims are counted.
+    Past `deadline`, `CheckTimedOut` (deadline.py)."""
+    deadline = deadline or no_deadline()
+    found = extract(answer[:MAX_ANSWER_CHARS], question[:MAX_ANSWER_CHARS], deadline, limit=MAX_FIGURES)
     by_id = {e.id: e for e in evidence}
     pools: dict[tuple[str, ...], Pool] = {}
     checks: list[FigureCheck] = []
     not_claims = len(found.not_claims)
     for figure in found.figures[:MAX_FIGURES]:
+        deadline.check()
         ran = tuple(q for q in figure.citations if q in by_id and by_id[q].result.ok)
         if figure.cited_where == "none":
             ran = tuple(e.id for e in evidence if e.result.ok)
         pool = pools.get(ran)
         if pool is None:
-            pool = pools[ran] = pool_of([by_id[q] for q in ran])
+            pool = pools[ran] = pool_of([by_id[q] for q in ran], deadline)
         if _in_sql(figure, pool):
             not_claims += 1
             continue

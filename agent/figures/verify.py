@@ -44,8 +44,8 @@ from dataclasses import dataclass
 
 from agent.figures.deadline import Deadline, no_deadline
 from agent.figures.extract import Figure, extract
-from agent.figures.pool import Cell, Evidence, Pool, pool_of
-from agent.figures.report import MAX_CELLS, MAX_FIGURES, CellRef, FigureCheck, FigureReport
+from agent.figures.pool import Cell, Evidence, Pool, Ref, pool_of
+from agent.figures.report import MAX_CELLS, MAX_FIGURES, FigureCheck, FigureReport
 
 DERIVATIONS: dict[str, tuple[str, ...]] = {
     # a plain number, currency, abbreviated count
@@ -105,16 +105,17 @@ def check_answer(
 
 
 def _check(figure: Figure, pool: Pool, ran: tuple[str, ...], by_id: dict[str, Evidence]) -> FigureCheck:
-    base = FigureCheck(
-        text=figure.text, start=figure.start, end=figure.end, citations=list(figure.citations), verified=False
+    found = _verify(figure, pool) if ran else None
+    return FigureCheck(
+        text=figure.text,
+        start=figure.start,
+        end=figure.end,
+        citations=list(figure.citations),
+        verified=found is not None,
+        how=found[0] if found else None,
+        cells=[c.ref.reported() for c in found[1][:MAX_CELLS]] if found else [],
+        reason=None if found else _why_not(figure, pool, ran) if ran else _nothing_to_check(figure, by_id),
     )
-    if not ran:
-        return base.model_copy(update={"reason": _nothing_to_check(figure, by_id)})
-    found = _verify(figure, pool)
-    if found is not None:
-        how, cells = found
-        return base.model_copy(update={"verified": True, "how": how, "cells": [c.ref for c in cells[:MAX_CELLS]]})
-    return base.model_copy(update={"reason": _why_not(figure, pool, ran)})
 
 
 def _nothing_to_check(figure: Figure, by_id: dict[str, Evidence]) -> str:
@@ -139,7 +140,7 @@ def _why_not(figure: Figure, pool: Pool, ran: tuple[str, ...]) -> str:
     )
 
 
-def _place(ref: CellRef) -> str:
+def _place(ref: Ref) -> str:
     row = "totals" if ref.row is None else f"row {ref.row}"
     return f"{ref.query_id}, {row}, {ref.column}"
 
@@ -205,7 +206,7 @@ def _number(sought: _Target, pool: Pool, related: list[Cell]) -> tuple[str, list
         return "cell", [cell]
     for query_id, count in pool.row_counts:
         if abs(count - target) <= tol:
-            return "row count", [Cell(count, CellRef(query_id=query_id, row=None, column="(rows)", value=str(count)))]
+            return "row count", [Cell(count, Ref(query_id, None, "(rows)", str(count)))]
     for column in pool.columns:
         if _gives(sum(c.value for c in column), sought):
             return "sum", column
@@ -313,10 +314,8 @@ def _between(cells: list[Cell], values: list[float], low: float, high: float, ot
 def _date_cell(figure: Figure, pool: Pool) -> tuple[str, list[Cell]] | None:
     assert figure.date is not None
     year, month, day = figure.date
-    suffix = f"-{month:02d}-{day:02d}"
-    for ref in pool.texts:
-        head = ref.value[:10]
-        if len(head) == 10 and head.endswith(suffix) and (year is None or head.startswith(f"{year:04d}-")):
+    for ref in pool.on_day(month, day):
+        if year is None or ref.value.startswith(f"{year:04d}-"):
             return "cell", [Cell(0.0, ref)]
     return None
 

@@ -202,9 +202,7 @@ class _Number:
         return self._match.end(index) + self._offset  # type: ignore[no-any-return]
 
 
-def _classify(
-    match: linear_re.Match, context: _Context, figures: list[Figure], not_claims: list[tuple[str, str]]
-) -> None:
+def _classify(match: _Number, context: _Context, figures: list[Figure], not_claims: list[tuple[str, str]]) -> None:
     """A number of the answer: a figure, or a not-claim (and why)."""
     answer = context.answer
     number, why = _number(answer, match, context.lines)

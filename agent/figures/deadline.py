@@ -28,6 +28,10 @@ class Deadline:
     def after(cls, seconds: float) -> Deadline:
         return cls(time.monotonic() + seconds)
 
+    def expire(self) -> None:
+        """End the check at its next step (its run was cancelled: no one waits for it any more)."""
+        self._at = float("-inf")
+
     def check(self) -> None:
         """Raise `CheckTimedOut` once the deadline has passed."""
         self.steps += 1

@@ -4,11 +4,11 @@ to the model once (prompts/loop/figure_correction.md); what still fails is repor
 The check runs off the event loop on workers of its own (`CHECK_WORKERS` threads): on the default
 executor, a few slow checks would queue every other blocking call of the process behind them (the
 conversation store's among them). It is handed its deadline (agent/figures/deadline.py) and stops
-there itself, so the time limit ends the work, not only the wait for it: a thread cannot be stopped
-from outside, and a process per check would cost more than a check (its result and evidence pickled
-both ways, a worker killed and restarted at each time-out). Past the limit, or when the check fails,
-the answer stands with its figures reported unchecked and why (and no correction round): a figure
-report is never missing for an answer."""
+there itself (or as soon as its run is cancelled), so the time limit ends the work, not only the
+wait for it: a thread cannot be stopped from outside, and a process per check would cost more than
+a check (its result and evidence pickled both ways, a worker killed and restarted at each time-out).
+Past the limit, or when the check fails, the answer stands with its figures reported unchecked and
+why (and no correction round): a figure report is never missing for an answer."""
 
 from __future__ import annotations
 
@@ -102,6 +102,9 @@ class FigureReview:
 
         try:
             return await asyncio.wait_for(asyncio.get_running_loop().run_in_executor(self._executor, check), limit)
+        except asyncio.CancelledError:  # the run was cancelled: its check stops too, freeing its worker
+            deadline.expire()
+            raise
         except (TimeoutError, CheckTimedOut):
             log.warning("the figure check took over %g s; the answer's figures are reported unchecked", limit)
             return FigureReport(unchecked=f"the figure check took longer than {limit:g} s")

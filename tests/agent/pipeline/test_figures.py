@@ -11,6 +11,8 @@ import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 
+import pytest
+
 from agent.config import Settings
 from agent.db import QueryResult
 from agent.figures import Deadline, Evidence, FigureReport, check_answer
@@ -234,5 +236,31 @@ async def test_the_time_limit_ends_the_work_not_only_the_wait(metrics) -> None:
         assert given_up >= 2  # the check ran whole at least once before the limit
         await asyncio.get_running_loop().run_in_executor(worker, lambda: None)  # waits for the worker
         assert len(runs) - given_up <= 1
+    finally:
+        worker.shutdown(wait=False, cancel_futures=True)
+
+
+async def test_a_cancelled_run_ends_its_check(metrics) -> None:
+    """A run cancelled while its figures are checked (the person pressed stop) frees the check's worker."""
+    answer = ", ".join(f"2013-{1 + i % 12:02d}-{1 + i % 28:02d}" for i in range(2000)) + " [Q1]"
+    runs: list[int] = []
+
+    def endless_check(answer: str, *, question: str, evidence: Sequence[Evidence], deadline: Deadline) -> FigureReport:
+        while True:
+            runs.append(deadline.steps)
+            check_answer(answer, question=question, evidence=evidence, deadline=deadline)
+
+    worker = ThreadPoolExecutor(max_workers=1)
+    try:
+        review = FigureReview(_prompts(), check=endless_check, time_limit_s=60, executor=worker)
+        checking = asyncio.create_task(review._within_time_limit(answer, "busiest days?", []))
+        while len(runs) < 2:
+            await asyncio.sleep(0.005)
+        checking.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await checking
+        cancelled = len(runs)
+        await asyncio.get_running_loop().run_in_executor(worker, lambda: None)  # waits for the worker
+        assert len(runs) - cancelled <= 1
     finally:
         worker.shutdown(wait=False, cancel_futures=True)

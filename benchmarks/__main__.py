@@ -4,6 +4,7 @@ from benchmarks import (
     bench_bounded,
     bench_catalog,
     bench_fallback,
+    bench_figures,
     bench_floor,
     bench_llm,
     bench_pacing,
@@ -28,3 +29,4 @@ if __name__ == "__main__":
     bench_floor.report(bench_floor.run())
     bench_bounded.report(bench_bounded.run())
     bench_catalog.report(bench_catalog.run())
+    bench_figures.report(bench_figures.run())

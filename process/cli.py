@@ -239,8 +239,8 @@ async def _knowledge_check(args: argparse.Namespace, settings: Settings) -> int:
 async def _knowledge_review(args: argparse.Namespace, settings: Settings) -> int:
     import getpass
 
-    from chats.proposals import ProposalStore
     from agent.db import open_database
+    from chats.proposals import ProposalStore
     from process.review import Reviewer, review
 
     directory = Path(args.dir) if args.dir else settings.knowledge_dir
@@ -273,8 +273,8 @@ def _ask(args: argparse.Namespace, settings: Settings) -> int:
 
 
 async def _ask_once(args: argparse.Namespace, settings: Settings, question: str) -> int:
-    from process.sessions import open_session, remember
     from agent.runner import Outcome
+    from process.sessions import open_session, remember
 
     conversation_id = _conversation(args, settings)
     session = open_session(settings)

@@ -111,10 +111,10 @@ class LocalSession:
 
     def __init__(self, settings: Settings) -> None:
         from agent.app import AgentApp
-        from chats.conversations import ConversationStore
-        from chats.runs import RunRegistry
         from agent.limits import Limits
         from agent.llm import LLMConfigError
+        from chats.conversations import ConversationStore
+        from chats.runs import RunRegistry
 
         if problem := settings.missing_model_key():
             raise LLMConfigError(problem)

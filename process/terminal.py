@@ -27,8 +27,8 @@ from rich.table import Table
 from rich.text import Text
 
 from agent.db.rendering import is_numeric
-from process.untrusted import safe
 from agent.runner import PREVIEW_ROWS, Classification, ExecutedQuery, Outcome, RunResult
+from process.untrusted import safe
 
 _REFRESH_S = 0.1  # the streamed answer is re-rendered at most this often
 

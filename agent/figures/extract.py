@@ -23,17 +23,25 @@ as literals (its filters and limits: `flights over 1,000 miles`; not in its comm
 and a first or last day of a month that no cell holds (the period an answer covers: `from January 1 to
 December 31, 2013`).
 
-The answer is model output: every pattern here runs on RE2 (agent/linear_re.py), in time linear in it.
+The answer is model output: every pattern here runs on RE2 (agent/linear_re.py), in time linear in it,
+and so does the rest: a number is placed among the dates, lines, sentences and paragraphs by bisection,
+and what a line or a sentence tells is worked out once for it, not once for each number it holds. Digits
+are read as `Decimal` (no limit on their length; `int` refuses a string of over 4,300 digits), and a
+number too large for a float stands for infinity, which no cell gives. The check looks at its deadline
+(deadline.py) at each match.
 """
 
 from __future__ import annotations
 
 import bisect
+import math
+from collections.abc import Iterator
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
-from typing import Literal
+from typing import Literal, NamedTuple
 
 from agent import linear_re
+from agent.figures.deadline import Deadline, no_deadline
 from agent.figures.hedges import Hedge, decrease_beside, hedge_before
 from agent.figures.rendered import Rendered, render
 
@@ -44,13 +52,18 @@ _CITED_ID = linear_re.compile(r"Q?(\d+)")
 _CODE = linear_re.compile(r"```.*?(?:```|\z)|`[^`\n]*`|\]\([^)\n]*\)|https?://\S+|<[^<>\n]*>", dot_all=True)
 _MONTHS = "jan|january|feb|february|mar|march|apr|april|may|jun|june|jul|july|aug|august|sep|sept|september|oct|october|nov|november|dec|december"  # noqa: E501
 _MONTH_OF = [1, 1, 2, 2, 3, 3, 4, 4, 5, 6, 6, 7, 7, 8, 8, 9, 9, 9, 10, 10, 11, 11, 12, 12]
-_DATE = linear_re.compile(
+_DATE_PATTERN = (
     r"(\d{4})-(\d{2})-(\d{2})(?:[ T](\d{2}):(\d{2})(?::(\d{2}))?)?"
     rf"|({_MONTHS})\.? (\d{{1,2}})(?:st|nd|rd|th)?(?:,? (\d{{4}}))?"
     rf"|(\d{{1,2}})(?:st|nd|rd|th)? ({_MONTHS})\.?(?:,? (\d{{4}}))?"
-    r"|(\d{1,2}):(\d{2})(?::(\d{2}))?(?:\s?([ap])\.?m\.?)?",
-    ignore_case=True,
+    r"|(\d{1,2}):(\d{2})(?::(\d{2}))?(?:\s?([ap])\.?m\.?)?"
 )
+_DATE = linear_re.compile(_DATE_PATTERN, ignore_case=True)
+# The same without its groups, to find dates: RE2 then needs no submatches, three times faster a match.
+_DATE_SPAN = linear_re.compile(
+    _DATE_PATTERN.replace("(?:", "\0").replace("(", "(?:").replace("\0", "(?:"), ignore_case=True
+)
+_ASCII_DIGITS = frozenset("0123456789")
 _SEPARATORS = ",.'’\u00a0\u202f\u2009"
 _SPACE_LIKE = "'’\u00a0\u202f\u2009"
 _NUMBER = linear_re.compile(
@@ -106,47 +119,126 @@ class Extracted:
     citations: list[str]  # every Q id the answer cites, in order
 
 
-def extract(written: str, question: str = "") -> Extracted:
-    """The figures of the answer as it renders (rendered.py); their `start`/`end` are offsets in `written`."""
-    rendered = render(written)
+def extract(written: str, question: str = "", deadline: Deadline | None = None, limit: int | None = None) -> Extracted:
+    """The figures of the answer as it renders (rendered.py); their `start`/`end` are offsets in `written`.
+    With a `limit`, reading stops at the figure after the first `limit` (kept, so a caller can tell there
+    are more); the not-claims are those before it."""
+    deadline = deadline or no_deadline()
+    rendered = render(written, deadline)
     answer = rendered.text
-    question = render(question).text
+    question = render(question, deadline).text
     masked = _mask(answer)
     citations = _citations(answer)
     near = _Nearby(answer, citations)
-    question_values = _plain_values(_mask(question))
-    question_dates = {f.date for f in _dates(_mask(question))}
-    list_sizes = _list_sizes(answer)
+    context = _Context(answer, _plain_values(_mask(question)), _list_sizes(answer), _Lines(answer))
+    question_dates = {f.date for f in _dates(_mask(question), deadline)}
     figures: list[Figure] = []
     not_claims: list[tuple[str, str]] = []
-    dates = _dates(masked)
-    taken = [(f.start, f.end) for f in dates]
-    for figure in dates:
-        if figure.date is not None and (figure.date in question_dates or (None, *figure.date[1:]) in question_dates):
-            not_claims.append((figure.text, "in the question"))
+    for found in _in_order(masked, deadline):
+        if isinstance(found, Figure):
+            date = found.date
+            if date is not None and (date in question_dates or (None, *date[1:]) in question_dates):
+                not_claims.append((found.text, "in the question"))
+            else:
+                figures.append(found)
         else:
-            figures.append(figure)
-    for match in _NUMBER.finditer(masked):
-        if any(s <= match.start(3) < e for s, e in taken):
-            continue
-        number, why = _number(answer, match)
-        if number is None:
-            not_claims.append((answer[match.start(3) : match.end(3)], why))
-            continue
-        why = _plain_not_claim(answer, number, question_values, list_sizes)
-        if why:
-            not_claims.append((number.text, why))
-        else:
-            figures.append(number)
+            _classify(found, context, figures, not_claims)
+        if limit is not None and len(figures) > limit:
+            break
     figures.sort(key=lambda f: f.start)
-    placed = [_written(near.place(f), rendered) for f in figures]
-    ordered = list(dict.fromkeys(q for _, ids in citations for q in ids))
+    placed = []
+    for figure in figures:
+        deadline.check()
+        placed.append(_placed(figure, near, rendered))
+    ordered = list(dict.fromkeys(q for c in citations for q in c.ids))
     return Extracted(figures=placed, not_claims=not_claims, citations=ordered)
 
 
-def _written(figure: Figure, rendered: Rendered) -> Figure:
+@dataclass(frozen=True)
+class _Context:
+    """What tells a number of the answer from a claim: the answer, what the question holds, the sizes of
+    the answer's lists and tables, its lines."""
+
+    answer: str
+    question_values: set[float]
+    list_sizes: set[int]
+    lines: _Lines
+
+
+def _in_order(masked: str, deadline: Deadline) -> Iterator[Figure | _Number]:
+    """The dates and times (as figures) and the number matches of the answer, in order, read as they are
+    needed. Numbers are sought between the dates only: a date's digits (its year, its day) are no figure."""
+    at = 0
+    for date in _dates(masked, deadline):
+        yield from _numbers_between(masked, at, date.start, deadline)
+        yield date
+        at = max(at, date.end)
+    yield from _numbers_between(masked, at, len(masked), deadline)
+
+
+def _numbers_between(masked: str, start: int, end: int, deadline: Deadline) -> Iterator[_Number]:
+    gap = masked[start:end]
+    if gap.isascii() and _ASCII_DIGITS.isdisjoint(gap):  # most gaps between dense dates: ", "
+        return
+    for match in _NUMBER.finditer(gap):
+        deadline.check()
+        yield _Number(match, start)
+
+
+class _Number:
+    """A match of _NUMBER in a part of the text, with its offsets in the whole."""
+
+    def __init__(self, match: linear_re.Match, offset: int) -> None:
+        self._match = match
+        self._offset = offset
+
+    def group(self, index: int) -> str | None:
+        return self._match.group(index)  # type: ignore[no-any-return]
+
+    def start(self, index: int) -> int:
+        return self._match.start(index) + self._offset  # type: ignore[no-any-return]
+
+    def end(self, index: int) -> int:
+        return self._match.end(index) + self._offset  # type: ignore[no-any-return]
+
+
+def _classify(match: _Number, context: _Context, figures: list[Figure], not_claims: list[tuple[str, str]]) -> None:
+    """A number of the answer: a figure, or a not-claim (and why)."""
+    answer = context.answer
+    number, why = _number(answer, match, context.lines)
+    if number is None:
+        not_claims.append((answer[match.start(3) : match.end(3)], why))
+        return
+    why = _plain_not_claim(answer, number, context.question_values, context.list_sizes)
+    if why:
+        not_claims.append((number.text, why))
+    else:
+        figures.append(number)
+
+
+class _Lines:
+    """The answer's lines, to tell a list item's number (`3. EWR`): each line read once, when asked."""
+
+    def __init__(self, text: str) -> None:
+        self._text = text
+        self._starts = [0, *(i + 1 for i in _occurrences(text, "\n"))]
+        self._opening: dict[int, int] = {}  # a line's start: where its first non-blank character is
+
+    def opens_list_item(self, at: int) -> bool:
+        """The number at `at` is the first thing on its line, and the line reads as a numbered item."""
+        index = bisect.bisect_right(self._starts, at) - 1
+        start = self._starts[index]
+        end = self._starts[index + 1] if index + 1 < len(self._starts) else len(self._text)
+        if start not in self._opening:
+            line = self._text[start:end]
+            self._opening[start] = start + len(line) - len(line.lstrip())
+        return self._opening[start] >= at and _LIST_ITEM.match(self._text[start:end]) is not None
+
+
+def _placed(figure: Figure, near: _Nearby, rendered: Rendered) -> Figure:
+    """The figure with its sentence and citations, at its offsets in the text as written."""
     start, end = rendered.span(figure.start, figure.end)
-    return Figure(**{**figure.__dict__, "start": start, "end": end})
+    return Figure(**{**figure.__dict__, **near.place(figure), "start": start, "end": end})
 
 
 def _mask(text: str) -> str:
@@ -158,49 +250,57 @@ def _mask(text: str) -> str:
     return _CITATION.sub(blank, _CODE.sub(blank, text))
 
 
-def _citations(answer: str) -> list[tuple[int, tuple[str, ...]]]:
+class _Citation(NamedTuple):
+    start: int
+    end: int
+    ids: tuple[str, ...]
+
+
+def _citations(answer: str) -> list[_Citation]:
     found = []
     for match in _CITATION.finditer(_CODE.sub(lambda m: " " * (m.end() - m.start()), answer)):
         ids = tuple(f"Q{int(n)}" for n in _CITED_ID.findall(match.group(1)) if len(n) < 9)
-        found.append((match.start(), ids))
+        found.append(_Citation(match.start(), match.end(), ids))
     return found
 
 
 class _Nearby:
-    """Which citations sit near an offset: in its sentence (or just after its end), else its paragraph."""
+    """Which citations sit near an offset: in its sentence (or just after its end), else its paragraph.
+    Each sentence's and paragraph's citations are gathered once, however many figures it holds."""
 
-    def __init__(self, answer: str, citations: list[tuple[int, tuple[str, ...]]]) -> None:
+    def __init__(self, answer: str, citations: list[_Citation]) -> None:
         self._answer = answer
         self._citations = citations
-        self._positions = [at for at, _ in citations]
-        self._sentence_ends = [i + 1 for i, c in enumerate(answer) if c == "\n" or _ends_sentence(answer, i)]
-        self._paragraph_ends = [i for i in range(len(answer)) if answer.startswith("\n\n", i)]
+        self._positions = [c.start for c in citations]
+        self._ends = {c.start: c.end for c in citations}
+        self._everything = tuple(dict.fromkeys(q for c in citations for q in c.ids))
+        self._sentence_ends = [i + 1 for i, c in enumerate(answer) if c in ".!?\n" and _ends_sentence(answer, i)]
+        self._paragraph_ends = list(_occurrences(answer, "\n\n"))
+        self._cited: dict[tuple[str, int, int], tuple[str, ...]] = {}
 
-    def place(self, figure: Figure) -> Figure:
+    def place(self, figure: Figure) -> dict[str, object]:
+        """The figure's sentence and citations, as fields of a Figure."""
         start, end = _span(self._sentence_ends, figure.start, len(self._answer))
         block = figure.start - figure.start % _SENTENCE_REACH  # figures close together share a window
         start, end = max(start, block - _SENTENCE_REACH), min(end, block + 2 * _SENTENCE_REACH)
-        figure = Figure(**{**figure.__dict__, "sentence": self._answer[start:end]})
-        everything = tuple(dict.fromkeys(q for _, ids in self._citations for q in ids))
+        placed: dict[str, object] = {"sentence": self._answer[start:end]}
         for where, bounds in (("sentence", self._sentence_ends), ("paragraph", self._paragraph_ends)):
             start, end = _span(bounds, figure.start, len(self._answer))
+            ids = self._cited_in(where, start, end)
+            if ids:
+                return {**placed, "citations": ids, "cited_where": where}
+        return {**placed, "citations": self._everything, "cited_where": "answer" if self._everything else "none"}
+
+    def _cited_in(self, where: str, start: int, end: int) -> tuple[str, ...]:
+        key = (where, start, end)
+        if key not in self._cited:
             if where == "sentence":  # "… 120,835. [Q1]": a citation right after the sentence is its own
                 while end < len(self._answer) and self._answer[end] in " \t":
                     end += 1
-                if self._answer.startswith("[", end):
-                    end = self._answer.find("]", end) + 1 or end
-            ids = self._within(start, end)
-            if ids:
-                return _with(figure, ids, where)
-        return _with(figure, everything, "answer" if everything else "none")
-
-    def _within(self, start: int, end: int) -> tuple[str, ...]:
-        low, high = bisect.bisect_left(self._positions, start), bisect.bisect_left(self._positions, end)
-        return tuple(dict.fromkeys(q for _, ids in self._citations[low:high] for q in ids))
-
-
-def _with(figure: Figure, ids: tuple[str, ...], where: str) -> Figure:
-    return Figure(**{**figure.__dict__, "citations": ids, "cited_where": where})
+                end = self._ends.get(end, end)
+            low, high = bisect.bisect_left(self._positions, start), bisect.bisect_left(self._positions, end)
+            self._cited[key] = tuple(dict.fromkeys(q for c in self._citations[low:high] for q in c.ids))
+        return self._cited[key]
 
 
 def _span(ends: list[int], at: int, length: int) -> tuple[int, int]:
@@ -209,47 +309,64 @@ def _span(ends: list[int], at: int, length: int) -> tuple[int, int]:
 
 
 def _ends_sentence(text: str, i: int) -> bool:
-    return text[i] in ".!?" and (i + 1 == len(text) or text[i + 1].isspace())
+    return text[i] == "\n" or (text[i] in ".!?" and (i + 1 == len(text) or text[i + 1].isspace()))
 
 
-def _dates(masked: str) -> list[Figure]:
-    figures = []
-    for m in _DATE.finditer(masked):
-        before = masked[m.start() - 1] if m.start() else " "
-        after = masked[m.end()] if m.end() < len(masked) else " "
+def _occurrences(text: str, part: str) -> Iterator[int]:
+    """Where `part` starts in `text`, overlaps included."""
+    at = text.find(part)
+    while at >= 0:
+        yield at
+        at = text.find(part, at + 1)
+
+
+def _dates(masked: str, deadline: Deadline) -> Iterator[Figure]:
+    """The dates and times of `masked`, in order (a date with a time is two figures of one span)."""
+    for found in _DATE_SPAN.finditer(masked):
+        deadline.check()
+        start, end = found.span()
+        before = masked[start - 1] if start else " "
+        after = masked[end] if end < len(masked) else " "
         if before.isalnum() or after.isdigit():
             continue
-        text = masked[m.start() : m.end()]
-        g = [m.group(i) for i in range(1, 17)]
-        if g[0]:
-            figure = Figure(text, m.start(), m.end(), "date", date=(int(g[0]), int(g[1]), int(g[2])))
-            if g[3]:
-                figures.append(figure)
-                figure = Figure(text, m.start(), m.end(), "time", time=(int(g[3]), int(g[4]), _int(g[5])))
-        elif g[6] or g[10]:
+        text = masked[start:end]
+        if text[4:5] == "-":  # the ISO form (only it has a dash there): its digits stand at fixed places
+            yield from _iso(text, start, end)
+            continue
+        m = _DATE.fullmatch(text)
+        assert m is not None  # the same pattern, on what it matched
+        g = m.groups()
+        if g[6] or g[10]:
             month = _MONTH_OF[_MONTHS.split("|").index((g[6] or g[10]).lower())]
             day = int(g[7] or g[9])
             year = _int(g[8] or g[11])
             if not 1 <= day <= 31:
                 continue
-            figure = Figure(text, m.start(), m.end(), "date", date=(year, month, day))
+            figure = Figure(text, start, end, "date", date=(year, month, day))
         else:
             hour = int(g[12]) + (12 if g[15] and g[15].lower() == "p" and int(g[12]) < 12 else 0)
             hour = 0 if g[15] and g[15].lower() == "a" and hour == 12 else hour
             if hour > 23 or int(g[13]) > 59:
                 continue
-            figure = Figure(text, m.start(), m.end(), "time", time=(hour, int(g[13]), _int(g[14])))
-        figures.append(figure)
-    return figures
+            figure = Figure(text, start, end, "time", time=(hour, int(g[13]), _int(g[14])))
+        yield figure
+
+
+def _iso(text: str, start: int, end: int) -> Iterator[Figure]:
+    """`2013-11-27`, perhaps with `17:05` or `17:05:09` after it: a date, and a time."""
+    yield Figure(text, start, end, "date", date=(int(text[0:4]), int(text[5:7]), int(text[8:10])))
+    if len(text) > 10:
+        second = int(text[17:19]) if len(text) > 16 else None
+        yield Figure(text, start, end, "time", time=(int(text[11:13]), int(text[14:16]), second))
 
 
 def _int(text: str | None) -> int | None:
     return int(text) if text else None
 
 
-def _number(answer: str, m: linear_re.Match) -> tuple[Figure | None, str]:
+def _number(answer: str, m: _Number, lines: _Lines) -> tuple[Figure | None, str]:
     """A figure from a number match, or None and why it is not a claim."""
-    digits = m.group(3)
+    digits = m.group(3) or ""
     start, end = m.start(3), m.end(3)
     suffix = m.group(4) or ""
     before = answer[start - 1] if start else " "
@@ -267,8 +384,7 @@ def _number(answer: str, m: linear_re.Match) -> tuple[Figure | None, str]:
         after = answer[end] if end < len(answer) else " "
     if not suffix and after.isalpha():
         return None, "an ordinal" if answer[end : end + 2].lower() in _ORDINALS else "part of a name (737MAX)"
-    line_start = answer.rfind("\n", 0, start) + 1
-    if not answer[line_start:start].strip() and _LIST_ITEM.match(answer[line_start:]) and after in ".)":
+    if after in ".)" and lines.opens_list_item(start):
         return None, "a list item's number"
     parsed = _readings(digits)
     if not parsed:
@@ -287,11 +403,7 @@ def _number(answer: str, m: linear_re.Match) -> tuple[Figure | None, str]:
     hedged = hedge is not None
     text_start = m.start(1) if m.group(1) else sign_start
     readings = tuple(
-        Reading(
-            value=float(value.scaleb(scale)) * (-1 if negative else 1),
-            step=float(_step(value, places, hedged).scaleb(scale)),
-        )
-        for value, places in parsed
+        _reading(value.scaleb(scale), _step(value, places, hedged).scaleb(scale), negative) for value, places in parsed
     )
     return (
         Figure(
@@ -347,20 +459,29 @@ def _number_of(whole: str, fraction: str) -> list[tuple[Decimal, int]]:
         return []
 
 
+def _reading(value: Decimal, step: Decimal, negative: bool) -> Reading:
+    """Past a float's range a figure stands for infinity with no tolerance: no cell gives it."""
+    magnitude = float(value)
+    if not math.isfinite(magnitude) or not math.isfinite(float(step)):
+        return Reading(value=-math.inf if negative else math.inf, step=0.0)
+    return Reading(value=-magnitude if negative else magnitude, step=float(step))
+
+
 def _step(value: Decimal, places: int, hedged: bool) -> Decimal:
     """The unit of the last digit shown; hedged, of the last non-zero digit of a whole number."""
     if places or not hedged or value == 0:
         return Decimal(1).scaleb(-places)
-    text = str(int(value))
-    zeros = len(text) - len(text.rstrip("0"))
-    return Decimal(1).scaleb(zeros)
+    digits = "".join(map(str, value.as_tuple().digits))  # Decimal's own digits: no length limit
+    zeros = len(digits) - len(digits.rstrip("0"))
+    return Decimal(1).scaleb(zeros + int(value.as_tuple().exponent))
 
 
 def _plain_values(masked: str) -> set[float]:
     values = set()
     for m in _NUMBER.finditer(masked):
         for value, _ in _readings(m.group(3)):
-            values.add(float(value))
+            if math.isfinite(float(value)):
+                values.add(float(value))
     return values
 
 
@@ -402,6 +523,6 @@ def _plain_not_claim(answer: str, figure: Figure, question_values: set[float], l
     last_word = window[-1] if window else ""
     if plain and last_word in _LABELS:
         return "a name (Paragraph 3, flight 1545)"
-    if plain and int(text) in list_sizes:
+    if plain and Decimal(text) in list_sizes:  # no int(): it refuses over 4,300 digits
         return "the count of items the answer lists"
     return ""

@@ -14,6 +14,7 @@ import unicodedata
 from dataclasses import dataclass
 
 from agent import linear_re
+from agent.figures.deadline import Deadline, no_deadline
 
 _MARKUP = linear_re.compile(
     r"<!--.*?(?:-->|\z)|</?[A-Za-z][A-Za-z0-9-]*(?:\s[^<>]*)?/?>|&(?:#[0-9]{1,7}|#[xX][0-9a-fA-F]{1,6}|[A-Za-z][A-Za-z0-9]{1,31});",
@@ -32,11 +33,13 @@ class Rendered:
         return self.starts[start], self.ends[end - 1]
 
 
-def render(written: str) -> Rendered:
+def render(written: str, deadline: Deadline | None = None) -> Rendered:
+    deadline = deadline or no_deadline()
     rendered = Rendered("", [], [])
     parts: list[str] = []
     at = 0
     for match in _MARKUP.finditer(written):
+        deadline.check()
         _plain(written, at, match.start(), parts, rendered)
         token = written[match.start() : match.end()]
         if token.startswith("&"):
@@ -50,6 +53,11 @@ def render(written: str) -> Rendered:
 
 
 def _plain(written: str, start: int, end: int, parts: list[str], rendered: Rendered) -> None:
+    if written[start:end].isascii():  # no format character is ASCII: the text shows as written
+        parts.append(written[start:end])
+        rendered.starts.extend(range(start, end))
+        rendered.ends.extend(range(start + 1, end + 1))
+        return
     for index in range(start, end):
         char = written[index]
         if unicodedata.category(char) != "Cf":

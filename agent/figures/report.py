@@ -37,7 +37,7 @@ class FigureCheck(BaseModel):
 class FigureReport(BaseModel):
     figures: list[FigureCheck] = Field(default_factory=list)
     not_claims: int = 0  # numbers told apart as not claims (years, Q numbers, list counts, ...)
-    unchecked: str | None = None  # why the answer's figures were not checked at all (the check ran out of time)
+    unchecked: str | None = None  # why the answer's figures were not checked at all (out of time, or the check failed)
     corrected: bool = False  # the answer went through the correction round
     unverified_before_correction: int = 0
 

@@ -10,6 +10,7 @@ it misreads only makes a figure a claim, or not, when it should not be.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from agent import linear_re
@@ -48,8 +49,9 @@ def literals(sql: str) -> Literals:
     text = "".join(code)
     for match in _NUMBER.finditer(text):
         before = text[match.start() - 1] if match.start() else " "
-        if not (before.isalnum() or before in "_$."):
-            found.numbers.add(float(match.group()))
+        value = float(match.group())  # past a float's range: infinity, which states nothing
+        if not (before.isalnum() or before in "_$.") and math.isfinite(value):
+            found.numbers.add(value)
     return found
 
 

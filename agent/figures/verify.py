@@ -26,6 +26,8 @@ more than 200 cells has no two-cell derivation. Whole-column derivations need th
 Cost: the answer is model output, so the check is bounded whatever it holds: its first 50,000
 characters and 100 figures, a sentence's words read once and its named rows found once (a long
 sentence kept 400 to 800 characters either side of a figure), two-cell searches over sorted values.
+And it keeps its time limit itself: given a `Deadline` (deadline.py), it looks at the clock at each
+match, figure and row, and past it raises `CheckTimedOut`, so the work ends when the wait for it does.
 
 Not caught, on purpose or not yet (tests/agent/figures/test_verify.py keeps them as known cases): a
 cell passes whichever row the sentence ties it to (EWR's count written as JFK's); units are never
@@ -40,9 +42,10 @@ import calendar
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from agent.figures.deadline import Deadline, no_deadline
 from agent.figures.extract import Figure, extract
-from agent.figures.pool import Cell, Evidence, Pool, pool_of
-from agent.figures.report import MAX_CELLS, MAX_FIGURES, CellRef, FigureCheck, FigureReport
+from agent.figures.pool import Cell, Evidence, Pool, Ref, pool_of
+from agent.figures.report import MAX_CELLS, MAX_FIGURES, FigureCheck, FigureReport
 
 DERIVATIONS: dict[str, tuple[str, ...]] = {
     # a plain number, currency, abbreviated count
@@ -71,20 +74,25 @@ _HEDGE_REACH = 0.1  # a hedged figure is at most this far (a share of it) from t
 MAX_ANSWER_CHARS = 50_000  # an answer is checked up to here; past it, its figures go unchecked
 
 
-def check_answer(answer: str, *, question: str, evidence: Sequence[Evidence]) -> FigureReport:
-    """Every figure of `answer`, verified or not (and why); numbers that are not claims are counted."""
-    found = extract(answer[:MAX_ANSWER_CHARS], question[:MAX_ANSWER_CHARS])
+def check_answer(
+    answer: str, *, question: str, evidence: Sequence[Evidence], deadline: Deadline | None = None
+) -> FigureReport:
+    """Every figure of `answer`, verified or not (and why); numbers that are not claims are counted.
+    Past `deadline`, `CheckTimedOut` (deadline.py)."""
+    deadline = deadline or no_deadline()
+    found = extract(answer[:MAX_ANSWER_CHARS], question[:MAX_ANSWER_CHARS], deadline, limit=MAX_FIGURES)
     by_id = {e.id: e for e in evidence}
     pools: dict[tuple[str, ...], Pool] = {}
     checks: list[FigureCheck] = []
     not_claims = len(found.not_claims)
     for figure in found.figures[:MAX_FIGURES]:
+        deadline.check()
         ran = tuple(q for q in figure.citations if q in by_id and by_id[q].result.ok)
         if figure.cited_where == "none":
             ran = tuple(e.id for e in evidence if e.result.ok)
         pool = pools.get(ran)
         if pool is None:
-            pool = pools[ran] = pool_of([by_id[q] for q in ran])
+            pool = pools[ran] = pool_of([by_id[q] for q in ran], deadline)
         if _in_sql(figure, pool):
             not_claims += 1
             continue
@@ -97,21 +105,18 @@ def check_answer(answer: str, *, question: str, evidence: Sequence[Evidence]) ->
 
 
 def _check(figure: Figure, pool: Pool, ran: tuple[str, ...], by_id: dict[str, Evidence]) -> FigureCheck:
-    base = FigureCheck(
+    found = _verify(figure, pool) if ran else None
+    return FigureCheck(
         text=figure.text,
         start=figure.start,
         end=figure.end,
         citations=list(figure.citations),
-        verified=False,
+        verified=found is not None,
         checked_against=list(ran),
+        how=found[0] if found else None,
+        cells=[c.ref.reported() for c in found[1][:MAX_CELLS]] if found else [],
+        reason=None if found else _why_not(figure, pool, ran) if ran else _nothing_to_check(figure, by_id),
     )
-    if not ran:
-        return base.model_copy(update={"reason": _nothing_to_check(figure, by_id)})
-    found = _verify(figure, pool)
-    if found is not None:
-        how, cells = found
-        return base.model_copy(update={"verified": True, "how": how, "cells": [c.ref for c in cells[:MAX_CELLS]]})
-    return base.model_copy(update={"reason": _why_not(figure, pool, ran)})
 
 
 def _nothing_to_check(figure: Figure, by_id: dict[str, Evidence]) -> str:
@@ -136,7 +141,7 @@ def _why_not(figure: Figure, pool: Pool, ran: tuple[str, ...]) -> str:
     )
 
 
-def _place(ref: CellRef) -> str:
+def _place(ref: Ref) -> str:
     row = "totals" if ref.row is None else f"row {ref.row}"
     return f"{ref.query_id}, {row}, {ref.column}"
 
@@ -202,7 +207,7 @@ def _number(sought: _Target, pool: Pool, related: list[Cell]) -> tuple[str, list
         return "cell", [cell]
     for query_id, count in pool.row_counts:
         if abs(count - target) <= tol:
-            return "row count", [Cell(count, CellRef(query_id=query_id, row=None, column="(rows)", value=str(count)))]
+            return "row count", [Cell(count, Ref(query_id, None, "(rows)", str(count)))]
     for column in pool.columns:
         if _gives(sum(c.value for c in column), sought):
             return "sum", column
@@ -310,10 +315,8 @@ def _between(cells: list[Cell], values: list[float], low: float, high: float, ot
 def _date_cell(figure: Figure, pool: Pool) -> tuple[str, list[Cell]] | None:
     assert figure.date is not None
     year, month, day = figure.date
-    suffix = f"-{month:02d}-{day:02d}"
-    for ref in pool.texts:
-        head = ref.value[:10]
-        if len(head) == 10 and head.endswith(suffix) and (year is None or head.startswith(f"{year:04d}-")):
+    for ref in pool.on_day(month, day):
+        if year is None or ref.value.startswith(f"{year:04d}-"):
             return "cell", [Cell(0.0, ref)]
     return None
 

@@ -1,9 +1,14 @@
 """The figure check in the loop: an answer whose figures match nothing in the cells they cite goes back
 to the model once (prompts/loop/figure_correction.md); what still fails is reported as unverified.
 
-The check runs in a thread, off the event loop, within a time limit: past it the answer stands with
-its figures reported unchecked (and no correction round). The thread cannot be stopped and runs to its
-end; the check's own caps (agent/figures/verify.py) keep that short."""
+The check runs off the event loop on workers of its own (`CHECK_WORKERS` threads): on the default
+executor, a few slow checks would queue every other blocking call of the process behind them (the
+conversation store's among them). It is handed its deadline (agent/figures/deadline.py) and stops
+there itself (or as soon as its run is cancelled), so the time limit ends the work, not only the
+wait for it: a thread cannot be stopped from outside, and a process per check would cost more than
+a check (its result and evidence pickled both ways, a worker killed and restarted at each time-out).
+Past the limit, or when the check fails, the answer stands with its figures reported unchecked and
+why (and no correction round): a figure report is never missing for an answer."""
 
 from __future__ import annotations
 
@@ -11,8 +16,9 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import Executor, ThreadPoolExecutor
 
-from agent.figures import Evidence, FigureReport, check_answer
+from agent.figures import CheckTimedOut, Deadline, Evidence, FigureReport, check_answer
 from agent.pipeline.state import RunState
 from agent.prompts import PromptLibrary
 from agent.runner import AnswerEvent, Outcome
@@ -20,16 +26,24 @@ from agent.runner import AnswerEvent, Outcome
 log = logging.getLogger(__name__)
 
 CHECK_TIME_LIMIT_S = 10.0
-Checker = Callable[..., FigureReport]  # check_answer(answer, *, question, evidence)
+CHECK_WORKERS = 2  # checks at once, process-wide; more wait their turn (their deadline running)
+Checker = Callable[..., FigureReport]  # check_answer(answer, *, question, evidence, deadline)
+CHECKS = ThreadPoolExecutor(max_workers=CHECK_WORKERS, thread_name_prefix="figure-check")  # threads start on use
 
 
 class FigureReview:
     def __init__(
-        self, prompts: PromptLibrary, *, check: Checker = check_answer, time_limit_s: float = CHECK_TIME_LIMIT_S
+        self,
+        prompts: PromptLibrary,
+        *,
+        check: Checker = check_answer,
+        time_limit_s: float = CHECK_TIME_LIMIT_S,
+        executor: Executor = CHECKS,
     ) -> None:
         self._prompts = prompts
         self._check_answer = check
         self._time_limit_s = time_limit_s
+        self._executor = executor
 
     async def correction(self, state: RunState) -> str | None:
         """The correction to send back when the answer just accepted has unverified figures (once a run);
@@ -78,11 +92,22 @@ class FigureReview:
         return report
 
     async def _within_time_limit(self, text: str, question: str, evidence: Sequence[Evidence]) -> FigureReport:
-        checking = asyncio.to_thread(self._check_answer, text, question=question, evidence=evidence)
+        """The report, or one saying why there is none: past the limit (the work stops there too) or
+        when the check fails, the figures are reported unchecked, never left without a mark."""
+        limit = self._time_limit_s
+        deadline = Deadline.after(limit)
+
+        def check() -> FigureReport:
+            return self._check_answer(text, question=question, evidence=evidence, deadline=deadline)
+
         try:
-            return await asyncio.wait_for(checking, self._time_limit_s)
-        except TimeoutError:
-            log.warning(
-                "the figure check took over %g s; the answer's figures are reported unchecked", self._time_limit_s
-            )
-            return FigureReport(unchecked=f"the figure check took longer than {self._time_limit_s:g} s")
+            return await asyncio.wait_for(asyncio.get_running_loop().run_in_executor(self._executor, check), limit)
+        except asyncio.CancelledError:  # the run was cancelled: its check stops too, freeing its worker
+            deadline.expire()
+            raise
+        except (TimeoutError, CheckTimedOut):
+            log.warning("the figure check took over %g s; the answer's figures are reported unchecked", limit)
+            return FigureReport(unchecked=f"the figure check took longer than {limit:g} s")
+        except Exception as exc:  # a bug, or an answer it cannot read: never an answer shown unmarked
+            log.exception("the figure check failed; the answer's figures are reported unchecked")
+            return FigureReport(unchecked=f"the figure check failed ({type(exc).__name__})")

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from agent import errors
+from process import errors
 from process.cli import main
 
 README = Path(__file__).resolve().parents[3] / "README.md"

@@ -13,6 +13,7 @@ from agent.llm.openai_chat import OpenAIProvider, openai_client
 from agent.llm.providers import ModelProvider, UnconfiguredProvider
 from agent.llm.turns import (
     FALLBACK_REASONS,
+    BadUsage,
     ContextOverflow,
     Fallback,
     FallbackReason,
@@ -29,6 +30,7 @@ __all__ = [
     "FALLBACK_REASONS",
     "MISSING_KEY",
     "AnthropicProvider",
+    "BadUsage",
     "ContextOverflow",
     "Fallback",
     "FallbackReason",

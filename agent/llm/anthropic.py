@@ -30,6 +30,7 @@ from agent.llm.turns import (
     RestartSink,
     TextSink,
     Usage,
+    usage_count,
 )
 from agent.llm_priming import prime_sdk_parsers
 
@@ -153,13 +154,18 @@ def _to_turn(message: Any, elapsed_s: float) -> ModelTurn:
     return ModelTurn(content=content, stop_reason=message.stop_reason, usage=_usage(message.usage), elapsed_s=elapsed_s)
 
 
+# Our count -> the Messages API's usage field (https://docs.anthropic.com/en/api/messages, "usage").
+_USAGE_FIELDS = {
+    "input_tokens": "input_tokens",
+    "output_tokens": "output_tokens",
+    "cache_read_tokens": "cache_read_input_tokens",
+    "cache_creation_tokens": "cache_creation_input_tokens",
+}
+
+
 def _usage(usage: Any) -> Usage:
-    return Usage(
-        input_tokens=usage.input_tokens or 0,
-        output_tokens=usage.output_tokens or 0,
-        cache_read_tokens=getattr(usage, "cache_read_input_tokens", 0) or 0,
-        cache_creation_tokens=getattr(usage, "cache_creation_input_tokens", 0) or 0,
-    )
+    """The usage object, each count checked (the SDK builds it without validating the JSON)."""
+    return Usage(**{ours: usage_count(theirs, getattr(usage, theirs, None)) for ours, theirs in _USAGE_FIELDS.items()})
 
 
 class _TurnBuilder:
@@ -211,15 +217,9 @@ class _TurnBuilder:
         elif kind == "message_delta":
             self._stop_reason = event.delta.stop_reason
             usage = event.usage  # cumulative counts; input and cache counts only in newer API versions
-            if usage.output_tokens is not None:
-                self._usage.output_tokens = usage.output_tokens
-            for ours, theirs in (
-                ("input_tokens", "input_tokens"),
-                ("cache_read_tokens", "cache_read_input_tokens"),
-                ("cache_creation_tokens", "cache_creation_input_tokens"),
-            ):
+            for ours, theirs in _USAGE_FIELDS.items():
                 if (value := getattr(usage, theirs, None)) is not None:
-                    setattr(self._usage, ours, value)
+                    setattr(self._usage, ours, usage_count(theirs, value))
         return ""
 
     def turn(self, elapsed_s: float) -> ModelTurn:

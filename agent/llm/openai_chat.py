@@ -35,6 +35,7 @@ from agent.llm.turns import (
     RestartSink,
     TextSink,
     Usage,
+    usage_count,
 )
 from agent.llm_priming import prime_openai_parsers
 
@@ -308,14 +309,16 @@ def _tool_use(call_id: str | None, name: str, arguments: str) -> dict[str, Any]:
 
 
 def _usage(usage: Any) -> Usage:
-    """prompt_tokens counts the cached ones too (prompt_tokens_details.cached_tokens)."""
+    """prompt_tokens counts the cached ones too (prompt_tokens_details.cached_tokens). Each count is checked
+    (the SDK builds the object without validating the JSON): a server's bad count is refused here."""
     if usage is None:
         return Usage()
-    details = usage.prompt_tokens_details
-    cached = (details.cached_tokens or 0) if details is not None else 0
+    details = getattr(usage, "prompt_tokens_details", None)
+    cached = usage_count("prompt_tokens_details.cached_tokens", getattr(details, "cached_tokens", None))
+    prompt = usage_count("prompt_tokens", getattr(usage, "prompt_tokens", None))
     return Usage(
-        input_tokens=max(0, (usage.prompt_tokens or 0) - cached),
-        output_tokens=usage.completion_tokens or 0,
+        input_tokens=max(0, prompt - cached),
+        output_tokens=usage_count("completion_tokens", getattr(usage, "completion_tokens", None)),
         cache_read_tokens=cached,
     )
 

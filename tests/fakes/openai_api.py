@@ -47,12 +47,17 @@ ROLES = ("developer", "system", "user", "assistant", "tool", "function")
 
 @dataclass
 class Reply:
-    """One assistant message: optional text, then tool calls as (name, arguments) pairs."""
+    """One assistant message: optional text, then tool calls as (name, arguments) pairs. `usage`: fields of
+    the usage object sent as given, over the fake's own counts, as a hostile server or a buggy gateway might
+    report them (`{"completion_tokens": -100000000}`): CompletionUsage's prompt_tokens, completion_tokens,
+    total_tokens and prompt_tokens_details (openai/types/completion_usage.py), in a whole completion and in
+    a stream's last chunk."""
 
     text: str = ""
     tool_calls: list[tuple[str, Any]] = field(default_factory=list)
     finish_reason: str | None = None
     completion_tokens: int = 20
+    usage: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -440,7 +445,7 @@ class _Handler(BaseHTTPRequestHandler):
             "created": int(time.time()),
             "model": body["model"],
             "choices": [{"index": 0, "message": message, "logprobs": None, "finish_reason": _finish(reply)}],
-            "usage": self.fake.usage(body, reply.completion_tokens),
+            "usage": {**self.fake.usage(body, reply.completion_tokens), **reply.usage},
         }
 
     def _stream(self, body: dict[str, Any], reply: Any) -> None:
@@ -484,7 +489,8 @@ class _Handler(BaseHTTPRequestHandler):
                 chunk({}, _finish(reply))
                 if include_usage:
                     # An extra chunk: "choices" empty, "usage" the whole request's (stream_options.include_usage).
-                    self._send({**base, "choices": [], "usage": self.fake.usage(body, reply.completion_tokens)})
+                    usage = {**self.fake.usage(body, reply.completion_tokens), **reply.usage}
+                    self._send({**base, "choices": [], "usage": usage})
             self._frame(b"data: [DONE]\n\n")
             self.wfile.write(b"0\r\n\r\n")
             self.wfile.flush()

@@ -105,7 +105,9 @@ async def test_questions_asked_at_once_spend_at_most_the_budget_and_one_question
     file = _shared(tmp_path) if where == "shared file" else None
     try:
         # A per-question budget bounds a question: as many run at once as the budget fits.
-        capped = DailyBudget(max_tokens=20_000, max_cost_usd=None, question_tokens=10_000, file=file, clock=lambda: NOON)
+        capped = DailyBudget(
+            max_tokens=20_000, max_cost_usd=None, question_tokens=10_000, file=file, clock=lambda: NOON
+        )
         ran, spent = await _ask_at_once(capped, "web:5.6.7.8", 8, cost=9_000)
         assert ran == 2 and spent <= 20_000 + 10_000
         # Nothing bounds a question: they run one at a time.

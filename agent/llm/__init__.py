@@ -5,6 +5,7 @@ Anthropic, Bedrock or Vertex; Chat Completions on any OpenAI-compatible server),
 - `capabilities`: neutral capabilities (caching, thinking, output tokens, temperature) per provider.
 - `anthropic`, `openai_chat`: one provider each, both building the same `ModelTurn` (`turns`).
 - `providers`: the provider clients the settings ask for.
+- `reach`: a connection that cannot be made is retried once, not at every layer.
 """
 
 from agent.llm.anthropic import AnthropicProvider, anthropic_client
@@ -22,6 +23,7 @@ from agent.llm.turns import (
     LLMError,
     LLMUnavailable,
     ModelTurn,
+    ModelUnreachable,
     TextSink,
     Usage,
 )
@@ -41,6 +43,7 @@ __all__ = [
     "LLMUnavailable",
     "ModelProvider",
     "ModelTurn",
+    "ModelUnreachable",
     "OpenAIProvider",
     "TextSink",
     "UnconfiguredProvider",

@@ -1,10 +1,11 @@
 """The Messages API provider: Anthropic's own API, Bedrock and Vertex, each through the anthropic SDK's
 async client (AsyncAnthropic, AsyncAnthropicBedrock, AsyncAnthropicVertex), streaming, with honest errors.
 
-The SDK already retries 408/409/429/5xx/529 responses (honouring retry-after); what it cannot
+The SDK already retries 408/409/429/5xx/529 responses (honouring retry-after) and failed connections
+(a connection that cannot be made, only once: `connect_once`, agent/llm/reach.py); what it cannot
 retry is a 200 SSE stream that fails after it started (an `overloaded_error` event, a connection
-broken mid-body, a stream that ends without `message_stop`), so that retry lives here, with a
-restart signal so callers can discard text they already showed.
+broken mid-body, a stream that ends without `message_stop`), so that retry, and only that one, lives
+here, with a restart signal so callers can discard text they already showed.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import httpx2
 import jiter
 from anthropic import AsyncAnthropic
 
+from agent.llm.reach import CONNECT_RETRIES, could_not_connect, unreachable
 from agent.llm.turns import (
     ContextOverflow,
     FallbackReason,
@@ -66,6 +68,25 @@ def anthropic_client(*, api_key: str, base_url: str | None, max_retries: int, ti
     )
 
 
+async def connect_once(request: anthropic.APIRequest, call_next: anthropic.AsyncCallNext) -> Any:
+    """SDK middleware (run once per attempt, inside the SDK's retry loop): past CONNECT_RETRIES, a
+    connection that cannot be made ends the call. What middleware raises reaches the caller as it is;
+    `from None`, as the SDK retries any error whose cause is a connection error."""
+    try:
+        return await call_next(request)
+    except anthropic.APIConnectionError as exc:
+        if request.retries_taken >= CONNECT_RETRIES and could_not_connect(exc):
+            raise unreachable(exc) from None
+        raise
+
+
+def _connection_error(exc: anthropic.APIConnectionError) -> LLMUnavailable:
+    """The SDK's retries are spent (it raises a connection error only then)."""
+    if could_not_connect(exc):
+        return unreachable(exc)
+    return LLMUnavailable(f"Could not reach the model API ({type(exc).__name__}); try again shortly.")
+
+
 class AnthropicProvider:
     """One Messages API endpoint. `request` is already in this API's terms (agent/llm/capabilities.py)."""
 
@@ -79,6 +100,8 @@ class AnthropicProvider:
         fallback_retries: int | None = None,
     ) -> None:
         prime_sdk_parsers()  # once per process, before any event loop depends on this client
+        if hasattr(client, "with_middleware"):  # the SDK's clients for Anthropic, Bedrock and Vertex all have it
+            client = client.with_middleware(connect_once)
         self._client = client
         self._key_setting = key_setting
         self._stream_retries = stream_retries
@@ -116,9 +139,8 @@ class AnthropicProvider:
             except anthropic.APIStatusError as exc:
                 if not _retryable_in_stream(exc) or attempt == retries:
                     raise _translate(exc, self._key_setting) from None
-            except anthropic.APIConnectionError as exc:
-                if attempt == retries:
-                    raise LLMUnavailable(f"Could not reach the model API: {exc}") from None
+            except anthropic.APIConnectionError as exc:  # before the reply began: the SDK has retried it
+                raise _connection_error(exc) from None
             except httpx2.TransportError as exc:  # the connection broke mid-stream: the SDK retries only before it
                 if attempt == retries:
                     raise LLMUnavailable(f"The model's reply was cut off ({type(exc).__name__}); try again.") from None
@@ -135,7 +157,7 @@ class AnthropicProvider:
         except anthropic.APIStatusError as exc:
             raise _translate(exc, self._key_setting) from None
         except anthropic.APIConnectionError as exc:
-            raise LLMUnavailable(f"Could not reach the model API: {exc}") from None
+            raise _connection_error(exc) from None
         return _to_turn(message, time.perf_counter() - started)
 
     async def close(self) -> None:

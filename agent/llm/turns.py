@@ -29,6 +29,11 @@ class LLMUnavailable(LLMError):
         self.reason: FallbackReason = reason
 
 
+class ModelUnreachable(LLMUnavailable):
+    """No connection to the API could be made (refused, a failed DNS lookup): every model it serves is
+    out of reach, so the models after it on the same provider are not asked either."""
+
+
 class LLMConfigError(LLMError):
     """Bad key, unknown model or a rejected request: a person must fix settings or code."""
 

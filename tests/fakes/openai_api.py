@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import socket
 import time
 import uuid
 from collections.abc import Callable
@@ -93,7 +94,15 @@ class MidStreamError:
     type: str = "server_error"
 
 
-Scripted = Reply | Failure | MidStreamError | Callable[[dict[str, Any]], Any]
+@dataclass
+class CutOff:
+    """A 200 stream that sends some text, then the connection breaks (a proxy or the network dropped it):
+    no finish_reason, no `data: [DONE]`, no last chunk."""
+
+    partial_text: str = "Partial "
+
+
+Scripted = Reply | Failure | MidStreamError | CutOff | Callable[[dict[str, Any]], Any]
 
 
 class ValidationError(Exception):
@@ -390,7 +399,7 @@ class _Handler(BaseHTTPRequestHandler):
                 Failure(400, "invalid_request_error", "We could not parse the JSON body of your request.")
             )
         reply = self.fake._next(body)
-        if callable(reply) and not isinstance(reply, Reply | Failure | MidStreamError):
+        if callable(reply) and not isinstance(reply, Reply | Failure | MidStreamError | CutOff):
             reply = reply(body)
         if isinstance(reply, Failure):
             return self._error(reply)
@@ -470,6 +479,11 @@ class _Handler(BaseHTTPRequestHandler):
 
         try:
             chunk({"role": "assistant", "content": "", "refusal": None})
+            if isinstance(reply, CutOff):
+                chunk({"content": reply.partial_text})
+                self.close_connection = True
+                self.connection.shutdown(socket.SHUT_RDWR)  # EOF inside the chunked body
+                return
             if isinstance(reply, MidStreamError):
                 chunk({"content": reply.partial_text})
                 self._send(

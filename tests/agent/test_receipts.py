@@ -12,7 +12,7 @@ from agent.pricing import load_pricing
 from agent.receipts import Receipt
 from agent.runner import Outcome
 from tests.agent.pipeline.test_pipeline import ask, sql
-from tests.fakes.anthropic_api import FakeAnthropic, Failure, Reply
+from tests.fakes.anthropic_api import Failure, FakeAnthropic, Reply
 
 ORIGINS = ("Departures per origin", "SELECT origin, count() AS n FROM nycflights13.flights GROUP BY origin")
 

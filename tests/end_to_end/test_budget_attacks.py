@@ -169,9 +169,7 @@ async def test_impossible_usage_is_refused_and_spends_nothing_below_zero(
     assert counted and all(float(line.rsplit(" ", 1)[1]) >= 0 for line in counted), counted
 
 
-async def test_impossible_usage_from_a_chat_completions_server_is_refused(
-    engine_data: Path, tmp_path: Path
-) -> None:
+async def test_impossible_usage_from_a_chat_completions_server_is_refused(engine_data: Path, tmp_path: Path) -> None:
     fake = FakeOpenAI().start()
     fake.always(chat_attacker)
     env = {"AGENT_MODEL": "openai:m", "AGENT_FOLLOWUP_MODEL": "openai:m", "OPENAI_BASE_URL": fake.base_url}

@@ -224,8 +224,9 @@ async def test_without_a_question_budget_one_question_runs_at_a_time(
 async def test_a_dead_model_api_fails_fast_and_the_receipt_says_there_was_no_answer(
     engine_data: Path, tmp_path: Path
 ) -> None:
-    """Connection refused showed a spinner for 37 s before "Could not reach the model API". The attempts
-    are counted in tests/agent/llm/test_reach.py (two); here, what the person sees."""
+    """Connection refused showed a spinner for 37 s (retries at every layer) before "Could not reach the
+    model API". The SDK logs each of its retries ("Retrying request to /v1/messages ..."): one, so two
+    attempts (counted at the socket in tests/agent/llm/test_reach.py); and what the person sees."""
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         closed = f"http://127.0.0.1:{probe.getsockname()[1]}"
@@ -241,3 +242,4 @@ async def test_a_dead_model_api_fails_fast_and_the_receipt_says_there_was_no_ans
     assert errors == ["Could not reach the model API (connection refused); check its address and the network."]
     assert result["outcome"] == "error" and "no answer (ended after" in result["receipt"]["text"]
     assert " answer " not in result["receipt"]["text"].replace("no answer", "")
+    assert web.log.count("Retrying request to /v1/messages") == 1, report

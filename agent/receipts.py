@@ -1,6 +1,7 @@
 """The receipt under every answer: which models, how many rounds and tokens, what it cost (from the price
 list, agent/pricing.yaml; a model without a price is named, never guessed), which queries ran and what
-ClickHouse says they read, and how long the first event and the answer took. Summed per conversation."""
+ClickHouse says they read, and how long the first event and the answer took (or, when the run failed or
+was cancelled before its answer, that there was none and when it ended). Summed per conversation."""
 
 from __future__ import annotations
 
@@ -32,7 +33,8 @@ class ModelUse(BaseModel):
 
 class Receipt(BaseModel):
     models: list[ModelUse] = Field(default_factory=list)
-    answers: int = 1  # how many answers it covers (a conversation's sum covers several)
+    answers: int = 1  # how many answers it covers (a conversation's sum covers several; a failed run none)
+    answered: bool = True  # False: the run ended (an error, a cancel) before its answer; answer_ms is when
     rounds: int = 0
     input_tokens: int = 0
     output_tokens: int = 0
@@ -57,8 +59,10 @@ class Receipt(BaseModel):
         reads: Iterable[tuple[int | None, int | None]],
         first_event_ms: int | None,
         answer_ms: int,
+        answered: bool = True,
     ) -> Receipt:
-        """`usage`: calls and tokens by model; `reads`: (rows, bytes) each query read, None unknown."""
+        """`usage`: calls and tokens by model; `reads`: (rows, bytes) each query read, None unknown;
+        `answered`: False when the run ended without an answer (`answer_ms` is then when it ended)."""
         models = []
         for model, (calls, used) in usage.items():
             use = ModelUse(
@@ -81,6 +85,8 @@ class Receipt(BaseModel):
             unmeasured_queries=sum(rows is None for rows, _ in listed),
             first_event_ms=first_event_ms,
             answer_ms=answer_ms,
+            answers=int(answered),
+            answered=answered,
         )
         return receipt._totalled()
 
@@ -124,6 +130,7 @@ class Receipt(BaseModel):
             unmeasured_queries=sum(r.unmeasured_queries for r in listed),
             first_event_ms=None,  # a sum of first-event times means nothing; the answers' times are summed
             answer_ms=sum(r.answer_ms for r in listed),
+            answered=any(r.answered for r in listed),
         )
         return summed._totalled()
 
@@ -151,7 +158,8 @@ class Receipt(BaseModel):
         else:
             parts.append("no queries")
         first = f"first event {self.first_event_ms / 1000:.1f} s, " if self.first_event_ms is not None else ""
-        parts.append(f"{first}answer {self.answer_ms / 1000:.1f} s")
+        seconds = f"{self.answer_ms / 1000:.1f} s"
+        parts.append(f"{first}answer {seconds}" if self.answered else f"{first}no answer (ended after {seconds})")
         return parts
 
     def cost_text(self) -> str:

@@ -37,9 +37,14 @@ class Pacing:
             return LocalRateLimit(per_minute)
         return SharedRateLimit(self._file, scope, per_minute)
 
-    def daily_budget(self, max_tokens: int | None, max_cost_usd: float | None) -> DailyBudget:
-        """What one asker may spend per UTC day, counted where the rate limits are."""
-        return DailyBudget(max_tokens=max_tokens, max_cost_usd=max_cost_usd, file=self._file)
+    def daily_budget(
+        self, max_tokens: int | None, max_cost_usd: float | None, question_tokens: int | None = None
+    ) -> DailyBudget:
+        """What one asker may spend per UTC day, counted where the rate limits are; a question reserves
+        `question_tokens` of it (the per-question budget) while it runs."""
+        return DailyBudget(
+            max_tokens=max_tokens, max_cost_usd=max_cost_usd, question_tokens=question_tokens, file=self._file
+        )
 
     def turn(self, key: str, position: int | None = None) -> AbstractAsyncContextManager[None]:
         """Hold `key`'s turn (see Turns.turn)."""

@@ -18,6 +18,7 @@ not there for it.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 import uuid
@@ -175,7 +176,11 @@ class RunRegistry:
         followups: bool,
         on_done: Callable[[RunResult], Awaitable[None]] | None = None,
     ) -> None:
+        ended: list[RunResult] = []  # the run's result, once `done` came
+        ended_told = False  # on_done has been called
+
         async def publish(event: Event) -> None:
+            nonlocal ended_told
             body: WireEvent = FinishedEvent.of(event) if isinstance(event, DoneEvent) else event
             published = [self._next(handle, body)]
             if (size := json_size(published[0].data)) > self._max_event_bytes:  # every event is built within the cap
@@ -186,9 +191,11 @@ class RunRegistry:
                         RunEvent(published[0].id + 1, handle.run_id, handle.conversation_id, FinishedEvent(result=None))
                     )
             if isinstance(event, DoneEvent):
+                ended.append(event.result)
                 record = [e.as_dict() for e in [*handle.events, *published]]
                 await asyncio.shield(self._store.save_turn(handle.conversation_id, handle.run_id, event.result, record))
                 if on_done is not None:  # e.g. the asker's daily budget counts the answer's receipt
+                    ended_told = True
                     await asyncio.shield(on_done(event.result))
             for one in published:
                 await self._append(handle, one)
@@ -212,6 +219,9 @@ class RunRegistry:
             if not finished:
                 await self._append(handle, self._next(handle, FinishedEvent(result=None)))
         finally:
+            if on_done is not None and not ended_told:  # the run or the store failed first: a budget's hold still ends
+                with contextlib.suppress(Exception):
+                    await asyncio.shield(on_done(ended[0] if ended else RunResult(question=question)))
             async with handle.changed:
                 handle.done = True
                 handle.changed.notify_all()

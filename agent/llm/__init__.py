@@ -5,6 +5,7 @@ Anthropic, Bedrock or Vertex; Chat Completions on any OpenAI-compatible server),
 - `capabilities`: neutral capabilities (caching, thinking, output tokens, temperature) per provider.
 - `anthropic`, `openai_chat`: one provider each, both building the same `ModelTurn` (`turns`).
 - `providers`: the provider clients the settings ask for.
+- `reach`: a connection that cannot be made is retried once, not at every layer.
 
 Importing this package loads no model SDK: each name below is imported from its module when first
 used (PEP 562), so the Runner contract and the receipts, which need only `Usage`, stay light.
@@ -22,6 +23,7 @@ if TYPE_CHECKING:
     from agent.llm.providers import ModelProvider, UnconfiguredProvider
     from agent.llm.turns import (
         FALLBACK_REASONS,
+        BadUsage,
         ContextOverflow,
         Fallback,
         FallbackReason,
@@ -30,6 +32,7 @@ if TYPE_CHECKING:
         LLMError,
         LLMUnavailable,
         ModelTurn,
+        ModelUnreachable,
         TextSink,
         Usage,
     )
@@ -38,6 +41,7 @@ __all__ = [
     "FALLBACK_REASONS",
     "MISSING_KEY",
     "AnthropicProvider",
+    "BadUsage",
     "ContextOverflow",
     "Fallback",
     "FallbackReason",
@@ -48,6 +52,7 @@ __all__ = [
     "LLMUnavailable",
     "ModelProvider",
     "ModelTurn",
+    "ModelUnreachable",
     "OpenAIProvider",
     "TextSink",
     "UnconfiguredProvider",

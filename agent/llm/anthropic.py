@@ -1,10 +1,11 @@
 """The Messages API provider: Anthropic's own API, Bedrock and Vertex, each through the anthropic SDK's
 async client (AsyncAnthropic, AsyncAnthropicBedrock, AsyncAnthropicVertex), streaming, with honest errors.
 
-The SDK already retries 408/409/429/5xx/529 responses (honouring retry-after); what it cannot
+The SDK already retries 408/409/429/5xx/529 responses (honouring retry-after) and failed connections
+(a connection that cannot be made, only once: `connect_once`, agent/llm/reach.py); what it cannot
 retry is a 200 SSE stream that fails after it started (an `overloaded_error` event, a connection
-broken mid-body, a stream that ends without `message_stop`), so that retry lives here, with a
-restart signal so callers can discard text they already showed.
+broken mid-body, a stream that ends without `message_stop`), so that retry, and only that one, lives
+here, with a restart signal so callers can discard text they already showed.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import jiter
 from anthropic import AsyncAnthropic
 
 from agent.llm.priming import prime_sdk_parsers
+from agent.llm.reach import CONNECT_RETRIES, could_not_connect, unreachable
 from agent.llm.turns import (
     ContextOverflow,
     FallbackReason,
@@ -31,6 +33,7 @@ from agent.llm.turns import (
     RestartSink,
     TextSink,
     Usage,
+    usage_count,
 )
 
 _RETRYABLE_STREAM_ERRORS = {"overloaded_error", "api_error", "rate_limit_error"}
@@ -65,6 +68,25 @@ def anthropic_client(*, api_key: str, base_url: str | None, max_retries: int, ti
     )
 
 
+async def connect_once(request: anthropic.APIRequest, call_next: anthropic.AsyncCallNext) -> Any:
+    """SDK middleware (run once per attempt, inside the SDK's retry loop): past CONNECT_RETRIES, a
+    connection that cannot be made ends the call. What middleware raises reaches the caller as it is;
+    `from None`, as the SDK retries any error whose cause is a connection error."""
+    try:
+        return await call_next(request)
+    except anthropic.APIConnectionError as exc:
+        if request.retries_taken >= CONNECT_RETRIES and could_not_connect(exc):
+            raise unreachable(exc) from None
+        raise
+
+
+def _connection_error(exc: anthropic.APIConnectionError) -> LLMUnavailable:
+    """The SDK's retries are spent (it raises a connection error only then)."""
+    if could_not_connect(exc):
+        return unreachable(exc)
+    return LLMUnavailable(f"Could not reach the model API ({type(exc).__name__}); try again shortly.")
+
+
 class AnthropicProvider:
     """One Messages API endpoint. `request` is already in this API's terms (agent/llm/capabilities.py)."""
 
@@ -78,6 +100,8 @@ class AnthropicProvider:
         fallback_retries: int | None = None,
     ) -> None:
         prime_sdk_parsers()  # once per process, before any event loop depends on this client
+        if hasattr(client, "with_middleware"):  # the SDK's clients for Anthropic, Bedrock and Vertex all have it
+            client = client.with_middleware(connect_once)
         self._client = client
         self._key_setting = key_setting
         self._stream_retries = stream_retries
@@ -115,9 +139,8 @@ class AnthropicProvider:
             except anthropic.APIStatusError as exc:
                 if not _retryable_in_stream(exc) or attempt == retries:
                     raise _translate(exc, self._key_setting) from None
-            except anthropic.APIConnectionError as exc:
-                if attempt == retries:
-                    raise LLMUnavailable(f"Could not reach the model API: {exc}") from None
+            except anthropic.APIConnectionError as exc:  # before the reply began: the SDK has retried it
+                raise _connection_error(exc) from None
             except httpx2.TransportError as exc:  # the connection broke mid-stream: the SDK retries only before it
                 if attempt == retries:
                     raise LLMUnavailable(f"The model's reply was cut off ({type(exc).__name__}); try again.") from None
@@ -134,7 +157,7 @@ class AnthropicProvider:
         except anthropic.APIStatusError as exc:
             raise _translate(exc, self._key_setting) from None
         except anthropic.APIConnectionError as exc:
-            raise LLMUnavailable(f"Could not reach the model API: {exc}") from None
+            raise _connection_error(exc) from None
         return _to_turn(message, time.perf_counter() - started)
 
     async def close(self) -> None:
@@ -153,13 +176,18 @@ def _to_turn(message: Any, elapsed_s: float) -> ModelTurn:
     return ModelTurn(content=content, stop_reason=message.stop_reason, usage=_usage(message.usage), elapsed_s=elapsed_s)
 
 
+# Our count -> the Messages API's usage field (https://docs.anthropic.com/en/api/messages, "usage").
+_USAGE_FIELDS = {
+    "input_tokens": "input_tokens",
+    "output_tokens": "output_tokens",
+    "cache_read_tokens": "cache_read_input_tokens",
+    "cache_creation_tokens": "cache_creation_input_tokens",
+}
+
+
 def _usage(usage: Any) -> Usage:
-    return Usage(
-        input_tokens=usage.input_tokens or 0,
-        output_tokens=usage.output_tokens or 0,
-        cache_read_tokens=getattr(usage, "cache_read_input_tokens", 0) or 0,
-        cache_creation_tokens=getattr(usage, "cache_creation_input_tokens", 0) or 0,
-    )
+    """The usage object, each count checked (the SDK builds it without validating the JSON)."""
+    return Usage(**{ours: usage_count(theirs, getattr(usage, theirs, None)) for ours, theirs in _USAGE_FIELDS.items()})
 
 
 class _TurnBuilder:
@@ -211,15 +239,9 @@ class _TurnBuilder:
         elif kind == "message_delta":
             self._stop_reason = event.delta.stop_reason
             usage = event.usage  # cumulative counts; input and cache counts only in newer API versions
-            if usage.output_tokens is not None:
-                self._usage.output_tokens = usage.output_tokens
-            for ours, theirs in (
-                ("input_tokens", "input_tokens"),
-                ("cache_read_tokens", "cache_read_input_tokens"),
-                ("cache_creation_tokens", "cache_creation_input_tokens"),
-            ):
+            for ours, theirs in _USAGE_FIELDS.items():
                 if (value := getattr(usage, theirs, None)) is not None:
-                    setattr(self._usage, ours, value)
+                    setattr(self._usage, ours, usage_count(theirs, value))
         return ""
 
     def turn(self, elapsed_s: float) -> ModelTurn:

@@ -25,6 +25,7 @@ from agent.llm.turns import (
     LLMConfigError,
     LLMUnavailable,
     ModelTurn,
+    ModelUnreachable,
     RestartSink,
     TextSink,
     ignore_fallback,
@@ -143,21 +144,26 @@ class LLMClient:
         on_fallback: FallbackSink,
         before_next: Callable[[], Awaitable[None]] | None = None,
     ) -> ModelTurn:
-        """The turn of the first model in the list that can answer; the last one's error when none can."""
+        """The turn of the first model in the list that can answer; the last one's error when none can.
+        An API that cannot be reached at all takes the rest of its provider's models with it."""
         refs = self.order(models)
-        for index, ref in enumerate(refs):
+        if not refs:
+            raise LLMConfigError("No model is configured for this call.")
+        while True:
+            ref, refs = refs[0], refs[1:]
             try:
-                turn = await ask(ref, translate(ref.provider, request, self._caps), index == len(refs) - 1)
+                turn = await ask(ref, translate(ref.provider, request, self._caps), not refs)
             except LLMUnavailable as exc:
-                if index == len(refs) - 1:
+                if isinstance(exc, ModelUnreachable):
+                    refs = [other for other in refs if other.provider != ref.provider]
+                if not refs:
                     raise
                 if before_next is not None:
                     await before_next()
-                await self._fall_back(exc, ref, refs[index + 1], role, on_fallback)
+                await self._fall_back(exc, ref, refs[0], role, on_fallback)
                 continue
             turn.model, turn.later_model = str(ref), ref != _refs(models)[0]
             return turn
-        raise LLMConfigError("No model is configured for this call.")
 
     def _provider(self, ref: ModelRef) -> ModelProvider:
         provider = self._providers.get(ref.provider)

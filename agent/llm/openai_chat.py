@@ -21,11 +21,13 @@ import time
 import uuid
 from typing import Any
 
+import httpx2
 import openai
 from openai import AsyncOpenAI
 
 from agent.llm.anthropic import _tool_input
 from agent.llm.priming import prime_openai_parsers
+from agent.llm.reach import CONNECT_RETRIES, could_not_connect, unreachable
 from agent.llm.turns import (
     ContextOverflow,
     FallbackReason,
@@ -36,6 +38,7 @@ from agent.llm.turns import (
     RestartSink,
     TextSink,
     Usage,
+    usage_count,
 )
 
 # finish_reason -> the Messages API's stop_reason, which the pipeline reads.
@@ -51,6 +54,21 @@ _REASONING_MODEL = re.compile(r"^(o\d|gpt-5)")
 _CONTEXT_OVERFLOW = ("maximum context length", "context size", "context window", "context length")
 
 
+class ConnectOnceAioHttpClient(openai.DefaultAioHttpClient):  # type: ignore[misc,valid-type]
+    """The SDK's aiohttp client, retrying a connection that cannot be made only CONNECT_RETRIES times
+    (agent/llm/reach.py): the SDK retries any transport error raised while sending, and passes an
+    `OpenAIError` raised there on as it is."""
+
+    async def send(self, request: httpx2.Request, **kwargs: Any) -> httpx2.Response:
+        try:
+            return await super().send(request, **kwargs)  # type: ignore[no-any-return]
+        except httpx2.TransportError as exc:
+            retries_taken = int(request.headers.get("x-stainless-retry-count") or 0)
+            if retries_taken >= CONNECT_RETRIES and could_not_connect(exc):
+                raise openai.APIConnectionError(message=str(unreachable(exc)), request=request) from exc
+            raise
+
+
 def openai_client(*, api_key: str, base_url: str | None, max_retries: int, timeout_s: float) -> AsyncOpenAI:
     """The SDK's client over its aiohttp transport, as the Anthropic client is (agent/llm/anthropic.py)."""
     return AsyncOpenAI(
@@ -58,8 +76,15 @@ def openai_client(*, api_key: str, base_url: str | None, max_retries: int, timeo
         base_url=base_url,
         max_retries=max_retries,
         timeout=timeout_s,
-        http_client=openai.DefaultAioHttpClient(timeout=timeout_s),
+        http_client=ConnectOnceAioHttpClient(timeout=timeout_s),
     )
+
+
+def _connection_error(exc: openai.APIConnectionError) -> LLMUnavailable:
+    """The SDK's retries are spent (it raises a connection error only then)."""
+    if could_not_connect(exc):
+        return unreachable(exc)
+    return LLMUnavailable(f"Could not reach the model server: {type(exc).__name__}")
 
 
 class OpenAIProvider:
@@ -87,6 +112,7 @@ class OpenAIProvider:
         for attempt in range(retries + 1):
             started = time.perf_counter()
             builder = _ChunkBuilder()
+            stream = None
             try:
                 stream = await client.chat.completions.create(
                     **params, stream=True, stream_options={"include_usage": True}
@@ -107,8 +133,12 @@ class OpenAIProvider:
             except openai.APIStatusError as exc:  # the SDK has already retried 408/409/429/5xx
                 raise _translate(exc) or _rejected(exc) from None
             except openai.APIConnectionError as exc:
-                if attempt == retries:
-                    raise LLMUnavailable(f"Could not reach the model server: {type(exc).__name__}") from None
+                if stream is None:  # before the reply began: the SDK has retried it
+                    raise _connection_error(exc) from None
+                if (
+                    attempt == retries
+                ):  # the connection broke mid-stream (the SDK wraps it): the SDK retries only before
+                    raise LLMUnavailable(f"The model's reply was cut off ({type(exc).__name__}); try again.") from None
             except openai.APIError as exc:  # an `error` object inside a 200 stream
                 if attempt == retries or _stream_error(exc) is None:
                     failed = LLMConfigError(f"The model server failed the request: {exc.message}")
@@ -126,7 +156,7 @@ class OpenAIProvider:
         except openai.APIStatusError as exc:
             raise _translate(exc) or _rejected(exc) from None
         except openai.APIConnectionError as exc:
-            raise LLMUnavailable(f"Could not reach the model server: {type(exc).__name__}") from None
+            raise _connection_error(exc) from None
         choice = completion.choices[0]
         content: list[dict[str, Any]] = []
         if choice.message.content and choice.message.content.strip():
@@ -308,14 +338,16 @@ def _tool_use(call_id: str | None, name: str, arguments: str) -> dict[str, Any]:
 
 
 def _usage(usage: Any) -> Usage:
-    """prompt_tokens counts the cached ones too (prompt_tokens_details.cached_tokens)."""
+    """prompt_tokens counts the cached ones too (prompt_tokens_details.cached_tokens). Each count is checked
+    (the SDK builds the object without validating the JSON): a server's bad count is refused here."""
     if usage is None:
         return Usage()
-    details = usage.prompt_tokens_details
-    cached = (details.cached_tokens or 0) if details is not None else 0
+    details = getattr(usage, "prompt_tokens_details", None)
+    cached = usage_count("prompt_tokens_details.cached_tokens", getattr(details, "cached_tokens", None))
+    prompt = usage_count("prompt_tokens", getattr(usage, "prompt_tokens", None))
     return Usage(
-        input_tokens=max(0, (usage.prompt_tokens or 0) - cached),
-        output_tokens=usage.completion_tokens or 0,
+        input_tokens=max(0, prompt - cached),
+        output_tokens=usage_count("completion_tokens", getattr(usage, "completion_tokens", None)),
         cache_read_tokens=cached,
     )
 

@@ -3,9 +3,12 @@ shape, whichever provider answered), its usage, the errors callers catch, and th
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
+
+log = logging.getLogger(__name__)
 
 TextSink = Callable[[str], Awaitable[None]]
 RestartSink = Callable[[], Awaitable[None]]
@@ -26,12 +29,41 @@ class LLMUnavailable(LLMError):
         self.reason: FallbackReason = reason
 
 
+class ModelUnreachable(LLMUnavailable):
+    """No connection to the API could be made (refused, a failed DNS lookup): every model it serves is
+    out of reach, so the models after it on the same provider are not asked either."""
+
+
 class LLMConfigError(LLMError):
     """Bad key, unknown model or a rejected request: a person must fix settings or code."""
 
 
 class ContextOverflow(LLMError):
     """The prompt is longer than the model's context window."""
+
+
+class BadUsage(LLMError):
+    """The provider reported token counts no model can have used (negative, not integers, absurd): the
+    reply is not used, since its counts would go into budgets, receipts and metrics."""
+
+
+# Far above any model's context window plus its output (a million or two), far below what breaks a sum.
+MAX_USAGE_TOKENS = 100_000_000
+
+
+def usage_count(name: str, value: object) -> int:
+    """One token count as a provider reported it, checked where it enters the app; None (not reported)
+    is 0. Raises BadUsage for a negative, non-integer (booleans and floats included) or absurd count."""
+    if value is None:
+        return 0
+    if type(value) is not int or not 0 <= value <= MAX_USAGE_TOKENS:
+        shown = repr(value)[:40]
+        log.error("the model API reported an impossible token count: %s=%s", name, shown)
+        raise BadUsage(
+            f"The model API reported an impossible token count ({name} = {shown}), so its reply was not used. "
+            "The model server or a gateway in front of it is misbehaving; tell whoever runs this app."
+        )
+    return value
 
 
 @dataclass

@@ -145,6 +145,7 @@ class RunState:
             reads=[(q.result.rows_read, q.result.bytes_read) for q in self.queries if not q.reused_from],
             first_event_ms=None if self.first_event_s is None else round(self.first_event_s * 1000),
             answer_ms=round(self.answered_s * 1000) if self.answered_s is not None else total_ms,
+            answered=self.outcome not in (Outcome.ERROR, Outcome.CANCELLED),  # a cancel after the answer keeps it
         )
 
     def record_failed_model_call(self, role: str) -> None:

@@ -42,6 +42,7 @@ from bots.slack.receipt import receipt_blocks
 from bots.slack.receive import Identity, Ignore, Question
 from bots.slack.reply import AnswerWriter, Streaming
 from bots.slack.thread import answer_metadata, part_metadata, read_history, ts_micros
+from chats.budgets import Refusal, Reservation
 from chats.conversations import ConversationStore
 from chats.pacing import Pacing
 from chats.runs import RunHandle, RunRegistry, ShuttingDown
@@ -78,7 +79,9 @@ class Answerer:
         self._knowledge = knowledge
         self._settings, self._metrics, self._pacing = settings, metrics, pacing
         self._limit = pacing.rate_limit("slack:questions", settings.slack_rate_per_minute)
-        self._budget = pacing.daily_budget(settings.agent_daily_user_tokens, settings.agent_daily_user_cost_usd)
+        self._budget = pacing.daily_budget(
+            settings.agent_daily_user_tokens, settings.agent_daily_user_cost_usd, settings.agent_question_max_tokens
+        )
         self.streaming = Streaming()
         self.budget = CallBudget(workers=pacing.workers)  # every answer's writes, against Slack's tiers
         self._interval_s = settings.slack_progress_interval_s
@@ -121,14 +124,19 @@ class Answerer:
         if (wait_s := await self._limit.take(f"{question.team}:{question.user}")) is not None:
             await self._tell(question, Failure.RATE_LIMITED, wait_s=wait_s)
             return
-        if refusal := await self._budget.refusal(f"{question.team}:{question.user}"):
-            self._metrics.budget_refusals.labels("slack").inc()
-            await self._tell(question, Failure.OVER_BUDGET, message=refusal.message)
-            return
         if not self._runs.accepting:
             await self._tell(question, Failure.RESTARTING)
             return
-        await self._answer(question)
+        booked = await self._budget.reserve(f"{question.team}:{question.user}")  # held until the run settles
+        if isinstance(booked, Refusal):
+            self._metrics.budget_refusals.labels("slack").inc()
+            await self._tell(question, Failure.OVER_BUDGET, message=booked.message)
+            return
+        try:
+            await self._answer(question, booked)
+        except BaseException:
+            await self._budget.settle(booked, None)  # a run that started settles too: releasing twice is harmless
+            raise
 
     async def _tell_if_ours(self, question: Question, kind: Failure) -> None:
         with suppress(Exception):
@@ -141,7 +149,7 @@ class Answerer:
             return True
         return await self._store.find(question.conversation_key) is not None
 
-    async def _answer(self, question: Question) -> None:
+    async def _answer(self, question: Question, booked: Reservation) -> None:
         progress = Progress(
             self._client,
             question.channel,
@@ -168,14 +176,13 @@ class Answerer:
         conversation_id = await self._store.create_conversation(
             question.text, key=question.conversation_key, interface="slack"
         )
-        asker = f"{question.team}:{question.user}"
         handle = self._runs.start(
             conversation_id,
             question.text,
             history,
             platform="slack",
             interface="slack",
-            on_done=lambda result: self._budget.spend(asker, result.receipt),
+            on_done=lambda result: self._budget.settle(booked, result.receipt),
         )
         writer = AnswerWriter(
             self._client,

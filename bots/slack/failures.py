@@ -42,6 +42,7 @@ _PATTERNS = (  # (a phrase of the Runner's message, lower-cased, and what it mea
     ("models need", Failure.MODEL_SETUP),  # a provider's SDK extra is missing (agent/llm/providers.py)
     ("refused the key", Failure.MODEL_SETUP),
     ("rejected the request", Failure.MODEL_SETUP),
+    ("impossible token count", Failure.MODEL_SETUP),  # a misbehaving server or gateway (agent/llm/turns.py)
     ("clickhouse", Failure.DATABASE_UNREACHABLE),
     ("database", Failure.DATABASE_UNREACHABLE),
 )

@@ -3,13 +3,16 @@ summed per conversation. The pipeline tests drive a whole run (real SDK, fake AP
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from agent.llm import Usage
 from agent.pricing import load_pricing
 from agent.receipts import Receipt
+from agent.runner import Outcome
 from tests.agent.pipeline.test_pipeline import ask, sql
-from tests.fakes.anthropic_api import FakeAnthropic, Reply
+from tests.fakes.anthropic_api import Failure, FakeAnthropic, Reply
 
 ORIGINS = ("Departures per origin", "SELECT origin, count() AS n FROM nycflights13.flights GROUP BY origin")
 
@@ -133,3 +136,28 @@ def test_counts_take_their_unit_after_rounding() -> None:
         "1.0M",
         "1.2M",
     ]
+
+
+async def test_a_run_that_failed_says_there_was_no_answer(make_app, fake_anthropic: FakeAnthropic) -> None:
+    """After an error the receipt said "answer 44.7 s": the time is when the run ended, not an answer's."""
+    fake_anthropic.script(
+        Reply(tool_calls=[sql(ORIGINS)]), Failure(400, "invalid_request_error", "messages: something is off")
+    )
+    result, _ = await ask(make_app(), "busiest airport?")
+    assert result.outcome is Outcome.ERROR and result.receipt is not None
+    assert not result.receipt.answered and result.receipt.answers == 0
+    last = result.receipt.parts()[-1]
+    assert re.fullmatch(r"first event \d+\.\d s, no answer \(ended after \d+\.\d s\)", last), last
+    assert " answer " not in result.receipt.line().replace("no answer", "")
+    total = Receipt.total([result.receipt])
+    assert total is not None and total.answers == 0 and "no answer" in total.line()
+
+
+def test_an_answered_receipt_still_says_answer() -> None:
+    receipt = Receipt.build(usage={}, prices=None, rounds=1, reads=[], first_event_ms=None, answer_ms=1500)
+    assert receipt.answered and receipt.parts()[-1] == "answer 1.5 s"
+    failed = Receipt.build(
+        usage={}, prices=None, rounds=1, reads=[], first_event_ms=None, answer_ms=1500, answered=False
+    )
+    assert failed.parts()[-1] == "no answer (ended after 1.5 s)"
+    assert Receipt.total([receipt, failed]).answers == 1  # type: ignore[union-attr]

@@ -3,11 +3,14 @@ resets, shared by the workers through the app's SQLite file, and the next UTC da
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 from pathlib import Path
 
+import pytest
+
 from agent.receipts import Receipt
-from chats.budgets import SCHEMA, DailyBudget
+from chats.budgets import RESERVATION_TTL_S, SCHEMA, DailyBudget, Refusal, Reservation
 from chats.state_file import SqliteFile
 
 NOON = dt.datetime(2026, 11, 26, 12, 30, tzinfo=dt.UTC).timestamp()
@@ -54,3 +57,96 @@ async def test_off_by_default_and_workers_share_the_spending(tmp_path: Path) -> 
         assert await one.refusal("slack:T1:U1") is not None and await two.refusal("slack:T1:U1") is not None
     finally:
         file.close()
+
+
+async def test_the_budget_is_spent_at_exactly_its_size() -> None:
+    """The boundary: spending exactly the budget spends it (a `>` would let one more question through)."""
+    budget = DailyBudget(max_tokens=1000, max_cost_usd=0.05, clock=lambda: NOON)
+    await budget.spend("u", receipt(999, cost=0.0))
+    assert await budget.refusal("u") is None
+    await budget.spend("u", receipt(1, cost=0.0))
+    refusal = await budget.refusal("u")
+    assert refusal is not None and "1,000 of 1,000 tokens" in refusal.message
+    cost = DailyBudget(max_tokens=None, max_cost_usd=0.05, clock=lambda: NOON)
+    await cost.spend("u", receipt(1, cost=0.05))
+    assert await cost.refusal("u") is not None
+
+
+async def test_cache_writes_count_against_the_budget() -> None:
+    """Writing the prompt cache is billed (1.25x input): tokens of every kind count."""
+    budget = DailyBudget(max_tokens=1000, max_cost_usd=None, clock=lambda: NOON)
+    await budget.spend("u", Receipt(cache_creation_tokens=1000))
+    assert await budget.refusal("u") is not None
+    for kind in ("input_tokens", "output_tokens", "cache_read_tokens"):
+        one = DailyBudget(max_tokens=1000, max_cost_usd=None, clock=lambda: NOON)
+        await one.spend("u", Receipt(**{kind: 1000}))
+        assert await one.refusal("u") is not None, kind
+
+
+def _shared(tmp_path: Path) -> SqliteFile:
+    file = SqliteFile(tmp_path / "state.sqlite3")
+    file.now(lambda c: c.executescript(SCHEMA))
+    return file
+
+
+async def _ask_at_once(budget: DailyBudget, key: str, questions: int, cost: int) -> tuple[int, int]:
+    """`questions` started together by one asker; each that is let in spends `cost` tokens once all have
+    started. Returns how many ran and what they spent."""
+    booked = await asyncio.gather(*(budget.reserve(key) for _ in range(questions)))
+    ran = [b for b in booked if isinstance(b, Reservation)]
+    await asyncio.gather(*(budget.settle(b, receipt(cost)) for b in ran))
+    return len(ran), cost * len(ran)
+
+
+@pytest.mark.parametrize("where", ["memory", "shared file"])
+async def test_questions_asked_at_once_spend_at_most_the_budget_and_one_question(where: str, tmp_path: Path) -> None:
+    """The race: eight questions asked at once by an asker whose budget fits two all ran, since spending
+    was counted only at the end. Each question reserves its worth when it starts."""
+    file = _shared(tmp_path) if where == "shared file" else None
+    try:
+        # A per-question budget bounds a question: as many run at once as the budget fits.
+        capped = DailyBudget(
+            max_tokens=20_000, max_cost_usd=None, question_tokens=10_000, file=file, clock=lambda: NOON
+        )
+        ran, spent = await _ask_at_once(capped, "web:5.6.7.8", 8, cost=9_000)
+        assert ran == 2 and spent <= 20_000 + 10_000
+        # Nothing bounds a question: they run one at a time.
+        other = DailyBudget(max_tokens=20_000, max_cost_usd=None, file=file, clock=lambda: NOON)
+        ran, spent = await _ask_at_once(other, "web:1.2.3.4", 8, cost=9_000)
+        assert ran == 1
+        first = await other.reserve("web:1.2.3.4")
+        assert isinstance(first, Reservation)  # the first finished: the next may start
+        busy = await other.reserve("web:1.2.3.4")
+        assert isinstance(busy, Refusal) and "still being answered" in busy.message and busy.retry_after_s < 60
+        await other.settle(first, receipt(12_000))  # crosses the budget: answered, the next is refused
+        spent_out = await other.reserve("web:1.2.3.4")
+        assert isinstance(spent_out, Refusal) and "21,000 of 20,000 tokens" in spent_out.message
+    finally:
+        if file is not None:
+            file.close()
+
+
+async def test_a_reservation_is_released_when_nothing_was_spent_and_expires_when_never_settled() -> None:
+    now = [NOON]
+    budget = DailyBudget(max_tokens=1000, max_cost_usd=None, clock=lambda: now[0])
+    held = await budget.reserve("u")
+    assert isinstance(held, Reservation) and isinstance(await budget.reserve("u"), Refusal)
+    await budget.settle(held, None)  # no run started
+    again = await budget.reserve("u")
+    assert isinstance(again, Reservation)
+    now[0] += RESERVATION_TTL_S + 1  # its worker died mid-answer: the hold lapses
+    assert isinstance(await budget.reserve("u"), Reservation)
+
+
+async def test_a_cost_budget_holds_what_is_left_while_a_question_runs() -> None:
+    budget = DailyBudget(max_tokens=None, max_cost_usd=1.0, clock=lambda: NOON)
+    held = await budget.reserve("u")
+    assert isinstance(held, Reservation) and isinstance(await budget.reserve("u"), Refusal)
+    await budget.settle(held, receipt(10, cost=0.2))
+    assert isinstance(await budget.reserve("u"), Reservation)
+
+
+async def test_off_means_no_hold() -> None:
+    off = DailyBudget(max_tokens=None, max_cost_usd=None)
+    booked = [await off.reserve("u") for _ in range(3)]
+    assert all(isinstance(b, Reservation) and b.id is None for b in booked)

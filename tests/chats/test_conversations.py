@@ -108,6 +108,30 @@ async def test_a_failing_store_still_ends_the_log_with_done(
     store.close()
 
 
+async def test_a_failing_store_still_tells_on_done_once(
+    tmp_path: Path, make_app, fake_anthropic: FakeAnthropic
+) -> None:
+    """on_done ends what the run held (an asker's daily budget): a store that fails before it is called
+    would keep the hold for an hour."""
+
+    class BrokenStore(ConversationStore):
+        async def save_turn(self, *args, **kwargs) -> None:
+            raise sqlite3.OperationalError("disk I/O error")
+
+    store = BrokenStore(tmp_path / "broken.sqlite3")
+    fake_anthropic.script(Reply(text="Hello."))
+    told: list[RunResult] = []
+
+    async def on_done(result: RunResult) -> None:
+        told.append(result)
+
+    runs = RunRegistry(make_app().runner, store)
+    handle = runs.start("c", "hi", [], platform="web", interface="web", followups=False, on_done=on_done)
+    [event async for event in runs.follow(handle)]
+    store.close()
+    assert len(told) == 1 and told[0].answer == "Hello." and told[0].receipt is not None
+
+
 async def test_an_oversized_answer_still_ends_the_log_with_done(
     store: ConversationStore, make_app, fake_anthropic: FakeAnthropic
 ) -> None:

@@ -39,7 +39,11 @@ _TOOL_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,128}$")
 class Reply:
     """One assistant turn: optional thinking (only when the request enables it), optional text, then tool
     calls as (name, input) pairs. `pauses`: streamed, the text stalls after its n-th piece (a word and its
-    space) until the event is set (at most 30 s)."""
+    space) until the event is set (at most 30 s). `usage`: fields of the usage object sent as given, over
+    the fake's own counts, as a hostile server or a buggy gateway might report them (`{"output_tokens":
+    -100000000}`): the Messages API's usage object (input_tokens, output_tokens, cache_read_input_tokens,
+    cache_creation_input_tokens; https://docs.anthropic.com/en/api/messages), in the whole message, in a
+    stream's message_start and, for output_tokens, its message_delta (whose counts are cumulative)."""
 
     text: str = ""
     thinking: str = ""
@@ -47,6 +51,7 @@ class Reply:
     stop_reason: str | None = None
     output_tokens: int = 20
     pauses: dict[int, threading.Event] = field(default_factory=dict)
+    usage: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -450,7 +455,8 @@ class _Handler(BaseHTTPRequestHandler):
             self._send("error", {"type": "error", "error": {"type": reply.error_type, "message": "Overloaded"}})
             return
         message = _message(body, reply, usage)
-        start = {**message, "content": [], "stop_reason": None, "usage": {**message["usage"], "output_tokens": 1}}
+        start_usage = {**message["usage"], "output_tokens": reply.usage.get("output_tokens", 1)}
+        start = {**message, "content": [], "stop_reason": None, "usage": start_usage}
         self._send("message_start", {"type": "message_start", "message": start})
         for index, block in enumerate(message["content"]):
             if block["type"] == "text":
@@ -536,5 +542,5 @@ def _message(body: dict[str, Any], reply: Reply, usage: dict[str, int], content:
         "content": blocks if content is None else content,
         "stop_reason": stop,
         "stop_sequence": None,
-        "usage": {**usage, "output_tokens": reply.output_tokens},
+        "usage": {**usage, "output_tokens": reply.output_tokens, **reply.usage},
     }

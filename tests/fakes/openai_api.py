@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import socket
 import time
 import uuid
 from collections.abc import Callable
@@ -47,12 +48,17 @@ ROLES = ("developer", "system", "user", "assistant", "tool", "function")
 
 @dataclass
 class Reply:
-    """One assistant message: optional text, then tool calls as (name, arguments) pairs."""
+    """One assistant message: optional text, then tool calls as (name, arguments) pairs. `usage`: fields of
+    the usage object sent as given, over the fake's own counts, as a hostile server or a buggy gateway might
+    report them (`{"completion_tokens": -100000000}`): CompletionUsage's prompt_tokens, completion_tokens,
+    total_tokens and prompt_tokens_details (openai/types/completion_usage.py), in a whole completion and in
+    a stream's last chunk."""
 
     text: str = ""
     tool_calls: list[tuple[str, Any]] = field(default_factory=list)
     finish_reason: str | None = None
     completion_tokens: int = 20
+    usage: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -88,7 +94,15 @@ class MidStreamError:
     type: str = "server_error"
 
 
-Scripted = Reply | Failure | MidStreamError | Callable[[dict[str, Any]], Any]
+@dataclass
+class CutOff:
+    """A 200 stream that sends some text, then the connection breaks (a proxy or the network dropped it):
+    no finish_reason, no `data: [DONE]`, no last chunk."""
+
+    partial_text: str = "Partial "
+
+
+Scripted = Reply | Failure | MidStreamError | CutOff | Callable[[dict[str, Any]], Any]
 
 
 class ValidationError(Exception):
@@ -385,7 +399,7 @@ class _Handler(BaseHTTPRequestHandler):
                 Failure(400, "invalid_request_error", "We could not parse the JSON body of your request.")
             )
         reply = self.fake._next(body)
-        if callable(reply) and not isinstance(reply, Reply | Failure | MidStreamError):
+        if callable(reply) and not isinstance(reply, Reply | Failure | MidStreamError | CutOff):
             reply = reply(body)
         if isinstance(reply, Failure):
             return self._error(reply)
@@ -440,7 +454,7 @@ class _Handler(BaseHTTPRequestHandler):
             "created": int(time.time()),
             "model": body["model"],
             "choices": [{"index": 0, "message": message, "logprobs": None, "finish_reason": _finish(reply)}],
-            "usage": self.fake.usage(body, reply.completion_tokens),
+            "usage": {**self.fake.usage(body, reply.completion_tokens), **reply.usage},
         }
 
     def _stream(self, body: dict[str, Any], reply: Any) -> None:
@@ -465,6 +479,11 @@ class _Handler(BaseHTTPRequestHandler):
 
         try:
             chunk({"role": "assistant", "content": "", "refusal": None})
+            if isinstance(reply, CutOff):
+                chunk({"content": reply.partial_text})
+                self.close_connection = True
+                self.connection.shutdown(socket.SHUT_RDWR)  # EOF inside the chunked body
+                return
             if isinstance(reply, MidStreamError):
                 chunk({"content": reply.partial_text})
                 self._send(
@@ -484,7 +503,8 @@ class _Handler(BaseHTTPRequestHandler):
                 chunk({}, _finish(reply))
                 if include_usage:
                     # An extra chunk: "choices" empty, "usage" the whole request's (stream_options.include_usage).
-                    self._send({**base, "choices": [], "usage": self.fake.usage(body, reply.completion_tokens)})
+                    usage = {**self.fake.usage(body, reply.completion_tokens), **reply.usage}
+                    self._send({**base, "choices": [], "usage": usage})
             self._frame(b"data: [DONE]\n\n")
             self.wfile.write(b"0\r\n\r\n")
             self.wfile.flush()

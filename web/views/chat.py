@@ -5,6 +5,7 @@ from __future__ import annotations
 from starlette.requests import Request
 from starlette.responses import Response
 
+from chats.budgets import Refusal
 from chats.runs import ShuttingDown
 from web.boundary import HttpError, client_key, read_chat_request
 from web.context import WEB, web_context
@@ -17,17 +18,18 @@ async def chat(request: Request) -> Response:
     if not web.runs.accepting:
         raise HttpError(503, ShuttingDown.message, {"Retry-After": "5"})
     client = client_key(request)
-    if refusal := await web.budget.refusal(client):  # the day's budget is spent: politely, and until when
+    booked = await web.budget.reserve(client)  # held from the start: questions asked at once share what is left
+    if isinstance(booked, Refusal):  # the day's budget is spent, or the running questions may spend the rest
         web.agent.metrics.budget_refusals.labels("web").inc()
-        raise HttpError(429, refusal.message, {"Retry-After": str(refusal.retry_after_s)})
-    if body.conversation_id is None:
-        conversation_id = await web.store.create_conversation(body.message)
-    elif await web.store.exists(body.conversation_id, interface=WEB):
-        conversation_id = body.conversation_id
-    else:
-        raise HttpError(404, f"No conversation {body.conversation_id}.")
-    history = await web.store.history(conversation_id)
+        raise HttpError(429, booked.message, {"Retry-After": str(booked.retry_after_s)})
     try:
+        if body.conversation_id is None:
+            conversation_id = await web.store.create_conversation(body.message)
+        elif await web.store.exists(body.conversation_id, interface=WEB):
+            conversation_id = body.conversation_id
+        else:
+            raise HttpError(404, f"No conversation {body.conversation_id}.")
+        history = await web.store.history(conversation_id)
         handle = web.runs.start(
             conversation_id,
             body.message,
@@ -35,8 +37,12 @@ async def chat(request: Request) -> Response:
             platform="web",
             interface="web",
             abandon_after_s=web.reattach_grace_s,
-            on_done=lambda result: web.budget.spend(client, result.receipt),
+            on_done=lambda result: web.budget.settle(booked, result.receipt),
         )
     except ShuttingDown:
+        await web.budget.settle(booked, None)
         raise HttpError(503, ShuttingDown.message, {"Retry-After": "5"}) from None
+    except BaseException:
+        await web.budget.settle(booked, None)  # no run started: nothing is held
+        raise
     return event_stream(live(web.runs.follow_batches(handle)), web.stream_grace_s)

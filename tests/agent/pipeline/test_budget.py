@@ -41,3 +41,40 @@ async def test_no_budget_by_default(make_app, fake_anthropic: FakeAnthropic) -> 
     fake_anthropic.script(Reply(tool_calls=[sql(ORIGINS)]), Reply(text="EWR had 120,835 departures [Q1]."))
     result, _ = await ask(make_app(), "busiest airport?")
     assert result.outcome is Outcome.ANSWERED and "stopped early" not in result.answer
+
+
+ROUND_USAGE = {
+    "input_tokens": 600,
+    "output_tokens": 300,
+    "cache_read_input_tokens": 50,
+    "cache_creation_input_tokens": 50,
+}
+
+
+async def test_a_question_that_spends_exactly_its_tokens_is_stopped(make_app, fake_anthropic: FakeAnthropic) -> None:
+    """The boundary: a round that brings the question to exactly its budget (1,000 tokens of the four kinds,
+    cache writes included) ends it; one token under does not."""
+    for cap, outcome in ((1000, Outcome.CAPPED), (1001, Outcome.ANSWERED)):
+        fake_anthropic.reset()
+        fake_anthropic.script(
+            Reply(tool_calls=[think("Plan.")], usage=ROUND_USAGE), Reply(text="Nothing to count here.")
+        )
+        result, _ = await ask(make_app(agent_question_max_tokens=cap), "anything?")
+        assert result.outcome is outcome, cap
+        stopped = fake_anthropic.requests[1].get("tool_choice") == {"type": "none"}
+        assert stopped is (outcome is Outcome.CAPPED), cap
+
+
+async def test_a_reused_query_reads_nothing_against_the_budget(make_app, fake_anthropic: FakeAnthropic) -> None:
+    """The same statement asked again reuses its result and reads nothing more: 336,776 rows once, under
+    a cap of 500,000 (counted twice it would be over)."""
+    fake_anthropic.script(
+        Reply(tool_calls=[sql(ORIGINS)]),
+        Reply(tool_calls=[sql(ORIGINS)]),
+        Reply(text="EWR had 120,835 departures [Q1]."),
+    )
+    result, _ = await ask(make_app(agent_question_max_rows_read=500_000), "busiest airport?")
+    assert [q.reused_from for q in result.queries] == [None, "Q1"]
+    assert result.outcome is Outcome.ANSWERED and "stopped early" not in result.answer
+    assert all("tool_choice" not in request for request in fake_anthropic.requests)
+    assert result.receipt is not None and result.receipt.rows_read == 336_776

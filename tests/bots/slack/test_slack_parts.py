@@ -223,6 +223,16 @@ def failed(code: int) -> ResultEvent:
         # The same failures from an OpenAI-compatible server (agent/llm/openai_chat.py words them).
         ("The model is overloaded or rate limited (429); try again shortly.", [], Failure.MODEL_BUSY),
         ("Could not reach the model server: APIConnectionError", [], Failure.MODEL_BUSY),
+        (
+            "Could not reach the model API (connection refused); check its address and the network.",
+            [],
+            Failure.MODEL_BUSY,
+        ),
+        (
+            "The model API reported an impossible token count (output_tokens = -100000000), so its reply was not used.",
+            [],
+            Failure.MODEL_SETUP,
+        ),
         ("OPENAI_API_KEY is not set; `openai:` models need it (or OPENAI_BASE_URL).", [], Failure.MODEL_SETUP),
         ("The model server refused the key (401): check OPENAI_API_KEY.", [], Failure.MODEL_SETUP),
         (

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from tests.fakes import slack_events as events
 from tests.fakes.anthropic_api import FakeAnthropic, Reply
 from tests.fakes.slack_api import GENERAL_ID, FakeSlack
 from tests.slack_helpers import answer_message, carriers_script, sample
@@ -59,3 +60,29 @@ def test_figures_never_checked_are_said_to_be_so() -> None:
     )
     [note] = receipt_blocks(FinalAnswer.of(result))
     assert note["elements"][0]["text"] == ":warning: Figures not checked: the figure check took longer than 10 s"
+
+
+async def test_questions_sent_at_once_hold_the_budget_from_their_start(
+    start_bot, fake_slack: FakeSlack, fake_anthropic: FakeAnthropic
+) -> None:
+    """Two questions from one user at once, no per-question budget: the first holds what is left of the
+    day while it runs, so the second is told to wait for it (before, both ran and the budget was counted
+    only at the end)."""
+    bot = await start_bot(agent_daily_user_tokens=1_000_000)
+    fake_anthropic.latency_s = 0.5  # the first is still running when the second arrives
+    fake_anthropic.always(lambda body: Reply(text="Hello! Ask me about NYC flights in 2013."))
+    asked = []
+    for text in ("hello", "hello again"):
+        ts = fake_slack.add_message(GENERAL_ID, f"<@{fake_slack.bot_user_id}> {text}")
+        assert (await bot.event(events.app_mention(text, ts=ts))).status_code == 200
+        asked.append(ts)
+    await bot.idle()
+    replies = [
+        [m["text"] for m in fake_slack.replies(GENERAL_ID, ts) if m.get("user") == fake_slack.bot_user_id]
+        for ts in asked
+    ]
+    assert any(text.startswith("Hello! Ask me") for text in replies[0]), replies
+    assert replies[1] == [
+        "Your questions still being answered may use the rest of today's budget; ask again when they have finished."
+    ], replies
+    assert sample(bot.metrics, "agent_budget_refusals_total", interface="slack") == 1

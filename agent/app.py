@@ -13,8 +13,8 @@ from agent.limits import Limits
 from agent.llm import LLMClient
 from agent.metrics import Metrics, default_metrics
 from agent.pipeline import LoopSettings, Pipeline
-from agent.pipeline.budget import QuestionBudget
 from agent.pipeline.charting import ChartMaker
+from agent.pipeline.question_budget import QuestionBudget
 from agent.pipeline.request import RequestPrefix
 from agent.pipeline.tools import SchemaLookup, SqlExecutor
 from agent.pricing import load_pricing

@@ -42,7 +42,7 @@ OUTCOMES = ("answered", "capped", "no_data", "cancelled", "error")  # agent/runn
 ROLES = ("main", "synthesis", "followup", "examples", "judge")  # the `role` of each model call
 SQL_STATUSES = ("ok", "error", "reused")
 SQL_ERROR_CODES = ("none", "other")  # the codes themselves are ClickHouse's, counted as they happen
-BUDGET_KINDS = ("tokens", "rows_read")  # agent/pipeline/budget.py
+BUDGET_KINDS = ("tokens", "rows_read")  # agent/pipeline/question_budget.py
 BUDGET_INTERFACES = ("web", "slack")
 # bots/slack's: receive.py's KNOWN_EVENTS (plus button clicks and `other`), its Ignore, failures.py's Failure
 SLACK_EVENTS = (

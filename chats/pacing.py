@@ -8,8 +8,8 @@ from __future__ import annotations
 from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 
-from chats.budgets import SCHEMA as BUDGET_SCHEMA
-from chats.budgets import DailyBudget
+from chats.daily_budgets import SCHEMA as BUDGET_SCHEMA
+from chats.daily_budgets import DailyBudget
 from chats.rate_limits import SCHEMA as RATE_SCHEMA
 from chats.rate_limits import LocalRateLimit, RateLimit, SharedRateLimit
 from chats.state_file import SqliteFile

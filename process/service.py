@@ -53,8 +53,8 @@ from chats.shared_runs import SharedRunLog
 from process.running_server import recorded
 from process.workers import serve_workers
 from web.app import create_app
+from web.exposure import check_exposure, server_options
 from web.probes import probe_routes
-from web.server import check_exposure, server_options
 
 log = logging.getLogger(__name__)
 SignalHandler = Callable[[int, FrameType | None], Any]

@@ -192,7 +192,7 @@ def fake_slack(fake_slack_server: FakeSlack) -> Iterator[FakeSlack]:
         refused = [(c.method, c.response.get("needed")) for c in fake_slack_server.scope_refusals()]
         assert not refused, f"the manifest lacks scopes these calls need: {refused}"
     # Slack answers a call past its method's tier with 429, and an app that keeps going past them gets
-    # throttled harder; the bot's budget (bots/slack/budget.py) must keep it within them unless a test
+    # throttled harder; the bot's budget (bots/slack/api_tiers.py) must keep it within them unless a test
     # drives it past them on purpose.
     over = fake_slack_server.over_tiers()
     assert not over, f"the bot went past Slack's rate-limit tiers: {over}"

@@ -65,7 +65,7 @@ def _lint_imports(tree: Path) -> subprocess.CompletedProcess[str]:
     ("module", "line", "broken"),
     [
         ("agent/limits.py", "import web.boundary", "Four layers"),
-        ("chats/budgets.py", "import process.cli", "Four layers"),
+        ("chats/daily_budgets.py", "import process.cli", "Four layers"),
         ("web/sse.py", "import process.cli", "Four layers"),
         ("agent/limits.py", "import starlette.responses", "know no web server"),
         ("agent/runner.py", "import agent.llm.client", "Runner contract is light"),

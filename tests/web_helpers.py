@@ -17,7 +17,7 @@ from agent.limits import Limits
 from chats.conversations import ConversationStore
 from tests.fakes.sse_client import Sse, sse_events
 from web.app import create_app
-from web.server import server_options
+from web.exposure import server_options
 
 __all__ = ["LiveServer", "Sse", "WebApps", "chat", "read_all", "sse_events"]
 

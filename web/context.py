@@ -11,8 +11,8 @@ from starlette.templating import Jinja2Templates
 from agent.app import AgentApp
 from agent.config import Settings
 from agent.runner import Interface
-from chats.budgets import DailyBudget
 from chats.conversations import ConversationStore
+from chats.daily_budgets import DailyBudget
 from chats.proposals import ProposalStore
 from chats.rate_limits import RateLimit
 from chats.runs import RunRegistry

@@ -1,4 +1,4 @@
-"""The v3 pipeline: a think/execute_sql tool-calling loop that implements the Runner interface."""
+"""The pipeline: a think/execute_sql tool-calling loop that implements the Runner interface."""
 
 from __future__ import annotations
 
@@ -15,7 +15,6 @@ from agent.llm import ContextOverflow, LLMClient, LLMError, ModelTurn
 from agent.logs import context_fields, log_context
 from agent.metrics import Metrics
 from agent.pipeline import guards
-from agent.pipeline.budget import QuestionBudget
 from agent.pipeline.charting import ChartMaker
 from agent.pipeline.context import (
     Message,
@@ -28,6 +27,7 @@ from agent.pipeline.context import (
     with_rolling_breakpoint,
 )
 from agent.pipeline.figures import FigureReview
+from agent.pipeline.question_budget import QuestionBudget
 from agent.pipeline.request import RequestPrefix
 from agent.pipeline.state import RunState
 from agent.pipeline.tools import (

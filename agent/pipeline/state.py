@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from agent.charts import Chart
 from agent.figures import FigureReport
@@ -13,6 +14,10 @@ from agent.llm import Fallback, ModelTurn, Usage
 from agent.metrics import Metrics
 from agent.pricing import PriceList
 from agent.receipts import Receipt
+
+if TYPE_CHECKING:
+    from agent.pipeline.question_budget import Overspent
+
 from agent.runner import (
     Classification,
     Event,
@@ -57,7 +62,7 @@ class RunState:
     prices: PriceList | None = None  # for the receipt's cost
     model_usage: dict[str, tuple[int, Usage]] = field(default_factory=dict)  # calls and tokens by model
     answered_s: float | None = None
-    budget_spent: str | None = None  # why the question stopped at its budget (agent/pipeline/budget.py)
+    budget_spent: Overspent | None = None  # why the question stopped at its budget
     note: str = ""  # what the program added at the end of the answer (not the model's: its figures are not checked)
     figures_corrected: bool = False
     unverified_before_correction: int = 0

@@ -33,7 +33,7 @@ from agent.runner import (
     Turn,
 )
 from bots.slack import blocks, refusals
-from bots.slack.budget import CallBudget
+from bots.slack.api_tiers import CallBudget
 from bots.slack.charts import upload_charts
 from bots.slack.failures import Failure, classify, explain
 from bots.slack.plan import Plan
@@ -42,8 +42,8 @@ from bots.slack.receipt import receipt_blocks
 from bots.slack.receive import Identity, Ignore, Question
 from bots.slack.reply import AnswerWriter, Streaming
 from bots.slack.thread import answer_metadata, part_metadata, read_history, ts_micros
-from chats.budgets import Refusal, Reservation
 from chats.conversations import ConversationStore
+from chats.daily_budgets import Refusal, Reservation
 from chats.pacing import Pacing
 from chats.runs import RunHandle, RunRegistry, ShuttingDown
 

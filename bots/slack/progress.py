@@ -16,8 +16,8 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from agent.runner import AnswerEvent, ExecutingEvent, FallbackEvent, ResultEvent, ThinkingEvent, WireEvent
 from bots.slack import refusals
+from bots.slack.api_tiers import CallBudget, Skipped
 from bots.slack.blocks import NO_PREVIEWS, escape
-from bots.slack.budget import CallBudget, Skipped
 
 log = logging.getLogger(__name__)
 MAX_STATUS_CHARS = 100

@@ -19,6 +19,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from agent.runner import WireEvent
 from bots.slack import refusals
+from bots.slack.api_tiers import CallBudget, Skipped
 from bots.slack.blocks import (
     MAX_MARKDOWN,
     NO_PREVIEWS,
@@ -29,7 +30,6 @@ from bots.slack.blocks import (
     slack_markdown,
     split_markdown,
 )
-from bots.slack.budget import CallBudget, Skipped
 from bots.slack.plan import Plan
 from bots.slack.progress import Painter
 from bots.slack.streaming import Streaming

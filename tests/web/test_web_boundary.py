@@ -19,8 +19,8 @@ from agent.config import ConfigError, load_settings
 from process.cli import main
 from tests.fakes.anthropic_api import FakeAnthropic, Reply
 from tests.web_helpers import WebApps, chat, read_all, sse_events
+from web.exposure import check_exposure
 from web.headers import CONTENT_SECURITY_POLICY
-from web.server import check_exposure
 
 
 @pytest.fixture

@@ -5,7 +5,7 @@ from __future__ import annotations
 from starlette.requests import Request
 from starlette.responses import Response
 
-from chats.budgets import Refusal
+from chats.daily_budgets import Refusal
 from chats.runs import ShuttingDown
 from web.boundary import HttpError, client_key, read_chat_request
 from web.context import WEB, web_context

@@ -7,7 +7,7 @@ import asyncio
 import time
 from typing import Any
 
-from bots.slack.budget import MAX_KEYS, PROGRESS_SHARE, CallBudget
+from bots.slack.api_tiers import MAX_KEYS, PROGRESS_SHARE, CallBudget
 from bots.slack.streaming import Streaming
 from tests.fakes import slack_events as events
 from tests.fakes.anthropic_api import FakeAnthropic, Reply

@@ -24,7 +24,7 @@ from tests.fakes.anthropic_api import FakeAnthropic
 from tests.fakes.slack_api import BOT_USER_ID, GENERAL_ID, FakeSlack, FakeSocketMode
 from tests.slack_helpers import carriers_script, slack_settings
 from tests.web_helpers import LiveServer
-from web.server import server_options
+from web.exposure import server_options
 
 
 class Running:

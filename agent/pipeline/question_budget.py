@@ -5,9 +5,19 @@ answers from what was gathered; the answer says why (prompts/loop/budget_note.md
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 from agent.pipeline.state import RunState
 from agent.prompts import PromptLibrary
+
+
+@dataclass(frozen=True)
+class Overspent:
+    """Which of the question's budgets it reached, how much it spent and what the limit was."""
+
+    kind: Literal["tokens", "rows_read"]
+    spent: int
+    limit: int
 
 
 @dataclass(frozen=True)
@@ -15,8 +25,8 @@ class QuestionBudget:
     max_tokens: int | None = None
     max_rows_read: int | None = None
 
-    def spent(self, state: RunState) -> str | None:
-        """The note to add to the answer when the question has spent its budget; None while it has not."""
+    def spent(self, state: RunState) -> Overspent | None:
+        """What the question has spent past its budget; None while it has not."""
         if self.max_tokens is not None:
             tokens = sum(
                 u.input_tokens + u.output_tokens + u.cache_read_tokens + u.cache_creation_tokens
@@ -31,11 +41,12 @@ class QuestionBudget:
         return None
 
     @staticmethod
-    def _stop(state: RunState, kind: str, spent: int, limit: int) -> str:
+    def _stop(state: RunState, kind: Literal["tokens", "rows_read"], spent: int, limit: int) -> Overspent:
         state.metrics.budget_stops.labels(kind).inc()
-        return f"{kind}:{spent}:{limit}"
+        return Overspent(kind, spent, limit)
 
     @staticmethod
-    def note(prompts: PromptLibrary, reason: str) -> str:
-        kind, spent, limit = reason.split(":")
-        return prompts.render("loop/budget_note.md", kind=kind, spent=f"{int(spent):,}", limit=f"{int(limit):,}")
+    def note(prompts: PromptLibrary, overspent: Overspent) -> str:
+        """The note added to the answer when the question stopped at its budget."""
+        spent, limit = f"{overspent.spent:,}", f"{overspent.limit:,}"
+        return prompts.render("loop/budget_note.md", kind=overspent.kind, spent=spent, limit=limit)

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from agent.receipts import Receipt
-from chats.budgets import RESERVATION_TTL_S, SCHEMA, DailyBudget, Refusal, Reservation
+from chats.daily_budgets import RESERVATION_TTL_S, SCHEMA, DailyBudget, Refusal, Reservation
 from chats.state_file import SqliteFile
 
 NOON = dt.datetime(2026, 11, 26, 12, 30, tzinfo=dt.UTC).timestamp()

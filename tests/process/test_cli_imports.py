@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[3]
+ROOT = Path(__file__).resolve().parents[2]
 HEAVY = ("anthropic", "openai", "chdb", "clickhouse_connect", "uvicorn", "slack_sdk", "slack_bolt", "starlette")
 PROBE = """
 import contextlib, io, json, sys

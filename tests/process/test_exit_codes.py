@@ -11,7 +11,7 @@ import pytest
 from process import errors
 from process.cli import main
 
-README = Path(__file__).resolve().parents[3] / "README.md"
+README = Path(__file__).resolve().parents[2] / "README.md"
 
 
 def test_the_readme_table_is_the_exit_codes_the_code_defines() -> None:

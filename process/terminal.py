@@ -190,6 +190,8 @@ class TerminalPrinter:
             self._line(f"\n⚠ {result.figures.unverified} figure(s) match nothing in the results they cite:", "yellow")
             for figure in result.figures.failures():
                 self._line(f"  • {figure.text}: {figure.reason}", "yellow")
+        if result.figures is not None and result.figures.partly:
+            self._line(f"\n⚠ Not every figure was checked: {result.figures.partly}", "yellow")
 
     def _next_steps(self, classification: Classification) -> None:
         self.choices = self._suggested

@@ -38,6 +38,7 @@ class FigureReport(BaseModel):
     figures: list[FigureCheck] = Field(default_factory=list)
     not_claims: int = 0  # numbers told apart as not claims (years, Q numbers, list counts, ...)
     unchecked: str | None = None  # why the answer's figures were not checked at all (out of time, or the check failed)
+    partly: str | None = None  # why some were not: past the first MAX_FIGURES figures, or past the text checked
     corrected: bool = False  # the answer went through the correction round
     unverified_before_correction: int = 0
 

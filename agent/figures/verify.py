@@ -101,7 +101,16 @@ def check_answer(
             not_claims += 1  # `from January 1 to December 31, 2013`: the period asked about, not a finding
             continue
         checks.append(check)
-    return FigureReport(figures=checks, not_claims=not_claims)
+    return FigureReport(figures=checks, not_claims=not_claims, partly=_partly(answer, found.figures))
+
+
+def _partly(answer: str, figures: Sequence[Figure]) -> str | None:
+    """Why figures of the answer went unchecked past the check's bounds: said, never left unmarked."""
+    if len(figures) > MAX_FIGURES:
+        return f"only its first {MAX_FIGURES} figures were checked; the figures after them were not"
+    if len(answer) > MAX_ANSWER_CHARS:
+        return f"only its first {MAX_ANSWER_CHARS:,} characters were checked; the figures after them were not"
+    return None
 
 
 def _check(figure: Figure, pool: Pool, ran: tuple[str, ...], by_id: dict[str, Evidence]) -> FigureCheck:

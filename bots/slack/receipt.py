@@ -23,6 +23,10 @@ def receipt_blocks(result: FinalAnswer) -> list[dict[str, Any]]:
         more = f"; and {len(failures) - MAX_LISTED} more" if len(failures) > MAX_LISTED else ""
         text = f":warning: Not verified against the queries cited: {named}{more}"
         blocks.append(_context("analyst_unverified", text))
+    if figures is not None and figures.partly:
+        blocks.append(
+            _context("analyst_partly_checked", f":warning: Not every figure was checked: {escape(figures.partly)}")
+        )
     if result.receipt is not None:
         blocks.append(_context("analyst_receipt", escape(result.receipt.line())))
     return blocks

@@ -463,7 +463,8 @@ function unverifiedNote(report) {
   if (report && report.unchecked) {
     return el("div", { class: "figure-note", role: "note" }, el("p", { text: `Figures not checked: ${report.unchecked}` }));
   }
-  if (!report || !report.unverified) return null;
+  const partly = report && report.partly ? el("p", { class: "unchecked", text: `Not every figure was checked: ${report.partly}.` }) : null;
+  if (!report || !report.unverified) return partly && el("div", { class: "figure-note", role: "note" }, partly);
   const failures = report.figures.filter((f) => !f.verified);
   const checked = failures.filter(mismatched);
   const against = [...new Set(checked.flatMap((f) => f.checked_against))];
@@ -475,7 +476,7 @@ function unverifiedNote(report) {
   return el("div", { class: "figure-note", role: "note" }, ...groups.filter(([figures]) => figures.length).flatMap(([figures, heading, kind]) => [
     el("p", { class: kind, text: heading(figures.length === 1 ? "1 figure" : `${figures.length} figures`) }),
     el("ul", { class: kind }, ...figures.map((f) => el("li", {}, el("strong", { text: f.text }), el("span", { text: ` — ${f.reason}` })))),
-  ]));
+  ]), ...(partly ? [partly] : []));
 }
 
 const listed = (items) => (items.length < 2 ? items.join("") : `${items.slice(0, -1).join(", ")} and ${items.at(-1)}`);

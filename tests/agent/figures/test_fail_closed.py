@@ -120,3 +120,18 @@ def test_a_check_within_its_deadline_is_unchanged() -> None:
     answer = "EWR had 120,835 departures [Q1], JFK 111,279 [Q1]; together 232,114 [Q1]."
     within = _check(answer, deadline=Deadline.after(60))
     assert within == _check(answer) and within.verified == 3
+
+
+def test_figures_past_the_first_hundred_are_said_to_be_unchecked() -> None:
+    answer = " ".join(f"EWR had {120835 + i} flights [Q1]." for i in range(150))
+    report = _check(answer)
+    assert report.checked == 100
+    assert report.partly is not None and "first 100 figures" in report.partly
+    assert _check("EWR had 120835 flights [Q1].").partly is None
+
+
+def test_figures_past_the_text_checked_are_said_to_be_unchecked() -> None:
+    answer = "EWR had 120835 flights [Q1]. " + "Plain words. " * 4000 + "JFK had 87 flights [Q1]."
+    report = _check(answer)
+    assert report.checked == 1 and report.verified == 1  # the false 87 lies past the text checked ...
+    assert report.partly is not None and "50,000 characters" in report.partly  # ... and is not left unmarked

@@ -62,6 +62,17 @@ def test_figures_never_checked_are_said_to_be_so() -> None:
     assert note["elements"][0]["text"] == ":warning: Figures not checked: the figure check took longer than 10 s"
 
 
+def test_figures_past_the_checks_bounds_are_said_to_be_unchecked() -> None:
+    from agent.figures import FigureReport
+    from agent.runner import FinalAnswer, RunResult
+    from bots.slack.receipt import receipt_blocks
+
+    partly = "only its first 100 figures were checked; the figures after them were not"
+    result = RunResult(question="q", answer="a", figures=FigureReport(partly=partly))
+    [note] = receipt_blocks(FinalAnswer.of(result))
+    assert note["elements"][0]["text"] == f":warning: Not every figure was checked: {partly}"
+
+
 async def test_questions_sent_at_once_hold_the_budget_from_their_start(
     start_bot, fake_slack: FakeSlack, fake_anthropic: FakeAnthropic
 ) -> None:

@@ -6,8 +6,9 @@ the default model's prices, read from that file at generation time. A test fails
 differs from what this script writes, so a price change means running it again.
 
 Every query reads only metrics the app exposes (agent/metrics.py); tests/end_to_end/test_dashboards.py evaluates each
-one against a real Prometheus scraping the app. Counters that appear only once something happens (guards,
-SQL errors, Slack) end in `or on() vector(0)`, so a quiet day shows 0 rather than "No data".
+one against a real Prometheus scraping the app. Every labelled counter has its
+series from start-up (agent/metrics.py); sums still end in `or on() vector(0)`, so a filter that matches no
+series (a target not scraped yet) shows 0 rather than "No data".
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ UID = "clickhouse-analyst"
 DATASOURCE = {"type": "prometheus", "uid": "${datasource}"}
 RATE = "$__rate_interval"
 RANGE = "$__range"
-ZERO = " or on() vector(0)"  # an absent counter reads as 0
+ZERO = " or on() vector(0)"  # a filter that matches no series reads as 0
 
 
 def target(expr: str, legend: str = "", *, instant: bool = False) -> dict[str, Any]:

@@ -54,9 +54,9 @@ async def test_a_client_that_hangs_up_mid_body_is_not_a_server_error(web, capfd:
         before = web_5xx((await client.get("/metrics")).text, "/api/chat")
         capfd.readouterr()
         head = (
-            "POST /api/chat HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {t}\r\n"
+            f"POST /api/chat HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {TOKEN}\r\n"
             "Content-Type: application/json\r\nContent-Length: 1000\r\n\r\n"
-        ).format(t=TOKEN)
+        )
         await send_and_hang_up(port, head.encode() + b'{"message": "Which carrier')
         await asyncio.sleep(0.5)
         after = web_5xx((await client.get("/metrics")).text, "/api/chat")

@@ -1,5 +1,6 @@
-"""An outside review's attacks on the real `agent serve` process (web chat and Slack bot on one port and one
-state file). Each test reproduces something that did not hold, and fails until it is fixed."""
+"""The real `agent serve` process (web chat and Slack bot on one port and one state file) against an outside
+review's attacks: /metrics, which counts the Slack side, needs the web token; a web client hanging up
+mid-body is neither logged as a crash nor counted as a 5xx."""
 
 from __future__ import annotations
 
@@ -29,7 +30,7 @@ def sample(metrics: str, name: str, **labels: str) -> float:
     return 0.0
 
 
-async def test_a_client_without_the_token_watches_the_slack_side_and_a_hang_up_is_logged_as_a_crash(
+async def test_a_client_without_the_token_cannot_watch_the_slack_side_and_a_hang_up_is_no_crash(
     served_model: FakeAnthropic,  # noqa: F811
     fake_slack: FakeSlack,
     engine_data: Path,  # noqa: F811
@@ -72,6 +73,11 @@ async def test_a_client_without_the_token_watches_the_slack_side_and_a_hang_up_i
             writer.close()
             await asyncio.sleep(1.0)
             at_last = (await stranger.get("/metrics")).text
+            refused = await stranger.get("/metrics")
+            async with httpx.AsyncClient(
+                base_url=served.url, timeout=30, headers={"Authorization": f"Bearer {TOKEN}"}
+            ) as holder:
+                counted = (await holder.get("/metrics")).text
     finally:
         report = served.finish()
     slack_runs = sample(after, "agent_runs_total", interface="slack") - sample(
@@ -84,4 +90,12 @@ async def test_a_client_without_the_token_watches_the_slack_side_and_a_hang_up_i
         failures.append("a client that hung up mid-body was logged as a crash with a traceback")
     if sample(at_last, "agent_web_requests_total", route="/api/chat", status="5xx") > 0:
         failures.append("a client that hung up mid-body was counted as a 5xx")
+    if refused.status_code != 401:
+        failures.append(f"/metrics answered {refused.status_code} without the token")
+    if sample(counted, "agent_web_requests_total", route="/api/chat", status="5xx") > 0:
+        failures.append("a client that hung up mid-body was counted as a 5xx (read with the token)")
+    if sample(counted, "agent_web_requests_total", route="/api/chat", status="4xx") != 1:
+        failures.append("a client that hung up mid-body was not counted as a client-side outcome")
+    if sample(counted, "agent_runs_total", interface="slack") < 1:
+        failures.append("the token holder (Prometheus) does not see the Slack run")
     assert not failures, failures

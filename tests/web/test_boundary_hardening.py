@@ -6,6 +6,7 @@ HEAD on a CSV download runs no query."""
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
@@ -165,17 +166,15 @@ async def test_the_local_rate_limit_holds_a_bounded_number_of_keys_and_forgets_i
 async def test_the_page_shell_starts_no_model_call_and_the_examples_come_from_the_api(
     web, fake_anthropic: FakeAnthropic
 ) -> None:
-    fake_anthropic.script(Reply(text='["How many planes per manufacturer in nycflights13.planes?", "Which '
-                                     'carrier flew the most flights?", "What was the windiest day at JFK?"]'))  # fmt: skip
+    written = ["How many planes per manufacturer in nycflights13.planes?", "Which carrier flew the most flights?"]
+    fake_anthropic.script(Reply(text=json.dumps(written)))
     url, _ = await web(agent_web_token=TOKEN, agent_example_questions=[])
     async with httpx.AsyncClient(base_url=url, timeout=30) as stranger:
         pages = [(await stranger.get(path)).status_code for path in ("/", f"/c/{'0' * 32}", "/", "/")]
         refused = await stranger.get("/api/examples")
         await asyncio.sleep(0.3)
         asked_by_strangers = len(fake_anthropic.requests)
-        async with httpx.AsyncClient(
-            base_url=url, timeout=30, headers={"Authorization": f"Bearer {TOKEN}"}
-        ) as holder:
+        async with httpx.AsyncClient(base_url=url, timeout=30, headers={"Authorization": f"Bearer {TOKEN}"}) as holder:
             for _ in range(100):
                 questions = (await holder.get("/api/examples")).json()["questions"]
                 if "nycflights13.planes" in " ".join(questions):
@@ -183,7 +182,7 @@ async def test_the_page_shell_starts_no_model_call_and_the_examples_come_from_th
                 await asyncio.sleep(0.05)
     assert pages == [200, 200, 200, 200] and refused.status_code == 401
     assert asked_by_strangers == 0, "a page load without the token asked the model"
-    assert questions[0] == "How many planes per manufacturer in nycflights13.planes?"
+    assert questions == written
     assert len(fake_anthropic.requests) == 1
 
 

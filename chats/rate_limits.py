@@ -20,7 +20,8 @@ from chats.state_file import SqliteFile, write_transaction
 log = logging.getLogger(__name__)
 
 WINDOW_S = 60.0
-MAX_LOCAL_KEYS = 10_000  # idle clients are forgotten beyond this, so memory stays bounded
+PRUNE_EVERY_S = 1.0
+MAX_LOCAL_KEYS = 10_000  # clients counted at once in memory; a new one past this waits (see LocalRateLimit)
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS pace_takes (scope TEXT NOT NULL, key TEXT NOT NULL, at REAL NOT NULL);
@@ -41,23 +42,43 @@ class RateLimit(ABC):
 
 
 class LocalRateLimit(RateLimit):
-    def __init__(self, per_minute: int, window_s: float = WINDOW_S, clock: Callable[[], float] = time.monotonic):
+    """Memory stays bounded under a stream of fresh keys: keys whose takes have all expired are dropped as
+    the table fills (at most once a second, so a full table costs no scan per request), and a new key that
+    finds it full of clients active this window is refused until one expires, rather than let it grow."""
+
+    def __init__(
+        self,
+        per_minute: int,
+        window_s: float = WINDOW_S,
+        clock: Callable[[], float] = time.monotonic,
+        max_keys: int = MAX_LOCAL_KEYS,
+    ):
         super().__init__(per_minute, window_s)
-        self._clock = clock
+        self._clock, self.max_keys = clock, max_keys
         self._seen: dict[str, deque[float]] = {}
+        self._pruned_at = float("-inf")
 
     async def take(self, key: str) -> float | None:
         now = self._clock()
-        seen = self._seen.setdefault(key, deque())
+        seen = self._seen.get(key)
+        if seen is None:
+            if len(self._seen) >= self.max_keys and not self._pruned(now):
+                return PRUNE_EVERY_S  # when the table is pruned again
+            seen = self._seen[key] = deque()
         while seen and now - seen[0] >= self.window_s:
             seen.popleft()
         if len(seen) >= self.per_minute:
             return self.window_s - (now - seen[0])
         seen.append(now)
-        if len(self._seen) > MAX_LOCAL_KEYS:
+        return None
+
+    def _pruned(self, now: float) -> bool:
+        """Drops the keys idle for a whole window; True when that made room."""
+        if now - self._pruned_at >= PRUNE_EVERY_S:
+            self._pruned_at = now
             for idle in [k for k, v in self._seen.items() if not v or now - v[-1] >= self.window_s]:
                 del self._seen[idle]
-        return None
+        return len(self._seen) < self.max_keys
 
 
 class SharedRateLimit(RateLimit):

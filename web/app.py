@@ -30,7 +30,7 @@ from web.downloads import DownloadSlots
 from web.headers import SECURITY_HEADERS, SecurityHeadersMiddleware
 from web.probes import probe_routes
 from web.request_metrics import RequestMetricsMiddleware
-from web.views import chat, conversations, feedback, knowledge, page, queries, run_events
+from web.views import chat, conversations, examples, feedback, knowledge, page, queries, run_events
 
 HERE = Path(__file__).parent
 Handler = Callable[[Request], Awaitable[Response]]
@@ -94,6 +94,7 @@ def create_app(
         Route("/api/conversations", _api(conversations.conversations)),
         Route("/api/conversations/{conversation_id}", _api(conversations.conversation), methods=["GET", "DELETE"]),
         Route("/api/knowledge", _api(knowledge.knowledge)),
+        Route("/api/examples", _api(examples.examples)),
         Route("/api/runs/{run_id}/events", _api(run_events.run_events)),
         Route("/api/runs/{run_id}/feedback", _api(_limited(_THUMBS, feedback.feedback)), methods=["POST"]),
         Route("/queries/{query_id}", page.query_page),

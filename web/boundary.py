@@ -4,13 +4,14 @@ validated JSON bodies, well-formed Last-Event-IDs, JSON errors."""
 from __future__ import annotations
 
 import hmac
+import ipaddress
 import json
 import math
 from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, Field, ValidationError, field_validator
 from starlette.middleware.trustedhost import TrustedHostMiddleware
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -18,6 +19,8 @@ from chats.rate_limits import RateLimit
 
 MAX_BODY_BYTES = 64 * 1024
 MAX_EVENT_ID_DIGITS = 18
+CLIENT_CLOSED = 499  # nginx's status for a client that went away before it was answered: a 4xx, not a fault
+IPV6_CLIENT_PREFIX = 64  # what one IPv6 subscriber or cloud machine holds (RFC 6177); it counts as one client
 M = TypeVar("M", bound=BaseModel)
 
 
@@ -114,10 +117,13 @@ async def read_json_body(request: Request, model: type[M], example: str) -> M:
     if declared.isascii() and declared.isdigit() and (len(declared) > 9 or int(declared) > MAX_BODY_BYTES):
         raise HttpError(413, f"The request body is larger than {MAX_BODY_BYTES // 1024} KB.")
     body = bytearray()
-    async for chunk in request.stream():
-        body += chunk
-        if len(body) > MAX_BODY_BYTES:
-            raise HttpError(413, f"The request body is larger than {MAX_BODY_BYTES // 1024} KB.")
+    try:
+        async for chunk in request.stream():
+            body += chunk
+            if len(body) > MAX_BODY_BYTES:
+                raise HttpError(413, f"The request body is larger than {MAX_BODY_BYTES // 1024} KB.")
+    except ClientDisconnect:  # a closed tab or a dropped network: nobody reads the answer, nothing is kept
+        raise HttpError(CLIENT_CLOSED, "The client closed the connection before sending its request.") from None
     try:
         payload: Any = json.loads(body)
     except (ValueError, RecursionError):  # bad JSON or encoding, integers past 4300 digits, deep nesting
@@ -149,8 +155,23 @@ def read_last_event_id(request: Request) -> int:
 
 def client_key(request: Request) -> str:
     """Who a request counts against: the socket's peer, or the forwarded client when uvicorn was told to
-    trust the proxy it came through (AGENT_WEB_TRUSTED_PROXIES)."""
-    return request.client.host if request.client else "unknown"
+    trust the proxy it came through (AGENT_WEB_TRUSTED_PROXIES). An IPv6 client counts by its /64: one
+    machine holds 2^64 addresses, and a budget per address would be none."""
+    return address_key(request.client.host) if request.client else "unknown"
+
+
+def address_key(host: str) -> str:
+    """An IPv4 address as itself (also when written IPv4-mapped, `::ffff:a.b.c.d`), an IPv6 one as its /64;
+    anything else (a Unix socket's peer, a test client's name) as given."""
+    try:
+        address = ipaddress.ip_address(host.split("%", 1)[0])  # without an IPv6 zone (`fe80::1%eth0`)
+    except ValueError:
+        return host
+    if isinstance(address, ipaddress.IPv6Address):
+        if address.ipv4_mapped is not None:
+            return str(address.ipv4_mapped)
+        return str(ipaddress.IPv6Network((address, IPV6_CLIENT_PREFIX), strict=False))
+    return str(address)
 
 
 async def check_rate(limit: RateLimit, client: str, what: str) -> None:

@@ -18,7 +18,7 @@ from starlette.routing import Route
 from agent import AgentApp, DatabaseUnavailable
 from agent.metrics import exposition
 from chats.runs import RunRegistry
-from web.boundary import has_token
+from web.boundary import HttpError, check_token, has_token
 
 CHECK_TIMEOUT_S = 5.0
 NO_TABLES = "no tables in scope (CLICKHOUSE_DATABASES); load the demo data with `agent demo load`"
@@ -64,10 +64,15 @@ async def _schema_check(agent: AgentApp) -> str:
 
 
 def probe_routes(agent: AgentApp, runs: RunRegistry, token: str | None) -> list[Route]:
-    """/metrics, /healthz and /readyz, for every HTTP app a process serves. With a `token`, a caller
-    without it learns which readiness checks fail, not why."""
+    """/metrics, /healthz and /readyz, for every HTTP app a process serves. With a `token`, /metrics needs
+    it (it counts the Slack side too, which the web API never shows: Prometheus scrapes with the token), and
+    a caller without it learns which readiness checks fail, not why; /healthz stays open."""
 
     async def metrics(request: Request) -> Response:
+        try:
+            check_token(request, token)
+        except HttpError as exc:
+            return exc.response()
         return Response(exposition(agent.metrics), media_type=CONTENT_TYPE_LATEST)
 
     async def healthz(request: Request) -> Response:

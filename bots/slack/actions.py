@@ -144,7 +144,7 @@ class Actions:
         if value not in FEEDBACK_VALUES or not run_id:
             return
         self._metrics.slack_feedback.labels(value).inc()
-        if not await self._store.record_feedback(run_id, value):
+        if not await self._store.record_feedback(run_id, value, interface="slack"):
             log.info("feedback for run %s, which the store does not have", run_id)
         asks_why = value == "down" and self._proposals is not None
         await self._client.chat_postEphemeral(

@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from chats.conversations import ConversationStore
+from tests.conftest import EXAMPLE_QUESTIONS
 from tests.fakes.anthropic_api import FakeAnthropic, Reply
 from tests.web_helpers import LiveServer
 from web.app import create_app
@@ -96,6 +97,8 @@ async def test_a_question_end_to_end_in_chromium(make_app, fake_anthropic: FakeA
             await page.add_init_script(WATCH_CSP)
             response = await page.goto(server.url)
             assert response is not None and "script-src 'self'" in response.headers["content-security-policy"]
+            await page.locator("button.example").nth(2).wait_for()  # read from GET /api/examples, not the shell
+            assert await page.locator("button.example").all_inner_texts() == EXAMPLE_QUESTIONS
             await page.fill("#question", "Which NYC airport had the most departures in 2013?")
             await page.keyboard.press("Enter")
 

@@ -119,6 +119,10 @@ def test_container_paths_and_names_agree() -> None:
     app = found["app"]
     assert host in found and port == app["command"][app["command"].index("--port") + 1]
     assert host in default_of(environment(app)["AGENT_WEB_ALLOWED_HOSTS"]).split(",")  # else the scrape gets 400
+    # With AGENT_WEB_TOKEN set, /metrics needs it: Prometheus reads it from the secret compose makes of it.
+    assert job["authorization"]["type"] == "Bearer"
+    secret = job["authorization"]["credentials_file"].removeprefix("/run/secrets/")
+    assert secret in found["prometheus"]["secrets"] and stack()["secrets"][secret] == {"environment": "AGENT_WEB_TOKEN"}
 
     grafana = found["grafana"]
     (datasource,) = parse(mounted_file("grafana", "/etc/grafana/provisioning/datasources/prometheus.yml"))[

@@ -51,6 +51,7 @@ THRESHOLD = re.compile(r"\s(>=|<=|==|!=|>|<)\s+(?=-?\d)")
 QUIET = re.compile(r"^agent_slack_|^agent_llm_calls_total\{status=\"error\"\}$")
 SUFFIXES = {"counter": ("_total", "_created"), "histogram": ("_bucket", "_count", "_sum", "_created")}
 
+TOKEN = "metrics-s3cret"
 AVG_DELAY = "SELECT round(avg(arr_delay), 2) FROM nycflights13.flights"
 
 
@@ -214,14 +215,18 @@ def free_port() -> int:
 
 class Prometheus:
     """Debian's Prometheus on a free loopback port, with deploy/prometheus's config scraping `target`
-    every second and evaluating the rules every second."""
+    every second (with the web token from a file, as compose passes it) and evaluating the rules every
+    second."""
 
-    def __init__(self, binary: str, target: str, tmp_path: Path) -> None:
+    def __init__(self, binary: str, target: str, tmp_path: Path, token: str) -> None:
         config = yaml.safe_load(PROMETHEUS_CONFIG.read_text())
         config["global"].update(scrape_interval="1s", evaluation_interval="1s")
         config["rule_files"] = [str(RULES)]
         (job,) = config["scrape_configs"]
         job["static_configs"] = [{"targets": [target]}]
+        token_file = tmp_path / "agent_web_token"
+        token_file.write_text(token + "\n")  # as an editor or `echo` writes it
+        job["authorization"]["credentials_file"] = str(token_file)
         self.config = tmp_path / "prometheus.yml"
         self.config.write_text(yaml.safe_dump(config))
         self.log = tmp_path / "prometheus.log"
@@ -297,12 +302,14 @@ async def test_every_panel_and_alert_returns_data_from_a_real_prometheus(
     web, fake_anthropic: FakeAnthropic, tmp_path: Path
 ) -> None:
     assert PROMETHEUS is not None
-    url, _ = await web()
-    async with Prometheus(PROMETHEUS, url.removeprefix("http://"), tmp_path) as prometheus:
+    url, _ = await web(agent_web_token=TOKEN)  # /metrics needs the token: Prometheus scrapes with it
+    async with Prometheus(PROMETHEUS, url.removeprefix("http://"), tmp_path, TOKEN) as prometheus:
         if PROMTOOL is not None:
             checked = subprocess.run([PROMTOOL, "check", "config", str(prometheus.config)], capture_output=True)
             assert checked.returncode == 0, checked.stdout + checked.stderr
-        async with httpx.AsyncClient(base_url=url, timeout=30) as client:
+        async with httpx.AsyncClient(base_url=url, timeout=30) as stranger:
+            assert (await stranger.get("/metrics")).status_code == 401
+        async with httpx.AsyncClient(base_url=url, timeout=30, headers={"Authorization": f"Bearer {TOKEN}"}) as client:
             # Two questions, each seen by a scrape, so rates over the window are not zero.
             for asked in (1, 2):
                 fake_anthropic.script(*a_question_with_a_bit_of_everything())

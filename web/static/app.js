@@ -689,6 +689,15 @@ function closeSidebar() {
   $("#toggle-sidebar").setAttribute("aria-expanded", "false");
 }
 
+// The example questions for an empty chat: written from the schema, so read behind the token.
+async function loadExamples() {
+  const response = await api("/api/examples");
+  if (!response.ok) return;
+  const { questions } = await response.json();
+  $("#examples").replaceChildren(...questions.map((question) =>
+    el("button", { type: "button", class: "example", text: question, onclick: () => ask(question) })));
+}
+
 // ---------- one query's own page (/queries/<run>-<Q>: where Slack's answers link) ----------
 
 const QUERY_KEY = /^[0-9a-f]{32}-Q[1-9][0-9]{0,8}$/; // chats/conversations.py QUERY_KEY
@@ -750,9 +759,7 @@ document.addEventListener("DOMContentLoaded", () => {
     $("#toggle-sidebar").setAttribute("aria-expanded", String(open));
   });
   document.addEventListener("keydown", (event) => { if (event.key === "Escape") closeSidebar(); });
-  for (const example of document.querySelectorAll(".example")) {
-    example.addEventListener("click", () => ask(example.textContent));
-  }
+  loadExamples();
   // Back and forward move between the conversations opened here.
   window.addEventListener("popstate", () => {
     const id = conversationInAddress();

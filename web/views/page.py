@@ -31,9 +31,10 @@ async def conversation_page(request: Request) -> Response:
 
 
 async def _chat(request: Request, conversation_id: str | None) -> Response:
+    """The shell holds nothing from the data and starts no model call: the example questions, written from
+    the schema, come from the API (GET /api/examples), behind the token."""
     web = web_context(request)
-    examples = await web.agent.examples.get()
-    context = {"needs_token": web.token is not None, "examples": examples, "conversation_id": conversation_id}
+    context = {"needs_token": web.token is not None, "conversation_id": conversation_id}
     return web.templates.TemplateResponse(request, "index.html", context)
 
 

@@ -16,6 +16,8 @@ from web.boundary import HttpError, client_key
 from web.context import web_context
 from web.downloads import DownloadResponse, attachment
 
+CSV = "text/csv; charset=utf-8"
+
 
 async def query(request: Request) -> Response:
     key = request.path_params["query_id"]
@@ -32,6 +34,13 @@ async def query_csv(request: Request) -> Response:
     sql = await web.store.query_sql(key)
     if sql is None:
         raise HttpError(404, f"No stored query {key} (queries can be downloaded once their answer is done).")
+    headers = {
+        "Content-Disposition": attachment(await _question(web.store, key), fallback=key),
+        "X-Row-Cap": str(settings.export_max_rows),
+        "X-Byte-Cap": str(settings.export_max_bytes),
+    }
+    if request.method == "HEAD":  # what a GET would send, without running the query (Starlette routes HEAD here)
+        return Response(media_type=CSV, headers=headers)
     client = client_key(request)
     if not web.downloading.take(client):
         message = f"{web.downloading.per_client} downloads of yours are still running; let one finish first."
@@ -43,17 +52,12 @@ async def query_csv(request: Request) -> Response:
         if isinstance(exc, (QueryRefused, EngineError)):
             raise HttpError(422, f"The query no longer runs: {exc}") from None
         raise
-    headers = {
-        "Content-Disposition": attachment(await _question(web.store, key), fallback=key),
-        "X-Row-Cap": str(settings.export_max_rows),
-        "X-Byte-Cap": str(settings.export_max_bytes),
-    }
     return DownloadResponse(
         csv_chunks(export, max_bytes=settings.export_max_bytes),
         send_timeout_s=settings.export_send_timeout_s,
         deadline_s=settings.export_deadline_s,
         on_end=lambda: web.downloading.give_back(client),
-        media_type="text/csv; charset=utf-8",
+        media_type=CSV,
         headers=headers,
     )
 

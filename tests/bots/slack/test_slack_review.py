@@ -7,6 +7,7 @@ from pathlib import Path
 
 from agent.db import Database
 from agent.knowledge import load_directory
+from agent.runner import RunResult
 from chats.proposals import ProposalStore
 from process.review import Reviewer, review
 from tests.fakes import slack_events as events
@@ -76,3 +77,24 @@ async def test_a_thumbs_down_asks_what_was_wrong_and_the_reason_reaches_the_revi
     assert bot.service is not None
     [proposal] = await ProposalStore(bot.service.store.path).pending()
     assert proposal.feedback == "down" and proposal.reason == reason
+
+
+async def test_a_slack_thumb_naming_a_web_run_thumbs_nothing(start_bot, fake_slack: FakeSlack, fake_anthropic) -> None:
+    """A button's value names the run it thumbs; the bot thumbs only Slack's runs, as the web only the web's."""
+    bot = await start_bot()
+    fake_anthropic.script(*carriers_script())
+    question = await bot.ask("which carrier flew the most?")
+    answer = answer_message(fake_slack, GENERAL_ID, question)
+    assert bot.service is not None
+    store = bot.service.store
+    web_run = "a" * 32
+    conversation = await store.create_conversation("asked on the web", interface="web")
+    await store.save_turn(conversation, web_run, RunResult(question="asked on the web", answer="Sixteen."), [])
+    click = events.feedback_click(answer, "positive", thread_ts=question)
+    value, _, slack_run = click["actions"][0]["value"].partition(":")
+    click["actions"][0]["value"] = f"{value}:{web_run}"
+    await bot.click(click)
+    await bot.idle()
+    [web_turn] = (await store.get_conversation(conversation))["turns"]  # type: ignore[index]
+    assert web_turn["feedback"] is None and await ProposalStore(store.path).pending() == []
+    assert slack_run != web_run and await store.record_feedback(slack_run, "up", interface="slack")

@@ -22,15 +22,6 @@ from chats.state_file import SqliteFile, write_transaction
 
 log = logging.getLogger(__name__)
 
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS budget_spend (
-    day TEXT NOT NULL,
-    key TEXT NOT NULL,
-    tokens INTEGER NOT NULL,
-    cost_usd REAL NOT NULL,
-    PRIMARY KEY (day, key)
-);
-"""
 MAX_LOCAL_KEYS = 10_000
 
 

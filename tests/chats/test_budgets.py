@@ -7,7 +7,8 @@ import datetime as dt
 from pathlib import Path
 
 from agent.receipts import Receipt
-from chats.budgets import SCHEMA, DailyBudget
+from chats.budgets import DailyBudget
+from chats.schema import migrate
 from chats.state_file import SqliteFile
 
 NOON = dt.datetime(2026, 11, 26, 12, 30, tzinfo=dt.UTC).timestamp()
@@ -46,7 +47,7 @@ async def test_off_by_default_and_workers_share_the_spending(tmp_path: Path) -> 
     await off.spend("u", receipt(10**9))
     assert not off.enabled and await off.refusal("u") is None
     file = SqliteFile(tmp_path / "state.sqlite3")
-    file.now(lambda c: c.executescript(SCHEMA))
+    file.now(migrate)
     try:
         one, two = (DailyBudget(max_tokens=100, max_cost_usd=None, file=file, clock=lambda: NOON) for _ in range(2))
         await one.spend("slack:T1:U1", receipt(60))

@@ -40,16 +40,16 @@ from starlette.applications import Starlette
 from starlette.routing import BaseRoute
 
 from agent.app import AgentApp
-from chats.conversations import ConversationStore
-from chats.runs import STREAM_MARGIN_S, RunRegistry
-from chats.state import ChatState, state_path
 from agent.config import ConfigError, Settings, load_settings
 from agent.logs import announce, configure_logging
 from agent.loop_lag import LoopLag
-from process.running_server import recorded
-from process.workers import serve_workers
 from bots.slack import SlackBot
 from bots.slack.app import api_url, check_slack_settings, unreachable
+from chats.conversations import ConversationStore
+from chats.runs import STREAM_MARGIN_S, RunRegistry
+from chats.state import ChatState, state_path
+from process.running_server import recorded
+from process.workers import serve_workers
 from web.app import create_app
 from web.probes import probe_routes
 from web.server import check_exposure, server_options

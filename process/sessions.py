@@ -111,9 +111,9 @@ class LocalSession:
 
     def __init__(self, settings: Settings) -> None:
         from agent.app import AgentApp
+        from agent.llm import LLMConfigError
         from chats.runs import RunRegistry
         from chats.state import ChatState
-        from agent.llm import LLMConfigError
 
         if problem := settings.missing_model_key():
             raise LLMConfigError(problem)

@@ -29,7 +29,6 @@ from agent.limits import Limits, json_size
 from agent.loop_lag import worst_lag_during
 from agent.runner import Outcome
 from bots.slack.chart_images import ChartRenderError, render_png
-from chats.conversations import ConversationStore
 from chats.state import ChatState
 from tests.conftest import HEAVY, Recorder
 from tests.fakes.anthropic_api import FakeAnthropic, Reply

@@ -16,7 +16,6 @@ from typing import Any
 
 import pytest
 
-from chats.conversations import ConversationStore
 from chats.state import ChatState
 from tests.fakes.anthropic_api import FakeAnthropic, Reply
 from tests.web_helpers import LiveServer
@@ -209,7 +208,6 @@ async def test_an_answer_cannot_take_over_the_page(make_app, fake_anthropic: Fak
 
     state = ChatState(tmp_path / "conversations.sqlite3")
 
-    store = state.conversations
     with counting_server() as (outside, seen):
         fake_anthropic.script(
             Reply(tool_calls=[("execute_sql", {"queries": [{"question": "Departures", "sql": DEPARTURES_SQL}]})]),
@@ -305,7 +303,6 @@ async def test_a_chart_is_drawn_under_the_answer_and_downloads(
         Reply(text="[]"),
     )
     state = ChatState(tmp_path / "conversations.sqlite3")
-    store = state.conversations
     ARTIFACTS.mkdir(exist_ok=True)
     async with LiveServer(create_app(make_app(), state)) as server, async_playwright() as playwright:
         browser = await playwright.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
@@ -363,7 +360,6 @@ async def test_a_slack_link_opens_the_querys_own_page(make_app, fake_anthropic: 
 
     script(fake_anthropic)
     state = ChatState(tmp_path / "conversations.sqlite3")
-    store = state.conversations
     token = "s3cret"
     async with LiveServer(create_app(make_app(agent_web_token=token), state)) as server, async_playwright() as pw:
         auth = {"Authorization": f"Bearer {token}"}

@@ -10,9 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from chats.conversations import ConversationStore
 from chats.state import ChatState
-from chats.proposals import ProposalStore
 from tests.end_to_end.test_browser import ARTIFACTS, CHROMIUM, FLAGS, WATCH_CSP, script
 from tests.fakes.anthropic_api import Failure, FakeAnthropic, Reply
 from tests.web_helpers import LiveServer
@@ -85,7 +83,6 @@ async def test_a_mistyped_address_is_a_page_with_the_way_home(
 
     state = ChatState(tmp_path / "conversations.sqlite3")
 
-    store = state.conversations
     async with LiveServer(create_app(make_app(), state)) as server, async_playwright() as playwright:
         browser = await playwright.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
         try:
@@ -166,7 +163,7 @@ async def test_the_thumbs_down_reason_is_asked_in_the_page(
             await browser.close()
     conversation = await store.get_conversation(listed["id"])
     assert conversation is not None and conversation["turns"][0]["feedback"] == "down"
-    [proposal] = await ProposalStore(store.path).pending()
+    [proposal] = await state.proposals.pending()
     assert proposal.reason == "It should count cancelled flights too"
     state.close()
 

@@ -8,7 +8,6 @@ from pathlib import Path
 
 import pytest
 
-from chats.conversations import ConversationStore
 from chats.state import ChatState
 from tests.end_to_end.test_browser import ARTIFACTS, CHROMIUM, FLAGS, WATCH_CSP
 from tests.fakes.anthropic_api import FakeAnthropic, Reply
@@ -36,7 +35,6 @@ async def test_figures_are_marked_and_the_receipt_shown(
         Reply(text='["Which airlines flew the most from EWR?"]'),
     )
     state = ChatState(tmp_path / "conversations.sqlite3")
-    store = state.conversations
     app = make_app()
     async with LiveServer(create_app(app, state)) as server, async_playwright() as playwright:
         browser = await playwright.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
@@ -87,7 +85,6 @@ async def test_a_spent_daily_budget_is_explained_in_the_page(
 
     fake_anthropic.always(Reply(text="Hello."))
     state = ChatState(tmp_path / "conversations.sqlite3")
-    store = state.conversations
     async with LiveServer(create_app(make_app(agent_daily_user_tokens=1), state)) as server, async_playwright() as pw:
         browser = await pw.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
         try:
@@ -120,7 +117,6 @@ async def test_a_figure_that_could_not_be_checked_is_told_apart_from_one_that_di
         Reply(text="[]"),
     )
     state = ChatState(tmp_path / "conversations.sqlite3")
-    store = state.conversations
     async with LiveServer(create_app(make_app(), state)) as server, async_playwright() as playwright:
         browser = await playwright.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
         try:

@@ -188,7 +188,6 @@ async def test_ready_fails_while_the_database_is_down(fake_anthropic: FakeAnthro
     agent = AgentApp.start(settings)
     assert isinstance(agent.db.backend, ServerBackend)
     state = ChatState(tmp_path / "c.sqlite3")
-    store = state.conversations
     try:
         health, ready = await _probe(create_app(agent, state))
     finally:

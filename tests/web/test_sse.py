@@ -5,9 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from chats.conversations import ConversationStore
-from chats.state import ChatState
 from chats.runs import RunRegistry
+from chats.state import ChatState
 from tests.fakes.anthropic_api import FakeAnthropic, Reply
 from web.sse import live, replayed
 

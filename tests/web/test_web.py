@@ -14,7 +14,6 @@ import pytest
 
 from agent.app import AgentApp
 from agent.db import Database
-from chats.conversations import ConversationStore
 from chats.state import ChatState
 from tests.conftest import HEAVY, make_settings, until_running
 from tests.fakes.anthropic_api import FakeAnthropic, Hang, Reply
@@ -96,7 +95,7 @@ async def test_history_comes_from_the_store_and_survives_a_restart(
     web, apps: WebApps, fake_anthropic, tmp_path: Path
 ) -> None:
     path = tmp_path / "kept.sqlite3"
-    url, store = await web(store_path=path)
+    url, _ = await web(store_path=path)
     fake_anthropic.script(*two_round_script())
     async with httpx.AsyncClient(base_url=url, timeout=30) as client:
         conversation_id = (await chat(client, "Which airport had the most departures?"))[0].data["conversation_id"]
@@ -349,7 +348,6 @@ async def test_without_an_api_key_the_server_starts_and_says_why(settings, db, t
 
     keyless = make_settings(**{**settings.model_dump(), "anthropic_api_key": None})
     state = ChatState(tmp_path / "c.sqlite3")
-    store = state.conversations
     agent = AgentApp.start(keyless, db=db, metrics=Metrics(CollectorRegistry()))
     async with LiveServer(create_app(agent, state)) as server, httpx.AsyncClient(base_url=server.url) as client:
         events = await chat(client, "hello")

@@ -10,7 +10,7 @@ import logging
 import os
 import sqlite3
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -291,19 +291,21 @@ async def test_the_web_refuses_new_questions_while_draining(make_app: Callable[.
 
 
 @pytest.fixture
-def two_workers(
+async def two_workers(
     make_app: Callable[..., AgentApp], tmp_path: Path
-) -> Iterator[tuple[ChatState, RunRegistry, ChatState, RunRegistry]]:
+) -> AsyncIterator[tuple[ChatState, RunRegistry, ChatState, RunRegistry]]:
     """An owner's and a reader's state and registry, each with its own connection to the shared file,
     as two worker processes have them."""
     path = tmp_path / "c.sqlite3"
     owner_state, reader_state = ChatState(path, workers=2), ChatState(path, workers=2)
+    owner = RunRegistry(make_app().runner, owner_state.conversations, shared=owner_state.shared_runs)
     yield (
         owner_state,
-        RunRegistry(make_app().runner, owner_state.conversations, shared=owner_state.shared_runs),
+        owner,
         reader_state,
         RunRegistry(make_app().runner, reader_state.conversations, shared=reader_state.shared_runs),
     )
+    await owner.drain(30)  # the owner takes its run out of the shared file after its readers saw the end
     owner_state.close()
     reader_state.close()
 

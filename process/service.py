@@ -87,12 +87,14 @@ class Service:
         """Everything but what needs the event loop (see `start`)."""
         if slack:
             check_slack_settings(settings)  # before the engine starts, so nothing is left to close
+        # Several workers share answers in progress, rate limits and each thread's turn through the file.
+        # Opened before the engine starts: a file a newer release wrote is refused with nothing to stop.
+        state = ChatState.of(settings, workers=workers)
         owns_agent = agent is None
         agent = agent or AgentApp.start(settings)
-        # Several workers share answers in progress, rate limits and each thread's turn through the file.
-        state = ChatState.of(settings, workers=workers)
-        store = state.conversations
-        runs = RunRegistry(agent.runner, store, shared=state.shared_runs, max_event_bytes=settings.max_event_bytes)
+        runs = RunRegistry(
+            agent.runner, state.conversations, shared=state.shared_runs, max_event_bytes=settings.max_event_bytes
+        )
         bot = SlackBot(agent, state, runs) if slack else None
         service = cls(agent=agent, state=state, runs=runs, bot=bot, owns_agent=owns_agent)
         routes = bot.routes() if bot is not None and not bot.socket_mode else []

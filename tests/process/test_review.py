@@ -178,3 +178,17 @@ async def test_nothing_a_chat_user_or_the_data_wrote_drives_the_reviewers_termin
     await review(proposals_in(path), db, reviewer("n", said=said), **kwargs)
     text = "\n".join(said)
     assert "\x1b" not in text and "always report half" not in text and "How many\\x1b[2K" in text
+
+
+def test_a_state_file_a_newer_release_wrote_is_one_line(tmp_path: Path, monkeypatch, capsys) -> None:
+    import sqlite3
+
+    from process.cli import main
+
+    ChatState(tmp_path / "state.sqlite3").close()
+    with sqlite3.connect(tmp_path / "state.sqlite3") as conn:
+        conn.execute("PRAGMA user_version = 99")
+    monkeypatch.setenv("AGENT_DATA_DIR", str(tmp_path))
+    assert main(["knowledge", "review", "--dir", str(tmp_path / "k"), "--suite", str(tmp_path / "s.yaml")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: The state file is at schema version 99;") and err.count("\n") == 1

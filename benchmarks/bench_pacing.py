@@ -20,6 +20,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from chats.pacing import Pacing
+from chats.state import ChatState
 
 TAKES = 2_000
 TURNS = 500
@@ -38,7 +39,8 @@ async def _per_call_us(calls: int, call: Callable[[int], Awaitable[object]]) -> 
 
 
 async def _measure(root: Path) -> dict[str, tuple[float, float]]:
-    local, shared, other = Pacing(), Pacing(root / "app.sqlite3"), Pacing(root / "app.sqlite3")
+    workers = [ChatState(root / "state.sqlite3", workers=2) for _ in range(2)]
+    local, shared, other = Pacing(), workers[0].pacing, workers[1].pacing
     try:
         figures: dict[str, tuple[float, float]] = {}
         allowed = {p: p.rate_limit("bench", 10**9) for p in (local, shared)}
@@ -73,8 +75,8 @@ async def _measure(root: Path) -> dict[str, tuple[float, float]]:
         figures["two workers, one budget: takes/s"] = (float("nan"), len(takes) / elapsed)
         return figures
     finally:
-        for pacing in (local, shared, other):
-            pacing.close()
+        for state in workers:
+            state.close()
 
 
 def run() -> dict[str, tuple[float, float]]:

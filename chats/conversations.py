@@ -19,7 +19,6 @@ import sqlite3
 import time
 import uuid
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from agent.limits import Limits, cut_text, json_size
@@ -30,53 +29,6 @@ from chats.state_file import SqliteFile, write_transaction
 log = logging.getLogger(__name__)
 SHORT_COLUMN_CHARS = 40  # a stored column name past the turn cap: enough to tell columns apart
 SHORT_TEXT_CHARS = 200  # a stored question, error or hint past the turn cap
-
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS conversations (
-    id TEXT PRIMARY KEY,
-    title TEXT NOT NULL,
-    created_at REAL NOT NULL,
-    updated_at REAL NOT NULL,
-    interface TEXT NOT NULL DEFAULT 'web',
-    adapter_key TEXT UNIQUE
-);
-CREATE TABLE IF NOT EXISTS handled_events (
-    event_key TEXT PRIMARY KEY,
-    seen_at REAL NOT NULL
-);
-CREATE TABLE IF NOT EXISTS turns (
-    run_id TEXT PRIMARY KEY,
-    conversation_id TEXT NOT NULL REFERENCES conversations(id) ON DELETE CASCADE,
-    position INTEGER NOT NULL,
-    question TEXT NOT NULL,
-    answer TEXT NOT NULL,
-    outcome TEXT NOT NULL,
-    followups TEXT NOT NULL,
-    metrics TEXT NOT NULL,
-    transcript TEXT NOT NULL,
-    events TEXT NOT NULL,
-    created_at REAL NOT NULL,
-    feedback TEXT,
-    charts TEXT NOT NULL DEFAULT '[]',
-    figures TEXT NOT NULL DEFAULT 'null',
-    receipt TEXT NOT NULL DEFAULT 'null'
-);
-CREATE INDEX IF NOT EXISTS turns_by_conversation ON turns(conversation_id, position);
-CREATE TABLE IF NOT EXISTS queries (
-    id TEXT PRIMARY KEY,
-    run_id TEXT NOT NULL REFERENCES turns(run_id) ON DELETE CASCADE,
-    label TEXT NOT NULL,
-    question TEXT NOT NULL,
-    sql TEXT NOT NULL,
-    columns TEXT NOT NULL,
-    preview TEXT NOT NULL,
-    row_count INTEGER NOT NULL,
-    has_more INTEGER NOT NULL,
-    error TEXT,
-    hint TEXT,
-    elapsed_ms INTEGER NOT NULL
-);
-"""
 
 
 # The SQL of "in `interface`, or any when it is None": a conversation's row is `c`.
@@ -92,11 +44,9 @@ def query_key(run_id: str, label: str) -> str:
 
 
 class ConversationStore:
-    def __init__(self, path: Path, limits: Limits | None = None) -> None:
-        self.path = path
+    def __init__(self, file: SqliteFile, limits: Limits | None = None) -> None:
         self._limits = limits or Limits()
-        self._file = SqliteFile(path)
-        self._file.now(_create_tables)
+        self._file = file  # the kit's state file (chats/state.py), which makes the tables
 
     async def create_conversation(self, first_question: str, *, key: str | None = None, interface: str = "web") -> str:
         """A new conversation; with `key`, the one already kept under that key if there is one."""
@@ -353,9 +303,6 @@ class ConversationStore:
         )
         return (row["conversation_id"], json.loads(row["events"])) if row else None
 
-    def close(self) -> None:
-        self._file.close()
-
 
 @dataclass
 class _StoredTurn:
@@ -486,34 +433,6 @@ def _without(event: dict[str, Any], key: str, empty: Any) -> dict[str, Any]:
 
 def _dumps(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False)
-
-
-_ADDED_COLUMNS = {  # columns later releases added to a table an earlier release created
-    "conversations": {"interface": "TEXT NOT NULL DEFAULT 'web'", "adapter_key": "TEXT"},
-    "turns": {
-        "feedback": "TEXT",
-        "charts": "TEXT NOT NULL DEFAULT '[]'",
-        "figures": "TEXT NOT NULL DEFAULT 'null'",
-        "receipt": "TEXT NOT NULL DEFAULT 'null'",
-    },
-}
-
-
-def _create_tables(conn: sqlite3.Connection) -> None:
-    _add_missing_columns(conn)
-    conn.executescript(SCHEMA)
-
-
-def _add_missing_columns(conn: sqlite3.Connection) -> None:
-    for table, columns in _ADDED_COLUMNS.items():
-        existing = {row[1] for row in conn.execute(f"PRAGMA table_info({table})")}
-        if not existing:
-            continue  # a new file: SCHEMA creates the table whole
-        for name, definition in columns.items():
-            if name not in existing:
-                conn.execute(f"ALTER TABLE {table} ADD COLUMN {name} {definition}")
-        if table == "conversations":
-            conn.execute("CREATE UNIQUE INDEX IF NOT EXISTS conversations_by_key ON conversations(adapter_key)")
 
 
 def _query_row(row: sqlite3.Row) -> dict[str, Any]:

@@ -29,23 +29,6 @@ from chats.state_file import SqliteFile, write_transaction
 
 log = logging.getLogger(__name__)
 
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS budget_spend (
-    day TEXT NOT NULL,
-    key TEXT NOT NULL,
-    tokens INTEGER NOT NULL,
-    cost_usd REAL NOT NULL,
-    PRIMARY KEY (day, key)
-);
-CREATE TABLE IF NOT EXISTS budget_reserved (
-    id TEXT PRIMARY KEY,
-    day TEXT NOT NULL,
-    key TEXT NOT NULL,
-    tokens INTEGER NOT NULL,
-    cost_usd REAL NOT NULL,
-    expires REAL NOT NULL
-);
-"""
 MAX_LOCAL_KEYS = 10_000
 # A reservation that was never settled (its worker died mid-answer) stops counting after this long.
 RESERVATION_TTL_S = 3600.0

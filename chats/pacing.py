@@ -1,31 +1,25 @@
 """Pacing for every adapter: how many questions a client may ask a minute (`rate_limits.py`), and one
-answer at a time per conversation (`turns.py`). Both live in memory in one process, and in the app's
-SQLite file when the process is one of several workers, which this holds.
+answer at a time per conversation (`turns.py`). Both live in memory in one process, and in the kit's
+state file (opened by chats/state.py) when the process is one of several workers.
 """
 
 from __future__ import annotations
 
 from contextlib import AbstractAsyncContextManager
-from pathlib import Path
 
-from chats.daily_budgets import SCHEMA as BUDGET_SCHEMA
 from chats.daily_budgets import DailyBudget
-from chats.rate_limits import SCHEMA as RATE_SCHEMA
 from chats.rate_limits import LocalRateLimit, RateLimit, SharedRateLimit
 from chats.state_file import SqliteFile
 from chats.turns import Turns
 
 
 class Pacing:
-    """Rate limits and turns for one process: in memory, or through the SQLite file at `shared_path`
-    for a process that is one of several workers."""
+    """Rate limits and turns for one process: in memory, or through the kit's state file (`shared`,
+    chats/state.py) for a process that is one of several workers."""
 
-    def __init__(self, shared_path: Path | None = None, *, workers: int = 1) -> None:
+    def __init__(self, shared: SqliteFile | None = None, *, workers: int = 1) -> None:
         self.workers = workers  # processes sharing the app's limits at Slack and elsewhere
-        self._file: SqliteFile | None = None
-        if shared_path is not None:
-            self._file = SqliteFile(shared_path)
-            self._file.now(lambda c: c.executescript(RATE_SCHEMA + BUDGET_SCHEMA))
+        self._file = shared
         self._turns = Turns(self._file)
 
     @property
@@ -49,7 +43,3 @@ class Pacing:
     def turn(self, key: str, position: int | None = None) -> AbstractAsyncContextManager[None]:
         """Hold `key`'s turn (see Turns.turn)."""
         return self._turns.turn(key, position)
-
-    def close(self) -> None:
-        if self._file is not None:
-            self._file.close()

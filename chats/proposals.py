@@ -7,25 +7,15 @@ review` shows each proposal once."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import sqlite3
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Literal, TypeVar
 
-from chats.state_file import write_transaction
+from chats.state_file import SqliteFile, write_transaction
 
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS feedback_reviews (
-    run_id TEXT PRIMARY KEY,
-    reason TEXT,
-    decision TEXT,
-    decided_at REAL
-);
-"""
 MAX_REASON_CHARS = 1_000
 Decision = Literal["approved", "rejected"]
 T = TypeVar("T")
@@ -53,23 +43,11 @@ class Proposal:
 
 
 class ProposalStore:
-    """Opens the file for each use: thumbs are rare, and nothing is left open for a process to close."""
-
-    def __init__(self, path: Path) -> None:
-        self._path = path
+    def __init__(self, file: SqliteFile) -> None:
+        self._file = file  # the kit's state file (chats/state.py)
 
     async def _run(self, fn: Callable[[sqlite3.Connection], T]) -> T:
-        def work() -> T:
-            self._path.parent.mkdir(parents=True, exist_ok=True)
-            conn = sqlite3.connect(self._path, isolation_level=None, timeout=10)
-            try:
-                conn.row_factory = sqlite3.Row
-                conn.executescript(SCHEMA)
-                return fn(conn)
-            finally:
-                conn.close()
-
-        return await asyncio.to_thread(work)
+        return await self._file.run(fn)
 
     async def note_reason(self, run_id: str, reason: str) -> None:
         """A thumbs-down's reason, kept for the eval case it proposes."""
@@ -88,9 +66,6 @@ class ProposalStore:
         """Every turn with a thumb that nobody has decided on yet, oldest first."""
 
         def read(c: sqlite3.Connection) -> list[Proposal]:
-            has_turns = c.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'turns'").fetchone()
-            if not has_turns:
-                return []
             turns = c.execute(
                 "SELECT t.run_id, t.feedback, t.question, t.answer, t.created_at, r.reason FROM turns t "
                 "LEFT JOIN feedback_reviews r ON r.run_id = t.run_id "

@@ -23,12 +23,6 @@ WINDOW_S = 60.0
 PRUNE_EVERY_S = 1.0
 MAX_LOCAL_KEYS = 10_000  # clients counted at once in memory; a new one past this waits (see LocalRateLimit)
 
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS pace_takes (scope TEXT NOT NULL, key TEXT NOT NULL, at REAL NOT NULL);
-CREATE INDEX IF NOT EXISTS pace_takes_by_key ON pace_takes (scope, key, at);
-CREATE INDEX IF NOT EXISTS pace_takes_by_time ON pace_takes (scope, at);
-"""
-
 
 class RateLimit(ABC):
     """At most `per_minute` takes per key in any sliding window of `window_s`."""

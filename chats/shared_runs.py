@@ -16,28 +16,11 @@ import logging
 import sqlite3
 import time
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from chats.state_file import SqliteFile, write_transaction
 
 log = logging.getLogger(__name__)
-
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS live_runs (
-    run_id TEXT PRIMARY KEY,
-    conversation_id TEXT NOT NULL,
-    beat_at REAL NOT NULL,
-    watched_at REAL NOT NULL
-);
-CREATE TABLE IF NOT EXISTS live_events (
-    run_id TEXT NOT NULL,
-    id INTEGER NOT NULL,
-    event TEXT NOT NULL,
-    data TEXT NOT NULL,
-    PRIMARY KEY (run_id, id)
-);
-"""
 
 
 BEAT_S = 1.0  # how often the owner of a run says it is alive
@@ -56,9 +39,8 @@ class LiveRun:
 
 
 class SharedRunLog:
-    def __init__(self, path: Path) -> None:
-        self._file = SqliteFile(path)
-        self._file.now(lambda c: c.executescript(SCHEMA))
+    def __init__(self, file: SqliteFile) -> None:
+        self._file = file  # the kit's state file (chats/state.py)
         self._file.now(_forget_dead_owners)
 
     async def open(self, run_id: str, conversation_id: str) -> None:
@@ -105,9 +87,6 @@ class SharedRunLog:
         await self._file.run(
             lambda c: c.execute("UPDATE live_runs SET watched_at = ? WHERE run_id = ?", (time.time(), run_id))
         )
-
-    def close_all(self) -> None:
-        self._file.close()
 
 
 def _forget_dead_owners(c: sqlite3.Connection) -> None:

@@ -1,6 +1,6 @@
-"""The app's SQLite file, as every store in it opens it: WAL, one connection per store used from worker
-threads under a lock, and write transactions that wait for another process's lock (several worker
-processes may share the file) rather than fail."""
+"""The kit's SQLite file, as the kit's state (chats/state.py) opens it: WAL, one connection per process
+that every store uses from worker threads under a lock, and write transactions that wait for another
+process's lock (several worker processes may share the file) rather than fail."""
 
 from __future__ import annotations
 

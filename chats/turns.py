@@ -26,17 +26,6 @@ log = logging.getLogger(__name__)
 
 TURN_POLL_S = 0.1  # how often a message waiting for its thread's turn looks again (several workers)
 
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS thread_turns (
-    token TEXT PRIMARY KEY,
-    key TEXT NOT NULL,
-    position INTEGER NOT NULL,
-    beat_at REAL NOT NULL,
-    holding INTEGER NOT NULL DEFAULT 0
-);
-CREATE INDEX IF NOT EXISTS thread_turns_by_key ON thread_turns (key, position);
-"""
-
 
 class Turns:
     """Callers with the same key go one at a time: in memory, or through `file` when the process is one
@@ -44,8 +33,6 @@ class Turns:
 
     def __init__(self, file: SqliteFile | None = None) -> None:
         self._file = file
-        if file is not None:
-            file.now(lambda c: c.executescript(SCHEMA))
         self._locks: dict[str, tuple[asyncio.Lock, int]] = {}
         self._leaving: set[asyncio.Task[None]] = set()
 

@@ -240,22 +240,25 @@ async def _knowledge_review(args: argparse.Namespace, settings: Settings) -> int
     import getpass
 
     from agent.db import open_database
-    from chats.proposals import ProposalStore
+    from chats.state import ChatState
     from process.review import Reviewer, review
 
     directory = Path(args.dir) if args.dir else settings.knowledge_dir
     if directory is None:
         raise UsageError("No knowledge folder: name one (--dir) or set AGENT_KNOWLEDGE_DIR.")
-    store = ProposalStore(settings.agent_data_dir / "conversations.sqlite3")
+    state = ChatState.of(settings)
     db = open_database(settings)
     reviewer = Reviewer(args.reviewer or getpass.getuser(), ask=input, say=print)
     dataset = "demo" if settings.embedded and settings.clickhouse_databases == ["nycflights13"] else "warehouse"
     try:
-        done = await review(store, db, reviewer, knowledge_dir=directory, suite=Path(args.suite), dataset=dataset)
+        done = await review(
+            state.proposals, db, reviewer, knowledge_dir=directory, suite=Path(args.suite), dataset=dataset
+        )
     except EOFError:
         return EXIT_OK  # input ended: what was decided stays
     finally:
         await db.close()
+        state.close()
     print(
         f"{done.verified} verified queries and {done.eval_cases} eval cases added, {done.rejected} rejected, "
         f"{done.skipped} left for later."

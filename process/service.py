@@ -41,15 +41,13 @@ from starlette.routing import BaseRoute
 
 from agent.app import AgentApp
 from agent.config import ConfigError, Settings, load_settings
-from agent.limits import Limits
 from agent.logs import announce, configure_logging
 from agent.loop_lag import LoopLag
 from bots.slack import SlackBot
 from bots.slack.app import api_url, check_slack_settings, unreachable
 from chats.conversations import ConversationStore
-from chats.pacing import Pacing
 from chats.runs import STREAM_MARGIN_S, RunRegistry
-from chats.shared_runs import SharedRunLog
+from chats.state import ChatState, state_path
 from process.running_server import recorded
 from process.workers import serve_workers
 from web.app import create_app
@@ -62,16 +60,14 @@ SignalHandler = Callable[[int, FrameType | None], Any]
 
 @dataclass
 class Service:
-    """What one process serves: the agent, its conversation store and run registry, the bot (if any)
+    """What one process serves: the agent, the kit's state (its stores) and run registry, the bot (if any)
     and the HTTP app, whose lifespan starts and drains them."""
 
     agent: AgentApp
-    store: ConversationStore
+    state: ChatState
     runs: RunRegistry
     bot: SlackBot | None
     app: Starlette = field(init=False)
-    shared: SharedRunLog | None = None
-    pacing: Pacing | None = None
     owns_agent: bool = True  # False when the caller passed the agent in (and closes it)
     started: bool = False
     closed: bool = False
@@ -80,6 +76,10 @@ class Service:
     _forced: asyncio.Task[None] | None = None
     _restore: dict[int, SignalHandler] = field(default_factory=dict)
 
+    @property
+    def store(self) -> ConversationStore:
+        return self.state.conversations
+
     @classmethod
     def build(
         cls, settings: Settings, *, web: bool, slack: bool, agent: AgentApp | None = None, workers: int = 1
@@ -87,21 +87,19 @@ class Service:
         """Everything but what needs the event loop (see `start`)."""
         if slack:
             check_slack_settings(settings)  # before the engine starts, so nothing is left to close
+        # Several workers share answers in progress, rate limits and each thread's turn through the file.
+        # Opened before the engine starts: a file a newer release wrote is refused with nothing to stop.
+        state = ChatState.of(settings, workers=workers)
         owns_agent = agent is None
         agent = agent or AgentApp.start(settings)
-        conversations = settings.agent_data_dir / "conversations.sqlite3"
-        store = ConversationStore(conversations, Limits.of(settings))
-        # Several workers share answers in progress, rate limits and each thread's turn through the file.
-        shared = SharedRunLog(conversations) if workers > 1 else None
-        pacing = Pacing(conversations if workers > 1 else None, workers=workers)
-        runs = RunRegistry(agent.runner, store, shared=shared, max_event_bytes=settings.max_event_bytes)
-        bot = SlackBot(agent, store, runs, pacing) if slack else None
-        service = cls(agent=agent, store=store, runs=runs, bot=bot, shared=shared, pacing=pacing, owns_agent=owns_agent)
+        runs = RunRegistry(
+            agent.runner, state.conversations, shared=state.shared_runs, max_event_bytes=settings.max_event_bytes
+        )
+        bot = SlackBot(agent, state, runs) if slack else None
+        service = cls(agent=agent, state=state, runs=runs, bot=bot, owns_agent=owns_agent)
         routes = bot.routes() if bot is not None and not bot.socket_mode else []
         if web:
-            service.app = create_app(
-                agent, store, runs=runs, extra_routes=routes, lifespan=service.lifespan, pacing=pacing
-            )
+            service.app = create_app(agent, state, runs=runs, extra_routes=routes, lifespan=service.lifespan)
         else:
             service.app = slack_app(agent, runs, routes, service.lifespan)
         service.app.state.settings = settings
@@ -212,11 +210,7 @@ class Service:
             await self.bot.close()
         if self.owns_agent:
             await self.agent.close()
-        self.store.close()
-        if self.shared is not None:
-            self.shared.close_all()
-        if self.pacing is not None:
-            self.pacing.close()
+        self.state.close()
 
 
 class _Chained:
@@ -260,6 +254,7 @@ def serve(settings: Settings, *, host: str, port: int, web: bool, slack: bool | 
     if workers > 1:
         _warn_without_key(settings, web)
         asyncio.run(check_slack_token(settings, slack))  # a bad token: one line here, not one per worker
+        state_path(settings.agent_data_dir)  # an earlier release's file renamed once, before the workers open it
         serve_workers(settings, host=host, port=port, web=web, slack=slack, workers=workers, worker=serve_in_worker)
         return
     if settings.embedded:  # a second server on the same folder would serve and fail every question

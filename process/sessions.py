@@ -111,15 +111,15 @@ class LocalSession:
 
     def __init__(self, settings: Settings) -> None:
         from agent.app import AgentApp
-        from agent.limits import Limits
         from agent.llm import LLMConfigError
-        from chats.conversations import ConversationStore
         from chats.runs import RunRegistry
+        from chats.state import ChatState
 
         if problem := settings.missing_model_key():
             raise LLMConfigError(problem)
         self._app = AgentApp.start(settings)
-        self._store = ConversationStore(settings.agent_data_dir / "conversations.sqlite3", Limits.of(settings))
+        self._state = ChatState.of(settings)
+        self._store = self._state.conversations
         self._runs = RunRegistry(self._app.runner, self._store, max_event_bytes=settings.max_event_bytes)
 
     async def check(self) -> None:
@@ -129,7 +129,7 @@ class LocalSession:
         if conversation_id is None:
             conversation_id = await self._store.create_conversation(question, interface="cli")
         elif not await self._store.exists(conversation_id):
-            raise UsageError(f"No conversation {conversation_id} in {self._store.path}.")
+            raise UsageError(f"No conversation {conversation_id} in {self._state.path}.")
         asked = Asked(conversation_id)
 
         async def keep(result: RunResult) -> None:
@@ -153,7 +153,7 @@ class LocalSession:
     async def close(self) -> None:
         await self._runs.shutdown()
         await self._app.close()
-        self._store.close()
+        self._state.close()
 
 
 class RemoteSession:

@@ -15,6 +15,7 @@ import uvicorn
 from agent.app import AgentApp
 from agent.limits import Limits
 from chats.conversations import ConversationStore
+from chats.state import STATE_FILE, ChatState
 from tests.fakes.sse_client import Sse, sse_events
 from web.app import create_app
 from web.exposure import server_options
@@ -55,25 +56,26 @@ class WebApps:
         self._make_app = make_app
         self._tmp_path = tmp_path
         self._servers: list[LiveServer] = []
-        self._stores: list[ConversationStore] = []
+        self.states: list[ChatState] = []
 
     async def start(
         self, grace_s: float = 0.3, store_path: Path | None = None, **overrides: Any
     ) -> tuple[str, ConversationStore]:
-        """Serve a new app; keyword arguments go to settings. Returns its URL and store."""
+        """Serve a new app; keyword arguments go to settings. Returns its URL and conversation store (its
+        whole state is the last of `states`)."""
         app = self._make_app(**overrides)
-        store = ConversationStore(store_path or self._tmp_path / "conversations.sqlite3", Limits.of(app.settings))
-        self._stores.append(store)
-        server = LiveServer(create_app(app, store, reattach_grace_s=grace_s))
+        state = ChatState(store_path or self._tmp_path / STATE_FILE, limits=Limits.of(app.settings))
+        self.states.append(state)
+        server = LiveServer(create_app(app, state, reattach_grace_s=grace_s))
         await server.__aenter__()
         self._servers.append(server)
-        return server.url, store
+        return server.url, state.conversations
 
     async def close(self) -> None:
         for server in self._servers:
             await server.__aexit__()
-        for store in self._stores:
-            store.close()
+        for state in self.states:
+            state.close()
 
 
 async def read_all(response: httpx.Response) -> list[Sse]:

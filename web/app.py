@@ -19,11 +19,9 @@ from starlette.templating import Jinja2Templates
 
 from agent.app import AgentApp
 from agent.loop_lag import LoopLag
-from chats.conversations import ConversationStore
-from chats.pacing import Pacing
-from chats.proposals import ProposalStore
 from chats.rate_limits import RateLimit
 from chats.runs import STREAM_MARGIN_S, RunRegistry
+from chats.state import ChatState
 from web.boundary import HttpError, TrustedHosts, check_json_content_type, check_rate, check_token, client_key
 from web.context import WebContext, web_context
 from web.downloads import DownloadSlots
@@ -38,29 +36,28 @@ Handler = Callable[[Request], Awaitable[Response]]
 
 def create_app(
     agent: AgentApp,
-    store: ConversationStore,
+    state: ChatState,
     *,
     reattach_grace_s: float | None = None,
     owns_agent: bool = False,
     extra_routes: Sequence[BaseRoute] = (),
     runs: RunRegistry | None = None,
     lifespan: Callable[[Starlette], AbstractAsyncContextManager[None]] | None = None,
-    pacing: Pacing | None = None,
 ) -> Starlette:
-    """The web app over `agent`'s runner. With `owns_agent`, shutting the app down closes the agent
-    and the store too (as `agent web` wants); tests keep them. `extra_routes` are served beside the
-    chat (`agent serve` mounts Slack's endpoint there). `runs` and `lifespan`: the process's registry and
-    life cycle when a Service (process/service.py) owns them; by default the app has its own.
-    `pacing`: rate limits shared with other workers; by default, this process's own."""
+    """The web app over `agent`'s runner and the kit's `state` (its stores and pacing). With `owns_agent`,
+    shutting the app down closes the agent and the state too (as `agent web` wants); tests keep them.
+    `extra_routes` are served beside the chat (`agent serve` mounts Slack's endpoint there). `runs` and
+    `lifespan`: the process's registry and life cycle when a Service (process/service.py) owns them; by
+    default the app has its own."""
     settings = agent.settings
     owns_runs = runs is None
+    store, pacing = state.conversations, state.pacing
     registry = runs or RunRegistry(agent.runner, store, max_event_bytes=settings.max_event_bytes)
-    pacing = pacing or Pacing()
     token = settings.agent_web_token.get_secret_value() if settings.agent_web_token else None
     web = WebContext(
         agent=agent,
         store=store,
-        proposals=ProposalStore(store.path),
+        proposals=state.proposals,
         runs=registry,
         templates=Jinja2Templates(directory=HERE / "templates"),
         token=token,
@@ -85,7 +82,7 @@ def create_app(
             await registry.shutdown()
         if owns_agent:
             await agent.close()
-            store.close()
+            state.close()
 
     routes = [
         Route("/", page.index),

@@ -38,10 +38,8 @@ from bots.slack.answer import Answerer
 from bots.slack.prompts import PromptsGate, prompts_place
 from bots.slack.queues import SerialQueues
 from bots.slack.receive import Allowed, Identity, Ignore, Ignored, Question, event_type, read_question
-from chats.conversations import ConversationStore
-from chats.pacing import Pacing
-from chats.proposals import ProposalStore
 from chats.runs import RunRegistry
+from chats.state import ChatState
 
 log = logging.getLogger(__name__)
 DEFAULT_API_URL = "https://slack.com/api/"
@@ -50,13 +48,11 @@ EXAMPLES_WAIT_S = 10.0  # how long a new assistant thread waits for example ques
 
 
 class SlackBot:
-    def __init__(
-        self, agent: AgentApp, store: ConversationStore, runs: RunRegistry | None = None, pacing: Pacing | None = None
-    ) -> None:
+    def __init__(self, agent: AgentApp, state: ChatState, runs: RunRegistry | None = None) -> None:
         settings = agent.settings
         check_slack_settings(settings)
         assert settings.slack_bot_token is not None
-        self._agent, self._store, self._settings = agent, store, settings
+        self._agent, self._state, self._store, self._settings = agent, state, state.conversations, settings
         self._token = settings.slack_bot_token.get_secret_value()
         self._api_url = api_url(settings.slack_api_url)
         self._allowed = Allowed(frozenset(settings.slack_allowed_teams), frozenset(settings.slack_allowed_channels))
@@ -64,8 +60,8 @@ class SlackBot:
         self._queues = SerialQueues()
         self._clicks = itertools.count()
         self._prompts = PromptsGate(self._allowed)
-        self.runs = runs or RunRegistry(agent.runner, store, max_event_bytes=agent.settings.max_event_bytes)
-        self._pacing = pacing or Pacing()
+        self.runs = runs or RunRegistry(agent.runner, self._store, max_event_bytes=agent.settings.max_event_bytes)
+        self._pacing = state.pacing
         secret = settings.slack_signing_secret.get_secret_value() if settings.slack_signing_secret else ""
 
         async def authorize(enterprise_id: str | None, team_id: str | None) -> AuthorizeResult:
@@ -130,7 +126,7 @@ class SlackBot:
             store=self._store,
             metrics=self._metrics,
             ask=self._ask,
-            proposals=ProposalStore(self._store.path),
+            proposals=self._state.proposals,
             allowed=self._allowed,
             home_team=self.identity.team_id,
         )

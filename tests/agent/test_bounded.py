@@ -29,7 +29,7 @@ from agent.limits import Limits, json_size
 from agent.loop_lag import worst_lag_during
 from agent.runner import Outcome
 from bots.slack.chart_images import ChartRenderError, render_png
-from chats.conversations import ConversationStore
+from chats.state import ChatState
 from tests.conftest import HEAVY, Recorder
 from tests.fakes.anthropic_api import FakeAnthropic, Reply
 from tests.web_helpers import WebApps, chat
@@ -137,12 +137,13 @@ async def test_a_chart_of_long_labels_is_cut_by_the_engine_and_small(
     assert json_size(drawn.spec) < app.settings.chart_max_spec_bytes
     assert max(json_size(event.wire()) for event in events.events) < app.settings.max_event_bytes
     assert peak < 40_000_000  # the query's text is 100 MB; the chart reads 1000 labels of 100 characters
-    store = ConversationStore(tmp_path / "c.sqlite3")
+    state = ChatState(tmp_path / "c.sqlite3")
+    store = state.conversations
     try:
         conversation = await store.create_conversation("labels?")
         await store.save_turn(conversation, "run1", result, [{"id": 1, "event": "done", "data": {}}])
     finally:
-        store.close()
+        state.close()
     assert sum(path.stat().st_size for path in tmp_path.glob("c.sqlite3*")) < 3_000_000
 
 

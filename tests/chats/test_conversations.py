@@ -12,15 +12,15 @@ import pytest
 from agent.runner import RunResult
 from chats.conversations import ConversationStore
 from chats.runs import RunRegistry
-from chats.shared_runs import SharedRunLog
+from chats.state import ChatState
 from tests.fakes.anthropic_api import FakeAnthropic, Reply
 
 
 @pytest.fixture
 def store(tmp_path: Path):
-    conversations = ConversationStore(tmp_path / "conversations.sqlite3")
-    yield conversations
-    conversations.close()
+    state = ChatState(tmp_path / "state.sqlite3")
+    yield state.conversations
+    state.close()
 
 
 async def test_an_adapter_key_finds_its_conversation(store: ConversationStore) -> None:
@@ -34,14 +34,14 @@ async def test_an_adapter_key_finds_its_conversation(store: ConversationStore) -
 
 
 async def test_an_event_is_claimed_once_also_across_a_restart(tmp_path: Path) -> None:
-    path = tmp_path / "conversations.sqlite3"
-    store = ConversationStore(path)
-    assert await store.claim_event("slack:Ev123")
-    assert not await store.claim_event("slack:Ev123")
-    store.close()
-    restarted = ConversationStore(path)
-    assert not await restarted.claim_event("slack:Ev123")
-    assert await restarted.claim_event("slack:Ev124")
+    path = tmp_path / "state.sqlite3"
+    state = ChatState(path)
+    assert await state.conversations.claim_event("slack:Ev123")
+    assert not await state.conversations.claim_event("slack:Ev123")
+    state.close()
+    restarted = ChatState(path)
+    assert not await restarted.conversations.claim_event("slack:Ev123")
+    assert await restarted.conversations.claim_event("slack:Ev124")
     restarted.close()
 
 
@@ -73,8 +73,7 @@ def test_a_file_from_the_previous_release_gains_the_new_columns(tmp_path: Path) 
         old.execute("CREATE TABLE conversations (id TEXT PRIMARY KEY, title TEXT NOT NULL, created_at REAL NOT NULL,"
                     " updated_at REAL NOT NULL)")  # fmt: skip
         old.execute("INSERT INTO conversations VALUES ('c1', 't', 0, 0)")
-    store = ConversationStore(path)
-    store.close()
+    ChatState(path).close()
     with sqlite3.connect(path) as upgraded:
         columns = {row[1] for row in upgraded.execute("PRAGMA table_info(conversations)")}
     assert {"interface", "adapter_key"} <= columns
@@ -99,13 +98,14 @@ async def test_a_failing_store_still_ends_the_log_with_done(
         async def save_turn(self, *args, **kwargs) -> None:
             raise sqlite3.OperationalError("disk I/O error")
 
-    store = BrokenStore(tmp_path / "broken.sqlite3")
+    state = ChatState(tmp_path / "broken.sqlite3")
+    store = BrokenStore(state.file)
     fake_anthropic.script(Reply(text="Hello."))
     runs = RunRegistry(make_app().runner, store)
     handle = runs.start("c", "hi", [], platform="web", interface="web", followups=False)
     events = [event async for event in runs.follow(handle)]
     assert [e.name for e in events][-2:] == ["error", "done"] and events[-1].data["result"] is None
-    store.close()
+    state.close()
 
 
 async def test_a_failing_store_still_tells_on_done_once(
@@ -148,8 +148,10 @@ async def test_an_oversized_answer_still_ends_the_log_with_done(
 async def test_a_shared_event_another_release_wrote_is_skipped_and_the_run_still_ends(
     tmp_path: Path, store: ConversationStore, make_app
 ) -> None:
-    path = tmp_path / "conversations.sqlite3"
-    writer, reader = SharedRunLog(path), SharedRunLog(path)
+    path = tmp_path / "shared.sqlite3"
+    writer_state, reader_state = ChatState(path, workers=2), ChatState(path, workers=2)
+    writer, reader = writer_state.shared_runs, reader_state.shared_runs
+    assert writer is not None and reader is not None
     ids = {"run_id": "r1", "conversation_id": "c1"}
     await writer.open("r1", "c1")
     rows = [
@@ -165,8 +167,8 @@ async def test_a_shared_event_another_release_wrote_is_skipped_and_the_run_still
     events = [event async for event in followed]
     assert [event.name for event in events] == ["started", "answer", "done"]
     assert events[-1].data["result"] is None
-    writer.close_all()
-    reader.close_all()
+    writer_state.close()
+    reader_state.close()
 
 
 async def test_a_turn_keeps_its_figures_and_receipt_and_the_conversation_sums_them(
@@ -195,12 +197,12 @@ async def test_a_turn_keeps_its_figures_and_receipt_and_the_conversation_sums_th
 
 def test_a_file_from_before_receipts_gains_their_columns(tmp_path: Path) -> None:
     path = tmp_path / "old.sqlite3"
-    store = ConversationStore(path)
-    store.close()
+    ChatState(path).close()
     with sqlite3.connect(path) as old:
         old.execute("ALTER TABLE turns DROP COLUMN receipt")
         old.execute("ALTER TABLE turns DROP COLUMN figures")
-    ConversationStore(path).close()
+        old.execute("PRAGMA user_version = 0")  # as releases before the schema's version left it
+    ChatState(path).close()
     with sqlite3.connect(path) as upgraded:
         columns = {row[1] for row in upgraded.execute("PRAGMA table_info(turns)")}
     assert {"figures", "receipt"} <= columns
@@ -210,11 +212,12 @@ async def test_turns_by_run_reads_only_the_conversation_kept_under_the_key(tmp_p
     """Slack names runs by the ids in its messages' metadata: a run of another conversation is never read."""
     from agent.runner import RunResult
 
-    store = ConversationStore(tmp_path / "c.sqlite3")
+    state = ChatState(tmp_path / "c.sqlite3")
+    store = state.conversations
     mine = await store.create_conversation("q", key="slack:T:C:1", interface="slack")
     theirs = await store.create_conversation("q", key="slack:T:C:2", interface="slack")
     await store.save_turn(mine, "run-mine", RunResult(question="mine?", answer="a"), [])
     await store.save_turn(theirs, "run-theirs", RunResult(question="theirs?", answer="secret"), [])
     found = await store.turns_by_run(["run-mine", "run-theirs"], key="slack:T:C:1")
     assert list(found) == ["run-mine"] and found["run-mine"].question == "mine?"
-    store.close()
+    state.close()

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from agent.receipts import Receipt
-from chats.daily_budgets import RESERVATION_TTL_S, SCHEMA, DailyBudget, Refusal, Reservation
+from chats.daily_budgets import RESERVATION_TTL_S, DailyBudget, Refusal, Reservation
+from chats.schema import migrate
 from chats.state_file import SqliteFile
 
 NOON = dt.datetime(2026, 11, 26, 12, 30, tzinfo=dt.UTC).timestamp()
@@ -49,7 +50,7 @@ async def test_off_by_default_and_workers_share_the_spending(tmp_path: Path) -> 
     await off.spend("u", receipt(10**9))
     assert not off.enabled and await off.refusal("u") is None
     file = SqliteFile(tmp_path / "state.sqlite3")
-    file.now(lambda c: c.executescript(SCHEMA))
+    file.now(migrate)
     try:
         one, two = (DailyBudget(max_tokens=100, max_cost_usd=None, file=file, clock=lambda: NOON) for _ in range(2))
         await one.spend("slack:T1:U1", receipt(60))
@@ -85,7 +86,7 @@ async def test_cache_writes_count_against_the_budget() -> None:
 
 def _shared(tmp_path: Path) -> SqliteFile:
     file = SqliteFile(tmp_path / "state.sqlite3")
-    file.now(lambda c: c.executescript(SCHEMA))
+    file.now(migrate)
     return file
 
 

@@ -13,10 +13,11 @@ import pytest
 
 from chats import turns as turns_module
 from chats.pacing import Pacing
-from chats.rate_limits import SCHEMA, LocalRateLimit, RateLimit, SharedRateLimit
+from chats.rate_limits import LocalRateLimit, RateLimit, SharedRateLimit
+from chats.schema import migrate
 from chats.shared_runs import DEAD_AFTER_S
+from chats.state import ChatState
 from chats.state_file import SqliteFile
-from chats.turns import SCHEMA as TURNS_SCHEMA
 
 
 class Clock:
@@ -39,7 +40,7 @@ def files(db_path: Path) -> Iterator[Callable[[], SqliteFile]]:
 
     def connect() -> SqliteFile:
         file = SqliteFile(db_path)
-        file.now(lambda c: c.executescript(SCHEMA + TURNS_SCHEMA))
+        file.now(migrate)
         opened.append(file)
         return file
 
@@ -51,15 +52,15 @@ def files(db_path: Path) -> Iterator[Callable[[], SqliteFile]]:
 @pytest.fixture
 def workers(db_path: Path) -> Iterator[Callable[[], Pacing]]:
     """Pacing as each of several workers has it, on one file; all closed at the end."""
-    opened: list[Pacing] = []
+    opened: list[ChatState] = []
 
     def start() -> Pacing:
-        opened.append(Pacing(db_path))
-        return opened[-1]
+        opened.append(ChatState(db_path, workers=2))
+        return opened[-1].pacing
 
     yield start
-    for pacing in opened:
-        pacing.close()
+    for state in opened:
+        state.close()
 
 
 def rows(path: Path) -> list[tuple[str, int, int]]:
@@ -115,7 +116,7 @@ async def test_shared_takes_are_forgotten_once_out_of_the_window(files) -> None:
 
 async def test_a_refused_client_is_answered_from_memory_until_its_wait_is_over(db_path: Path) -> None:
     file, clock = SqliteFile(db_path), Clock()
-    file.now(lambda c: c.executescript(SCHEMA))
+    file.now(migrate)
     limit = SharedRateLimit(file, "test", 1, clock=clock)
     assert await limit.take("flooder") is None
     assert await limit.take("flooder") == pytest.approx(60)

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from chats.conversations import ConversationStore
+from chats.state import ChatState
 from tests.conftest import EXAMPLE_QUESTIONS
 from tests.fakes.anthropic_api import FakeAnthropic, Reply
 from tests.web_helpers import LiveServer
@@ -86,9 +86,10 @@ async def test_a_question_end_to_end_in_chromium(make_app, fake_anthropic: FakeA
     from playwright.async_api import async_playwright
 
     script(fake_anthropic)
-    store = ConversationStore(tmp_path / "conversations.sqlite3")
+    state = ChatState(tmp_path / "conversations.sqlite3")
+    store = state.conversations
     ARTIFACTS.mkdir(exist_ok=True)
-    async with LiveServer(create_app(make_app(), store)) as server, async_playwright() as playwright:
+    async with LiveServer(create_app(make_app(), state)) as server, async_playwright() as playwright:
         browser = await playwright.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
         try:
             page = await browser.new_page(viewport={"width": 1200, "height": 900})
@@ -149,7 +150,7 @@ async def test_a_question_end_to_end_in_chromium(make_app, fake_anthropic: FakeA
     [listed] = await store.list_conversations()
     conversation = await store.get_conversation(listed["id"])
     assert conversation is not None and conversation["turns"][0]["feedback"] == "up"
-    store.close()
+    state.close()
 
 
 PIXEL = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAQAAAC1HAwCAAAAC0lEQVR42mNkYAAAAAYAAjCB0C8AAAAASUVORK5CYII="
@@ -208,7 +209,8 @@ def hostile_answer(outside: str) -> str:
 async def test_an_answer_cannot_take_over_the_page(make_app, fake_anthropic: FakeAnthropic, tmp_path: Path) -> None:
     from playwright.async_api import async_playwright
 
-    store = ConversationStore(tmp_path / "conversations.sqlite3")
+    state = ChatState(tmp_path / "conversations.sqlite3")
+
     with counting_server() as (outside, seen):
         fake_anthropic.script(
             Reply(tool_calls=[("execute_sql", {"queries": [{"question": "Departures", "sql": DEPARTURES_SQL}]})]),
@@ -217,7 +219,7 @@ async def test_an_answer_cannot_take_over_the_page(make_app, fake_anthropic: Fak
             Reply(text="A second answer."),
             Reply(text="[]"),
         )
-        async with LiveServer(create_app(make_app(), store)) as server, async_playwright() as playwright:
+        async with LiveServer(create_app(make_app(), state)) as server, async_playwright() as playwright:
             browser = await playwright.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
             try:
                 page = await browser.new_page(viewport={"width": 1200, "height": 900})
@@ -268,7 +270,7 @@ async def test_an_answer_cannot_take_over_the_page(make_app, fake_anthropic: Fak
                 assert violations <= {f"style-src-{kind} inline purify-3.4.18.min.js" for kind in ("elem", "attr")}
             finally:
                 await browser.close()
-    store.close()
+    state.close()
 
 
 MONTHLY_SQL = """
@@ -303,9 +305,9 @@ async def test_a_chart_is_drawn_under_the_answer_and_downloads(
         Reply(text="Delays peaked in **July** (21.7 min) and were lowest in November (5.4 min) [Q1]."),
         Reply(text="[]"),
     )
-    store = ConversationStore(tmp_path / "conversations.sqlite3")
+    state = ChatState(tmp_path / "conversations.sqlite3")
     ARTIFACTS.mkdir(exist_ok=True)
-    async with LiveServer(create_app(make_app(), store)) as server, async_playwright() as playwright:
+    async with LiveServer(create_app(make_app(), state)) as server, async_playwright() as playwright:
         browser = await playwright.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
         try:
             page = await browser.new_page(viewport={"width": 1100, "height": 1000}, accept_downloads=True)
@@ -346,7 +348,7 @@ async def test_a_chart_is_drawn_under_the_answer_and_downloads(
             assert await page.evaluate("window.cspViolations") == []
         finally:
             await browser.close()
-    store.close()
+    state.close()
 
 
 async def test_a_slack_link_opens_the_querys_own_page(make_app, fake_anthropic: FakeAnthropic, tmp_path: Path) -> None:
@@ -360,9 +362,9 @@ async def test_a_slack_link_opens_the_querys_own_page(make_app, fake_anthropic: 
     from tests.web_helpers import chat
 
     script(fake_anthropic)
-    store = ConversationStore(tmp_path / "conversations.sqlite3")
+    state = ChatState(tmp_path / "conversations.sqlite3")
     token = "s3cret"
-    async with LiveServer(create_app(make_app(agent_web_token=token), store)) as server, async_playwright() as pw:
+    async with LiveServer(create_app(make_app(agent_web_token=token), state)) as server, async_playwright() as pw:
         auth = {"Authorization": f"Bearer {token}"}
         async with httpx.AsyncClient(base_url=server.url, timeout=30, headers=auth) as client:
             run_id = (await chat(client, "Which NYC airport had the most departures in 2013?"))[0].data["run_id"]
@@ -410,4 +412,4 @@ async def test_a_slack_link_opens_the_querys_own_page(make_app, fake_anthropic: 
             assert await page.evaluate("window.cspViolations") == []
         finally:
             await browser.close()
-    store.close()
+    state.close()

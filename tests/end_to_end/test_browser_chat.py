@@ -10,8 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from chats.conversations import ConversationStore
-from chats.proposals import ProposalStore
+from chats.state import ChatState
 from tests.end_to_end.test_browser import ARTIFACTS, CHROMIUM, FLAGS, WATCH_CSP, script
 from tests.fakes.anthropic_api import Failure, FakeAnthropic, Reply
 from tests.web_helpers import LiveServer
@@ -31,8 +30,9 @@ async def test_a_conversation_has_an_address_and_each_query_a_page(
     from playwright.async_api import async_playwright
 
     script(fake_anthropic)
-    store = ConversationStore(tmp_path / "conversations.sqlite3")
-    async with LiveServer(create_app(make_app(), store)) as server, async_playwright() as playwright:
+    state = ChatState(tmp_path / "conversations.sqlite3")
+    store = state.conversations
+    async with LiveServer(create_app(make_app(), state)) as server, async_playwright() as playwright:
         browser = await playwright.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
         try:
             page = await browser.new_page(viewport={"width": 1200, "height": 900})
@@ -73,7 +73,7 @@ async def test_a_conversation_has_an_address_and_each_query_a_page(
             assert errors == [] and await page.evaluate("window.cspViolations") == []
         finally:
             await browser.close()
-    store.close()
+    state.close()
 
 
 async def test_a_mistyped_address_is_a_page_with_the_way_home(
@@ -81,8 +81,9 @@ async def test_a_mistyped_address_is_a_page_with_the_way_home(
 ) -> None:
     from playwright.async_api import async_playwright
 
-    store = ConversationStore(tmp_path / "conversations.sqlite3")
-    async with LiveServer(create_app(make_app(), store)) as server, async_playwright() as playwright:
+    state = ChatState(tmp_path / "conversations.sqlite3")
+
+    async with LiveServer(create_app(make_app(), state)) as server, async_playwright() as playwright:
         browser = await playwright.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
         try:
             page = await browser.new_page(viewport={"width": 1000, "height": 700})
@@ -113,7 +114,7 @@ async def test_a_mistyped_address_is_a_page_with_the_way_home(
             assert errors == [] and await page.evaluate("window.cspViolations") == []
         finally:
             await browser.close()
-    store.close()
+    state.close()
 
 
 async def test_the_thumbs_down_reason_is_asked_in_the_page(
@@ -122,8 +123,9 @@ async def test_the_thumbs_down_reason_is_asked_in_the_page(
     from playwright.async_api import async_playwright
 
     script(fake_anthropic)
-    store = ConversationStore(tmp_path / "conversations.sqlite3")
-    async with LiveServer(create_app(make_app(), store)) as server, async_playwright() as playwright:
+    state = ChatState(tmp_path / "conversations.sqlite3")
+    store = state.conversations
+    async with LiveServer(create_app(make_app(), state)) as server, async_playwright() as playwright:
         browser = await playwright.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
         try:
             page = await browser.new_page(viewport={"width": 1200, "height": 900})
@@ -161,9 +163,9 @@ async def test_the_thumbs_down_reason_is_asked_in_the_page(
             await browser.close()
     conversation = await store.get_conversation(listed["id"])
     assert conversation is not None and conversation["turns"][0]["feedback"] == "down"
-    [proposal] = await ProposalStore(store.path).pending()
+    [proposal] = await state.proposals.pending()
     assert proposal.reason == "It should count cancelled flights too"
-    store.close()
+    state.close()
 
 
 async def test_an_error_offers_to_ask_again(make_app, fake_anthropic: FakeAnthropic, tmp_path: Path) -> None:
@@ -174,8 +176,9 @@ async def test_an_error_offers_to_ask_again(make_app, fake_anthropic: FakeAnthro
         Reply(text="EWR, with 120,835 departures."),
         Reply(text="[]"),
     )
-    store = ConversationStore(tmp_path / "conversations.sqlite3")
-    async with LiveServer(create_app(make_app(), store)) as server, async_playwright() as playwright:
+    state = ChatState(tmp_path / "conversations.sqlite3")
+    store = state.conversations
+    async with LiveServer(create_app(make_app(), state)) as server, async_playwright() as playwright:
         browser = await playwright.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
         try:
             page = await browser.new_page(viewport={"width": 1200, "height": 900})
@@ -207,4 +210,4 @@ async def test_an_error_offers_to_ask_again(make_app, fake_anthropic: FakeAnthro
     assert conversation is not None
     assert [t["outcome"] for t in conversation["turns"]] == ["error", "answered"]
     assert re.fullmatch(r"[0-9a-f]{32}", listed["id"])
-    store.close()
+    state.close()

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from chats.conversations import ConversationStore
+from chats.state import ChatState
 from tests.end_to_end.test_browser import ARTIFACTS, CHROMIUM, FLAGS, WATCH_CSP
 from tests.fakes.anthropic_api import FakeAnthropic, Reply
 from tests.web_helpers import LiveServer
@@ -34,9 +34,9 @@ async def test_figures_are_marked_and_the_receipt_shown(
         Reply(text=ANSWER),  # the correction round changes nothing: 130,000 stays unverified
         Reply(text='["Which airlines flew the most from EWR?"]'),
     )
-    store = ConversationStore(tmp_path / "conversations.sqlite3")
+    state = ChatState(tmp_path / "conversations.sqlite3")
     app = make_app()
-    async with LiveServer(create_app(app, store)) as server, async_playwright() as playwright:
+    async with LiveServer(create_app(app, state)) as server, async_playwright() as playwright:
         browser = await playwright.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
         try:
             page = await browser.new_page(viewport={"width": 1200, "height": 900})
@@ -75,7 +75,7 @@ async def test_figures_are_marked_and_the_receipt_shown(
             assert errors == [] and await page.evaluate("window.cspViolations") == []
         finally:
             await browser.close()
-    store.close()
+    state.close()
 
 
 async def test_a_spent_daily_budget_is_explained_in_the_page(
@@ -84,8 +84,8 @@ async def test_a_spent_daily_budget_is_explained_in_the_page(
     from playwright.async_api import async_playwright
 
     fake_anthropic.always(Reply(text="Hello."))
-    store = ConversationStore(tmp_path / "conversations.sqlite3")
-    async with LiveServer(create_app(make_app(agent_daily_user_tokens=1), store)) as server, async_playwright() as pw:
+    state = ChatState(tmp_path / "conversations.sqlite3")
+    async with LiveServer(create_app(make_app(agent_daily_user_tokens=1), state)) as server, async_playwright() as pw:
         browser = await pw.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
         try:
             page = await browser.new_page(viewport={"width": 1200, "height": 900})
@@ -101,7 +101,7 @@ async def test_a_spent_daily_budget_is_explained_in_the_page(
             assert "resets at 00:00 UTC" in await refusal.inner_text()
         finally:
             await browser.close()
-    store.close()
+    state.close()
 
 
 async def test_a_figure_that_could_not_be_checked_is_told_apart_from_one_that_did_not_match(
@@ -116,8 +116,8 @@ async def test_a_figure_that_could_not_be_checked_is_told_apart_from_one_that_di
         Reply(text="There were 42 cancellations that day."),
         Reply(text="[]"),
     )
-    store = ConversationStore(tmp_path / "conversations.sqlite3")
-    async with LiveServer(create_app(make_app(), store)) as server, async_playwright() as playwright:
+    state = ChatState(tmp_path / "conversations.sqlite3")
+    async with LiveServer(create_app(make_app(), state)) as server, async_playwright() as playwright:
         browser = await playwright.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
         try:
             page = await browser.new_page(viewport={"width": 1200, "height": 900})
@@ -141,4 +141,4 @@ async def test_a_figure_that_could_not_be_checked_is_told_apart_from_one_that_di
             assert errors == []
         finally:
             await browser.close()
-    store.close()
+    state.close()

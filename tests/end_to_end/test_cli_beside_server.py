@@ -116,7 +116,7 @@ def _ready(url: str) -> bool:
 
 
 def _outcomes(data_dir: Path) -> list[str]:
-    with sqlite3.connect(data_dir / "conversations.sqlite3") as conn:
+    with sqlite3.connect(data_dir / "state.sqlite3") as conn:
         return [row[0] for row in conn.execute("SELECT outcome FROM turns ORDER BY created_at")]
 
 
@@ -192,7 +192,7 @@ def test_ask_beside_a_running_server_asks_it_and_a_second_server_or_a_taken_port
 def test_ctrl_c_in_ask_cancels_the_run_prints_one_line_and_exits_130(fake: FakeAnthropic, data_dir: Path) -> None:
     hold = Hang()
     fake.script(hold)
-    before = len(_outcomes(data_dir)) if (data_dir / "conversations.sqlite3").exists() else 0
+    before = len(_outcomes(data_dir)) if (data_dir / "state.sqlite3").exists() else 0
     asking = _start(
         data_dir, "ask", "How many airlines are there?", ANTHROPIC_API_KEY="test-key", ANTHROPIC_BASE_URL=fake.base_url
     )

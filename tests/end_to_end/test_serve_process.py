@@ -158,7 +158,7 @@ def _keep_alive_round_trip_ms(url: str, requests: int = 10) -> float:
 
 
 def _stored_outcomes(data_dir: Path) -> list[str]:
-    with sqlite3.connect(data_dir / "conversations.sqlite3") as conn:
+    with sqlite3.connect(data_dir / "state.sqlite3") as conn:
         return [row[0] for row in conn.execute("SELECT outcome FROM turns ORDER BY created_at")]
 
 

@@ -102,7 +102,7 @@ class Serving:
 
     def stored(self, sql: str) -> list[tuple[Any, ...]]:
         """What the state file holds, read as an operator would (not through the app)."""
-        with sqlite3.connect(self.data / "conversations.sqlite3") as conn:
+        with sqlite3.connect(self.data / "state.sqlite3") as conn:
             return conn.execute(sql).fetchall()
 
 

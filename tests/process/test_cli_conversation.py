@@ -47,7 +47,7 @@ def _user_texts(request: dict) -> list[str]:
 
 
 def _turns(data_dir: Path, conversation_id: str) -> list[tuple[str, str]]:
-    with sqlite3.connect(data_dir / "conversations.sqlite3") as conn:
+    with sqlite3.connect(data_dir / "state.sqlite3") as conn:
         rows = conn.execute(
             "SELECT question, outcome FROM turns WHERE conversation_id = ? ORDER BY created_at", (conversation_id,)
         ).fetchall()

@@ -10,7 +10,7 @@ import logging
 import os
 import sqlite3
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,9 +21,9 @@ from agent.app import AgentApp
 from agent.db import Database
 from agent.db.scope import Scope
 from agent.logs import REDACTED, _Stderr, configure_logging
-from chats.conversations import ConversationStore
 from chats.runs import RunRegistry, ShuttingDown
-from chats.shared_runs import SharedRunLog
+from chats.state import STATE_FILE, ChatState
+from process.service import Service
 from tests.conftest import make_settings
 from tests.fakes.anthropic_api import FakeAnthropic, Hang, Reply
 from tests.fakes.clients import make_llm
@@ -60,14 +60,15 @@ def json_logs(capsys: pytest.CaptureFixture[str]) -> Iterator[Callable[..., list
 
 
 async def _answer_once(make_app: Callable[..., AgentApp], fake_anthropic: FakeAnthropic, tmp_path: Path) -> str:
-    store = ConversationStore(tmp_path / "c.sqlite3")
+    state = ChatState(tmp_path / "c.sqlite3")
+    store = state.conversations
     runs = RunRegistry(make_app().runner, store)
     fake_anthropic.script(*carriers_script())
     conversation = await store.create_conversation(QUESTION)
     handle = runs.start(conversation, QUESTION, [], platform="web", interface="web")
     assert handle.task is not None
     await handle.task
-    store.close()
+    state.close()
     return handle.run_id
 
 
@@ -156,10 +157,11 @@ async def _probe(app: Any) -> tuple[httpx.Response, httpx.Response]:
 async def test_ready_says_which_check_fails_while_alive_stays_ok(
     make_app: Callable[..., AgentApp], db: Database, fake_anthropic: FakeAnthropic, tmp_path: Path, metrics: Any
 ) -> None:
-    store = ConversationStore(tmp_path / "c.sqlite3")
+    state = ChatState(tmp_path / "c.sqlite3")
+    store = state.conversations
     empty = Database(db.backend, scope=Scope.of(["no_such_database"]), functions=db.functions)
     nothing = AgentApp.start(make_app().settings, llm=make_llm(fake_anthropic), db=empty, metrics=metrics)
-    health, ready = await _probe(create_app(nothing, store))
+    health, ready = await _probe(create_app(nothing, state))
     assert health.status_code == 200 and health.json()["status"] == "ok"
     assert ready.status_code == 503
     assert ready.json()["status"] == "not ready" and ready.json()["database"] == "ok"
@@ -167,10 +169,10 @@ async def test_ready_says_which_check_fails_while_alive_stays_ok(
 
     draining = RunRegistry(make_app().runner, store)
     await draining.drain(0)
-    _, ready = await _probe(create_app(make_app(), store, runs=draining))
+    _, ready = await _probe(create_app(make_app(), state, runs=draining))
     assert ready.status_code == 503 and ready.json()["accepting"] == "shutting down"
     await nothing.llm.close()
-    store.close()
+    state.close()
 
 
 async def test_ready_fails_while_the_database_is_down(fake_anthropic: FakeAnthropic, tmp_path: Path) -> None:
@@ -185,12 +187,12 @@ async def test_ready_fails_while_the_database_is_down(fake_anthropic: FakeAnthro
     )
     agent = AgentApp.start(settings)
     assert isinstance(agent.db.backend, ServerBackend)
-    store = ConversationStore(tmp_path / "c.sqlite3")
+    state = ChatState(tmp_path / "c.sqlite3")
     try:
-        health, ready = await _probe(create_app(agent, store))
+        health, ready = await _probe(create_app(agent, state))
     finally:
         await agent.close()
-        store.close()
+        state.close()
     assert health.status_code == 200
     assert ready.status_code == 503 and ready.json()["database"] != "ok"
     assert "ClickHouse" in ready.json()["database"] and ready.json()["schema"] == "waiting for the database"
@@ -199,14 +201,15 @@ async def test_ready_fails_while_the_database_is_down(fake_anthropic: FakeAnthro
 async def test_without_the_web_token_ready_says_which_check_fails_not_why(
     make_app: Callable[..., AgentApp], tmp_path: Path
 ) -> None:
-    store = ConversationStore(tmp_path / "c.sqlite3")
+    state = ChatState(tmp_path / "c.sqlite3")
+    store = state.conversations
     runs = RunRegistry(make_app().runner, store)
     await runs.drain(0)
-    app = create_app(make_app(agent_web_token="web-token-0123456789"), store, runs=runs)
+    app = create_app(make_app(agent_web_token="web-token-0123456789"), state, runs=runs)
     async with LiveServer(app) as server, httpx.AsyncClient(base_url=server.url, timeout=10) as client:
         anonymous = await client.get("/readyz")
         operator = await client.get("/readyz", headers={"Authorization": "Bearer web-token-0123456789"})
-    store.close()
+    state.close()
     assert anonymous.status_code == operator.status_code == 503
     assert anonymous.json() == {**operator.json(), "accepting": "failing"}
     assert operator.json()["accepting"] == "shutting down"
@@ -230,7 +233,8 @@ def _gated(script: list[Any]) -> tuple[threading.Event, list[Any]]:
 async def test_drain_lets_a_running_answer_finish_and_stores_it(
     make_app: Callable[..., AgentApp], fake_anthropic: FakeAnthropic, tmp_path: Path
 ) -> None:
-    store = ConversationStore(tmp_path / "c.sqlite3")
+    state = ChatState(tmp_path / "c.sqlite3")
+    store = state.conversations
     runs = RunRegistry(make_app().runner, store)
     gate, script = _gated(carriers_script())
     fake_anthropic.script(*script)
@@ -245,7 +249,7 @@ async def test_drain_lets_a_running_answer_finish_and_stores_it(
     gate.set()
     assert await asyncio.wait_for(draining, 30) == (1, 0)
     stored = await store.get_conversation(conversation)
-    store.close()
+    state.close()
     assert stored is not None and [t["outcome"] for t in stored["turns"]] == ["answered"]
     assert stored["turns"][0]["run_id"] == handle.run_id
 
@@ -253,7 +257,8 @@ async def test_drain_lets_a_running_answer_finish_and_stores_it(
 async def test_drain_cancels_what_outlasts_the_grace_and_stores_it_as_cancelled(
     make_app: Callable[..., AgentApp], fake_anthropic: FakeAnthropic, tmp_path: Path
 ) -> None:
-    store = ConversationStore(tmp_path / "c.sqlite3")
+    state = ChatState(tmp_path / "c.sqlite3")
+    store = state.conversations
     runs = RunRegistry(make_app().runner, store)
     hang = Hang()
     fake_anthropic.script(hang)
@@ -263,19 +268,20 @@ async def test_drain_cancels_what_outlasts_the_grace_and_stores_it_as_cancelled(
     assert await asyncio.wait_for(runs.drain(0.5), 10) == (0, 1)
     hang.release.set()
     stored = await store.get_conversation(conversation)
-    store.close()
+    state.close()
     assert stored is not None and [t["outcome"] for t in stored["turns"]] == ["cancelled"]
 
 
 async def test_the_web_refuses_new_questions_while_draining(make_app: Callable[..., AgentApp], tmp_path: Path) -> None:
-    store = ConversationStore(tmp_path / "c.sqlite3")
+    state = ChatState(tmp_path / "c.sqlite3")
+    store = state.conversations
     runs = RunRegistry(make_app().runner, store)
     await runs.drain(0)
-    app = create_app(make_app(), store, runs=runs)
+    app = create_app(make_app(), state, runs=runs)
     async with LiveServer(app) as server, httpx.AsyncClient(base_url=server.url, timeout=10) as client:
         refused = await client.post("/api/chat", json={"message": QUESTION})
         conversations = (await client.get("/api/conversations")).json()["conversations"]
-    store.close()
+    state.close()
     assert refused.status_code == 503 and refused.headers["retry-after"] == "5"
     assert refused.json() == {"error": "The server is restarting; ask again in a moment."}
     assert conversations == [], "a refused question leaves no empty conversation behind"
@@ -285,30 +291,32 @@ async def test_the_web_refuses_new_questions_while_draining(make_app: Callable[.
 
 
 @pytest.fixture
-def two_workers(
+async def two_workers(
     make_app: Callable[..., AgentApp], tmp_path: Path
-) -> Iterator[tuple[ConversationStore, RunRegistry, ConversationStore, RunRegistry]]:
-    """An owner's and a reader's store and registry, each with its own connections to the shared file,
+) -> AsyncIterator[tuple[ChatState, RunRegistry, ChatState, RunRegistry]]:
+    """An owner's and a reader's state and registry, each with its own connection to the shared file,
     as two worker processes have them."""
     path = tmp_path / "c.sqlite3"
-    owner_store, reader_store = ConversationStore(path), ConversationStore(path)
+    owner_state, reader_state = ChatState(path, workers=2), ChatState(path, workers=2)
+    owner = RunRegistry(make_app().runner, owner_state.conversations, shared=owner_state.shared_runs)
     yield (
-        owner_store,
-        RunRegistry(make_app().runner, owner_store, shared=SharedRunLog(path)),
-        reader_store,
-        RunRegistry(make_app().runner, reader_store, shared=SharedRunLog(path)),
+        owner_state,
+        owner,
+        reader_state,
+        RunRegistry(make_app().runner, reader_state.conversations, shared=reader_state.shared_runs),
     )
-    owner_store.close()
-    reader_store.close()
+    await owner.drain(30)  # the owner takes its run out of the shared file after its readers saw the end
+    owner_state.close()
+    reader_state.close()
 
 
 async def test_a_worker_follows_a_run_another_worker_owns_to_its_end(
     two_workers, fake_anthropic: FakeAnthropic
 ) -> None:
-    owner_store, owner, _, reader = two_workers
+    owner_state, owner, _, reader = two_workers
     gate, script = _gated(carriers_script())
     fake_anthropic.script(*script)
-    conversation = await owner_store.create_conversation(QUESTION)
+    conversation = await owner_state.conversations.create_conversation(QUESTION)
     handle = owner.start(conversation, QUESTION, [], platform="web", interface="web", abandon_after_s=0.5)
     await asyncio.sleep(0.5)
     assert reader.get(handle.run_id) is None
@@ -334,19 +342,24 @@ async def test_a_worker_follows_a_run_another_worker_owns_to_its_end(
 async def test_a_run_whose_worker_died_ends_with_an_error_not_a_wait(tmp_path: Path, make_app: Any) -> None:
     """Its owner stopped beating (killed, or its container restarted: a pid would be reused there)."""
     path = tmp_path / "c.sqlite3"
-    store = ConversationStore(path)
-    shared = SharedRunLog(path)
+    owner_state = ChatState(path, workers=2)
+    shared = owner_state.shared_runs
+    assert shared is not None
     await shared.open("r1", "c1")
     await shared.add("r1", [(1, "started", {"run_id": "r1", "question": "q"})], beat=True)
-    reader = RunRegistry(make_app().runner, store, shared=SharedRunLog(path))
+    reader_state = ChatState(path, workers=2)
+    reader = RunRegistry(make_app().runner, reader_state.conversations, shared=reader_state.shared_runs)
     await asyncio.to_thread(_stop_beating, path, "r1")  # it died after the reader's worker started
     followed = await reader.follow_elsewhere("r1")
     assert followed is not None
     events = [event async for event in followed]
     assert [e.name for e in events] == ["started", "error", "done"]
     assert events[1].data["message"] == "The server process answering this stopped; ask again."
-    assert await SharedRunLog(path).find("r1") is None, "a worker starting up forgets runs of dead workers"
-    store.close()
+    starting = ChatState(path, workers=2)
+    assert starting.shared_runs is not None
+    assert await starting.shared_runs.find("r1") is None, "a worker starting up forgets runs of dead workers"
+    for state in (owner_state, reader_state, starting):
+        state.close()
 
 
 async def test_a_reader_ends_with_the_stored_turn_even_if_the_shared_copy_is_left_behind(
@@ -354,21 +367,24 @@ async def test_a_reader_ends_with_the_stored_turn_even_if_the_shared_copy_is_lef
 ) -> None:
     """The owner's last flush failed: its row stays (beating), but the answer is stored, so readers end."""
     path = tmp_path / "c.sqlite3"
-    store = ConversationStore(path)
+    state = ChatState(path, workers=2)
+    store, shared = state.conversations, state.shared_runs
+    assert shared is not None
     owner = RunRegistry(make_app().runner, store)
     fake_anthropic.script(Reply(text="Hello."), Reply(text="[]"))
     conversation = await store.create_conversation("hi")
     handle = owner.start(conversation, "hi", [], platform="web", interface="web")
     assert handle.task is not None
     await handle.task
-    shared = SharedRunLog(path)
     await shared.open(handle.run_id, conversation)  # a copy left behind, as a failed close would
     await shared.add(handle.run_id, [(1, "started", handle.events[0].data)], beat=True)
-    reader = RunRegistry(make_app().runner, store, shared=SharedRunLog(path))
+    reader_state = ChatState(path, workers=2)
+    reader = RunRegistry(make_app().runner, reader_state.conversations, shared=reader_state.shared_runs)
     followed = await reader.follow_elsewhere(handle.run_id)
     assert followed is not None
     events = await asyncio.wait_for(_all(followed), 10)
-    store.close()
+    state.close()
+    reader_state.close()
     assert [e.as_dict() for e in events] == [e.as_dict() for e in handle.events]
 
 
@@ -385,10 +401,10 @@ async def test_answers_carry_over_reattach_through_the_web_with_a_shared_log(
     two_workers, make_app: Callable[..., AgentApp], fake_anthropic: FakeAnthropic
 ) -> None:
     """The web route: a run another worker owns streams from /api/runs/{id}/events here."""
-    owner_store, owner, reader_store, reader = two_workers
+    owner_state, owner, reader_state, reader = two_workers
     fake_anthropic.script(Reply(text="Hello."), Reply(text="[]"))
-    conversation = await owner_store.create_conversation("hi")
-    async with LiveServer(create_app(make_app(), reader_store, runs=reader)) as server:
+    conversation = await owner_state.conversations.create_conversation("hi")
+    async with LiveServer(create_app(make_app(), reader_state, runs=reader)) as server:
         handle = owner.start(conversation, "hi", [], platform="web", interface="web")
         async with httpx.AsyncClient(base_url=server.url, timeout=30) as client:
             async with client.stream("GET", f"/api/runs/{handle.run_id}/events") as response:
@@ -397,3 +413,27 @@ async def test_answers_carry_over_reattach_through_the_web_with_a_shared_log(
             missing = await client.get("/api/runs/nope/events")
     assert names[0] == "started" and names[-1] == "done" and "answer" in names
     assert missing.status_code == 404
+
+
+async def test_a_worker_opens_its_state_file_once(
+    make_app: Callable[..., AgentApp], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The conversations, the run log the other workers read, rate limits, budgets, turns and proposals of
+    one worker share one connection (they were four, and one more per thumb's proposal)."""
+    opened: list[str] = []
+    connect = sqlite3.connect
+
+    def counting(database: Any, *args: Any, **kwargs: Any) -> sqlite3.Connection:
+        opened.append(Path(database).name)
+        return connect(database, *args, **kwargs)
+
+    monkeypatch.setattr(sqlite3, "connect", counting)
+    agent = make_app(agent_data_dir=tmp_path)
+    service = Service.build(agent.settings, web=True, slack=False, agent=agent, workers=2)
+    try:
+        assert service.state.shared_runs is not None and service.state.pacing.shared
+        conversation = await service.store.create_conversation("hi")
+        assert await service.store.exists(conversation) and await service.state.proposals.pending() == []
+    finally:
+        await service.close()
+    assert opened == [STATE_FILE]

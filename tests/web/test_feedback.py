@@ -12,7 +12,6 @@ import pytest
 from agent.app import AgentApp
 from agent.db import Database
 from agent.knowledge import check_entries, load_directory
-from chats.proposals import ProposalStore
 from evals.suite import load_suite
 from process.review import Reviewer, review
 from tests.fakes.anthropic_api import FakeAnthropic, Reply
@@ -22,10 +21,15 @@ SQL = "SELECT origin, count() AS n FROM nycflights13.flights GROUP BY origin ORD
 
 
 @pytest.fixture
-async def web(make_app: Callable[..., AgentApp], tmp_path: Path) -> AsyncIterator[Callable[..., Any]]:
+async def apps(make_app: Callable[..., AgentApp], tmp_path: Path) -> AsyncIterator[WebApps]:
     apps = WebApps(make_app, tmp_path)
-    yield apps.start
+    yield apps
     await apps.close()
+
+
+@pytest.fixture
+def web(apps: WebApps) -> Callable[..., Any]:
+    return apps.start
 
 
 def scripted(replies: list[str], said: list[str]) -> Reviewer:
@@ -43,14 +47,14 @@ async def answered(client: httpx.AsyncClient, fake_anthropic: FakeAnthropic, que
 
 
 async def test_thumbs_up_becomes_a_verified_query_after_review(
-    web, fake_anthropic: FakeAnthropic, db: Database, tmp_path: Path
+    web, apps: WebApps, fake_anthropic: FakeAnthropic, db: Database, tmp_path: Path
 ) -> None:
-    url, store = await web()
+    url, _ = await web()
     async with httpx.AsyncClient(base_url=url, timeout=30) as client:
         run_id = await answered(client, fake_anthropic, "Which airport had the most departures?")
         response = await client.post(f"/api/runs/{run_id}/feedback", json={"value": "up"})
         assert response.status_code == 200 and response.json() == {"run_id": run_id, "feedback": "up"}
-    proposals = ProposalStore(store.path)
+    proposals = apps.states[-1].proposals
     [proposal] = await proposals.pending()
     assert proposal.question == "Which airport had the most departures?" and proposal.queries[0].sql == SQL
     said: list[str] = []
@@ -68,14 +72,14 @@ async def test_thumbs_up_becomes_a_verified_query_after_review(
 
 
 async def test_thumbs_down_with_a_reason_becomes_an_eval_case(
-    web, fake_anthropic: FakeAnthropic, db: Database, tmp_path: Path
+    web, apps: WebApps, fake_anthropic: FakeAnthropic, db: Database, tmp_path: Path
 ) -> None:
-    url, store = await web()
+    url, _ = await web()
     async with httpx.AsyncClient(base_url=url, timeout=30) as client:
         run_id = await answered(client, fake_anthropic, "Which airport was busiest?")
         reason = {"value": "down", "reason": "It counted arrivals, not departures."}
         assert (await client.post(f"/api/runs/{run_id}/feedback", json=reason)).status_code == 200
-    proposals = ProposalStore(store.path)
+    proposals = apps.states[-1].proposals
     suite = tmp_path / "feedback.yaml"
     done = await review(proposals, db, scripted(["y"], []), knowledge_dir=tmp_path / "k", suite=suite, dataset="demo")
     assert done.eval_cases == 1

@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from chats.conversations import ConversationStore
 from chats.runs import RunRegistry
+from chats.state import ChatState
 from tests.fakes.anthropic_api import FakeAnthropic, Reply
 from web.sse import live, replayed
 
@@ -26,7 +26,8 @@ async def test_events_ready_together_go_out_in_one_write_and_read_back_as_separa
     tmp_path: Path, make_app, fake_anthropic: FakeAnthropic
 ) -> None:
     fake_anthropic.script(Reply(text="Hello."))
-    store = ConversationStore(tmp_path / "state.sqlite3")
+    state = ChatState(tmp_path / "state.sqlite3")
+    store = state.conversations
     runs = RunRegistry(make_app().runner, store)
     handle = runs.start("c", "hi", [], platform="web", interface="web", followups=False)
     one_by_one = [event.as_dict() async for event in runs.follow(handle)]  # the run is over after this
@@ -37,4 +38,4 @@ async def test_events_ready_together_go_out_in_one_write_and_read_back_as_separa
     assert parsed(chunks[0]) == [(e["id"], e["event"], e["data"]) for e in one_by_one]
     assert [chunk async for chunk in replayed(one_by_one, after=1)] == [chunks[0][chunks[0].index(b"id: 2") :]]
     assert [chunk async for chunk in replayed(one_by_one, after=len(one_by_one))] == []  # nothing new: no write
-    store.close()
+    state.close()

@@ -14,7 +14,7 @@ import pytest
 
 from agent.app import AgentApp
 from agent.db import Database
-from chats.conversations import ConversationStore
+from chats.state import ChatState
 from tests.conftest import HEAVY, make_settings, until_running
 from tests.fakes.anthropic_api import FakeAnthropic, Hang, Reply
 from tests.web_helpers import LiveServer, Sse, WebApps, chat, read_all, sse_events
@@ -44,11 +44,16 @@ def two_round_script() -> list[Any]:
 
 
 @pytest.fixture
-async def web(make_app: Callable[..., AgentApp], tmp_path: Path) -> AsyncIterator[Callable[..., Any]]:
-    """Start the web app on a real socket; keyword arguments go to settings."""
+async def apps(make_app: Callable[..., AgentApp], tmp_path: Path) -> AsyncIterator[WebApps]:
     apps = WebApps(make_app, tmp_path)
-    yield apps.start
+    yield apps
     await apps.close()
+
+
+@pytest.fixture
+def web(apps: WebApps) -> Callable[..., Any]:
+    """Start the web app on a real socket; keyword arguments go to settings."""
+    return apps.start
 
 
 async def test_event_order_for_a_two_round_answer(web, fake_anthropic: FakeAnthropic) -> None:
@@ -86,13 +91,15 @@ async def test_the_turn_is_stored_before_done_is_sent(web, fake_anthropic: FakeA
     assert turn["queries"][0]["label"] == "Q1" and turn["queries"][0]["rows"][0] == ["EWR", 120835]
 
 
-async def test_history_comes_from_the_store_and_survives_a_restart(web, fake_anthropic, tmp_path: Path) -> None:
+async def test_history_comes_from_the_store_and_survives_a_restart(
+    web, apps: WebApps, fake_anthropic, tmp_path: Path
+) -> None:
     path = tmp_path / "kept.sqlite3"
-    url, store = await web(store_path=path)
+    url, _ = await web(store_path=path)
     fake_anthropic.script(*two_round_script())
     async with httpx.AsyncClient(base_url=url, timeout=30) as client:
         conversation_id = (await chat(client, "Which airport had the most departures?"))[0].data["conversation_id"]
-    store.close()
+    apps.states[-1].close()
 
     url, _ = await web(store_path=path)  # a new process would open the same file
     fake_anthropic.script(Reply(text="EWR again."), Reply(text="[]"))
@@ -340,13 +347,13 @@ async def test_without_an_api_key_the_server_starts_and_says_why(settings, db, t
     from agent.metrics import Metrics
 
     keyless = make_settings(**{**settings.model_dump(), "anthropic_api_key": None})
-    store = ConversationStore(tmp_path / "c.sqlite3")
+    state = ChatState(tmp_path / "c.sqlite3")
     agent = AgentApp.start(keyless, db=db, metrics=Metrics(CollectorRegistry()))
-    async with LiveServer(create_app(agent, store)) as server, httpx.AsyncClient(base_url=server.url) as client:
+    async with LiveServer(create_app(agent, state)) as server, httpx.AsyncClient(base_url=server.url) as client:
         events = await chat(client, "hello")
         health = await client.get("/healthz")
         ready = await client.get("/readyz")
-    store.close()
+    state.close()
     assert [e.event for e in events] == ["started", "error", "done"]
     assert events[1].data["message"] == "ANTHROPIC_API_KEY is not set; the agent needs it to ask the model."
     assert health.status_code == 200, "alive: the process answers, whatever its settings"

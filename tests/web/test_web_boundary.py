@@ -24,11 +24,16 @@ from web.headers import CONTENT_SECURITY_POLICY
 
 
 @pytest.fixture
-async def web(make_app: Callable[..., AgentApp], tmp_path: Path) -> AsyncIterator[Callable[..., Any]]:
-    """Start the web app on a real socket; keyword arguments go to settings."""
+async def apps(make_app: Callable[..., AgentApp], tmp_path: Path) -> AsyncIterator[WebApps]:
     apps = WebApps(make_app, tmp_path)
-    yield apps.start
+    yield apps
     await apps.close()
+
+
+@pytest.fixture
+def web(apps: WebApps) -> Callable[..., Any]:
+    """Start the web app on a real socket; keyword arguments go to settings."""
+    return apps.start
 
 
 def assert_json_error(response: httpx.Response, *statuses: int) -> None:
@@ -374,9 +379,9 @@ async def test_a_chunked_body_past_the_cap_is_refused(web, fake_anthropic: FakeA
     assert_json_error(response, 413)
 
 
-async def test_an_unexpected_failure_is_a_json_500_without_a_stack_trace(web, fake_anthropic) -> None:
-    url, store = await web()
-    store.close()  # every read now fails inside sqlite3
+async def test_an_unexpected_failure_is_a_json_500_without_a_stack_trace(web, apps: WebApps, fake_anthropic) -> None:
+    url, _ = await web()
+    apps.states[-1].close()  # every read now fails inside sqlite3
     async with httpx.AsyncClient(base_url=url, timeout=30) as client:
         response = await client.get("/api/conversations")
     assert response.status_code == 500

@@ -20,7 +20,6 @@ import pytest
 from agent.app import AgentApp
 from bots.slack.receive import conversation_key
 from chats.conversations import ConversationStore
-from chats.proposals import ProposalStore
 from process.service import Service
 from tests.fakes.anthropic_api import FakeAnthropic, Hang, Reply
 from tests.fakes.slack_api import GENERAL_ID, FakeSlack
@@ -51,7 +50,7 @@ async def slack(
 async def unknown(make_app: Callable[..., AgentApp], tmp_path: Path) -> AsyncIterator[httpx.AsyncClient]:
     """The same web app over an empty file: how it answers an id it has never seen."""
     apps = WebApps(make_app, tmp_path / "empty")
-    url, _ = await apps.start(store_path=tmp_path / "empty" / "conversations.sqlite3")
+    url, _ = await apps.start(store_path=tmp_path / "empty" / "state.sqlite3")
     async with httpx.AsyncClient(base_url=url, timeout=30) as client:
         yield client
     await apps.close()
@@ -130,7 +129,7 @@ async def test_the_chain_from_a_slack_link_ends_at_its_query(
     assert listed.json() == none.json() == {"conversations": []}
     assert len(fake_anthropic.requests) == asked_model, "no web turn was asked in the Slack thread"
     assert await store_of(slack).get_conversation(conversation_id) == before, "neither deleted, thumbed nor continued"
-    assert await ProposalStore(store_of(slack).path).pending() == [], "no thumb proposed anything"
+    assert await slack.service.state.proposals.pending() == [], "no thumb proposed anything"
     assert (await web.get(f"/api/queries/{query_id}")).status_code == 200, "the link itself still opens"
 
 
@@ -223,9 +222,10 @@ async def test_a_slack_run_in_another_worker_is_not_followed_from_the_web(
 
 
 async def until_shared(service: Service, run_id: str) -> None:
-    assert service.shared is not None
+    shared = service.state.shared_runs
+    assert shared is not None
     for _ in range(200):
-        if await service.shared.find(run_id) is not None:
+        if await shared.find(run_id) is not None:
             return
         await asyncio.sleep(0.02)
     raise AssertionError(f"run {run_id} was never shared")

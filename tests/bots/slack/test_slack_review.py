@@ -25,7 +25,7 @@ async def test_a_thumbs_up_in_slack_ends_in_the_knowledge_file(
     await bot.click(events.feedback_click(answer, "positive", thread_ts=question))
     await bot.idle()
     assert bot.service is not None
-    proposals = ProposalStore(bot.service.store.path)
+    proposals = bot.service.state.proposals
     [proposal] = await proposals.pending()
     assert proposal.feedback == "up" and proposal.question == "which carrier flew the most?"
     replies = iter(["yes"])
@@ -75,7 +75,7 @@ async def test_a_thumbs_down_asks_what_was_wrong_and_the_reason_reaches_the_revi
     await bot.idle()
     assert fake_slack.ephemeral[-1]["text"] == "Thanks, I will pass it on."
     assert bot.service is not None
-    [proposal] = await ProposalStore(bot.service.store.path).pending()
+    [proposal] = await bot.service.state.proposals.pending()
     assert proposal.feedback == "down" and proposal.reason == reason
 
 

@@ -17,7 +17,7 @@ import uvicorn
 from agent.app import AgentApp
 from agent.config import ConfigError
 from bots.slack import SlackBot
-from chats.conversations import ConversationStore
+from chats.state import ChatState
 from process.service import Service
 from tests.fakes import slack_events as events
 from tests.fakes.anthropic_api import FakeAnthropic
@@ -140,14 +140,14 @@ async def test_serve_without_slack_settings_is_the_web_chat_alone(open_service, 
 async def test_missing_or_refused_slack_settings_are_one_line_naming_the_variable(
     make_app: Callable[..., AgentApp], fake_slack: FakeSlack, tmp_path: Path
 ) -> None:
-    store = ConversationStore(tmp_path / "c.sqlite3")
+    state = ChatState(tmp_path / "c.sqlite3")
     try:
         with pytest.raises(ConfigError, match=r"^SLACK_BOT_TOKEN: "):
-            SlackBot(make_app(), store)
+            SlackBot(make_app(), state)
         with pytest.raises(ConfigError, match=r"^SLACK_SIGNING_SECRET: "):
-            SlackBot(make_app(slack_bot_token="xoxb-1"), store)
-        refused = SlackBot(make_app(**slack_settings(fake_slack, slack_bot_token="xoxb-wrong")), store)
+            SlackBot(make_app(slack_bot_token="xoxb-1"), state)
+        refused = SlackBot(make_app(**slack_settings(fake_slack, slack_bot_token="xoxb-wrong")), state)
         with pytest.raises(ConfigError, match=r"^SLACK_BOT_TOKEN: Slack refused it \(invalid_auth\)"):
             await refused.start()
     finally:
-        store.close()
+        state.close()

@@ -1,0 +1,164 @@
+"""Every table of the kit's state file, in one place, and the file's schema version (SQLite's
+`PRAGMA user_version`), so a file made by any release is brought up to this one at start-up, and a
+second backend (issue 31) has one list to follow.
+
+A step is applied once, under the write lock, and records its version in the same transaction: workers
+starting together apply it once between them. A file newer than this release is refused rather than
+half understood.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable
+
+from agent.config import ConfigError
+from chats.state_file import write_transaction
+
+TABLES = (
+    # Conversations and their answers (chats/conversations.py).
+    """CREATE TABLE IF NOT EXISTS conversations (
+        id TEXT PRIMARY KEY,
+        title TEXT NOT NULL,
+        created_at REAL NOT NULL,
+        updated_at REAL NOT NULL,
+        interface TEXT NOT NULL DEFAULT 'web',
+        adapter_key TEXT UNIQUE
+    )""",
+    "CREATE TABLE IF NOT EXISTS handled_events (event_key TEXT PRIMARY KEY, seen_at REAL NOT NULL)",
+    """CREATE TABLE IF NOT EXISTS turns (
+        run_id TEXT PRIMARY KEY,
+        conversation_id TEXT NOT NULL REFERENCES conversations(id) ON DELETE CASCADE,
+        position INTEGER NOT NULL,
+        question TEXT NOT NULL,
+        answer TEXT NOT NULL,
+        outcome TEXT NOT NULL,
+        followups TEXT NOT NULL,
+        metrics TEXT NOT NULL,
+        transcript TEXT NOT NULL,
+        events TEXT NOT NULL,
+        created_at REAL NOT NULL,
+        feedback TEXT,
+        charts TEXT NOT NULL DEFAULT '[]',
+        figures TEXT NOT NULL DEFAULT 'null',
+        receipt TEXT NOT NULL DEFAULT 'null'
+    )""",
+    "CREATE INDEX IF NOT EXISTS turns_by_conversation ON turns(conversation_id, position)",
+    """CREATE TABLE IF NOT EXISTS queries (
+        id TEXT PRIMARY KEY,
+        run_id TEXT NOT NULL REFERENCES turns(run_id) ON DELETE CASCADE,
+        label TEXT NOT NULL,
+        question TEXT NOT NULL,
+        sql TEXT NOT NULL,
+        columns TEXT NOT NULL,
+        preview TEXT NOT NULL,
+        row_count INTEGER NOT NULL,
+        has_more INTEGER NOT NULL,
+        error TEXT,
+        hint TEXT,
+        elapsed_ms INTEGER NOT NULL
+    )""",
+    # What thumbs propose, and what the reviewer decided (chats/proposals.py).
+    """CREATE TABLE IF NOT EXISTS feedback_reviews (
+        run_id TEXT PRIMARY KEY,
+        reason TEXT,
+        decision TEXT,
+        decided_at REAL
+    )""",
+    # Runs in progress, for the other workers (chats/shared_runs.py).
+    """CREATE TABLE IF NOT EXISTS live_runs (
+        run_id TEXT PRIMARY KEY,
+        conversation_id TEXT NOT NULL,
+        beat_at REAL NOT NULL,
+        watched_at REAL NOT NULL
+    )""",
+    """CREATE TABLE IF NOT EXISTS live_events (
+        run_id TEXT NOT NULL,
+        id INTEGER NOT NULL,
+        event TEXT NOT NULL,
+        data TEXT NOT NULL,
+        PRIMARY KEY (run_id, id)
+    )""",
+    # Rate limits across workers (chats/rate_limits.py).
+    "CREATE TABLE IF NOT EXISTS pace_takes (scope TEXT NOT NULL, key TEXT NOT NULL, at REAL NOT NULL)",
+    "CREATE INDEX IF NOT EXISTS pace_takes_by_key ON pace_takes (scope, key, at)",
+    "CREATE INDEX IF NOT EXISTS pace_takes_by_time ON pace_takes (scope, at)",
+    # Daily budgets across workers: what answers spent, and what running questions hold (chats/daily_budgets.py).
+    """CREATE TABLE IF NOT EXISTS budget_spend (
+        day TEXT NOT NULL,
+        key TEXT NOT NULL,
+        tokens INTEGER NOT NULL,
+        cost_usd REAL NOT NULL,
+        PRIMARY KEY (day, key)
+    )""",
+    """CREATE TABLE IF NOT EXISTS budget_reserved (
+        id TEXT PRIMARY KEY,
+        day TEXT NOT NULL,
+        key TEXT NOT NULL,
+        tokens INTEGER NOT NULL,
+        cost_usd REAL NOT NULL,
+        expires REAL NOT NULL
+    )""",
+    # One answer at a time per conversation across workers (chats/turns.py).
+    """CREATE TABLE IF NOT EXISTS thread_turns (
+        token TEXT PRIMARY KEY,
+        key TEXT NOT NULL,
+        position INTEGER NOT NULL,
+        beat_at REAL NOT NULL,
+        holding INTEGER NOT NULL DEFAULT 0
+    )""",
+    "CREATE INDEX IF NOT EXISTS thread_turns_by_key ON thread_turns (key, position)",
+)
+
+# Columns releases before the schema had a version added to tables an earlier release had created.
+_ADDED_COLUMNS = {
+    "conversations": {"interface": "TEXT NOT NULL DEFAULT 'web'", "adapter_key": "TEXT"},
+    "turns": {
+        "feedback": "TEXT",
+        "charts": "TEXT NOT NULL DEFAULT '[]'",
+        "figures": "TEXT NOT NULL DEFAULT 'null'",
+        "receipt": "TEXT NOT NULL DEFAULT 'null'",
+    },
+}
+
+
+class NewerSchema(ConfigError):
+    """The file was written by a later release; this one would misread it (one line, as a setting's error)."""
+
+
+def _version_1(conn: sqlite3.Connection) -> None:
+    """Every table, in a new file or one from a release that kept no version."""
+    for table, columns in _ADDED_COLUMNS.items():
+        existing = {row[1] for row in conn.execute(f"PRAGMA table_info({table})")}
+        for name, definition in columns.items():
+            if existing and name not in existing:
+                conn.execute(f"ALTER TABLE {table} ADD COLUMN {name} {definition}")
+    if {row[1] for row in conn.execute("PRAGMA table_info(conversations)")}:
+        conn.execute("CREATE UNIQUE INDEX IF NOT EXISTS conversations_by_key ON conversations(adapter_key)")
+    for statement in TABLES:
+        conn.execute(statement)
+
+
+# Step n brings a file at version n - 1 to version n. A release that changes a table appends a step.
+STEPS: tuple[Callable[[sqlite3.Connection], None], ...] = (_version_1,)
+VERSION = len(STEPS)
+
+
+def version(conn: sqlite3.Connection) -> int:
+    return int(conn.execute("PRAGMA user_version").fetchone()[0])
+
+
+def migrate(conn: sqlite3.Connection) -> None:
+    """Bring the file to `VERSION`: the steps it lacks, each in one write transaction."""
+    if version(conn) == VERSION:
+        return
+    with write_transaction(conn):  # under the write lock: another worker may have just done it
+        found = version(conn)
+        if found > VERSION:
+            raise NewerSchema(
+                f"The state file is at schema version {found}; this release knows up to {VERSION}. "
+                "Run the newer release, or restore a backup."
+            )
+        for number in range(found + 1, VERSION + 1):
+            STEPS[number - 1](conn)
+        conn.execute(f"PRAGMA user_version = {VERSION}")

@@ -1,0 +1,79 @@
+"""The kit's state: one object that opens the one state file once, brings its schema to this release
+(`chats/schema.py`), and hands every store the same connection: conversations, proposals, the run log
+other workers read, rate limits, daily budgets and each conversation's turn.
+
+The file is `$AGENT_DATA_DIR/state.sqlite3`; it holds far more than conversations, so it is named for
+all of it. A data folder from an earlier release has `conversations.sqlite3`, which is taken over (renamed)
+on start-up, its history whole.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sqlite3
+from pathlib import Path
+
+from agent.config import Settings
+from agent.limits import Limits
+from chats import schema
+from chats.conversations import ConversationStore
+from chats.pacing import Pacing
+from chats.proposals import ProposalStore
+from chats.shared_runs import SharedRunLog
+from chats.state_file import SqliteFile
+
+STATE_FILE = "state.sqlite3"
+EARLIER_NAME = "conversations.sqlite3"  # what releases before the schema had a version called it
+
+
+class ChatState:
+    """Every store of the kit, over one connection to the file at `path`. With `workers` > 1 the process
+    is one of several sharing the file: rate limits, budgets and turns are counted in it, and runs in
+    progress are copied to it; alone, those live in memory."""
+
+    def __init__(self, path: Path, *, limits: Limits | None = None, workers: int = 1) -> None:
+        self.path, self.workers = path, workers
+        self.file = SqliteFile(path)
+        try:
+            self.file.now(schema.migrate)
+        except BaseException:
+            self.file.close()
+            raise
+        self.conversations = ConversationStore(self.file, limits)
+        self.proposals = ProposalStore(self.file)
+        shared = self.file if workers > 1 else None
+        self.shared_runs = SharedRunLog(shared) if shared is not None else None
+        self.pacing = Pacing(shared, workers=workers)
+
+    @classmethod
+    def of(cls, settings: Settings, *, workers: int = 1) -> ChatState:
+        """The state kept in the settings' data folder."""
+        return cls(state_path(settings.agent_data_dir), limits=Limits.of(settings), workers=workers)
+
+    def close(self) -> None:
+        self.file.close()
+
+
+def state_path(data_dir: Path) -> Path:
+    """The state file in `data_dir`, taking over one an earlier release left under its old name."""
+    path, earlier = data_dir / STATE_FILE, data_dir / EARLIER_NAME
+    if not path.exists() and earlier.exists():
+        _take_over(earlier, path)
+    return path
+
+
+def _take_over(earlier: Path, path: Path) -> None:
+    # Its last commits may still be in its write-ahead log, which SQLite finds by the file's name: fold
+    # them into the file first (the last connection to close removes the log), then move the file alone.
+    with contextlib.closing(sqlite3.connect(earlier, timeout=10)) as conn:
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    try:
+        os.link(earlier, path)  # fails if another worker starting beside this one took it over first
+    except FileExistsError:
+        return
+    except OSError:  # a file system without hard links
+        os.rename(earlier, path)
+        return
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(earlier)

@@ -18,7 +18,7 @@ import re
 import sqlite3
 import time
 import uuid
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -381,7 +381,8 @@ class _StoredTurn:
         )
 
     def size(self) -> int:
-        return json_size([self.events, self.transcript, self.charts, [asdict(q) for q in self.queries]])
+        stored = [[q.question, q.sql, q.columns, q.rows, q.error, q.hint] for q in self.queries]  # its row's texts
+        return json_size([self.events, self.transcript, self.charts, stored])
 
     def fit(self, max_bytes: int) -> None:
         steps = (

@@ -8,6 +8,7 @@ import pytest
 from agent.llm import Usage
 from agent.pricing import load_pricing
 from agent.receipts import Receipt
+from agent.runner import FinalAnswer
 from tests.agent.pipeline.test_pipeline import ask, sql
 from tests.fakes.anthropic_api import FakeAnthropic, Reply
 
@@ -100,7 +101,7 @@ async def test_a_run_carries_its_receipt(make_app, fake_anthropic: FakeAnthropic
     assert (receipt.queries, receipt.rows_read, receipt.rounds) == (1, 336776, 2)
     assert receipt.bytes_read > 0 and receipt.first_event_ms is not None
     assert receipt.first_event_ms <= receipt.answer_ms <= m.total_ms
-    assert events.of("done")[0].wire()["result"]["receipt"]["rows_read"] == 336776
+    assert FinalAnswer.of(result).model_dump(mode="json")["receipt"]["rows_read"] == 336776
     assert result.summary()["receipt"]["queries"] == 1
 
 

@@ -86,7 +86,7 @@ async def test_a_run_carries_its_receipt(make_app, fake_anthropic: FakeAnthropic
         Reply(text="EWR had 120,835 departures [Q1]."),
         Reply(text='["Which carriers fly most from EWR?"]'),
     )
-    result, events = await ask(make_app(), "busiest airport?", followups=True)
+    result, _ = await ask(make_app(), "busiest airport?", followups=True)
     receipt = result.receipt
     assert receipt is not None
     assert [(m.model, m.calls) for m in receipt.models] == [

@@ -91,7 +91,9 @@ def test_a_result_known_only_whole_gives_the_view_its_events_would() -> None:
     from_result = RunView.of_result(RESULT, max_bytes=10_000)
     live = RunView().apply_all(_events())
     assert list(from_result.queries.values()) == list(live.queries.values())
-    tight = RunView.of_result(RunResult(question="q", queries=[_query("Q1", "SELECT", [["x" * 400]] * 20)]), max_bytes=2_000)
+    tight = RunView.of_result(
+        RunResult(question="q", queries=[_query("Q1", "SELECT", [["x" * 400]] * 20)]), max_bytes=2_000
+    )
     assert 0 < len(tight.queries["Q1"].rows) < 20 and tight.queries["Q1"].row_count == 20
 
 

@@ -112,7 +112,9 @@ async def test_the_pipeline_emits_progress_only_and_returns_how_it_ended(
 async def test_the_registry_publishes_exactly_one_done_last(
     store: ConversationStore, end: str, cancel: bool, outcome: str | None
 ) -> None:
-    runner = ScriptedRunner(ExecutingEvent(query_id="Q1", question="n", sql="SELECT 1"), AnswerEvent(text="He"), end=end)
+    runner = ScriptedRunner(
+        ExecutingEvent(query_id="Q1", question="n", sql="SELECT 1"), AnswerEvent(text="He"), end=end
+    )
     events = await _run(store, runner, cancel=cancel)
     names = [event.name for event in events]
     assert names.count("done") == 1 and names[-1] == "done" and names[0] == "started"

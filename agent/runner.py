@@ -1,7 +1,8 @@
 """The seam between adapters (Slack, web, CLI, evals) and the pipeline.
 
 An adapter calls `Runner.run(question, history=..., platform=..., on_event=...)`, receives typed
-events as they happen, and gets a `RunResult` back. Cancelling the awaiting task stops the model
+progress events as they happen, and gets a `RunResult` back: the one account of how the run ended
+(the run registry stores it, then tells readers with the one `done` event). Cancelling the awaiting task stops the model
 call and kills running queries; the run then returns a partial result marked cancelled.
 """
 
@@ -271,14 +272,6 @@ class FinalAnswer(BaseModel):
         return cls.model_validate(result.model_dump(include=set(cls.model_fields)))
 
 
-class DoneEvent(_Event):
-    type: Literal["done"] = "done"
-    result: RunResult
-
-    def wire(self) -> dict[str, Any]:
-        return {"result": FinalAnswer.of(self.result).model_dump(mode="json")}
-
-
 def fit_rows(rows: list[list[Any]], max_bytes: int) -> list[list[Any]]:
     """The first rows that fit in `max_bytes` of JSON."""
     kept, used = [], 2
@@ -290,7 +283,9 @@ def fit_rows(rows: list[list[Any]], max_bytes: int) -> list[list[Any]]:
     return kept
 
 
-Event = Annotated[
+# The Runner's events: progress only. How a run ended is what `run()` returns; the run registry
+# (chats/runs.py) publishes it, once, as `done` after the turn is stored.
+Progress = (
     ThinkingEvent
     | ExecutingEvent
     | ResultEvent
@@ -299,9 +294,8 @@ Event = Annotated[
     | FollowupsEvent
     | FallbackEvent
     | ErrorEvent
-    | DoneEvent,
-    Field(discriminator="type"),
-]
+)
+Event = Annotated[Progress, Field(discriminator="type")]
 
 
 # --- the events of a run as adapters, the store and other workers see them ---
@@ -316,29 +310,13 @@ class StartedEvent(_Event):
 
 class FinishedEvent(_Event):
     """The last event of every run: what a person sees of the result (None: the run failed on the
-    server before it had one)."""
+    server before it had one). Built in one place, the run registry's `finished` (chats/runs.py)."""
 
     type: Literal["done"] = "done"
     result: FinalAnswer | None
 
-    @classmethod
-    def of(cls, done: DoneEvent) -> FinishedEvent:
-        return cls(result=FinalAnswer.of(done.result))
 
-
-WireEvent = Annotated[
-    StartedEvent
-    | ThinkingEvent
-    | ExecutingEvent
-    | ResultEvent
-    | ChartEvent
-    | AnswerEvent
-    | FollowupsEvent
-    | FallbackEvent
-    | ErrorEvent
-    | FinishedEvent,
-    Field(discriminator="type"),
-]
+WireEvent = Annotated[StartedEvent | Progress | FinishedEvent, Field(discriminator="type")]
 WIRE_EVENT: TypeAdapter[WireEvent] = TypeAdapter(WireEvent)
 EventSink = Callable[[Event], Awaitable[None]]
 
@@ -358,5 +336,6 @@ class Runner(Protocol):
         on_event: EventSink = ignore_events,
         followups: bool = True,
     ) -> RunResult:
-        """Answer one question, emitting events as they happen; the last event is `done`."""
+        """Answer one question, emitting its progress as it happens; returns how it ended (a cancelled run
+        returns its partial result, marked cancelled). No event says it ended: the caller says so."""
         ...

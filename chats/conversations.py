@@ -23,7 +23,8 @@ from typing import Any
 
 from agent.limits import Limits, cut_text, json_size
 from agent.receipts import Receipt
-from agent.runner import PREVIEW_ROWS, Interface, Outcome, RunResult, Turn, TurnQuery, fit_rows
+from agent.runner import Interface, Outcome, RunResult, Turn, TurnQuery
+from chats.run_view import QueryView, RunView
 from chats.state_file import SqliteFile, write_transaction
 
 log = logging.getLogger(__name__)
@@ -247,23 +248,22 @@ class ConversationStore:
                         result.receipt.model_dump_json() if result.receipt else "null",
                     ),
                 )
-                for q, preview, kept in zip(result.queries, turn.previews, turn.queries, strict=True):
-                    r = q.result
+                for q in turn.queries:
                     c.execute(
                         "INSERT INTO queries VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                         (
-                            query_key(run_id, q.id),
+                            query_key(run_id, q.query_id),
                             run_id,
-                            q.id,
-                            kept["question"],
-                            kept["sql"],
-                            _dumps(kept["columns"]),
-                            _dumps(preview),
-                            r.row_count,
-                            int(r.has_more),
-                            kept["error"],
-                            kept["hint"],
-                            r.elapsed_ms,
+                            q.query_id,
+                            q.question,
+                            q.sql,
+                            _dumps(q.columns),
+                            _dumps(q.rows),
+                            q.row_count,
+                            int(q.has_more),
+                            q.error,
+                            q.hint,
+                            q.elapsed_ms,
                         ),
                     )
                 c.execute("UPDATE conversations SET updated_at = ? WHERE id = ?", (now, conversation_id))
@@ -316,8 +316,7 @@ class _StoredTurn:
     events: list[dict[str, Any]]
     transcript: list[dict[str, Any]]
     charts: list[dict[str, Any]]
-    previews: list[list[list[Any]]]
-    queries: list[dict[str, Any]]
+    queries: list[QueryView]  # each query row is the run's view of it, its preview within `preview_bytes`
 
     @classmethod
     def of(cls, result: RunResult, events: list[dict[str, Any]], preview_bytes: int) -> _StoredTurn:
@@ -325,21 +324,12 @@ class _StoredTurn:
             events=events,
             transcript=result.transcript,
             charts=[chart.summary() for chart in result.charts],
-            previews=[fit_rows(q.result.json_rows(PREVIEW_ROWS), preview_bytes) for q in result.queries],
-            queries=[
-                {
-                    "question": q.question,
-                    "sql": q.sql,
-                    "columns": q.result.columns,
-                    "error": q.result.error,
-                    "hint": q.result.hint,
-                }
-                for q in result.queries
-            ],
+            queries=list(RunView.of_result(result, max_bytes=preview_bytes).queries.values()),
         )
 
     def size(self) -> int:
-        return json_size([self.events, self.transcript, self.charts, self.previews, self.queries])
+        stored = [[q.question, q.sql, q.columns, q.rows, q.error, q.hint] for q in self.queries]  # its row's texts
+        return json_size([self.events, self.transcript, self.charts, stored])
 
     def fit(self, max_bytes: int) -> None:
         steps = (
@@ -371,7 +361,8 @@ class _StoredTurn:
         self.events = [e for e in self.events if e["event"] != "chart"]
 
     def _drop_previews(self) -> None:
-        self.previews = [[] for _ in self.previews]
+        for query in self.queries:
+            query.rows = []
 
     def _drop_charts(self) -> None:
         self.charts = []
@@ -386,17 +377,17 @@ class _StoredTurn:
 
     def _shorten_query_columns(self) -> None:
         for query in self.queries:
-            query["columns"] = [cut_text(name, SHORT_COLUMN_CHARS) for name in query["columns"]]
+            query.columns = [cut_text(name, SHORT_COLUMN_CHARS) for name in query.columns]
 
     def _cut_query_texts(self) -> None:
         for query in self.queries:
-            for key in ("question", "error", "hint"):
-                if query[key]:
-                    query[key] = cut_text(query[key], SHORT_TEXT_CHARS)
+            query.question = cut_text(query.question, SHORT_TEXT_CHARS)
+            query.error = cut_text(query.error, SHORT_TEXT_CHARS) if query.error else query.error
+            query.hint = cut_text(query.hint, SHORT_TEXT_CHARS) if query.hint else query.hint
 
     def _drop_query_sql(self) -> None:
         for query in self.queries:
-            query["sql"] = ""
+            query.sql = ""
 
     def _drop_events(self) -> None:
         """The replayed log goes last: the conversation view is built from the turn and its queries."""
@@ -439,6 +430,7 @@ def _query_row(row: sqlite3.Row) -> dict[str, Any]:
     return {
         "id": row["id"],
         "label": row["label"],
+        "query_id": row["label"],  # as the run's events name it (the web reads both alike)
         "question": row["question"],
         "sql": row["sql"],
         "columns": json.loads(row["columns"]),

@@ -4,8 +4,9 @@ A run belongs to no connection: its events go into a log that any number of read
 page reload reattaches with Last-Event-ID and loses nothing; Slack follows the log to post
 progress). An adapter may ask for a run to be cancelled when its last reader goes away and nobody
 comes back within a grace period (the web does; a Slack thread has no reader to lose): that stops
-the model call and kills its ClickHouse queries. The finished turn is written to the conversation
-store before `done` is published. The log always opens with `started` and ends with `done`.
+the model call and kills its ClickHouse queries. The Runner's events are progress only; what `run()`
+returns is written to the conversation store, then published as `done` (built in `done_event`, the one
+place a `done` is made). The log always opens with `started` and ends with `done`.
 
 With several worker processes, a `SharedRunLog` lets a reader in one process follow a run another
 process owns. On shutdown, `drain` refuses new runs and gives running ones a bounded time to finish.
@@ -18,7 +19,6 @@ not there for it.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 import uuid
@@ -34,9 +34,9 @@ from agent.limits import Limits, json_size
 from agent.logs import log_context
 from agent.runner import (
     WIRE_EVENT,
-    DoneEvent,
     ErrorEvent,
     Event,
+    FinalAnswer,
     FinishedEvent,
     Interface,
     Platform,
@@ -95,7 +95,7 @@ class RunEvent:
             return cls(*ids, WIRE_EVENT.validate_python({**data, "type": stored["event"]}))
         except ValidationError:
             log.warning("skipped a %r event this release cannot read", stored["event"], exc_info=True)
-            return cls(*ids, FinishedEvent(result=None)) if stored["event"] == "done" else None
+            return cls(*ids, done_event(None)) if stored["event"] == "done" else None
 
 
 @dataclass
@@ -176,58 +176,74 @@ class RunRegistry:
         followups: bool,
         on_done: Callable[[RunResult], Awaitable[None]] | None = None,
     ) -> None:
-        ended: list[RunResult] = []  # the run's result, once `done` came
-        ended_told = False  # on_done has been called
-
         async def publish(event: Event) -> None:
-            nonlocal ended_told
-            body: WireEvent = FinishedEvent.of(event) if isinstance(event, DoneEvent) else event
-            published = [self._next(handle, body)]
-            if (size := json_size(published[0].data)) > self._max_event_bytes:  # every event is built within the cap
-                log.error("a %s event of %d bytes was not sent (the cap is %d)", body.type, size, self._max_event_bytes)
-                published = [self._next(handle, ErrorEvent(message="Part of this answer was too large to show."))]
-                if isinstance(body, FinishedEvent):  # the log still ends with `done`
-                    published.append(
-                        RunEvent(published[0].id + 1, handle.run_id, handle.conversation_id, FinishedEvent(result=None))
-                    )
-            if isinstance(event, DoneEvent):
-                ended.append(event.result)
-                record = [e.as_dict() for e in [*handle.events, *published]]
-                await asyncio.shield(self._store.save_turn(handle.conversation_id, handle.run_id, event.result, record))
-                if on_done is not None:  # e.g. the asker's daily budget counts the answer's receipt
-                    ended_told = True
-                    await asyncio.shield(on_done(event.result))
-            for one in published:
-                await self._append(handle, one)
+            await self._publish(handle, event)
 
         sharing = asyncio.create_task(self._share(handle)) if self._shared is not None else None
+        result: RunResult | None = None
         try:
-            await self._runner.run(
-                question,
-                history=history,
-                platform=platform,
-                interface=interface,
-                on_event=publish,
-                followups=followups,
-            )
-        except Exception:  # the runner turns its failures into events; this is the rest (the store, a reader)
-            log.exception("run %s failed", handle.run_id)
-            finished = handle.events[-1].name == "done"
-            await self._append(
-                handle, self._next(handle, ErrorEvent(message="Something went wrong on the server; try again."))
-            )
-            if not finished:
-                await self._append(handle, self._next(handle, FinishedEvent(result=None)))
+            try:
+                result = await self._runner.run(
+                    question,
+                    history=history,
+                    platform=platform,
+                    interface=interface,
+                    on_event=publish,
+                    followups=followups,
+                )
+            except Exception:  # the runner turns its failures into a result; this is the rest (a bug)
+                log.exception("run %s failed", handle.run_id)
+                await self._publish(handle, ErrorEvent(message="Something went wrong on the server; try again."))
+            finally:  # on every path, a cancelled one too: the turn stored, then `done`, once
+                await _unstoppable(self._end(handle, question, result, on_done))
         finally:
-            if on_done is not None and not ended_told:  # the run or the store failed first: a budget's hold still ends
-                with contextlib.suppress(Exception):
-                    await asyncio.shield(on_done(ended[0] if ended else RunResult(question=question)))
             async with handle.changed:
                 handle.done = True
                 handle.changed.notify_all()
             if sharing is not None:
                 await asyncio.shield(sharing)
             self._forget_old_runs()
+
+    async def _publish(self, handle: RunHandle, body: WireEvent) -> None:
+        """One event of the run's log, within the event cap (one past it is replaced by an error)."""
+        event = self._next(handle, body)
+        if (size := json_size(event.data)) > self._max_event_bytes:  # every event is built within the cap
+            log.error("a %s event of %d bytes was not sent (the cap is %d)", body.type, size, self._max_event_bytes)
+            event = self._next(handle, ErrorEvent(message="Part of this answer was too large to show."))
+        await self._append(handle, event)
+
+    async def _end(
+        self,
+        handle: RunHandle,
+        question: str,
+        result: RunResult | None,
+        on_done: Callable[[RunResult], Awaitable[None]] | None,
+    ) -> None:
+        """The run's end: its turn stored (with the log as it will be), `on_done` told once whatever happened
+        (a daily budget's hold ends with it), then `done` published. No result (the runner raised): nothing
+        to store, and `done` says so."""
+        done = [self._next(handle, done_event(result))]
+        if (size := json_size(done[0].data)) > self._max_event_bytes:
+            log.error("a done event of %d bytes was not sent (the cap is %d)", size, self._max_event_bytes)
+            done = self._failed_end(handle, "Part of this answer was too large to show.")
+        try:
+            if result is not None:
+                record = [e.as_dict() for e in [*handle.events, *done]]
+                await self._store.save_turn(handle.conversation_id, handle.run_id, result, record)
+        except Exception:
+            log.exception("could not store run %s", handle.run_id)
+            done = self._failed_end(handle, "Something went wrong on the server; try again.")
+        if on_done is not None:  # e.g. the asker's daily budget settles to the answer's receipt
+            try:
+                await on_done(result or RunResult(question=question))
+            except Exception:
+                log.exception("could not finish run %s", handle.run_id)
+        for event in done:
+            await self._append(handle, event)
+
+    def _failed_end(self, handle: RunHandle, message: str) -> list[RunEvent]:
+        error = self._next(handle, ErrorEvent(message=message))
+        return [error, RunEvent(error.id + 1, handle.run_id, handle.conversation_id, done_event(None))]
 
     async def _share(self, handle: RunHandle) -> None:
         """Copy the run's events to the shared log until it is done, beating meanwhile; then take them out
@@ -238,14 +254,14 @@ class RunRegistry:
             await self._shared.open(handle.run_id, handle.conversation_id)
             beaten = time.monotonic()
             while True:
-                finished = handle.done
+                ended = handle.done
                 fresh = handle.events[handle.shared_upto :]
                 beat = time.monotonic() - beaten >= BEAT_S
                 if fresh or beat:
                     await self._shared.add(handle.run_id, [(e.id, e.name, e.data) for e in fresh], beat=beat)
                     handle.shared_upto += len(fresh)
                     beaten = time.monotonic() if beat else beaten
-                if finished:
+                if ended:
                     break
                 await asyncio.sleep(SHARED_FLUSH_S)
         except Exception:  # the run goes on; readers in other processes fall back to the stored turn
@@ -424,4 +440,20 @@ class RunRegistry:
 
 def _lost(message: str) -> tuple[WireEvent, WireEvent]:
     """How a run followed from another worker ends when its events cannot be had."""
-    return ErrorEvent(message=message), FinishedEvent(result=None)
+    return ErrorEvent(message=message), done_event(None)
+
+
+def done_event(result: RunResult | None) -> FinishedEvent:
+    """The `done` event: the one place it is built. What a person sees of how the run ended (None: the run
+    failed on the server before it had a result, or its `done` cannot be read)."""
+    return FinishedEvent(result=FinalAnswer.of(result) if result is not None else None)
+
+
+async def _unstoppable(work: Awaitable[None]) -> None:
+    """Finish `work` even when the awaiting task is cancelled meanwhile (then the cancellation goes on)."""
+    task = asyncio.ensure_future(work)
+    try:
+        await asyncio.shield(task)
+    except asyncio.CancelledError:
+        await task
+        raise

@@ -22,6 +22,7 @@ from process.running_server import RunningServer, find
 
 if TYPE_CHECKING:
     from agent.runner import FinalAnswer, Outcome, RunResult, WireEvent
+    from chats.run_view import RunView
 
 OnEvent = Callable[["WireEvent"], Awaitable[None]]
 LAST_FILE = "cli-conversation"  # in AGENT_DATA_DIR: the conversation `--continue` goes on with
@@ -29,27 +30,19 @@ LAST_FILE = "cli-conversation"  # in AGENT_DATA_DIR: the conversation `--continu
 
 @dataclass
 class Asked:
-    """What came of one question: its conversation, its events' result, and (this process's runs only)
-    the whole result."""
+    """What came of one question: its conversation, the run as its events told it, and (this process's runs
+    only) the whole result."""
 
     conversation_id: str
     result: RunResult | None = None
-    final: FinalAnswer | None = None
-    queries: dict[str, dict[str, Any]] = field(default_factory=dict)
-    charts: list[dict[str, Any]] = field(default_factory=list)
+    view: RunView = field(default_factory=lambda: _run_view())
 
     def record(self, event: WireEvent) -> None:
-        match event.type:
-            case "executing":
-                self.queries[event.query_id] = {"id": event.query_id, "question": event.question, "sql": event.sql}
-            case "result":
-                shown = event.wire()
-                fields = ("columns", "rows", "row_count", "has_more", "error")
-                self.queries.setdefault(event.query_id, {}).update({k: shown[k] for k in fields})
-            case "chart":
-                self.charts.append(event.chart.summary())
-            case "done":
-                self.final = event.result
+        self.view.apply(event)
+
+    @property
+    def final(self) -> FinalAnswer | None:
+        return self.view.result
 
     @property
     def outcome(self) -> Outcome | None:
@@ -66,10 +59,17 @@ class Asked:
             final = self.final.model_dump(mode="json")
             keys = ("question", "answer", "classification", "followups", "model", "figures", "receipt", "metrics")
             summary = {key: final[key] for key in keys}
-            summary |= {"queries": list(self.queries.values()), "charts": self.charts}
+            queries = [query.summary() for query in self.view.queries.values()]
+            summary |= {"queries": queries, "charts": [chart.summary() for chart in self.view.charts]}
         else:
             summary = {"answer": "", "error": "The server ended the answer without a result."}
         return {**summary, "conversation_id": self.conversation_id}
+
+
+def _run_view() -> RunView:
+    from chats.run_view import RunView  # when a question is asked: `agent --help` loads no engine
+
+    return RunView()
 
 
 class Session(Protocol):

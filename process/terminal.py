@@ -4,9 +4,9 @@ The answer goes to `out` (stdout); the steps (thinking, SQL, results, previews, 
 go to `steps`: stdout too at a terminal, stderr otherwise, so `agent ask ... > answer.md` holds the
 answer alone. Each stream is rendered by rich when it is a terminal (the answer's Markdown as it
 streams, preview rows as tables) and plain otherwise (the Markdown as written, rows tab-separated, no
-escape codes). A run driven directly ends with `done` carrying the whole result: previews show
-ClickHouse's own text; a run followed through the run registry or a server's stream ends with the wire's
-`done`, and previews come from its `result` events' JSON rows.
+escape codes). The events come through the run registry or a server's stream; what the printer needs of
+them at the end (each query's preview rows, the follow-ups) it reads from the run's `RunView`
+(chats/run_view.py), the fold every adapter reads.
 
 A clarification's options are in its answer already: they are not listed again, only numbered choices
 are remembered (`choices`) for `agent chat` to pick by number, as are follow-ups.
@@ -26,8 +26,22 @@ from rich.syntax import Syntax
 from rich.table import Table
 from rich.text import Text
 
-from agent.db.rendering import is_numeric
-from agent.runner import PREVIEW_ROWS, Classification, ExecutedQuery, Outcome, RunResult
+from agent.runner import (
+    PREVIEW_ROWS,
+    AnswerEvent,
+    ChartEvent,
+    Classification,
+    ErrorEvent,
+    ExecutingEvent,
+    FallbackEvent,
+    FinalAnswer,
+    FinishedEvent,
+    Outcome,
+    ResultEvent,
+    ThinkingEvent,
+    WireEvent,
+)
+from chats.run_view import RunView
 from process.untrusted import safe
 
 _REFRESH_S = 0.1  # the streamed answer is re-rendered at most this often
@@ -56,13 +70,12 @@ class TerminalPrinter:
         self._in_answer = False
         self._live: Live | None = None
         self._painted = 0.0
-        self._questions: dict[str, str] = {}
-        self._results: dict[str, Any] = {}  # result events by query id, for previews of a server's run
-        self._suggested: list[str] = []
+        self.view = RunView()  # the run so far: its queries' previews and follow-ups are read at the end
         self.choices: list[str] = []  # what a number picks in `agent chat`: a clarification's options, follow-ups
         self.outcome: Outcome | None = None
 
-    async def __call__(self, event: Any) -> None:
+    async def __call__(self, event: WireEvent) -> None:
+        self.view.apply(event)
         handler = getattr(self, f"_{event.type}", None)
         if handler is not None:
             handler(event)
@@ -78,11 +91,10 @@ class TerminalPrinter:
         else:
             self._steps.write(safe(text) + "\n")
 
-    def _thinking(self, event: Any) -> None:
+    def _thinking(self, event: ThinkingEvent) -> None:
         self._line(f"🧠 {event.text}", "dim")
 
-    def _executing(self, event: Any) -> None:
-        self._questions[event.query_id] = event.question
+    def _executing(self, event: ExecutingEvent) -> None:
         self._line(f"⚡ {event.query_id} {event.question}", "bold")
         sql = safe(event.sql.strip())
         if self._rich_steps:
@@ -90,8 +102,7 @@ class TerminalPrinter:
         else:
             self._steps.write("\n".join(f"     {line}" for line in sql.splitlines()) + "\n")
 
-    def _result(self, event: Any) -> None:
-        self._results[event.query_id] = event
+    def _result(self, event: ResultEvent) -> None:
         if event.error:
             hint = f"\n     hint: {event.hint}" if event.hint else ""
             self._line(f"   ✗ {event.query_id} failed: {event.error.splitlines()[0][:200]}{hint}", "red")
@@ -100,22 +111,19 @@ class TerminalPrinter:
         reused = f", same as {event.reused_from}" if event.reused_from else ""
         self._line(f"   ✓ {event.query_id}: {event.row_count}{more} rows in {event.elapsed_ms} ms{reused}")
 
-    def _chart(self, event: Any) -> None:
+    def _chart(self, event: ChartEvent) -> None:
         self._line(f"📈 {event.chart.id}: {event.chart.describe()} (the spec is in --json; the web chat draws it)")
 
-    def _followups(self, event: Any) -> None:
-        self._suggested = list(event.questions)  # shown at the end: a clarification's are in its answer already
-
-    def _fallback(self, event: Any) -> None:
+    def _fallback(self, event: FallbackEvent) -> None:
         self._line(f"↪ {event.note}", "dim")
 
-    def _error(self, event: Any) -> None:
+    def _error(self, event: ErrorEvent) -> None:
         self._end_answer()
         self._err.write(f"error: {safe(event.message)}\n")
 
     # --- the answer, as it streams ---
 
-    def _answer(self, event: Any) -> None:
+    def _answer(self, event: AnswerEvent) -> None:
         if event.restart:
             if self._in_answer and not self._rich:
                 self._out.write("\n(restarting the answer)\n")
@@ -156,7 +164,7 @@ class TerminalPrinter:
 
     # --- the end: the evidence and the receipt ---
 
-    def _done(self, event: Any) -> None:
+    def _done(self, event: FinishedEvent) -> None:
         self._end_answer()
         result = event.result
         if result is None:  # the server failed before it had a result; its error was printed
@@ -165,25 +173,20 @@ class TerminalPrinter:
         self.outcome = result.outcome
         if result.outcome is Outcome.CANCELLED:
             return  # nothing answered: no evidence, no receipt (the command says it was interrupted)
-        self._previews(result)
+        self._previews()
         self._figures(result)
         self._next_steps(result.classification)
         if result.receipt is not None:
             self._line("\n" + result.receipt.line(), "dim")
 
-    def _previews(self, result: Any) -> None:
-        if isinstance(result, RunResult):
-            for query in result.queries:
-                if query.result.ok and query.result.columns and not query.reused_from:
-                    self._preview_query(query)
-            return
-        for query_id, event in self._results.items():
-            if not event.error and event.columns and not event.reused_from:
-                rows = [[_json_cell(cell) for cell in row] for row in event.rows]
-                title = f"{query_id} {self._questions.get(query_id, '')}"
-                self._table(title, event.columns, None, rows, event.row_count, event.has_more)
+    def _previews(self) -> None:
+        for query in self.view.queries.values():
+            if query.state == "result" and query.columns and not query.reused_from:
+                rows = [[_json_cell(cell) for cell in row] for row in query.rows]
+                title = f"{query.query_id} {query.question}"
+                self._table(title, query.columns, rows, query.row_count, query.has_more)
 
-    def _figures(self, result: Any) -> None:
+    def _figures(self, result: FinalAnswer) -> None:
         if result.figures is not None and result.figures.unchecked:
             self._line(f"\n⚠ Figures not checked: {result.figures.unchecked}", "yellow")
         elif result.figures is not None and result.figures.unverified:
@@ -194,25 +197,19 @@ class TerminalPrinter:
             self._line(f"\n⚠ Not every figure was checked: {result.figures.partly}", "yellow")
 
     def _next_steps(self, classification: Classification) -> None:
-        self.choices = self._suggested
+        suggested = self.choices = list(self.view.followups)  # a clarification's are in its answer already
         if classification is Classification.CLARIFICATION:
-            if self._suggested and self._hint:
-                self._line(f"\n{self._hint.format(count=len(self._suggested))}", "dim")
+            if suggested and self._hint:
+                self._line(f"\n{self._hint.format(count=len(suggested))}", "dim")
             return
-        if self._suggested:
-            numbered = "\n".join(f"  {n}. {q}" for n, q in enumerate(self._suggested, 1))
+        if suggested:
+            numbered = "\n".join(f"  {n}. {q}" for n, q in enumerate(suggested, 1))
             self._line("\nFollow-up questions:\n" + numbered)
-
-    def _preview_query(self, query: ExecutedQuery) -> None:
-        result = query.result
-        title, rows = f"{query.id} {query.question}", result.rows[:PREVIEW_ROWS]
-        self._table(title, result.columns, result.types, rows, result.row_count, result.has_more)
 
     def _table(
         self,
         title: str,
         columns: list[str],
-        types: list[str] | None,
         rows: list[list[str | None]],
         row_count: int,
         has_more: bool,
@@ -227,7 +224,7 @@ class TerminalPrinter:
             return
         table = Table()
         for index, name in enumerate(columns):
-            numeric = is_numeric(types[index]) if types and index < len(types) else _numbers(shown, index)
+            numeric = _numbers(shown, index)
             # A Text header: a plain string would be read as rich markup ([link=...] from a column alias).
             table.add_column(Text(safe(name)), overflow="fold", justify="right" if numeric else "left")
         for row in shown:

@@ -43,7 +43,6 @@ from agent.pricing import PriceList
 from agent.prompts import PromptError, PromptLibrary
 from agent.runner import (
     AnswerEvent,
-    DoneEvent,
     ErrorEvent,
     EventSink,
     FollowupsEvent,
@@ -159,7 +158,7 @@ class Pipeline:
             if not await self._figures.keep_answer(state, exc):
                 state.outcome, state.error = Outcome.ERROR, str(exc)
                 await on_event(ErrorEvent(message=str(exc)))
-        except Exception as exc:  # the Runner promises `done` last, whatever broke
+        except Exception as exc:  # the Runner promises a result, whatever broke
             log.exception("run failed unexpectedly")
             if not state.answer:
                 state.outcome = Outcome.ERROR
@@ -168,8 +167,7 @@ class Pipeline:
         result = state.to_result()
         result.transcript = _transcript(messages[first_of_turn:], result)
         state.record_finished(result)
-        await on_event(DoneEvent(result=result))
-        return result
+        return result  # how it ended is the caller's to tell (chats/runs.py publishes `done`)
 
     async def _loop(self, state: RunState, request: dict[str, Any], messages: list[Message]) -> None:
         max_rounds = self._settings.max_rounds

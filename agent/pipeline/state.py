@@ -220,7 +220,7 @@ class RunState:
 
     def record_finished(self, result: RunResult) -> None:
         if self.first_event_s is None and result.outcome is not Outcome.CANCELLED:
-            self._record_first_event()  # nothing streamed: the error (or `done`) sent now is the first event
+            self._record_first_event()  # nothing streamed: the error (or the `done` of its result) is first
         self.metrics.runs.labels(self.interface, result.classification.value, result.outcome.value).inc()
         self.metrics.run_seconds.observe(result.metrics.total_ms / 1000)
         self.metrics.rounds.observe(result.metrics.rounds)

@@ -10,28 +10,16 @@ import asyncio
 import logging
 import time
 from contextlib import suppress
-from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
-from agent.charts import Chart
 from agent.config import Settings
 from agent.knowledge import KnowledgeBase
 from agent.metrics import Metrics
-from agent.runner import (
-    AnswerEvent,
-    ChartEvent,
-    ErrorEvent,
-    ExecutingEvent,
-    FinalAnswer,
-    FinishedEvent,
-    Outcome,
-    ResultEvent,
-    Turn,
-)
+from agent.runner import AnswerEvent, Outcome, Turn
 from bots.slack import blocks, refusals
 from bots.slack.api_tiers import CallBudget
 from bots.slack.charts import upload_charts
@@ -45,21 +33,11 @@ from bots.slack.thread import answer_metadata, part_metadata, read_history, ts_m
 from chats.conversations import ConversationStore
 from chats.daily_budgets import Refusal, Reservation
 from chats.pacing import Pacing
+from chats.run_view import RunView
 from chats.runs import RunHandle, RunRegistry, ShuttingDown
 
 log = logging.getLogger(__name__)
 MAX_TITLE_CHARS = 80
-
-
-@dataclass
-class RunOutcome:
-    """What a followed run came to: its `done` result, and its queries and charts as their events told."""
-
-    result: FinalAnswer | None = None
-    error: str | None = None
-    asked: dict[str, ExecutingEvent] = field(default_factory=dict)  # by Q id
-    results: dict[str, ResultEvent] = field(default_factory=dict)  # by Q id
-    charts: list[Chart] = field(default_factory=list)
 
 
 class Answerer:
@@ -150,6 +128,7 @@ class Answerer:
         return await self._store.find(question.conversation_key) is not None
 
     async def _answer(self, question: Question, booked: Reservation) -> None:
+        view = RunView()  # the run as its events tell it: the plan, the progress and the outcome read it
         progress = Progress(
             self._client,
             question.channel,
@@ -160,6 +139,7 @@ class Answerer:
             on_first=partial(self._first_progress, question),
             budget=self.budget,
             team=question.team,
+            view=view,
         )
         history_task = asyncio.create_task(self._history(question))
         try:
@@ -197,12 +177,12 @@ class Answerer:
             on_posted=progress.replied,
             on_withdrawn=progress.reply_withdrawn,
             budget=self.budget,
-            plan=Plan(handle.run_id, self._settings.agent_web_url),
+            plan=Plan(handle.run_id, view, self._settings.agent_web_url),
         )
         progress.plan_shown = lambda: writer.showing_plan
         try:
-            outcome = await self._follow(handle, progress, writer)
-            await self._deliver(question, handle.run_id, outcome, progress, writer)
+            await self._follow(handle, view, progress, writer)
+            await self._deliver(question, handle.run_id, view, progress, writer)
         finally:  # after a failure or a shutdown, no painter outlives its job
             progress.cancel()
             writer.cancel()
@@ -228,36 +208,24 @@ class Answerer:
         except SlackApiError:
             log.info("no title for thread %s", question.thread_ts)
 
-    async def _follow(self, handle: RunHandle, progress: Progress, writer: AnswerWriter) -> RunOutcome:
-        outcome = RunOutcome()
+    async def _follow(self, handle: RunHandle, view: RunView, progress: Progress, writer: AnswerWriter) -> None:
         async for event in self._runs.follow(handle):
-            match event.body:
-                case AnswerEvent(text=text, restart=restart):
-                    writer.restart() if restart else writer.add(text)
-                case ErrorEvent(message=message):
-                    outcome.error = message
-                case FinishedEvent(result=result):
-                    outcome.result = result
-                case ExecutingEvent() as asked:
-                    outcome.asked[asked.query_id] = asked
-                case ResultEvent() as answered:
-                    outcome.results[answered.query_id] = answered
-                case ChartEvent(chart=chart):
-                    outcome.charts.append(chart)
+            view.apply(event.body)
+            if isinstance(event.body, AnswerEvent):  # the writer streams the text as it comes
+                writer.restart() if event.body.restart else writer.add(event.body.text)
             writer.follow(event.body)
             progress.update(event.body)
-        return outcome
 
     async def _deliver(
-        self, question: Question, run_id: str, outcome: RunOutcome, progress: Progress, writer: AnswerWriter
+        self, question: Question, run_id: str, view: RunView, progress: Progress, writer: AnswerWriter
     ) -> None:
-        result = outcome.result
+        result = view.result
         if writer.stopped_by_user:  # the run was cancelled; what the person saw stays as it is
             await writer.abandon()
             await progress.finish("Stopped")
             return
         if result is None or result.outcome is Outcome.ERROR:
-            kind = classify(outcome.error or (result.error if result else None), list(outcome.results.values()))
+            kind = classify(view.error or (result.error if result else None), list(view.queries.values()))
             await writer.abandon()
             await progress.finish("Stopped")
             await self._tell(question, kind, seconds=self._settings.max_execution_time)
@@ -266,14 +234,14 @@ class Answerer:
         cited = self._knowledge.cited(result.answer) if self._knowledge is not None else []
         buttons = receipt_blocks(result) + blocks.answer_blocks(
             run_id,
-            list(outcome.asked),
+            list(view.queries),
             result.followups,
             web_url,
             knowledge=cited,
             feedback_buttons=writer.showing_plan,
         )
         # The metadata is Slack's wire: each query's id, question and SQL, read back as the thread's history.
-        queries = [{"id": q.query_id, "question": q.question, "sql": q.sql} for q in outcome.asked.values()]
+        queries = [{"id": q.query_id, "question": q.question, "sql": q.sql} for q in view.queries.values()]
         metadata = partial(answer_metadata, run_id, question=question.text, asked_ts=question.ts, queries=queries)
         delivery = await writer.finish(result.answer, buttons, metadata)
         if writer.stopped_by_user:
@@ -288,11 +256,11 @@ class Answerer:
                 **blocks.NO_PREVIEWS,
             )
             delivery = "update"
-        if outcome.charts:
+        if view.charts:
             try:
                 await upload_charts(
                     self._client, self._metrics, channel=question.channel, thread_ts=question.thread_ts,
-                    charts=outcome.charts, timeout_s=self._settings.chart_render_timeout_s,
+                    charts=view.charts, timeout_s=self._settings.chart_render_timeout_s,
                 )  # fmt: skip
             except SlackApiError as exc:  # a routine refusal: the answer stands, the person is told why
                 await self._refused(question, exc)

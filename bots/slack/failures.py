@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from enum import StrEnum
 from typing import Any
 
-from agent.runner import ResultEvent
+from chats.run_view import QueryView
 
 TIMEOUT_CODE = 159  # ClickHouse TIMEOUT_EXCEEDED
 
@@ -48,20 +48,20 @@ _PATTERNS = (  # (a phrase of the Runner's message, lower-cased, and what it mea
 )
 
 
-def classify(message: str | None, results: Sequence[ResultEvent] = ()) -> Failure:
+def classify(message: str | None, queries: Sequence[QueryView] = ()) -> Failure:
     """The kind of a failed run from its error message and its queries' results."""
     text = (message or "").lower()
     for phrase, kind in _PATTERNS:
         if phrase in text:
             return kind
-    if any(timed_out(result) for result in results):
+    if any(timed_out(query) for query in queries):
         return Failure.QUERY_TIMEOUT
     return Failure.INTERNAL
 
 
-def timed_out(result: ResultEvent) -> bool:
+def timed_out(query: QueryView) -> bool:
     """A query that ran out of time."""
-    return result.error_code == TIMEOUT_CODE or "TIMEOUT_EXCEEDED" in (result.error or "")
+    return query.error_code == TIMEOUT_CODE or "TIMEOUT_EXCEEDED" in (query.error or "")
 
 
 def explain(kind: Failure, **facts: Any) -> str:

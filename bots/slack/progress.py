@@ -9,7 +9,6 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
@@ -18,6 +17,7 @@ from agent.runner import AnswerEvent, ExecutingEvent, FallbackEvent, ResultEvent
 from bots.slack import refusals
 from bots.slack.api_tiers import CallBudget, Skipped
 from bots.slack.blocks import NO_PREVIEWS, escape
+from chats.run_view import QueryView, RunView
 
 log = logging.getLogger(__name__)
 MAX_STATUS_CHARS = 100
@@ -75,23 +75,18 @@ class Painter:
             self._task.cancel()
 
 
-@dataclass
-class Step:
-    label: str
-    question: str
-    state: str = "running"  # running, rows, failed, reused
-    rows: int = 0
-    reused_from: str | None = None
-
-    def line(self) -> str:
-        question = self.question[:MAX_STEP_QUESTION_CHARS]
-        if self.state == "rows":
-            detail = f"{self.rows:,} row{'s' if self.rows != 1 else ''}"
-        elif self.state == "reused":
-            detail = f"same as {self.reused_from}"
-        else:
-            detail = self.state + ("…" if self.state == "running" else "")
-        return f"• *{self.label}* {escape(question)}, {detail}"
+def step_line(query: QueryView) -> str:
+    """A query as a step of the progress message: `• *Q1* Flights per carrier, 16 rows`."""
+    question = query.question[:MAX_STEP_QUESTION_CHARS]
+    if query.running:
+        detail = "running…"
+    elif query.error:
+        detail = "failed"
+    elif query.reused_from:
+        detail = f"same as {query.reused_from}"
+    else:
+        detail = f"{query.row_count:,} row{'s' if query.row_count != 1 else ''}"
+    return f"• *{query.query_id}* {escape(question)}, {detail}"
 
 
 class Progress:
@@ -107,9 +102,11 @@ class Progress:
         on_first: Callable[[], None] = lambda: None,
         budget: CallBudget | None = None,
         team: str = "",
+        view: RunView,
     ) -> None:
         """`budget` (with the installing `team`): the process's share of Slack's rate limits; an edit with
-        no room is skipped (the next shows the latest state), the first and the last wait for room."""
+        no room is skipped (the next shows the latest state), the first and the last wait for room. `view`:
+        the run so far, which the answerer keeps (the steps are its queries)."""
         self._client, self._channel, self._thread_ts = client, channel, thread_ts
         self._budget, self._team = budget or CallBudget(), team
         self.plan_shown: Callable[[], bool] = lambda: False  # the answer's stream shows the steps instead
@@ -120,7 +117,7 @@ class Progress:
         self._keepalive: asyncio.Task[None] | None = None
         self._on_first = on_first
         self._painter = Painter(self._paint, interval_s)
-        self._steps: dict[str, Step] = {}
+        self._view = view
         self._activity = "Thinking"
         self._message_ts: str | None = None
         self._status_shown = ""
@@ -170,22 +167,16 @@ class Progress:
         self._painter.request()
 
     def update(self, event: WireEvent) -> None:
+        """What the run is doing now, from its latest event (the view has taken it already)."""
         match event:
             case ThinkingEvent():
                 self._activity = "Thinking"
             case FallbackEvent(to_model=to_model):
                 self._activity = f"Thinking (on {to_model}, the first model being busy)"
             case ExecutingEvent(query_id=query_id, question=asked):
-                self._steps[query_id] = Step(query_id, asked)
                 self._activity = f"Running {query_id}: {asked}"
-            case ResultEvent(query_id=query_id) if step := self._steps.get(query_id):
-                if event.error:
-                    step.state = "failed"
-                elif event.reused_from:
-                    step.state, step.reused_from = "reused", event.reused_from
-                else:
-                    step.state, step.rows = "rows", event.row_count
-                if all(s.state != "running" for s in self._steps.values()):
+            case ResultEvent(query_id=query_id) if query_id in self._view.queries:
+                if not any(query.running for query in self._view.queries.values()):
                     self._activity = "Thinking"
             case AnswerEvent():
                 if self._activity == "Writing the answer":
@@ -263,7 +254,7 @@ class Progress:
 
     def _text(self, final: bool) -> str:
         head = f"_{escape(self._activity)}{'' if final else '…'}_"
-        steps = [] if self.plan_shown() else [s.line() for s in self._steps.values()]
+        steps = [] if self.plan_shown() else [step_line(query) for query in self._view.queries.values()]
         if len(steps) > MAX_STEPS_SHOWN:
             steps = [f"• … {len(steps) - MAX_STEPS_SHOWN} earlier", *steps[-MAX_STEPS_SHOWN:]]
         return "\n".join([head, *steps])

@@ -29,6 +29,7 @@ from agent.limits import Limits, json_size
 from agent.loop_lag import worst_lag_during
 from agent.runner import Outcome
 from bots.slack.chart_images import ChartRenderError, render_png
+from chats.run_view import QueryView
 from chats.state import ChatState
 from tests.conftest import HEAVY, Recorder
 from tests.fakes.anthropic_api import FakeAnthropic, Reply
@@ -567,38 +568,39 @@ async def test_every_event_and_the_stored_turn_stay_within_their_caps(
 def test_a_stored_turn_gives_way_in_order() -> None:
     from chats.conversations import _StoredTurn
 
+    query = QueryView("Q1", "q", "s" * 1500, columns=["n" * 500] * 4, rows=[["p" * 2000]])
     turn = _StoredTurn(
         events=[{"id": 1, "event": "result", "data": {"rows": [["x" * 1000]] * 10}}],
         transcript=[{"role": "user", "content": "t" * 5000}],
         charts=[{"spec": "c" * 3000}],
-        previews=[[["p" * 2000]]],
-        queries=[{"question": "q", "sql": "s" * 1500, "columns": ["n" * 500] * 4, "error": None, "hint": None}],
+        queries=[query],
     )
     turn.fit(12_500)
     assert turn.events[0]["data"]["rows"] == [] and turn.transcript == []
-    assert turn.charts == [{"spec": "c" * 3000}] and turn.previews == [[["p" * 2000]]]
+    assert turn.charts == [{"spec": "c" * 3000}] and query.rows == [["p" * 2000]]
     turn.fit(3_000)
-    assert turn.previews == [[]] and turn.charts == [] and turn.queries[0]["sql"] == "s" * 1500
-    assert [len(name) for name in turn.queries[0]["columns"]] == [40] * 4 and turn.size() <= 3_000
+    assert query.rows == [] and turn.charts == [] and query.sql == "s" * 1500
+    assert [len(name) for name in query.columns] == [40] * 4 and turn.size() <= 3_000
     turn.fit(500)
-    assert turn.queries[0]["sql"] == "" and turn.size() <= 500
+    assert query.sql == "" and turn.size() <= 500
 
 
 def test_a_stored_turn_of_many_long_errors_still_fits() -> None:
     from chats.conversations import _StoredTurn
 
-    query = {"question": "q" * 3_000, "sql": "s" * 100, "columns": [], "error": "e" * 3_000, "hint": "h" * 500}
     failed = {"event": "result", "data": {"error": "e" * 3_000, "rows": []}}
     turn = _StoredTurn(
         events=[{"id": n, **failed} for n in range(200)],
         transcript=[],
         charts=[],
-        previews=[[] for _ in range(200)],
-        queries=[dict(query) for _ in range(200)],
+        queries=[
+            QueryView(f"Q{n}", "q" * 3_000, "s" * 100, state="error", error="e" * 3_000, hint="h" * 500)
+            for n in range(1, 201)
+        ],
     )
     turn.fit(150_000)
     assert turn.size() <= 150_000 and turn.events == [] and len(turn.queries) == 200
-    assert all(len(q["error"]) == 200 and len(q["question"]) == 200 for q in turn.queries)
+    assert all(len(q.error or "") == 200 and len(q.question) == 200 for q in turn.queries)
 
 
 async def test_reused_results_count_against_a_bound_too(make_app, fake_anthropic: FakeAnthropic) -> None:

@@ -10,7 +10,7 @@ import pytest
 from agent.llm import Usage
 from agent.pricing import load_pricing
 from agent.receipts import Receipt
-from agent.runner import Outcome
+from agent.runner import FinalAnswer, Outcome
 from tests.agent.pipeline.test_pipeline import ask, sql
 from tests.fakes.anthropic_api import Failure, FakeAnthropic, Reply
 
@@ -88,7 +88,7 @@ async def test_a_run_carries_its_receipt(make_app, fake_anthropic: FakeAnthropic
         Reply(text="EWR had 120,835 departures [Q1]."),
         Reply(text='["Which carriers fly most from EWR?"]'),
     )
-    result, events = await ask(make_app(), "busiest airport?", followups=True)
+    result, _ = await ask(make_app(), "busiest airport?", followups=True)
     receipt = result.receipt
     assert receipt is not None
     assert [(m.model, m.calls) for m in receipt.models] == [
@@ -103,7 +103,7 @@ async def test_a_run_carries_its_receipt(make_app, fake_anthropic: FakeAnthropic
     assert (receipt.queries, receipt.rows_read, receipt.rounds) == (1, 336776, 2)
     assert receipt.bytes_read > 0 and receipt.first_event_ms is not None
     assert receipt.first_event_ms <= receipt.answer_ms <= m.total_ms
-    assert events.of("done")[0].wire()["result"]["receipt"]["rows_read"] == 336776
+    assert FinalAnswer.of(result).model_dump(mode="json")["receipt"]["rows_read"] == 336776
     assert result.summary()["receipt"]["queries"] == 1
 
 

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from chats.runs import done_event
 from process.cli import main
 from process.terminal import TerminalPrinter
 from tests.fakes.anthropic_api import Failure, FakeAnthropic, Reply
@@ -117,7 +118,8 @@ async def test_at_a_terminal_rich_renders_markdown_tables_and_the_receipt(
     )
     out = io.StringIO()
     printer = TerminalPrinter(out, io.StringIO(), rich=True, steps=out)  # a terminal: steps and answer together
-    await make_app().runner.run("busiest?", on_event=printer, followups=False)
+    result = await make_app().runner.run("busiest?", on_event=printer, followups=False)
+    await printer(done_event(result))  # the run's end, as the run registry tells it
     text = out.getvalue()
     plain = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", text)
     assert "\x1b[" in text and "**EWR**" not in plain and "EWR had 130,000 departures [Q1]." in plain

@@ -9,7 +9,8 @@ import io
 import pytest
 
 from agent.db.result import QueryResult
-from agent.runner import AnswerEvent, DoneEvent, ExecutedQuery, RunResult, ThinkingEvent
+from agent.runner import AnswerEvent, ExecutedQuery, ExecutingEvent, ResultEvent, RunResult, ThinkingEvent
+from chats.runs import done_event
 from process.terminal import TerminalPrinter
 
 ESCAPES = "\x1b]0;pwned\x07\x1b[2J\x9b31m\u202e"
@@ -31,7 +32,9 @@ def _run(*, rich: bool) -> str:
     async def play() -> None:
         await printer(ThinkingEvent(text=f"thinking {ESCAPES}"))
         await printer(AnswerEvent(text=f"The answer {ESCAPES} [site](https://evil.example) [Q1]."))
-        await printer(DoneEvent(result=RunResult(question="q", answer="The answer", queries=[query])))
+        await printer(ExecutingEvent(query_id="Q1", question=query.question, sql=query.sql))
+        await printer(ResultEvent.of(query, max_bytes=100_000))
+        await printer(done_event(RunResult(question="q", answer="The answer", queries=[query])))
 
     asyncio.run(play())
     return out.getvalue() + err.getvalue()

@@ -30,8 +30,8 @@ from tests.web_helpers import LiveServer, WebApps, chat
 
 WEB = "https://analyst.example"
 QUERY_FIELDS = {
-    "id", "label", "question", "sql", "columns", "rows", "row_count", "has_more", "error", "hint", "elapsed_ms",
-    "run_id", "asked", "answered_at",
+    "id", "label", "query_id", "question", "sql", "columns", "rows", "row_count", "has_more", "error", "hint",
+    "elapsed_ms", "run_id", "asked", "answered_at",
 }  # fmt: skip
 UNSEEN_HEADERS = {"date", "server"}  # what may differ between two responses that say the same
 

@@ -651,9 +651,9 @@ async function openConversation(id, { push = true } = {}) {
   for (const turn of conversation.turns) {
     const view = new TurnView(turn.question);
     view.runId = turn.run_id;
-    for (const query of turn.queries) {
-      view.on_executing({ query_id: query.label, question: query.question, sql: query.sql });
-      view.on_result({ ...query, query_id: query.label });
+    for (const query of turn.queries) { // a stored query row has its events' names (chats/run_view.py)
+      view.on_executing(query);
+      view.on_result(query);
     }
     view.finish({ answer: turn.answer, outcome: turn.outcome, figures: turn.figures, receipt: turn.receipt }, turn.feedback);
     if (turn.outcome === "error") view.on_error({ message: "This question got no answer: the run failed." });
@@ -717,10 +717,10 @@ async function fillQueryPage() {
   const response = await api(`/api/queries/${key}`);
   if (!response.ok) return showBanner(await errorMessage(response));
   const query = await response.json();
-  const data = { ...query, query_id: query.label, sql: query.sql || "(not kept: the answer was too large to store whole)" };
-  document.title = `${query.label} ${query.question} · ClickHouse analyst`;
+  const data = { ...query, sql: query.sql || "(not kept: the answer was too large to store whole)" };
+  document.title = `${query.query_id} ${query.question} · ClickHouse analyst`;
   const answered = new Date(query.answered_at * 1000).toLocaleString();
-  $("#query-context").textContent = `${query.label} of the answer to “${query.asked}”, answered ${answered}`;
+  $("#query-context").textContent = `${query.query_id} of the answer to “${query.asked}”, answered ${answered}`;
   const card = queryCard(query.run_id, data);
   $("#query").append(card);
   fillResult(card, data);

@@ -22,7 +22,7 @@ async def test_a_clarifying_question_ends_the_run_with_its_options(make_app, fak
     assert result.answer == "Which delay do you mean?\n\n- Departure delay\n- Arrival delay"
     assert events.answer_text() == result.answer
     assert events.of("followups")[0].questions == ["Departure delay", "Arrival delay"]
-    assert events.kinds[-1] == "done" and not result.queries
+    assert events.kinds[-1] == "followups" and not result.queries
 
 
 async def test_the_next_message_answers_it(make_app, fake_anthropic: FakeAnthropic) -> None:

@@ -60,9 +60,8 @@ async def test_a_wrong_figure_gets_one_correction_round(make_app, fake_anthropic
     assert _value(metrics, "agent_figures_checked_total") == 2
     assert _value(metrics, "agent_figures_verified_total") == 2
     assert _value(metrics, "agent_figures_unverified_total") == 0
-    done = events.of("done")[0]
-    assert FinalAnswer.of(done.result).figures == report
-    assert done.wire()["result"]["figures"]["verified"] == 2
+    assert FinalAnswer.of(result).figures == report
+    assert FinalAnswer.of(result).model_dump(mode="json")["figures"]["verified"] == 2
 
 
 async def test_what_still_fails_is_reported_unverified(make_app, fake_anthropic: FakeAnthropic, metrics) -> None:

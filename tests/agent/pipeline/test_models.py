@@ -44,7 +44,6 @@ async def test_a_run_is_answered_by_the_second_model_after_the_first_returns_529
     assert (note.from_model, note.to_model, note.reason) == (f"anthropic:{SONNET}", f"anthropic:{OPUS}", "overloaded")
     assert note.note == f"anthropic:{SONNET} is overloaded; going on with anthropic:{OPUS}."
     assert events.kinds.index("fallback") < events.kinds.index("executing")
-    assert events.of("done")[0].wire()["result"]["model"] == f"anthropic:{OPUS}"
     # The second round goes straight to Opus: Sonnet rests for the cooldown instead of costing its retries again.
     assert [r["model"] for r in fake_anthropic.requests][-2:] == [OPUS, OPUS]
     assert _value(metrics, "agent_llm_fallbacks_total", {"role": "main", "reason": "overloaded"}) == 1

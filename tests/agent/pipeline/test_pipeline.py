@@ -61,7 +61,7 @@ async def test_a_two_round_answer_streams_events_in_order(make_app, fake_anthrop
     )
     result, events = await ask(make_app(), "Which NYC airport had the most departures?")
     assert events.kinds[:3] == ["thinking", "executing", "result"]
-    assert events.kinds[-1] == "done" and "answer" in events.kinds
+    assert "done" not in events.kinds and "answer" in events.kinds  # how it ended is the returned result
     assert events.answer_text() == result.answer == "EWR had the most departures in 2013: 120,835 [Q1]."
     executing = events.of("executing")[0]
     assert executing.query_id == "Q1" and executing.question == "Departures per origin"
@@ -271,7 +271,7 @@ async def test_cancelling_during_the_model_call_returns_a_partial_result(
     hang.release.set()
     assert result.cancelled and result.outcome is Outcome.CANCELLED
     assert result.answer.startswith("[Analysis cancelled]") and "Q1: n (1 row)" in result.answer
-    assert recorder.kinds[-1] == "done"
+    assert "done" not in recorder.kinds
     assert (
         _value(
             metrics, "agent_runs_total", {"interface": "cli", "classification": "data_analysis", "outcome": "cancelled"}
@@ -314,7 +314,7 @@ async def test_follow_ups_are_suggested(make_app, fake_anthropic: FakeAnthropic)
     )
     result, events = await ask(make_app(), "hello", followups=True)
     assert result.followups == ["Which carrier flew the most flights?", "How did delays vary by month?"]
-    assert events.kinds[-2:] == ["followups", "done"]
+    assert events.kinds[-1] == "followups"
     followup_request = fake_anthropic.requests[1]
     assert followup_request["model"] == "claude-haiku-5-5" and "stream" not in followup_request
 
@@ -347,7 +347,7 @@ async def test_persistent_overload_is_one_clear_error(make_app, fake_anthropic: 
     fake_anthropic.always(Failure(529, "overloaded_error", "Overloaded"))
     result, events = await ask(make_app(), "q")
     assert result.outcome is Outcome.ERROR and "overloaded" in (result.error or "")
-    assert events.kinds == ["error", "done"]
+    assert events.kinds == ["error"]
     assert _value(metrics, "agent_llm_calls_total", {"role": "main", "status": "error"}) == 1
 
 
@@ -470,7 +470,7 @@ async def test_a_run_failing_in_an_unexpected_place_still_ends_with_done(make_ap
     runner = build_runner(app.settings, db=db, llm=app.llm, metrics=metrics, schema=BrokenSchema(db, 1_000, 0))
     events = Recorder()
     result = await runner.run("how many flights?", on_event=events)
-    assert events.kinds[-2:] == ["error", "done"]
+    assert events.kinds[-1] == "error"
     assert result.outcome is Outcome.ERROR and result.error and "RuntimeError" in result.error
     assert "exploded" not in result.error  # details go to the log, not to the person
 

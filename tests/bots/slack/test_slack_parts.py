@@ -19,6 +19,7 @@ from bots.slack.queues import SerialQueues
 from bots.slack.receive import Allowed, Identity, Ignore, Ignored, Question, read_question
 from bots.slack.reply import Streaming
 from bots.slack.thread import MAX_PAYLOAD_CHARS, answer_metadata, part_metadata, turns
+from chats.run_view import QueryView
 from tests.fakes import slack_events as events
 from tests.fakes.slack_api import BOT_ID, BOT_USER_ID, DM_ID, GENERAL_ID, TEAM_ID
 
@@ -198,18 +199,22 @@ def test_answer_metadata_fits_its_budget() -> None:
 # --- failures ---
 
 
-def failed(code: int) -> ResultEvent:
-    return ResultEvent(
-        query_id="Q1",
-        columns=[],
-        rows=[],
-        row_count=0,
-        has_more=False,
-        error="x",
-        hint=None,
-        elapsed_ms=1,
-        error_code=code,
+def failed(code: int) -> QueryView:
+    query = QueryView("Q1", "q", "SELECT 1")
+    query.take(
+        ResultEvent(
+            query_id="Q1",
+            columns=[],
+            rows=[],
+            row_count=0,
+            has_more=False,
+            error="x",
+            hint=None,
+            elapsed_ms=1,
+            error_code=code,
+        )
     )
+    return query
 
 
 @pytest.mark.parametrize(
@@ -250,7 +255,7 @@ def failed(code: int) -> ResultEvent:
     ],
 )
 def test_failures_are_classified_by_what_went_wrong(
-    message: str | None, queries: list[ResultEvent], kind: Failure
+    message: str | None, queries: list[QueryView], kind: Failure
 ) -> None:
     assert classify(message, queries) is kind
 

@@ -166,3 +166,30 @@ def test_workers_share_the_tiers_and_emptied_windows_are_forgotten() -> None:
     now[0] += 61
     two.count("T1", "chat.postMessage", "C-new")
     assert len(two._calls) < 10
+
+
+def test_the_plan_and_the_progress_steps_read_one_view_of_the_run() -> None:
+    """Slack keeps no per-query state of its own: the plan's task and the progress message's step are the
+    run's view of the query, as the answerer applied its events."""
+    from agent.runner import ExecutingEvent, ResultEvent
+    from bots.slack.plan import Plan
+    from bots.slack.progress import step_line
+    from chats.run_view import RunView
+
+    view = RunView()
+    plan = Plan("r" * 32, view, "https://analyst.example")
+    started = ExecutingEvent(query_id="Q1", question="Flights per carrier", sql="SELECT 1")
+    view.apply(started)
+    assert plan.update(started) and step_line(view.queries["Q1"]) == "• *Q1* Flights per carrier, running…"
+    (title, task) = plan.take_changes()
+    assert title["type"] == "plan_update" and task["status"] == "in_progress" and "sources" not in task
+    answered = ResultEvent(
+        query_id="Q1", columns=["n"], rows=[[1]], row_count=16, has_more=False, error=None, hint=None, elapsed_ms=3
+    )
+    view.apply(answered)
+    assert plan.update(answered) and step_line(view.queries["Q1"]) == "• *Q1* Flights per carrier, 16 rows"
+    (task,) = plan.take_changes()
+    assert (task["status"], task["output"]) == ("complete", "16 rows") and task["sources"]
+    unknown = answered.model_copy(update={"query_id": "Q9"})
+    view.apply(unknown)
+    assert not plan.update(unknown) and list(view.queries) == ["Q1"]

@@ -50,3 +50,14 @@ def test_nothing_from_the_model_or_the_data_drives_the_terminal(rich: bool) -> N
         # rich's own styling is the only escape left; the markup in a column name or question is literal
         assert "[link=https://evil.example]click[/link]" in text
         assert "https://evil.example" in text  # a Markdown link shows its target instead of hiding it
+
+
+def test_figures_past_the_checks_bounds_are_said_to_be_unchecked() -> None:
+    from agent.figures import FigureReport
+
+    partly = "only its first 100 figures were checked; the figures after them were not"
+    out, err = io.StringIO(), io.StringIO()
+    printer = TerminalPrinter(out, err, rich=False)
+    result = RunResult(question="q", answer="Many figures.", figures=FigureReport(partly=partly))
+    asyncio.run(printer(done_event(result)))
+    assert f"⚠ Not every figure was checked: {partly}" in out.getvalue() + err.getvalue()

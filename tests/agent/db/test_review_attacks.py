@@ -1,0 +1,293 @@
+"""An outside review's attacks on the statement check (agent/db/statement.py and its helpers).
+
+Each test states what must hold. A failing test is a hole the review found; the passing ones are attacks that held,
+kept so that a later change cannot reopen them. The scope is the demo's, with nycflights13.planes excluded (as in
+test_cte_scope.py); shapes that need a current database outside the scope (several databases configured) are
+checked with the policy directly, over the engine's own parse.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import time
+
+import pytest
+
+from agent.db import Database, EngineError, QueryRefused, Scope, new_query_id
+from agent.db.statement import StatementPolicy, _Walk, decode_parse, parse_request
+
+EXCLUDED = "nycflights13.planes"
+IN_SCOPE = frozenset(f"nycflights13.{name}" for name in ("airlines", "airports", "flights", "weather"))
+
+
+@pytest.fixture
+def scoped(db: Database) -> Database:
+    return Database(db.backend, scope=Scope.of(["nycflights13"], [EXCLUDED]), functions=db.functions)
+
+
+async def _parse(db: Database, sql: str) -> tuple[str, str]:
+    raw = await db.backend.query(parse_request(sql), "TSVRaw", new_query_id())
+    return decode_parse(*raw.decode().rstrip("\n").split("\t"))
+
+
+def _alias_in_statement(aliases: int, uses: int) -> str:
+    """`a` is a CTE, and also the alias of `flights` many times over; `1 IN a` is written many times. Every
+    name is in scope, so the check allows it, after checking every alias's table again for every `IN a`."""
+    return (
+        "WITH a AS (SELECT 1 AS x) SELECT "
+        + ", ".join(["flights AS a"] * aliases)
+        + ", "
+        + ", ".join(["1 IN a"] * uses)
+    )
+
+
+# --- Finding 1 (high): `x IN alias` makes the check quadratic, on the event loop ------------------------------------
+
+
+async def test_alias_in_sets_are_checked_in_linear_work(scoped: Database, monkeypatch: pytest.MonkeyPatch) -> None:
+    """_Walk.aliased_tables re-checks every identifier aliased to the name for every `IN name` (statement.py,
+    `function` -> `aliased_tables`, and `identifier_aliases` keeping duplicates), so M aliases and N uses cost
+    M x N table checks. Bounded work means at most a few table checks per node of the statement."""
+    calls = 0
+    original = _Walk.table
+
+    def counting(self: _Walk, parts: list[object], ctes: frozenset[str]) -> None:
+        nonlocal calls
+        calls += 1
+        original(self, parts, ctes)
+
+    monkeypatch.setattr(_Walk, "table", counting)
+    canonical, ast = await _parse(scoped, _alias_in_statement(200, 200))
+    StatementPolicy(scoped.scope, scoped.functions).check(canonical, ast, IN_SCOPE)
+    assert calls <= 10 * (200 + 200), f"{calls} table checks for a statement of 400 names"
+
+
+async def test_a_short_statement_cannot_hold_the_event_loop(scoped: Database) -> None:
+    """10 KB of SQL (its AST is under the 256 KB above which the check runs in a thread) kept the event loop, and
+    with it every other user of the app, busy for about 6 s in review; 20 KB for about 15 s; 60 KB for minutes."""
+    sql = _alias_in_statement(500, 500)
+    assert len(sql) < 12_000
+    gaps: list[float] = []
+    done = asyncio.Event()
+
+    async def ticker() -> None:
+        last = time.perf_counter()
+        while not done.is_set():
+            await asyncio.sleep(0.01)
+            now = time.perf_counter()
+            gaps.append(now - last)
+            last = now
+
+    task = asyncio.create_task(ticker())
+    started = time.perf_counter()
+    try:
+        await scoped.check(sql)
+    except QueryRefused:
+        pass
+    finally:
+        done.set()
+        await task
+    elapsed = time.perf_counter() - started
+    assert max(gaps) < 1.0, f"the event loop was held for {max(gaps):.1f} s"
+    assert elapsed < 2.0, f"checking {len(sql)} characters took {elapsed:.1f} s"
+
+
+# --- Finding 2 (low): a long WITH clause costs quadratic time -------------------------------------------------------
+
+
+async def test_a_long_with_clause_is_checked_in_linear_time(scoped: Database) -> None:
+    """with_clause builds `self.later` (a frozenset of the CTEs still to come) and `ctes | {name}` afresh for
+    every element: 3,200 CTEs in 60 KB took 2.5 s in review, 800 CTEs 0.16 s."""
+    sql = "WITH " + ",".join(f"c{i} AS (SELECT 1)" for i in range(3000)) + " SELECT 1"
+    assert len(sql) < 60_000
+    canonical, ast = await _parse(scoped, sql)
+    started = time.perf_counter()
+    StatementPolicy(scoped.scope, scoped.functions).check(canonical, ast, IN_SCOPE)
+    elapsed = time.perf_counter() - started
+    assert elapsed < 1.0, f"checking 3,000 CTEs took {elapsed:.1f} s"
+
+
+# --- What held: every position of a statement is walked ------------------------------------------------------------
+
+PAYLOADS = ["(SELECT count() FROM nycflights13.planes)", "hostName()", "length(file('/etc/passwd'))"]
+POSITIONS = [
+    "SELECT {p}",
+    "SELECT 1 WHERE {p}",
+    "SELECT 1 FROM nycflights13.airlines PREWHERE {p} > 0",
+    "SELECT 1 GROUP BY {p}",
+    "SELECT 1 HAVING {p} > 0",
+    "SELECT 1 AS x QUALIFY {p} > 0",
+    "SELECT 1 AS x ORDER BY x WITH FILL FROM {p}",
+    "SELECT 1 AS x ORDER BY x WITH FILL STEP {p}",
+    "SELECT 1 AS x, 2 AS y ORDER BY x WITH FILL INTERPOLATE (y AS {p})",
+    "SELECT 1 LIMIT {p}",
+    "SELECT 1 AS x LIMIT 1 BY {p}",
+    "SELECT x FROM system.one ARRAY JOIN [{p}] AS x",
+    "SELECT 1 FROM nycflights13.airlines AS a JOIN nycflights13.airlines AS b ON {p} > 0 AND a.carrier = b.carrier",
+    "SELECT count() OVER (PARTITION BY {p})",
+    "SELECT count() OVER w WINDOW w AS (PARTITION BY {p})",
+    "SELECT count() FILTER (WHERE {p} > 0)",
+    "SELECT DISTINCT ON ({p}) 1",
+    "SELECT 1 GROUP BY GROUPING SETS (({p}))",
+    "SELECT * REPLACE ({p} AS dummy) FROM system.one",
+    "SELECT * APPLY(x -> {p}) FROM system.one",
+    "SELECT quantile({p})(1)",
+    "SELECT arrayMap(x -> x + {p}, [1])",
+    "WITH RECURSIVE r AS (SELECT 1 AS n UNION ALL SELECT n + {p} FROM r WHERE n < 3) SELECT * FROM r",
+    "WITH t AS (SELECT {p} AS x) SELECT * FROM t",
+    "WITH {p} AS x SELECT x",
+    "SELECT * FROM numbers({p})",
+    "SELECT * FROM values('x UInt64', {p})",
+    "SELECT * FROM (VALUES ({p}))",
+    "SELECT 1 UNION ALL SELECT {p}",
+    "SELECT 1 EXCEPT SELECT {p}",
+    "WITH 1 AS z SELECT 1 UNION ALL WITH 2 AS y SELECT {p}",
+]
+
+
+@pytest.mark.parametrize("sql", [p.replace("{p}", payload) for p in POSITIONS for payload in PAYLOADS])
+async def test_every_position_is_checked(scoped: Database, sql: str) -> None:
+    with pytest.raises((QueryRefused, EngineError)):
+        await scoped.check(sql)
+
+
+# --- What held: values() and (VALUES ...) ---------------------------------------------------------------------------
+
+_ALIAS = "a String, b String ALIAS hostName()"
+VALUES_REFUSED = [
+    f"SELECT * FROM values('{_ALIAS}', 'x')",
+    f"SELECT * FROM VALUES('{_ALIAS}', 'x')",
+    f"SELECT * FROM values(x'{_ALIAS.encode().hex()}', 'x')",
+    f"SELECT * FROM values($${_ALIAS}$$, 'x')",
+    f"SELECT * FROM values(('{_ALIAS}'), 'x')",
+    f"SELECT * FROM values('{_ALIAS}' AS s, 'x')",
+    "SELECT * FROM values('a String\\, b String ALIAS hostName()', 'x')",
+    "SELECT * FROM values('a String -- x', 'x')",
+    "SELECT * FROM values('a String\\f', 'x')",
+    "SELECT * FROM values('a AggregateFunction(file, String)', 'x')",
+    "SELECT * FROM values('a UInt8 DEFAULT (SELECT count() FROM nycflights13.planes)', 1)",
+    "SELECT * FROM values('a String', 'x')(1)",
+    "SELECT * FROM values('a String', hostName())",
+    "SELECT * FROM values('a String', (SELECT tailnum FROM nycflights13.planes LIMIT 1))",
+    "SELECT * FROM (VALUES (hostName()))",
+    "SELECT * FROM values('a String', 'AggregateFunction(file, String)')",
+]
+
+
+@pytest.mark.parametrize("sql", VALUES_REFUSED)
+async def test_values_holds_only_literal_rows_and_plain_structures(scoped: Database, sql: str) -> None:
+    with pytest.raises((QueryRefused, EngineError)):
+        await scoped.check(sql)
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        f"SELECT * FROM SQLStandardValues('{_ALIAS}', 'x')",  # a first string of (VALUES ...) is a row
+        f"SELECT * FROM values(tuple('{_ALIAS}'), 'x')",
+        "SELECT * FROM values('a DateTime64(3, \\'UTC\\')', 1)",
+        "SELECT * FROM values('a Tuple(DEFAULT String)', tuple('x'))",
+    ],
+)
+async def test_values_strings_the_engine_keeps_as_data(scoped: Database, sql: str) -> None:
+    result = await scoped.execute(sql)
+    assert result.ok, result.error
+    assert socket.gethostname() not in {cell for row in result.rows for cell in row}
+
+
+# --- What held: settings, formats, files, other statements ---------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "SELECT 1 SETTINGS readonly = 0",
+        "SELECT * FROM (SELECT 1 SETTINGS max_rows_to_read = 0)",
+        "SELECT 1 SETTINGS enable_global_with_statement = 0",
+        "SELECT 1 SETTINGS enable_analyzer = 0",
+        "SELECT 1 FORMAT JSON",
+        "SELECT 1 INTO OUTFILE '/tmp/x'",
+        "SELECT 1; SELECT 2",
+        "SET readonly = 0",
+        "EXPLAIN SELECT 1",
+        "SHOW TABLES",
+        "SELECT * FROM system.users",
+        "SELECT * FROM `system.users`",
+        "SELECT * FROM INFORMATION_SCHEMA.TABLES",
+        "SELECT getSetting('max_rows_to_read')",
+        "SELECT * FROM file('/etc/passwd', 'LineAsString')",
+        "SELECT * FROM url('http://127.0.0.1/', 'LineAsString')",
+        "SELECT * FROM merge('system', '.*')",
+        "SELECT * FROM generateRandom('a String ALIAS hostName()')",
+        "SELECT CAST(1, 'AggregateFunction(file, String)')",
+        "SELECT CAST(1, concat('Aggregate', 'Function(file, String)'))",
+        "SELECT arrayReduce('dictGet', [1])",
+        "SELECT 1 IN planes",
+        "WITH planes AS a SELECT ('N1', 1, 'x', 'x', 'x', 2, 55, NULL, 'x') IN a",
+        "WITH planes AS (SELECT 1 AS x) SELECT x FROM planes",
+        "SELECT count() FROM nycflights13.flights WHERE tailnum IN (SELECT tailnum FROM planes)",
+    ],
+)
+async def test_refused(scoped: Database, sql: str) -> None:
+    with pytest.raises((QueryRefused, EngineError)):
+        await scoped.check(sql)
+
+
+async def test_the_connection_cannot_lift_its_limits(scoped: Database) -> None:
+    with pytest.raises(EngineError, match="readonly"):
+        await scoped.backend.query("SELECT 1 SETTINGS max_rows_to_read = 0", "TSV", new_query_id())
+
+
+# --- What held: CTE names across UNION branches, with a current database outside the scope --------------------------
+
+SECRET_SHAPES = [
+    # a CTE the engine does not see where it is named: `secrets` there is the real table default.secrets
+    "WITH secrets AS (SELECT 1 AS x) SELECT count() FROM secrets UNION ALL WITH 1 AS z SELECT count() FROM secrets",
+    "WITH secrets AS (SELECT 1 AS x), (SELECT count() FROM secrets) AS n SELECT n UNION ALL WITH 1 AS z SELECT n",
+    "SELECT 1 UNION ALL WITH secrets AS (SELECT 1 AS x) SELECT 2 UNION ALL SELECT count() FROM secrets",
+    "SELECT * FROM (WITH secrets AS (SELECT 1 AS x) SELECT x FROM secrets) UNION ALL SELECT count() FROM secrets",
+    "WITH secrets AS (SELECT 1 AS x) SELECT count() FROM secrets EXCEPT (SELECT 1 UNION ALL WITH 1 AS z "
+    "SELECT count() FROM secrets)",
+    "WITH secrets AS q SELECT 1 IN q",
+    "WITH `default.secrets` AS (SELECT 1 AS x) SELECT count() FROM default.secrets",
+]
+
+
+@pytest.mark.parametrize("sql", SECRET_SHAPES)
+async def test_a_cte_never_stands_for_a_table_outside_the_scope(db: Database, sql: str) -> None:
+    policy = StatementPolicy(Scope.of(["nycflights13", "other"]), db.functions)
+    assert policy.scope.current_database == "default"
+    canonical, ast = await _parse(db, sql)
+    with pytest.raises(QueryRefused):
+        policy.check(canonical, ast, IN_SCOPE)
+
+
+# --- Finding 3 (medium): APPLY(f) skips the checks on f's arguments -------------------------------------------------
+
+APPLY_BYPASS = [
+    # getTypeSerializationStreams reads its argument as a type and instantiates the aggregate function in an
+    # AggregateFunction(...) type; written as a call, its type must be a literal (TYPE_ARGUMENT), whose strings
+    # `literal` checks. Through APPLY the type is a column computed from pieces, and the engine resolves the
+    # aggregate it names: hierarchicalKMeans is denied ("loads model files from the server").
+    "SELECT * APPLY(getTypeSerializationStreams) FROM "
+    "(SELECT concat('Aggregate', 'Function(hierarchicalKMeans(2), Array(Float64))') AS t)",
+    "SELECT COLUMNS('t') APPLY(getTypeSerializationStreams) FROM (SELECT concat('Aggregate', 'Function(uniq, UInt8)') AS t)",
+]
+
+
+@pytest.mark.parametrize("sql", APPLY_BYPASS)
+async def test_apply_is_held_to_the_rules_of_a_call(scoped: Database, sql: str) -> None:
+    """statement.py, `node`: a ColumnsApplyTransformer's func_name gets only `function_name`, never the argument
+    rules of `function` (TYPE_ARGUMENT, NAMES_A_FUNCTION), though the engine calls it on each column."""
+    with pytest.raises(QueryRefused):
+        await scoped.check(sql)
+
+
+async def test_the_engine_resolves_the_aggregate_an_applied_type_names(scoped: Database) -> None:
+    """Why it matters: the engine does instantiate the aggregate named in the computed type."""
+    result = await scoped.execute(
+        "SELECT * APPLY(getTypeSerializationStreams) FROM "
+        "(SELECT concat('Aggregate', 'Function(noSuchAggregate, UInt8)') AS t)"
+    )
+    assert result.error is None or "noSuchAggregate" not in result.error, "the check let the engine resolve it"

@@ -272,7 +272,8 @@ APPLY_BYPASS = [
     # aggregate it names: hierarchicalKMeans is denied ("loads model files from the server").
     "SELECT * APPLY(getTypeSerializationStreams) FROM "
     "(SELECT concat('Aggregate', 'Function(hierarchicalKMeans(2), Array(Float64))') AS t)",
-    "SELECT COLUMNS('t') APPLY(getTypeSerializationStreams) FROM (SELECT concat('Aggregate', 'Function(uniq, UInt8)') AS t)",
+    "SELECT COLUMNS('t') APPLY(getTypeSerializationStreams) FROM "
+    "(SELECT concat('Aggregate', 'Function(uniq, UInt8)') AS t)",
 ]
 
 

@@ -292,3 +292,20 @@ async def test_the_engine_resolves_the_aggregate_an_applied_type_names(scoped: D
         "(SELECT concat('Aggregate', 'Function(noSuchAggregate, UInt8)') AS t)"
     )
     assert result.error is None or "noSuchAggregate" not in result.error, "the check let the engine resolve it"
+
+
+# --- Finding 4 (low): refusal reasons that are not true -------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("sql", "reason"),
+    [
+        # prometheusQuery(db, time_series_table, promql, time) evaluates PromQL over a TimeSeries table named in its
+        # arguments (the engine's system.table_functions says so); table_functions.py gives it the network's reason.
+        ("SELECT * FROM prometheusQuery('nycflights13', 'ts', 'up', now())", "reads tables by name"),
+        ("SELECT * FROM prometheusQueryRange('ts', 'up', now() - 60, now(), 10)", "reads tables by name"),
+    ],
+)
+async def test_a_refused_table_function_is_refused_for_its_true_reason(scoped: Database, sql: str, reason: str) -> None:
+    with pytest.raises(QueryRefused, match=reason):
+        await scoped.check(sql)

@@ -12,11 +12,11 @@ from __future__ import annotations
 import socket
 import threading
 import time
+from typing import ClassVar
 
 import pytest
 
-from agent.db import Database, EngineError, QueryRefused, Scope, new_query_id
-from agent.db import statement
+from agent.db import Database, EngineError, QueryRefused, Scope, new_query_id, statement
 from agent.db.check_work import MAX_CHECK_STEPS
 from agent.db.statement import CheckedStatement, StatementPolicy, _Walk, decode_parse, parse_request
 
@@ -69,7 +69,7 @@ async def test_alias_in_sets_are_checked_in_linear_work(scoped: Database, monkey
 class _CountedBudget(statement.CheckBudget):
     """The budget of each check, kept to read how many steps it took."""
 
-    made: list[_CountedBudget] = []
+    made: ClassVar[list[_CountedBudget]] = []
 
     def __init__(self, limit: int | None = None) -> None:
         super().__init__(limit)
@@ -78,7 +78,7 @@ class _CountedBudget(statement.CheckBudget):
 
 @pytest.fixture
 def budgets(monkeypatch: pytest.MonkeyPatch) -> list[_CountedBudget]:
-    made: list[_CountedBudget] = []
+    made: ClassVar[list[_CountedBudget]] = []
     monkeypatch.setattr(_CountedBudget, "made", made)
     monkeypatch.setattr(statement, "CheckBudget", _CountedBudget)
     return made
@@ -145,7 +145,9 @@ async def test_past_its_budget_a_statement_is_refused_as_too_complex(scoped: Dat
         small.check(canonical, ast, IN_SCOPE)
 
 
-async def test_work_that_grows_with_nesting_stops_at_the_budget(scoped: Database, budgets: list[_CountedBudget]) -> None:
+async def test_work_that_grows_with_nesting_stops_at_the_budget(
+    scoped: Database, budgets: list[_CountedBudget]
+) -> None:
     """Unions nested in unions, each first SELECT with a WITH of its own: the engine copies every outer clause's
     scalar aliases into every SELECT nested below it, and so does union_with.py (work that grows with the cube of
     the depth). As deep as the parser allows, the check stops at its budget."""

@@ -9,6 +9,7 @@ checked with the policy directly, over the engine's own parse.
 
 from __future__ import annotations
 
+import gc
 import socket
 import threading
 import time
@@ -173,19 +174,24 @@ async def test_the_longest_statements_take_a_fraction_of_the_budget(
 
 
 def _check_seconds(policy: StatementPolicy, canonical: str, ast: str) -> float:
-    """The least CPU time of this thread over three checks (CPU time: other processes do not count)."""
+    """The least CPU time of this thread over five checks (CPU time: other processes do not count), with the
+    garbage collector paused (its passes grow with everything alive in the test process, not with the check)."""
     times = []
-    for _ in range(3):
-        started = time.thread_time()
-        policy.check(canonical, ast, IN_SCOPE)
-        times.append(time.thread_time() - started)
+    gc.disable()
+    try:
+        for _ in range(5):
+            started = time.thread_time()
+            policy.check(canonical, ast, IN_SCOPE)
+            times.append(time.thread_time() - started)
+    finally:
+        gc.enable()
     return min(times)
 
 
 async def test_a_long_with_clause_is_checked_in_linear_time(scoped: Database) -> None:
     """with_clause built `self.later` (a frozenset of the CTEs still to come) and `ctes | {name}` afresh for
     every element: 3,200 CTEs in 60 KB took 2.5 s in review, 800 CTEs 0.16 s. Six times the CTEs must cost about
-    six times the time (at most twelve; quadratic work made it about thirty)."""
+    six times the time (at most fifteen; the quadratic work made it nearly forty)."""
     policy = StatementPolicy(scoped.scope, scoped.functions)
 
     def with_clause(ctes: int) -> str:
@@ -194,7 +200,7 @@ async def test_a_long_with_clause_is_checked_in_linear_time(scoped: Database) ->
     small = await _parse(scoped, with_clause(1000))
     large = await _parse(scoped, with_clause(6000))
     ratio = _check_seconds(policy, *large) / _check_seconds(policy, *small)
-    assert ratio < 12, f"six times the CTEs took {ratio:.1f} times as long"
+    assert ratio < 15, f"six times the CTEs took {ratio:.1f} times as long"
 
 
 # --- What held: every position of a statement is walked ------------------------------------------------------------

@@ -270,8 +270,9 @@ class _Walk:
         own = _with_elements(node)
         extra = self.added.get(id(node), Added())
         shown = self.with_clause(own) if own else []
-        if not own:
-            self.visible.push(self.inherited_names(extra.inherited))
+        copied = self.inherited_names(extra.inherited) if not own and extra.inherited else frozenset()
+        if copied:
+            self.visible.push(copied)
         for scalar in extra.scalars:
             before = self.visits
             self.node(scalar, parent_key="with")
@@ -282,7 +283,7 @@ class _Walk:
             if key != "with":
                 for child in _nodes(value):
                     self.node(child, parent_key=key)
-        if not own:
+        if copied:
             self.visible.pop()
         self.visible.remove(shown)
 

@@ -121,6 +121,10 @@ QUADRATIC_ONCE = {
     + " SELECT 1"
     + " UNION ALL SELECT count() FROM c1" * 900,
     "unions nested deeply": "SELECT 1 UNION ALL (" * 100 + "SELECT 2" + ")" * 100,
+    "tables read in subqueries nested deeply": "SELECT 1 WHERE 1 IN (" * 40
+    + "SELECT "
+    + ", ".join(["1 IN airlines"] * 300)
+    + ")" * 40,
 }
 
 

@@ -42,7 +42,7 @@ from agent.limits import Limits, cut_text
 
 log = logging.getLogger(__name__)
 _CHECK_CACHE_SIZE = 512
-_LARGE_INPUT_BYTES = 256 * 1024  # above it, reading or checking runs in a thread
+_LARGE_INPUT_BYTES = 256 * 1024  # above it, reading a result or a parse runs in a thread
 T = TypeVar("T")
 _NAMES_TTL_S = 300.0
 _NAMES_REFRESH_S = 10.0  # a table the names do not know: look again, at most this often
@@ -181,11 +181,13 @@ class Database:
 
     async def _check_parsed(self, canonical: str, ast: str) -> CheckedStatement:
         """The policy's verdict, with the tables the schema introspection found in scope; a table it
-        does not know makes it look once more (a table created a moment ago)."""
+        does not know makes it look once more (a table created a moment ago). Always in a thread: how
+        long a check takes depends on the statement's shape, not only its size, and a model anyone can
+        talk to chooses the shape (the check's step budget bounds the thread's work)."""
         for attempt in range(2):
             tables = frozenset((await self.known_names(refresh=attempt == 1))[0])
             try:
-                return await _off_the_loop_if_large(len(ast), self._policy.check, canonical, ast, tables)
+                return await asyncio.to_thread(self._policy.check, canonical, ast, tables)
             except UnknownTable:
                 if attempt == 1 or not self._names_stale(_NAMES_REFRESH_S):
                     raise
@@ -315,7 +317,7 @@ def _elapsed_ms(started: float) -> int:
 
 async def _off_the_loop_if_large(size: int, work: Callable[..., T], *args: Any) -> T:
     """`work(*args)`, in a thread when its input is large: reading a widest result (17 MB of hex) or
-    checking a 60,000-character statement (a 1.8 MB AST) takes a few hundred milliseconds of CPU, which
+    the parse of a 60,000-character statement (a 1.8 MB AST) takes a few hundred milliseconds of CPU, which
     on the event loop would hold every other request. Small inputs stay on the loop (a thread costs more)."""
     if size < _LARGE_INPUT_BYTES:
         return work(*args)

@@ -19,6 +19,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from agent.db.check_work import MAX_CHECK_STEPS, CheckBudget, NameCounts, TooMuchWork
 from agent.db.functions import FunctionPolicy, denied_reason
 from agent.db.scope import ALWAYS_READABLE, Scope
 from agent.db.table_functions import TableFunctionRefused, check_table_function
@@ -28,6 +29,7 @@ MAX_SQL_CHARS = 60_000
 # Nodes the walk may visit again: a UNION's later SELECTs with a WITH of their own re-check the first SELECT's
 # scalar aliases, so a hostile statement could otherwise make the check do far more work than its size suggests.
 MAX_REVISITS = 50_000
+TOO_COMPLEX = "The SQL is too complex to check; write it more simply."
 # Functions whose first argument the engine resolves as an aggregate function's name.
 NAMES_A_FUNCTION = frozenset({"arrayreduce", "arrayreduceinranges", "initializeaggregation"})
 # Functions that read one argument as a type's name (by position; -1 is the last), and may instantiate
@@ -172,9 +174,10 @@ def precheck(sql: str) -> str:
 
 
 class StatementPolicy:
-    def __init__(self, scope: Scope, functions: FunctionPolicy) -> None:
+    def __init__(self, scope: Scope, functions: FunctionPolicy, *, max_steps: int = MAX_CHECK_STEPS) -> None:
         self.scope = scope
         self.functions = functions
+        self.max_steps = max_steps
 
     def check(self, canonical: str, ast_json: str, tables: frozenset[str]) -> CheckedStatement:
         """Allow the statement, or raise QueryRefused. `tables`: the `db.table` names the schema
@@ -187,7 +190,10 @@ class StatementPolicy:
         if not isinstance(ast, dict) or ast.get("type") != "SelectWithUnionQuery":
             raise QueryRefused(READ_ONLY)
         walk = _Walk(self, tables, ast)
-        walk.node(ast, frozenset(), parent_key="")
+        try:
+            walk.node(ast, parent_key="")
+        except TooMuchWork:
+            raise QueryRefused(TOO_COMPLEX) from None
         return CheckedStatement(sql=canonical, with_totals=_top_level_totals(ast), tables=frozenset(walk.read))
 
 
@@ -197,25 +203,31 @@ def _top_level_totals(ast: dict[str, Any]) -> bool:
 
 
 class _Walk:
-    """One statement's walk. `ctes` are the CTE names visible where a node stands; `later` the names of the CTEs
-    defined after the WITH element being walked (a reference to one is refused, see `with_clause`)."""
+    """One statement's walk. `visible` holds the CTE names visible where the walk stands; `later` the names of the
+    CTEs defined after the WITH element being walked (a reference to one is refused, see `with_clause`). Both change
+    in place as the walk goes in and out (a refusal ends the walk, so nothing is restored on the way out of one),
+    and every step is spent from one budget (agent/db/check_work.py)."""
 
     def __init__(self, policy: StatementPolicy, tables: frozenset[str], ast: dict[str, Any]) -> None:
         self.scope = policy.scope
         self.functions = policy.functions
         self.tables = tables
+        self.budget = CheckBudget(policy.max_steps)
         self.added: dict[int, Added] = {}  # what the engine copies into a UNION's later SELECTs (union_with.py)
         self.propagated: set[int] = set()
-        self.later: frozenset[str] = frozenset()
+        self.visible, self.later = NameCounts(self.budget), NameCounts(self.budget)
         self.aliased, self.defined = identifier_aliases(ast), cte_names(ast)
+        self.inherited: dict[int, frozenset[str]] = {}  # id of a copied clause -> its CTE names
+        self.alias_targets: dict[str, list[str]] = {}  # alias -> the one-part names it reaches, all checked
         self.read: set[str] = set()
         self.visits = 0
         self.revisits = 0
 
-    def node(self, node: Any, ctes: frozenset[str], parent_key: str) -> None:
+    def node(self, node: Any, parent_key: str) -> None:
         if not isinstance(node, dict):
             raise QueryRefused("The statement could not be checked.")
         self.visits += 1
+        self.budget.spend()
         kind = node.get("type")
         if kind == "QueryParameter":
             raise QueryRefused("Query parameters ({name:Type}) are not supported; write the value into the query.")
@@ -232,66 +244,76 @@ class _Walk:
             self.literal(node.get("value"))
             return
         if kind == "SelectQuery":
-            self.select(node, ctes)
+            self.select(node)
             return
         if kind == "SelectWithUnionQuery" and id(node) not in self.propagated:
             self.propagated.add(id(node))
-            propagate(node, self.added)
+            propagate(node, self.added, self.budget.spend)
         if kind == "Function":
-            self.function(node, ctes, in_table_position=parent_key == "table_function")
+            self.function(node, in_table_position=parent_key == "table_function")
         elif kind == "TableIdentifier":
-            self.table(node.get("name_parts") or [node.get("name", "")], ctes)
+            self.table(node.get("name_parts") or [node.get("name", "")], True)
         elif kind == "ColumnsApplyTransformer" and "func_name" in node:
-            self.function_name(str(node["func_name"]))
-        self.children(node, ctes)
+            self.applied(str(node["func_name"]))
+        self.children(node)
 
-    def children(self, node: dict[str, Any], ctes: frozenset[str]) -> None:
+    def children(self, node: dict[str, Any]) -> None:
         for key, value in node.items():
             for child in _nodes(value):
-                self.node(child, ctes, parent_key=key)
+                self.node(child, parent_key=key)
 
-    def select(self, node: dict[str, Any], ctes: frozenset[str]) -> None:
+    def select(self, node: dict[str, Any]) -> None:
         """A SELECT's CTEs are visible to the CTEs defined after them and to the rest of the SELECT. In a UNION's
         later SELECT, what the engine copied from the first SELECT's WITH: its whole clause is visible (and was
         checked where the first SELECT defines it, in this same scope); its scalar aliases, appended to a WITH
         of this SELECT's own, are evaluated here, so they are checked again here."""
         own = _with_elements(node)
         extra = self.added.get(id(node), Added())
-        if own:
-            ctes = self.with_clause(own, ctes)
-        else:
-            ctes = ctes | {str(element.get("name", "")) for element in extra.inherited if is_cte(element)}
+        shown = self.with_clause(own) if own else []
+        copied = self.inherited_names(extra.inherited) if not own and extra.inherited else frozenset()
+        if copied:
+            self.visible.push(copied)
         for scalar in extra.scalars:
             before = self.visits
-            self.node(scalar, ctes, parent_key="with")
+            self.node(scalar, parent_key="with")
             self.revisits += self.visits - before
             if self.revisits > MAX_REVISITS:
-                raise QueryRefused("The SQL is too complex to check; write it more simply.")
+                raise QueryRefused(TOO_COMPLEX)
         for key, value in node.items():
             if key != "with":
                 for child in _nodes(value):
-                    self.node(child, ctes, parent_key=key)
+                    self.node(child, parent_key=key)
+        if copied:
+            self.visible.pop()
+        self.visible.remove(shown)
 
-    def with_clause(self, elements: list[dict[str, Any]], ctes: frozenset[str]) -> frozenset[str]:
-        """Walk a WITH clause; return the CTE names visible after it. A CTE is visible after its definition. The
+    def inherited_names(self, inherited: list[dict[str, Any]]) -> frozenset[str]:
+        """The CTE names of a clause the engine copied whole into later SELECTs (one list shared by all of
+        them, see union_with.py): worked out once, not once per SELECT."""
+        if (names := self.inherited.get(id(inherited))) is None:
+            self.budget.spend(len(inherited))
+            names = self.inherited[id(inherited)] = frozenset(
+                str(element.get("name", "")) for element in inherited if is_cte(element)
+            )
+        return names
+
+    def with_clause(self, elements: list[dict[str, Any]]) -> list[str]:
+        """Walk a WITH clause; return the CTE names it made visible. A CTE is visible after its definition. The
         engine also resolves a name to a CTE defined LATER in the same clause, and then resolves, inside that
         CTE's definition, the names of the CTEs it is expanding as tables: that chain is refused here rather
         than followed (define each CTE before the ones that use it)."""
         names = [str(element.get("name", "")) for element in elements if is_cte(element)]
-        outer_later = self.later
+        self.later.add(names)
         for element in elements:
-            if is_cte(element):
-                names.pop(0)
-            self.later = outer_later | frozenset(names)
-            try:
-                self.node(element, ctes, parent_key="with")
-            finally:
-                self.later = outer_later
-            if is_cte(element):
-                ctes = ctes | {str(element.get("name", ""))}
-        return ctes
+            name = str(element.get("name", "")) if is_cte(element) else None
+            if name is not None:
+                self.later.remove((name,))
+            self.node(element, parent_key="with")
+            if name is not None:
+                self.visible.add((name,))
+        return names
 
-    def function(self, node: dict[str, Any], ctes: frozenset[str], *, in_table_position: bool) -> None:
+    def function(self, node: dict[str, Any], *, in_table_position: bool) -> None:
         name = str(node.get("name", ""))
         if in_table_position:
             try:
@@ -309,21 +331,46 @@ class _Walk:
             arguments = node.get("arguments", {}).get("children", [])
             if len(arguments) == 2 and isinstance(arguments[1], dict) and arguments[1].get("type") == "Identifier":
                 parts = arguments[1].get("name_parts") or [arguments[1].get("name", "")]
-                self.table(parts, ctes)
+                self.table(parts, True)
                 self.aliased_tables(".".join(str(part) for part in parts))
+
+    def applied(self, name: str) -> None:
+        """`* APPLY(f)` calls f on each column, so f's arguments are columns: a function whose argument rules
+        need a literal there (a type's name, an aggregate function's name) cannot be applied."""
+        self.function_name(name)
+        if name.lower() in NAMES_A_FUNCTION:
+            raise QueryRefused(
+                f"{name}() cannot be used in APPLY: it reads its first argument as an aggregate function's name, "
+                f"which must be written in quotes; call {name}('name', ...) in the SELECT list instead."
+            )
+        if name.lower() in TYPE_ARGUMENT:
+            raise QueryRefused(
+                f"{name}() cannot be used in APPLY: it reads an argument as a type, which must be written as a "
+                f"literal string; call {name}(...) with the type in quotes in the SELECT list instead."
+            )
 
     def aliased_tables(self, name: str) -> None:
         """`x IN a`, where `a` is an alias of an identifier (`WITH planes AS a`, `planes AS a` anywhere): the
         engine reads the table the aliased identifier names, even where `a` is also a table's name. Every
         identifier so aliased, through chains of aliases, is checked as a table (CTEs not counted: the engine
-        resolves it away from where the alias was written)."""
-        seen, pending = {name}, [name]
+        resolves it away from where the alias was written). Once per alias: after that only what can change
+        along the walk is checked again (a one-part name must not be a CTE still to be defined)."""
+        if (targets := self.alias_targets.get(name)) is not None:
+            for target in targets:
+                self.budget.spend()
+                if target in self.later:
+                    self.table([target], False)
+            return
+        targets, seen, pending = [], {name}, [name]
         while pending:
-            for parts in self.aliased.get(pending.pop(), []):
-                self.table(parts, frozenset())
+            for parts in self.aliased.get(pending.pop(), ()):
+                self.table(list(parts), False)
                 if (target := ".".join(parts)) not in seen:
                     seen.add(target)
                     pending.append(target)
+                    if len(parts) == 1:
+                        targets.append(target)
+        self.alias_targets[name] = targets
 
     def function_named_by_string(self, name: str, arguments: list[Any]) -> None:
         """arrayReduce('sumIf', ...): the engine resolves the string as an aggregate function, so the
@@ -365,7 +412,9 @@ class _Walk:
             "differ from other SQL dialects (toDate, toStartOfMonth, dateDiff, countIf, uniqExact, quantile(0.5)(x))."
         )
 
-    def table(self, parts: list[Any], ctes: frozenset[str]) -> None:
+    def table(self, parts: list[Any], see_ctes: bool) -> None:
+        """Check a table name; `see_ctes`: whether a CTE visible here may be what it names."""
+        self.budget.spend()
         names = [str(part) for part in parts]
         resolved = self.scope.resolve(names)
         if resolved is None:
@@ -375,12 +424,13 @@ class _Walk:
             raise QueryRefused(
                 f"{table} is used before the CTE of that name is defined; define each CTE before the ones that use it."
             )
-        if len(names) == 1 and table in ctes and not _excluded(self.scope, database, table):
+        a_cte = see_ctes and len(names) == 1 and table in self.visible
+        if a_cte and not _excluded(self.scope, database, table):
             return
         readable = f"{database}.{table}" in self.tables or f"{database}.{table}" in ALWAYS_READABLE
         if (
             len(names) == 1
-            and table not in ctes
+            and not a_cte
             and table in self.defined
             and not (readable and self.scope.allows(database, table))
         ):
@@ -478,14 +528,15 @@ def _all_nodes(ast: dict[str, Any]) -> Iterator[dict[str, Any]]:
             stack.extend(value for value in item.values() if isinstance(value, dict | list))
 
 
-def identifier_aliases(ast: dict[str, Any]) -> dict[str, list[list[str]]]:
-    """Every alias of an identifier in the statement (`planes AS a`, `WITH planes AS a`): alias -> name parts."""
-    aliases: dict[str, list[list[str]]] = {}
+def identifier_aliases(ast: dict[str, Any]) -> dict[str, list[tuple[str, ...]]]:
+    """Every alias of an identifier in the statement (`planes AS a`, `WITH planes AS a`): alias -> the name
+    parts of each identifier it aliases, each once however often it is written."""
+    aliases: dict[str, dict[tuple[str, ...], None]] = {}
     for item in _all_nodes(ast):
         if item.get("type") == "Identifier" and isinstance(item.get("alias"), str):
             parts = item.get("name_parts") or [item.get("name", "")]
-            aliases.setdefault(item["alias"], []).append([str(part) for part in parts])
-    return aliases
+            aliases.setdefault(item["alias"], {})[tuple(str(part) for part in parts)] = None
+    return {alias: list(targets) for alias, targets in aliases.items()}
 
 
 def _excluded(scope: Scope, database: str, table: str) -> bool:

@@ -15,6 +15,7 @@ tests/agent/db/test_cte_scope.py runs each shape through the engine and the chec
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,16 +30,18 @@ class Added:
     scalars: list[Node] = field(default_factory=list)  # the first SELECT's scalar aliases, after its own
 
 
-def propagate(union: Node, added: dict[int, Added]) -> None:
+def propagate(union: Node, added: dict[int, Added], spend: Callable[[int], None]) -> None:
     """Record, in `added` (keyed by the id of each SELECT's node), what the engine copies into the later
-    SELECTs of `union`. Call it for outer unions before the unions nested in them, as the engine does."""
+    SELECTs of `union`. Call it for outer unions before the unions nested in them, as the engine does.
+    `spend(n)` is told the work done (nested unions and long clauses multiply it), and may stop it."""
     selects = _children(union.get("list_of_selects"))
     if len(selects) < 2 or selects[0].get("type") != "SelectQuery":
         return
     first = current_with(selects[0], added)
+    spend(len(first) + 1)
     if first:
         for later in selects[1:]:
-            _apply(later, first, added)
+            _apply(later, first, added, spend)
 
 
 def current_with(select: Node, added: dict[int, Added]) -> list[Node]:
@@ -51,21 +54,23 @@ def is_cte(element: Node) -> bool:
     return element.get("type") == "WithElement"
 
 
-def _apply(node: Node, first: list[Node], added: dict[int, Added]) -> None:
+def _apply(node: Node, first: list[Node], added: dict[int, Added], spend: Callable[[int], None]) -> None:
+    spend(1)
     kind = node.get("type")
     if kind == "SelectWithUnionQuery":
         for select in _children(node.get("list_of_selects")):
-            _apply(select, first, added)
+            _apply(select, first, added, spend)
     elif kind == "SelectIntersectExceptQuery":
         for select in node.get("children", []):
             if isinstance(select, dict):
-                _apply(select, first, added)
+                _apply(select, first, added, spend)
     elif kind == "SelectQuery":
         current = current_with(node, added)
         extra = added.setdefault(id(node), Added())
         if not current:
-            extra.inherited = list(first)
+            extra.inherited = first  # shared, never changed: a copy per SELECT would cost clause x SELECTs
             return
+        spend(len(current) + len(first))
         named = {element.get("alias") for element in current if not is_cte(element)}
         extra.scalars += [e for e in first if not is_cte(e) and e.get("alias") not in named]
 

@@ -118,7 +118,8 @@ async def test_a_failing_store_still_tells_on_done_once(
         async def save_turn(self, *args, **kwargs) -> None:
             raise sqlite3.OperationalError("disk I/O error")
 
-    store = BrokenStore(tmp_path / "broken.sqlite3")
+    state = ChatState(tmp_path / "broken.sqlite3")
+    store = BrokenStore(state.file)
     fake_anthropic.script(Reply(text="Hello."))
     told: list[RunResult] = []
 
@@ -128,7 +129,7 @@ async def test_a_failing_store_still_tells_on_done_once(
     runs = RunRegistry(make_app().runner, store)
     handle = runs.start("c", "hi", [], platform="web", interface="web", followups=False, on_done=on_done)
     [event async for event in runs.follow(handle)]
-    store.close()
+    state.close()
     assert len(told) == 1 and told[0].answer == "Hello." and told[0].receipt is not None
 
 

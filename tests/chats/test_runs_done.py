@@ -24,6 +24,7 @@ from agent.runner import (
 )
 from chats.conversations import ConversationStore
 from chats.runs import RunEvent, RunRegistry
+from chats.state import ChatState
 from tests.fakes.anthropic_api import FakeAnthropic, Reply
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -66,9 +67,9 @@ class ScriptedRunner:
 
 @pytest.fixture
 def store(tmp_path: Path):
-    store = ConversationStore(tmp_path / "c.sqlite3")
-    yield store
-    store.close()
+    state = ChatState(tmp_path / "c.sqlite3")
+    yield state.conversations
+    state.close()
 
 
 async def _run(store: ConversationStore, runner: ScriptedRunner, *, cancel: bool = False) -> list[RunEvent]:
@@ -132,11 +133,11 @@ async def test_a_store_that_fails_still_ends_with_one_done(tmp_path: Path) -> No
         async def save_turn(self, *args: Any, **kwargs: Any) -> None:
             raise OSError("disk I/O error")
 
-    store = BrokenStore(tmp_path / "broken.sqlite3")
+    state = ChatState(tmp_path / "broken.sqlite3")
     try:
-        names = [event.name for event in await _run(store, ScriptedRunner())]
+        names = [event.name for event in await _run(BrokenStore(state.file), ScriptedRunner())]
     finally:
-        store.close()
+        state.close()
     assert names[-2:] == ["error", "done"] and names.count("done") == 1
 
 

@@ -27,6 +27,7 @@ TABLES = {
     "live_events",
     "pace_takes",
     "budget_spend",
+    "budget_reserved",
     "thread_turns",
 }
 

@@ -16,8 +16,8 @@ import pytest
 from starlette.requests import Request
 
 from agent.app import AgentApp
-from chats.conversations import ConversationStore
 from chats.rate_limits import LocalRateLimit
+from chats.state import ChatState
 from tests.fakes.anthropic_api import FakeAnthropic, Reply
 from tests.web_helpers import WebApps, chat
 from web.app import create_app
@@ -82,8 +82,8 @@ async def test_thumbs_budget_is_per_address_so_one_ipv6_client_has_no_limit(
     client_key), so a client on IPv6, which holds a /64 (2^64 addresses) from any ISP or cloud, takes a new
     budget with each address. The same key counts questions and downloads. Served on `::` (the address the
     server refuses without AGENT_WEB_ALLOWED_HOSTS, so meant for exactly this) it is no limit at all."""
-    store = ConversationStore(tmp_path / "conversations.sqlite3")
-    app = create_app(make_app(agent_web_thumbs_per_minute=3), store)
+    state = ChatState(tmp_path / "state.sqlite3")
+    app = create_app(make_app(agent_web_thumbs_per_minute=3), state)
     async with httpx.AsyncClient(
         transport=httpx.ASGITransport(app=app, client=("2001:db8:0:2::1", 50000)), base_url="http://localhost"
     ) as one:  # the budget works for one address: the fourth thumb within the minute is refused
@@ -95,7 +95,7 @@ async def test_thumbs_budget_is_per_address_so_one_ipv6_client_has_no_limit(
         async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as client:
             response = await client.post(f"/api/runs/{'0' * 32}/feedback", json={"value": "up"})
             answers.append(response.status_code)
-    store.close()
+    state.close()
     assert 429 in answers, f"8 thumbs from one /64 against a budget of 3 a minute: {answers}"
 
 

@@ -8,7 +8,6 @@ from pathlib import Path
 from agent.db import Database
 from agent.knowledge import load_directory
 from agent.runner import RunResult
-from chats.proposals import ProposalStore
 from process.review import Reviewer, review
 from tests.fakes import slack_events as events
 from tests.fakes.slack_api import GENERAL_ID, FakeSlack
@@ -96,5 +95,5 @@ async def test_a_slack_thumb_naming_a_web_run_thumbs_nothing(start_bot, fake_sla
     await bot.click(click)
     await bot.idle()
     [web_turn] = (await store.get_conversation(conversation))["turns"]  # type: ignore[index]
-    assert web_turn["feedback"] is None and await ProposalStore(store.path).pending() == []
+    assert web_turn["feedback"] is None and await bot.service.state.proposals.pending() == []
     assert slack_run != web_run and await store.record_feedback(slack_run, "up", interface="slack")

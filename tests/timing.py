@@ -9,6 +9,8 @@ longer (linear), not `factor` squared.
 
 from __future__ import annotations
 
+import asyncio
+import threading
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -53,3 +55,39 @@ async def fastest_wall_s(work: Callable[[], Awaitable[Any]], *, tries: int = TRI
         await work()
         best = min(best, time.perf_counter() - started)
     return best
+
+
+class LoopSteps:
+    """The CPU time of each step the event loop runs (one callback: a task's step between two awaits), on
+    the loop's own thread: a step that holds the loop for long does so on any machine, while a busy machine
+    only delays steps, which adds nothing to their CPU time.
+
+        with LoopSteps() as steps:
+            await work()
+        steps.longest, steps.total
+    """
+
+    def __init__(self) -> None:
+        self.longest = 0.0
+        self.total = 0.0
+        self._original = asyncio.events.Handle._run
+        self._thread = threading.get_ident()
+
+    def __enter__(self) -> LoopSteps:
+        steps, original, thread = self, self._original, self._thread
+
+        def timed(handle: asyncio.events.Handle) -> None:
+            if threading.get_ident() != thread:
+                return original(handle)
+            started = time.thread_time()
+            try:
+                return original(handle)
+            finally:
+                spent = time.thread_time() - started
+                steps.longest, steps.total = max(steps.longest, spent), steps.total + spent
+
+        asyncio.events.Handle._run = timed  # type: ignore[method-assign]
+        return self
+
+    def __exit__(self, *_: Any) -> None:
+        asyncio.events.Handle._run = self._original  # type: ignore[method-assign]

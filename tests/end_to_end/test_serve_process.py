@@ -166,6 +166,15 @@ def _kept_alive_against_new_connections(url: str) -> float:
     return _fastest_round_trip_s(url, kept_alive=True) / _fastest_round_trip_s(url, kept_alive=False)
 
 
+async def _model_asked(model: FakeAnthropic, before: int) -> None:
+    """Until the model has been asked once more than `before`: the run is past the server's door."""
+    for _ in range(1200):
+        if len(model.requests) > before:
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError("the model was never asked")
+
+
 def _stored_outcomes(data_dir: Path) -> list[str]:
     with sqlite3.connect(data_dir / "conversations.sqlite3") as conn:
         return [row[0] for row in conn.execute("SELECT outcome FROM turns ORDER BY created_at")]
@@ -182,8 +191,9 @@ async def test_sigterm_lets_the_running_answer_finish_stores_it_and_exits_0(
     served = Served(tmp_path, env)
     try:
         await served.ready()
+        asked = len(slow_model.requests)
         answering = asyncio.create_task(_chat(served.url, "How many airlines are there?"))
-        await asyncio.sleep(MODEL_LATENCY_S / 2)  # the first model call is under way
+        await _model_asked(slow_model, asked)  # the first model call is under way (it takes MODEL_LATENCY_S)
         stopped_at = time.monotonic()
         served.terminate()
         await asyncio.sleep(0.3)
@@ -214,8 +224,9 @@ async def test_sigterm_cancels_what_outlasts_the_grace_stores_it_and_exits_0(
     served = Served(tmp_path, env)
     try:
         await served.ready()
+        asked = len(slow_model.requests)
         answering = asyncio.create_task(_chat(served.url, "How many airlines are there?"))
-        await asyncio.sleep(0.5)
+        await _model_asked(slow_model, asked)  # the answer's first model call is under way
         served.terminate()
         events = await answering
     finally:

@@ -21,7 +21,7 @@ demo: install
 	$(BIN)/agent web
 
 test: install
-	$(BIN)/python -m pytest -q -rs
+	$(BIN)/python -m pytest -q -rfEs
 
 lint: install
 	$(BIN)/ruff check .

@@ -11,6 +11,7 @@ from benchmarks import (
     bench_pipeline,
     bench_render,
     bench_slack,
+    bench_text,
     bench_truncation,
     bench_web,
     bench_workers,
@@ -18,6 +19,7 @@ from benchmarks import (
 
 if __name__ == "__main__":
     bench_truncation.report(bench_truncation.run())
+    bench_text.report(bench_text.run())
     bench_render.report(bench_render.run())
     bench_llm.report(bench_llm.run())
     bench_fallback.report(bench_fallback.run())

@@ -4,8 +4,9 @@ signed HTTP requests, against the fake Slack Web API and the fake model."""
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,7 @@ from process.service import Service
 from tests.fakes import slack_events as events
 from tests.fakes.anthropic_api import Reply
 from tests.fakes.slack_api import GENERAL_ID, FakeSlack
+from tests.fakes.slack_limits import SENT_AT_HEADER
 from tests.web_helpers import LiveServer
 
 FAST = {"slack_progress_interval_s": 0.02}
@@ -34,6 +36,41 @@ def slack_settings(fake: FakeSlack, **overrides: Any) -> dict[str, Any]:
 
 def sql_call(question: str, sql: str) -> tuple[str, dict[str, Any]]:
     return ("execute_sql", {"queries": [{"question": question, "sql": sql}]})
+
+
+class _SentAt(Mapping[str, str]):
+    """A client's headers and the moment of each call: the SDK copies them as it makes the call."""
+
+    def __init__(self, headers: Mapping[str, str]) -> None:
+        self._headers = dict(headers)
+
+    def __getitem__(self, key: str) -> str:
+        return repr(time.monotonic()) if key == SENT_AT_HEADER else self._headers[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter([*self._headers, SENT_AT_HEADER])
+
+    def __len__(self) -> int:
+        return len(self._headers) + 1
+
+
+def stamp_sends(client: Any) -> None:
+    """Every call `client` (an AsyncWebClient) makes tells the fake when it was made, so the fake counts Slack's
+    tiers by the moment the bot sent it, as the bot's budget does (tests/fakes/slack_limits.py says why)."""
+    client.headers = _SentAt(client.headers)
+
+
+def held_first(script: list[Any]) -> tuple[threading.Event, list[Any]]:
+    """The script, with its first model reply held back until the event is set: what happens before it is
+    set happened before the model answered, however busy the machine."""
+    gate = threading.Event()
+    first = script[0]
+
+    def held(body: dict[str, Any]) -> Any:
+        gate.wait(30)
+        return first
+
+    return gate, [held, *script[1:]]
 
 
 def carriers_script(answer: str = "UA flew the most flights: 58,665 [Q1].") -> list[Any]:
@@ -136,7 +173,7 @@ def sample(metrics: Any, name: str, **labels: str) -> float:
     return float(value or 0)
 
 
-async def wait_for(check: Callable[[], bool], timeout: float = 5.0) -> None:
+async def wait_for(check: Callable[[], bool], timeout: float = 30.0) -> None:
     deadline = time.monotonic() + timeout
     while not check():
         if time.monotonic() > deadline:

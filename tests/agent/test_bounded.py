@@ -13,6 +13,7 @@ import contextlib
 import csv
 import io
 import json
+import os
 import socket
 import time
 import tracemalloc
@@ -31,9 +32,14 @@ from agent.runner import Outcome
 from bots.slack.chart_images import ChartRenderError, render_png
 from chats.run_view import QueryView
 from chats.state import ChatState
-from tests.conftest import HEAVY, Recorder
+from tests.conftest import HEAVY, Recorder, until_running
 from tests.fakes.anthropic_api import FakeAnthropic, Reply
+from tests.timing import fastest_wall_s
 from tests.web_helpers import WebApps, chat
+
+# As fast as a plain error (the fastest of three tries of each, so a busy machine slows both alike): the
+# freeze of the finding took 17.5 s, a thousand times a plain error.
+AS_FAST = 20
 
 # Two columns named by a tuple's element names: 300,000 characters each, from 170 characters of SQL.
 # Types must be literal strings (the check refuses a computed one), so what a statement can name is bounded
@@ -75,10 +81,12 @@ def peak_bytes(work: Callable[[], Any]) -> Any:
 # --- 1. error text is cleaned in linear time ---
 
 
-async def test_a_whitespace_heavy_error_is_cleaned_at_once(engine_db: Database) -> None:
-    started = time.perf_counter()
+async def test_a_whitespace_heavy_error_is_cleaned_as_fast_as_a_plain_one(engine_db: Database) -> None:
     result = await engine_db.execute(WHITESPACE_ERROR)
-    assert result.error_code == 395 and time.perf_counter() - started < 2
+    assert result.error_code == 395
+    plain = await fastest_wall_s(lambda: engine_db.execute("SELECT throwIf(1, 'plain')"))
+    took = await fastest_wall_s(lambda: engine_db.execute(WHITESPACE_ERROR))
+    assert took < AS_FAST * plain, f"{took:.3f} s against {plain:.3f} s for a plain error"
 
 
 # --- 2. column names and types are cut where they enter ---
@@ -187,15 +195,28 @@ def _spec_with_labels(count: int, length: int) -> dict[str, Any]:
 
 
 async def test_a_chart_image_renders_in_its_own_process_without_holding_the_loop() -> None:
+    started = time.perf_counter()
     png, lag = await worst_lag_during(render_png(_spec_with_labels(3, 5_000), timeout_s=60))
-    assert png.startswith(b"\x89PNG") and lag < 0.2
+    took = time.perf_counter() - started
+    # Rendered on the loop, the loop would be held about as long as the render took.
+    assert png.startswith(b"\x89PNG") and lag < took / 3, f"the loop was held {lag:.3f} s of {took:.3f} s"
+
+
+def _renderers() -> list[int]:
+    """This process's children that render chart images (not another test session's on the same machine)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        with contextlib.suppress(OSError):
+            parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1]) if entry.name.isdigit() else 0
+            if parent == os.getpid() and b"bots.slack.chart_images" in (entry / "cmdline").read_bytes():
+                found.append(int(entry.name))
+    return found
 
 
 async def test_a_chart_image_past_its_time_limit_is_killed() -> None:
-    started = time.perf_counter()
     with pytest.raises(ChartRenderError, match=r"longer than 0\.5 s"):
         await render_png(_spec_with_labels(200, 30_000), timeout_s=0.5)
-    assert time.perf_counter() - started < 3
+    assert _renderers() == [], "the renderer is killed, not left to finish"
 
 
 async def test_chart_images_render_two_at_a_time_each_within_a_memory_limit() -> None:
@@ -203,12 +224,10 @@ async def test_chart_images_render_two_at_a_time_each_within_a_memory_limit() ->
     limits: set[str] = set()
 
     def renderers() -> set[int]:
-        found = set()
-        for entry in Path("/proc").iterdir():
+        found = set(_renderers())
+        for pid in found:
             with contextlib.suppress(OSError):
-                if entry.name.isdigit() and b"bots.slack.chart_images" in (entry / "cmdline").read_bytes():
-                    found.add(int(entry.name))
-                    limits.update(line for line in (entry / "limits").read_text().splitlines() if "data" in line)
+                limits.update(line for line in Path(f"/proc/{pid}/limits").read_text().splitlines() if "data" in line)
         return found
 
     async def watch() -> None:
@@ -313,8 +332,12 @@ async def test_one_client_runs_a_bounded_number_of_downloads_at_once(web, fake_a
         try:
             refused = await client.get(f"/api/queries/{small}.csv")
             assert refused.status_code == 429 and "downloads of yours are still running" in refused.json()["error"]
-            await asyncio.wait_for(asyncio.gather(*(_until_closed(sock) for sock in stalled)), 60)
-            assert (await client.get(f"/api/queries/{small}.csv")).status_code == 200  # their places are back
+            # Their places come back once the server gives up on them (8 s without progress). Reading them
+            # before that would be progress: they would run to their end, 200 MB later.
+            while (again := await client.get(f"/api/queries/{small}.csv")).status_code == 429:
+                await asyncio.sleep(0.5)
+            assert again.status_code == 200
+            await asyncio.wait_for(asyncio.gather(*(_until_closed(sock) for sock in stalled)), 120)
         finally:
             for sock in stalled:
                 sock.close()
@@ -348,9 +371,11 @@ async def test_a_download_that_fails_at_once_is_a_clear_error(
     url, _ = await web(database=server_db if engine == "server" else None)
     async with httpx.AsyncClient(base_url=url, timeout=60) as client:
         key = await _stored_query(client, fake_anthropic, WHITESPACE_ERROR)
-        started = time.perf_counter()
+        plain_key = await _stored_query(client, fake_anthropic, "SELECT throwIf(1, 'plain')")
         response = await client.get(f"/api/queries/{key}.csv")
-    assert time.perf_counter() - started < 2
+        plain = await fastest_wall_s(lambda: client.get(f"/api/queries/{plain_key}.csv"))
+        took = await fastest_wall_s(lambda: client.get(f"/api/queries/{key}.csv"))
+    assert took < AS_FAST * plain, f"{took:.3f} s against {plain:.3f} s for a plain error"
     assert response.status_code == 422 and response.headers["cache-control"] == "no-store"
     message = response.json()["error"]
     assert "Code: 395" in message and "APPLY" not in message and len(message) < 2_100
@@ -362,11 +387,11 @@ async def test_a_download_that_fails_at_once_is_a_clear_error(
 async def test_a_question_with_many_heavy_queries_leaves_room_for_another(engine_db: Database) -> None:
     heavy = [asyncio.create_task(engine_db.execute(HEAVY, owner="greedy")) for _ in range(8)]
     try:
-        await asyncio.sleep(0.5)
-        started = time.perf_counter()
+        await until_running(engine_db)
         trivial = await engine_db.execute("SELECT count() FROM nycflights13.airlines", owner="someone else")
-        waited = time.perf_counter() - started
-        assert trivial.rows == [["16"]] and waited < 2.0, waited
+        # It did not wait for a heavy one to end: each runs for seconds of a core, it for milliseconds.
+        ended = [t.result().rows for t in heavy if t.done() and not t.exception() and t.result().ok]
+        assert trivial.rows == [["16"]] and ended == []
         assert engine_db.share.in_use <= engine_db.share.total
     finally:
         for task in heavy:

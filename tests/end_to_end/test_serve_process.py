@@ -11,7 +11,6 @@ import os
 import signal
 import socket
 import sqlite3
-import statistics
 import subprocess
 import sys
 import time
@@ -28,6 +27,7 @@ from tests.fakes.sse_client import sse_events
 
 ROOT = Path(__file__).resolve().parents[2]
 MODEL_LATENCY_S = 1.0  # each model call: long enough for a signal to land mid-answer
+GRACE_S = 60  # what a stop gives a running answer: the answer, a few seconds, must not wait it out
 
 
 def model(body: dict[str, Any]) -> Reply:
@@ -138,9 +138,8 @@ async def _chat(url: str, question: str) -> list[Any]:
         return [event async for event in sse_events(response)]
 
 
-def _keep_alive_round_trip_ms(url: str, requests: int = 10) -> float:
-    """The median time of /healthz asked again and again on one kept-alive connection. A server socket
-    without TCP_NODELAY holds each response's body behind the client's delayed ACK: 40 ms or more."""
+def _fastest_round_trip_s(url: str, *, kept_alive: bool, requests: int = 10) -> float:
+    """The fastest of `requests` asks of /healthz, on one kept-alive connection or each on a new one."""
     host, port = url.removeprefix("http://").split(":")
     connection = http.client.HTTPConnection(host, int(port), timeout=10)
     timings = []
@@ -151,10 +150,29 @@ def _keep_alive_round_trip_ms(url: str, requests: int = 10) -> float:
             response = connection.getresponse()
             response.read()
             assert response.status == 200
-            timings.append((time.perf_counter() - started) * 1000)
+            timings.append(time.perf_counter() - started)
+            if not kept_alive:
+                connection.close()
     finally:
         connection.close()
-    return statistics.median(timings)
+    return min(timings)
+
+
+def _kept_alive_against_new_connections(url: str) -> float:
+    """How many times longer /healthz takes on a kept-alive connection than on a new one (the fastest of ten
+    each, so a busy machine hardly counts). A server socket without TCP_NODELAY holds each response's body
+    behind the client's delayed ACK: 40 ms or more every time, where a new connection takes a millisecond
+    (the kernel acknowledges a new connection's first segments at once)."""
+    return _fastest_round_trip_s(url, kept_alive=True) / _fastest_round_trip_s(url, kept_alive=False)
+
+
+async def _model_asked(model: FakeAnthropic, before: int) -> None:
+    """Until the model has been asked once more than `before`: the run is past the server's door."""
+    for _ in range(1200):
+        if len(model.requests) > before:
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError("the model was never asked")
 
 
 def _stored_outcomes(data_dir: Path) -> list[str]:
@@ -168,13 +186,14 @@ async def test_sigterm_lets_the_running_answer_finish_stores_it_and_exits_0(
     env = {
         "ANTHROPIC_BASE_URL": slow_model.base_url,
         "CLICKHOUSE_URL": f"chdb://{engine_data}",
-        "AGENT_SHUTDOWN_GRACE_S": "30",
+        "AGENT_SHUTDOWN_GRACE_S": str(GRACE_S),
     }
     served = Served(tmp_path, env)
     try:
         await served.ready()
+        asked = len(slow_model.requests)
         answering = asyncio.create_task(_chat(served.url, "How many airlines are there?"))
-        await asyncio.sleep(MODEL_LATENCY_S / 2)  # the first model call is under way
+        await _model_asked(slow_model, asked)  # the first model call is under way (it takes MODEL_LATENCY_S)
         stopped_at = time.monotonic()
         served.terminate()
         await asyncio.sleep(0.3)
@@ -188,9 +207,9 @@ async def test_sigterm_lets_the_running_answer_finish_stores_it_and_exits_0(
     assert events[-1].event == "done" and events[-1].data["result"]["outcome"] == "answered", report
     assert "answer" in [e.event for e in events]
     assert _stored_outcomes(tmp_path / "app") == ["answered"]
-    assert took_s < 15, "it waited for the answer, not for the whole grace period"
+    assert took_s < GRACE_S / 2, "it waited for the answer, not for the whole grace period"
     said = [line["message"] for line in served.log_lines()]
-    draining = "shutting down: 1 answer(s) running get up to 30 s to finish; new questions are refused"
+    draining = f"shutting down: 1 answer(s) running get up to {GRACE_S} s to finish; new questions are refused"
     assert draining in said and said.index(draining) < said.index("run answered"), report
 
 
@@ -205,8 +224,9 @@ async def test_sigterm_cancels_what_outlasts_the_grace_stores_it_and_exits_0(
     served = Served(tmp_path, env)
     try:
         await served.ready()
+        asked = len(slow_model.requests)
         answering = asyncio.create_task(_chat(served.url, "How many airlines are there?"))
-        await asyncio.sleep(0.5)
+        await _model_asked(slow_model, asked)  # the answer's first model call is under way
         served.terminate()
         events = await answering
     finally:
@@ -282,7 +302,7 @@ async def test_the_embedded_engine_serves_one_process_and_says_so(
     served = Served(tmp_path, env, "--workers", "3")
     try:
         await served.ready()
-        keep_alive_ms = await asyncio.to_thread(_keep_alive_round_trip_ms, served.url)
+        kept_alive = await asyncio.to_thread(_kept_alive_against_new_connections, served.url)
     finally:
         report = served.finish()
     assert served.process.returncode == 0, report
@@ -290,7 +310,7 @@ async def test_the_embedded_engine_serves_one_process_and_says_so(
         "Serving one process, not 3: the embedded engine allows one process per data directory."
     ), report
     assert any(message.startswith("Serving the chat on http://127.0.0.1:") for message in served.said())
-    assert keep_alive_ms < 20, f"a kept-alive request took {keep_alive_ms:.0f} ms: is TCP_NODELAY set?"
+    assert kept_alive < 5, f"a kept-alive request took {kept_alive:.0f}x a new connection's: is TCP_NODELAY set?"
 
 
 async def test_a_sigint_to_the_supervisor_alone_stops_every_worker(
@@ -301,7 +321,7 @@ async def test_a_sigint_to_the_supervisor_alone_stops_every_worker(
     served = Served(tmp_path, env, "--workers", "2")
     try:
         await served.ready()
-        keep_alive_ms = await asyncio.to_thread(_keep_alive_round_trip_ms, served.url)
+        kept_alive = await asyncio.to_thread(_kept_alive_against_new_connections, served.url)
         served.process.send_signal(signal.SIGINT)
         served.process.wait(30)
     finally:
@@ -310,4 +330,4 @@ async def test_a_sigint_to_the_supervisor_alone_stops_every_worker(
     assert served.stderr.splitlines()[-1] == "interrupted", report
     with socket.socket() as probe:
         assert probe.connect_ex(("127.0.0.1", served.port)) != 0, "no worker is left serving the port"
-    assert keep_alive_ms < 20, f"a kept-alive request to a worker took {keep_alive_ms:.0f} ms: is TCP_NODELAY set?"
+    assert kept_alive < 5, f"a kept-alive request to a worker took {kept_alive:.0f}x a new connection's: TCP_NODELAY?"

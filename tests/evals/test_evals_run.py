@@ -50,12 +50,17 @@ class ByQuestion:
 
     def __init__(self, plays: dict[str, list[Any]], judge: Any = None) -> None:
         self.plays, self.judge = plays, judge
+        self.unscripted: list[str] = []  # rounds the run asked for that no play answers
 
     def __call__(self, body: dict[str, Any]) -> Any:
         if is_judge_request(body):
             return self.judge(body) if callable(self.judge) else Reply(text='{"verdict": "pass", "reason": "ok"}')
         question, after = locate(body, self.plays)
         round_number = sum(1 for m in after if m["role"] == "assistant")
+        if round_number >= len(self.plays[question]):
+            # Refused at once (a 400 is not retried): a missing reply must not cost the test the run's retries.
+            self.unscripted.append(f"{question} round {round_number + 1}")
+            return Failure(400, "invalid_request_error", f"fake: no reply for round {round_number + 1} of {question}")
         return self.plays[question][round_number]
 
 
@@ -135,6 +140,7 @@ PLAYS: dict[str, list[Any]] = {
     "How many airports are there?": [
         Reply(tool_calls=[sql(("Airports", AIRLINES))]),
         Reply(text="There are 1,458 airports [Q1]."),
+        Reply(text="There are 1,458 airports [Q1]."),  # the figure check's correction round: it stands by it
     ],
     "How many flights were there?": [
         Reply(tool_calls=[sql(("Flights", FLIGHTS))]),
@@ -169,11 +175,13 @@ PLAYS: dict[str, list[Any]] = {
 def test_each_kind_of_check_passes_when_right_and_fails_when_wrong(
     eval_env: FakeAnthropic, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    eval_env.always(ByQuestion(PLAYS))
+    model = ByQuestion(PLAYS)
+    eval_env.always(model)
     suite, out = write_suite(tmp_path / "suite.yaml", CASES), tmp_path / "run"
     code = main(
         ["evals", "run", "--suite", str(suite), "--concurrency", "4", "--out", str(out), "--min-pass-rate", "0.5"]
     )
+    assert model.unscripted == [], "every model call the runs made is answered by the script"
     assert code == 1  # 4 of 11 passed: the run completed, and missed --min-pass-rate
     captured = capsys.readouterr()
     assert "pass rate 36.4% (4/11)" in captured.out and "below --min-pass-rate 0.5" in captured.err
@@ -290,16 +298,20 @@ def test_repeat_reports_flaky_cases(eval_env: FakeAnthropic, tmp_path: Path) -> 
         with lock:
             return Reply(text=next(answers))
 
-    plays = {"How many airlines are there?": [Reply(tool_calls=[sql(("n", AIRLINES))]), answer]}
+    stands_by_it = Reply(text="There are 61 airlines [Q1].")  # attempt 2's correction round: the figure stays wrong
+    plays = {"How many airlines are there?": [Reply(tool_calls=[sql(("n", AIRLINES))]), answer, stands_by_it]}
+
+    by_question = ByQuestion(plays)
 
     def model(body: dict[str, Any]) -> Any:
-        reply = ByQuestion(plays)(body)
+        reply = by_question(body)
         return reply(body) if callable(reply) else reply
 
     eval_env.always(model)
     out = tmp_path / "run"
     suite = write_suite(tmp_path / "s.yaml", [CASES[0]])
     assert main(["evals", "run", "--suite", str(suite), "--repeat", "3", "--concurrency", "1", "--out", str(out)]) == 0
+    assert by_question.unscripted == [], "every model call the runs made is answered by the script"
     record = json.loads((out / "results.json").read_text())
     assert [(c["attempt"], c["passed"]) for c in record["cases"]] == [(1, True), (2, False), (3, True)]
     report = (out / "report.md").read_text()

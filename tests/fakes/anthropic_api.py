@@ -382,7 +382,10 @@ class _Handler(BaseHTTPRequestHandler):
             return self._error(400, "invalid_request_error", str(exc))
         reply = self.fake._next(body)
         if callable(reply) and not isinstance(reply, Reply | Failure | MidStreamFailure | CutOff | Hang):
-            reply = reply(body)
+            try:
+                reply = reply(body)
+            except Exception as exc:  # a script with no reply for this call: refused at once, never retried
+                return self._error(400, "invalid_request_error", f"fake: the scripted reply failed: {exc!r}")
         if self.fake.latency_s:
             time.sleep(self.fake.latency_s)
         if isinstance(reply, Failure):

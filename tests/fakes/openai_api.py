@@ -400,7 +400,10 @@ class _Handler(BaseHTTPRequestHandler):
             )
         reply = self.fake._next(body)
         if callable(reply) and not isinstance(reply, Reply | Failure | MidStreamError | CutOff):
-            reply = reply(body)
+            try:
+                reply = reply(body)
+            except Exception as exc:  # a script with no reply for this call: refused at once, never retried
+                return self._error(Failure(400, "invalid_request_error", f"fake: the scripted reply failed: {exc!r}"))
         if isinstance(reply, Failure):
             return self._error(reply)
         if isinstance(reply, Reply) and self._too_long(body):

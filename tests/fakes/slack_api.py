@@ -28,7 +28,7 @@ from urllib.parse import parse_qsl, urlsplit
 
 from tests.fakes import slack_manifest, slack_scopes
 from tests.fakes.http_server import FakeServer
-from tests.fakes.slack_limits import RateLimits
+from tests.fakes.slack_limits import RateLimits, sent_at
 from tests.fakes.slack_methods import WebApi
 from tests.fakes.slack_rules import SlackError
 from tests.fakes.slack_socket_mode import Ack, FakeSocketMode
@@ -396,7 +396,7 @@ class FakeSlack:
         try:
             args, transport, token, warnings = _parse(headers, query, body)
             scopes = self._scopes_for(method, args)
-            status, response, extra_headers = self._answer(method, args, token, scopes)
+            status, response, extra_headers = self._answer(method, args, token, scopes, sent_at(headers))
             if response.get("ok") and warnings:
                 response = {
                     **response,
@@ -423,7 +423,7 @@ class FakeSlack:
             return slack_scopes.needed(method, slack_scopes.conversation_type(channel))
 
     def _answer(
-        self, method: str, args: dict[str, Any], token: str | None, scopes: tuple[str, ...]
+        self, method: str, args: dict[str, Any], token: str | None, scopes: tuple[str, ...], sent: float | None
     ) -> tuple[int, dict[str, Any], dict[str, str]]:
         with self._lock:
             if method in self._disabled or method not in self.api.methods:
@@ -440,7 +440,7 @@ class FakeSlack:
             if failure is not None:
                 headers = {"Retry-After": str(failure.retry_after)} if failure.retry_after is not None else {}
                 raise SlackError(failure.error, status=failure.status, headers=headers, extra=failure.extra)
-            self.rate_limits.check(self.workspace.team_id, method, str(args.get("channel") or ""))
+            self.rate_limits.check(self.workspace.team_id, method, str(args.get("channel") or ""), sent_at=sent)
             return 200, self.api.methods[method](args), {}
 
     def _next_failure(self, method: str) -> Failure | None:

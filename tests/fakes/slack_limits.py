@@ -8,15 +8,22 @@ posting one message per second per channel", with short bursts allowed
 (https://docs.slack.dev/apis/web-api/rate-limits). The fake counts each limit over a sliding window of
 `window_s` (Slack: a minute), so a burst within the allowance passes and one beyond it is refused; tests
 shorten the window to stay fast.
+
+A call counts when it was sent: against a minute, the moment it takes to reach Slack is nothing, but against
+a window of two seconds a busy machine's delay is not (a call sent after an old one left the bot's window
+arrived while that one was still in the fake's, and was refused: the test's clock, not the bot's budget).
+A client that stamps its calls with `SENT_AT_HEADER` (tests/slack_helpers.py stamp_sends) is counted at
+that moment; any other call when it arrives.
 """
 
 from __future__ import annotations
 
+import bisect
 import math
 import threading
 import time
-from collections import deque
 from collections.abc import Callable
+from typing import Any
 
 from tests.fakes.slack_rules import SlackError
 
@@ -35,6 +42,13 @@ METHOD_TIERS = {
     "assistant.threads.setStatus": 3,
 }
 PER_CHANNEL = {"chat.postMessage": 60}  # one per second per channel, as 60 in the window: bursts pass
+SENT_AT_HEADER = "X-Fake-Sent-At"  # time.monotonic() when the client made the call (same process only)
+
+
+def sent_at(headers: Any) -> float | None:
+    """When the call was sent, if its client said so."""
+    value = headers.get(SENT_AT_HEADER)
+    return float(value) if value else None
 
 
 def per_window(method: str) -> int | None:
@@ -51,7 +65,7 @@ class RateLimits:
     def __init__(self, *, window_s: float = 60.0, enabled: bool = True, clock: Callable[[], float] = time.monotonic):
         self.window_s, self.enabled, self.clock = window_s, enabled, clock
         self._lock = threading.Lock()
-        self._calls: dict[tuple[str, ...], deque[float]] = {}
+        self._calls: dict[tuple[str, ...], list[float]] = {}  # sorted: stamped calls may arrive out of order
         self.refused: list[str] = []  # each call refused for its tier, by method
 
     def reset(self) -> None:
@@ -59,19 +73,22 @@ class RateLimits:
             self._calls.clear()
             self.refused.clear()
 
-    def check(self, team: str, method: str, channel: str) -> None:
-        """Count a call, or raise `ratelimited` (429) when it is over the method's limit."""
+    def check(self, team: str, method: str, channel: str, *, sent_at: float | None = None) -> None:
+        """Count a call (at `sent_at`, else now), or raise `ratelimited` (429) when a window holding it would
+        hold more than the method's limit."""
         limit = per_window(method)
         if not self.enabled or limit is None:
             return
         key = (team, method, channel) if method in PER_CHANNEL else (team, method)
         with self._lock:
-            now = self.clock()
-            calls = self._calls.setdefault(key, deque())
-            while calls and calls[0] <= now - self.window_s:
-                calls.popleft()
-            if len(calls) >= limit:
-                wait_s = max(1, math.ceil(calls[0] + self.window_s - now))
+            now = self.clock() if sent_at is None else sent_at
+            calls = self._calls.setdefault(key, [])
+            del calls[: bisect.bisect_right(calls, now - 2 * self.window_s)]  # no window holds both
+            before = bisect.bisect_right(calls, now) - bisect.bisect_right(calls, now - self.window_s)
+            after = bisect.bisect_left(calls, now + self.window_s) - bisect.bisect_left(calls, now)
+            if max(before, after) >= limit:
+                oldest = calls[bisect.bisect_right(calls, now - self.window_s)] if before >= limit else now
+                wait_s = max(1, math.ceil(oldest + self.window_s - self.clock()))
                 self.refused.append(method)
                 raise SlackError("ratelimited", status=429, headers={"Retry-After": str(wait_s)})
-            calls.append(now)
+            bisect.insort(calls, now)

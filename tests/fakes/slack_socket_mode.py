@@ -78,7 +78,7 @@ class FakeSocketMode:
         with self._lock:
             return list(self._received)
 
-    async def wait_for_ack(self, envelope_id: str, timeout: float = 5.0) -> Ack:
+    async def wait_for_ack(self, envelope_id: str, timeout: float = 30.0) -> Ack:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             found = next((a for a in self.acks if a.envelope_id == envelope_id), None)
@@ -87,7 +87,7 @@ class FakeSocketMode:
             await asyncio.sleep(0.005)
         raise TimeoutError(f"no ack for envelope {envelope_id} within {timeout}s")
 
-    async def wait_connected(self, count: int = 1, timeout: float = 5.0) -> None:
+    async def wait_connected(self, count: int = 1, timeout: float = 30.0) -> None:
         deadline = time.monotonic() + timeout
         while self.connections < count:
             if time.monotonic() > deadline:

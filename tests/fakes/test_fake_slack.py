@@ -26,7 +26,10 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from tests.fakes import slack_events as events
 from tests.fakes.slack_api import BOT_USER_ID, DM_ID, GENERAL_ID, HUMAN_ID, TEAM_ID, FakeSlack, FakeSocketMode
+from tests.fakes.slack_limits import SENT_AT_HEADER, RateLimits
+from tests.fakes.slack_rules import SlackError
 from tests.fakes.slack_scopes import EVERY_BOT_SCOPE
+from tests.slack_helpers import stamp_sends
 
 SECTION = {"type": "section", "text": {"type": "mrkdwn", "text": "*Flights* by carrier"}}
 METADATA = {"event_type": "analyst_answer", "event_payload": {"run_id": "r1", "queries": 2}}
@@ -320,6 +323,29 @@ async def test_each_method_is_held_to_its_rate_limit_tier_per_workspace(
     assert slack.over_tiers() == ["chat.update", "chat.postMessage"], "the fake_slack fixture fails such a test"
     slack.expect_rate_limits()
     assert slack.over_tiers() == [], "unless it went past the tiers on purpose"
+
+
+async def test_a_stamped_call_counts_when_it_was_sent_not_when_it_arrived(slack: FakeSlack) -> None:
+    """Fifty chat.update sent at once and carried late by a busy machine: one sent a window after them is not
+    over the tier, however soon after them it arrives; one sent within their window is."""
+    now = [0.9]
+    limits = RateLimits(window_s=2.0, clock=lambda: now[0])
+    for _ in range(50):
+        limits.check(TEAM_ID, "chat.update", GENERAL_ID, sent_at=0.0)
+    now[0] = 2.01
+    limits.check(TEAM_ID, "chat.update", GENERAL_ID, sent_at=2.01)
+    assert limits.refused == []
+    with pytest.raises(SlackError):
+        limits.check(TEAM_ID, "chat.update", GENERAL_ID, sent_at=1.5)  # a window (0, 1.5] holds the fifty
+    # Through the SDK: a client that stamps its calls is counted at the stamp.
+    client = AsyncWebClient(token=slack.bot_token, base_url=slack.base_url)
+    stamp_sends(client)
+    posted = await client.chat_postMessage(channel=GENERAL_ID, text="Working…")
+    slack.rate_limits = RateLimits(window_s=60.0, clock=lambda: 1e9)  # arrivals all "now"; the stamps differ
+    for n in range(50):
+        await client.chat_update(channel=GENERAL_ID, ts=posted["ts"], text=f"step {n}")
+    stamps = [float(c.headers[SENT_AT_HEADER]) for c in slack.calls("chat.update")]
+    assert len(stamps) == 50 and stamps == sorted(stamps) and slack.over_tiers() == []
 
 
 async def test_a_rate_limit_frees_up_as_its_window_passes() -> None:

@@ -335,6 +335,8 @@ async def test_a_worker_follows_a_run_another_worker_owns_to_its_end(
     assert [e.id for e in events] == list(range(1, len(events) + 1))
     assert events[-1].data["result"]["outcome"] == "answered"
     assert [e.as_dict() for e in events] == [e.as_dict() for e in handle.events]
+    assert handle.task is not None
+    await asyncio.wait_for(handle.task, 30)  # the owner takes the shared copy out after the reader saw "done"
     late = await reader.follow_elsewhere(handle.run_id)
     assert late is None, "once done, the shared copy is gone: the stored turn replays it"
 

@@ -212,12 +212,10 @@ async def test_cancelling_the_caller_kills_the_query(server_db: Database, fake: 
     tag = new_query_id()
     task = asyncio.create_task(server_db.execute(HEAVY, query_id=tag))
     assert await until_running(server_db, task) == [tag], "system.processes shows the HTTP query_id"
-    started = time.perf_counter()
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
-    assert time.perf_counter() - started < 2
-    assert await server_db.running_queries() == []
+    assert await server_db.running_queries() == [], "killed, not left running (its seconds of work undone)"
     assert _running(fake) == []
     assert (await server_db.execute("SELECT 1")).rows == [["1"]]
 

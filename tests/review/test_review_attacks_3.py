@@ -5,15 +5,10 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
-import json
 import os
-import stat
-import subprocess
 import sys
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import ClassVar
 
 import pytest
 from markdown_it import MarkdownIt
@@ -30,9 +25,7 @@ from agent.llm import anthropic as anthropic_llm
 from agent.receipts import Receipt
 from chats.daily_budgets import RESERVATION_TTL_S, SCHEMA, DailyBudget, Reservation
 from chats.state_file import SqliteFile
-from process import running_server
-from process.sessions import RemoteSession, open_session
-from tests.conftest import Recorder, make_settings
+from tests.conftest import Recorder
 from tests.end_to_end.test_budget_attacks import DAILY_TOKENS, FREE, Web, ask, done, tokens
 from tests.fakes.anthropic_api import FakeAnthropic, Reply
 
@@ -162,103 +155,7 @@ async def test_the_per_question_budget_does_not_bound_what_a_reservation_holds()
     assert spent <= BUDGET + QUESTION, f"{len(ran)} questions ran at once, {spent:,} tokens spent"
 
 
-# --- 4. the CLI asking a running server: the web token ---
-
-
-TOKEN = "the-web-token-of-the-dead-server"
-
-
-class _Foreign(BaseHTTPRequestHandler):
-    """Whatever now listens on the port a dead server had: it keeps the headers it is sent."""
-
-    seen: ClassVar[list[str | None]] = []
-
-    def do_GET(self) -> None:
-        _Foreign.seen.append(self.headers.get("Authorization"))
-        self.send_response(200)
-        self.end_headers()
-        self.wfile.write(b"ok")
-
-    def log_message(self, *args: object) -> None:
-        pass
-
-
-def _hold_lock(lock: Path) -> subprocess.Popen[str]:
-    """Another process holding the data directory's lock (as `agent serve --slack` only, `agent sql`,
-    `agent chat` or `make demo`'s loader do), which never wrote server.json."""
-    code = (
-        "import fcntl, sys, time\n"
-        f"h = open({str(lock)!r}, 'a+'); fcntl.flock(h, fcntl.LOCK_EX)\n"
-        "print('held', flush=True); time.sleep(60)\n"
-    )
-    holder = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
-    assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
-    return holder
-
-
-async def test_a_stale_server_json_does_not_send_the_token_to_whoever_holds_its_port_now(tmp_path: Path) -> None:
-    """`agent web` killed (SIGKILL, OOM, a reboot of the container keeps the volume) leaves server.json with
-    its address and token. `find` only asks whether *anyone* holds the lock, never whether the recorded
-    pid is the one holding it (the lock file names it) or alive: while another process holds the lock,
-    `agent ask` sends `Authorization: Bearer <token>` to whatever listens on the recorded port now."""
-    chdb = tmp_path / "clickhouse"
-    chdb.mkdir()
-    foreign = ThreadingHTTPServer(("127.0.0.1", 0), _Foreign)
-    threading.Thread(target=foreign.serve_forever, daemon=True).start()
-    dead_pid = 2**22 + 12345  # no such process
-    record = {"url": f"http://127.0.0.1:{foreign.server_address[1]}", "pid": dead_pid, "token": TOKEN}
-    (chdb / running_server.FILE_NAME).write_text(json.dumps(record))
-    holder = _hold_lock(chdb / running_server.LOCK_NAME)
-    _Foreign.seen.clear()
-    try:
-        settings = make_settings(clickhouse_url=f"chdb://{chdb}", agent_data_dir=tmp_path / "app")
-        server = running_server.find(settings)
-        if server is not None:  # what `agent ask` does with it
-            session = open_session(settings)
-            assert isinstance(session, RemoteSession)
-            await session.check()
-            await session.close()
-    finally:
-        holder.kill()
-        holder.communicate()
-        foreign.shutdown()
-        foreign.server_close()
-    assert f"Bearer {TOKEN}" not in _Foreign.seen, "the token went to a listener that is not the server"
-    assert server is None, f"a record of pid {dead_pid}, which holds nothing, was trusted: {server}"
-
-
-def test_server_json_is_this_users_only_even_when_a_file_was_there_before(tmp_path: Path) -> None:
-    """os.open(..., 0o600) sets the mode only when it creates the file: a server.json already there
-    (left by an older version, a restore, a `touch` with umask 022) keeps its mode, and the token is
-    written into a world-readable file."""
-    chdb = tmp_path / "clickhouse"
-    chdb.mkdir()
-    path = chdb / running_server.FILE_NAME
-    path.write_text("{}")
-    path.chmod(0o644)
-    settings = make_settings(clickhouse_url=f"chdb://{chdb}", agent_web_token="s3cret-token-value")
-    with running_server.recorded(settings, "127.0.0.1", 8000):
-        mode = stat.S_IMODE(path.stat().st_mode)
-        assert "s3cret-token-value" in path.read_text()
-    assert mode & 0o077 == 0, f"server.json holding the token has mode {oct(mode)}"
-
-
-def test_server_json_is_not_written_through_a_symlink(tmp_path: Path) -> None:
-    """No O_NOFOLLOW (nor O_EXCL): a symlink named server.json in the data folder sends the token to its
-    target, e.g. a file another user can read, and the target keeps its own mode."""
-    chdb = tmp_path / "clickhouse"
-    chdb.mkdir()
-    elsewhere = tmp_path / "shared-with-others.txt"
-    elsewhere.write_text("")
-    elsewhere.chmod(0o644)
-    (chdb / running_server.FILE_NAME).symlink_to(elsewhere)
-    settings = make_settings(clickhouse_url=f"chdb://{chdb}", agent_web_token="s3cret-token-value")
-    try:
-        with running_server.recorded(settings, "127.0.0.1", 8000):
-            pass
-    except OSError:
-        pass  # refusing the symlink is a fine outcome
-    assert "s3cret-token-value" not in elsewhere.read_text(), "the token was written through the symlink"
+# --- 4. the CLI asking a running server: moved to tests/process/test_running_server_attacks.py ---
 
 
 # --- 1b. provider usage checked where it enters: shapes that come out as zero tokens ---
@@ -485,24 +382,6 @@ async def test_a_cancelled_answers_partial_text_has_its_figures_marked(make_app,
         gate.set()
     assert "999,999" in result.answer, result.answer
     assert result.figures is not None and (result.figures.unchecked or result.figures.unverified), result.figures
-
-
-@pytest.mark.skipif(os.geteuid() != 0, reason="chown to another user needs root")
-def test_a_server_json_of_another_user_is_not_trusted(tmp_path: Path) -> None:
-    """`find` reads server.json whoever wrote it: in a data folder another user can write to (a shared
-    group volume), their file sends `agent ask`'s questions, and the data's answers, to their listener."""
-    chdb = tmp_path / "clickhouse"
-    chdb.mkdir()
-    path = chdb / running_server.FILE_NAME
-    path.write_text(json.dumps({"url": "http://127.0.0.1:9", "pid": os.getpid(), "token": None}))
-    os.chown(path, 65534, 65534)
-    holder = _hold_lock(chdb / running_server.LOCK_NAME)
-    try:
-        found = running_server.find(make_settings(clickhouse_url=f"chdb://{chdb}"))
-    finally:
-        holder.kill()
-        holder.communicate()
-    assert found is None, f"trusted a server.json owned by uid 65534: {found}"
 
 
 @pytest.mark.parametrize("separator", ["\u2028", "\u2029", "\x1c", "\x0b"])

@@ -134,7 +134,9 @@ def _write(path: Path, record: dict[str, object]) -> bool:
     with contextlib.suppress(FileNotFoundError):
         owner = path.lstat().st_uid
         if owner != os.getuid():
-            log.warning("%s belongs to uid %d, not this user: left alone; `agent ask` will not find this server", path, owner)
+            log.warning(
+                "%s belongs to uid %d, not this user: left alone; `agent ask` will not find this server", path, owner
+            )
             return False
     temporary = path.with_name(f".{FILE_NAME}.{secrets.token_hex(8)}.tmp")
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW

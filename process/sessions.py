@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from agent.config import Settings
-from process.errors import UsageError
 from process import running_server
+from process.errors import UsageError
 from process.running_server import RunningServer, find
 
 if TYPE_CHECKING:

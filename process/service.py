@@ -48,7 +48,7 @@ from bots.slack.app import api_url, check_slack_settings, unreachable
 from chats.conversations import ConversationStore
 from chats.runs import STREAM_MARGIN_S, RunRegistry
 from chats.state import ChatState, state_path
-from process.running_server import recorded
+from process.running_server import new_key, proving, recorded
 from process.workers import serve_workers
 from web.app import create_app
 from web.exposure import check_exposure, server_options
@@ -335,7 +335,9 @@ async def _serve(
     """Serve until a signal; True when it was Ctrl-C."""
     service = await Service.open(settings, web=web, slack=slack, workers=workers)
     try:
-        server = uvicorn.Server(_uvicorn_config(settings, service.app, host=host, port=port))
+        key = new_key()  # in server.json; /healthz proves it knows it before `agent ask` sends the token
+        app = proving(service.app, key) if web and settings.embedded else service.app
+        server = uvicorn.Server(_uvicorn_config(settings, app, host=host, port=port))
         port = sockets[0].getsockname()[1]
         if not in_worker:
             what = "the chat" if web else "the Slack bot"
@@ -345,7 +347,7 @@ async def _serve(
         previous = signal.signal(signal.SIGTERM, lambda sig, frame: None)
         try:
             # Only the web chat answers `agent ask` (POST /api/chat); the Slack bot alone records nothing.
-            with recorded(settings, host, port) if web else contextlib.nullcontext():
+            with recorded(settings, host, port, key) if web else contextlib.nullcontext():
                 await server.serve(sockets=sockets)
         finally:
             signal.signal(signal.SIGTERM, previous)

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from agent.config import Settings
+from process import running_server
 from process.errors import UsageError
 from process.running_server import RunningServer, find
 
@@ -163,25 +164,44 @@ class RemoteSession:
         import httpx
 
         self.where = server.url
-        headers = {"Authorization": f"Bearer {server.token}"} if server.token else {}
+        self._server = server
+        self._proven = False
         # No read timeout: an answer's events may be minutes apart while a query runs (the server pings).
-        self._client = httpx.AsyncClient(base_url=server.url, headers=headers, timeout=httpx.Timeout(10, read=None))
+        # No token yet: it is sent once the listener proved it wrote server.json (`_prove`).
+        self._client = httpx.AsyncClient(base_url=server.url, timeout=httpx.Timeout(10, read=None))
 
     async def check(self) -> None:
+        await self._prove()
+
+    async def _prove(self) -> None:
+        """Ask /healthz, unauthenticated, to prove it knows server.json's key; only then carry the token.
+        A stale record's port may be anyone's now: they get a random challenge and nothing else."""
         import httpx
 
+        if self._proven:
+            return
+        challenge = running_server.new_challenge()
         try:
-            response = await self._client.get("/healthz")
+            response = await self._client.get("/healthz", headers={running_server.CHALLENGE_HEADER: challenge})
         except httpx.TransportError as exc:
             raise UsageError(f"The server at {self.where} holds the data but does not answer ({exc}).") from None
+        if not running_server.proves(self._server, challenge, response.headers.get(running_server.PROOF_HEADER)):
+            raise UsageError(
+                f"What answers at {self.where} is not the server that wrote server.json (process "
+                f"{self._server.pid}); stop process {self._server.pid} and ask again."
+            )
         if response.status_code != 200:
             raise UsageError(f"The server at {self.where} answered /healthz with {response.status_code}.")
+        if self._server.token:
+            self._client.headers["Authorization"] = f"Bearer {self._server.token}"
+        self._proven = True
 
     async def ask(self, question: str, conversation_id: str | None, on_event: OnEvent, *, followups: bool) -> Asked:
         from httpx_sse import aconnect_sse
 
         from agent.runner import WIRE_EVENT
 
+        await self._prove()
         asked = Asked(conversation_id or "")
         body = {"message": question, "conversation_id": conversation_id}
         async with aconnect_sse(self._client, "POST", "/api/chat", json=body) as source:

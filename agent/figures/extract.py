@@ -49,7 +49,15 @@ Kind = Literal["number", "percent", "multiple", "date", "time"]
 
 _CITATION = linear_re.compile(r"\[\s*(Q\d+(?:\s*(?:,|;|/|&|and)\s*Q?\d+)*)\s*\]")
 _CITED_ID = linear_re.compile(r"Q?(\d+)")
-_CODE = linear_re.compile(r"```.*?(?:```|\z)|`[^`\n]*`|\]\([^)\n]*\)|https?://\S+|<[^<>\n]*>", dot_all=True)
+# Code, link targets, URLs and autolinks: what shows as code or not at all. A fence opens and closes only
+# at a line's start (a ``` mid-line is literal backticks, or a code span); rendered.py has dropped HTML
+# tags already, so a `<...>` left is an autolink (`<https://...>`, `<a@b.org>`) or text as written.
+_CODE = linear_re.compile(
+    r"^[ \t>]*```.*?(?:\n[ \t>]*```|\z)|`[^`\n]*`|\]\([^)\n]*\)|https?://\S+"
+    r"|<[A-Za-z][A-Za-z0-9+.-]{1,31}:[^<>\s]*>|<[^<>\s@]+@[^<>\s]+>",
+    dot_all=True,
+    multiline=True,
+)
 _MONTHS = "jan|january|feb|february|mar|march|apr|april|may|jun|june|jul|july|aug|august|sep|sept|september|oct|october|nov|november|dec|december"  # noqa: E501
 _MONTH_OF = [1, 1, 2, 2, 3, 3, 4, 4, 5, 6, 6, 7, 7, 8, 8, 9, 9, 9, 10, 10, 11, 11, 12, 12]
 _DATE_PATTERN = (
@@ -67,7 +75,7 @@ _ASCII_DIGITS = frozenset("0123456789")
 _SEPARATORS = ",.'’\u00a0\u202f\u2009"
 _SPACE_LIKE = "'’\u00a0\u202f\u2009"
 _NUMBER = linear_re.compile(
-    r"([$€£¥]\s?)?([-−])?(\d(?:[\d,.'’\u00a0\u202f\u2009]*\d)?)"
+    r"([$€£¥]\s?)?([-−])?(\d(?:[\d,.'’\u00a0\u202f\u2009]*\d)?(?:[eE][-+−]?\d+)?)"
     r"(\s?%|\s(?:percentage points?|points?|[Pp]ercent|per cent|pp)|\s?(?:bn|mn|[kKMB])"
     r"|\s(?:thousand|million|billion|trillion|Mio\.?|Mrd\.?)|\s?[x×]|\s(?:times|-fold)|-fold)?"
 )
@@ -76,7 +84,9 @@ _SCALES = {
     "B": 9, "bn": 9, "billion": 9, "Mrd": 9, "Mrd.": 9, "trillion": 12,
 }  # fmt: skip
 _SENTENCE_REACH = 400  # a long sentence is kept only this far (or up to twice) either side of a figure
-_RANKS = ("top", "first", "last", "bottom", "#", "rank", "no.", "number")
+# `#1` (the `#` touching the digits) is a rank too; `# 120,835` is a Markdown heading, a figure in large type
+_RANKS = ("top", "first", "last", "bottom", "rank", "no.", "number")
+_MAX_POWER = 400  # 1e400 is past a float's range (infinity) and 1e-400 below it (zero) already
 # A number after one of these words names something (`Paragraph 3`, `flight 1545`, `terminal 4`).
 _LABELS = (
     "paragraph", "part", "step", "option", "section", "item", "chapter", "phase", "table", "figure", "chart",
@@ -421,7 +431,19 @@ def _number(answer: str, m: _Number, lines: _Lines) -> tuple[Figure | None, str]
 
 
 def _readings(digits: str) -> list[tuple[Decimal, int]]:
-    """The values `digits` may mean, with their decimal places (both readings when ambiguous)."""
+    """The values `digits` may mean, with their decimal places (both readings when ambiguous); `9.99e5`
+    is 999,000 to the nearest thousand (places -3)."""
+    mantissa, _, exponent = digits.lower().partition("e")
+    if not exponent:
+        return _mantissa_readings(digits)
+    negative = exponent[0] in "-−"
+    exponent = exponent.lstrip("-+−")
+    power = _MAX_POWER if len(exponent) > 3 else min(int(exponent), _MAX_POWER)  # no int() of 5,000 digits
+    power = -power if negative else power
+    return [(value.scaleb(power), places - power) for value, places in _mantissa_readings(mantissa)]
+
+
+def _mantissa_readings(digits: str) -> list[tuple[Decimal, int]]:
     seps = [c for c in digits if c in _SEPARATORS]
     if not seps:
         return [(Decimal(digits), 0)]

@@ -53,6 +53,12 @@ def _marked(report: FigureReport) -> bool:
         "EWR had 9.99e5 departures [Q1].",
         # Digits that are not decimal digits (Unicode No): superscripts show as digits.
         "EWR had ⁹⁹⁹ thousand departures [Q1].",
+        "EWR had 1e999999 departures [Q1].",
+        "EWR ranked ⑨ with 120,835 departures [Q1].",
+        "EWR had Ⅸ hundred thousand departures [Q1].",
+        "EWR had ½ million departures [Q1].",
+        # a tag-like run that is no tag in CommonMark (`999,999` is no attribute name): shown as written
+        "EWR had <b 999,999 > departures [Q1].",
     ],
 )
 def test_a_false_figure_in_prose_is_marked(answer: str) -> None:

@@ -74,7 +74,9 @@ DERIVATIONS: dict[str, tuple[str, ...]] = {
 _BOUND_BEFORE = linear_re.compile(
     r"(?:than|within|up to|limit(?:ed)?(?: to| of)?|top|first|beyond|exceed(?:s|ing)?|>=?|<=?|≥|≤|=)\s*[$€£¥]?\s*$"
 )
-_BOUND_AFTER = linear_re.compile(r"^\s*(?:\+|or (?:more|less|fewer|longer|shorter|above|over|below|under|higher|lower))")
+_BOUND_AFTER = linear_re.compile(
+    r"^\s*(?:\+|or (?:more|less|fewer|longer|shorter|above|over|below|under|higher|lower))"
+)
 _BOUND_REACH = 24
 _MAX_AVERAGED_ROWS = 50
 _EPSILON = 1e-9

@@ -19,10 +19,12 @@ from agent.figures.deadline import Deadline, no_deadline
 
 # CommonMark's raw HTML: a comment that starts a line opens an HTML block (hidden to its `-->`, or to the
 # end); mid-line only a whole comment is one (an unclosed `<!--` shows as written), and a tag only in
-# its own grammar (`<999,999>`, `< 15 ... >`, `<b 999 >` show as written).
+# its own grammar (`<999,999>`, `< 15 ... >`, `<b 999 >` show as written). Neither is read past the next
+# `<` (a comment or a quoted value holding one is read as text: checked, not hidden), so a candidate that
+# never closes ends there, and the scan stays linear (an unclosed one per `<` would make it quadratic).
 _MARKUP = linear_re.compile(
-    r"^[ \t]{0,3}<!--.*?(?:-->|\z)|<!--(?:[^\n]|\n[ \t]*[^\s])*?-->"
-    r"|<[A-Za-z][A-Za-z0-9-]*(?:\s+[A-Za-z_:][A-Za-z0-9_.:-]*(?:\s*=\s*(?:[^\s\"'=<>`]+|'[^']*'|\"[^\"]*\"))?)*\s*/?>"
+    r"^[ \t]{0,3}<!--.*?(?:-->|\z)|<!--(?:[^\n<]|\n[ \t]*[^\s<])*?-->"
+    r"|<[A-Za-z][A-Za-z0-9-]*(?:\s+[A-Za-z_:][A-Za-z0-9_.:-]*(?:\s*=\s*(?:[^\s\"'=<>`]+|'[^'<]*'|\"[^\"<]*\"))?)*\s*/?>"
     r"|</[A-Za-z][A-Za-z0-9-]*\s*>"
     r"|&(?:#[0-9]{1,7}|#[xX][0-9a-fA-F]{1,6}|[A-Za-z][A-Za-z0-9]{1,31});",
     dot_all=True,

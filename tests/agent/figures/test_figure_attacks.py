@@ -4,10 +4,14 @@ cited SQL's filter."""
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
+
 import pytest
 
 from agent.db import QueryResult
 from agent.figures import Evidence, FigureReport, check_answer
+from agent.figures.extract import extract
 
 ORIGINS = [["EWR", "120835"], ["JFK", "111279"], ["LGA", "104662"]]
 
@@ -81,3 +85,20 @@ def test_a_count_equal_to_a_literal_of_the_cited_sql_is_still_checked(answer: st
     result = QueryResult(query_id="x", sql=sql, columns=["n"], types=["UInt64"], rows=[["132140"]])
     report = check_answer(answer, question="", evidence=[Evidence("Q1", sql, result)])
     assert _marked(report), report.model_dump()
+
+
+def _cpu(work: Callable[[], object], repeats: int = 3) -> float:
+    best = float("inf")
+    for _ in range(repeats):
+        started = time.process_time()
+        work()
+        best = min(best, time.process_time() - started)
+    return best
+
+
+@pytest.mark.parametrize("unit", ["<!-- &amp; 12,345 ", '<b x="&amp; 12,345 ', "``` 1 ", "<a 1,234 &amp; "])
+def test_markup_that_never_closes_is_read_in_linear_time(unit: str) -> None:
+    """A comment, a tag's quoted value, a fence, read only where they close: a candidate that never
+    closes must end at the next `<` or line, not at the end of the answer each time (quadratic)."""
+    ratio = _cpu(lambda: extract(unit * 4000)) / _cpu(lambda: extract(unit * 1000))
+    assert ratio < 8, f"4x the text took {ratio:.1f}x the time"

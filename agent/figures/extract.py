@@ -8,7 +8,7 @@ A figure is a number the answer states as a fact: an integer with separators (`1
 `120 835` with a no-break space, `120'835`), a decimal (`6.9`, `6,9`), a percentage (`26%`, `26 percent`,
 `4.1 pp`, `4.1 points`), currency (`$1,200`, `€3.4M`), an abbreviated count (`1.2M`, `120.8K`, `3 billion`, `2 Mio.`), a
 multiple (`2.3x`, `2.3 times`), a date (`2013-11-27`, `November 27, 2013`, `27 Nov 2013`) or a time
-(`17:05`, `5:05 pm`). A separator that could be either (`1,234`, `1.234`) is read both ways; the figure
+(`17:05`, `5:05 pm`); an exponent (`9.99e5`) is read. A separator that could be either (`1,234`, `1.234`) is read both ways; the figure
 holds when either reading does.
 
 Not claims, told apart by their form and place, never checked (`Extracted.not_claims` says why for
@@ -20,6 +20,7 @@ something (`Paragraph 3`, `flight 1545`, `Terminal 4`), a count equal to the num
 table of the answer shows (`these 3 airports:` over three bullets), numbers the question itself holds,
 and (decided in verify.py, which knows the citations) numbers and dates the cited query's SQL states
 as literals (its filters and limits: `flights over 1,000 miles`; not in its comments: sql_literals.py),
+a number only where the answer states it as a bound (`1,000 long-haul flights` is checked),
 and a first or last day of a month that no cell holds (the period an answer covers: `from January 1 to
 December 31, 2013`).
 

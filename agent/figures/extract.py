@@ -8,8 +8,8 @@ A figure is a number the answer states as a fact: an integer with separators (`1
 `120 835` with a no-break space, `120'835`), a decimal (`6.9`, `6,9`), a percentage (`26%`, `26 percent`,
 `4.1 pp`, `4.1 points`), currency (`$1,200`, `€3.4M`), an abbreviated count (`1.2M`, `120.8K`, `3 billion`, `2 Mio.`), a
 multiple (`2.3x`, `2.3 times`), a date (`2013-11-27`, `November 27, 2013`, `27 Nov 2013`) or a time
-(`17:05`, `5:05 pm`); an exponent (`9.99e5`) is read. A separator that could be either (`1,234`, `1.234`) is read both ways; the figure
-holds when either reading does.
+(`17:05`, `5:05 pm`); an exponent (`9.99e5`) is read. A separator that could be either (`1,234`,
+`1.234`) is read both ways; the figure holds when either reading does.
 
 Not claims, told apart by their form and place, never checked (`Extracted.not_claims` says why for
 each): citations and other numbers glued to letters (`Q1`, `Q4 2013`, `B6`, `N14228`, `A320`), code,

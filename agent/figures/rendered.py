@@ -69,22 +69,24 @@ def _plain(written: str, start: int, end: int, parts: list[str], rendered: Rende
         rendered.ends.extend(range(start + 1, end + 1))
         return
     for index in range(start, end):
-        shown = _read_as(written[index])
+        shown = _read_as(written[index], written[index - 1] if index else " ")
         parts.append(shown)
         rendered.starts.extend([index] * len(shown))
         rendered.ends.extend([index + 1] * len(shown))
 
 
-def _read_as(char: str) -> str:
+def _read_as(char: str, before: str) -> str:
     """What a reader reads a character as: nothing for a format character, and a number's digits for
-    a numeral that is not a decimal digit (`⁹` 9, `⑨` 9, `Ⅸ` 9, `½` 0.5), so its figure is checked."""
+    a numeral that is not a decimal digit (`⁹` 9, `⑨` 9, `Ⅸ` 9, `½` 0.5), so its figure is checked; set
+    apart from a decimal digit before it (`120,835¹` is 120,835 and a footnote, not `120,8351`)."""
     category = unicodedata.category(char)
     if category == "Cf":
         return ""
     if category in ("No", "Nl"):
         value = unicodedata.numeric(char, None)
         if value is not None:
-            return str(int(value)) if value == int(value) else str(value)
+            digits = str(int(value)) if value == int(value) else str(value)
+            return f" {digits}" if before.isdecimal() else digits
     return char
 
 

@@ -102,3 +102,10 @@ def test_markup_that_never_closes_is_read_in_linear_time(unit: str) -> None:
     closes must end at the next `<` or line, not at the end of the answer each time (quadratic)."""
     ratio = _cpu(lambda: extract(unit * 4000)) / _cpu(lambda: extract(unit * 1000))
     assert ratio < 8, f"4x the text took {ratio:.1f}x the time"
+
+
+def test_a_footnote_mark_after_a_figure_leaves_the_figure_whole() -> None:
+    """`120,835¹`: the superscript is read as a number of its own, not glued on (`120,8351` reads as
+    nothing, and the figure would go unchecked)."""
+    report = _check("EWR had 999,999¹ departures [Q1].\n\n¹ In 2013.")
+    assert any(f.text == "999,999" and not f.verified for f in report.figures), report.model_dump()

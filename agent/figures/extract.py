@@ -8,8 +8,8 @@ A figure is a number the answer states as a fact: an integer with separators (`1
 `120 835` with a no-break space, `120'835`), a decimal (`6.9`, `6,9`), a percentage (`26%`, `26 percent`,
 `4.1 pp`, `4.1 points`), currency (`$1,200`, `€3.4M`), an abbreviated count (`1.2M`, `120.8K`, `3 billion`, `2 Mio.`), a
 multiple (`2.3x`, `2.3 times`), a date (`2013-11-27`, `November 27, 2013`, `27 Nov 2013`) or a time
-(`17:05`, `5:05 pm`). A separator that could be either (`1,234`, `1.234`) is read both ways; the figure
-holds when either reading does.
+(`17:05`, `5:05 pm`); an exponent (`9.99e5`) is read. A separator that could be either (`1,234`,
+`1.234`) is read both ways; the figure holds when either reading does.
 
 Not claims, told apart by their form and place, never checked (`Extracted.not_claims` says why for
 each): citations and other numbers glued to letters (`Q1`, `Q4 2013`, `B6`, `N14228`, `A320`), code,
@@ -20,6 +20,7 @@ something (`Paragraph 3`, `flight 1545`, `Terminal 4`), a count equal to the num
 table of the answer shows (`these 3 airports:` over three bullets), numbers the question itself holds,
 and (decided in verify.py, which knows the citations) numbers and dates the cited query's SQL states
 as literals (its filters and limits: `flights over 1,000 miles`; not in its comments: sql_literals.py),
+a number only where the answer states it as a bound (`1,000 long-haul flights` is checked),
 and a first or last day of a month that no cell holds (the period an answer covers: `from January 1 to
 December 31, 2013`).
 
@@ -49,7 +50,15 @@ Kind = Literal["number", "percent", "multiple", "date", "time"]
 
 _CITATION = linear_re.compile(r"\[\s*(Q\d+(?:\s*(?:,|;|/|&|and)\s*Q?\d+)*)\s*\]")
 _CITED_ID = linear_re.compile(r"Q?(\d+)")
-_CODE = linear_re.compile(r"```.*?(?:```|\z)|`[^`\n]*`|\]\([^)\n]*\)|https?://\S+|<[^<>\n]*>", dot_all=True)
+# Code, link targets, URLs and autolinks: what shows as code or not at all. A fence opens and closes only
+# at a line's start (a ``` mid-line is literal backticks, or a code span); rendered.py has dropped HTML
+# tags already, so a `<...>` left is an autolink (`<https://...>`, `<a@b.org>`) or text as written.
+_CODE = linear_re.compile(
+    r"^[ \t>]*```.*?(?:\n[ \t>]*```|\z)|`[^`\n]*`|\]\([^)\n]*\)|https?://\S+"
+    r"|<[A-Za-z][A-Za-z0-9+.-]{1,31}:[^<>\s]*>|<[^<>\s@]+@[^<>\s]+>",
+    dot_all=True,
+    multiline=True,
+)
 _MONTHS = "jan|january|feb|february|mar|march|apr|april|may|jun|june|jul|july|aug|august|sep|sept|september|oct|october|nov|november|dec|december"  # noqa: E501
 _MONTH_OF = [1, 1, 2, 2, 3, 3, 4, 4, 5, 6, 6, 7, 7, 8, 8, 9, 9, 9, 10, 10, 11, 11, 12, 12]
 _DATE_PATTERN = (
@@ -67,7 +76,7 @@ _ASCII_DIGITS = frozenset("0123456789")
 _SEPARATORS = ",.'’\u00a0\u202f\u2009"
 _SPACE_LIKE = "'’\u00a0\u202f\u2009"
 _NUMBER = linear_re.compile(
-    r"([$€£¥]\s?)?([-−])?(\d(?:[\d,.'’\u00a0\u202f\u2009]*\d)?)"
+    r"([$€£¥]\s?)?([-−])?(\d(?:[\d,.'’\u00a0\u202f\u2009]*\d)?(?:[eE][-+−]?\d+)?)"
     r"(\s?%|\s(?:percentage points?|points?|[Pp]ercent|per cent|pp)|\s?(?:bn|mn|[kKMB])"
     r"|\s(?:thousand|million|billion|trillion|Mio\.?|Mrd\.?)|\s?[x×]|\s(?:times|-fold)|-fold)?"
 )
@@ -76,7 +85,9 @@ _SCALES = {
     "B": 9, "bn": 9, "billion": 9, "Mrd": 9, "Mrd.": 9, "trillion": 12,
 }  # fmt: skip
 _SENTENCE_REACH = 400  # a long sentence is kept only this far (or up to twice) either side of a figure
-_RANKS = ("top", "first", "last", "bottom", "#", "rank", "no.", "number")
+# `#1` (the `#` touching the digits) is a rank too; `# 120,835` is a Markdown heading, a figure in large type
+_RANKS = ("top", "first", "last", "bottom", "rank", "no.", "number")
+_MAX_POWER = 400  # 1e400 is past a float's range (infinity) and 1e-400 below it (zero) already
 # A number after one of these words names something (`Paragraph 3`, `flight 1545`, `terminal 4`).
 _LABELS = (
     "paragraph", "part", "step", "option", "section", "item", "chapter", "phase", "table", "figure", "chart",
@@ -421,7 +432,19 @@ def _number(answer: str, m: _Number, lines: _Lines) -> tuple[Figure | None, str]
 
 
 def _readings(digits: str) -> list[tuple[Decimal, int]]:
-    """The values `digits` may mean, with their decimal places (both readings when ambiguous)."""
+    """The values `digits` may mean, with their decimal places (both readings when ambiguous); `9.99e5`
+    is 999,000 to the nearest thousand (places -3)."""
+    mantissa, _, exponent = digits.lower().partition("e")
+    if not exponent:
+        return _mantissa_readings(digits)
+    negative = exponent[0] in "-−"
+    exponent = exponent.lstrip("-+−")
+    power = _MAX_POWER if len(exponent) > 3 else min(int(exponent), _MAX_POWER)  # no int() of 5,000 digits
+    power = -power if negative else power
+    return [(value.scaleb(power), places - power) for value, places in _mantissa_readings(mantissa)]
+
+
+def _mantissa_readings(digits: str) -> list[tuple[Decimal, int]]:
     seps = [c for c in digits if c in _SEPARATORS]
     if not seps:
         return [(Decimal(digits), 0)]

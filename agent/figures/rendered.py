@@ -4,7 +4,8 @@ of the text the model wrote.
 `&#49;20,835` shows `120,835`, and so do `1\u200b20,835` and `1<!-- -->20,835`: a number split by an
 HTML entity, a comment, a tag or an invisible (Unicode format, Cf) character must be read whole, or the
 check sees a rank and a different, perhaps verified, number. Entities are decoded, comments, tags and
-format characters dropped; nothing else changes.
+format characters dropped, numerals that are no decimal digit (`⁹⁹⁹`, `Ⅸ`, `½`) read as digits; nothing
+else changes.
 """
 
 from __future__ import annotations
@@ -16,9 +17,18 @@ from dataclasses import dataclass
 from agent import linear_re
 from agent.figures.deadline import Deadline, no_deadline
 
+# CommonMark's raw HTML: a comment that starts a line opens an HTML block (hidden to its `-->`, or to the
+# end); mid-line only a whole comment is one (an unclosed `<!--` shows as written), and a tag only in
+# its own grammar (`<999,999>`, `< 15 ... >`, `<b 999 >` show as written). Neither is read past the next
+# `<` (a comment or a quoted value holding one is read as text: checked, not hidden), so a candidate that
+# never closes ends there, and the scan stays linear (an unclosed one per `<` would make it quadratic).
 _MARKUP = linear_re.compile(
-    r"<!--.*?(?:-->|\z)|</?[A-Za-z][A-Za-z0-9-]*(?:\s[^<>]*)?/?>|&(?:#[0-9]{1,7}|#[xX][0-9a-fA-F]{1,6}|[A-Za-z][A-Za-z0-9]{1,31});",
+    r"^[ \t]{0,3}<!--.*?(?:-->|\z)|<!--(?:[^\n<]|\n[ \t]*[^\s<])*?-->"
+    r"|<[A-Za-z][A-Za-z0-9-]*(?:\s+[A-Za-z_:][A-Za-z0-9_.:-]*(?:\s*=\s*(?:[^\s\"'=<>`]+|'[^'<]*'|\"[^\"<]*\"))?)*\s*/?>"
+    r"|</[A-Za-z][A-Za-z0-9-]*\s*>"
+    r"|&(?:#[0-9]{1,7}|#[xX][0-9a-fA-F]{1,6}|[A-Za-z][A-Za-z0-9]{1,31});",
     dot_all=True,
+    multiline=True,
 )
 
 
@@ -59,11 +69,25 @@ def _plain(written: str, start: int, end: int, parts: list[str], rendered: Rende
         rendered.ends.extend(range(start + 1, end + 1))
         return
     for index in range(start, end):
-        char = written[index]
-        if unicodedata.category(char) != "Cf":
-            parts.append(char)
-            rendered.starts.append(index)
-            rendered.ends.append(index + 1)
+        shown = _read_as(written[index], written[index - 1] if index else " ")
+        parts.append(shown)
+        rendered.starts.extend([index] * len(shown))
+        rendered.ends.extend([index + 1] * len(shown))
+
+
+def _read_as(char: str, before: str) -> str:
+    """What a reader reads a character as: nothing for a format character, and a number's digits for
+    a numeral that is not a decimal digit (`⁹` 9, `⑨` 9, `Ⅸ` 9, `½` 0.5), so its figure is checked; set
+    apart from a decimal digit before it (`120,835¹` is 120,835 and a footnote, not `120,8351`)."""
+    category = unicodedata.category(char)
+    if category == "Cf":
+        return ""
+    if category in ("No", "Nl"):
+        value = unicodedata.numeric(char, None)
+        if value is not None:
+            digits = str(int(value)) if value == int(value) else str(value)
+            return f" {digits}" if before.isdecimal() else digits
+    return char
 
 
 def _visible(text: str) -> str:

@@ -42,6 +42,7 @@ import calendar
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from agent import linear_re
 from agent.figures.deadline import Deadline, no_deadline
 from agent.figures.extract import Figure, extract
 from agent.figures.pool import Cell, Evidence, Pool, Ref, pool_of
@@ -68,6 +69,15 @@ DERIVATIONS: dict[str, tuple[str, ...]] = {
     "date": ("cell",),  # a Date or DateTime cell (or a string cell) with that day
     "time": ("cell",),  # a DateTime or time-of-day string cell with that hour and minute
 }
+# Words that state a number as a bound (a filter or a limit), right before it or right after it: only
+# then is a number the cited SQL holds as a literal the query's own condition, not its result.
+_BOUND_BEFORE = linear_re.compile(
+    r"(?:than|within|up to|limit(?:ed)?(?: to| of)?|top|first|beyond|exceed(?:s|ing)?|>=?|<=?|≥|≤|=)\s*[$€£¥]?\s*$"
+)
+_BOUND_AFTER = linear_re.compile(
+    r"^\s*(?:\+|or (?:more|less|fewer|longer|shorter|above|over|below|under|higher|lower))"
+)
+_BOUND_REACH = 24
 _MAX_AVERAGED_ROWS = 50
 _EPSILON = 1e-9
 _HEDGE_REACH = 0.1  # a hedged figure is at most this far (a share of it) from the value it stands for
@@ -93,7 +103,7 @@ def check_answer(
         pool = pools.get(ran)
         if pool is None:
             pool = pools[ran] = pool_of([by_id[q] for q in ran], deadline)
-        if _in_sql(figure, pool):
+        if _in_sql(figure, pool, answer):
             not_claims += 1
             continue
         check = _check(figure, pool, ran, by_id)
@@ -155,14 +165,25 @@ def _place(ref: Ref) -> str:
     return f"{ref.query_id}, {row}, {ref.column}"
 
 
-def _in_sql(figure: Figure, pool: Pool) -> bool:
-    """A number or date the cited query's own SQL holds: a filter or a limit the answer repeats."""
+def _in_sql(figure: Figure, pool: Pool, answer: str) -> bool:
+    """A number or date the cited query's own SQL holds: a filter or a limit the answer repeats. A number
+    is one only where the answer states it as a bound (`over 1,000 miles`, `limited to 100`): `1,000
+    long-haul flights` states it as the result, and is checked."""
     if figure.kind == "date" and figure.date is not None:
         year, month, day = figure.date
         return any((year is None or y == year) and m == month and d == day for y, m, d in pool.sql_dates)
     if figure.kind == "number":
-        return any(r.value in pool.sql_numbers and r.step >= 1 for r in figure.readings)
+        held = any(r.value in pool.sql_numbers and r.step >= 1 for r in figure.readings)
+        return held and _stated_as_bound(figure, answer)
     return False
+
+
+def _stated_as_bound(figure: Figure, answer: str) -> bool:
+    if figure.hedge in ("over", "under"):  # `over 1,000`, `at least 1,000`, `below 15`
+        return True
+    before = answer[max(0, figure.start - _BOUND_REACH) : figure.start].lower()
+    after = answer[figure.end : figure.end + _BOUND_REACH].lower()
+    return _BOUND_BEFORE.search(before) is not None or _BOUND_AFTER.search(after) is not None
 
 
 def _period_boundary(figure: Figure) -> bool:
@@ -184,7 +205,7 @@ def _verify(figure: Figure, pool: Pool) -> tuple[str, list[Cell]] | None:
         target, tolerance = _window(figure, reading.value, reading.step)
         tolerance = tolerance * (1 + _EPSILON) + _EPSILON
         check = {"number": _number, "percent": _percent, "multiple": _multiple}[figure.kind]
-        found = check(_Target(target, tolerance, figure.decrease), pool, related)
+        found = check(_Target(target, tolerance, figure.decrease, reading.step >= 1), pool, related)
         if found is not None:
             return found
     return None
@@ -195,6 +216,7 @@ class _Target:
     value: float  # the magnitude sought
     tol: float
     negatives: bool  # a negative cell may give it (the figure has a minus, or a word of decrease)
+    whole: bool = True  # its digits show no decimal places: it may be a count (`1,000` read as 1.000 is none)
 
 
 def _window(figure: Figure, value: float, step: float) -> tuple[float, float]:
@@ -215,7 +237,7 @@ def _number(sought: _Target, pool: Pool, related: list[Cell]) -> tuple[str, list
     if cell := _one(pool, 1.0, sought):
         return "cell", [cell]
     for query_id, count in pool.row_counts:
-        if abs(count - target) <= tol:
+        if sought.whole and abs(count - target) <= tol:
             return "row count", [Cell(count, Ref(query_id, None, "(rows)", str(count)))]
     for column in pool.columns:
         if _gives(sum(c.value for c in column), sought):

@@ -125,9 +125,10 @@ def render_entry(entry: Entry) -> str:
     if entry.kind == "glossary":
         synonyms = entry.fields.get("synonyms") or []
         also = f" (also: {_one_line(', '.join(map(str, synonyms)))})" if synonyms else ""
-        table = f" on {_one_line(entry.text('table'))}" if entry.text("table") else ""
-        sql = f" SQL: {_sql(entry.text('sql'))}{table}" if entry.text("sql") else ""
-        return f"- **{entry.name}**{also} {entry.tag}: {_one_line(entry.text('definition'))}{sql}"
+        # the table comes before the SQL: a closing fence may be followed only by spaces
+        table = f" On {_one_line(entry.text('table'))}." if entry.text("table") else ""
+        sql = f" SQL: {_sql(entry.text('sql'))}" if entry.text("sql") else ""
+        return f"- **{entry.name}**{also} {entry.tag}: {_one_line(entry.text('definition'))}{table}{sql}"
     if entry.kind == "metrics":
         source = entry.text("from") or ", ".join(map(str, entry.fields["tables"]))
         return (
@@ -171,9 +172,14 @@ def fenced(text: str) -> str:
     """`text` in a fenced block, indented under its list item, its fence longer than any run of backticks
     inside it: no line of it can close the block (CommonMark closes a fence only with one at least as
     long), so it cannot end early and turn the rest into headings or instructions."""
-    body = "\n".join(f"  {line}" for line in text.strip().splitlines())
+    # only Markdown's own line endings: str.splitlines would also break a literal at \u2028 or \x0b,
+    # which ClickHouse's canonical text keeps raw, and the prompt would show another query
+    body = "\n".join(f"  {line}" for line in _MARKDOWN_LINE_END.split(text.strip()))
     fence = "`" * max(3, _longest_backtick_run(text) + 1)
     return f"\n  {fence}sql\n{body}\n  {fence}"
+
+
+_MARKDOWN_LINE_END = re.compile(r"\r\n|\r|\n")  # CommonMark 2.1's line endings
 
 
 def _longest_backtick_run(text: str) -> int:

@@ -78,7 +78,7 @@ class Entry:
         return "" if value is None else str(value).strip()
 
 
-class _LineLoader(yaml.SafeLoader):
+class _LineLoader(safe_yaml.Loader):
     """Safe YAML that remembers where each mapping, and each of its values, starts."""
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:

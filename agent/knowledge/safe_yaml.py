@@ -6,7 +6,9 @@ walks it afterwards (turning a field into text, comparing, rendering) walks all 
 So a file is read only up to `MAX_FILE_BYTES`, and the node graph the parser composed is measured
 before anything is constructed from it: the number of values it stands for, counting each use of
 an alias again, may not pass `MAX_VALUES`, and a node may not contain itself. Both are refused as a
-`MarkedYAMLError` naming the line, like any other malformed YAML."""
+`MarkedYAMLError` naming the line, like any other malformed YAML. So is a value PyYAML's own
+constructors cannot build (`2026-13-45` reads as a timestamp and raises a bare ValueError), when
+read with `Loader` or a subclass of it."""
 
 from __future__ import annotations
 
@@ -27,6 +29,22 @@ class TooLarge(ValueError):
     """A file past MAX_FILE_BYTES."""
 
 
+class Unreadable(yaml.MarkedYAMLError):
+    """A scalar of a known type whose value is impossible (a date past the calendar)."""
+
+
+class Loader(yaml.SafeLoader):
+    """SafeLoader whose construction errors name the node's line, like its parse errors."""
+
+    def construct_object(self, node: yaml.Node, deep: bool = False) -> Any:
+        try:
+            return super().construct_object(node, deep=deep)
+        except yaml.YAMLError:
+            raise
+        except ValueError as exc:  # datetime's `month must be in 1..12`: no file, no line
+            raise Unreadable(problem=str(exc), problem_mark=node.start_mark) from None
+
+
 def read_text(path: Path, max_bytes: int = MAX_FILE_BYTES) -> str:
     """The file's text, refusing one past `max_bytes` without reading the rest of it."""
     with path.open("rb") as file:
@@ -36,7 +54,7 @@ def read_text(path: Path, max_bytes: int = MAX_FILE_BYTES) -> str:
     return data.decode("utf-8")
 
 
-def load(text: str, loader: type[yaml.SafeLoader] = yaml.SafeLoader, max_values: int = MAX_VALUES) -> Any:
+def load(text: str, loader: type[yaml.SafeLoader] = Loader, max_values: int = MAX_VALUES) -> Any:
     """The document in `text`, as `yaml.load` with the loader would give it, once its node graph is
     measured and within bounds. Raises yaml.YAMLError (Unbounded included)."""
     reader = loader(text)

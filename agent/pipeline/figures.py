@@ -72,7 +72,7 @@ class FigureReview:
 
     async def settle(self, state: RunState) -> None:
         """The final answer's figures, recorded in the run's result and metrics."""
-        if not state.answer or state.outcome not in (Outcome.ANSWERED, Outcome.CAPPED):
+        if not state.answer or state.outcome not in (Outcome.ANSWERED, Outcome.CAPPED, Outcome.CANCELLED):
             return
         report = await self._check(state)
         report.corrected = state.figures_corrected
@@ -81,6 +81,20 @@ class FigureReview:
         state.metrics.figures_checked.inc(report.checked)
         state.metrics.figures_verified.inc(report.verified)
         state.metrics.figures_unverified.inc(report.unverified)
+
+    async def settle_cancelled(self, state: RunState) -> None:
+        """A cancelled run keeps the text streamed so far (or an answer cancelled while being checked):
+        its figures are checked like any answer's. Cancelled again meanwhile, they are reported
+        unchecked, saying why: the text is still shown, never without a mark."""
+        if state.figures is not None or not state.answer:
+            return
+        try:
+            await self.settle(state)
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if task is not None:
+                task.uncancel()
+            state.figures = FigureReport(unchecked="the question was cancelled while its figures were being checked")
 
     async def _check(self, state: RunState) -> FigureReport:
         """Off the event loop: an answer of many figures over wide results takes a while to check."""

@@ -154,6 +154,8 @@ class Pipeline:
                     await on_event(FollowupsEvent(questions=state.followups))
         except asyncio.CancelledError:
             self._cancelled(state)
+            if not state.clarification:
+                await self._figures.settle_cancelled(state)
         except (LLMError, DatabaseUnavailable, PromptError) as exc:
             if not await self._figures.keep_answer(state, exc):
                 state.outcome, state.error = Outcome.ERROR, str(exc)

@@ -35,7 +35,7 @@ async def test_a_glossary_term_is_in_the_cached_prefix(make_app, fake_anthropic:
     assert "# What this team knows" in cached["text"]
     assert (
         "- **red-eye flight** (also: overnight flight) [glossary: red-eye flight]: A flight scheduled to leave "
-        "between midnight and 6 am. SQL: `hour < 6` on nycflights13.flights"
+        "between midnight and 6 am. On nycflights13.flights. SQL: `hour < 6`"
     ) in cached["text"]
 
 

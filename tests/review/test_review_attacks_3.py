@@ -1,0 +1,238 @@
+"""Review 3: reproductions of what the outside review broke. Each test states the claim it breaks and
+fails while the fault is there."""
+
+from __future__ import annotations
+
+import pytest
+
+from agent.db import QueryResult
+from agent.figures import Evidence, FigureReport, check_answer
+
+ORIGINS = [["EWR", "120835"], ["JFK", "111279"], ["LGA", "104662"]]
+
+
+def _result(rows: list[list[str | None]]) -> QueryResult:
+    return QueryResult(query_id="x", sql="SELECT 1", columns=["origin", "n"], types=["String"] * 2, rows=rows)
+
+
+def _check(answer: str) -> FigureReport:
+    evidence = [Evidence("Q1", "SELECT origin, count() AS n FROM t GROUP BY origin", _result(ORIGINS))]
+    return check_answer(answer, question="", evidence=evidence)
+
+
+def _marked(report: FigureReport, figure: str) -> bool:
+    """The figure shows a mark: unverified, or the report says some or all went unchecked."""
+    if report.unchecked or report.partly:
+        return True
+    return any(f.text == figure and not f.verified for f in report.figures)
+
+
+# --- 3. the figure check: a false figure shown with no mark ---
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        # A lone ``` mid-line renders as three literal backticks (CommonMark, marked): the text after it
+        # is plain prose, but the check's _CODE pattern masks everything to the end of the answer.
+        "Use the ``` key to quote. EWR had 999,999 departures [Q1].",
+        # `<` ... `>` on one line is no HTML tag (it does not start with a letter), so it shows as
+        # written; _CODE's `<[^<>\n]*>` masks all between them.
+        "Flights delayed < 15 minutes at EWR: 999,999 (> JFK's) [Q1].",
+        "EWR had <999,999> departures [Q1].",
+    ],
+)
+def test_a_false_figure_in_prose_is_marked(answer: str) -> None:
+    report = _check(answer)
+    assert _marked(report, "999,999"), report.model_dump()
+
+
+# --- 1. daily budgets: spending past the budget plus one question's worth ---
+
+import asyncio  # noqa: E402
+import datetime as dt  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+from agent.receipts import Receipt  # noqa: E402
+from chats.daily_budgets import RESERVATION_TTL_S, SCHEMA, DailyBudget, Refusal, Reservation  # noqa: E402
+from chats.state_file import SqliteFile  # noqa: E402
+
+BUDGET, QUESTION = 20_000, 10_000
+NOON = dt.datetime(2026, 11, 26, 12, 30, tzinfo=dt.UTC).timestamp()
+BEFORE_MIDNIGHT = dt.datetime(2026, 11, 26, 23, 59, 50, tzinfo=dt.UTC).timestamp()
+
+
+def _shared(tmp_path: Path) -> SqliteFile:
+    file = SqliteFile(tmp_path / "state.sqlite3")
+    file.now(lambda c: c.executescript(SCHEMA))
+    return file
+
+
+async def _spent_today(budget: DailyBudget, key: str) -> int:
+    return (await budget._read(budget._day(), key)).tokens
+
+
+@pytest.mark.parametrize("where", ["memory", "shared file"])
+async def test_a_question_that_runs_across_midnight_is_not_held_on_the_day_it_spends(
+    where: str, tmp_path: Path
+) -> None:
+    """A reservation is held on the day it started (`day = ?` in every read), but its receipt is counted
+    on the day it settles. Questions started at 23:59:50 hold nothing on the next day; questions started
+    at 00:00:00 then take the whole new budget too, and all of them settle onto the new day."""
+    now = [BEFORE_MIDNIGHT]
+    file = _shared(tmp_path) if where == "shared file" else None
+    try:
+        budget = DailyBudget(
+            max_tokens=BUDGET, max_cost_usd=None, question_tokens=QUESTION, file=file, clock=lambda: now[0]
+        )
+        late = await asyncio.gather(*(budget.reserve("web:1.2.3.4") for _ in range(8)))
+        now[0] += 15  # 00:00:05 the next day
+        early = await asyncio.gather(*(budget.reserve("web:1.2.3.4") for _ in range(8)))
+        ran = [b for b in (*late, *early) if isinstance(b, Reservation)]
+        await asyncio.gather(*(budget.settle(b, Receipt(input_tokens=QUESTION)) for b in ran))
+        spent = await _spent_today(budget, "web:1.2.3.4")
+    finally:
+        if file is not None:
+            file.close()
+    assert spent <= BUDGET + QUESTION, f"{len(ran)} questions ran, {spent:,} tokens counted on one day"
+
+
+async def test_a_question_running_past_the_reservation_ttl_lets_the_next_ones_overspend() -> None:
+    """RESERVATION_TTL_S (1 h) is shorter than a question may run: AGENT_MAX_ROUNDS (10) model calls of
+    AGENT_LLM_TIMEOUT_S (120 s) each with AGENT_LLM_MAX_RETRIES (4) retries is 100 minutes of model time
+    alone, and nothing ends a run sooner. Once the hold of a running question lapses, the asker's next
+    questions reserve the same budget again."""
+    now = [NOON]
+    budget = DailyBudget(max_tokens=BUDGET, max_cost_usd=None, question_tokens=QUESTION, clock=lambda: now[0])
+    first = [await budget.reserve("u") for _ in range(2)]
+    assert all(isinstance(b, Reservation) for b in first)
+    now[0] += RESERVATION_TTL_S + 1  # the first two are still running (a slow model)
+    second = [await budget.reserve("u") for _ in range(2)]
+    ran = [b for b in (*first, *second) if isinstance(b, Reservation)]
+    for booked in ran:
+        await budget.settle(booked, Receipt(input_tokens=QUESTION))
+    spent = await _spent_today(budget, "u")
+    assert spent <= BUDGET + QUESTION, f"{len(ran)} questions ran at once, {spent:,} tokens spent"
+
+
+async def test_the_per_question_budget_does_not_bound_what_a_reservation_holds() -> None:
+    """A question reserves AGENT_QUESTION_MAX_TOKENS, but that budget is checked only after a round of tool
+    calls (agent/pipeline/loop.py `_loop`), and past it the loop still makes the synthesis call and the
+    follow-up call: a question's first model call alone may report any count up to MAX_USAGE_TOKENS.
+    Two questions at once, each of whose first reply reports 60,000 tokens (a long schema in the prompt),
+    both start under a 20,000 budget with a 10,000 question budget: 120,000 spent, 4x the claim."""
+    budget = DailyBudget(max_tokens=BUDGET, max_cost_usd=None, question_tokens=QUESTION, clock=lambda: NOON)
+    booked = await asyncio.gather(*(budget.reserve("u") for _ in range(8)))
+    ran = [b for b in booked if isinstance(b, Reservation)]
+    await asyncio.gather(*(budget.settle(b, Receipt(input_tokens=60_000)) for b in ran))
+    spent = await _spent_today(budget, "u")
+    assert spent <= BUDGET + QUESTION, f"{len(ran)} questions ran at once, {spent:,} tokens spent"
+
+
+# --- 4. the CLI asking a running server: the web token ---
+
+import json  # noqa: E402
+import os  # noqa: E402
+import stat  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+import threading  # noqa: E402
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer  # noqa: E402
+
+from process import running_server  # noqa: E402
+from process.sessions import RemoteSession, open_session  # noqa: E402
+from tests.conftest import make_settings  # noqa: E402
+
+TOKEN = "the-web-token-of-the-dead-server"
+
+
+class _Foreign(BaseHTTPRequestHandler):
+    """Whatever now listens on the port a dead server had: it keeps the headers it is sent."""
+
+    seen: list[str | None] = []
+
+    def do_GET(self) -> None:  # noqa: N802
+        _Foreign.seen.append(self.headers.get("Authorization"))
+        self.send_response(200)
+        self.end_headers()
+        self.wfile.write(b"ok")
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+def _hold_lock(lock: Path) -> subprocess.Popen[str]:
+    """Another process holding the data directory's lock (as `agent serve --slack` only, `agent sql`,
+    `agent chat` or `make demo`'s loader do), which never wrote server.json."""
+    code = (
+        "import fcntl, sys, time\n"
+        f"h = open({str(lock)!r}, 'a+'); fcntl.flock(h, fcntl.LOCK_EX)\n"
+        "print('held', flush=True); time.sleep(60)\n"
+    )
+    holder = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+    return holder
+
+
+async def test_a_stale_server_json_does_not_send_the_token_to_whoever_holds_its_port_now(tmp_path: Path) -> None:
+    """`agent web` killed (SIGKILL, OOM, a reboot of the container keeps the volume) leaves server.json with
+    its address and token. `find` only asks whether *anyone* holds the lock, never whether the recorded
+    pid is the one holding it (the lock file names it) or alive: while another process holds the lock,
+    `agent ask` sends `Authorization: Bearer <token>` to whatever listens on the recorded port now."""
+    chdb = tmp_path / "clickhouse"
+    chdb.mkdir()
+    foreign = ThreadingHTTPServer(("127.0.0.1", 0), _Foreign)
+    threading.Thread(target=foreign.serve_forever, daemon=True).start()
+    dead_pid = 2**22 + 12345  # no such process
+    record = {"url": f"http://127.0.0.1:{foreign.server_address[1]}", "pid": dead_pid, "token": TOKEN}
+    (chdb / running_server.FILE_NAME).write_text(json.dumps(record))
+    holder = _hold_lock(chdb / running_server.LOCK_NAME)
+    _Foreign.seen.clear()
+    try:
+        settings = make_settings(clickhouse_url=f"chdb://{chdb}", agent_data_dir=tmp_path / "app")
+        server = running_server.find(settings)
+        if server is not None:  # what `agent ask` does with it
+            session = open_session(settings)
+            assert isinstance(session, RemoteSession)
+            await session.check()
+            await session.close()
+    finally:
+        holder.kill()
+        holder.wait()
+        foreign.shutdown()
+    assert f"Bearer {TOKEN}" not in _Foreign.seen, "the token went to a listener that is not the server"
+    assert server is None, f"a record of pid {dead_pid}, which holds nothing, was trusted: {server}"
+
+
+def test_server_json_is_this_users_only_even_when_a_file_was_there_before(tmp_path: Path) -> None:
+    """os.open(..., 0o600) sets the mode only when it creates the file: a server.json already there
+    (left by an older version, a restore, a `touch` with umask 022) keeps its mode, and the token is
+    written into a world-readable file."""
+    chdb = tmp_path / "clickhouse"
+    chdb.mkdir()
+    path = chdb / running_server.FILE_NAME
+    path.write_text("{}")
+    path.chmod(0o644)
+    settings = make_settings(clickhouse_url=f"chdb://{chdb}", agent_web_token="s3cret-token-value")
+    with running_server.recorded(settings, "127.0.0.1", 8000):
+        mode = stat.S_IMODE(path.stat().st_mode)
+        assert "s3cret-token-value" in path.read_text()
+    assert mode & 0o077 == 0, f"server.json holding the token has mode {oct(mode)}"
+
+
+def test_server_json_is_not_written_through_a_symlink(tmp_path: Path) -> None:
+    """No O_NOFOLLOW (nor O_EXCL): a symlink named server.json in the data folder sends the token to its
+    target, e.g. a file another user can read, and the target keeps its own mode."""
+    chdb = tmp_path / "clickhouse"
+    chdb.mkdir()
+    elsewhere = tmp_path / "shared-with-others.txt"
+    elsewhere.write_text("")
+    elsewhere.chmod(0o644)
+    (chdb / running_server.FILE_NAME).symlink_to(elsewhere)
+    settings = make_settings(clickhouse_url=f"chdb://{chdb}", agent_web_token="s3cret-token-value")
+    try:
+        with running_server.recorded(settings, "127.0.0.1", 8000):
+            pass
+    except OSError:
+        pass  # refusing the symlink is a fine outcome
+    assert "s3cret-token-value" not in elsewhere.read_text(), "the token was written through the symlink"

@@ -236,3 +236,90 @@ def test_server_json_is_not_written_through_a_symlink(tmp_path: Path) -> None:
     except OSError:
         pass  # refusing the symlink is a fine outcome
     assert "s3cret-token-value" not in elsewhere.read_text(), "the token was written through the symlink"
+
+
+# --- 1b. provider usage checked where it enters: shapes that come out as zero tokens ---
+
+from agent.llm import BadUsage  # noqa: E402
+from agent.llm import anthropic as anthropic_llm  # noqa: E402
+from agent.llm import openai_chat  # noqa: E402
+
+_MESSAGE = {
+    "id": "msg_1", "type": "message", "role": "assistant", "model": "m", "content": [],
+    "stop_reason": "end_turn", "stop_sequence": None,
+}  # fmt: skip
+_COMPLETION = {
+    "id": "c", "object": "chat.completion", "created": 0, "model": "m",
+    "choices": [{"index": 0, "message": {"role": "assistant", "content": "hi"}, "finish_reason": "stop"}],
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("usage", ["90000", 90000, [90000, 1000], "lots"])
+def test_a_messages_api_usage_that_is_not_an_object_is_refused_not_counted_as_zero(usage: object) -> None:
+    """The SDK builds its models without validating (construct_type): `"usage": "90000"` arrives as a
+    str, every getattr of it is None, and None is read as "not reported", 0. A gateway that sends usage
+    in any shape but an object answers for free under every daily budget."""
+    from anthropic._models import construct_type
+    from anthropic.types import Message, RawMessageStreamEvent
+
+    message = construct_type(type_=Message, value={**_MESSAGE, "usage": usage})
+    with pytest.raises(BadUsage):
+        anthropic_llm._usage(message.usage)
+    builder = anthropic_llm._TurnBuilder()
+    start = {"type": "message_start", "message": {**_MESSAGE, "usage": usage}}
+    delta = {"type": "message_delta", "delta": {"stop_reason": "end_turn"}, "usage": usage}
+    with pytest.raises(BadUsage):
+        for event in (start, delta):
+            builder.add(construct_type(type_=RawMessageStreamEvent, value=event))
+
+
+@pytest.mark.parametrize(
+    "usage",
+    [
+        "90000",
+        90000,
+        {"prompt_tokens": None, "completion_tokens": None, "total_tokens": 10**12},  # only the total, absurd
+        {"prompt_tokens": 10, "completion_tokens": 10, "total_tokens": -(10**9)},
+    ],
+)
+def test_a_chat_completions_usage_of_odd_shape_or_absurd_total_is_refused(usage: object) -> None:
+    from openai._models import construct_type
+    from openai.types.chat import ChatCompletion
+
+    completion = construct_type(type_=ChatCompletion, value={**_COMPLETION, "usage": usage})
+    with pytest.raises(BadUsage):
+        openai_chat._usage(completion.usage)
+
+
+# --- 1c. a question cancelled mid-answer: what the provider already billed is not counted ---
+
+from tests.conftest import Recorder  # noqa: E402
+from tests.fakes.anthropic_api import FakeAnthropic, Reply  # noqa: E402
+
+
+async def test_a_question_cancelled_mid_stream_counts_the_input_the_provider_reported(
+    make_app, fake_anthropic: FakeAnthropic
+) -> None:
+    """message_start already reported 90,000 input tokens (billed by the provider) when the asker goes
+    away (a closed tab past the reattach grace, Ctrl-C in `agent ask`): the turn never completes, so
+    `record_model_call` never runs and the receipt, hence the daily budget, counts 0. Asking and leaving
+    just before each answer ends spends the provider's tokens at no cost to the asker's budget."""
+    gate = threading.Event()
+    text = "EWR had the most departures of the three airports in the year"
+    fake_anthropic.script(Reply(text=text, pauses={3: gate}, usage={"input_tokens": 90_000}))
+    app = make_app()
+    recorder = Recorder()
+    task = asyncio.create_task(app.runner.run("Which airport?", on_event=recorder, followups=False))
+    try:
+        for _ in range(500):
+            if recorder.answer_text():
+                break
+            await asyncio.sleep(0.02)
+        assert recorder.answer_text(), recorder.kinds
+        task.cancel()
+        result = await task
+    finally:
+        gate.set()
+    assert result.receipt is not None
+    spent = result.receipt.input_tokens + result.receipt.cache_read_tokens + result.receipt.cache_creation_tokens
+    assert spent >= 90_000, f"the receipt counts {spent} input tokens of the 90,000 reported"

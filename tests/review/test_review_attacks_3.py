@@ -20,11 +20,12 @@ def _check(answer: str) -> FigureReport:
     return check_answer(answer, question="", evidence=evidence)
 
 
-def _marked(report: FigureReport, figure: str) -> bool:
-    """The figure shows a mark: unverified, or the report says some or all went unchecked."""
+def _marked(report: FigureReport) -> bool:
+    """The false figure shows a mark: some figure is unverified (no true one is in these answers), or
+    the report says some or all went unchecked."""
     if report.unchecked or report.partly:
         return True
-    return any(f.text == figure and not f.verified for f in report.figures)
+    return any(not f.verified for f in report.figures)
 
 
 # --- 3. the figure check: a false figure shown with no mark ---
@@ -40,11 +41,22 @@ def _marked(report: FigureReport, figure: str) -> bool:
         # written; _CODE's `<[^<>\n]*>` masks all between them.
         "Flights delayed < 15 minutes at EWR: 999,999 (> JFK's) [Q1].",
         "EWR had <999,999> departures [Q1].",
+        # `<!--` with no `-->` mid-line is literal text (CommonMark inline HTML needs the whole comment);
+        # rendered.py's `<!--.*?(?:-->|\z)` drops everything after it.
+        "EWR <!-- had 999,999 departures [Q1].",
+        # A Markdown heading is read as a rank (`#1`): the figure shows in large type, unchecked.
+        "# 999,999 departures at EWR\n\nThat is the most of the three airports [Q1].",
+        "## 999,999\n\nEWR's departures in 2013 [Q1].",
+        # Exponent form: 9.99e5 reads as 999,000 to anyone who reads it at all; the check sees two
+        # numbers glued to letters.
+        "EWR had 9.99e5 departures [Q1].",
+        # Digits that are not decimal digits (Unicode No): superscripts show as digits.
+        "EWR had ⁹⁹⁹ thousand departures [Q1].",
     ],
 )
 def test_a_false_figure_in_prose_is_marked(answer: str) -> None:
     report = _check(answer)
-    assert _marked(report, "999,999"), report.model_dump()
+    assert _marked(report), report.model_dump()
 
 
 # --- 1. daily budgets: spending past the budget plus one question's worth ---

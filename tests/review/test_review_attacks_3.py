@@ -401,3 +401,24 @@ def test_an_impossible_date_is_a_file_and_line_error_not_a_crash(tmp_path: Path,
     )
     with pytest.raises(KnowledgeError, match=r"team\.yaml:5"):
         load_file(path)
+
+
+async def test_a_busy_state_file_does_not_turn_the_daily_budget_off(tmp_path: Path) -> None:
+    """`reserve` catches sqlite3.OperationalError and lets the question through with no hold (`id` None),
+    and `spend` then drops the receipt the same way: while the shared file is busy past its 10 s timeout
+    (another worker's long write, a backup holding a lock) — and for every other OperationalError: disk
+    full, a read-only file, a missing table — every question of every asker runs, none is counted."""
+    import sqlite3
+
+    file = _shared(tmp_path)
+    blocker = sqlite3.connect(tmp_path / "state.sqlite3", isolation_level=None)
+    blocker.execute("BEGIN IMMEDIATE")  # another process holds the write lock
+    try:
+        budget = DailyBudget(max_tokens=QUESTION, max_cost_usd=None, question_tokens=QUESTION, file=file, clock=lambda: NOON)
+        booked = await asyncio.gather(*(budget.reserve("u") for _ in range(2)))  # each waits 10 s
+    finally:
+        blocker.rollback()
+        blocker.close()
+        file.close()
+    ran = [b for b in booked if isinstance(b, Reservation)]
+    assert len(ran) <= 1, f"{len(ran)} of 2 questions ran at once under a budget that fits one"

@@ -422,3 +422,41 @@ async def test_a_busy_state_file_does_not_turn_the_daily_budget_off(tmp_path: Pa
         file.close()
     ran = [b for b in booked if isinstance(b, Reservation)]
     assert len(ran) <= 1, f"{len(ran)} of 2 questions ran at once under a budget that fits one"
+
+
+# --- 1d. the same over HTTP: a real `agent web`, one client, questions sent at once ---
+
+from tests.end_to_end.test_budget_attacks import DAILY_TOKENS, FREE, Web, ask, done, tokens  # noqa: E402
+
+
+async def test_over_http_questions_at_once_spend_at_most_the_budget_and_one_question(tmp_path: Path) -> None:
+    """AGENT_DAILY_USER_TOKENS 20,000 and AGENT_QUESTION_MAX_TOKENS 10,000; each answer's one model call
+    reports 25,000 input tokens (a schema-heavy prompt; the question budget is only checked after a
+    round of tools). Two questions hold 10,000 each and both run: 50,000 spent, the claim is 30,000."""
+    import subprocess as sp
+
+    heavy = {**FREE, "input_tokens": 25_000, "output_tokens": 100}
+
+    def script(body: dict[str, object]) -> Reply:
+        if not body.get("tools"):
+            return Reply(text='["Which carrier flew the most?"]', usage=FREE)
+        return Reply(text="Hello! Ask me about NYC flights in 2013.", usage=heavy)
+
+    data = tmp_path / "data"
+    env = {"PATH": os.environ.get("PATH", ""), "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    loaded = sp.run(
+        [sys.executable, "-m", "process.cli", "demo", "load"],
+        env={**env, "AGENT_DATA_DIR": str(data)}, cwd=data.parent, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert loaded.returncode == 0, loaded.stderr
+    fake = FakeAnthropic(latency_s=1.0).start()
+    fake.always(script)
+    web = Web(tmp_path, data / "clickhouse", {"ANTHROPIC_BASE_URL": fake.base_url, "AGENT_QUESTION_MAX_TOKENS": "10000"})
+    try:
+        await web.ready()
+        at_once = await asyncio.gather(*(ask(web.url, f"Hello ({n})") for n in range(8)))
+    finally:
+        report = web.finish()
+        fake.stop()
+    spent = sum(tokens(done(events)) for status, events, _ in at_once if status == 200)
+    assert spent <= DAILY_TOKENS + 10_000, f"{spent:,} tokens spent by one client in one day\n{report[-500:]}"

@@ -460,3 +460,45 @@ async def test_over_http_questions_at_once_spend_at_most_the_budget_and_one_ques
         fake.stop()
     spent = sum(tokens(done(events)) for status, events, _ in at_once if status == 200)
     assert spent <= DAILY_TOKENS + 10_000, f"{spent:,} tokens spent by one client in one day\n{report[-500:]}"
+
+
+async def test_a_cancelled_answers_partial_text_has_its_figures_marked(make_app, fake_anthropic: FakeAnthropic) -> None:
+    """A run cancelled mid-answer keeps the streamed text in its stored answer ("[Analysis cancelled]"
+    then the partial text), shown on the conversation's page and in `agent ask --json`, but
+    `FigureReview.settle` checks only ANSWERED and CAPPED outcomes: `figures` is None, so a false figure
+    in the partial text shows with no mark and no "not checked"."""
+    gate = threading.Event()
+    text = "EWR had 999,999 departures in 2013, the most of the three airports by far this year"
+    fake_anthropic.script(Reply(text=text, pauses={8: gate}))
+    app = make_app()
+    recorder = Recorder()
+    task = asyncio.create_task(app.runner.run("Which airport?", on_event=recorder, followups=False))
+    try:
+        for _ in range(500):
+            if "999,999" in recorder.answer_text():
+                break
+            await asyncio.sleep(0.02)
+        task.cancel()
+        result = await task
+    finally:
+        gate.set()
+    assert "999,999" in result.answer, result.answer
+    assert result.figures is not None and (result.figures.unchecked or result.figures.unverified), result.figures
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="chown to another user needs root")
+def test_a_server_json_of_another_user_is_not_trusted(tmp_path: Path) -> None:
+    """`find` reads server.json whoever wrote it: in a data folder another user can write to (a shared
+    group volume), their file sends `agent ask`'s questions, and the data's answers, to their listener."""
+    chdb = tmp_path / "clickhouse"
+    chdb.mkdir()
+    path = chdb / running_server.FILE_NAME
+    path.write_text(json.dumps({"url": "http://127.0.0.1:9", "pid": os.getpid(), "token": None}))
+    os.chown(path, 65534, 65534)
+    holder = _hold_lock(chdb / running_server.LOCK_NAME)
+    try:
+        found = running_server.find(make_settings(clickhouse_url=f"chdb://{chdb}"))
+    finally:
+        holder.kill()
+        holder.wait()
+    assert found is None, f"trusted a server.json owned by uid 65534: {found}"

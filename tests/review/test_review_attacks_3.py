@@ -502,3 +502,20 @@ def test_a_server_json_of_another_user_is_not_trusted(tmp_path: Path) -> None:
         holder.kill()
         holder.wait()
     assert found is None, f"trusted a server.json owned by uid 65534: {found}"
+
+
+@pytest.mark.parametrize("separator", ["\u2028", "\u2029", "\x1c", "\x0b"])
+def test_a_verified_querys_sql_in_the_prompt_is_the_sql_that_was_verified(tmp_path: Path, separator: str) -> None:
+    """`canonical_sql` says "a string literal's line breaks are escapes, so every line of it is SQL", but
+    ClickHouse's canonical text escapes only \\n \\r \\t \\f \\b \\0 (checked: `SELECT 'a\u2028b'` comes
+    back with U+2028 raw, likewise U+2029, U+001C-1E, VT). `fenced` splits on every line break Python
+    knows (str.splitlines), so the prompt shows a different literal ('a' newline 'b') than the query
+    that was verified: the model copies a query that is not the reviewed one."""
+    from agent.knowledge.writer import append_verified_query, verified_query
+
+    sql = f"SELECT count() FROM nycflights13.flights WHERE carrier != 'a{separator}b'"
+    entry = verified_query(tmp_path, question="q", sql=sql, verified_by="r", verified_at="2026-01-01", source="s")
+    append_verified_query(tmp_path, entry)
+    knowledge = KnowledgeBase.load(tmp_path, max_chars=100_000)
+    _, fences = _headings_and_fences(knowledge.prefix.text)
+    assert fences == [sql + "\n"], fences

@@ -3,10 +3,38 @@ fails while the fault is there."""
 
 from __future__ import annotations
 
+import asyncio
+import datetime as dt
+import json
+import os
+import stat
+import subprocess
+import sys
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import ClassVar
+
 import pytest
+from markdown_it import MarkdownIt
 
 from agent.db import QueryResult
 from agent.figures import Evidence, FigureReport, check_answer
+from agent.knowledge.base import KnowledgeBase
+from agent.knowledge.files import KnowledgeError, load_file
+from agent.llm import (
+    BadUsage,
+    openai_chat,
+)
+from agent.llm import anthropic as anthropic_llm
+from agent.receipts import Receipt
+from chats.daily_budgets import RESERVATION_TTL_S, SCHEMA, DailyBudget, Reservation
+from chats.state_file import SqliteFile
+from process import running_server
+from process.sessions import RemoteSession, open_session
+from tests.conftest import Recorder, make_settings
+from tests.end_to_end.test_budget_attacks import DAILY_TOKENS, FREE, Web, ask, done, tokens
+from tests.fakes.anthropic_api import FakeAnthropic, Reply
 
 ORIGINS = [["EWR", "120835"], ["JFK", "111279"], ["LGA", "104662"]]
 
@@ -61,13 +89,6 @@ def test_a_false_figure_in_prose_is_marked(answer: str) -> None:
 
 # --- 1. daily budgets: spending past the budget plus one question's worth ---
 
-import asyncio  # noqa: E402
-import datetime as dt  # noqa: E402
-from pathlib import Path  # noqa: E402
-
-from agent.receipts import Receipt  # noqa: E402
-from chats.daily_budgets import RESERVATION_TTL_S, SCHEMA, DailyBudget, Refusal, Reservation  # noqa: E402
-from chats.state_file import SqliteFile  # noqa: E402
 
 BUDGET, QUESTION = 20_000, 10_000
 NOON = dt.datetime(2026, 11, 26, 12, 30, tzinfo=dt.UTC).timestamp()
@@ -143,17 +164,6 @@ async def test_the_per_question_budget_does_not_bound_what_a_reservation_holds()
 
 # --- 4. the CLI asking a running server: the web token ---
 
-import json  # noqa: E402
-import os  # noqa: E402
-import stat  # noqa: E402
-import subprocess  # noqa: E402
-import sys  # noqa: E402
-import threading  # noqa: E402
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer  # noqa: E402
-
-from process import running_server  # noqa: E402
-from process.sessions import RemoteSession, open_session  # noqa: E402
-from tests.conftest import make_settings  # noqa: E402
 
 TOKEN = "the-web-token-of-the-dead-server"
 
@@ -161,9 +171,9 @@ TOKEN = "the-web-token-of-the-dead-server"
 class _Foreign(BaseHTTPRequestHandler):
     """Whatever now listens on the port a dead server had: it keeps the headers it is sent."""
 
-    seen: list[str | None] = []
+    seen: ClassVar[list[str | None]] = []
 
-    def do_GET(self) -> None:  # noqa: N802
+    def do_GET(self) -> None:
         _Foreign.seen.append(self.headers.get("Authorization"))
         self.send_response(200)
         self.end_headers()
@@ -252,9 +262,6 @@ def test_server_json_is_not_written_through_a_symlink(tmp_path: Path) -> None:
 
 # --- 1b. provider usage checked where it enters: shapes that come out as zero tokens ---
 
-from agent.llm import BadUsage  # noqa: E402
-from agent.llm import anthropic as anthropic_llm  # noqa: E402
-from agent.llm import openai_chat  # noqa: E402
 
 _MESSAGE = {
     "id": "msg_1", "type": "message", "role": "assistant", "model": "m", "content": [],
@@ -305,9 +312,6 @@ def test_a_chat_completions_usage_of_odd_shape_or_absurd_total_is_refused(usage:
 
 # --- 1c. a question cancelled mid-answer: what the provider already billed is not counted ---
 
-from tests.conftest import Recorder  # noqa: E402
-from tests.fakes.anthropic_api import FakeAnthropic, Reply  # noqa: E402
-
 
 async def test_a_question_cancelled_mid_stream_counts_the_input_the_provider_reported(
     make_app, fake_anthropic: FakeAnthropic
@@ -339,9 +343,6 @@ async def test_a_question_cancelled_mid_stream_counts_the_input_the_provider_rep
 
 # --- 2. team knowledge in the cached prompt: a fence that does not close ---
 
-from markdown_it import MarkdownIt  # noqa: E402
-
-from agent.knowledge.base import KnowledgeBase  # noqa: E402
 
 _SECTIONS = {"Glossary", "Metrics", "Table and column notes", "Verified queries"}
 
@@ -383,9 +384,6 @@ def test_a_glossary_sql_of_several_lines_closes_its_fence(tmp_path: Path) -> Non
     assert fences[0] == "distance >= 1000\nAND air_time > 0\n", fences
 
 
-from agent.knowledge.files import KnowledgeError, load_file  # noqa: E402
-
-
 @pytest.mark.parametrize("verified_at", ["2026-13-45", "2026-02-30", "2026-01-01 25:00:00"])
 def test_an_impossible_date_is_a_file_and_line_error_not_a_crash(tmp_path: Path, verified_at: str) -> None:
     """PyYAML's SafeLoader reads `2026-13-45` as a timestamp and its constructor raises a plain ValueError
@@ -414,7 +412,9 @@ async def test_a_busy_state_file_does_not_turn_the_daily_budget_off(tmp_path: Pa
     blocker = sqlite3.connect(tmp_path / "state.sqlite3", isolation_level=None)
     blocker.execute("BEGIN IMMEDIATE")  # another process holds the write lock
     try:
-        budget = DailyBudget(max_tokens=QUESTION, max_cost_usd=None, question_tokens=QUESTION, file=file, clock=lambda: NOON)
+        budget = DailyBudget(
+            max_tokens=QUESTION, max_cost_usd=None, question_tokens=QUESTION, file=file, clock=lambda: NOON
+        )
         booked = await asyncio.gather(*(budget.reserve("u") for _ in range(2)))  # each waits 10 s
     finally:
         blocker.rollback()
@@ -425,8 +425,6 @@ async def test_a_busy_state_file_does_not_turn_the_daily_budget_off(tmp_path: Pa
 
 
 # --- 1d. the same over HTTP: a real `agent web`, one client, questions sent at once ---
-
-from tests.end_to_end.test_budget_attacks import DAILY_TOKENS, FREE, Web, ask, done, tokens  # noqa: E402
 
 
 async def test_over_http_questions_at_once_spend_at_most_the_budget_and_one_question(tmp_path: Path) -> None:
@@ -451,7 +449,9 @@ async def test_over_http_questions_at_once_spend_at_most_the_budget_and_one_ques
     assert loaded.returncode == 0, loaded.stderr
     fake = FakeAnthropic(latency_s=1.0).start()
     fake.always(script)
-    web = Web(tmp_path, data / "clickhouse", {"ANTHROPIC_BASE_URL": fake.base_url, "AGENT_QUESTION_MAX_TOKENS": "10000"})
+    web = Web(
+        tmp_path, data / "clickhouse", {"ANTHROPIC_BASE_URL": fake.base_url, "AGENT_QUESTION_MAX_TOKENS": "10000"}
+    )
     try:
         await web.ready()
         at_once = await asyncio.gather(*(ask(web.url, f"Hello ({n})") for n in range(8)))

@@ -519,3 +519,20 @@ def test_a_verified_querys_sql_in_the_prompt_is_the_sql_that_was_verified(tmp_pa
     knowledge = KnowledgeBase.load(tmp_path, max_chars=100_000)
     _, fences = _headings_and_fences(knowledge.prefix.text)
     assert fences == [sql + "\n"], fences
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        "There were 1,000 long-haul flights [Q1].",  # the filter's threshold stated as the count
+        "Exactly 100 flights flew over 1,000 miles [Q1].",  # the LIMIT stated as the count
+    ],
+)
+def test_a_count_equal_to_a_literal_of_the_cited_sql_is_still_checked(answer: str) -> None:
+    """A number the cited SQL holds as a literal is dropped as a not-claim wherever it stands, so the
+    commonest slip, restating the filter's threshold or the LIMIT as the result, shows with no mark:
+    the query counted 132,140 flights."""
+    sql = "SELECT count() AS n FROM nycflights13.flights WHERE distance > 1000 LIMIT 100"
+    result = QueryResult(query_id="x", sql=sql, columns=["n"], types=["UInt64"], rows=[["132140"]])
+    report = check_answer(answer, question="", evidence=[Evidence("Q1", sql, result)])
+    assert _marked(report), report.model_dump()

@@ -536,3 +536,25 @@ def test_a_count_equal_to_a_literal_of_the_cited_sql_is_still_checked(answer: st
     result = QueryResult(query_id="x", sql=sql, columns=["n"], types=["UInt64"], rows=[["132140"]])
     report = check_answer(answer, question="", evidence=[Evidence("Q1", sql, result)])
     assert _marked(report), report.model_dump()
+
+
+def test_a_stream_whose_cumulative_counts_go_down_is_refused() -> None:
+    """message_delta's counts are cumulative (the code says so), so one lower than message_start's is as
+    impossible as a negative one; it is taken instead: 90,000 input tokens reported at the start are
+    counted as 0 when the last delta says `input_tokens: 0`."""
+    from anthropic._models import construct_type
+    from anthropic.types import RawMessageStreamEvent
+
+    builder = anthropic_llm._TurnBuilder()
+    start = {"type": "message_start", "message": {**_MESSAGE, "usage": {"input_tokens": 90_000, "output_tokens": 1}}}
+    delta = {
+        "type": "message_delta",
+        "delta": {"stop_reason": "end_turn"},
+        "usage": {"input_tokens": 0, "output_tokens": 5, "cache_read_input_tokens": 0},
+    }
+    try:
+        for event in (start, delta):
+            builder.add(construct_type(type_=RawMessageStreamEvent, value=event))
+    except BadUsage:
+        return
+    assert builder.turn(0).usage.input_tokens >= 90_000, builder.turn(0).usage

@@ -220,7 +220,7 @@ async def test_a_stale_server_json_does_not_send_the_token_to_whoever_holds_its_
             await session.close()
     finally:
         holder.kill()
-        holder.wait()
+        holder.communicate()
         foreign.shutdown()
     assert f"Bearer {TOKEN}" not in _Foreign.seen, "the token went to a listener that is not the server"
     assert server is None, f"a record of pid {dead_pid}, which holds nothing, was trusted: {server}"
@@ -500,7 +500,7 @@ def test_a_server_json_of_another_user_is_not_trusted(tmp_path: Path) -> None:
         found = running_server.find(make_settings(clickhouse_url=f"chdb://{chdb}"))
     finally:
         holder.kill()
-        holder.wait()
+        holder.communicate()
     assert found is None, f"trusted a server.json owned by uid 65534: {found}"
 
 

@@ -222,6 +222,7 @@ async def test_a_stale_server_json_does_not_send_the_token_to_whoever_holds_its_
         holder.kill()
         holder.communicate()
         foreign.shutdown()
+        foreign.server_close()
     assert f"Bearer {TOKEN}" not in _Foreign.seen, "the token went to a listener that is not the server"
     assert server is None, f"a record of pid {dead_pid}, which holds nothing, was trusted: {server}"
 

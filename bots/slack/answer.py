@@ -57,9 +57,7 @@ class Answerer:
         self._knowledge = knowledge
         self._settings, self._metrics, self._pacing = settings, metrics, pacing
         self._limit = pacing.rate_limit("slack:questions", settings.slack_rate_per_minute)
-        self._budget = pacing.daily_budget(
-            settings.agent_daily_user_tokens, settings.agent_daily_user_cost_usd, settings.agent_question_max_tokens
-        )
+        self._budget = pacing.asker_budget(settings)
         self.streaming = Streaming()
         self.budget = CallBudget(workers=pacing.workers)  # every answer's writes, against Slack's tiers
         self._interval_s = settings.slack_progress_interval_s

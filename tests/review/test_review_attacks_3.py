@@ -4,7 +4,6 @@ fails while the fault is there."""
 from __future__ import annotations
 
 import asyncio
-import datetime as dt
 import json
 import os
 import stat
@@ -27,13 +26,9 @@ from agent.llm import (
     openai_chat,
 )
 from agent.llm import anthropic as anthropic_llm
-from agent.receipts import Receipt
-from chats.daily_budgets import RESERVATION_TTL_S, SCHEMA, DailyBudget, Reservation
-from chats.state_file import SqliteFile
 from process import running_server
 from process.sessions import RemoteSession, open_session
 from tests.conftest import Recorder, make_settings
-from tests.end_to_end.test_budget_attacks import DAILY_TOKENS, FREE, Web, ask, done, tokens
 from tests.fakes.anthropic_api import FakeAnthropic, Reply
 
 ORIGINS = [["EWR", "120835"], ["JFK", "111279"], ["LGA", "104662"]]
@@ -85,81 +80,6 @@ def _marked(report: FigureReport) -> bool:
 def test_a_false_figure_in_prose_is_marked(answer: str) -> None:
     report = _check(answer)
     assert _marked(report), report.model_dump()
-
-
-# --- 1. daily budgets: spending past the budget plus one question's worth ---
-
-
-BUDGET, QUESTION = 20_000, 10_000
-NOON = dt.datetime(2026, 11, 26, 12, 30, tzinfo=dt.UTC).timestamp()
-BEFORE_MIDNIGHT = dt.datetime(2026, 11, 26, 23, 59, 50, tzinfo=dt.UTC).timestamp()
-
-
-def _shared(tmp_path: Path) -> SqliteFile:
-    file = SqliteFile(tmp_path / "state.sqlite3")
-    file.now(lambda c: c.executescript(SCHEMA))
-    return file
-
-
-async def _spent_today(budget: DailyBudget, key: str) -> int:
-    return (await budget._read(budget._day(), key)).tokens
-
-
-@pytest.mark.parametrize("where", ["memory", "shared file"])
-async def test_a_question_that_runs_across_midnight_is_not_held_on_the_day_it_spends(
-    where: str, tmp_path: Path
-) -> None:
-    """A reservation is held on the day it started (`day = ?` in every read), but its receipt is counted
-    on the day it settles. Questions started at 23:59:50 hold nothing on the next day; questions started
-    at 00:00:00 then take the whole new budget too, and all of them settle onto the new day."""
-    now = [BEFORE_MIDNIGHT]
-    file = _shared(tmp_path) if where == "shared file" else None
-    try:
-        budget = DailyBudget(
-            max_tokens=BUDGET, max_cost_usd=None, question_tokens=QUESTION, file=file, clock=lambda: now[0]
-        )
-        late = await asyncio.gather(*(budget.reserve("web:1.2.3.4") for _ in range(8)))
-        now[0] += 15  # 00:00:05 the next day
-        early = await asyncio.gather(*(budget.reserve("web:1.2.3.4") for _ in range(8)))
-        ran = [b for b in (*late, *early) if isinstance(b, Reservation)]
-        await asyncio.gather(*(budget.settle(b, Receipt(input_tokens=QUESTION)) for b in ran))
-        spent = await _spent_today(budget, "web:1.2.3.4")
-    finally:
-        if file is not None:
-            file.close()
-    assert spent <= BUDGET + QUESTION, f"{len(ran)} questions ran, {spent:,} tokens counted on one day"
-
-
-async def test_a_question_running_past_the_reservation_ttl_lets_the_next_ones_overspend() -> None:
-    """RESERVATION_TTL_S (1 h) is shorter than a question may run: AGENT_MAX_ROUNDS (10) model calls of
-    AGENT_LLM_TIMEOUT_S (120 s) each with AGENT_LLM_MAX_RETRIES (4) retries is 100 minutes of model time
-    alone, and nothing ends a run sooner. Once the hold of a running question lapses, the asker's next
-    questions reserve the same budget again."""
-    now = [NOON]
-    budget = DailyBudget(max_tokens=BUDGET, max_cost_usd=None, question_tokens=QUESTION, clock=lambda: now[0])
-    first = [await budget.reserve("u") for _ in range(2)]
-    assert all(isinstance(b, Reservation) for b in first)
-    now[0] += RESERVATION_TTL_S + 1  # the first two are still running (a slow model)
-    second = [await budget.reserve("u") for _ in range(2)]
-    ran = [b for b in (*first, *second) if isinstance(b, Reservation)]
-    for booked in ran:
-        await budget.settle(booked, Receipt(input_tokens=QUESTION))
-    spent = await _spent_today(budget, "u")
-    assert spent <= BUDGET + QUESTION, f"{len(ran)} questions ran at once, {spent:,} tokens spent"
-
-
-async def test_the_per_question_budget_does_not_bound_what_a_reservation_holds() -> None:
-    """A question reserves AGENT_QUESTION_MAX_TOKENS, but that budget is checked only after a round of tool
-    calls (agent/pipeline/loop.py `_loop`), and past it the loop still makes the synthesis call and the
-    follow-up call: a question's first model call alone may report any count up to MAX_USAGE_TOKENS.
-    Two questions at once, each of whose first reply reports 60,000 tokens (a long schema in the prompt),
-    both start under a 20,000 budget with a 10,000 question budget: 120,000 spent, 4x the claim."""
-    budget = DailyBudget(max_tokens=BUDGET, max_cost_usd=None, question_tokens=QUESTION, clock=lambda: NOON)
-    booked = await asyncio.gather(*(budget.reserve("u") for _ in range(8)))
-    ran = [b for b in booked if isinstance(b, Reservation)]
-    await asyncio.gather(*(budget.settle(b, Receipt(input_tokens=60_000)) for b in ran))
-    spent = await _spent_today(budget, "u")
-    assert spent <= BUDGET + QUESTION, f"{len(ran)} questions ran at once, {spent:,} tokens spent"
 
 
 # --- 4. the CLI asking a running server: the web token ---
@@ -400,67 +320,6 @@ def test_an_impossible_date_is_a_file_and_line_error_not_a_crash(tmp_path: Path,
     )
     with pytest.raises(KnowledgeError, match=r"team\.yaml:5"):
         load_file(path)
-
-
-async def test_a_busy_state_file_does_not_turn_the_daily_budget_off(tmp_path: Path) -> None:
-    """`reserve` catches sqlite3.OperationalError and lets the question through with no hold (`id` None),
-    and `spend` then drops the receipt the same way: while the shared file is busy past its 10 s timeout
-    (another worker's long write, a backup holding a lock) — and for every other OperationalError: disk
-    full, a read-only file, a missing table — every question of every asker runs, none is counted."""
-    import sqlite3
-
-    file = _shared(tmp_path)
-    blocker = sqlite3.connect(tmp_path / "state.sqlite3", isolation_level=None)
-    blocker.execute("BEGIN IMMEDIATE")  # another process holds the write lock
-    try:
-        budget = DailyBudget(
-            max_tokens=QUESTION, max_cost_usd=None, question_tokens=QUESTION, file=file, clock=lambda: NOON
-        )
-        booked = await asyncio.gather(*(budget.reserve("u") for _ in range(2)))  # each waits 10 s
-    finally:
-        blocker.rollback()
-        blocker.close()
-        file.close()
-    ran = [b for b in booked if isinstance(b, Reservation)]
-    assert len(ran) <= 1, f"{len(ran)} of 2 questions ran at once under a budget that fits one"
-
-
-# --- 1d. the same over HTTP: a real `agent web`, one client, questions sent at once ---
-
-
-async def test_over_http_questions_at_once_spend_at_most_the_budget_and_one_question(tmp_path: Path) -> None:
-    """AGENT_DAILY_USER_TOKENS 20,000 and AGENT_QUESTION_MAX_TOKENS 10,000; each answer's one model call
-    reports 25,000 input tokens (a schema-heavy prompt; the question budget is only checked after a
-    round of tools). Two questions hold 10,000 each and both run: 50,000 spent, the claim is 30,000."""
-    import subprocess as sp
-
-    heavy = {**FREE, "input_tokens": 25_000, "output_tokens": 100}
-
-    def script(body: dict[str, object]) -> Reply:
-        if not body.get("tools"):
-            return Reply(text='["Which carrier flew the most?"]', usage=FREE)
-        return Reply(text="Hello! Ask me about NYC flights in 2013.", usage=heavy)
-
-    data = tmp_path / "data"
-    env = {"PATH": os.environ.get("PATH", ""), "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
-    loaded = sp.run(
-        [sys.executable, "-m", "process.cli", "demo", "load"],
-        env={**env, "AGENT_DATA_DIR": str(data)}, cwd=data.parent, capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
-    assert loaded.returncode == 0, loaded.stderr
-    fake = FakeAnthropic(latency_s=1.0).start()
-    fake.always(script)
-    web = Web(
-        tmp_path, data / "clickhouse", {"ANTHROPIC_BASE_URL": fake.base_url, "AGENT_QUESTION_MAX_TOKENS": "10000"}
-    )
-    try:
-        await web.ready()
-        at_once = await asyncio.gather(*(ask(web.url, f"Hello ({n})") for n in range(8)))
-    finally:
-        report = web.finish()
-        fake.stop()
-    spent = sum(tokens(done(events)) for status, events, _ in at_once if status == 200)
-    assert spent <= DAILY_TOKENS + 10_000, f"{spent:,} tokens spent by one client in one day\n{report[-500:]}"
 
 
 async def test_a_cancelled_answers_partial_text_has_its_figures_marked(make_app, fake_anthropic: FakeAnthropic) -> None:

@@ -232,6 +232,7 @@ class Pipeline:
                 on_text=on_text,
                 on_restart=on_restart,
                 on_fallback=state.record_fallback,
+                on_usage=state.record_model_usage,  # an attempt cut short was billed too
                 role=role,
             )
         except LLMError:

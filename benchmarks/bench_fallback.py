@@ -37,7 +37,7 @@ REQUEST: dict[str, Any] = {
 
 
 class Overloaded:
-    async def stream(self, model: str, request: dict[str, Any], *_: Any, last: bool = True) -> ModelTurn:
+    async def stream(self, model: str, request: dict[str, Any], *_: Any, last: bool = True, **__: Any) -> ModelTurn:
         raise LLMUnavailable("overloaded", "overloaded")
 
     async def complete(self, model: str, request: dict[str, Any], *, last: bool = True) -> ModelTurn:
@@ -48,7 +48,7 @@ class Overloaded:
 
 
 class Instant(Overloaded):
-    async def stream(self, model: str, request: dict[str, Any], *_: Any, last: bool = True) -> ModelTurn:
+    async def stream(self, model: str, request: dict[str, Any], *_: Any, last: bool = True, **__: Any) -> ModelTurn:
         return ModelTurn([{"type": "text", "text": "16"}], "end_turn", Usage(10, 1))
 
 

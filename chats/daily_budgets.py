@@ -6,14 +6,25 @@ the process is one of several workers, so an asker's budget holds whichever work
 
 A question reserves its worth when it starts (`reserve`) and settles to its receipt when it ends
 (`settle`): counting only finished answers let eight questions asked at once all start under a budget that
-fit two. A question's worth is the per-question token budget (AGENT_QUESTION_MAX_TOKENS) when one is set;
-otherwise nothing bounds a question, so it reserves all that is left and the asker's questions run one at
-a time. Either way, questions asked together spend at most the budget plus one question's worth. The
-question that crosses the budget is answered; the next one is refused, saying when the day resets.
+fit two. A question's worth is what it can spend at most: the loop checks the per-question token budget
+(AGENT_QUESTION_MAX_TOKENS) before every model call and calls no more once it is spent, so a question
+spends at most that budget plus what one call can add past the check (`call_tokens`: the context window
+plus the output tokens of one call, since a call's input is only known once it is reported). With no
+per-question budget nothing bounds a question, so it reserves all that is left and the asker's questions
+run one at a time. Either way, questions asked together spend at most the budget plus one question's
+worth. The question that crosses the budget is answered; the next one is refused, saying when it resets.
+
+A hold and its receipt count on the day the question started. Holds in memory last until settled (they
+die with their process); holds in the shared file expire after RESERVATION_TTL_S unless their process
+renews them, which it does while the question runs, so only a dead worker's holds lapse. When the budget
+cannot be read or held (the shared file stays busy past SQLite's own retrying, or is broken), the question
+is refused: a budget that turns itself off under load is no budget.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import datetime as dt
 import logging
 import math
@@ -30,9 +41,14 @@ from chats.state_file import SqliteFile, write_transaction
 log = logging.getLogger(__name__)
 
 MAX_LOCAL_KEYS = 10_000
-# A reservation that was never settled (its worker died mid-answer) stops counting after this long.
+# A reservation in the shared file that was never settled (its worker died mid-answer) stops counting
+# after this long; a live worker renews its running questions' holds every RENEW_EVERY_S.
 RESERVATION_TTL_S = 3600.0
+RENEW_EVERY_S = RESERVATION_TTL_S / 4
 BUSY_RETRY_S = 10  # what a refusal for questions still running tells the client to wait
+UNREADABLE = (
+    "Today's budget for questions could not be checked just now (the server is busy); ask again in a few seconds."
+)
 
 
 @dataclass(frozen=True)
@@ -65,14 +81,19 @@ class DailyBudget:
         max_tokens: int | None,
         max_cost_usd: float | None,
         question_tokens: int | None = None,
+        call_tokens: int = 0,
         file: SqliteFile | None = None,
         clock: Callable[[], float] = time.time,  # wall time: the day is UTC's, and workers share it
+        renew_every_s: float = RENEW_EVERY_S,
     ) -> None:
+        """`call_tokens`: what one model call can add past the per-question check (context window plus
+        output tokens); a question holds `question_tokens` plus that."""
         self.max_tokens, self.max_cost_usd = max_tokens, max_cost_usd
-        self.question_tokens = question_tokens
-        self._file, self._clock = file, clock
+        self.question_tokens, self.call_tokens = question_tokens, call_tokens
+        self._file, self._clock, self._renew_every_s = file, clock, renew_every_s
         self._local: dict[tuple[str, str], tuple[int, float]] = {}
-        self._held: dict[str, tuple[str, str, int, float, float]] = {}  # id -> day, key, tokens, cost, expires
+        self._held: dict[str, tuple[str, str, int, float]] = {}  # id -> day, key, tokens, cost
+        self._renewing: dict[str, asyncio.Task[None]] = {}
 
     @property
     def enabled(self) -> bool:
@@ -82,7 +103,11 @@ class DailyBudget:
         """None when `key` has budget left today (reservations aside); otherwise what to tell them."""
         if not self.enabled:
             return None
-        return self._spent_refusal(await self._read(self._day(), key))
+        try:
+            return self._spent_refusal(await self._read(self._day(), key))
+        except sqlite3.OperationalError:
+            log.warning("could not read an asker's daily budget; refusing the question", exc_info=True)
+            return Refusal(UNREADABLE, BUSY_RETRY_S)
 
     async def reserve(self, key: str) -> Reservation | Refusal:
         """Hold one question's worth of `key`'s budget, or say why not (the day's budget is spent, or the
@@ -95,45 +120,57 @@ class DailyBudget:
             decision = self._decide(self._local_spent(day, key))
             if isinstance(decision, Refusal):
                 return decision
-            self._held[held_id] = (day, key, *decision, self._clock() + RESERVATION_TTL_S)
+            self._held[held_id] = (day, key, *decision)
             return reservation
         try:
-            return await self._file.run(partial(_reserve, reservation, self._clock(), self._decide))
-        except sqlite3.OperationalError:  # the shared file is busy: let the question through, say so
-            log.warning("could not reserve an asker's daily budget; letting the question through", exc_info=True)
-            return Reservation(key, None)
+            booked = await self._file.run(partial(_reserve, reservation, self._clock(), self._decide))
+        except sqlite3.OperationalError:  # busy past SQLite's own retrying, or broken: refuse, say so
+            log.warning("could not reserve an asker's daily budget; refusing the question", exc_info=True)
+            return Refusal(UNREADABLE, BUSY_RETRY_S)
+        if isinstance(booked, Reservation):
+            self._renewing[held_id] = asyncio.create_task(self._renew(held_id))
+        return booked
 
     async def settle(self, reservation: Reservation, receipt: Receipt | None) -> None:
-        """End `reservation`: its hold is released and the receipt (None: nothing was spent) is counted.
-        Settling twice counts the receipt twice but releases once."""
-        if reservation.id is not None:
-            if self._file is None:
-                self._held.pop(reservation.id, None)
-            else:
-                try:
-                    await self._file.run(partial(_release, reservation.id))
-                except sqlite3.OperationalError:
-                    log.warning("could not release a daily budget reservation (it expires)", exc_info=True)
-        await self.spend(reservation.key, receipt)
+        """End `reservation`: the receipt (None: nothing was spent) is counted on the day the question
+        started, and its hold is released. Settling twice counts the receipt twice but releases once."""
+        if reservation.id is None:
+            return
+        if renewing := self._renewing.pop(reservation.id, None):
+            renewing.cancel()
+        tokens, cost = _counted(receipt)
+        if self._file is None:
+            self._held.pop(reservation.id, None)
+            self._add_local(reservation.day, reservation.key, tokens, cost)
+            return
+        try:
+            await self._file.run(partial(_settle, reservation, tokens, cost))
+        except sqlite3.OperationalError:  # the hold stays and counts until it expires
+            log.warning("could not count an answer against its asker's daily budget", exc_info=True)
 
     async def spend(self, key: str, receipt: Receipt | None) -> None:
         """Count one answer's receipt against `key`'s day (the cost of unpriced models counts as 0)."""
         if not self.enabled or receipt is None:
             return
-        tokens = receipt.input_tokens + receipt.output_tokens + receipt.cache_read_tokens
-        tokens += receipt.cache_creation_tokens
-        cost = receipt.cost_usd or 0.0
-        day = self._day()
+        tokens, cost = _counted(receipt)
         if self._file is None:
-            spent_tokens, spent_cost = self._local.get((day, key), (0, 0.0))
-            self._local[(day, key)] = (spent_tokens + tokens, spent_cost + cost)
-            if len(self._local) > MAX_LOCAL_KEYS:
-                self._local = {k: v for k, v in self._local.items() if k[0] == day}
-            return
-        try:
-            await self._file.run(partial(_add, day, key, tokens, cost))
-        except sqlite3.OperationalError:
-            log.warning("could not count an answer against its asker's daily budget", exc_info=True)
+            self._add_local(self._day(), key, tokens, cost)
+        else:
+            await self._file.run(partial(_add, self._day(), key, tokens, cost))
+
+    async def _renew(self, held_id: str) -> None:
+        """Keep a running question's hold in the shared file from expiring, until it is settled."""
+        while True:
+            await asyncio.sleep(self._renew_every_s)
+            with contextlib.suppress(sqlite3.OperationalError):  # the next renewal tries again
+                await self._file.run(partial(_renew, held_id, self._clock() + RESERVATION_TTL_S))  # type: ignore[union-attr]
+
+    def _add_local(self, day: str, key: str, tokens: int, cost: float) -> None:
+        spent_tokens, spent_cost = self._local.get((day, key), (0, 0.0))
+        self._local[(day, key)] = (spent_tokens + tokens, spent_cost + cost)
+        if len(self._local) > MAX_LOCAL_KEYS:
+            today = self._day()
+            self._local = {k: v for k, v in self._local.items() if k[0] >= today}
 
     def _decide(self, spent: _Spent) -> Refusal | tuple[int, float]:
         """A refusal, or the tokens and cost a question starting now holds."""
@@ -149,7 +186,9 @@ class DailyBudget:
                 "have finished."
             )
             return Refusal(message, BUSY_RETRY_S)
-        worth = min(self.question_tokens, tokens_left) if self.question_tokens is not None else tokens_left
+        worth = tokens_left
+        if self.question_tokens is not None:
+            worth = min(self.question_tokens + self.call_tokens, tokens_left)
         return worth, cost_left  # nothing bounds a question's cost: it holds all that is left
 
     def _spent_refusal(self, spent: _Spent) -> Refusal | None:
@@ -172,19 +211,13 @@ class DailyBudget:
 
     def _local_spent(self, day: str, key: str) -> _Spent:
         tokens, cost = self._local.get((day, key), (0, 0.0))
-        now = self._clock()
-        self._held = {i: held for i, held in self._held.items() if held[4] > now and held[0] == day}
-        mine = [held for held in self._held.values() if held[1] == key]
+        mine = [held for held in self._held.values() if held[1] == key and held[0] == day]
         return _Spent(tokens, cost, sum(h[2] for h in mine), sum(h[3] for h in mine))
 
     async def _read(self, day: str, key: str) -> _Spent:
         if self._file is None:
             return self._local_spent(day, key)
-        try:
-            return await self._file.run(partial(_read_spent, day, key, self._clock()))
-        except sqlite3.OperationalError:  # the shared file is busy: let the question through, say so
-            log.warning("could not read an asker's daily budget; letting the question through", exc_info=True)
-            return _Spent(0, 0.0)
+        return await self._file.run(partial(_read_spent, day, key, self._clock()))
 
     def _day(self) -> str:
         return dt.datetime.fromtimestamp(self._clock(), dt.UTC).date().isoformat()
@@ -220,15 +253,34 @@ def _reserve(
     return reservation
 
 
-def _release(reservation_id: str, c: sqlite3.Connection) -> None:
-    c.execute("DELETE FROM budget_reserved WHERE id = ?", (reservation_id,))
+def _renew(reservation_id: str, expires: float, c: sqlite3.Connection) -> None:
+    c.execute("UPDATE budget_reserved SET expires = max(expires, ?) WHERE id = ?", (expires, reservation_id))
+
+
+def _settle(reservation: Reservation, tokens: int, cost: float, c: sqlite3.Connection) -> None:
+    """Count the receipt on the reservation's day and release its hold, both or neither."""
+    with write_transaction(c):
+        _count(reservation.day, reservation.key, tokens, cost, c)
+        c.execute("DELETE FROM budget_reserved WHERE id = ?", (reservation.id,))
 
 
 def _add(day: str, key: str, tokens: int, cost: float, c: sqlite3.Connection) -> None:
     with write_transaction(c):
-        c.execute("DELETE FROM budget_spend WHERE day < ?", (day,))
-        c.execute(
-            "INSERT INTO budget_spend VALUES (?, ?, ?, ?) ON CONFLICT (day, key) DO UPDATE SET "
-            "tokens = tokens + excluded.tokens, cost_usd = cost_usd + excluded.cost_usd",
-            (day, key, tokens, cost),
-        )
+        _count(day, key, tokens, cost, c)
+
+
+def _count(day: str, key: str, tokens: int, cost: float, c: sqlite3.Connection) -> None:
+    c.execute("DELETE FROM budget_spend WHERE day < date(?, '-1 day')", (day,))  # yesterday's settle late
+    c.execute(
+        "INSERT INTO budget_spend VALUES (?, ?, ?, ?) ON CONFLICT (day, key) DO UPDATE SET "
+        "tokens = tokens + excluded.tokens, cost_usd = cost_usd + excluded.cost_usd",
+        (day, key, tokens, cost),
+    )
+
+
+def _counted(receipt: Receipt | None) -> tuple[int, float]:
+    """A receipt's tokens and cost (None: nothing was spent; unpriced models cost 0)."""
+    if receipt is None:
+        return 0, 0.0
+    tokens = receipt.input_tokens + receipt.output_tokens + receipt.cache_read_tokens + receipt.cache_creation_tokens
+    return tokens, receipt.cost_usd or 0.0

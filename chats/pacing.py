@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from contextlib import AbstractAsyncContextManager
 
+from agent.config import Settings
 from chats.daily_budgets import DailyBudget
 from chats.rate_limits import LocalRateLimit, RateLimit, SharedRateLimit
 from chats.state_file import SqliteFile
@@ -31,13 +32,33 @@ class Pacing:
             return LocalRateLimit(per_minute)
         return SharedRateLimit(self._file, scope, per_minute)
 
+    def asker_budget(self, settings: Settings) -> DailyBudget:
+        """The daily budget of each asker as the settings give it. One model call can add its whole
+        context window and output past the per-question check (agent/pipeline/question_budget.py)."""
+        call = settings.agent_context_tokens + settings.agent_max_tokens + (settings.agent_thinking_budget or 0)
+        return self.daily_budget(
+            settings.agent_daily_user_tokens,
+            settings.agent_daily_user_cost_usd,
+            settings.agent_question_max_tokens,
+            call_tokens=call,
+        )
+
     def daily_budget(
-        self, max_tokens: int | None, max_cost_usd: float | None, question_tokens: int | None = None
+        self,
+        max_tokens: int | None,
+        max_cost_usd: float | None,
+        question_tokens: int | None = None,
+        call_tokens: int = 0,
     ) -> DailyBudget:
         """What one asker may spend per UTC day, counted where the rate limits are; a question reserves
-        `question_tokens` of it (the per-question budget) while it runs."""
+        `question_tokens` of it (the per-question budget) plus what one model call can add past that
+        budget's check (`call_tokens`) while it runs."""
         return DailyBudget(
-            max_tokens=max_tokens, max_cost_usd=max_cost_usd, question_tokens=question_tokens, file=self._file
+            max_tokens=max_tokens,
+            max_cost_usd=max_cost_usd,
+            question_tokens=question_tokens,
+            call_tokens=call_tokens,
+            file=self._file,
         )
 
     def turn(self, key: str, position: int | None = None) -> AbstractAsyncContextManager[None]:

@@ -69,9 +69,7 @@ def create_app(
         downloads=pacing.rate_limit("web:downloads", settings.agent_web_exports_per_minute),
         thumbs=pacing.rate_limit("web:thumbs", settings.agent_web_thumbs_per_minute),
         downloading=DownloadSlots(settings.export_per_client),
-        budget=pacing.daily_budget(
-            settings.agent_daily_user_tokens, settings.agent_daily_user_cost_usd, settings.agent_question_max_tokens
-        ),
+        budget=pacing.asker_budget(settings),
     )
 
     @asynccontextmanager

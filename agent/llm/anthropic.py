@@ -33,7 +33,11 @@ from agent.llm.turns import (
     RestartSink,
     TextSink,
     Usage,
+    UsageSink,
+    ignore_usage,
     usage_count,
+    usage_not_below,
+    usage_object,
 )
 
 _RETRYABLE_STREAM_ERRORS = {"overloaded_error", "api_error", "rate_limit_error"}
@@ -111,13 +115,22 @@ class AnthropicProvider:
         self._quick = client if fallback_retries is None else client.with_options(max_retries=fallback_retries)
 
     async def stream(
-        self, model: str, request: dict[str, Any], on_text: TextSink, on_restart: RestartSink, *, last: bool = True
+        self,
+        model: str,
+        request: dict[str, Any],
+        on_text: TextSink,
+        on_restart: RestartSink,
+        *,
+        last: bool = True,
+        on_usage: UsageSink = ignore_usage,
     ) -> ModelTurn:
-        """One streamed model call; text deltas go to `on_text` as they arrive."""
+        """One streamed model call; text deltas go to `on_text` as they arrive. An attempt that does not
+        finish (cancelled, failed, retried) hands what it was billed so far to `on_usage`."""
         client, retries = (self._client, self._stream_retries) if last else (self._quick, self._fallback_retries)
         for attempt in range(retries + 1):
             started = time.perf_counter()
             builder = _TurnBuilder()
+            finished = False
             try:
                 # The raw event stream, not `messages.stream()`: its helper rebuilds every event and the
                 # message so far in Python (`BaseModel.construct`, a Protocol check per object on 3.11):
@@ -133,6 +146,7 @@ class AnthropicProvider:
                             await asyncio.sleep(0)
                             yielded = time.perf_counter()
                 if builder.stopped:
+                    finished = True
                     return builder.turn(time.perf_counter() - started)
                 if attempt == retries:  # the stream ended before message_stop: cut off
                     raise LLMUnavailable("The model's reply was cut off before it ended; try again shortly.")
@@ -144,6 +158,9 @@ class AnthropicProvider:
             except httpx2.TransportError as exc:  # the connection broke mid-stream: the SDK retries only before it
                 if attempt == retries:
                     raise LLMUnavailable(f"The model's reply was cut off ({type(exc).__name__}); try again.") from None
+            finally:
+                if not finished and builder.usage.total:  # the input was billed when message_start said so
+                    on_usage(builder.usage)
             if builder.sent_text:
                 await on_restart()
             await asyncio.sleep(self._retry_base_delay_s * 2**attempt * (0.5 + random.random() / 2))
@@ -187,6 +204,7 @@ _USAGE_FIELDS = {
 
 def _usage(usage: Any) -> Usage:
     """The usage object, each count checked (the SDK builds it without validating the JSON)."""
+    usage = usage_object("usage", usage)
     return Usage(**{ours: usage_count(theirs, getattr(usage, theirs, None)) for ours, theirs in _USAGE_FIELDS.items()})
 
 
@@ -238,11 +256,17 @@ class _TurnBuilder:
             self.stopped = True
         elif kind == "message_delta":
             self._stop_reason = event.delta.stop_reason
-            usage = event.usage  # cumulative counts; input and cache counts only in newer API versions
+            usage = usage_object("usage", event.usage)  # cumulative; input and cache only in newer API versions
             for ours, theirs in _USAGE_FIELDS.items():
                 if (value := getattr(usage, theirs, None)) is not None:
-                    setattr(self._usage, ours, usage_count(theirs, value))
+                    now = usage_not_below(theirs, getattr(self._usage, ours), usage_count(theirs, value))
+                    setattr(self._usage, ours, now)
         return ""
+
+    @property
+    def usage(self) -> Usage:
+        """The counts reported so far (message_start's, then each message_delta's)."""
+        return self._usage
 
     def turn(self, elapsed_s: float) -> ModelTurn:
         content = [

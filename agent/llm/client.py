@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from functools import lru_cache
+from functools import lru_cache, partial
 from typing import Any
 
 from agent.config import MISSING_ANTHROPIC_KEY, ModelRef, Provider, Settings, parse_models
@@ -28,7 +28,9 @@ from agent.llm.turns import (
     ModelUnreachable,
     RestartSink,
     TextSink,
+    Usage,
     ignore_fallback,
+    ignore_usage,
 )
 
 log = logging.getLogger(__name__)
@@ -90,11 +92,14 @@ class LLMClient:
         on_text: TextSink,
         on_restart: RestartSink,
         on_fallback: FallbackSink = ignore_fallback,
+        on_usage: Callable[[str, Usage], None] | None = None,
         role: str = "main",
         **request: Any,
     ) -> ModelTurn:
         """One streamed model call (a neutral request: see agent/llm/capabilities.py); text deltas go to
-        `on_text` as they arrive. `turn.model` names the model that answered."""
+        `on_text` as they arrive. `turn.model` names the model that answered. `on_usage` gets the model
+        and the tokens of each attempt that did not finish (cancelled, failed, retried): the provider
+        billed what it reported."""
         sent = False  # text of the model being asked has reached `on_text`
 
         async def text(delta: str) -> None:
@@ -108,7 +113,10 @@ class LLMClient:
             await on_restart()
 
         async def ask(ref: ModelRef, provider_request: dict[str, Any], last: bool) -> ModelTurn:
-            return await self._provider(ref).stream(ref.name, provider_request, text, restart, last=last)
+            billed = ignore_usage if on_usage is None else partial(on_usage, str(ref))
+            return await self._provider(ref).stream(
+                ref.name, provider_request, text, restart, last=last, on_usage=billed
+            )
 
         async def drop_partial() -> None:
             if sent:  # the failed model's partial reply is not the answer

@@ -38,7 +38,11 @@ from agent.llm.turns import (
     RestartSink,
     TextSink,
     Usage,
+    UsageSink,
+    bad_usage,
+    ignore_usage,
     usage_count,
+    usage_object,
 )
 
 # finish_reason -> the Messages API's stop_reason, which the pipeline reads.
@@ -105,7 +109,14 @@ class OpenAIProvider:
         self._quick = client if fallback_retries is None else client.with_options(max_retries=fallback_retries)
 
     async def stream(
-        self, model: str, request: dict[str, Any], on_text: TextSink, on_restart: RestartSink, *, last: bool = True
+        self,
+        model: str,
+        request: dict[str, Any],
+        on_text: TextSink,
+        on_restart: RestartSink,
+        *,
+        last: bool = True,
+        on_usage: UsageSink = ignore_usage,
     ) -> ModelTurn:
         params = chat_request(model, request)
         client, retries = (self._client, self._stream_retries) if last else (self._quick, self._fallback_retries)
@@ -113,6 +124,7 @@ class OpenAIProvider:
             started = time.perf_counter()
             builder = _ChunkBuilder()
             stream = None
+            finished = False
             try:
                 stream = await client.chat.completions.create(
                     **params, stream=True, stream_options={"include_usage": True}
@@ -127,6 +139,7 @@ class OpenAIProvider:
                             await asyncio.sleep(0)
                             yielded = time.perf_counter()
                 if builder.finished:
+                    finished = True
                     return builder.turn(time.perf_counter() - started)
                 if attempt == retries:  # no finish_reason: the stream was cut off
                     raise LLMUnavailable("The model's reply was cut off before it ended; try again shortly.")
@@ -143,6 +156,9 @@ class OpenAIProvider:
                 if attempt == retries or _stream_error(exc) is None:
                     failed = LLMConfigError(f"The model server failed the request: {exc.message}")
                     raise _stream_error(exc) or failed from None
+            finally:
+                if not finished and builder.usage.total:  # a usage chunk came, the reply did not end
+                    on_usage(builder.usage)
             if builder.sent_text:
                 await on_restart()
             await asyncio.sleep(self._retry_base_delay_s * 2**attempt * (0.5 + random.random() / 2))
@@ -320,6 +336,10 @@ class _ChunkBuilder:
         stop = _STOP_REASONS.get(self._finish or "", self._finish)
         return ModelTurn(content=content, stop_reason=stop, usage=self._usage, elapsed_s=elapsed_s)
 
+    @property
+    def usage(self) -> Usage:
+        return self._usage
+
 
 def _new_call_id() -> str:
     return f"call_{uuid.uuid4().hex[:24]}"
@@ -340,16 +360,16 @@ def _tool_use(call_id: str | None, name: str, arguments: str) -> dict[str, Any]:
 def _usage(usage: Any) -> Usage:
     """prompt_tokens counts the cached ones too (prompt_tokens_details.cached_tokens). Each count is checked
     (the SDK builds the object without validating the JSON): a server's bad count is refused here."""
-    if usage is None:
+    if usage_object("usage", usage) is None:
         return Usage()
-    details = getattr(usage, "prompt_tokens_details", None)
+    details = usage_object("prompt_tokens_details", getattr(usage, "prompt_tokens_details", None))
     cached = usage_count("prompt_tokens_details.cached_tokens", getattr(details, "cached_tokens", None))
     prompt = usage_count("prompt_tokens", getattr(usage, "prompt_tokens", None))
-    return Usage(
-        input_tokens=max(0, prompt - cached),
-        output_tokens=usage_count("completion_tokens", getattr(usage, "completion_tokens", None)),
-        cache_read_tokens=cached,
-    )
+    completion = usage_count("completion_tokens", getattr(usage, "completion_tokens", None))
+    total = usage_count("total_tokens", getattr(usage, "total_tokens", None))
+    if total and getattr(usage, "prompt_tokens", None) is None and getattr(usage, "completion_tokens", None) is None:
+        raise bad_usage("total_tokens", f"{total} with no prompt or completion tokens")  # would count as 0
+    return Usage(input_tokens=max(0, prompt - cached), output_tokens=completion, cache_read_tokens=cached)
 
 
 # --- errors (https://platform.openai.com/docs/guides/error-codes) ---

@@ -13,7 +13,7 @@ import anthropic
 from agent.config import MISSING_ANTHROPIC_KEY, Provider, Settings
 from agent.llm.anthropic import AnthropicProvider, anthropic_client
 from agent.llm.openai_chat import OpenAIProvider, openai_client
-from agent.llm.turns import LLMConfigError, ModelTurn, RestartSink, TextSink
+from agent.llm.turns import LLMConfigError, ModelTurn, RestartSink, TextSink, UsageSink, ignore_usage
 
 
 class ModelProvider(Protocol):
@@ -21,7 +21,14 @@ class ModelProvider(Protocol):
     few of AGENT_FALLBACK_RETRIES, and the next model is asked sooner."""
 
     async def stream(
-        self, model: str, request: dict[str, Any], on_text: TextSink, on_restart: RestartSink, *, last: bool = True
+        self,
+        model: str,
+        request: dict[str, Any],
+        on_text: TextSink,
+        on_restart: RestartSink,
+        *,
+        last: bool = True,
+        on_usage: UsageSink = ignore_usage,
     ) -> ModelTurn: ...
 
     async def complete(self, model: str, request: dict[str, Any], *, last: bool = True) -> ModelTurn: ...
@@ -37,7 +44,14 @@ class UnconfiguredProvider:
         self.reason = reason
 
     async def stream(
-        self, model: str, request: dict[str, Any], on_text: TextSink, on_restart: RestartSink, *, last: bool = True
+        self,
+        model: str,
+        request: dict[str, Any],
+        on_text: TextSink,
+        on_restart: RestartSink,
+        *,
+        last: bool = True,
+        on_usage: UsageSink = ignore_usage,
     ) -> ModelTurn:
         raise LLMConfigError(self.reason)
 

@@ -8,9 +8,13 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from pydantic import BaseModel
+
 log = logging.getLogger(__name__)
 
 TextSink = Callable[[str], Awaitable[None]]
+# What a stream's attempt that did not finish (cancelled, failed, retried) had been billed so far.
+UsageSink = Callable[["Usage"], None]
 RestartSink = Callable[[], Awaitable[None]]
 # Why a run moved on to the next model: a bounded set (a metric label).
 FallbackReason = Literal["overloaded", "rate_limited", "unavailable"]
@@ -57,13 +61,34 @@ def usage_count(name: str, value: object) -> int:
     if value is None:
         return 0
     if type(value) is not int or not 0 <= value <= MAX_USAGE_TOKENS:
-        shown = repr(value)[:40]
-        log.error("the model API reported an impossible token count: %s=%s", name, shown)
-        raise BadUsage(
-            f"The model API reported an impossible token count ({name} = {shown}), so its reply was not used. "
-            "The model server or a gateway in front of it is misbehaving; tell whoever runs this app."
-        )
+        raise bad_usage(name, value)
     return value
+
+
+def usage_object(name: str, usage: object) -> Any:
+    """A usage object as the SDK built it: the SDKs build their models without validating the JSON, so a
+    usage sent as a string, a number or a list arrives as that, every count of it reads as None (not
+    reported) and the reply would count as free. Raises BadUsage for anything but an object (or None)."""
+    if usage is not None and not isinstance(usage, BaseModel):
+        raise bad_usage(name, usage)
+    return usage
+
+
+def usage_not_below(name: str, before: int, now: int) -> int:
+    """A cumulative count of a stream (message_delta's) that may only grow: one lower than reported before
+    would take back tokens the provider billed. Raises BadUsage."""
+    if now < before:
+        raise bad_usage(name, f"{now}, after {before}")
+    return now
+
+
+def bad_usage(name: str, value: object) -> BadUsage:
+    shown = repr(value)[:40]
+    log.error("the model API reported an impossible token count: %s=%s", name, shown)
+    return BadUsage(
+        f"The model API reported an impossible token count ({name} = {shown}), so its reply was not used. "
+        "The model server or a gateway in front of it is misbehaving; tell whoever runs this app."
+    )
 
 
 @dataclass
@@ -72,6 +97,10 @@ class Usage:
     output_tokens: int = 0
     cache_read_tokens: int = 0
     cache_creation_tokens: int = 0
+
+    @property
+    def total(self) -> int:
+        return self.input_tokens + self.output_tokens + self.cache_read_tokens + self.cache_creation_tokens
 
     def add(self, other: Usage) -> None:
         self.input_tokens += other.input_tokens
@@ -112,4 +141,8 @@ FallbackSink = Callable[[Fallback], Awaitable[None]]
 
 
 async def ignore_fallback(_: Fallback) -> None:
+    return None
+
+
+def ignore_usage(_: Usage) -> None:
     return None

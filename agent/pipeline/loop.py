@@ -146,7 +146,13 @@ class Pipeline:
             state.mark_answered()
             if state.clarification and state.followups:
                 await on_event(FollowupsEvent(questions=state.followups))  # the options, as buttons
-            elif followups and self._followups and state.answer and state.outcome is not Outcome.NO_DATA:
+            elif (
+                followups
+                and self._followups
+                and state.answer
+                and state.outcome is not Outcome.NO_DATA
+                and not self._budget.tokens_spent(state)  # a follow-up call is a model call too
+            ):
                 state.followups = await self._followups.generate(
                     question, state.answer, state.queries, on_usage=state.record_model_usage
                 )
@@ -174,6 +180,9 @@ class Pipeline:
     async def _loop(self, state: RunState, request: dict[str, Any], messages: list[Message]) -> None:
         max_rounds = self._settings.max_rounds
         for round_number in range(1, max_rounds + 1):
+            state.budget_spent = self._budget.spent(state)  # before every call, not only after tools
+            if state.budget_spent:
+                break
             if round_number == max_rounds - 1:
                 append_text(messages[-1], self._prompts.render("loop/penultimate.md"))
             turn = await self._model_turn(state, request, messages, role="main")
@@ -186,9 +195,8 @@ class Pipeline:
             messages.append(await self._run_tools(state, turn.tool_calls))
             if state.clarification:
                 return await self._ask_back(state)
+        else:
             state.budget_spent = self._budget.spent(state)
-            if state.budget_spent:
-                break
         await self._synthesize(state, request, messages)
 
     async def _model_turn(
@@ -226,6 +234,7 @@ class Pipeline:
                 on_text=on_text,
                 on_restart=on_restart,
                 on_fallback=state.record_fallback,
+                on_usage=state.record_model_usage,  # an attempt cut short was billed too
                 role=role,
             )
         except LLMError:
@@ -302,12 +311,17 @@ class Pipeline:
         await state.emit(AnswerEvent(text=state.answer, restart=bool(state.streamed_text)))
 
     async def _synthesize(self, state: RunState, request: dict[str, Any], messages: list[Message]) -> None:
-        """At the round cap: one call with tools disabled answers from what was gathered. Same tools
-        and system prefix, so the cache still hits."""
+        """At the round cap or past the rows budget: one call with tools disabled answers from what was
+        gathered. Same tools and system prefix, so the cache still hits. Past the token budget no call is
+        made: the answer says what was gathered and why it stopped."""
+        state.outcome = Outcome.CAPPED
+        if state.budget_spent and state.budget_spent.kind == "tokens":
+            state.answer = state.note = QuestionBudget.stopped(self._prompts, state.budget_spent, _gathered(state))
+            await state.emit(AnswerEvent(text=state.answer, restart=bool(state.streamed_text)))
+            return
         append_text(messages[-1], self._prompts.render("loop/synthesize.md"))
         turn = await self._model_turn(state, request, messages, role="synthesis", tool_choice={"type": "none"})
         messages.append(assistant(turn.content or [{"type": "text", "text": "(no reply)"}]))
-        state.outcome = Outcome.CAPPED
         state.answer = turn.text or self._prompts.render("loop/no_data.md")
         if state.budget_spent:
             state.note = "\n\n" + QuestionBudget.note(self._prompts, state.budget_spent)
@@ -321,9 +335,7 @@ class Pipeline:
             task.uncancel()
         if state.answer:
             return
-        partial = state.streamed_text.strip() or "\n".join(
-            f"{q.id}: {q.question} ({'failed' if q.result.error else _rows(q.result.row_count)})" for q in state.queries
-        )
+        partial = state.streamed_text.strip() or _gathered(state)
         state.outcome = Outcome.CANCELLED
         state.answer = self._prompts.render("loop/cancelled.md", partial=partial)
 
@@ -334,6 +346,13 @@ def _transcript(messages: list[Message], result: RunResult) -> list[Message]:
     if result.outcome in (Outcome.CANCELLED, Outcome.ERROR) or not messages or messages[-1]["role"] != "assistant":
         return []
     return [*messages[:-1], assistant([{"type": "text", "text": result.answer}])]
+
+
+def _gathered(state: RunState) -> str:
+    """The queries a run made, one a line, for an answer that was not written."""
+    return "\n".join(
+        f"{q.id}: {q.question} ({'failed' if q.result.error else _rows(q.result.row_count)})" for q in state.queries
+    )
 
 
 def _rows(count: int) -> str:

@@ -1,6 +1,10 @@
 """The per-question budget (AGENT_QUESTION_MAX_TOKENS, AGENT_QUESTION_MAX_ROWS_READ; off by default):
-checked after each round of tools. Past it, the loop stops asking for more and one synthesis call
-answers from what was gathered; the answer says why (prompts/loop/budget_note.md)."""
+checked before every model call. Past its rows read, the loop stops asking for more and one synthesis
+call answers from what was gathered; the answer says why (prompts/loop/budget_note.md). Past its tokens,
+no model call is made at all, the synthesis and the follow-ups included: the answer says what was
+gathered and why it stopped (prompts/loop/budget_stopped.md). A call's input is known only once it is
+reported, so a question spends at most its token budget plus one call (its context window and output):
+what the asker's daily budget holds for it (chats/daily_budgets.py)."""
 
 from __future__ import annotations
 
@@ -25,13 +29,14 @@ class QuestionBudget:
     max_tokens: int | None = None
     max_rows_read: int | None = None
 
+    def tokens_spent(self, state: RunState) -> bool:
+        """The question may make no more model calls."""
+        return self.max_tokens is not None and _tokens(state) >= self.max_tokens
+
     def spent(self, state: RunState) -> Overspent | None:
         """What the question has spent past its budget; None while it has not."""
         if self.max_tokens is not None:
-            tokens = sum(
-                u.input_tokens + u.output_tokens + u.cache_read_tokens + u.cache_creation_tokens
-                for _, u in state.model_usage.values()
-            )
+            tokens = _tokens(state)
             if tokens >= self.max_tokens:
                 return self._stop(state, "tokens", tokens, self.max_tokens)
         if self.max_rows_read is not None:
@@ -50,3 +55,16 @@ class QuestionBudget:
         """The note added to the answer when the question stopped at its budget."""
         spent, limit = f"{overspent.spent:,}", f"{overspent.limit:,}"
         return prompts.render("loop/budget_note.md", kind=overspent.kind, spent=spent, limit=limit)
+
+    @staticmethod
+    def stopped(prompts: PromptLibrary, overspent: Overspent, gathered: str) -> str:
+        """The whole answer when the question spent its tokens before one was written."""
+        spent, limit = f"{overspent.spent:,}", f"{overspent.limit:,}"
+        return prompts.render("loop/budget_stopped.md", spent=spent, limit=limit, gathered=gathered)
+
+
+def _tokens(state: RunState) -> int:
+    return sum(
+        u.input_tokens + u.output_tokens + u.cache_read_tokens + u.cache_creation_tokens
+        for _, u in state.model_usage.values()
+    )

@@ -10,6 +10,7 @@ import asyncio
 import logging
 import time
 from contextlib import suppress
+from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
@@ -37,6 +38,17 @@ from chats.run_view import RunView
 from chats.runs import RunHandle, RunRegistry, ShuttingDown
 
 log = logging.getLogger(__name__)
+
+
+@dataclass
+class _Hold:
+    """A question's hold on its asker's daily budget. Once its run started, the hold ends with the run
+    (`on_done` settles it to the receipt), whatever fails in following it here; before, the handler ends it."""
+
+    reservation: Reservation
+    run_started: bool = False
+
+
 MAX_TITLE_CHARS = 80
 
 
@@ -57,9 +69,7 @@ class Answerer:
         self._knowledge = knowledge
         self._settings, self._metrics, self._pacing = settings, metrics, pacing
         self._limit = pacing.rate_limit("slack:questions", settings.slack_rate_per_minute)
-        self._budget = pacing.daily_budget(
-            settings.agent_daily_user_tokens, settings.agent_daily_user_cost_usd, settings.agent_question_max_tokens
-        )
+        self._budget = pacing.asker_budget(settings)
         self.streaming = Streaming()
         self.budget = CallBudget(workers=pacing.workers)  # every answer's writes, against Slack's tiers
         self._interval_s = settings.slack_progress_interval_s
@@ -110,10 +120,12 @@ class Answerer:
             self._metrics.budget_refusals.labels("slack").inc()
             await self._tell(question, Failure.OVER_BUDGET, message=booked.message)
             return
+        hold = _Hold(booked)
         try:
-            await self._answer(question, booked)
+            await self._answer(question, hold)
         except BaseException:
-            await self._budget.settle(booked, None)  # a run that started settles too: releasing twice is harmless
+            if not hold.run_started:  # a run that started goes on past this failure: its on_done settles
+                await self._budget.settle(booked, None)
             raise
 
     async def _tell_if_ours(self, question: Question, kind: Failure) -> None:
@@ -127,7 +139,7 @@ class Answerer:
             return True
         return await self._store.find(question.conversation_key) is not None
 
-    async def _answer(self, question: Question, booked: Reservation) -> None:
+    async def _answer(self, question: Question, hold: _Hold) -> None:
         view = RunView()  # the run as its events tell it: the plan, the progress and the outcome read it
         progress = Progress(
             self._client,
@@ -162,8 +174,9 @@ class Answerer:
             history,
             platform="slack",
             interface="slack",
-            on_done=lambda result: self._budget.settle(booked, result.receipt),
+            on_done=lambda result: self._budget.settle(hold.reservation, result.receipt),
         )
+        hold.run_started = True
         writer = AnswerWriter(
             self._client,
             question.channel,

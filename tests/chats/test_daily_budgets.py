@@ -127,16 +127,23 @@ async def test_questions_asked_at_once_spend_at_most_the_budget_and_one_question
             file.close()
 
 
-async def test_a_reservation_is_released_when_nothing_was_spent_and_expires_when_never_settled() -> None:
+async def test_a_reservation_is_released_when_nothing_was_spent_and_expires_when_never_settled(
+    tmp_path: Path,
+) -> None:
     now = [NOON]
-    budget = DailyBudget(max_tokens=1000, max_cost_usd=None, clock=lambda: now[0])
-    held = await budget.reserve("u")
-    assert isinstance(held, Reservation) and isinstance(await budget.reserve("u"), Refusal)
-    await budget.settle(held, None)  # no run started
-    again = await budget.reserve("u")
-    assert isinstance(again, Reservation)
-    now[0] += RESERVATION_TTL_S + 1  # its worker died mid-answer: the hold lapses
-    assert isinstance(await budget.reserve("u"), Reservation)
+    file = _shared(tmp_path)
+    try:
+        # A worker that died renews nothing: here, one whose renewal never comes round.
+        budget = DailyBudget(max_tokens=1000, max_cost_usd=None, file=file, clock=lambda: now[0], renew_every_s=1e9)
+        held = await budget.reserve("u")
+        assert isinstance(held, Reservation) and isinstance(await budget.reserve("u"), Refusal)
+        await budget.settle(held, None)  # no run started
+        again = await budget.reserve("u")
+        assert isinstance(again, Reservation)
+        now[0] += RESERVATION_TTL_S + 1  # its worker died mid-answer: the hold lapses
+        assert isinstance(await budget.reserve("u"), Reservation)
+    finally:
+        file.close()
 
 
 async def test_a_cost_budget_holds_what_is_left_while_a_question_runs() -> None:

@@ -191,8 +191,14 @@ async def test_questions_sent_at_once_spend_at_most_the_budget_and_one_question(
     model: FakeAnthropic, engine_data: Path, tmp_path: Path
 ) -> None:
     """Eight questions at once from one client whose budget fits two: all eight ran (3.6x spent), since
-    spending was counted only when an answer finished. Each now holds a question's worth from its start."""
-    env = {"ANTHROPIC_BASE_URL": model.base_url, "AGENT_QUESTION_MAX_TOKENS": str(QUESTION_TOKENS)}
+    spending was counted only when an answer finished. Each now holds a question's worth from its start:
+    its budget plus one call (a 9,000 token window and 1,000 output), 11,000, so two run."""
+    env = {
+        "ANTHROPIC_BASE_URL": model.base_url,
+        "AGENT_QUESTION_MAX_TOKENS": "1000",
+        "AGENT_CONTEXT_TOKENS": "9000",
+        "AGENT_MAX_TOKENS": "1000",
+    }
     web = Web(tmp_path, engine_data, env)
     try:
         await web.ready()
@@ -207,6 +213,35 @@ async def test_questions_sent_at_once_spend_at_most_the_budget_and_one_question(
     assert spent <= DAILY_TOKENS + QUESTION_TOKENS, spent
     assert all("still being answered" in body for body in refused), refused[0]
     assert after[0] == 429 and "today's budget" in after[2]
+
+
+async def test_over_http_questions_at_once_spend_at_most_the_budget_and_one_question(
+    engine_data: Path, tmp_path: Path
+) -> None:
+    """Review 3: AGENT_DAILY_USER_TOKENS 20,000 and AGENT_QUESTION_MAX_TOKENS 10,000; each answer's one
+    model call reports 25,000 input tokens (a schema-heavy prompt; the question budget was only checked
+    after a round of tools). Two questions held 10,000 each and both ran: 50,000 spent, the claim is
+    30,000. A question's worth now covers one call past its budget (the default 200,000 window), so
+    they run one at a time."""
+    heavy = {**FREE, "input_tokens": 25_000, "output_tokens": 100}
+
+    def script(body: dict[str, Any]) -> Reply:
+        if not body.get("tools"):
+            return Reply(text='["Which carrier flew the most?"]', usage=FREE)
+        return Reply(text="Hello! Ask me about NYC flights in 2013.", usage=heavy)
+
+    fake = FakeAnthropic(latency_s=MODEL_LATENCY_S).start()
+    fake.always(script)
+    web = Web(tmp_path, engine_data, {"ANTHROPIC_BASE_URL": fake.base_url, "AGENT_QUESTION_MAX_TOKENS": "10000"})
+    try:
+        await web.ready()
+        at_once = await asyncio.gather(*(ask(web.url, f"Hello ({n})") for n in range(8)))
+    finally:
+        report = web.finish()
+        fake.stop()
+    spent = sum(tokens(done(events)) for status, events, _ in at_once if status == 200)
+    assert spent <= DAILY_TOKENS + 10_000, f"{spent:,} tokens spent by one client in one day\n{report[-500:]}"
+    assert sorted(status for status, _, _ in at_once) == [200] + [429] * 7, report
 
 
 async def test_without_a_question_budget_one_question_runs_at_a_time(

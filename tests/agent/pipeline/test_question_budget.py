@@ -1,5 +1,6 @@
-"""The per-question budget: past its tokens or rows read, the loop stops and one synthesis call answers
-from what it has, saying why (real SDK, fake API, real engine)."""
+"""The per-question budget: past its rows read, the loop stops and one synthesis call answers from what
+it has, saying why; past its tokens, checked before every model call, no call is made at all, so a
+question spends at most its budget plus one call (real SDK, fake API, real engine)."""
 
 from __future__ import annotations
 
@@ -34,6 +35,7 @@ async def test_tokens_past_the_cap_end_the_question(make_app, fake_anthropic: Fa
     fake_anthropic.script(Reply(tool_calls=[think("Plan.")]), Reply(text="I could not get further."))
     result, _ = await ask(make_app(agent_question_max_tokens=10), "anything?")
     assert result.outcome is Outcome.CAPPED and "model tokens" in result.answer
+    assert len(fake_anthropic.requests) == 1  # past its tokens, not even the synthesis call
     assert metrics.registry.get_sample_value("agent_budget_stops_total", {"kind": "tokens"}) == 1
 
 
@@ -53,16 +55,16 @@ ROUND_USAGE = {
 
 async def test_a_question_that_spends_exactly_its_tokens_is_stopped(make_app, fake_anthropic: FakeAnthropic) -> None:
     """The boundary: a round that brings the question to exactly its budget (1,000 tokens of the four kinds,
-    cache writes included) ends it; one token under does not."""
-    for cap, outcome in ((1000, Outcome.CAPPED), (1001, Outcome.ANSWERED)):
+    cache writes included) ends it, with no more model calls; one token under does not."""
+    for cap, outcome, calls in ((1000, Outcome.CAPPED, 1), (1001, Outcome.ANSWERED, 2)):
         fake_anthropic.reset()
         fake_anthropic.script(
             Reply(tool_calls=[think("Plan.")], usage=ROUND_USAGE), Reply(text="Nothing to count here.")
         )
         result, _ = await ask(make_app(agent_question_max_tokens=cap), "anything?")
         assert result.outcome is outcome, cap
-        stopped = fake_anthropic.requests[1].get("tool_choice") == {"type": "none"}
-        assert stopped is (outcome is Outcome.CAPPED), cap
+        assert len(fake_anthropic.requests) == calls, cap
+        assert all("tool_choice" not in request for request in fake_anthropic.requests), cap
 
 
 async def test_a_reused_query_reads_nothing_against_the_budget(make_app, fake_anthropic: FakeAnthropic) -> None:
@@ -78,3 +80,28 @@ async def test_a_reused_query_reads_nothing_against_the_budget(make_app, fake_an
     assert result.outcome is Outcome.ANSWERED and "stopped early" not in result.answer
     assert all("tool_choice" not in request for request in fake_anthropic.requests)
     assert result.receipt is not None and result.receipt.rows_read == 336_776
+
+
+async def test_the_token_budget_is_checked_before_every_model_call(make_app, fake_anthropic: FakeAnthropic) -> None:
+    """It was checked only after a round of tools: an answer sent back for a correction (a citation of a
+    query never run) made another call past the budget, and so did the follow-ups. Now each call is
+    checked first: one call of 1,000 tokens under a 1,000 budget is the question's last."""
+    fake_anthropic.script(
+        Reply(text="EWR had 120,835 departures [Q1].", usage=ROUND_USAGE),  # cites a query never run
+        Reply(text="EWR had the most departures."),
+    )
+    result, _ = await ask(make_app(agent_question_max_tokens=1000), "busiest airport?")
+    assert len(fake_anthropic.requests) == 1
+    assert result.outcome is Outcome.CAPPED and "stopped at its budget" in result.answer
+    assert "1,000 model tokens" in result.answer
+
+
+async def test_no_follow_up_call_once_the_tokens_are_spent(make_app, fake_anthropic: FakeAnthropic) -> None:
+    for cap, calls in ((1000, 1), (10_000, 2)):  # the follow-ups are a second call only under the budget
+        fake_anthropic.reset()
+        fake_anthropic.script(
+            Reply(text="Nothing to count here.", usage=ROUND_USAGE), Reply(text='["Which carrier flew most?"]')
+        )
+        result, _ = await ask(make_app(agent_question_max_tokens=cap), "anything?", followups=True)
+        assert result.outcome is Outcome.ANSWERED, cap
+        assert len(fake_anthropic.requests) == calls, cap

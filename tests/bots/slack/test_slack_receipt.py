@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
+import threading
+from typing import Any
+
+import pytest
+
 from tests.fakes import slack_events as events
 from tests.fakes.anthropic_api import FakeAnthropic, Reply
 from tests.fakes.slack_api import GENERAL_ID, FakeSlack
-from tests.slack_helpers import answer_message, carriers_script, sample
+from tests.slack_helpers import answer_message, bot_replies, carriers_script, sample, wait_for
 
 WRONG = "UA flew the most flights: 60,000 [Q1] <!channel>."
 
@@ -97,3 +103,42 @@ async def test_questions_sent_at_once_hold_the_budget_from_their_start(
         "Your questions still being answered may use the rest of today's budget; ask again when they have finished."
     ], replies
     assert sample(bot.metrics, "agent_budget_refusals_total", interface="slack") == 1
+
+
+async def test_a_failure_after_the_run_started_keeps_the_hold_until_the_run_ends(
+    start_bot, fake_slack: FakeSlack, fake_anthropic: FakeAnthropic, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Review 3: once `runs.start` returned, anything failing in following the run here (a bug, an
+    unexpected error from Slack) settled the hold with nothing, though the run went on spending: the
+    asker's next question then started under the same budget. The hold now ends only with the run."""
+    from bots.slack.reply import AnswerWriter
+
+    def broken(self: AnswerWriter, event: object) -> None:
+        raise RuntimeError("a bug in following the run")
+
+    monkeypatch.setattr(AnswerWriter, "follow", broken)  # our code, not an SDK: the failure to survive
+    bot = await start_bot(agent_daily_user_tokens=1_000_000)
+    let_go = threading.Event()
+
+    def model(body: dict[str, Any]) -> Reply:
+        if body.get("tools"):
+            let_go.wait(10)  # the first run is still going when the second question comes
+        return Reply(text="Hello! Ask me about NYC flights in 2013." if body.get("tools") else "[]")
+
+    fake_anthropic.always(model)
+    first = fake_slack.add_message(GENERAL_ID, f"<@{fake_slack.bot_user_id}> hello")
+    await bot.event(events.app_mention("hello", ts=first))
+    await wait_for(lambda: len(fake_anthropic.requests) == 1)
+    await asyncio.sleep(0.3)  # the handler has failed by now; the run waits on the model
+    second = fake_slack.add_message(GENERAL_ID, f"<@{fake_slack.bot_user_id}> hello again")
+    try:
+        await bot.event(events.app_mention("hello again", ts=second))
+        await wait_for(lambda: bool(bot_replies(fake_slack, GENERAL_ID, second)) or len(fake_anthropic.requests) > 1)
+    finally:
+        let_go.set()
+    await bot.idle()
+    replies = [m["text"] for m in bot_replies(fake_slack, GENERAL_ID, second)]
+    assert replies == [
+        "Your questions still being answered may use the rest of today's budget; ask again when they have finished."
+    ], replies
+    assert len([r for r in fake_anthropic.requests if r.get("tools")]) == 1

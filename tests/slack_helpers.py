@@ -133,7 +133,9 @@ class SlackHarness:
         return await self.deliver(events.interactivity_request(payload))
 
     async def idle(self) -> None:
-        await asyncio.wait_for(self.bot.idle(), 15)
+        # A limit on waiting, not a claim about speed: a chart's first render on a loaded machine (a
+        # renderer process starting beside other work) has taken over 15 s.
+        await asyncio.wait_for(self.bot.idle(), 60)
 
     async def ask(self, text: str, *, channel: str = GENERAL_ID, thread_ts: str | None = None) -> str:
         """A person mentions the bot (top level, or in a thread); returns the message's ts."""

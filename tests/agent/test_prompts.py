@@ -27,6 +27,7 @@ VARIABLES = {
     "loop/citation_retry.md": {"citations": "[Q1]", "answered": ["Q2"]},
     "loop/no_data.md": {},
     "loop/budget_note.md": {"kind": "tokens", "spent": "12,000", "limit": "10,000"},
+    "loop/budget_stopped.md": {"spent": "12,000", "limit": "10,000", "gathered": "- Q1: 3 rows"},
     "loop/figure_correction.md": {
         "figures": [{"text": "120,853", "citations": ["Q1"], "reason": "no cell of Q1 gives it"}]
     },

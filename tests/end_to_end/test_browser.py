@@ -86,7 +86,7 @@ async def test_a_question_end_to_end_in_chromium(make_app, fake_anthropic: FakeA
     from playwright.async_api import async_playwright
 
     script(fake_anthropic)
-    state = ChatState(tmp_path / "conversations.sqlite3")
+    state = ChatState(tmp_path / "state.sqlite3")
     store = state.conversations
     ARTIFACTS.mkdir(exist_ok=True)
     async with LiveServer(create_app(make_app(), state)) as server, async_playwright() as playwright:
@@ -209,7 +209,7 @@ def hostile_answer(outside: str) -> str:
 async def test_an_answer_cannot_take_over_the_page(make_app, fake_anthropic: FakeAnthropic, tmp_path: Path) -> None:
     from playwright.async_api import async_playwright
 
-    state = ChatState(tmp_path / "conversations.sqlite3")
+    state = ChatState(tmp_path / "state.sqlite3")
 
     with counting_server() as (outside, seen):
         fake_anthropic.script(
@@ -305,7 +305,7 @@ async def test_a_chart_is_drawn_under_the_answer_and_downloads(
         Reply(text="Delays peaked in **July** (21.7 min) and were lowest in November (5.4 min) [Q1]."),
         Reply(text="[]"),
     )
-    state = ChatState(tmp_path / "conversations.sqlite3")
+    state = ChatState(tmp_path / "state.sqlite3")
     ARTIFACTS.mkdir(exist_ok=True)
     async with LiveServer(create_app(make_app(), state)) as server, async_playwright() as playwright:
         browser = await playwright.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
@@ -362,7 +362,7 @@ async def test_a_slack_link_opens_the_querys_own_page(make_app, fake_anthropic: 
     from tests.web_helpers import chat
 
     script(fake_anthropic)
-    state = ChatState(tmp_path / "conversations.sqlite3")
+    state = ChatState(tmp_path / "state.sqlite3")
     token = "s3cret"
     async with LiveServer(create_app(make_app(agent_web_token=token), state)) as server, async_playwright() as pw:
         auth = {"Authorization": f"Bearer {token}"}

@@ -30,7 +30,7 @@ async def test_a_conversation_has_an_address_and_each_query_a_page(
     from playwright.async_api import async_playwright
 
     script(fake_anthropic)
-    state = ChatState(tmp_path / "conversations.sqlite3")
+    state = ChatState(tmp_path / "state.sqlite3")
     store = state.conversations
     async with LiveServer(create_app(make_app(), state)) as server, async_playwright() as playwright:
         browser = await playwright.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
@@ -81,7 +81,7 @@ async def test_a_mistyped_address_is_a_page_with_the_way_home(
 ) -> None:
     from playwright.async_api import async_playwright
 
-    state = ChatState(tmp_path / "conversations.sqlite3")
+    state = ChatState(tmp_path / "state.sqlite3")
 
     async with LiveServer(create_app(make_app(), state)) as server, async_playwright() as playwright:
         browser = await playwright.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
@@ -123,7 +123,7 @@ async def test_the_thumbs_down_reason_is_asked_in_the_page(
     from playwright.async_api import async_playwright
 
     script(fake_anthropic)
-    state = ChatState(tmp_path / "conversations.sqlite3")
+    state = ChatState(tmp_path / "state.sqlite3")
     store = state.conversations
     async with LiveServer(create_app(make_app(), state)) as server, async_playwright() as playwright:
         browser = await playwright.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
@@ -176,7 +176,7 @@ async def test_an_error_offers_to_ask_again(make_app, fake_anthropic: FakeAnthro
         Reply(text="EWR, with 120,835 departures."),
         Reply(text="[]"),
     )
-    state = ChatState(tmp_path / "conversations.sqlite3")
+    state = ChatState(tmp_path / "state.sqlite3")
     store = state.conversations
     async with LiveServer(create_app(make_app(), state)) as server, async_playwright() as playwright:
         browser = await playwright.chromium.launch(executable_path=CHROMIUM, args=FLAGS)

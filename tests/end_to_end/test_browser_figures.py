@@ -34,7 +34,7 @@ async def test_figures_are_marked_and_the_receipt_shown(
         Reply(text=ANSWER),  # the correction round changes nothing: 130,000 stays unverified
         Reply(text='["Which airlines flew the most from EWR?"]'),
     )
-    state = ChatState(tmp_path / "conversations.sqlite3")
+    state = ChatState(tmp_path / "state.sqlite3")
     app = make_app()
     async with LiveServer(create_app(app, state)) as server, async_playwright() as playwright:
         browser = await playwright.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
@@ -84,7 +84,7 @@ async def test_a_spent_daily_budget_is_explained_in_the_page(
     from playwright.async_api import async_playwright
 
     fake_anthropic.always(Reply(text="Hello."))
-    state = ChatState(tmp_path / "conversations.sqlite3")
+    state = ChatState(tmp_path / "state.sqlite3")
     async with LiveServer(create_app(make_app(agent_daily_user_tokens=1), state)) as server, async_playwright() as pw:
         browser = await pw.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
         try:
@@ -116,7 +116,7 @@ async def test_a_figure_that_could_not_be_checked_is_told_apart_from_one_that_di
         Reply(text="There were 42 cancellations that day."),
         Reply(text="[]"),
     )
-    state = ChatState(tmp_path / "conversations.sqlite3")
+    state = ChatState(tmp_path / "state.sqlite3")
     async with LiveServer(create_app(make_app(), state)) as server, async_playwright() as playwright:
         browser = await playwright.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
         try:

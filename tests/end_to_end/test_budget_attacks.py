@@ -20,6 +20,7 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.end_to_end.processes import demo_loaded_by_a_child
 from tests.fakes import openai_api
 from tests.fakes.anthropic_api import FakeAnthropic, Reply
 from tests.fakes.openai_api import FakeOpenAI
@@ -62,12 +63,7 @@ def model() -> Iterator[FakeAnthropic]:
 @pytest.fixture(scope="module")
 def engine_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Demo data loaded by a child process, so this one never holds the directory."""
-    path = tmp_path_factory.mktemp("budget-data")
-    env = {"PATH": os.environ.get("PATH", ""), "PYTHONPATH": str(ROOT), "AGENT_DATA_DIR": str(path)}
-    command = [sys.executable, "-m", "process.cli", "demo", "load"]
-    loaded = subprocess.run(command, env=env, cwd=path, capture_output=True, text=True, timeout=300)
-    assert loaded.returncode == 0, loaded.stderr
-    return path / "clickhouse"
+    return demo_loaded_by_a_child(tmp_path_factory.mktemp("budget-data")) / "clickhouse"
 
 
 class Web:

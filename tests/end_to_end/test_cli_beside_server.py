@@ -21,6 +21,7 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.end_to_end.processes import demo_loaded_by_a_child
 from tests.fakes.anthropic_api import FakeAnthropic, Hang, Reply
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -53,17 +54,7 @@ def fake(model_api: FakeAnthropic) -> FakeAnthropic:
 @pytest.fixture(scope="module")
 def data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Demo data loaded by a child process, so this one never holds it: each command under test does."""
-    path = tmp_path_factory.mktemp("beside-data")
-    loaded = subprocess.run(
-        [sys.executable, "-m", "process.cli", "demo", "load"],
-        env=_env(path),
-        cwd=path,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert loaded.returncode == 0, loaded.stderr
-    return path
+    return demo_loaded_by_a_child(tmp_path_factory.mktemp("beside-data"))
 
 
 def _env(data_dir: Path, **extra: str) -> dict[str, str]:

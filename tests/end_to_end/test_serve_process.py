@@ -21,6 +21,7 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.end_to_end.processes import demo_loaded_by_a_child
 from tests.fakes.anthropic_api import FakeAnthropic, Reply
 from tests.fakes.clickhouse_http import FakeClickHouse, default_users
 from tests.fakes.sse_client import sse_events
@@ -52,12 +53,7 @@ def slow_model() -> Iterator[FakeAnthropic]:
 def engine_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Demo data loaded by a child process, so this one never holds the directory: the `agent serve`
     (or fake ClickHouse server) process under test claims it, one at a time."""
-    path = tmp_path_factory.mktemp("serve-data")
-    env = {"PATH": os.environ.get("PATH", ""), "PYTHONPATH": str(ROOT), "AGENT_DATA_DIR": str(path)}
-    command = [sys.executable, "-m", "process.cli", "demo", "load"]
-    loaded = subprocess.run(command, env=env, cwd=path, capture_output=True, text=True, timeout=300)
-    assert loaded.returncode == 0, loaded.stderr
-    return path / "clickhouse"
+    return demo_loaded_by_a_child(tmp_path_factory.mktemp("serve-data")) / "clickhouse"
 
 
 @pytest.fixture

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -22,7 +23,7 @@ class SqliteFile:
         self._conn.row_factory = sqlite3.Row
         self._lock = threading.Lock()
         with self._lock:
-            self._conn.execute("PRAGMA journal_mode = WAL")
+            _switch_to_wal(self._conn)
             # In WAL mode NORMAL is durable across crashes of this process; only a power loss can
             # lose the last commits. FULL would fsync every question's three writes.
             self._conn.execute("PRAGMA synchronous = NORMAL")
@@ -40,6 +41,23 @@ class SqliteFile:
     def close(self) -> None:
         with self._lock:
             self._conn.close()
+
+
+def _switch_to_wal(conn: sqlite3.Connection, *, patience: float = 10.0) -> None:
+    # Switching a new file to WAL needs the file alone, and SQLite answers "database is locked" at once,
+    # without its busy handler, when another process opening the same new file holds it for a moment
+    # (workers starting together). Wait for it as a write would, then give the same error.
+    deadline = time.monotonic() + patience
+    pause = 0.005
+    while True:
+        try:
+            conn.execute("PRAGMA journal_mode = WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() >= deadline:
+                raise
+        time.sleep(pause)
+        pause = min(pause * 2, 0.1)
 
 
 @contextmanager

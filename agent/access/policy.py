@@ -1,0 +1,92 @@
+"""A policy: the tables an audience may read and, per table, the rows (a ClickHouse boolean
+expression the engine applies to every read of that table). `Policies` picks one for a person or a
+Slack channel; whoever matches nothing gets the default, which ships as "no data".
+
+This module is the shared vocabulary: the file's loader (`agent/access/files.py`) makes these, the
+engine enforces them (`agent/db`), the schema shows only their tables, and the adapters pick them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Literal
+
+MemberKind = Literal["group", "email", "slack_user", "slack_usergroup"]
+
+NO_DATA = "no-data"  # the default's name when the file names none: it reads nothing
+
+
+@dataclass(frozen=True)
+class Member:
+    kind: MemberKind
+    value: str  # an OIDC group, an email (compared case-blind), a Slack user id or user-group id
+
+    def matches(self, asker: Asker) -> bool:
+        if self.kind == "group":
+            return self.value in asker.groups
+        if self.kind == "email":
+            return asker.email is not None and asker.email.casefold() == self.value.casefold()
+        if self.kind == "slack_user":
+            return asker.slack_user == self.value
+        return self.value in asker.slack_usergroups
+
+
+@dataclass(frozen=True)
+class Asker:
+    """What a policy is chosen by: everything an adapter verified about who is asking."""
+
+    email: str | None = None  # verified (OIDC `email_verified`, Slack's users.info, a trusted proxy)
+    groups: frozenset[str] = frozenset()
+    slack_user: str | None = None
+    slack_usergroups: frozenset[str] = frozenset()
+
+
+@dataclass(frozen=True)
+class Policy:
+    name: str
+    # "database.table" -> row filter (ClickHouse SQL), or None for every row. Tables not listed are not
+    # readable at all under this policy.
+    tables: Mapping[str, str | None] = field(default_factory=lambda: MappingProxyType({}))
+    contact: str = ""  # who to ask for access, named in the polite "no data" answer
+    members: tuple[Member, ...] = ()
+
+    @property
+    def reads_nothing(self) -> bool:
+        return not self.tables
+
+    def readable(self, database: str, table: str) -> bool:
+        return f"{database}.{table}" in self.tables
+
+
+@dataclass(frozen=True)
+class Policies:
+    """The file's policies, in its order: a person gets the first whose members include them."""
+
+    policies: tuple[Policy, ...]
+    default: Policy
+    channels: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))  # Slack channel id -> name
+
+    @classmethod
+    def open_to_all(cls, tables: Iterable[str] = ()) -> Policies:
+        """No policy file: one policy for everyone (what a single trusted team runs today)."""
+        everyone = Policy("everyone", MappingProxyType({table: None for table in tables}))
+        return cls((), everyone)
+
+    def named(self, name: str) -> Policy | None:
+        if name == self.default.name:
+            return self.default
+        return next((p for p in self.policies if p.name == name), None)
+
+    def for_asker(self, asker: Asker) -> Policy:
+        """A web person or a Slack DM: the first policy that names them, else the default."""
+        for policy in self.policies:
+            if any(member.matches(asker) for member in policy.members):
+                return policy
+        return self.default
+
+    def for_channel(self, channel: str) -> Policy:
+        """A Slack channel: everyone in it reads the answer, so the channel's policy, never the asker's."""
+        name = self.channels.get(channel)
+        return (self.named(name) if name else None) or self.default

@@ -1,0 +1,40 @@
+"""Who made something, as the kit keeps it: a person, or the Slack audience a thing was asked in.
+
+A person's id is their verified email when one is known, so the web person and the Slack person with
+the same verified email are one person (Slack's `users.info` with `users:read.email`); otherwise the
+identity's own stable id. Everything a person makes carries an owner string; anyone whose owners do not
+include it is answered 404, as for what does not exist.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+LOCAL = "local"  # the one person of a server with neither sign-in nor a token (local use)
+MACHINE = "token"  # a machine client holding the shared bearer token
+
+
+@dataclass(frozen=True)
+class Person:
+    id: str  # "email:<address>", "oidc:<issuer>#<sub>", "slack:<team>:<user>", LOCAL or MACHINE
+    name: str = ""
+    email: str | None = None  # verified
+    groups: frozenset[str] = frozenset()
+    slack: tuple[str, str] | None = None  # (team id, user id)
+
+    @property
+    def owner(self) -> str:
+        return person_owner(self.id)
+
+
+def person_id(*, email: str | None, fallback: str) -> str:
+    return f"email:{email.casefold()}" if email else fallback
+
+
+def person_owner(person: str) -> str:
+    return f"person:{person}"
+
+
+def channel_owner(team: str, channel: str) -> str:
+    """What is asked in a Slack channel belongs to the channel: its members, checked with Slack."""
+    return f"slack-channel:{team}:{channel}"

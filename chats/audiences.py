@@ -1,0 +1,30 @@
+"""Whether a person is in the audience that owns something: the person themself, or, for what was asked
+in a Slack channel, one of the channel's current members (asked of Slack when a link is opened, cached
+briefly, by the Slack adapter's `ChannelMembers`). Everything else is answered 404 by the caller."""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from chats.people import Person
+
+CHANNEL_PREFIX = "slack-channel:"
+
+
+class ChannelMembers(Protocol):
+    async def includes(self, team: str, channel: str, person: Person) -> bool:
+        """Whether `person` (a web person, linked to Slack by verified email) is in the channel now."""
+        ...
+
+
+class Audiences:
+    def __init__(self, channel_members: ChannelMembers | None = None) -> None:
+        self._channel_members = channel_members
+
+    async def includes(self, person: Person, owner: str) -> bool:
+        if owner == person.owner:
+            return True
+        if owner.startswith(CHANNEL_PREFIX) and self._channel_members is not None:
+            team, _, channel = owner.removeprefix(CHANNEL_PREFIX).partition(":")
+            return bool(team and channel) and await self._channel_members.includes(team, channel, person)
+        return False

@@ -49,17 +49,20 @@ class ConversationStore:
         self._limits = limits or Limits()
         self._file = file  # the kit's state file (chats/state.py), which makes the tables
 
-    async def create_conversation(self, first_question: str, *, key: str | None = None, interface: str = "web") -> str:
-        """A new conversation; with `key`, the one already kept under that key if there is one."""
+    async def create_conversation(
+        self, first_question: str, *, key: str | None = None, interface: str = "web", owner: str = ""
+    ) -> str:
+        """A new conversation belonging to `owner` (chats/people.py); with `key`, the one already kept under
+        that key if there is one."""
         conversation_id = uuid.uuid4().hex
         title = " ".join(first_question.split())[:80]
         now = time.time()
 
         def write(c: sqlite3.Connection) -> str:
             c.execute(
-                "INSERT INTO conversations (id, title, created_at, updated_at, interface, adapter_key) "
-                "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (adapter_key) DO NOTHING",
-                (conversation_id, title, now, now, interface, key),
+                "INSERT INTO conversations (id, title, created_at, updated_at, interface, adapter_key, owner) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (adapter_key) DO NOTHING",
+                (conversation_id, title, now, now, interface, key, owner),
             )
             if key is None:
                 return conversation_id

@@ -23,7 +23,8 @@ TABLES = (
         created_at REAL NOT NULL,
         updated_at REAL NOT NULL,
         interface TEXT NOT NULL DEFAULT 'web',
-        adapter_key TEXT UNIQUE
+        adapter_key TEXT UNIQUE,
+        owner TEXT NOT NULL DEFAULT ''
     )""",
     "CREATE TABLE IF NOT EXISTS handled_events (event_key TEXT PRIMARY KEY, seen_at REAL NOT NULL)",
     """CREATE TABLE IF NOT EXISTS turns (
@@ -139,8 +140,18 @@ def _version_1(conn: sqlite3.Connection) -> None:
         conn.execute(statement)
 
 
+def _version_2(conn: sqlite3.Connection) -> None:
+    """Everything belongs to someone (chats/people.py): conversations gain their owner. What a release
+    without sign-in made on the web or the command line was the one local person's; Slack's are claimed
+    by their audience when next asked in."""
+    if "owner" not in {row[1] for row in conn.execute("PRAGMA table_info(conversations)")}:
+        conn.execute("ALTER TABLE conversations ADD COLUMN owner TEXT NOT NULL DEFAULT ''")
+        conn.execute("UPDATE conversations SET owner = 'person:local' WHERE interface IN ('web', 'cli')")
+    conn.execute("CREATE INDEX IF NOT EXISTS conversations_by_owner ON conversations(owner, updated_at)")
+
+
 # Step n brings a file at version n - 1 to version n. A release that changes a table appends a step.
-STEPS: tuple[Callable[[sqlite3.Connection], None], ...] = (_version_1,)
+STEPS: tuple[Callable[[sqlite3.Connection], None], ...] = (_version_1, _version_2)
 VERSION = len(STEPS)
 
 

@@ -3,6 +3,7 @@ the file, and an earlier release's `conversations.sqlite3` taken over with its h
 
 from __future__ import annotations
 
+import contextlib
 import re
 import shutil
 import sqlite3
@@ -93,7 +94,9 @@ def test_workers_opening_a_new_file_together_make_it_once(tmp_path: Path) -> Non
         path, errors, states = tmp_path / str(round_) / STATE_FILE, [], []
         start = threading.Barrier(8)
 
-        def open_state(path: Path = path, errors: list = errors, states: list = states) -> None:
+        def open_state(
+            path: Path = path, errors: list = errors, states: list = states, start: threading.Barrier = start
+        ) -> None:
             start.wait()
             try:
                 states.append(ChatState(path, workers=8))
@@ -156,3 +159,24 @@ def test_a_folder_with_the_new_name_keeps_it(tmp_path: Path) -> None:
     (tmp_path / EARLIER_NAME).write_bytes(b"")  # a stray file of an older name is never taken over a newer one
     assert state_path(tmp_path) == tmp_path / STATE_FILE
     assert (tmp_path / EARLIER_NAME).exists() and tables(tmp_path / STATE_FILE) == TABLES
+
+
+def test_a_version_1_file_gains_owners_web_and_cli_for_the_local_person(tmp_path: Path) -> None:
+    path = tmp_path / STATE_FILE
+    with sqlite3.connect(path) as conn:
+        conn.execute(  # conversations as the release before owners made them
+            "CREATE TABLE conversations (id TEXT PRIMARY KEY, title TEXT NOT NULL, created_at REAL NOT NULL, "
+            "updated_at REAL NOT NULL, interface TEXT NOT NULL DEFAULT 'web', adapter_key TEXT UNIQUE)"
+        )
+        schema.STEPS[0](conn)
+        conn.execute("PRAGMA user_version = 1")
+        for id_, interface in (("w", "web"), ("c", "cli"), ("s", "slack")):
+            conn.execute(
+                "INSERT INTO conversations (id, title, created_at, updated_at, interface) VALUES (?, 't', 1, 1, ?)",
+                (id_, interface),
+            )
+    ChatState(path).close()
+    with contextlib.closing(sqlite3.connect(path)) as conn:
+        owners = dict(conn.execute("SELECT id, owner FROM conversations").fetchall())
+    assert owners == {"w": "person:local", "c": "person:local", "s": ""}
+    assert user_version(path) == schema.VERSION and tables(path) == TABLES

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
+from typing import Any
 
 from agent.db import Database
+from agent.schema.engines import distributed_target, engine_note
 
 SAMPLE_VALUES = 8
 _SAMPLED_TYPES = ("LowCardinality(String)", "LowCardinality(Nullable(String))", "Enum8(", "Enum16(")
@@ -34,6 +36,9 @@ class Table:
     total_rows: int | None
     view_query: str
     columns: list[Column] = field(default_factory=list)
+    partition_key: str = ""
+    primary_key: str = ""  # shown only where it differs from the sorting key
+    engine_note: str = ""  # how to read it where a plain reading is wrong (agent/schema/engines.py)
 
     @property
     def qualified(self) -> str:
@@ -43,20 +48,13 @@ class Table:
 async def introspect(db: Database) -> list[Table]:
     """The tables the model may read (the database's scope), with columns and sampled values."""
     table_rows = await db.catalog_rows(
-        "SELECT database, name, engine, comment, sorting_key, total_rows, as_select FROM system.tables "
-        "WHERE database NOT IN ('system', 'INFORMATION_SCHEMA', 'information_schema') "
+        "SELECT database, name, engine, engine_full, comment, sorting_key, partition_key, primary_key, total_rows, "
+        "as_select FROM system.tables WHERE database NOT IN ('system', 'INFORMATION_SCHEMA', 'information_schema') "
         "AND NOT is_temporary ORDER BY database, name"
     )
+    every = {(r["database"], r["name"]): r for r in table_rows}
     tables = {
-        f"{r['database']}.{r['name']}": Table(
-            r["database"],
-            r["name"],
-            r["engine"],
-            r["comment"] or "",
-            r["sorting_key"] or "",
-            None if r["total_rows"] is None else int(r["total_rows"]),
-            r["as_select"] if r["engine"].endswith("View") else "",
-        )
+        f"{r['database']}.{r['name']}": _table(r, every)
         for r in table_rows
         if db.scope.allows(r["database"], r["name"]) and not r["name"].endswith("__loading")
     }
@@ -70,6 +68,32 @@ async def introspect(db: Database) -> list[Table]:
             tables[key].columns.append(Column(r["name"], r["type"], r["comment"] or ""))
     await asyncio.gather(*(_sample(db, table) for table in tables.values()))
     return list(tables.values())
+
+
+def _table(row: dict[str, Any], every: dict[tuple[str, str], dict[str, Any]]) -> Table:
+    engine = row["engine"]
+    sorting_key = row["sorting_key"] or ""
+    note = engine_note(engine, row["engine_full"] or "", sorting_key)
+    if engine == "Distributed" and (target := distributed_target(row["engine_full"] or "")) in every:
+        # The shards' table decides how rows read; its keys are the ones a filter can use.
+        local = every[target]  # type: ignore[index]
+        sorting_key = local["sorting_key"] or ""
+        row = {**row, "partition_key": local["partition_key"], "primary_key": local["primary_key"]}
+        note = engine_note(local["engine"], local["engine_full"] or "", sorting_key)
+        engine = f"Distributed over {local['engine']}"
+    primary = row["primary_key"] or ""
+    return Table(
+        row["database"],
+        row["name"],
+        engine,
+        row["comment"] or "",
+        sorting_key,
+        None if row["total_rows"] is None else int(row["total_rows"]),
+        row["as_select"] if row["engine"].endswith("View") else "",
+        partition_key=row["partition_key"] or "",
+        primary_key=primary if primary != sorting_key else "",
+        engine_note=note,
+    )
 
 
 def quote_identifier(name: str) -> str:
@@ -117,10 +141,16 @@ def render_table(table: Table) -> str:
         facts.append(f"~{round_count(table.total_rows)} rows")
     if table.sorting_key:
         facts.append(f"sorted by {table.sorting_key}")
+    if table.primary_key:
+        facts.append(f"primary key {table.primary_key}")
+    if table.partition_key:
+        facts.append(f"partitioned by {table.partition_key}")
     lines = [f"## {table.qualified}"]
     if table.comment:
         lines.append(table.comment)
     lines.append(f"({', '.join(facts)})")
+    if table.engine_note:
+        lines.append(f"Engine note: {table.engine_note}")
     if table.view_query:
         lines += ["", "View definition:", "```sql", table.view_query.strip(), "```"]
     lines += ["", "| column | type | description |", "|---|---|---|"]

@@ -71,3 +71,12 @@ CREATE TABLE nycflights13.`flights` (
     `time_hour` DateTime('America/New_York') COMMENT 'Scheduled departure hour (New York time)'
 ) ENGINE = MergeTree ORDER BY (origin, time_hour) COMMENT 'Every flight that departed NYC (EWR, JFK, LGA) in 2013.';
 INSERT INTO nycflights13.`flights` FROM INFILE '/opt/nycflights13/flights.csv' FORMAT CSVWithNames;
+CREATE TABLE nycflights13.`aircraft_registrations` (
+    `tailnum` String COMMENT 'Tail number (joins planes.tailnum, flights.tailnum)',
+    `carrier` LowCardinality(String) COMMENT 'Carrier operating the aircraft (joins airlines.carrier)',
+    `status` LowCardinality(String) COMMENT 'Registration status: Valid or Deregistered',
+    `seats` UInt16 COMMENT 'Number of seats',
+    `updated_at` DateTime('UTC') COMMENT 'When this version of the registration was recorded'
+) ENGINE = ReplacingMergeTree(updated_at) ORDER BY tailnum SETTINGS max_bytes_to_merge_at_max_space_in_pool = 1 COMMENT 'Aircraft registrations (FAA registry), one row per version of a tail number\'s registration.';
+INSERT INTO nycflights13.`aircraft_registrations` SELECT p.tailnum, o.carrier, 'Valid', p.seats, toDateTime('2013-01-01 00:00:00', 'UTC') FROM nycflights13.planes AS p INNER JOIN (SELECT tailnum, argMax(carrier, n) AS carrier FROM (SELECT tailnum, carrier, count() AS n FROM nycflights13.flights WHERE tailnum IS NOT NULL GROUP BY tailnum, carrier) GROUP BY tailnum) AS o ON o.tailnum = p.tailnum;
+INSERT INTO nycflights13.`aircraft_registrations` SELECT p.tailnum, o.carrier, 'Deregistered', p.seats, toDateTime('2014-01-15 00:00:00', 'UTC') FROM nycflights13.planes AS p INNER JOIN (SELECT tailnum, argMax(carrier, n) AS carrier FROM (SELECT tailnum, carrier, count() AS n FROM nycflights13.flights WHERE tailnum IS NOT NULL GROUP BY tailnum, carrier) GROUP BY tailnum) AS o ON o.tailnum = p.tailnum WHERE cityHash64(p.tailnum) % 8 = 0;

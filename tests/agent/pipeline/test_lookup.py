@@ -39,7 +39,7 @@ async def test_over_the_budget_the_model_reads_columns_on_demand(
     first, second = fake_anthropic.requests
     assert tool_names(first) == ["think", "execute_sql", "lookup_schema", "ask_clarification", "chart"]
     schema = first["system"][1]["text"]
-    assert "This warehouse has 5 tables" in schema and "- weather (~26K rows): Hourly weather" in schema
+    assert "This warehouse has 6 tables" in schema and "- weather (~26K rows): Hourly weather" in schema
     assert "| column |" not in schema
     [result] = tool_results(second)
     assert "## nycflights13.weather" in result and "| wind_gust | Nullable(Float64) |" in result

@@ -32,7 +32,7 @@ async def test_search_finds_tables_by_comment_column_and_sampled_value(db: Datab
 
 
 async def test_the_lookup_never_names_an_excluded_or_out_of_scope_table(db: Database) -> None:
-    catalog = await scoped_catalog(db, ["nycflights13.weather", "*.planes"])
+    catalog = await scoped_catalog(db, ["nycflights13.weather", "*.planes", "*.aircraft_registrations"])
     asked = [
         "nycflights13.weather",
         "weather",

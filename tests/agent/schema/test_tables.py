@@ -6,7 +6,14 @@ from agent.schema import SchemaCache, build_view, introspect, render_schema
 
 async def test_schema_has_every_table_column_comment_and_samples(db: Database) -> None:
     tables = await introspect(db)
-    assert sorted(t.name for t in tables) == ["airlines", "airports", "flights", "planes", "weather"]
+    assert sorted(t.name for t in tables) == [
+        "aircraft_registrations",
+        "airlines",
+        "airports",
+        "flights",
+        "planes",
+        "weather",
+    ]
     text = render_schema(tables)
     assert "## nycflights13.flights" in text and "Every flight that departed NYC" in text
     assert "| arr_delay | Nullable(Int16) | Arrival delay, minutes (negative = early) |" in text
@@ -23,14 +30,15 @@ async def test_rendering_is_byte_identical_between_builds(db: Database) -> None:
 async def test_under_the_budget_every_table_is_whole_and_there_is_no_lookup(db: Database) -> None:
     tables = await introspect(db)
     view = build_view(tables, max_chars=24_000, catalogue_chars=16_000, current_database="nycflights13")
-    assert view.catalog is None and view.complete and view.tables == 5
+    assert view.catalog is None and view.complete and view.tables == 6
     assert view.text == render_schema(tables)
 
 
 async def test_over_the_budget_the_prompt_carries_a_catalogue(db: Database) -> None:
     view = build_view(await introspect(db), max_chars=3_000, catalogue_chars=16_000, current_database="nycflights13")
     assert view.catalog is not None and view.complete
-    assert view.text.startswith("## nycflights13\n- airlines (~16 rows): Airline names")
+    assert view.text.startswith("## nycflights13\n- aircraft_registrations (~3.8K rows): Aircraft registrations")
+    assert "\n- airlines (~16 rows): Airline names" in view.text
     assert "- flights (~337K rows): Every flight that departed NYC" in view.text
     assert "| column |" not in view.text  # columns come from the lookup tool
 
@@ -40,7 +48,7 @@ async def test_include_and_exclude_patterns(db: Database) -> None:
         db.backend, scope=Scope.of(["nyc*"], ["nycflights13.weather", "*.planes"]), functions=db.functions
     )
     tables = await introspect(scoped)
-    assert sorted(t.name for t in tables) == ["airlines", "airports", "flights"]
+    assert sorted(t.name for t in tables) == ["aircraft_registrations", "airlines", "airports", "flights"]
     nothing = Database(db.backend, scope=Scope.of(["nothing_here"]), functions=db.functions)
     assert await introspect(nothing) == []
 

@@ -14,6 +14,7 @@ from agent.llm import LLMClient
 from agent.metrics import Metrics, default_metrics
 from agent.pipeline import LoopSettings, Pipeline
 from agent.pipeline.charting import ChartMaker
+from agent.pipeline.preflight import Preflight
 from agent.pipeline.question_budget import QuestionBudget
 from agent.pipeline.request import RequestPrefix
 from agent.pipeline.tools import SchemaLookup, SqlExecutor
@@ -100,7 +101,9 @@ def build_runner(
         prefix=RequestPrefix(
             prompts, schema, max_rows=settings.max_rows, chart_max_rows=limits.chart_max_rows, knowledge=knowledge
         ),
-        sql=SqlExecutor(db, prompts, settings.max_result_chars, limits),
+        sql=SqlExecutor(
+            db, prompts, settings.max_result_chars, limits, Preflight(db, prompts, settings.preflight_max_rows)
+        ),
         prompts=prompts,
         settings=LoopSettings(
             model=settings.models("main"),

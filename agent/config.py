@@ -198,6 +198,13 @@ class Settings(BaseSettings):
     max_result_rows: int = Field(100_000, ge=1, description="Engine backstop on result rows (break).")
     max_result_bytes: int = Field(200_000_000, ge=1, description="Engine backstop on result bytes (break).")
     max_memory_usage: int = Field(4_000_000_000, ge=1, description="Memory one query may use.")
+    max_estimated_rows: int | None = Field(
+        None,
+        ge=0,
+        description="A query of the model's that ClickHouse estimates (EXPLAIN ESTIMATE) would read more rows than "
+        "this is not run: the model is told which key and partition filters narrow it. Unset: MAX_ROWS_TO_READ (the "
+        "queries the engine's limit would stop anyway); 0: no preflight. At most MAX_ROWS_TO_READ.",
+    )
     export_max_rows: int = Field(100_000, ge=1, description="Row cap of a CSV download.")
     export_max_bytes: int = Field(
         200_000_000, ge=1_000, description="Byte cap of a CSV download: it ends at the last whole row that fits."
@@ -476,6 +483,17 @@ class Settings(BaseSettings):
         if parts.scheme not in ("http", "https") or not parts.netloc or parts.query or parts.fragment:
             raise ValueError("must be the web chat's address, e.g. https://analyst.example.com (no ? or #)")
         return value.strip()
+
+    @model_validator(mode="after")
+    def _estimate_within_the_limit(self) -> Settings:
+        if self.max_estimated_rows is not None and self.max_estimated_rows > self.max_rows_to_read:
+            raise ValueError("MAX_ESTIMATED_ROWS must be at most MAX_ROWS_TO_READ (the engine stops those anyway)")
+        return self
+
+    @property
+    def preflight_max_rows(self) -> int:
+        """The preflight's threshold in effect (0: no preflight)."""
+        return self.max_rows_to_read if self.max_estimated_rows is None else self.max_estimated_rows
 
     @model_validator(mode="after")
     def _default_url(self) -> Settings:

@@ -31,6 +31,7 @@ GUARDS = (
     "context_compaction",
     "query_cap",
 )
+PREFLIGHT_OUTCOMES = ("passed", "stopped", "unavailable")  # agent/pipeline/preflight.py
 LOOKUP_TYPES = ("details", "search")  # what lookup_schema was asked for (a large warehouse's schema)
 CHART_REFUSALS = ("unknown_query", "bad_column", "failed_query", "invalid", "too_large", "too_many", "render")
 LAG_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
@@ -161,6 +162,13 @@ class Metrics:
             ["type"],
             registry=registry,
         )
+        self.sql_preflights = Counter(
+            "agent_sql_preflights_total",
+            "Queries estimated (EXPLAIN ESTIMATE) before they ran, by outcome: passed, stopped (estimated past "
+            "MAX_ESTIMATED_ROWS, not run; the model was told how to narrow it), unavailable (no estimate; it ran).",
+            ["outcome"],
+            registry=registry,
+        )
         self._slack(registry)
         self._operations(registry)
         self._start_series()
@@ -179,6 +187,7 @@ class Metrics:
             (self.guards, (GUARDS,)),
             (self.chart_errors, (CHART_REFUSALS,)),
             (self.schema_lookups, (LOOKUP_TYPES,)),
+            (self.sql_preflights, (PREFLIGHT_OUTCOMES,)),
             (self.budget_stops, (BUDGET_KINDS,)),
             (self.budget_refusals, (BUDGET_INTERFACES,)),
             (self.first_event_seconds, (INTERFACES,)),

@@ -15,7 +15,9 @@ from typing import Any
 
 from agent import linear_re
 from agent.db import Database, QueryResult, format_for_model
+from agent.db import new_query_id
 from agent.limits import Limits, cut_text
+from agent.pipeline.preflight import Preflight
 from agent.pipeline.state import RunState
 from agent.prompts import PromptLibrary
 from agent.runner import ExecutedQuery, ExecutingEvent, ResultEvent, ThinkingEvent
@@ -103,11 +105,19 @@ def normalized(sql: str) -> str:
 
 
 class SqlExecutor:
-    def __init__(self, db: Database, prompts: PromptLibrary, max_result_chars: int, limits: Limits) -> None:
+    def __init__(
+        self,
+        db: Database,
+        prompts: PromptLibrary,
+        max_result_chars: int,
+        limits: Limits,
+        preflight: Preflight | None = None,
+    ) -> None:
         self._db = db
         self._prompts = prompts
         self._max_result_chars = max_result_chars
         self._limits = limits
+        self._preflight = preflight
 
     async def run(self, requests: list[QueryRequest], state: RunState) -> str:
         """Run the queries concurrently (within the call's and the run's caps), emitting events as each
@@ -170,10 +180,16 @@ class SqlExecutor:
             state.record_guard("duplicate_sql")
             query = reused
         else:
-            result: QueryResult = await self._db.execute(request.sql, owner=state.run_id)
+            result = await self._stopped(request.sql, state) or await self._db.execute(request.sql, owner=state.run_id)
             query = ExecutedQuery(id=query_id, question=request.question, sql=request.sql, result=result)
         await state.emit(ResultEvent.of(query, max_bytes=self._limits.preview_bytes))
         return query
+
+    async def _stopped(self, sql: str, state: RunState) -> QueryResult | None:
+        """The preflight's result instead of running `sql`, when it estimates too large a read."""
+        if self._preflight is None:
+            return None
+        return await self._preflight.stopped(sql, new_query_id(), state.run_id, state.metrics)
 
     def _format(self, query: ExecutedQuery) -> str:
         body = format_for_model(query.result, self._max_result_chars)

@@ -35,6 +35,11 @@ VARIABLES = {
     "loop/clarification.md": {"question": "Which revenue?", "options": ["Net", "Gross"]},
     "loop/cancelled.md": {"partial": "x"},
     "loop/queries_skipped.md": {"skipped": 3, "per_call": 5, "per_run": 25, "run_spent": False},
+    "loop/preflight.md": {
+        "estimated": "336,776",
+        "limit": "100,000",
+        "tables": [{"name": "db.t", "rows": "336,776", "parts": 3, "sorting_key": "id", "partition_key": "d"}],
+    },
     **{f"formats/{platform}.md": {} for platform in PLATFORMS},
 }
 

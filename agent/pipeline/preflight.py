@@ -1,0 +1,70 @@
+"""The preflight: before a query of the model's runs, ClickHouse estimates what it would read
+(`EXPLAIN ESTIMATE`, agent/db/estimate.py). A query estimated past the threshold (MAX_ESTIMATED_ROWS,
+at most the engine's own MAX_ROWS_TO_READ) is not run: the limits would kill it after it had held a
+connection for its whole time budget. The model is told instead which key and partition filters
+would narrow it (prompts/loop/preflight.md).
+
+An estimate the engine cannot make (a table function, a query the check refuses, an engine error)
+lets the query run: the run says what is wrong, as it always has. Each preflight is counted by
+outcome (`agent_sql_preflights_total`: passed, stopped, unavailable).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from agent.db import Database, DatabaseUnavailable, EngineError, QueryRefused, QueryResult
+from agent.db.estimate import TableRead, estimate_reads, table_keys
+from agent.metrics import Metrics
+from agent.prompts import PromptLibrary
+
+log = logging.getLogger(__name__)
+
+
+class Preflight:
+    def __init__(self, db: Database, prompts: PromptLibrary, max_rows: int | None) -> None:
+        self._db = db
+        self._prompts = prompts
+        self._max_rows = max_rows  # None or 0: no preflight
+
+    async def stopped(self, sql: str, query_id: str, owner: str, metrics: Metrics) -> QueryResult | None:
+        """None when the query may run; otherwise the result the model gets instead of running it."""
+        if not self._max_rows:
+            return None
+        started = time.perf_counter()
+        try:
+            reads = await estimate_reads(self._db, sql, owner=owner)
+        except (QueryRefused, EngineError, DatabaseUnavailable) as exc:
+            log.debug("no estimate for %s: %s", query_id, type(exc).__name__)
+            metrics.sql_preflights.labels("unavailable").inc()
+            return None
+        estimated = sum(read.rows for read in reads)
+        if estimated <= self._max_rows:
+            metrics.sql_preflights.labels("passed").inc()
+            return None
+        metrics.sql_preflights.labels("stopped").inc()
+        message = await self._narrowing(reads, estimated)
+        return QueryResult(
+            query_id=query_id, sql=sql, error=message, elapsed_ms=round((time.perf_counter() - started) * 1000)
+        )
+
+    async def _narrowing(self, reads: list[TableRead], estimated: int) -> str:
+        biggest = sorted(reads, key=lambda read: -read.rows)
+        try:
+            keys = await table_keys(self._db, (read.qualified for read in biggest))
+        except DatabaseUnavailable:
+            keys = {}
+        tables = [
+            {
+                "name": read.qualified,
+                "rows": f"{read.rows:,}",
+                "parts": read.parts,
+                "sorting_key": keys[read.qualified].sorting_key if read.qualified in keys else "",
+                "partition_key": keys[read.qualified].partition_key if read.qualified in keys else "",
+            }
+            for read in biggest
+        ]
+        return self._prompts.render(
+            "loop/preflight.md", estimated=f"{estimated:,}", limit=f"{self._max_rows:,}", tables=tables
+        )

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from collections.abc import AsyncGenerator, AsyncIterator
 from contextlib import aclosing, suppress
 from typing import Any
@@ -34,8 +35,10 @@ from agent.db.backend import (
     ResultTooLarge,
     bounded_error,
 )
+from agent.db.profile import ProfileSetting, profile_query, within_profile
 from agent.db.scope import Scope
 
+log = logging.getLogger(__name__)
 _KILL_TIMEOUT_S = 10.0
 _GRANT = linear_re.compile(r"GRANT (?P<privileges>.+?) ON (?P<target>\S+) TO ", ignore_case=True)
 _COLUMN_LIST = linear_re.compile(r"\([^)]*\)")
@@ -128,11 +131,11 @@ class ServerBackend(Backend):
         A user whose profile says readonly=1 cannot change any setting, so that profile must carry
         limits at least as strict as ours; anything weaker is refused at start-up."""
         wanted = {name: value for name, value in self._wanted.items() if name != "database"}
-        names = ", ".join(f"'{name}'" for name in wanted)
-        result = await client.query(f"SELECT name, value FROM system.settings WHERE name IN ({names})")
-        current = {name: value for name, value in result.result_rows}
+        result = await client.query(profile_query(wanted))
+        profile = {setting.name: setting for setting in map(ProfileSetting.of, result.result_rows)}
+        current = {name: setting.value for name, setting in profile.items()}
         if current.get("readonly", "0") == "0":
-            return {"cancel_http_readonly_queries_on_client_close": 1, **wanted}
+            return {"cancel_http_readonly_queries_on_client_close": 1, **_within(wanted, profile)}
         if current["readonly"] != "1":  # readonly=2 lets queries change settings, and `readonly` itself not
             raise DatabaseUnavailable(
                 f"The ClickHouse user's profile has readonly={current['readonly']}, which lets queries change "
@@ -220,6 +223,14 @@ class ServerBackend(Backend):
         if self._client is not None:
             await self._client.close()
             self._client = None
+
+
+def _within(wanted: dict[str, Any], profile: dict[str, ProfileSetting]) -> dict[str, Any]:
+    """The agent's settings within the user's profile (agent/db/profile.py), saying what changed."""
+    sent, notes = within_profile(wanted, profile)
+    for note in notes:
+        log.warning("ClickHouse profile: %s", note)
+    return sent
 
 
 async def _raw_stream_with_summary(

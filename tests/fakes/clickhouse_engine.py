@@ -55,6 +55,7 @@ _ERROR_NAMES = {
     372: "SESSION_NOT_FOUND",
     373: "SESSION_IS_LOCKED",
     374: "INVALID_SESSION_TIMEOUT",
+    452: "SETTING_CONSTRAINT_VIOLATION",
     381: "HTTP_LENGTH_REQUIRED",
     497: "ACCESS_DENIED",
     516: "AUTHENTICATION_FAILED",
@@ -95,6 +96,7 @@ _SHOW_GRANTS = re.compile(
     re.IGNORECASE | re.DOTALL,
 )
 _PROCESSES = re.compile(r"""(?<![\w.`"])[`"]?system[`"]?\s*\.\s*[`"]?processes[`"]?(?![\w`"])""")
+_SETTINGS = re.compile(r"""(?<![\w.`"])[`"]?system[`"]?\s*\.\s*[`"]?settings[`"]?(?![\w`"])""")
 _FUNCTIONS = re.compile(r"""(?<![\w.`"])[`"]?system[`"]?\s*\.\s*[`"]?functions[`"]?(?![\w`"])""")
 _VERSION_CALL = re.compile(r"(?<![\w.])version\s*\(\s*\)", re.IGNORECASE)
 _FIELD = "splitByChar(':', _fakech_comment)"
@@ -151,6 +153,10 @@ class User:
     password: str
     profile: dict[str, Any] = field(default_factory=dict)
     grants: list[str] = field(default_factory=list)
+    # The profile's constraints, as <constraints> holds them: {"max_result_rows": {"max": "1000"}}, and
+    # {"readonly": ""} for one this user may not change (CONST). `system.settings` shows them (min, max,
+    # readonly) and a change past them is refused with 452, as on a server.
+    constraints: dict[str, dict[str, str]] = field(default_factory=dict)
 
     @property
     def is_admin(self) -> bool:
@@ -300,6 +306,7 @@ class Engine:
                 continue
             if readonly == 1 or (readonly > 1 and name == "readonly"):
                 raise ClickHouseError.of(164, f"Cannot modify '{name}' setting in readonly mode")
+            _check_constraint(name, value, user.constraints.get(name))
             settings[name] = value
         return settings, {**before, **{k: _text(v) for k, v in settings.items()}}
 
@@ -345,7 +352,7 @@ class Engine:
         # chdb streams SELECTs only; what it cannot stream comes in one piece
         streamable = kind in ("SELECT", "WITH", "FROM") and fmt.lower() in _STREAMABLE
         stats = dict.fromkeys(_STATS, 0)
-        chunks = self._chunks(query, self._rewrite(query.sql, code), fmt, streamable, stats)
+        chunks = self._chunks(query, self._rewrite(query.sql, code, user), fmt, streamable, stats)
         return Run(fmt if kind in _RESULT_STATEMENTS else None, chunks, stats)
 
     def _refuse_early(self, query: Query, user: User, code: str) -> None:
@@ -366,8 +373,10 @@ class Engine:
             if re.search(rf"(?<![\w.]){re.escape(name)}\s*\(", code):
                 raise ClickHouseError.of(46, f"Function with name `{name}` does not exist")
 
-    def _rewrite(self, sql: str, code: str) -> str:
+    def _rewrite(self, sql: str, code: str, user: User) -> str:
         replacements = [(m.span(), PROCESSES_VIEW) for m in _PROCESSES.finditer(code)]
+        if user.constraints:
+            replacements += [(m.span(), _settings_view(user.constraints)) for m in _SETTINGS.finditer(code)]
         if self.config.hidden_functions:
             hidden = ", ".join(_quote(name) for name in self.config.hidden_functions)
             view = f"(SELECT * FROM system.functions WHERE name NOT IN ({hidden}))"
@@ -544,6 +553,36 @@ def _text(value: Any) -> str:
     if isinstance(value, bool):
         return "1" if value else "0"
     return str(value)
+
+
+def _check_constraint(name: str, value: str, constraint: Mapping[str, str] | None) -> None:
+    """A change past the profile's constraint, refused as a server refuses it (452)."""
+    if constraint is None:
+        return
+    if "readonly" in constraint or "const" in constraint:
+        raise ClickHouseError.of(452, f"Setting {name} should not be changed")
+    number = float(value)
+    if "max" in constraint and number > float(constraint["max"]):
+        raise ClickHouseError.of(452, f"Setting {name} shouldn't be greater than {constraint['max']}")
+    if "min" in constraint and number < float(constraint["min"]):
+        raise ClickHouseError.of(452, f"Setting {name} shouldn't be less than {constraint['min']}")
+
+
+def _settings_view(constraints: Mapping[str, Mapping[str, str]]) -> str:
+    """system.settings with this user's constraints in its min, max and readonly columns."""
+
+    def column(key: str, cast: str) -> str:
+        cases = [
+            f"name = {_quote(name)}, {cast}({_quote(bounds[key])})" for name, bounds in constraints.items() if key in bounds
+        ]
+        return f"multiIf({', '.join(cases)}, {key})" if cases else key
+
+    fixed = [_quote(name) for name, bounds in constraints.items() if "readonly" in bounds or "const" in bounds]
+    readonly = f"if(name IN ({', '.join(fixed)}), toUInt8(1), readonly)" if fixed else "readonly"
+    return (
+        f"(SELECT * REPLACE ({column('min', 'toNullable')} AS min, {column('max', 'toNullable')} AS max, "
+        f"{readonly} AS readonly) FROM system.settings)"
+    )
 
 
 def _same(new: str, current: str) -> bool:

@@ -55,6 +55,13 @@ def _users() -> dict[str, User]:
         **users,
         "tight": like_agent("tight", {"max_execution_time": 1}),
         "plain": User(PASSWORD, {}, ["GRANT SELECT ON nycflights13.* TO plain"]),  # no profile: the agent sets limits
+        # not read-only, with a profile that caps lower than the agent's limits and fixes the overflow mode
+        "capped": User(
+            PASSWORD,
+            {"max_result_rows": 5000, "max_execution_time": 10},
+            ["GRANT SELECT ON nycflights13.* TO capped"],
+            {"max_result_rows": {"max": "5000"}, "max_rows_to_read": {"max": "1000000"}, "result_overflow_mode": {"readonly": ""}},
+        ),
         "wide": like_agent("wide", grants=["GRANT SELECT, INSERT ON nycflights13.* TO wide"]),
         "loose": like_agent("loose", {"max_execution_time": 3600}),
         "readonly2": like_agent("readonly2", {"readonly": 2}),
@@ -204,6 +211,30 @@ async def test_limits_are_enforced_by_the_server(fake: FakeClickHouse, user: str
                 "TSV",
                 new_query_id(),
             )
+    finally:
+        await database.close()
+
+
+async def test_the_agents_limits_stay_within_the_profiles_constraints(fake: FakeClickHouse) -> None:
+    """The agent's own limits (100,000 result rows, 500M rows to read, 30 s) are above what this profile
+    allows: sent as they are, every query would fail with SETTING_CONSTRAINT_VIOLATION."""
+    status, _, body = _http(fake, "SELECT 1", "capped", max_result_rows=100_000)
+    assert status != 200 and b"SETTING_CONSTRAINT_VIOLATION" in body  # the fake refuses as a server does
+    database = open_database(make_settings(clickhouse_url=fake.url("capped", "nycflights13")))
+    try:
+        result = await database.execute("SELECT count() FROM airlines")
+        assert result.ok and result.rows == [["16"]], result.error
+        names = ("max_result_rows", "max_rows_to_read", "max_execution_time", "max_bytes_to_read")
+        names += ("result_overflow_mode", "readonly")
+        [row] = await database.catalog_rows(
+            "SELECT " + ", ".join(f"toString(getSetting('{name}')) AS {name}" for name in names)
+        )
+        values = {name: str(row[name]) for name in names}
+        assert values["max_result_rows"] == "5000"  # the profile's own value and its constraint
+        assert values["max_rows_to_read"] == "1000000"  # the constraint's max, below the agent's 500M
+        assert values["max_execution_time"] == "10"  # the profile's value, below the agent's 30
+        assert values["max_bytes_to_read"] == "20000000000"  # the agent's own: the profile says nothing
+        assert values["result_overflow_mode"] == "throw" and values["readonly"] == "1"  # fixed: not sent
     finally:
         await database.close()
 

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from agent.config import Settings
 from agent.db import Database, Export, open_database, started
 from agent.knowledge import KnowledgeBase
+from agent.knowledge.agents_schema import AgentsSchema
 from agent.limits import Limits
 from agent.llm import LLMClient
 from agent.metrics import Metrics, default_metrics
@@ -51,6 +52,8 @@ class AgentApp:
         metrics = metrics or default_metrics()
         schema = SchemaCache(db, settings.schema_max_chars, settings.schema_ttl_s, settings.schema_catalogue_max_chars)
         knowledge = KnowledgeBase.of(settings)
+        if knowledge is None and settings.agent_knowledge_dir.strip().lower() != "none":
+            knowledge = KnowledgeBase([], settings.agent_knowledge_max_chars)  # the warehouse's may join it
         runner = build_runner(settings, db=db, llm=llm, metrics=metrics, schema=schema, knowledge=knowledge)
         prompts = prompt_library(settings.agent_prompts_dir)
         examples = ExampleQuestions(settings, llm=llm, schema=schema, prompts=prompts, metrics=metrics)
@@ -99,7 +102,12 @@ def build_runner(
     return Pipeline(
         llm=llm,
         prefix=RequestPrefix(
-            prompts, schema, max_rows=settings.max_rows, chart_max_rows=limits.chart_max_rows, knowledge=knowledge
+            prompts,
+            schema,
+            max_rows=settings.max_rows,
+            chart_max_rows=limits.chart_max_rows,
+            knowledge=knowledge,
+            agents_schema=AgentsSchema(db, knowledge) if knowledge is not None else None,
         ),
         sql=SqlExecutor(
             db, prompts, settings.max_result_chars, limits, Preflight(db, prompts, settings.preflight_max_rows)

@@ -43,6 +43,7 @@ _KILL_TIMEOUT_S = 10.0
 _GRANT = linear_re.compile(r"GRANT (?P<privileges>.+?) ON (?P<target>\S+) TO ", ignore_case=True)
 _COLUMN_LIST = linear_re.compile(r"\([^)]*\)")
 _MAX_EXCEPTION_BLOCK = 4 * MAX_ERROR_CHARS + 1024  # the message as UTF-8, its tags and markers
+AGENTS_SCHEMA = "agents"  # the Agents Schema's database (agent/knowledge/agents_schema.py): reading it is allowed
 _READ_PRIVILEGES = {"SELECT", "SHOW", "SHOW TABLES", "SHOW COLUMNS", "SHOW DATABASES", "SHOW DICTIONARIES"}
 # How ClickHouse (25.11+) reports an error after the body started: between these markers, with the
 # response's exception tag, and then it breaks the chunked body off.
@@ -117,6 +118,8 @@ class ServerBackend(Backend):
         database, _, table = match.group("target").replace("`", "").partition(".")
         if not privileges <= _READ_PRIVILEGES or database == "*":
             return False
+        if database.lower() == AGENTS_SCHEMA:  # the warehouse's descriptions, read by the agent itself
+            return True
         if database in ("system", "information_schema", "INFORMATION_SCHEMA"):
             return privileges <= {"SHOW", "SHOW TABLES", "SHOW COLUMNS", "SHOW DATABASES"} or table in (
                 "tables",

@@ -30,17 +30,31 @@ class Prefixed:
 
 class KnowledgeBase:
     def __init__(self, entries: Sequence[Entry], max_chars: int) -> None:
-        self.entries = list(entries)
+        self._max_chars = max_chars
+        self._build(list(entries))
+
+    def _build(self, entries: list[Entry]) -> None:
+        self.entries = entries
         chosen: list[Entry] = []
         used = 0
         for entry in sorted(self.entries, key=lambda e: list(SECTIONS).index(e.kind)):
             size = len(render_entry(entry)) + 1
-            if used + size <= max_chars:
+            if used + size <= self._max_chars:
                 chosen.append(entry)
                 used += size
         self._in_prefix = {id(e) for e in chosen}
         self.prefix = Prefixed(render(chosen), len(self.entries) - len(chosen))
         self._index = LexicalIndex((str(i), _fields(e)) for i, e in enumerate(self.entries))
+
+    def join(self, published: Sequence[Entry]) -> int:
+        """Add entries published outside the files (the warehouse's Agents Schema,
+        agent/knowledge/agents_schema.py) after the files' own, leaving out what the files already say
+        (the same kind and name: the team's own word wins). Returns how many joined."""
+        known = {(entry.kind, entry.name) for entry in self.entries}
+        joined = [entry for entry in published if (entry.kind, entry.name) not in known]
+        if joined:
+            self._build([*self.entries, *joined])
+        return len(joined)
 
     @classmethod
     def load(cls, directory: Path, max_chars: int) -> KnowledgeBase:

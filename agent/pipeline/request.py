@@ -10,6 +10,7 @@ import datetime as dt
 from typing import Any
 
 from agent.knowledge import KnowledgeBase
+from agent.knowledge.agents_schema import AgentsSchema
 from agent.pipeline.context import EPHEMERAL
 from agent.prompts import PromptLibrary
 from agent.runner import Platform
@@ -27,10 +28,12 @@ class RequestPrefix:
         max_rows: int,
         chart_max_rows: int,
         knowledge: KnowledgeBase | None = None,
+        agents_schema: AgentsSchema | None = None,
     ) -> None:
         self._prompts = prompts
         self._schema = schema
         self._knowledge = knowledge
+        self._agents_schema = agents_schema  # joins the warehouse's own descriptions into `knowledge`, once
         self._tools = {
             lookup: prompts.tools(max_rows=max_rows, chart_max_rows=chart_max_rows, lookup=lookup)
             for lookup in (False, True)
@@ -44,6 +47,8 @@ class RequestPrefix:
 
     async def system(self, platform: Platform, today: dt.date | None = None) -> list[dict[str, Any]]:
         view = await self._schema.view()
+        if self._agents_schema is not None:
+            await self._agents_schema.join()
         schema = self._prompts.render(
             "SCHEMA.md",
             schema=view.text,
@@ -70,6 +75,8 @@ class RequestPrefix:
         """What goes beside the question: the tables its words match when the catalogue leaves some out,
         and the knowledge entries it matches that the prefix had no room for."""
         view = await self._schema.view()
+        if self._agents_schema is not None:
+            await self._agents_schema.join()
         tables = ""
         if view.catalog is not None and not view.complete:
             words = question

@@ -65,6 +65,10 @@ def _users() -> dict[str, User]:
         "wide": like_agent("wide", grants=["GRANT SELECT, INSERT ON nycflights13.* TO wide"]),
         "loose": like_agent("loose", {"max_execution_time": 3600}),
         "readonly2": like_agent("readonly2", {"readonly": 2}),
+        "described": like_agent(  # may also read the warehouse's Agents Schema (its descriptions)
+            "described",
+            grants=["GRANT SELECT ON nycflights13.* TO described", "GRANT SELECT ON agents.* TO described"],
+        ),
         "columns": like_agent(
             "columns",
             grants=[
@@ -304,6 +308,16 @@ async def test_a_user_with_more_than_the_agent_may_use_is_refused(
     try:
         with pytest.raises(DatabaseUnavailable, match=message):
             await database.execute("SELECT 1")
+    finally:
+        await database.close()
+
+
+async def test_select_on_the_agents_schema_is_least_privilege(fake: FakeClickHouse) -> None:
+    database = open_database(make_settings(clickhouse_url=fake.url("described", "nycflights13")))
+    try:
+        assert (await database.execute("SELECT count() FROM airlines")).rows == [["16"]]
+        refused = await database.execute("SELECT * FROM agents.dbt_model")
+        assert refused.error is not None and "not available" in refused.error  # still out of the model's scope
     finally:
         await database.close()
 

@@ -71,7 +71,9 @@ async def table_keys(db: Database, tables: Iterable[str]) -> dict[str, TableKeys
         f"WHERE (database, name) IN ({wanted})"
     )
     return {
-        f"{r['database']}.{r['name']}": TableKeys(r["sorting_key"] or "", r["partition_key"] or "", r["primary_key"] or "")
+        f"{r['database']}.{r['name']}": TableKeys(
+            r["sorting_key"] or "", r["partition_key"] or "", r["primary_key"] or ""
+        )
         for r in rows
     }
 

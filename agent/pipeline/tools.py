@@ -14,8 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from agent import linear_re
-from agent.db import Database, QueryResult, format_for_model
-from agent.db import new_query_id
+from agent.db import Database, QueryResult, format_for_model, new_query_id
 from agent.limits import Limits, cut_text
 from agent.pipeline.preflight import Preflight
 from agent.pipeline.state import RunState

@@ -82,7 +82,15 @@ def test_unknown_platform_and_missing_file_are_clear(prompts: PromptLibrary) -> 
 
 def test_the_system_prompt_says_how_to_read_each_engine_and_to_filter_on_the_keys(prompts: PromptLibrary) -> None:
     text = prompts.render("SYSTEM.md", max_rows=50)
-    for must in ("Engine note", "FINAL", "argMax(column, version)", "sum(sign)", "sum(x * sign)", "-Merge", "uniqMerge"):
+    for must in (
+        "Engine note",
+        "FINAL",
+        "argMax(column, version)",
+        "sum(sign)",
+        "sum(x * sign)",
+        "-Merge",
+        "uniqMerge",
+    ):
         assert must in text, must
     assert "partition key" in text and "leading columns of the sorting key" in text
     assert "estimated to\nread far too much is not run" in text

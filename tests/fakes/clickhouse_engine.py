@@ -573,7 +573,9 @@ def _settings_view(constraints: Mapping[str, Mapping[str, str]]) -> str:
 
     def column(key: str, cast: str) -> str:
         cases = [
-            f"name = {_quote(name)}, {cast}({_quote(bounds[key])})" for name, bounds in constraints.items() if key in bounds
+            f"name = {_quote(name)}, {cast}({_quote(bounds[key])})"
+            for name, bounds in constraints.items()
+            if key in bounds
         ]
         return f"multiIf({', '.join(cases)}, {key})" if cases else key
 

@@ -60,7 +60,11 @@ def _users() -> dict[str, User]:
             PASSWORD,
             {"max_result_rows": 5000, "max_execution_time": 10},
             ["GRANT SELECT ON nycflights13.* TO capped"],
-            {"max_result_rows": {"max": "5000"}, "max_rows_to_read": {"max": "1000000"}, "result_overflow_mode": {"readonly": ""}},
+            {
+                "max_result_rows": {"max": "5000"},
+                "max_rows_to_read": {"max": "1000000"},
+                "result_overflow_mode": {"readonly": ""},
+            },
         ),
         "wide": like_agent("wide", grants=["GRANT SELECT, INSERT ON nycflights13.* TO wide"]),
         "loose": like_agent("loose", {"max_execution_time": 3600}),

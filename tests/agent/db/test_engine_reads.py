@@ -23,7 +23,7 @@ async def test_the_naive_count_counts_every_version_and_final_counts_each_regist
     assert await one(engine_db, f"SELECT count() FROM {REGISTRATIONS} FINAL") == ["3322"]
     assert await one(engine_db, "SELECT count() FROM nycflights13.planes") == ["3322"]
     parts = await engine_db.catalog_rows(
-        f"SELECT count() AS n FROM system.parts WHERE database = 'nycflights13' AND table = 'aircraft_registrations' "
+        "SELECT count() AS n FROM system.parts WHERE database = 'nycflights13' AND table = 'aircraft_registrations' "
         "AND active"
     )
     assert parts == [{"n": "2"}] or parts == [{"n": 2}]  # the update is a part of its own, not merged

@@ -38,7 +38,8 @@ CREATE TABLE agents.osi_field (dataset_name String, name String, label Nullable(
     description Nullable(String), is_time_dimension Bool, expressions Array(String), synonyms Array(String),
     ai_context Array(String), custom_extensions Array(String)) ENGINE = MergeTree ORDER BY (dataset_name, name);
 INSERT INTO agents.dbt_model VALUES
-    ('model.shop.orders', 'orders', '', 'shop', 'table', 'One row per order; refunds are separate orders with a negative amount.', 'models/orders.sql', [], '{}'),
+    ('model.shop.orders', 'orders', '', 'shop', 'table',
+     'One row per order; refunds are separate orders with a negative amount.', 'models/orders.sql', [], '{}'),
     ('model.shop.salaries', 'salaries', '', 'hidden', 'table', 'Pay of every person.', 'models/salaries.sql', [], '{}'),
     ('model.shop.gone', 'gone', '', 'shop', 'table', 'A model never built.', 'models/gone.sql', [], '{}');
 INSERT INTO agents.dbt_column VALUES
@@ -110,13 +111,13 @@ async def test_they_join_after_the_files_own_and_the_files_win(warehouse: Databa
     assert len(base.entries) == 4
 
 
-async def test_the_model_sees_them_in_the_prompt(
-    make_app, fake_anthropic: FakeAnthropic, warehouse: Database
-) -> None:
+async def test_the_model_sees_them_in_the_prompt(make_app, fake_anthropic: FakeAnthropic, warehouse: Database) -> None:
     fake_anthropic.script(Reply(text="ok"))
     app = make_app(warehouse, clickhouse_databases=["shop"])
     await app.runner.run("What is an order's amount?", followups=False)
     system = fake_anthropic.requests[0]["system"][1]["text"]
     assert "# What this team knows" in system and "Order total in EUR, VAT included." in system
     assert "Monthly pay" not in system and "salaries" not in system
-    assert app.knowledge is not None and any(e["tag"] == "[note: shop.customers.region]" for e in app.knowledge.described())
+    assert app.knowledge is not None and any(
+        e["tag"] == "[note: shop.customers.region]" for e in app.knowledge.described()
+    )

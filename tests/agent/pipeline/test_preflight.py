@@ -90,7 +90,9 @@ async def test_a_query_with_no_estimate_runs_and_says_what_is_wrong(
 ) -> None:
     before = sample(metrics, "unavailable")
     fake_anthropic.script(
-        Reply(tool_calls=[("execute_sql", {"queries": [{"question": "q", "sql": "SELEC 1 FROM nycflights13.flights"}]})]),
+        Reply(
+            tool_calls=[("execute_sql", {"queries": [{"question": "q", "sql": "SELEC 1 FROM nycflights13.flights"}]})]
+        ),
         Reply(text="It failed."),
     )
     result = await make_app(max_estimated_rows=100_000).runner.run("x?", followups=False)

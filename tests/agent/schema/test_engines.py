@@ -14,7 +14,11 @@ CASES = [
     # engine, engine_full, what the note must say
     ("ReplacingMergeTree", "ReplacingMergeTree(updated_at) ORDER BY id", ["FINAL", "argMax(column, updated_at)"]),
     ("ReplacingMergeTree", "ReplacingMergeTree ORDER BY id", ["FINAL", "last inserted wins"]),
-    ("ReplacingMergeTree", "ReplacingMergeTree(ver, is_deleted) ORDER BY id", ["argMax(column, ver)", "is_deleted = 1"]),
+    (
+        "ReplacingMergeTree",
+        "ReplacingMergeTree(ver, is_deleted) ORDER BY id",
+        ["argMax(column, ver)", "is_deleted = 1"],
+    ),
     ("CollapsingMergeTree", "CollapsingMergeTree(sign) ORDER BY id", ["sum(sign)", "sum(x * sign)", "HAVING"]),
     (
         "VersionedCollapsingMergeTree",
@@ -81,7 +85,9 @@ def _row(database: str, name: str, engine: str, engine_full: str, sorting: str =
 
 
 def test_a_distributed_table_reads_as_its_shards_table() -> None:
-    local = _row("db", "events_local", "ReplicatedCollapsingMergeTree", "ReplicatedCollapsingMergeTree(sign)", "id", "d")
+    local = _row(
+        "db", "events_local", "ReplicatedCollapsingMergeTree", "ReplicatedCollapsingMergeTree(sign)", "id", "d"
+    )
     dist = _row("db", "events", "Distributed", "Distributed('cluster', 'db', 'events_local', rand())")
     every = {("db", "events_local"): local, ("db", "events"): dist}
     table = _table(dist, every)

@@ -180,7 +180,7 @@ LOAD = """
 import sys, zipfile, shutil
 from pathlib import Path
 from chdb import session
-from agent.db.demo import TABLES, server_init_sql, source_dir
+from agent.db.demo import REGISTRATIONS, TABLES, server_init_sql, source_dir
 scratch = Path(sys.argv[1])
 for table in TABLES:
     source = source_dir() / table.source
@@ -190,8 +190,9 @@ for table in TABLES:
         shutil.copy(source, scratch)
 engine = session.Session(str(scratch / "engine"))
 engine.query(server_init_sql(str(scratch)))
-for table in TABLES:
+for table in [*TABLES, REGISTRATIONS]:
     print(table.name, str(engine.query(f"SELECT count() FROM nycflights13.{table.name}", "CSV")).strip())
+print("final", str(engine.query(f"SELECT count() FROM nycflights13.{REGISTRATIONS.name} FINAL", "CSV")).strip())
 print("first", str(engine.query("SELECT toString(min(time_hour), 'UTC') FROM nycflights13.flights", "CSV")).strip())
 """
 
@@ -205,6 +206,7 @@ def test_the_init_sql_loads_the_demo_data(tmp_path: Path) -> None:
     counts = dict(line.split(" ", 1) for line in loaded.stdout.splitlines())
     assert {name: int(counts[name]) for name in DEMO_COUNTS} == DEMO_COUNTS
     assert counts["first"] == '"2013-01-01 10:00:00"'  # read as UTC, as the embedded loader reads it
+    assert counts["final"] == "3322"  # the registrations' updates in a part of their own, as embedded
 
 
 def test_the_agent_users_profile_is_as_strict_as_the_agents_limits() -> None:

@@ -74,9 +74,10 @@ def _table(row: dict[str, Any], every: dict[tuple[str, str], dict[str, Any]]) ->
     engine = row["engine"]
     sorting_key = row["sorting_key"] or ""
     note = engine_note(engine, row["engine_full"] or "", sorting_key)
-    if engine == "Distributed" and (target := distributed_target(row["engine_full"] or "")) in every:
+    target = distributed_target(row["engine_full"] or "") if engine == "Distributed" else None
+    if target is not None and target in every:
         # The shards' table decides how rows read; its keys are the ones a filter can use.
-        local = every[target]  # type: ignore[index]
+        local = every[target]
         sorting_key = local["sorting_key"] or ""
         row = {**row, "partition_key": local["partition_key"], "primary_key": local["primary_key"]}
         note = engine_note(local["engine"], local["engine_full"] or "", sorting_key)

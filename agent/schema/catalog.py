@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from agent.lexical import LexicalIndex, terms
+from agent.schema.engines import engine_hint
 from agent.schema.tables import Table, render_table, round_count
 
 # Field weights: a word in a table's name says more than one among its sampled values.
@@ -125,7 +126,8 @@ def _fields(table: Table) -> list[tuple[str, float]]:
 def _catalogue_line(table: Table) -> str:
     rows = f" (~{round_count(table.total_rows)} rows)" if table.total_rows is not None else ""
     comment = f": {' '.join(table.comment.split())[:160]}" if table.comment else ""
-    return f"- {table.name}{rows}{comment}"
+    hint = f" [{table.engine}: {engine_hint(table.engine)}]" if engine_hint(table.engine) else ""
+    return f"- {table.name}{rows}{hint}{comment}"
 
 
 def _search_line(table: Table, wanted: set[str]) -> str:

@@ -87,6 +87,24 @@ def _replacing(key: str, columns: list[str]) -> str:
     )
 
 
+HINTS = {
+    "ReplacingMergeTree": "read with FINAL",
+    "CollapsingMergeTree": "weigh rows by their sign",
+    "VersionedCollapsingMergeTree": "weigh rows by their sign",
+    "SummingMergeTree": "sum() GROUP BY the key",
+    "AggregatingMergeTree": "read with -Merge combinators",
+}
+
+
+def engine_hint(engine: str) -> str:
+    """A few words for a catalogue line (the whole note comes with the table's details), or ""."""
+    family = engine.split()[-1] if engine else ""
+    for prefix in _VARIANT_PREFIXES:
+        if family.startswith(prefix) and family.endswith("MergeTree"):
+            family = family[len(prefix) :]
+    return HINTS.get(family, "")
+
+
 def distributed_target(engine_full: str) -> tuple[str, str] | None:
     """The `(database, table)` a Distributed table reads on each shard, when named plainly."""
     arguments = _arguments(engine_full, "Distributed")

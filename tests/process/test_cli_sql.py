@@ -81,7 +81,9 @@ def test_schema_prints_the_prompt_section(run) -> None:
 def test_schema_over_its_budget_prints_the_catalogue(run, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("SCHEMA_MAX_CHARS", "1000")
     code, out, _ = run("schema")
-    assert code == 0 and out.startswith("## nycflights13\n- aircraft_registrations (~3.8K rows): Aircraft")
+    assert code == 0 and out.startswith(
+        "## nycflights13\n- aircraft_registrations (~3.8K rows) [ReplacingMergeTree: read"
+    )
     assert "| column |" not in out
 
 

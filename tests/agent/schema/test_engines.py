@@ -7,7 +7,8 @@ import pytest
 
 from agent.db import Database
 from agent.schema import introspect, render_table
-from agent.schema.engines import distributed_target, engine_call, engine_note
+from agent.schema import Catalog
+from agent.schema.engines import distributed_target, engine_call, engine_hint, engine_note
 from agent.schema.tables import Table, _table
 
 CASES = [
@@ -124,3 +125,17 @@ async def test_the_demo_registrations_carry_their_note_in_the_schema(db: Databas
     assert "(ReplacingMergeTree, ~3.8K rows, sorted by tailnum)" in registrations
     assert "FINAL" in registrations and "argMax(column, updated_at)" in registrations
     assert tables["flights"].engine_note == "" and "Engine note" not in render_table(tables["flights"])
+
+
+def test_a_catalogue_line_carries_a_hint_where_the_note_would() -> None:
+    assert engine_hint("ReplicatedReplacingMergeTree") == "read with FINAL"
+    assert engine_hint("Distributed over SharedCollapsingMergeTree") == "weigh rows by their sign"
+    assert engine_hint("AggregatingMergeTree") == "read with -Merge combinators"
+    assert engine_hint("MergeTree") == engine_hint("Distributed") == engine_hint("") == ""
+    tables = [
+        Table("db", "events", "ReplacingMergeTree", "Events", "id", 10, ""),
+        Table("db", "plain", "MergeTree", "Plain", "id", 10, ""),
+    ]
+    text = Catalog(tables, "db").render(10_000).text
+    assert "- events (~10 rows) [ReplacingMergeTree: read with FINAL]: Events" in text
+    assert "- plain (~10 rows): Plain" in text

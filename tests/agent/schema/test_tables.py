@@ -37,7 +37,9 @@ async def test_under_the_budget_every_table_is_whole_and_there_is_no_lookup(db: 
 async def test_over_the_budget_the_prompt_carries_a_catalogue(db: Database) -> None:
     view = build_view(await introspect(db), max_chars=3_000, catalogue_chars=16_000, current_database="nycflights13")
     assert view.catalog is not None and view.complete
-    assert view.text.startswith("## nycflights13\n- aircraft_registrations (~3.8K rows): Aircraft registrations")
+    assert view.text.startswith(
+        "## nycflights13\n- aircraft_registrations (~3.8K rows) [ReplacingMergeTree: read with FINAL]: Aircraft"
+    )
     assert "\n- airlines (~16 rows): Airline names" in view.text
     assert "- flights (~337K rows): Every flight that departed NYC" in view.text
     assert "| column |" not in view.text  # columns come from the lookup tool

@@ -6,8 +6,7 @@ from __future__ import annotations
 import pytest
 
 from agent.db import Database
-from agent.schema import introspect, render_table
-from agent.schema import Catalog
+from agent.schema import Catalog, introspect, render_table
 from agent.schema.engines import distributed_target, engine_call, engine_hint, engine_note
 from agent.schema.tables import Table, _table
 

@@ -27,10 +27,25 @@ class Preflight:
         self._db = db
         self._prompts = prompts
         self._max_rows = max_rows  # None or 0: no preflight
+        self._engine_limit: int | None = None  # max_rows_to_read on the agent's connection, once read
+
+    async def threshold(self) -> int:
+        """The setting's threshold, or the connection's own max_rows_to_read when that is lower (a server
+        profile may cap it below the agent's setting, agent/db/profile.py): a scan past it would be killed."""
+        if not self._max_rows:
+            return 0
+        if self._engine_limit is None:
+            try:
+                [row] = await self._db.catalog_rows("SELECT toUInt64(getSetting('max_rows_to_read')) AS n")
+                self._engine_limit = int(row["n"])
+            except (DatabaseUnavailable, ValueError, KeyError):
+                return self._max_rows  # read again next time
+        return min(self._max_rows, self._engine_limit) if self._engine_limit > 0 else self._max_rows
 
     async def stopped(self, sql: str, query_id: str, owner: str, metrics: Metrics) -> QueryResult | None:
         """None when the query may run; otherwise the result the model gets instead of running it."""
-        if not self._max_rows:
+        limit = await self.threshold()
+        if not limit:
             return None
         started = time.perf_counter()
         try:
@@ -40,16 +55,16 @@ class Preflight:
             metrics.sql_preflights.labels("unavailable").inc()
             return None
         estimated = sum(read.rows for read in reads)
-        if estimated <= self._max_rows:
+        if estimated <= limit:
             metrics.sql_preflights.labels("passed").inc()
             return None
         metrics.sql_preflights.labels("stopped").inc()
-        message = await self._narrowing(reads, estimated)
+        message = await self._narrowing(reads, estimated, limit)
         return QueryResult(
             query_id=query_id, sql=sql, error=message, elapsed_ms=round((time.perf_counter() - started) * 1000)
         )
 
-    async def _narrowing(self, reads: list[TableRead], estimated: int) -> str:
+    async def _narrowing(self, reads: list[TableRead], estimated: int, limit: int) -> str:
         biggest = sorted(reads, key=lambda read: -read.rows)
         try:
             keys = await table_keys(self._db, (read.qualified for read in biggest))
@@ -65,6 +80,4 @@ class Preflight:
             }
             for read in biggest
         ]
-        return self._prompts.render(
-            "loop/preflight.md", estimated=f"{estimated:,}", limit=f"{self._max_rows:,}", tables=tables
-        )
+        return self._prompts.render("loop/preflight.md", estimated=f"{estimated:,}", limit=f"{limit:,}", tables=tables)

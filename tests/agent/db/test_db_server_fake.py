@@ -23,9 +23,14 @@ from urllib.parse import urlencode
 import clickhouse_connect
 import pytest
 from clickhouse_connect.driver.exceptions import DatabaseError
+from prometheus_client import CollectorRegistry
 
+from agent.config import Settings
 from agent.db import Database, DatabaseUnavailable, EngineError, new_query_id, open_database
 from agent.db.demo import load_demo
+from agent.metrics import Metrics
+from agent.pipeline.preflight import Preflight
+from agent.prompts import prompt_library
 from tests.agent.db.test_fidelity import EXPRESSIONS, clickhouse_text
 from tests.agent.db.test_hostile_sql import HOSTILE, OUTFILE
 from tests.conftest import DEMO_COUNTS, HEAVY, make_settings, until_running
@@ -243,6 +248,25 @@ async def test_the_agents_limits_stay_within_the_profiles_constraints(fake: Fake
         assert values["max_execution_time"] == "10"  # the profile's value, below the agent's 30
         assert values["max_bytes_to_read"] == "20000000000"  # the agent's own: the profile says nothing
         assert values["result_overflow_mode"] == "throw" and values["readonly"] == "1"  # fixed: not sent
+    finally:
+        await database.close()
+
+
+async def test_the_preflight_stops_what_the_profiles_lower_limit_would_kill(fake: FakeClickHouse) -> None:
+    """The profile caps max_rows_to_read at 1,000,000, far below the agent's MAX_ESTIMATED_ROWS (500M): the
+    preflight stops a read estimated past the profile's cap, and lets one under it run."""
+    database = open_database(make_settings(clickhouse_url=fake.url("capped", "nycflights13")))
+    preflight = Preflight(database, prompt_library(Settings.model_fields["agent_prompts_dir"].default), 500_000_000)
+    metrics = Metrics(CollectorRegistry())
+    joined = "FROM flights AS a JOIN flights AS b ON b.tailnum = a.tailnum"
+    try:
+        assert await preflight.threshold() == 1_000_000
+        three = f"SELECT count() {joined} JOIN flights AS c ON c.tailnum = a.tailnum"  # 3 x 336,776 rows
+        stopped = await preflight.stopped(three, "q1", "run", metrics)
+        assert stopped is not None and "about 1,010,328 rows; a query here may read at most 1,000,000" in (
+            stopped.error or ""
+        )
+        assert await preflight.stopped(f"SELECT count() {joined}", "q2", "run", metrics) is None  # 673,552 rows
     finally:
         await database.close()
 

@@ -289,10 +289,12 @@ class Database:
 
     # --- the agent's own SQL ---
 
-    async def catalog_rows(self, sql: str) -> list[dict[str, Any]]:
-        """Rows of a trusted catalog query (never SQL from a model), as JSON objects."""
+    async def catalog_rows(self, sql: str, *, policy: Policy | None = None) -> list[dict[str, Any]]:
+        """Rows of a trusted catalog query (never SQL from a model), as JSON objects; under `policy`, the
+        engine reads its tables through the policy's row filters (a policy's schema samples its rows only)."""
         try:
-            raw = await self.backend.query(sql, "JSONEachRow", new_query_id())
+            access = await self.row_filters(policy) if policy is not None else None
+            raw = await self.backend.query(sql, "JSONEachRow", new_query_id(), access=access)
         except EngineError as exc:
             raise DatabaseUnavailable(f"Could not read the ClickHouse catalog: {clean_error(str(exc), bool)}") from None
         return [json.loads(line) for line in raw.splitlines() if line.strip()]

@@ -41,7 +41,7 @@ class Table:
     total_rows: int | None
     view_query: str
     columns: list[Column] = field(default_factory=list)
-    row_filter: str | None = None  # the policy's filter: row counts and samples are read through it
+    row_filter: str | None = None  # the policy's filter, which the engine applies to counts and samples
 
     @property
     def qualified(self) -> str:
@@ -80,15 +80,14 @@ async def introspect(db: Database, policy: Policy | None = None) -> list[Table]:
             tables[key].columns.append(Column(r["name"], r["type"], r["comment"] or ""))
     if policy is not None:
         _under_policy(tables, policy, hidden=in_scope.keys() - tables.keys())
-    await asyncio.gather(*(_sample(db, table) for table in tables.values()))
-    await asyncio.gather(*(_count_filtered(db, table) for table in tables.values() if table.row_filter))
+    await asyncio.gather(*(_sample(db, table, policy) for table in tables.values()))
+    await asyncio.gather(*(_count_filtered(db, table, policy) for table in tables.values() if table.row_filter))
     return list(tables.values())
 
 
 def _under_policy(tables: dict[str, Table], policy: Policy, hidden: set[str]) -> None:
-    """What a policy's people see of its tables: counts and samples through its filters (set here, read
-    by `_sample` and `_count_filtered`), and no comment or view definition that names a table in scope
-    they may not read."""
+    """What a policy's people see of its tables: no comment or view definition that names a table in scope
+    they may not read (counts and samples are read under the policy, `_sample` and `_count_filtered`)."""
     naming = _naming(hidden)
     for key, table in tables.items():
         table.row_filter = policy.tables[key]
@@ -121,8 +120,9 @@ def quote_identifier(name: str) -> str:
     return "`" + name.replace("\\", "\\\\").replace("`", "\\`") + "`"
 
 
-async def _sample(db: Database, table: Table) -> None:
-    """The most common values of low-cardinality string columns (exact, so the prompt is stable)."""
+async def _sample(db: Database, table: Table, policy: Policy | None) -> None:
+    """The most common values of low-cardinality string columns (exact, so the prompt is stable), of the
+    rows the policy reads (the engine applies its filters)."""
     if table.view_query:
         return
     sampled = [c for c in table.columns if c.type.startswith(_SAMPLED_TYPES)]
@@ -131,7 +131,8 @@ async def _sample(db: Database, table: Table) -> None:
             db.catalog_rows(
                 f"SELECT toString({quote_identifier(c.name)}) AS value, count() AS n, "
                 f"count() OVER () AS distinct_values FROM {_source(table)} GROUP BY value ORDER BY n DESC, value "
-                f"LIMIT {SAMPLE_VALUES}"
+                f"LIMIT {SAMPLE_VALUES}",
+                policy=policy,
             )
             for c in sampled
         ),
@@ -145,19 +146,16 @@ async def _sample(db: Database, table: Table) -> None:
 
 
 def _source(table: Table) -> str:
-    """The table as a FROM clause, through its row filter when it has one (checked safe at start-up by
-    `agent access check`'s rules: one boolean expression over the table's columns)."""
-    name = f"{quote_identifier(table.database)}.{quote_identifier(table.name)}"
-    return f"{name} WHERE ({table.row_filter}\n)" if table.row_filter else name
+    return f"{quote_identifier(table.database)}.{quote_identifier(table.name)}"
 
 
-async def _count_filtered(db: Database, table: Table) -> None:
+async def _count_filtered(db: Database, table: Table, policy: Policy | None) -> None:
     """A filtered table's row count as its policy sees it (the catalog's count is every policy's rows)."""
     if table.view_query:
         table.total_rows = None
         return
     try:
-        rows = await db.catalog_rows(f"SELECT count() AS n FROM {_source(table)}")
+        rows = await db.catalog_rows(f"SELECT count() AS n FROM {_source(table)}", policy=policy)
     except DatabaseUnavailable:  # the prompt does without a count; the catalog's would be a leak
         rows = []
     table.total_rows = int(rows[0]["n"]) if rows else None

@@ -9,7 +9,7 @@ from functools import partial
 
 from agent.access.check import problems_of
 from agent.access.files import AccessFileError, PolicyFile, load_policy_file
-from agent.access.policy import Policies, Policy
+from agent.access.policy import Asker, Policies, Policy
 from agent.config import Settings
 from agent.db import Database, Export, open_database, started
 from agent.db.row_filter import row_filter_problem
@@ -76,6 +76,15 @@ class AgentApp:
     def policies(self) -> Policies | None:
         """Who reads which rows (None without a policy file: everyone, every table in scope)."""
         return self.access.policies if self.access is not None else None
+
+    def policy_for(self, asker: Asker | None = None, *, channel: str | None = None) -> Policy | None:
+        """The policy a question runs under: a Slack channel's when asked in one (everyone there reads the
+        answer), else the asker's; whoever the file does not name gets its default. None without a policy
+        file: every table in scope."""
+        if self.access is None:
+            return None
+        policies = self.access.policies
+        return policies.for_channel(channel) if channel else policies.for_asker(asker or Asker())
 
     async def check_access(self) -> None:
         """At start-up: the policy file's tables exist and its filters are safe (AccessFileError otherwise)."""

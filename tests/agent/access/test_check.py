@@ -38,3 +38,18 @@ async def test_a_filter_the_engine_refuses_stops_the_start(make_app: Callable[..
         await app.check_access()
     [problem] = raised.value.problems
     assert problem.startswith(f"{path}:4: policy a: the row filter of nycflights13.flights:") and "nope" in problem
+
+
+def test_a_channel_question_runs_under_the_channels_policy_a_dm_under_the_askers(
+    make_app: Callable[..., AgentApp],
+) -> None:
+    from agent.access.policy import NO_DATA, Asker
+
+    app = make_app(agent_access_file=str(DEMO))
+    ana = Asker(email="ana@example.com")  # in jfk
+    assert app.policy_for(ana).name == "jfk"
+    assert app.policy_for(ana, channel="C0EWROPS1").name == "newark"  # the channel's, not hers
+    assert app.policy_for(ana, channel="C0UNKNOWN").name == NO_DATA  # fail closed
+    assert app.policy_for(Asker(slack_user="U0BENOKAF")).name == "newark"
+    assert app.policy_for().name == NO_DATA
+    assert make_app().policy_for(ana, channel="C0EWROPS1") is None  # no file: every table, as before

@@ -50,13 +50,13 @@ class AgentApp:
         db: Database | None = None,
         metrics: Metrics | None = None,
     ) -> AgentApp:
+        access = load_policy_file(settings.access_file) if settings.access_file else None  # before anything starts
         if llm is None:
             llm = LLMClient.from_settings(settings)
-        db = db or open_database(settings)
+        db = db or open_database(settings, row_filters=access is not None)
         metrics = metrics or default_metrics()
         schema = SchemaCache(db, settings.schema_max_chars, settings.schema_ttl_s, settings.schema_catalogue_max_chars)
         knowledge = KnowledgeBase.of(settings)
-        access = load_policy_file(settings.access_file) if settings.access_file else None
         runner = build_runner(settings, db=db, llm=llm, metrics=metrics, schema=schema, knowledge=knowledge)
         prompts = prompt_library(settings.agent_prompts_dir)
         examples = ExampleQuestions(settings, llm=llm, schema=schema, prompts=prompts, metrics=metrics)

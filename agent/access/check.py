@@ -19,7 +19,7 @@ async def problems_of(policy_file: PolicyFile, tables: Collection[str], filter_p
     """Every problem of the file's tables and filters, in file order (empty when all of them hold)."""
     found: list[tuple[int, str]] = []
     checks: list[tuple[int, str, Awaitable[str | None]]] = []
-    for policy in (*policy_file.policies.policies, policy_file.policies.default):
+    for policy in policy_file.policies.policies:  # the default is one of them, or the built-in that reads nothing
         for table, condition in policy.tables.items():
             where = policy_file.where(policy.name, table)
             line = policy_file.table_lines.get((policy.name, table), 1)

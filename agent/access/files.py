@@ -3,7 +3,7 @@ safely and within bounds (agent/safe_yaml.py), with the line of every policy, me
 so that each problem is one line naming the file and line.
 
 ```yaml
-contact: "#data-help on Slack"        # who the default (no data) tells people to ask
+contact: "#data-help on Slack"        # who to ask for access (a policy's own `contact` wins)
 default: no-data                      # optional: the policy of whoever no policy names (built in: no data)
 policies:                             # in order: a person gets the first whose members include them
   - name: jfk
@@ -136,7 +136,7 @@ class _Reader:
             if key not in SECTIONS:
                 self.problem(lines.get(str(key), 1), f"unknown section {key!r}; expected any of {', '.join(SECTIONS)}")
         contact = self.text(document, "contact", lines) or NO_DATA_CONTACT
-        policies = self.policies(document.get("policies"), lines.get("policies", 1))
+        policies = self.policies(document.get("policies"), lines.get("policies", 1), contact)
         by_name = {p.name: p for p in policies}
         default = Policy(NO_DATA, contact=contact)
         if (name := self.text(document, "default", lines)) and name != NO_DATA:
@@ -159,7 +159,7 @@ class _Reader:
             return ""
         return value.strip()
 
-    def policies(self, items: Any, line: int) -> list[Policy]:
+    def policies(self, items: Any, line: int, contact: str) -> list[Policy]:
         if items is None:
             return []
         if not isinstance(items, list):
@@ -167,7 +167,7 @@ class _Reader:
             return []
         policies: list[Policy] = []
         for item in items:
-            policy = self.policy(item, line)
+            policy = self.policy(item, line, contact)
             if policy is None:
                 continue
             if policy.name == NO_DATA or any(p.name == policy.name for p in policies):
@@ -177,7 +177,8 @@ class _Reader:
             policies.append(policy)
         return policies
 
-    def policy(self, item: Any, section_line: int) -> Policy | None:
+    def policy(self, item: Any, section_line: int, contact: str) -> Policy | None:
+        """One policy; without a `contact` of its own, the file's."""
         if not isinstance(item, dict):
             self.problem(section_line, "each policy must be a mapping with name, members and tables")
             return None
@@ -195,7 +196,7 @@ class _Reader:
             return None
         members = self.members(item.get("members"), lines.get("members", line))
         tables = self.tables(name, item.get("tables"), lines.get("tables", line))
-        return Policy(name, MappingProxyType(tables), self.text(item, "contact", lines), tuple(members))
+        return Policy(name, MappingProxyType(tables), self.text(item, "contact", lines) or contact, tuple(members))
 
     def members(self, items: Any, line: int) -> list[Member]:
         if items is None:

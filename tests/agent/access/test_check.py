@@ -53,3 +53,11 @@ def test_a_channel_question_runs_under_the_channels_policy_a_dm_under_the_askers
     assert app.policy_for(Asker(slack_user="U0BENOKAF")).name == "newark"
     assert app.policy_for().name == NO_DATA
     assert make_app().policy_for(ana, channel="C0EWROPS1") is None  # no file: every table, as before
+
+
+async def test_a_default_that_names_a_policy_is_checked_once(make_app: Callable[..., AgentApp], tmp_path: Path) -> None:
+    path = tmp_path / "access.yaml"
+    path.write_text("default: a\npolicies:\n  - name: a\n    tables:\n      nycflights13.nope:\n")
+    with pytest.raises(AccessFileError) as raised:
+        await make_app(agent_access_file=str(path)).check_access()
+    assert len(raised.value.problems) == 1

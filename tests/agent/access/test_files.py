@@ -101,3 +101,9 @@ def test_malformed_files_are_one_line_errors(tmp_path: Path, text: str) -> None:
 def test_a_missing_file_is_an_error_naming_it(tmp_path: Path) -> None:
     [problem] = problems(tmp_path / "nope.yaml")
     assert "nope.yaml" in problem and "cannot be read" in problem
+
+
+def test_a_policy_without_a_contact_of_its_own_names_the_files(tmp_path: Path) -> None:
+    path = write(tmp_path, "contact: the data team\npolicies:\n  - name: a\n  - name: b\n    contact: Bo\n")
+    policies = load_policy_file(path).policies
+    assert [policies.named(n).contact for n in ("a", "b", NO_DATA)] == ["the data team", "Bo", "the data team"]

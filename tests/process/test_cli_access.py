@@ -62,3 +62,15 @@ def test_a_file_that_does_not_read_is_its_problems_without_the_warehouse(run, tm
 def test_without_a_file_it_says_how_to_name_one(run) -> None:
     code, _, err = run("access", "check")
     assert code == EXIT_USAGE and "AGENT_ACCESS_FILE" in err
+
+
+def test_agent_schema_prints_what_a_policys_model_sees(run, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AGENT_ACCESS_FILE", str(DEMO))
+    code, out, err = run("schema", "--policy", "newark")
+    assert code == EXIT_OK, err
+    origin = next(line for line in out.splitlines() if line.startswith("| origin |"))
+    assert "Values: EWR" in origin and "JFK" not in origin
+    code, out, _ = run("schema", "--policy", "no-data")
+    assert code == EXIT_OK and out.strip() == "Policy no-data reads no table."
+    code, _, err = run("schema", "--policy", "lga")
+    assert code == EXIT_USAGE and "has no policy 'lga'; it has jfk, newark, no-data" in err

@@ -38,11 +38,12 @@ DENY_ALL = "0"  # a row filter that keeps no row
 # engine could answer from something other than the filtered rows of the table's own parts.
 PINNED: Mapping[str, int] = MappingProxyType(
     {
-        "optimize_trivial_count_query": 0,  # count() from the parts' row counts, not the filtered rows
-        "optimize_use_projections": 0,  # a projection's own parts (pre-aggregated) instead of the rows
-        "optimize_use_implicit_projections": 0,  # min/max/count from the parts' min-max indexes
+        "optimize_trivial_count_query": 0,  # count() from the parts' row counts (ClickHouse#11352)
+        "optimize_use_projections": 0,  # a projection's own parts instead of the rows (ClickHouse#37454)
+        "optimize_use_implicit_projections": 0,  # min/max/count from part metadata (ClickHouse#45133)
         "use_query_cache": 0,  # a result cached under another policy's filters
-        "enable_parallel_replicas": 0,  # replicas read with their own settings, and a custom key splits rows
+        "use_query_condition_cache": 0,  # granule verdicts keyed without the row filter (ClickHouse#110302)
+        "enable_parallel_replicas": 0,  # followers re-resolve or drop the filters (ClickHouse#104296, #118580)
         "max_parallel_replicas": 1,
     }
 )

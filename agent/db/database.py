@@ -202,9 +202,8 @@ class Database:
         for attempt in range(2):
             tables = frozenset((await self.known_names(refresh=attempt == 1, policy=policy))[0])
             try:
-                return await asyncio.to_thread(
-                    partial(self._policy.check, row_filtered=policy is not None), canonical, ast, tables
-                )
+                check = self._policy.check if policy is None else partial(self._policy.check, row_filtered=True)
+                return await asyncio.to_thread(check, canonical, ast, tables)
             except UnknownTable:
                 if attempt == 1 or not self._names_stale(_NAMES_REFRESH_S):
                     raise

@@ -21,9 +21,11 @@ import pytest
 import yaml
 
 from agent.access.policy import Policy
-from agent.db import Database, QueryResult, open_database
+from agent.db import Database, EngineError, QueryResult, new_query_id, open_database
+from agent.db.access import RowFilters
 from agent.db.demo import load_demo
 from agent.db.embedded import engine_environment
+from agent.db.hints import error_code
 from tests.conftest import make_settings
 from tests.fakes.clickhouse_engine import User
 from tests.fakes.clickhouse_http import FakeClickHouse
@@ -117,6 +119,25 @@ async def test_a_statement_sees_only_policy_as_rows(engine_db: Database, a_only_
 async def test_a_statement_that_would_go_past_the_filter_is_refused(engine_db: Database, entry: Any) -> None:
     result = await engine_db.execute(entry["sql"], policy=POLICY_A)
     assert refused(result), (entry["tries"], result.error, result.rows)
+
+
+BYPASSES = [entry for entry in CHECKED if entry.get("past_the_check") == "leaks"]
+
+
+@pytest.mark.parametrize("entry", BYPASSES, ids=[entry["tries"] for entry in BYPASSES])
+async def test_without_the_check_the_engine_alone_would_leak(db: Database, a_only_db: Database, entry: Any) -> None:
+    """What the check refuses under a policy is no mere caution: straight on the engine, under A's
+    filters, these statements answer differently from the copy that holds only A's rows."""
+    under_a = await _straight(db, entry["sql"], await db.row_filters(POLICY_A))
+    a_only = await _straight(a_only_db, entry["sql"], None)
+    assert under_a != a_only, entry["tries"]
+
+
+async def _straight(db: Database, sql: str, access: RowFilters | None) -> str:
+    try:
+        return (await db.backend.query(sql, "TSV", new_query_id(), access=access)).decode()
+    except EngineError as exc:
+        return f"error {error_code(str(exc))}"
 
 
 def test_the_corpus_is_large_and_says_what_each_statement_tries() -> None:

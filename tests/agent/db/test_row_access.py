@@ -11,6 +11,7 @@ import pytest
 from agent.access.policy import Policy
 from agent.db import Database, DatabaseUnavailable, new_query_id, open_database
 from agent.db.access import DENY_ALL, RowFilters
+from agent.db.engine_process import MAX_POLICY_POOLS
 from tests.conftest import make_settings
 from tests.fakes.clickhouse_http import FakeClickHouse
 
@@ -74,3 +75,11 @@ async def test_with_policies_configured_a_read_only_server_user_is_refused_at_st
             await database.ping()
     finally:
         await database.close()
+
+
+async def test_the_policy_pools_are_bounded_in_number(db: Database) -> None:
+    for i in range(MAX_POLICY_POOLS + 4):
+        policy = Policy(f"p{i}", MappingProxyType({"nycflights13.airlines": f"carrier != 'X{i}'"}))
+        result = await db.execute("SELECT count() FROM nycflights13.airlines", policy=policy)
+        assert result.rows == [["16"]]
+    assert await _policy_pools(db) == MAX_POLICY_POOLS

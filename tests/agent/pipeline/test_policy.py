@@ -31,6 +31,9 @@ async def test_a_run_under_a_policy_reads_only_its_rows_and_tables(make_app, fak
     assert per_origin.rows == [["JFK", "111279"]]  # EWR and LGA are not the policy's rows
     assert planes.error is not None and "not available" in planes.error and "planes" not in (planes.hint or "")
     assert result.policy == "jfk"
+    # The engine read every flight (336,776) to find JFK's: the receipt must not tell the asker so.
+    assert per_origin.rows_read is not None and per_origin.rows_read > 111279
+    assert result.receipt is not None and result.receipt.rows_read == 0 and result.receipt.unmeasured_queries == 2
 
 
 async def test_a_run_without_a_policy_reads_everything_in_scope(make_app, fake_anthropic: FakeAnthropic) -> None:

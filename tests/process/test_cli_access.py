@@ -74,3 +74,15 @@ def test_agent_schema_prints_what_a_policys_model_sees(run, monkeypatch: pytest.
     assert code == EXIT_OK and out.strip() == "Policy no-data reads no table."
     code, _, err = run("schema", "--policy", "lga")
     assert code == EXIT_USAGE and "has no policy 'lga'; it has jfk, newark, no-data" in err
+
+
+def test_serving_does_not_start_on_a_policy_file_the_warehouse_refuses(
+    run, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    path = tmp_path / "access.yaml"
+    path.write_text("policies:\n  - name: a\n    tables:\n      nycflights13.flights: origin = \n")
+    monkeypatch.setenv("AGENT_ACCESS_FILE", str(path))
+    code, _, err = run("web", "--port", "0")
+    assert code == EXIT_USAGE, err
+    assert f"{path}:4: policy a: the row filter of nycflights13.flights: Syntax error" in err
+    assert "Traceback" not in err

@@ -5,9 +5,14 @@ Nothing else in the project builds a pipeline."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 
+from agent.access.check import problems_of
+from agent.access.files import AccessFileError, PolicyFile, load_policy_file
+from agent.access.policy import Asker, Policies, Policy
 from agent.config import Settings
 from agent.db import Database, Export, open_database, started
+from agent.db.row_filter import row_filter_problem
 from agent.knowledge import KnowledgeBase
 from agent.knowledge.agents_schema import AgentsSchema
 from agent.limits import Limits
@@ -36,6 +41,7 @@ class AgentApp:
     examples: ExampleQuestions
     schema: SchemaCache
     knowledge: KnowledgeBase | None = None
+    access: PolicyFile | None = None  # AGENT_ACCESS_FILE's policies; None: everyone reads all of the scope
 
     @classmethod
     def start(
@@ -46,9 +52,10 @@ class AgentApp:
         db: Database | None = None,
         metrics: Metrics | None = None,
     ) -> AgentApp:
+        access = load_policy_file(settings.access_file) if settings.access_file else None  # before anything starts
         if llm is None:
             llm = LLMClient.from_settings(settings)
-        db = db or open_database(settings)
+        db = db or open_database(settings, row_filters=access is not None)
         metrics = metrics or default_metrics()
         schema = SchemaCache(db, settings.schema_max_chars, settings.schema_ttl_s, settings.schema_catalogue_max_chars)
         knowledge = KnowledgeBase.of(settings)
@@ -66,7 +73,27 @@ class AgentApp:
             examples=examples,
             schema=schema,
             knowledge=knowledge,
+            access=access,
         )
+
+    @property
+    def policies(self) -> Policies | None:
+        """Who reads which rows (None without a policy file: everyone, every table in scope)."""
+        return self.access.policies if self.access is not None else None
+
+    def policy_for(self, asker: Asker | None = None, *, channel: str | None = None) -> Policy | None:
+        """The policy a question runs under: a Slack channel's when asked in one (everyone there reads the
+        answer), else the asker's; whoever the file does not name gets its default. None without a policy
+        file: every table in scope."""
+        if self.access is None:
+            return None
+        policies = self.access.policies
+        return policies.for_channel(channel) if channel else policies.for_asker(asker or Asker())
+
+    async def check_access(self) -> None:
+        """At start-up: the policy file's tables exist and its filters are safe (AccessFileError otherwise)."""
+        if self.access is not None and (problems := await check_policy_file(self.access, self.db)):
+            raise AccessFileError(problems)
 
     @property
     def sandbox_status(self) -> str:
@@ -77,15 +104,22 @@ class AgentApp:
         """The readiness probe's question to the engine: raises `DatabaseUnavailable` when it does not answer."""
         await self.db.ping()
 
-    async def export(self, sql: str, *, max_rows: int) -> Export:
-        """A stored query's whole result for a download, checked again as every statement is, and started:
-        a refusal or an engine error raises here, before any byte is sent."""
-        return await started(await self.db.export(sql, max_rows=max_rows))
+    async def export(self, sql: str, *, max_rows: int, policy: Policy | None = None) -> Export:
+        """A stored query's whole result for a download, checked again as every statement is, under the
+        policy it was asked under (`RunResult.policy`, found again by name in the policy file), and
+        started: a refusal or an engine error raises here, before any byte is sent."""
+        return await started(await self.db.export(sql, max_rows=max_rows, policy=policy))
 
     async def close(self) -> None:
         await self.examples.close()
         await self.llm.close()
         await self.db.close()
+
+
+async def check_policy_file(policy_file: PolicyFile, db: Database) -> list[str]:
+    """The policy file's problems against the warehouse: unknown tables, unsafe or broken row filters."""
+    tables, _ = await db.known_names(refresh=True)
+    return await problems_of(policy_file, tables, partial(row_filter_problem, db))
 
 
 def build_runner(

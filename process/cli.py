@@ -22,6 +22,7 @@ from process.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, U
 from process.untrusted import safe
 
 if TYPE_CHECKING:
+    from agent.access.policy import Policy
     from agent.config import Settings
     from process.sessions import Session
     from process.terminal import TerminalPrinter
@@ -85,6 +86,7 @@ def _parser(*, evals: bool = False) -> argparse.ArgumentParser:
     sql.set_defaults(handler=_run(_sql))
 
     schema = commands.add_parser("schema", help="print the schema section of the system prompt")
+    schema.add_argument("--policy", metavar="NAME", help="as a policy of AGENT_ACCESS_FILE sees it")
     schema.set_defaults(handler=_run(_schema))
 
     demo = commands.add_parser("demo", help="demo data")
@@ -108,6 +110,13 @@ def _parser(*, evals: bool = False) -> argparse.ArgumentParser:
     )
     review.add_argument("--reviewer", help="name written as verified_by (default: the login name)")
     review.set_defaults(handler=_run(_knowledge_review))
+
+    access = commands.add_parser("access", help="the policy file: who may read which tables and rows")
+    access_check = access.add_subparsers(title="access commands").add_parser(
+        "check", help="check the policy file: its policies, tables and row filters (against the warehouse)"
+    )
+    access_check.add_argument("file", nargs="?", help="the policy file (default: AGENT_ACCESS_FILE)")
+    access_check.set_defaults(handler=_run(_access_check))
 
     ask = commands.add_parser("ask", help="ask the agent a question; steps stream to the terminal")
     ask.add_argument("question", help="a question in plain English")
@@ -199,11 +208,16 @@ async def _schema(args: argparse.Namespace, settings: Settings) -> int:
     from agent.db import open_database
     from agent.schema import SchemaCache
 
+    policy = _named_policy(settings, args.policy) if args.policy else None
     db = open_database(settings)
     try:
-        view = await SchemaCache(db, settings.schema_max_chars, 0, settings.schema_catalogue_max_chars).view()
+        schema = SchemaCache(db, settings.schema_max_chars, 0, settings.schema_catalogue_max_chars)
+        view = await schema.for_policy(policy).view()
     finally:
         await db.close()
+    if policy is not None and policy.reads_nothing:
+        print(f"Policy {policy.name} reads no table.")
+        return EXIT_OK
     if not view.tables:
         raise UsageError(
             f"No tables found in {', '.join(settings.clickhouse_databases)}. "
@@ -211,6 +225,19 @@ async def _schema(args: argparse.Namespace, settings: Settings) -> int:
         )
     print(safe(view.text))  # the warehouse's comments and sampled values
     return EXIT_OK
+
+
+def _named_policy(settings: Settings, name: str) -> Policy:
+    from agent.access.files import load_policy_file
+
+    if settings.access_file is None:
+        raise UsageError("--policy needs AGENT_ACCESS_FILE (the policy file).")
+    policies = load_policy_file(settings.access_file).policies
+    policy = policies.named(name)
+    if policy is None:
+        known = ", ".join(p.name for p in (*policies.policies, policies.default))
+        raise UsageError(f"{settings.access_file} has no policy {name!r}; it has {known}.")
+    return policy
 
 
 async def _knowledge_check(args: argparse.Namespace, settings: Settings) -> int:
@@ -233,6 +260,30 @@ async def _knowledge_check(args: argparse.Namespace, settings: Settings) -> int:
     for problem in problems:
         print(safe(str(problem)), file=sys.stderr)
     print(f"{directory}: {len(entries)} entries, {len(problems)} problems")
+    return EXIT_FAILED if problems else EXIT_OK
+
+
+async def _access_check(args: argparse.Namespace, settings: Settings) -> int:
+    from agent.access.files import AccessFileError, load_policy_file
+    from agent.app import check_policy_file
+    from agent.db import open_database
+
+    path = Path(args.file) if args.file else settings.access_file
+    if path is None:
+        raise UsageError("No policy file: name one (agent access check FILE) or set AGENT_ACCESS_FILE.")
+    try:
+        policy_file = load_policy_file(path)
+    except AccessFileError as exc:
+        problems = exc.problems
+    else:
+        db = open_database(settings)
+        try:
+            problems = await check_policy_file(policy_file, db)
+        finally:
+            await db.close()
+    for problem in problems:
+        print(safe(problem), file=sys.stderr)
+    print(safe(f"{path}: {len(problems)} problems"))
     return EXIT_FAILED if problems else EXIT_OK
 
 

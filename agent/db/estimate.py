@@ -12,6 +12,7 @@ import json
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from agent.access.policy import Policy
 from agent.db.backend import EngineError
 from agent.db.database import Database, new_query_id
 
@@ -38,16 +39,20 @@ class TableKeys:
     primary_key: str
 
 
-async def estimate_reads(db: Database, sql: str, *, owner: str | None = None) -> list[TableRead]:
-    """The tables `sql` would read and how much of each, as the engine estimates it.
+async def estimate_reads(
+    db: Database, sql: str, *, owner: str | None = None, policy: Policy | None = None
+) -> list[TableRead]:
+    """The tables `sql` would read and how much of each, as the engine estimates it, checked and planned under
+    `policy` as `Database.execute` would run it (its tables only, its row filters).
 
     Raises QueryRefused for a statement the agent may not run, EngineError when the engine cannot
     estimate it (a table function, a syntax error), DatabaseUnavailable when it cannot be reached."""
     query_id = new_query_id()
     async with db.share.slot(owner or query_id):
-        checked = await db.check(sql, query_id)
+        checked = await db.check(sql, query_id, policy=policy)
+        access = await db.row_filters(policy)
         raw = await db.backend.query(
-            f"EXPLAIN ESTIMATE {checked.sql}", "JSONEachRow", query_id, max_bytes=_ESTIMATE_MAX_BYTES
+            f"EXPLAIN ESTIMATE {checked.sql}", "JSONEachRow", query_id, max_bytes=_ESTIMATE_MAX_BYTES, access=access
         )
     try:
         rows = [json.loads(line) for line in raw.splitlines() if line.strip()]

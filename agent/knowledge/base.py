@@ -5,7 +5,7 @@ retrieved beside the question."""
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -66,6 +66,17 @@ class KnowledgeBase:
         directory = settings.knowledge_dir
         return cls.load(directory, settings.agent_knowledge_max_chars) if directory else None
 
+    def without_tables(self, hidden: Collection[str]) -> KnowledgeBase:
+        """The knowledge a policy's people see: no entry that names a table they may not read (`db.table`),
+        by its full name or its own, anywhere in the entry (its SQL, its table, its prose). A word that
+        happens to be such a table's name leaves the entry out too: better one note fewer than one
+        table named to people who may not read it."""
+        names = sorted({part for table in hidden for part in (table, table.split(".", 1)[-1])}, key=len, reverse=True)
+        if not names:
+            return self
+        pattern = re.compile(r"(?<!\w)(?:" + "|".join(map(re.escape, names)) + r")(?!\w)", re.IGNORECASE)
+        return KnowledgeBase([e for e in self.entries if not pattern.search(_all_text(e))], self._max_chars)
+
     def described(self) -> list[dict[str, str]]:
         """Each entry as a person opens it from a citation: its tag, its text and where it is kept
         (the file relative to the knowledge folder, and the line)."""
@@ -109,6 +120,10 @@ class KnowledgeBase:
             return ""
         found = [e for e in self.search(question, limit + len(self.entries)) if id(e) not in self._in_prefix]
         return render(found[:limit])
+
+
+def _all_text(entry: Entry) -> str:
+    return " ".join([entry.name, *(str(value) for value in entry.fields.values())])
 
 
 def _fields(entry: Entry) -> list[tuple[str, float]]:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import time
 
+from agent.access.policy import Policy
 from agent.db import Database, DatabaseUnavailable, EngineError, QueryRefused, QueryResult
 from agent.db.estimate import TableRead, estimate_reads, table_keys
 from agent.metrics import Metrics
@@ -42,14 +43,17 @@ class Preflight:
                 return self._max_rows  # read again next time
         return min(self._max_rows, self._engine_limit) if self._engine_limit > 0 else self._max_rows
 
-    async def stopped(self, sql: str, query_id: str, owner: str, metrics: Metrics) -> QueryResult | None:
-        """None when the query may run; otherwise the result the model gets instead of running it."""
+    async def stopped(
+        self, sql: str, query_id: str, owner: str, metrics: Metrics, policy: Policy | None = None
+    ) -> QueryResult | None:
+        """None when the query may run; otherwise the result the model gets instead of running it. Under a
+        policy that filters rows the message names no row counts: the estimate counts the hidden rows too."""
         limit = await self.threshold()
         if not limit:
             return None
         started = time.perf_counter()
         try:
-            reads = await estimate_reads(self._db, sql, owner=owner)
+            reads = await estimate_reads(self._db, sql, owner=owner, policy=policy)
         except (QueryRefused, EngineError, DatabaseUnavailable) as exc:
             log.debug("no estimate for %s: %s", query_id, type(exc).__name__)
             metrics.sql_preflights.labels("unavailable").inc()
@@ -59,12 +63,13 @@ class Preflight:
             metrics.sql_preflights.labels("passed").inc()
             return None
         metrics.sql_preflights.labels("stopped").inc()
-        message = await self._narrowing(reads, estimated, limit)
+        counted = policy is None or not any(policy.tables.get(read.qualified) for read in reads)
+        message = await self._narrowing(reads, estimated, limit, counted=counted)
         return QueryResult(
             query_id=query_id, sql=sql, error=message, elapsed_ms=round((time.perf_counter() - started) * 1000)
         )
 
-    async def _narrowing(self, reads: list[TableRead], estimated: int, limit: int) -> str:
+    async def _narrowing(self, reads: list[TableRead], estimated: int, limit: int, *, counted: bool) -> str:
         biggest = sorted(reads, key=lambda read: -read.rows)
         try:
             keys = await table_keys(self._db, (read.qualified for read in biggest))
@@ -73,11 +78,11 @@ class Preflight:
         tables = [
             {
                 "name": read.qualified,
-                "rows": f"{read.rows:,}",
+                "rows": f"{read.rows:,}" if counted else None,
                 "parts": read.parts,
                 "sorting_key": keys[read.qualified].sorting_key if read.qualified in keys else "",
                 "partition_key": keys[read.qualified].partition_key if read.qualified in keys else "",
             }
             for read in biggest
         ]
-        return self._prompts.render("loop/preflight.md", estimated=f"{estimated:,}", limit=f"{limit:,}", tables=tables)
+        return self._prompts.render("loop/preflight.md", estimated=f"{estimated:,}" if counted else None, limit=f"{limit:,}", tables=tables)

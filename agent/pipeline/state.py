@@ -8,6 +8,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from agent.access.policy import Policy
 from agent.charts import Chart
 from agent.figures import FigureReport
 from agent.llm import Fallback, ModelTurn, Usage
@@ -40,6 +41,7 @@ class RunState:
     emit: EventSink
     metrics: Metrics
     run_id: str = ""  # the owner of the run's share of the engine
+    policy: Policy | None = None  # what every query of the run may read (None: all of the scope)
     started: float = field(default_factory=time.perf_counter)
     run_metrics: RunMetrics = field(default_factory=RunMetrics)
     queries: list[ExecutedQuery] = field(default_factory=list)
@@ -147,11 +149,19 @@ class RunState:
             usage=self.model_usage,
             prices=self.prices,
             rounds=self.run_metrics.rounds,
-            reads=[(q.result.rows_read, q.result.bytes_read) for q in self.queries if not q.reused_from],
+            reads=[self._shown_read(q) for q in self.queries if not q.reused_from],
             first_event_ms=None if self.first_event_s is None else round(self.first_event_s * 1000),
             answer_ms=round(self.answered_s * 1000) if self.answered_s is not None else total_ms,
             answered=self.outcome not in (Outcome.ERROR, Outcome.CANCELLED),  # a cancel after the answer keeps it
         )
+
+    def _shown_read(self, query: ExecutedQuery) -> tuple[int | None, int | None]:
+        """What the receipt may say a query read. Under a policy that filters rows, nothing: the engine
+        counts the rows it read before the filter, so a whole-table count would tell the asker how many
+        rows the policy hides (the result keeps them, for budgets and the audit)."""
+        if self.policy is not None and any(f is not None for f in self.policy.tables.values()):
+            return None, None
+        return query.result.rows_read, query.result.bytes_read
 
     def record_failed_model_call(self, role: str) -> None:
         self.run_metrics.llm_calls += 1
@@ -216,6 +226,7 @@ class RunState:
             model=self.model,
             figures=self.figures,
             receipt=self.receipt(m.total_ms),
+            policy=self.policy.name if self.policy is not None else None,
         )
 
     def record_finished(self, result: RunResult) -> None:

@@ -179,7 +179,9 @@ class SqlExecutor:
             state.record_guard("duplicate_sql")
             query = reused
         else:
-            result = await self._stopped(request.sql, state) or await self._db.execute(request.sql, owner=state.run_id)
+            result = await self._stopped(request.sql, state) or await self._db.execute(
+                request.sql, owner=state.run_id, policy=state.policy
+            )
             query = ExecutedQuery(id=query_id, question=request.question, sql=request.sql, result=result)
         await state.emit(ResultEvent.of(query, max_bytes=self._limits.preview_bytes))
         return query
@@ -188,7 +190,7 @@ class SqlExecutor:
         """The preflight's result instead of running `sql`, when it estimates too large a read."""
         if self._preflight is None:
             return None
-        return await self._preflight.stopped(sql, new_query_id(), state.run_id, state.metrics)
+        return await self._preflight.stopped(sql, new_query_id(), state.run_id, state.metrics, state.policy)
 
     def _format(self, query: ExecutedQuery) -> str:
         body = format_for_model(query.result, self._max_result_chars)
@@ -230,7 +232,8 @@ def parse_lookup(raw: Any) -> tuple[list[str], str]:
 
 
 class SchemaLookup:
-    """`lookup_schema`: what introspection found about the tables in scope, and nothing else."""
+    """`lookup_schema`: what introspection found about the tables in scope and the run's policy, and
+    nothing else."""
 
     def __init__(self, schema: SchemaCache, max_chars: int) -> None:
         self._schema = schema
@@ -238,7 +241,7 @@ class SchemaLookup:
 
     async def run(self, raw: Any, state: RunState) -> ToolOutcome:
         tables, search = parse_lookup(raw)
-        view = await self._schema.view()
+        view = await self._schema.for_policy(state.policy).view()  # another policy's table: as if missing
         if view.catalog is None:
             return ToolOutcome("Every table is described in full in the system prompt; read it there.")
         shown = ", ".join(tables[:10]) + (", …" if len(tables) > 10 else "")

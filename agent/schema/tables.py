@@ -2,18 +2,25 @@
 
 The rendering is the stable half of the prompt-cache prefix, so it must be byte-identical between
 requests: stable ordering, rounded row counts, no timestamps.
+
+Under a policy, only its tables, and what is said of a table's rows (its row count, the sampled values
+of its columns) is read through the policy's row filter: the prompt of one policy says nothing about
+rows only another may read.
 """
 
 from __future__ import annotations
 
 import asyncio
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from agent.db import Database
+from agent.access.policy import Policy
+from agent.db import Database, DatabaseUnavailable
 from agent.schema.engines import distributed_target, engine_note
 
 SAMPLE_VALUES = 8
+_PARENTHESISED = re.compile(r"\s*\([^()]*\)")
 _SAMPLED_TYPES = ("LowCardinality(String)", "LowCardinality(Nullable(String))", "Enum8(", "Enum16(")
 
 
@@ -39,25 +46,28 @@ class Table:
     partition_key: str = ""
     primary_key: str = ""  # shown only where it differs from the sorting key
     engine_note: str = ""  # how to read it where a plain reading is wrong (agent/schema/engines.py)
+    row_filter: str | None = None  # the policy's filter, which the engine applies to counts and samples
 
     @property
     def qualified(self) -> str:
         return f"{self.database}.{self.name}"
 
 
-async def introspect(db: Database) -> list[Table]:
-    """The tables the model may read (the database's scope), with columns and sampled values."""
+async def introspect(db: Database, policy: Policy | None = None) -> list[Table]:
+    """The tables the model may read (the database's scope, and of it the policy's tables), with columns
+    and sampled values."""
     table_rows = await db.catalog_rows(
         "SELECT database, name, engine, engine_full, comment, sorting_key, partition_key, primary_key, total_rows, "
         "as_select FROM system.tables WHERE database NOT IN ('system', 'INFORMATION_SCHEMA', 'information_schema') "
         "AND NOT is_temporary ORDER BY database, name"
     )
     every = {(r["database"], r["name"]): r for r in table_rows}
-    tables = {
+    in_scope = {
         f"{r['database']}.{r['name']}": _table(r, every)
         for r in table_rows
         if db.scope.allows(r["database"], r["name"]) and not r["name"].endswith("__loading")
     }
+    tables = in_scope if policy is None else {k: t for k, t in in_scope.items() if policy.readable(t.database, t.name)}
     column_rows = await db.catalog_rows(
         "SELECT database, table, name, type, comment FROM system.columns "
         "WHERE database NOT IN ('system', 'INFORMATION_SCHEMA', 'information_schema') "
@@ -66,7 +76,10 @@ async def introspect(db: Database) -> list[Table]:
     for r in column_rows:
         if (key := f"{r['database']}.{r['table']}") in tables:
             tables[key].columns.append(Column(r["name"], r["type"], r["comment"] or ""))
-    await asyncio.gather(*(_sample(db, table) for table in tables.values()))
+    if policy is not None:
+        _under_policy(tables, policy, hidden=in_scope.keys() - tables.keys())
+    await asyncio.gather(*(_sample(db, table, policy) for table in tables.values()))
+    await asyncio.gather(*(_count_filtered(db, table, policy) for table in tables.values() if table.row_filter))
     return list(tables.values())
 
 
@@ -97,22 +110,54 @@ def _table(row: dict[str, Any], every: dict[tuple[str, str], dict[str, Any]]) ->
     )
 
 
+def _under_policy(tables: dict[str, Table], policy: Policy, hidden: set[str]) -> None:
+    """What a policy's people see of its tables: no comment or view definition that names a table in scope
+    they may not read (counts and samples are read under the policy, `_sample` and `_count_filtered`)."""
+    naming = _naming(hidden)
+    for key, table in tables.items():
+        table.row_filter = policy.tables[key]
+        if naming is None:
+            continue
+        table.comment = _without_names(table.comment, naming)
+        for column in table.columns:
+            column.comment = _without_names(column.comment, naming)
+        if naming.search(table.view_query):
+            table.view_query = ""
+
+
+def _naming(hidden: set[str]) -> re.Pattern[str] | None:
+    """A mention of one of the tables: `db.table`, or `table.column` as comments write joins."""
+    if not hidden:
+        return None
+    qualified = "|".join(map(re.escape, sorted(hidden, key=len, reverse=True)))
+    bare = "|".join(map(re.escape, sorted({t.split(".", 1)[1] for t in hidden}, key=len, reverse=True)))
+    return re.compile(rf"(?<![\w.])(?:(?:{qualified})(?!\w)|(?:{bare})\.\w)", re.IGNORECASE)
+
+
+def _without_names(comment: str, naming: re.Pattern[str]) -> str:
+    """A comment without its parenthesised remarks that name a hidden table (`(joins planes.tailnum)`);
+    none at all when it still names one."""
+    kept = _PARENTHESISED.sub(lambda found: "" if naming.search(found.group(0)) else found.group(0), comment).strip()
+    return "" if naming.search(kept) else kept
+
+
 def quote_identifier(name: str) -> str:
     return "`" + name.replace("\\", "\\\\").replace("`", "\\`") + "`"
 
 
-async def _sample(db: Database, table: Table) -> None:
-    """The most common values of low-cardinality string columns (exact, so the prompt is stable)."""
+async def _sample(db: Database, table: Table, policy: Policy | None) -> None:
+    """The most common values of low-cardinality string columns (exact, so the prompt is stable), of the
+    rows the policy reads (the engine applies its filters)."""
     if table.view_query:
         return
     sampled = [c for c in table.columns if c.type.startswith(_SAMPLED_TYPES)]
-    source = f"{quote_identifier(table.database)}.{quote_identifier(table.name)}"
     results = await asyncio.gather(
         *(
             db.catalog_rows(
                 f"SELECT toString({quote_identifier(c.name)}) AS value, count() AS n, "
-                f"count() OVER () AS distinct_values FROM {source} GROUP BY value ORDER BY n DESC, value "
-                f"LIMIT {SAMPLE_VALUES}"
+                f"count() OVER () AS distinct_values FROM {_source(table)} GROUP BY value ORDER BY n DESC, value "
+                f"LIMIT {SAMPLE_VALUES}",
+                policy=policy,
             )
             for c in sampled
         ),
@@ -123,6 +168,22 @@ async def _sample(db: Database, table: Table) -> None:
             continue
         column.samples = sorted(str(row["value"]) for row in rows if row["value"] is not None)
         column.distinct = int(rows[0]["distinct_values"])
+
+
+def _source(table: Table) -> str:
+    return f"{quote_identifier(table.database)}.{quote_identifier(table.name)}"
+
+
+async def _count_filtered(db: Database, table: Table, policy: Policy | None) -> None:
+    """A filtered table's row count as its policy sees it (the catalog's count is every policy's rows)."""
+    if table.view_query:
+        table.total_rows = None
+        return
+    try:
+        rows = await db.catalog_rows(f"SELECT count() AS n FROM {_source(table)}", policy=policy)
+    except DatabaseUnavailable:  # the prompt does without a count; the catalog's would be a leak
+        rows = []
+    table.total_rows = int(rows[0]["n"]) if rows else None
 
 
 def fits(tables: list[Table], max_chars: int) -> bool:

@@ -6,10 +6,14 @@ from __future__ import annotations
 from collections.abc import AsyncGenerator
 from typing import Any
 
+from types import MappingProxyType
+
 import pytest
 
 from agent.config import ConfigError, load_settings
+from agent.access.policy import Policy
 from agent.db import Backend, Database
+from agent.db.access import RowFilters
 from agent.db.backend import ReadStats
 from agent.db.estimate import estimate_reads, table_keys
 from tests.conftest import make_settings
@@ -30,14 +34,21 @@ class RecordingBackend(Backend):
         self.sent: list[str] = []
 
     async def query(
-        self, sql: str, fmt: str, tag: str, *, max_bytes: int | None = None, stats: ReadStats | None = None
+        self,
+        sql: str,
+        fmt: str,
+        tag: str,
+        *,
+        max_bytes: int | None = None,
+        stats: ReadStats | None = None,
+        access: RowFilters | None = None,
     ) -> bytes:
         self.sent.append(sql)
-        return await self.inner.query(sql, fmt, tag, max_bytes=max_bytes, stats=stats)
+        return await self.inner.query(sql, fmt, tag, max_bytes=max_bytes, stats=stats, access=access)
 
-    def stream(self, sql: str, fmt: str, tag: str) -> AsyncGenerator[bytes, None]:
+    def stream(self, sql: str, fmt: str, tag: str, *, access: RowFilters | None = None) -> AsyncGenerator[bytes, None]:
         self.sent.append(sql)
-        return self.inner.stream(sql, fmt, tag)
+        return self.inner.stream(sql, fmt, tag, access=access)
 
     async def running(self) -> list[str]:
         return await self.inner.running()
@@ -135,3 +146,26 @@ def test_the_threshold_stays_within_the_engine_limit() -> None:
     assert make_settings(max_estimated_rows=1_000).preflight_max_rows == 1_000
     with pytest.raises(ConfigError, match="MAX_ESTIMATED_ROWS must be at most MAX_ROWS_TO_READ"):
         load_settings(_env_file=None, max_rows_to_read=1_000, max_estimated_rows=2_000)
+
+
+async def test_under_a_filtering_policy_the_preflight_names_no_counts_and_knows_only_its_tables(
+    make_app, fake_anthropic: FakeAnthropic, db: Database
+) -> None:
+    """The estimate counts the rows the policy hides: the message says only that the read is too wide; a
+    table the policy does not list is never estimated, but refused as missing when it would run."""
+    database, backend = recording(db)
+    jfk = Policy("jfk", MappingProxyType({"nycflights13.flights": "origin = 'JFK'", "nycflights13.airports": None}))
+    hidden = "SELECT count() FROM nycflights13.planes"
+    fake_anthropic.script(
+        Reply(tool_calls=[("execute_sql", {"queries": [{"question": "delay", "sql": WIDE}]})]),
+        Reply(tool_calls=[("execute_sql", {"queries": [{"question": "planes", "sql": hidden}]})]),
+        Reply(text="Done."),
+    )
+    app = make_app(database, max_estimated_rows=10_000)
+    result = await app.runner.run("Average delay?", followups=False, policy=jfk)
+    stopped, refused = result.queries
+    message = stopped.result.error or ""
+    assert message.startswith("Not run: ClickHouse estimates this query would read more than the 10,000 rows")
+    assert "336,776" not in message and "rows in" not in message and "Sorted by `origin, time_hour`" in message
+    assert not any(s.startswith("EXPLAIN") and "planes" in s for s in backend.sent)
+    assert refused.result.error is not None and refused.result.error_code == 60 and backend.ran("planes") == []

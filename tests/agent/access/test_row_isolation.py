@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
@@ -69,16 +69,21 @@ async def a_only_db(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[D
 
 
 @pytest.fixture(scope="session")
-async def filtering_server_db(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Database]:
-    """The server backend, with a user whose profile lets the agent set readonly=1 itself, and so send a
-    policy's filters with each query (the shipped read-only profile cannot: see test_row_access.py)."""
+def filtering_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FakeClickHouse]:
+    """A server with a user whose profile lets the agent set readonly=1 itself, and so send a policy's
+    filters with each query (the shipped read-only profile cannot: see test_row_access.py)."""
     path = tmp_path_factory.mktemp("filtering-server") / "clickhouse"
     load_demo(path)
     grants = ["GRANT SELECT, SHOW TABLES, SHOW COLUMNS ON nycflights13.* TO agent"]
     with FakeClickHouse(path, {"agent": User("password", {}, grants)}).start() as server:
-        database = open_database(make_settings(clickhouse_url=server.url("agent", "nycflights13")))
-        yield database
-        await database.close()
+        yield server
+
+
+@pytest.fixture(scope="session")
+async def filtering_server_db(filtering_server: FakeClickHouse) -> AsyncIterator[Database]:
+    database = open_database(make_settings(clickhouse_url=filtering_server.url("agent", "nycflights13")))
+    yield database
+    await database.close()
 
 
 @pytest.fixture(params=["embedded", "server"])
@@ -138,6 +143,21 @@ async def _straight(db: Database, sql: str, access: RowFilters | None) -> str:
         return (await db.backend.query(sql, "TSV", new_query_id(), access=access)).decode()
     except EngineError as exc:
         return f"error {error_code(str(exc))}"
+
+
+async def test_a_read_limit_error_does_not_count_the_hidden_rows(filtering_server: FakeClickHouse) -> None:
+    """Past max_rows_to_read the engine says how many rows it read, hidden ones included: under a policy
+    the error keeps its code and hint but not its figures."""
+    url = filtering_server.url("agent", "nycflights13")
+    limited = open_database(make_settings(clickhouse_url=url, max_rows_to_read=1000))
+    try:
+        under_a = await limited.execute("SELECT count() FROM flights WHERE dep_delay > 0", policy=POLICY_A)
+        open_to_all = await limited.execute("SELECT count() FROM flights WHERE dep_delay > 0")
+    finally:
+        await limited.close()
+    assert under_a.error_code == open_to_all.error_code == 158 and under_a.hint
+    assert any(ch.isdigit() for ch in open_to_all.error.replace("158", "")), open_to_all.error
+    assert not any(ch.isdigit() for ch in under_a.error.replace("158", "")), under_a.error
 
 
 def test_the_corpus_is_large_and_says_what_each_statement_tries() -> None:

@@ -83,3 +83,12 @@ async def test_the_policy_pools_are_bounded_in_number(db: Database) -> None:
         result = await db.execute("SELECT count() FROM nycflights13.airlines", policy=policy)
         assert result.rows == [["16"]]
     assert await _policy_pools(db) == MAX_POLICY_POOLS
+
+
+async def test_the_no_data_policy_reads_no_table(db: Database) -> None:
+    """The shipped default ('no data'): every table is unknown; generated rows still work."""
+    nothing = Policy("no-data")
+    for sql in ("SELECT count() FROM nycflights13.flights", "SELECT * FROM nycflights13.airlines"):
+        result = await db.execute(sql, policy=nothing)
+        assert result.error is not None and "not available" in result.error and not result.rows
+    assert (await db.execute("SELECT sum(number) FROM numbers(10)", policy=nothing)).rows == [["45"]]

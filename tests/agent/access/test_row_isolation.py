@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import zipfile
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from types import MappingProxyType
@@ -23,9 +24,12 @@ import yaml
 from agent.access.policy import Policy
 from agent.db import Database, EngineError, QueryResult, new_query_id, open_database
 from agent.db.access import RowFilters
-from agent.db.demo import load_demo
+from agent.db.demo import DATABASE as DEMO_DATABASE
+from agent.db.demo import TABLES as DEMO_TABLES
+from agent.db.demo import create_table_sql, load_demo, source_dir
 from agent.db.embedded import engine_environment
 from agent.db.hints import error_code
+from tests.agent.db.test_db_server import IMAGE, NO_DOCKER
 from tests.conftest import make_settings
 from tests.fakes.clickhouse_engine import User
 from tests.fakes.clickhouse_http import FakeClickHouse
@@ -86,9 +90,55 @@ async def filtering_server_db(filtering_server: FakeClickHouse) -> AsyncIterator
     await database.close()
 
 
-@pytest.fixture(params=["embedded", "server"])
+@pytest.fixture(scope="session")
+async def docker_server_db() -> AsyncIterator[Database]:
+    """A real clickhouse-server in Docker with the demo data, loaded over HTTP from the package's CSVs with
+    the demo's own DDL, and a user whose profile lets the agent set readonly itself."""
+    if NO_DOCKER is not None:
+        pytest.skip(f"a real ClickHouse server needs Docker: {NO_DOCKER}")
+    import clickhouse_connect
+    from testcontainers.clickhouse import ClickHouseContainer
+
+    with ClickHouseContainer(IMAGE, port=8123) as container:
+        host, port = container.get_container_host_ip(), int(container.get_exposed_port(8123))
+        admin = clickhouse_connect.get_client(
+            host=host, port=port, username=container.username, password=container.password
+        )
+        _load_demo_over_http(admin)
+        admin.command("CREATE USER IF NOT EXISTS agent IDENTIFIED BY 'agent-password'")
+        admin.command(f"GRANT SELECT, SHOW TABLES, SHOW COLUMNS ON {DEMO_DATABASE}.* TO agent")
+        url = f"http://agent:agent-password@{host}:{port}/{DEMO_DATABASE}"
+        database = open_database(make_settings(clickhouse_url=url))
+        yield database
+        await database.close()
+
+
+def _load_demo_over_http(admin: Any) -> None:
+    admin.command(f"CREATE DATABASE IF NOT EXISTS {DEMO_DATABASE}")
+    csv_settings = {
+        "format_csv_null_representation": "NA",
+        "date_time_input_format": "best_effort",
+        "input_format_csv_empty_as_default": 0,
+    }
+    for table in DEMO_TABLES:
+        admin.command(create_table_sql(table, table.name))
+        source = source_dir() / table.source
+        if source.suffix == ".zip":
+            with zipfile.ZipFile(source) as archive:
+                data = archive.read(archive.namelist()[0])
+        else:
+            data = source.read_bytes()
+        admin.raw_insert(f"{DEMO_DATABASE}.{table.name}", insert_block=data, settings=csv_settings, fmt="CSVWithNames")
+
+
+ENGINES = {"embedded": "db", "server": "filtering_server_db", "docker server": "docker_server_db"}
+
+
+@pytest.fixture(params=list(ENGINES))
 def engine_db(request: pytest.FixtureRequest) -> Database:
-    return request.getfixturevalue("db" if request.param == "embedded" else "filtering_server_db")
+    """The embedded engine; the server backend against the HTTP fake (the same engine behind the server's
+    wire); a real server in Docker when there is one."""
+    return request.getfixturevalue(ENGINES[request.param])
 
 
 def outcome(result: QueryResult, *, totals: bool = True) -> tuple[Any, ...]:

@@ -77,8 +77,13 @@ class RowFilters:
         return "{" + pairs + "}"
 
 
+_PLAIN = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789 _.,()<>!*/-:")
+
+
 def _quoted(text: str) -> str:
-    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+    """A ClickHouse string literal of `text`, every other byte as \\xNN: the value travels in a chdb
+    connection string, whose parser splits on `&` even when it is percent-encoded, and in a URL."""
+    return "'" + "".join(chr(b) if chr(b) in _PLAIN else f"\\x{b:02X}" for b in text.encode()) + "'"
 
 
 def policy_key(policy: Policy | None) -> tuple[str, tuple[tuple[str, str | None], ...]] | None:

@@ -195,6 +195,15 @@ async def _straight(db: Database, sql: str, access: RowFilters | None) -> str:
         return f"error {error_code(str(exc))}"
 
 
+async def test_a_filter_with_quotes_percents_and_ampersands_reaches_the_engine_intact(engine_db: Database) -> None:
+    """The filter travels in a connection string (embedded) or a URL (server): every character survives."""
+    condition = "origin LIKE 'J%' AND dest != 'A&B=C\\'D' AND carrier != '\\\\'"
+    policy = Policy("odd", MappingProxyType({"nycflights13.flights": condition}))
+    filtered = await engine_db.execute("SELECT count() FROM nycflights13.flights", policy=policy)
+    written = await engine_db.execute(f"SELECT count() FROM nycflights13.flights WHERE {condition}")
+    assert filtered.error is None and filtered.rows == written.rows == [["111279"]]
+
+
 async def test_a_read_limit_error_does_not_count_the_hidden_rows(filtering_server: FakeClickHouse) -> None:
     """Past max_rows_to_read the engine says how many rows it read, hidden ones included: under a policy
     the error keeps its code and hint but not its figures."""

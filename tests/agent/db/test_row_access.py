@@ -22,7 +22,7 @@ EWR = Policy("ewr", MappingProxyType({"nycflights13.flights": "origin = 'EWR'", 
 def test_unlisted_tables_in_scope_get_no_row_and_open_tables_no_filter() -> None:
     filters = RowFilters.of(JFK, ["nycflights13.flights", "nycflights13.airports", "nycflights13.planes"])
     assert dict(filters.filters) == {"nycflights13.flights": "origin = 'JFK'", "nycflights13.planes": DENY_ALL}
-    assert filters.setting() == "{'nycflights13.flights': 'origin = \\'JFK\\'', 'nycflights13.planes': '0'}"
+    assert filters.setting() == "{'nycflights13.flights': 'origin \\x3D \\x27JFK\\x27', 'nycflights13.planes': '0'}"
 
 
 async def test_another_policys_table_is_refused_exactly_as_a_missing_one(db: Database) -> None:

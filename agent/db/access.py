@@ -77,8 +77,13 @@ class RowFilters:
         return "{" + pairs + "}"
 
 
+_PLAIN = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789 _.,()<>!*/-:")
+
+
 def _quoted(text: str) -> str:
-    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+    """A ClickHouse string literal of `text`, every other byte as \\xNN: the value travels in a chdb
+    connection string, whose parser splits on `&` even when it is percent-encoded, and in a URL."""
+    return "'" + "".join(chr(b) if chr(b) in _PLAIN else f"\\x{b:02X}" for b in text.encode()) + "'"
 
 
 def policy_key(policy: Policy | None) -> tuple[str, tuple[tuple[str, str | None], ...]] | None:
@@ -102,3 +107,18 @@ def filtered_settings(settings: Mapping[str, object], access: RowFilters) -> dic
     values["additional_table_filters"] = access.setting()
     values["readonly"] = 1
     return values
+
+
+# Limit errors report what the engine read or expects to read before the filter (`current rows: 1.2
+# million`), which counts the hidden rows too: under a policy they are told without their figures.
+_READ_LIMIT_ERRORS = {158: "TOO_MANY_ROWS", 160: "TOO_SLOW", 307: "TOO_MANY_BYTES"}
+
+
+def without_read_figures(message: str, code: int | None) -> str:
+    """`message` as a person under a policy may read it: a read limit's error without its counts."""
+    if code not in _READ_LIMIT_ERRORS:
+        return message
+    return (
+        f"Code: {code}. DB::Exception: The query would read more than the agent's limits allow. "
+        f"({_READ_LIMIT_ERRORS[code]})"
+    )

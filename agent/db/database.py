@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 
 from agent.access.policy import Policy
 from agent.db import rendering
-from agent.db.access import RowFilters, policy_key
+from agent.db.access import RowFilters, policy_key, without_read_figures
 from agent.db.backend import Backend, DatabaseUnavailable, EngineError, ReadStats, ResultTooLarge
 from agent.db.export import Column, Export
 from agent.db.functions import FunctionPolicy
@@ -134,7 +134,7 @@ class Database:
             error = f"The result could not be read ({type(exc).__name__}); try selecting simpler values."
             return QueryResult(query_id=query_id, sql=sql, error=error, elapsed_ms=_elapsed_ms(started))
         except EngineError as exc:
-            message = clean_error(str(exc), await self._name_filter(policy))
+            message = await self._cleaned(exc, policy)
             return QueryResult(
                 query_id=query_id,
                 sql=sql,
@@ -262,7 +262,7 @@ class Database:
                 access = await self.row_filters(policy)
                 columns = await self._describe(checked, query_id, access)
         except EngineError as exc:
-            raise EngineError(clean_error(str(exc), await self._name_filter(policy))) from None
+            raise EngineError(await self._cleaned(exc, policy)) from None
         cap = max_cell_chars or self.limits.export_max_cell_chars
         select = rendering.export_select(checked.sql, limit=max_rows, max_cell_chars=cap)
         return Export(columns, self._export_rows(select, query_id, owner, policy, access))
@@ -276,7 +276,13 @@ class Database:
                 async for row in rows:
                     yield row
         except EngineError as exc:  # the engine's text, as every error the agent shows: cleaned
-            raise EngineError(clean_error(str(exc), await self._name_filter(policy))) from None
+            raise EngineError(await self._cleaned(exc, policy)) from None
+
+    async def _cleaned(self, exc: EngineError, policy: Policy | None) -> str:
+        """An engine error as the asker may read it: names outside the policy left out, and under a
+        policy no count of what the engine read (it counts the rows the filter hides)."""
+        message = clean_error(str(exc), await self._name_filter(policy))
+        return message if policy is None else without_read_figures(message, error_code(message))
 
     async def row_filters(self, policy: Policy | None) -> RowFilters | None:
         """What the engine applies under `policy`: its filters, and no row of the tables in scope it does

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from collections.abc import AsyncIterator
+import zipfile
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
@@ -23,9 +24,12 @@ import yaml
 from agent.access.policy import Policy
 from agent.db import Database, EngineError, QueryResult, new_query_id, open_database
 from agent.db.access import RowFilters
-from agent.db.demo import load_demo
+from agent.db.demo import DATABASE as DEMO_DATABASE
+from agent.db.demo import TABLES as DEMO_TABLES
+from agent.db.demo import create_table_sql, load_demo, source_dir
 from agent.db.embedded import engine_environment
 from agent.db.hints import error_code
+from tests.agent.db.test_db_server import IMAGE, NO_DOCKER
 from tests.conftest import make_settings
 from tests.fakes.clickhouse_engine import User
 from tests.fakes.clickhouse_http import FakeClickHouse
@@ -69,21 +73,72 @@ async def a_only_db(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[D
 
 
 @pytest.fixture(scope="session")
-async def filtering_server_db(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Database]:
-    """The server backend, with a user whose profile lets the agent set readonly=1 itself, and so send a
-    policy's filters with each query (the shipped read-only profile cannot: see test_row_access.py)."""
+def filtering_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FakeClickHouse]:
+    """A server with a user whose profile lets the agent set readonly=1 itself, and so send a policy's
+    filters with each query (the shipped read-only profile cannot: see test_row_access.py)."""
     path = tmp_path_factory.mktemp("filtering-server") / "clickhouse"
     load_demo(path)
     grants = ["GRANT SELECT, SHOW TABLES, SHOW COLUMNS ON nycflights13.* TO agent"]
     with FakeClickHouse(path, {"agent": User("password", {}, grants)}).start() as server:
-        database = open_database(make_settings(clickhouse_url=server.url("agent", "nycflights13")))
+        yield server
+
+
+@pytest.fixture(scope="session")
+async def filtering_server_db(filtering_server: FakeClickHouse) -> AsyncIterator[Database]:
+    database = open_database(make_settings(clickhouse_url=filtering_server.url("agent", "nycflights13")))
+    yield database
+    await database.close()
+
+
+@pytest.fixture(scope="session")
+async def docker_server_db() -> AsyncIterator[Database]:
+    """A real clickhouse-server in Docker with the demo data, loaded over HTTP from the package's CSVs with
+    the demo's own DDL, and a user whose profile lets the agent set readonly itself."""
+    if NO_DOCKER is not None:
+        pytest.skip(f"a real ClickHouse server needs Docker: {NO_DOCKER}")
+    import clickhouse_connect
+    from testcontainers.clickhouse import ClickHouseContainer
+
+    with ClickHouseContainer(IMAGE, port=8123) as container:
+        host, port = container.get_container_host_ip(), int(container.get_exposed_port(8123))
+        admin = clickhouse_connect.get_client(
+            host=host, port=port, username=container.username, password=container.password
+        )
+        _load_demo_over_http(admin)
+        admin.command("CREATE USER IF NOT EXISTS agent IDENTIFIED BY 'agent-password'")
+        admin.command(f"GRANT SELECT, SHOW TABLES, SHOW COLUMNS ON {DEMO_DATABASE}.* TO agent")
+        url = f"http://agent:agent-password@{host}:{port}/{DEMO_DATABASE}"
+        database = open_database(make_settings(clickhouse_url=url))
         yield database
         await database.close()
 
 
-@pytest.fixture(params=["embedded", "server"])
+def _load_demo_over_http(admin: Any) -> None:
+    admin.command(f"CREATE DATABASE IF NOT EXISTS {DEMO_DATABASE}")
+    csv_settings = {
+        "format_csv_null_representation": "NA",
+        "date_time_input_format": "best_effort",
+        "input_format_csv_empty_as_default": 0,
+    }
+    for table in DEMO_TABLES:
+        admin.command(create_table_sql(table, table.name))
+        source = source_dir() / table.source
+        if source.suffix == ".zip":
+            with zipfile.ZipFile(source) as archive:
+                data = archive.read(archive.namelist()[0])
+        else:
+            data = source.read_bytes()
+        admin.raw_insert(f"{DEMO_DATABASE}.{table.name}", insert_block=data, settings=csv_settings, fmt="CSVWithNames")
+
+
+ENGINES = {"embedded": "db", "server": "filtering_server_db", "docker server": "docker_server_db"}
+
+
+@pytest.fixture(params=list(ENGINES))
 def engine_db(request: pytest.FixtureRequest) -> Database:
-    return request.getfixturevalue("db" if request.param == "embedded" else "filtering_server_db")
+    """The embedded engine; the server backend against the HTTP fake (the same engine behind the server's
+    wire); a real server in Docker when there is one."""
+    return request.getfixturevalue(ENGINES[request.param])
 
 
 def outcome(result: QueryResult, *, totals: bool = True) -> tuple[Any, ...]:
@@ -138,6 +193,30 @@ async def _straight(db: Database, sql: str, access: RowFilters | None) -> str:
         return (await db.backend.query(sql, "TSV", new_query_id(), access=access)).decode()
     except EngineError as exc:
         return f"error {error_code(str(exc))}"
+
+
+async def test_a_filter_with_quotes_percents_and_ampersands_reaches_the_engine_intact(engine_db: Database) -> None:
+    """The filter travels in a connection string (embedded) or a URL (server): every character survives."""
+    condition = "origin LIKE 'J%' AND dest != 'A&B=C\\'D' AND carrier != '\\\\'"
+    policy = Policy("odd", MappingProxyType({"nycflights13.flights": condition}))
+    filtered = await engine_db.execute("SELECT count() FROM nycflights13.flights", policy=policy)
+    written = await engine_db.execute(f"SELECT count() FROM nycflights13.flights WHERE {condition}")
+    assert filtered.error is None and filtered.rows == written.rows == [["111279"]]
+
+
+async def test_a_read_limit_error_does_not_count_the_hidden_rows(filtering_server: FakeClickHouse) -> None:
+    """Past max_rows_to_read the engine says how many rows it read, hidden ones included: under a policy
+    the error keeps its code and hint but not its figures."""
+    url = filtering_server.url("agent", "nycflights13")
+    limited = open_database(make_settings(clickhouse_url=url, max_rows_to_read=1000))
+    try:
+        under_a = await limited.execute("SELECT count() FROM flights WHERE dep_delay > 0", policy=POLICY_A)
+        open_to_all = await limited.execute("SELECT count() FROM flights WHERE dep_delay > 0")
+    finally:
+        await limited.close()
+    assert under_a.error_code == open_to_all.error_code == 158 and under_a.hint
+    assert any(ch.isdigit() for ch in open_to_all.error.replace("158", "")), open_to_all.error
+    assert not any(ch.isdigit() for ch in under_a.error.replace("158", "")), under_a.error
 
 
 def test_the_corpus_is_large_and_says_what_each_statement_tries() -> None:

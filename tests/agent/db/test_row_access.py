@@ -22,7 +22,7 @@ EWR = Policy("ewr", MappingProxyType({"nycflights13.flights": "origin = 'EWR'", 
 def test_unlisted_tables_in_scope_get_no_row_and_open_tables_no_filter() -> None:
     filters = RowFilters.of(JFK, ["nycflights13.flights", "nycflights13.airports", "nycflights13.planes"])
     assert dict(filters.filters) == {"nycflights13.flights": "origin = 'JFK'", "nycflights13.planes": DENY_ALL}
-    assert filters.setting() == "{'nycflights13.flights': 'origin = \\'JFK\\'', 'nycflights13.planes': '0'}"
+    assert filters.setting() == "{'nycflights13.flights': 'origin \\x3D \\x27JFK\\x27', 'nycflights13.planes': '0'}"
 
 
 async def test_another_policys_table_is_refused_exactly_as_a_missing_one(db: Database) -> None:
@@ -83,3 +83,12 @@ async def test_the_policy_pools_are_bounded_in_number(db: Database) -> None:
         result = await db.execute("SELECT count() FROM nycflights13.airlines", policy=policy)
         assert result.rows == [["16"]]
     assert await _policy_pools(db) == MAX_POLICY_POOLS
+
+
+async def test_the_no_data_policy_reads_no_table(db: Database) -> None:
+    """The shipped default ('no data'): every table is unknown; generated rows still work."""
+    nothing = Policy("no-data")
+    for sql in ("SELECT count() FROM nycflights13.flights", "SELECT * FROM nycflights13.airlines"):
+        result = await db.execute(sql, policy=nothing)
+        assert result.error is not None and "not available" in result.error and not result.rows
+    assert (await db.execute("SELECT sum(number) FROM numbers(10)", policy=nothing)).rows == [["45"]]

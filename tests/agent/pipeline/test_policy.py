@@ -6,7 +6,10 @@ from __future__ import annotations
 from types import MappingProxyType
 from typing import Any
 
+import pytest
+
 from agent.access.policy import Policy
+from agent.db import QueryRefused
 from tests.conftest import Recorder
 from tests.fakes.anthropic_api import FakeAnthropic, Reply
 
@@ -53,3 +56,15 @@ async def test_a_chart_under_a_policy_draws_only_its_rows(make_app, fake_anthrop
     result = await make_app().runner.run("Departures?", on_event=Recorder(), followups=False, policy=JFK_ONLY)
     assert len(result.charts) == 1, result
     assert "EWR" not in str(result.charts[0].spec) and "JFK" in str(result.charts[0].spec)
+
+
+async def test_a_stored_querys_download_runs_under_the_policy_it_was_asked_under(make_app) -> None:
+    """A CSV re-runs the query: under the run's policy (found again by RunResult.policy), only its rows."""
+    app = make_app()
+    under_policy = await app.export(PER_ORIGIN, max_rows=10, policy=JFK_ONLY)
+    rows = [row async for row in under_policy.rows]
+    assert rows == [["JFK", "111279"]]
+    open_to_all = await app.export(PER_ORIGIN, max_rows=10)
+    assert [row[0] async for row in open_to_all.rows] == ["EWR", "JFK", "LGA"]
+    with pytest.raises(QueryRefused, match="not available"):
+        await app.export("SELECT * FROM nycflights13.planes", max_rows=10, policy=JFK_ONLY)

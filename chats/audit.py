@@ -170,7 +170,8 @@ def _insert(c: sqlite3.Connection, entry: AuditEntry) -> None:
 def read_entries(c: sqlite3.Connection, which: AuditFilter, limit: int | None = None) -> list[AuditEntry]:
     where, values = which.where()
     rows = c.execute(
-        f"SELECT * FROM audit_entries WHERE {where} ORDER BY at, run_id LIMIT ?", [*values, -1 if limit is None else limit]
+        f"SELECT * FROM audit_entries WHERE {where} ORDER BY at, run_id LIMIT ?",
+        [*values, -1 if limit is None else limit],
     ).fetchall()
     queries: dict[str, list[AuditQuery]] = {row["run_id"]: [] for row in rows}
     for start in range(0, len(rows), 500):  # SQLite's bound parameters per statement are limited

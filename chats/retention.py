@@ -76,7 +76,10 @@ SWEEPS: tuple[tuple[str, Sweep], ...] = (
     ),
     ("live_events", _older("DELETE FROM live_events WHERE run_id IN (SELECT run_id FROM live_runs WHERE beat_at < ?)")),
     ("live_runs", _older("DELETE FROM live_runs WHERE beat_at < ?")),
-    ("audit_queries", _older("DELETE FROM audit_queries WHERE run_id IN (SELECT run_id FROM audit_entries WHERE at < ?)")),
+    (
+        "audit_queries",
+        _older("DELETE FROM audit_queries WHERE run_id IN (SELECT run_id FROM audit_entries WHERE at < ?)"),
+    ),
     ("audit_entries", _older("DELETE FROM audit_entries WHERE at < ?")),
     ("handled_events", _older("DELETE FROM handled_events WHERE seen_at < ?")),
     ("pace_takes", _older("DELETE FROM pace_takes WHERE at < ?")),

@@ -30,7 +30,9 @@ def add_audit_command(commands: argparse._SubParsersAction[argparse.ArgumentPars
     audit.add_argument("--person", metavar="WHO", help="an email, a person id (slack:T:U) or an owner string")
     audit.add_argument("--policy", metavar="NAME", help="only questions asked under this access policy")
     audit.add_argument("--interface", choices=("web", "slack", "cli"), help="only questions asked there")
-    audit.add_argument("--since", metavar="WHEN", help="from a date (2026-05-01), a time (ISO 8601) or a while ago (7d)")
+    audit.add_argument(
+        "--since", metavar="WHEN", help="from a date (2026-05-01), a time (ISO 8601) or a while ago (7d)"
+    )
     audit.add_argument("--until", metavar="WHEN", help="before a date, a time or a while ago, likewise")
     audit.set_defaults(handler=_audit)
 

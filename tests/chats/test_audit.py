@@ -91,7 +91,9 @@ async def test_on_a_server_the_rows_read_come_from_clickhouses_summary(
 
 
 def _entry(run_id: str, at: float, person: str, *, policy: str = "", interface: str = "web") -> AuditEntry:
-    return AuditEntry(run_id, at, person, interface, "", policy, "c", "q?", "answered", (AuditQuery("Q1", "SELECT 1", 1, 8),))
+    return AuditEntry(
+        run_id, at, person, interface, "", policy, "c", "q?", "answered", (AuditQuery("Q1", "SELECT 1", 1, 8),)
+    )
 
 
 async def test_entries_are_filtered_by_person_policy_interface_and_time(state: ChatState) -> None:

@@ -29,7 +29,7 @@ class Origin:
     person: str = ""  # an owner string: "person:<person id>" or "slack-channel:<team>:<channel>"
     interface: str = ""
     channel: str = ""  # the Slack channel (or DM) id; "" elsewhere
-    policy: str = ""  # the access policy's name the run read under; "" before policies
+    policy: str = ""  # the access policy's name; "" leaves it to the run's result (RunResult.policy)
 
 
 @dataclass(frozen=True)
@@ -82,7 +82,7 @@ def entry_of(
         person=origin.person,
         interface=origin.interface,
         channel=origin.channel,
-        policy=origin.policy,
+        policy=origin.policy or (result.policy if result is not None and result.policy else ""),
         conversation_id=conversation_id,
         question=question,
         outcome=_outcome(result),

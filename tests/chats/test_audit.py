@@ -8,10 +8,12 @@ from pathlib import Path
 
 import pytest
 
+from agent.runner import RunResult
 from chats.audit import FAILED, AuditEntry, AuditFilter, AuditLog, AuditQuery, Origin
 from chats.runs import RunRegistry
 from chats.state import ChatState
 from tests.agent.pipeline.test_pipeline import sql
+from tests.agent.pipeline.test_policy import JFK_ONLY, PER_ORIGIN
 from tests.agent.test_receipts import ORIGINS
 from tests.chats.test_runs_done import ScriptedRunner
 from tests.fakes.anthropic_api import FakeAnthropic, Reply
@@ -88,6 +90,25 @@ async def test_on_a_server_the_rows_read_come_from_clickhouses_summary(
     await _ask(runs, state, "busiest airport?", followups=False)
     [entry] = await state.audit.entries()
     assert [(q.rows_read, (q.bytes_read or 0) > 0) for q in entry.queries] == [(336776, True)]
+
+
+class UnderPolicy:
+    """The runner, asked as an adapter that picked a policy asks it."""
+
+    def __init__(self, runner: object) -> None:
+        self._runner = runner
+
+    async def run(self, question: str, **options: object) -> RunResult:
+        return await self._runner.run(question, policy=JFK_ONLY, **options)  # type: ignore[attr-defined, no-any-return]
+
+
+async def test_the_policy_a_run_read_under_is_audited(make_app, fake_anthropic: FakeAnthropic, state: ChatState):
+    fake_anthropic.script(Reply(tool_calls=[sql(("Per origin", PER_ORIGIN))]), Reply(text="JFK had 111,279 [Q1]."))
+    runs = RunRegistry(UnderPolicy(make_app().runner), state.conversations)  # type: ignore[arg-type]
+    await _ask(runs, state, "departures?", followups=False)
+    [entry] = await state.audit.entries()
+    assert entry.policy == "jfk" and [(q.sql, q.error) for q in entry.queries] == [(PER_ORIGIN, None)]
+    assert entry.queries[0].rows_read is not None and entry.queries[0].rows_read > 0
 
 
 def _entry(run_id: str, at: float, person: str, *, policy: str = "", interface: str = "web") -> AuditEntry:

@@ -31,9 +31,11 @@ from bots.slack.receipt import receipt_blocks
 from bots.slack.receive import Identity, Ignore, Question
 from bots.slack.reply import AnswerWriter, Streaming
 from bots.slack.thread import answer_metadata, part_metadata, read_history, ts_micros
+from chats.audit import Origin
 from chats.conversations import ConversationStore
 from chats.daily_budgets import Refusal, Reservation
 from chats.pacing import Pacing
+from chats.people import person_owner
 from chats.run_view import RunView
 from chats.runs import RunHandle, RunRegistry, ShuttingDown
 
@@ -175,6 +177,7 @@ class Answerer:
             platform="slack",
             interface="slack",
             on_done=lambda result: self._budget.settle(hold.reservation, result.receipt),
+            origin=Origin(person_owner(f"slack:{question.team}:{question.user}"), "slack", question.channel),
         )
         hold.run_started = True
         writer = AnswerWriter(

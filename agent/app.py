@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from agent.access.policy import Policy
 from agent.config import Settings
 from agent.db import Database, Export, open_database, started
 from agent.knowledge import KnowledgeBase
@@ -73,10 +74,11 @@ class AgentApp:
         """The readiness probe's question to the engine: raises `DatabaseUnavailable` when it does not answer."""
         await self.db.ping()
 
-    async def export(self, sql: str, *, max_rows: int) -> Export:
-        """A stored query's whole result for a download, checked again as every statement is, and started:
-        a refusal or an engine error raises here, before any byte is sent."""
-        return await started(await self.db.export(sql, max_rows=max_rows))
+    async def export(self, sql: str, *, max_rows: int, policy: Policy | None = None) -> Export:
+        """A stored query's whole result for a download, checked again as every statement is, under the
+        policy it was asked under (`RunResult.policy`, found again by name in the policy file), and
+        started: a refusal or an engine error raises here, before any byte is sent."""
+        return await started(await self.db.export(sql, max_rows=max_rows, policy=policy))
 
     async def close(self) -> None:
         await self.examples.close()

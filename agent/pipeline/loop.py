@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from agent.access.policy import Policy
 from agent.config import ModelRef
 from agent.db import DatabaseUnavailable
 from agent.llm import ContextOverflow, LLMClient, LLMError, ModelTurn
@@ -108,13 +109,19 @@ class Pipeline:
         interface: Interface = "cli",
         on_event: EventSink = ignore_events,
         followups: bool = True,
+        policy: Policy | None = None,
     ) -> RunResult:
         # An adapter's registry names the run; a run started directly (CLI, evals) gets a name here.
         run_id = context_fields().get("run_id") or uuid.uuid4().hex
         with log_context(run_id=run_id, interface=interface):
             log.debug("question", extra={"question": question})
             state = RunState(
-                question=question, interface=interface, emit=on_event, metrics=self._metrics, run_id=run_id
+                question=question,
+                interface=interface,
+                emit=on_event,
+                metrics=self._metrics,
+                run_id=run_id,
+                policy=policy,
             )
             state.prices = self._prices
             return await self._run(state, history, platform, on_event, followups)

@@ -170,7 +170,7 @@ class SqlExecutor:
             state.record_guard("duplicate_sql")
             query = reused
         else:
-            result: QueryResult = await self._db.execute(request.sql, owner=state.run_id)
+            result: QueryResult = await self._db.execute(request.sql, owner=state.run_id, policy=state.policy)
             query = ExecutedQuery(id=query_id, question=request.question, sql=request.sql, result=result)
         await state.emit(ResultEvent.of(query, max_bytes=self._limits.preview_bytes))
         return query

@@ -121,11 +121,13 @@ class Service:
         return service
 
     async def start(self) -> None:
-        """Learn the bot's identity and connect Socket Mode; once, whoever asks first (`agent serve`,
-        before the server starts, so a bad token is one line; or the app's lifespan)."""
+        """Check the policy file against the warehouse, learn the bot's identity and connect Socket Mode;
+        once, whoever asks first (`agent serve`, before the server starts, so a bad token or a bad row
+        filter is one line; or the app's lifespan)."""
         if self.started:
             return
         self.started = True
+        await self.agent.check_access()
         if self.bot is not None:
             await self.bot.start()
             if self.bot.socket_mode:

@@ -2,6 +2,10 @@
 
 The rendering is the stable half of the prompt-cache prefix, so it must be byte-identical between
 requests: stable ordering, rounded row counts, no timestamps.
+
+Under a policy, only its tables, and what is said of a table's rows (its row count, the sampled values
+of its columns) is read through the policy's row filter: the prompt of one policy says nothing about
+rows only another may read.
 """
 
 from __future__ import annotations
@@ -9,7 +13,8 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass, field
 
-from agent.db import Database
+from agent.access.policy import Policy
+from agent.db import Database, DatabaseUnavailable
 
 SAMPLE_VALUES = 8
 _SAMPLED_TYPES = ("LowCardinality(String)", "LowCardinality(Nullable(String))", "Enum8(", "Enum16(")
@@ -34,14 +39,16 @@ class Table:
     total_rows: int | None
     view_query: str
     columns: list[Column] = field(default_factory=list)
+    row_filter: str | None = None  # the policy's filter: row counts and samples are read through it
 
     @property
     def qualified(self) -> str:
         return f"{self.database}.{self.name}"
 
 
-async def introspect(db: Database) -> list[Table]:
-    """The tables the model may read (the database's scope), with columns and sampled values."""
+async def introspect(db: Database, policy: Policy | None = None) -> list[Table]:
+    """The tables the model may read (the database's scope, and of it the policy's tables), with columns
+    and sampled values."""
     table_rows = await db.catalog_rows(
         "SELECT database, name, engine, comment, sorting_key, total_rows, as_select FROM system.tables "
         "WHERE database NOT IN ('system', 'INFORMATION_SCHEMA', 'information_schema') "
@@ -58,8 +65,13 @@ async def introspect(db: Database) -> list[Table]:
             r["as_select"] if r["engine"].endswith("View") else "",
         )
         for r in table_rows
-        if db.scope.allows(r["database"], r["name"]) and not r["name"].endswith("__loading")
+        if db.scope.allows(r["database"], r["name"])
+        and not r["name"].endswith("__loading")
+        and (policy is None or policy.readable(r["database"], r["name"]))
     }
+    if policy is not None:
+        for key, table in tables.items():
+            table.row_filter = policy.tables[key]
     column_rows = await db.catalog_rows(
         "SELECT database, table, name, type, comment FROM system.columns "
         "WHERE database NOT IN ('system', 'INFORMATION_SCHEMA', 'information_schema') "
@@ -69,6 +81,7 @@ async def introspect(db: Database) -> list[Table]:
         if (key := f"{r['database']}.{r['table']}") in tables:
             tables[key].columns.append(Column(r["name"], r["type"], r["comment"] or ""))
     await asyncio.gather(*(_sample(db, table) for table in tables.values()))
+    await asyncio.gather(*(_count_filtered(db, table) for table in tables.values() if table.row_filter))
     return list(tables.values())
 
 
@@ -81,12 +94,11 @@ async def _sample(db: Database, table: Table) -> None:
     if table.view_query:
         return
     sampled = [c for c in table.columns if c.type.startswith(_SAMPLED_TYPES)]
-    source = f"{quote_identifier(table.database)}.{quote_identifier(table.name)}"
     results = await asyncio.gather(
         *(
             db.catalog_rows(
                 f"SELECT toString({quote_identifier(c.name)}) AS value, count() AS n, "
-                f"count() OVER () AS distinct_values FROM {source} GROUP BY value ORDER BY n DESC, value "
+                f"count() OVER () AS distinct_values FROM {_source(table)} GROUP BY value ORDER BY n DESC, value "
                 f"LIMIT {SAMPLE_VALUES}"
             )
             for c in sampled
@@ -98,6 +110,25 @@ async def _sample(db: Database, table: Table) -> None:
             continue
         column.samples = sorted(str(row["value"]) for row in rows if row["value"] is not None)
         column.distinct = int(rows[0]["distinct_values"])
+
+
+def _source(table: Table) -> str:
+    """The table as a FROM clause, through its row filter when it has one (checked safe at start-up by
+    `agent access check`'s rules: one boolean expression over the table's columns)."""
+    name = f"{quote_identifier(table.database)}.{quote_identifier(table.name)}"
+    return f"{name} WHERE ({table.row_filter}\n)" if table.row_filter else name
+
+
+async def _count_filtered(db: Database, table: Table) -> None:
+    """A filtered table's row count as its policy sees it (the catalog's count is every policy's rows)."""
+    if table.view_query:
+        table.total_rows = None
+        return
+    try:
+        rows = await db.catalog_rows(f"SELECT count() AS n FROM {_source(table)}")
+    except DatabaseUnavailable:  # the prompt does without a count; the catalog's would be a leak
+        rows = []
+    table.total_rows = int(rows[0]["n"]) if rows else None
 
 
 def fits(tables: list[Table], max_chars: int) -> bool:

@@ -30,7 +30,6 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
-from agent.access.policy import Policies
 from agent.app import AgentApp
 from agent.config import ConfigError, Settings
 from bots.slack import blocks, refusals
@@ -69,7 +68,7 @@ class SlackBot:
         self._prompts = PromptsGate(self._allowed)
         self.runs = runs or RunRegistry(agent.runner, self._store, max_event_bytes=agent.settings.max_event_bytes)
         self._pacing = state.pacing
-        self._policies = agent_policies(agent)
+        self._policies = agent.policies
         wants = wants_groups(self._policies) if self._policies is not None else False
         self.people = SlackPeople(lambda: self.client, wants_groups=wants, ttl_s=IDENTITY_TTL_S)
         # For the web: whether a signed-in person is in a channel an answer was asked in (chats/audiences.py).
@@ -254,11 +253,6 @@ class SlackBot:
             )
         except SlackApiError as exc:
             refusals.log_refusal(log, f"suggest prompts in {channel}", exc)
-
-
-def agent_policies(agent: AgentApp) -> Policies | None:
-    """The access file's policies (None: there is none)."""
-    return getattr(agent, "policies", None)  # TODO(access-file): agent.policies once it is attached
 
 
 def check_slack_settings(settings: Settings) -> None:

@@ -57,7 +57,7 @@ class RequestPrefix:
         self, platform: Platform, today: dt.date | None = None, *, policy: Policy | None = None
     ) -> list[dict[str, Any]]:
         view = await self._schema.for_policy(policy).view()
-        knowledge = await self.knowledge(policy)
+        base = await self.knowledge(policy)
         schema = self._prompts.render(
             "SCHEMA.md",
             schema=view.text,
@@ -65,8 +65,8 @@ class RequestPrefix:
             complete=view.complete,
             tables=view.tables,
         )
-        if knowledge is not None and knowledge.entries:
-            prefixed = knowledge.prefix
+        if base is not None and base.entries:
+            prefixed = base.prefix
             knowledge = self._prompts.render("KNOWLEDGE.md", knowledge=prefixed.text, left_out=prefixed.left_out)
             schema = f"{schema}\n\n{knowledge}"
         context = self._prompts.render(

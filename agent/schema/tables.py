@@ -11,12 +11,14 @@ rows only another may read.
 from __future__ import annotations
 
 import asyncio
+import re
 from dataclasses import dataclass, field
 
 from agent.access.policy import Policy
 from agent.db import Database, DatabaseUnavailable
 
 SAMPLE_VALUES = 8
+_PARENTHESISED = re.compile(r"\s*\([^()]*\)")
 _SAMPLED_TYPES = ("LowCardinality(String)", "LowCardinality(Nullable(String))", "Enum8(", "Enum16(")
 
 
@@ -54,7 +56,7 @@ async def introspect(db: Database, policy: Policy | None = None) -> list[Table]:
         "WHERE database NOT IN ('system', 'INFORMATION_SCHEMA', 'information_schema') "
         "AND NOT is_temporary ORDER BY database, name"
     )
-    tables = {
+    in_scope = {
         f"{r['database']}.{r['name']}": Table(
             r["database"],
             r["name"],
@@ -65,13 +67,9 @@ async def introspect(db: Database, policy: Policy | None = None) -> list[Table]:
             r["as_select"] if r["engine"].endswith("View") else "",
         )
         for r in table_rows
-        if db.scope.allows(r["database"], r["name"])
-        and not r["name"].endswith("__loading")
-        and (policy is None or policy.readable(r["database"], r["name"]))
+        if db.scope.allows(r["database"], r["name"]) and not r["name"].endswith("__loading")
     }
-    if policy is not None:
-        for key, table in tables.items():
-            table.row_filter = policy.tables[key]
+    tables = in_scope if policy is None else {k: t for k, t in in_scope.items() if policy.readable(t.database, t.name)}
     column_rows = await db.catalog_rows(
         "SELECT database, table, name, type, comment FROM system.columns "
         "WHERE database NOT IN ('system', 'INFORMATION_SCHEMA', 'information_schema') "
@@ -80,9 +78,43 @@ async def introspect(db: Database, policy: Policy | None = None) -> list[Table]:
     for r in column_rows:
         if (key := f"{r['database']}.{r['table']}") in tables:
             tables[key].columns.append(Column(r["name"], r["type"], r["comment"] or ""))
+    if policy is not None:
+        _under_policy(tables, policy, hidden=in_scope.keys() - tables.keys())
     await asyncio.gather(*(_sample(db, table) for table in tables.values()))
     await asyncio.gather(*(_count_filtered(db, table) for table in tables.values() if table.row_filter))
     return list(tables.values())
+
+
+def _under_policy(tables: dict[str, Table], policy: Policy, hidden: set[str]) -> None:
+    """What a policy's people see of its tables: counts and samples through its filters (set here, read
+    by `_sample` and `_count_filtered`), and no comment or view definition that names a table in scope
+    they may not read."""
+    naming = _naming(hidden)
+    for key, table in tables.items():
+        table.row_filter = policy.tables[key]
+        if naming is None:
+            continue
+        table.comment = _without_names(table.comment, naming)
+        for column in table.columns:
+            column.comment = _without_names(column.comment, naming)
+        if naming.search(table.view_query):
+            table.view_query = ""
+
+
+def _naming(hidden: set[str]) -> re.Pattern[str] | None:
+    """A mention of one of the tables: `db.table`, or `table.column` as comments write joins."""
+    if not hidden:
+        return None
+    qualified = "|".join(map(re.escape, sorted(hidden, key=len, reverse=True)))
+    bare = "|".join(map(re.escape, sorted({t.split(".", 1)[1] for t in hidden}, key=len, reverse=True)))
+    return re.compile(rf"(?<![\w.])(?:(?:{qualified})(?!\w)|(?:{bare})\.\w)", re.IGNORECASE)
+
+
+def _without_names(comment: str, naming: re.Pattern[str]) -> str:
+    """A comment without its parenthesised remarks that name a hidden table (`(joins planes.tailnum)`);
+    none at all when it still names one."""
+    kept = _PARENTHESISED.sub(lambda found: "" if naming.search(found.group(0)) else found.group(0), comment).strip()
+    return "" if naming.search(kept) else kept
 
 
 def quote_identifier(name: str) -> str:

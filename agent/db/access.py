@@ -7,6 +7,21 @@ subqueries, views and the analyzer's rewrites; ClickHouse applies `additional_ta
 reads the table's storage, so every shape the check allows sees the same rows. A table the policy does
 not list gets the filter `0` (no row) as a second wall behind the check, which already refuses it like
 a table that does not exist. `None` (no policy) keeps the agent open to all of its scope, as before.
+
+Why not per-policy ClickHouse users with row policies: the embedded engine (chdb) has no users to give
+row policies to, and on a server they would mean one user, password and set of grants per policy, kept
+in step with the policy file by hand or by an admin connection the agent should not hold. The filters
+travel with the connection (embedded: the connection string of a per-policy pool) or with each request
+(server: query settings), before `readonly=1`, after which no `SETTINGS` in a query may change them.
+A server user whose profile is itself readonly=1 cannot take them: the agent refuses to start with
+policies then (a deployment that prefers row policies uses per-policy users instead).
+
+What ClickHouse does not cover, and so the check refuses under a policy (agent/db/statement.py, all
+measured on chdb 26.9 by tests/agent/access/row_isolation.yaml): an explicit PREWHERE runs before the
+filter (a throwIf there fires on hidden rows); virtual columns (`_part_offset`, `_part`, ...) and block
+functions (`blockSize()`, `neighbor()`, ...) tell where the visible rows sit among the hidden ones;
+`merge()` reads a table past the filter (table functions that name tables are refused anyway). PINNED
+below fixes the settings that could answer from part metadata, projections or a cache.
 """
 
 from __future__ import annotations

@@ -123,6 +123,48 @@ READ_ONLY = (
 # throwIf in PREWHERE fires on rows the filter hides), so under a policy it would be an oracle on them.
 # A WHERE is moved to PREWHERE by the engine itself, after the filter.
 PREWHERE_FILTERED = "PREWHERE is not available here; write the condition in WHERE (ClickHouse optimises it the same)."
+# Where a filtered row sat among the table's rows: a part's offsets and a block's size count the hidden rows
+# around it (measured: max(_part_offset) and blockSize() under a filter tell the rows it removed).
+POSITION_COLUMNS = frozenset(
+    [
+        "_part",
+        "_part_index",
+        "_part_starting_offset",
+        "_part_uuid",
+        "_partition_id",
+        "_partition_value",
+        "_part_offset",
+        "_part_granule_offset",
+        "_part_data_version",
+        "_row_exists",
+        "_block_number",
+        "_block_offset",
+        "_disk_name",
+        "_distance",
+        "_sample_factor",
+        "_table",
+        "_database",
+        "_shard_num",
+    ]
+)
+POSITION_FUNCTIONS = frozenset(
+    [
+        "blocksize",
+        "blocknumber",
+        "blockserializedsize",
+        "rownumberinblock",
+        "rownumberinallblocks",
+        "neighbor",
+        "runningdifference",
+        "runningdifferencestartingwithfirstvalue",
+        "runningaccumulate",
+        "runningconcurrency",
+    ]
+)
+POSITION_REFUSED = (
+    "{name} tells where rows sit in the table's storage, which is not available here; use the columns and "
+    "window functions (row_number() OVER ...) instead."
+)
 
 
 class QueryRefused(Exception):
@@ -255,6 +297,10 @@ class _Walk:
         if kind == "Literal":
             self.literal(node.get("value"))
             return
+        if kind == "Identifier" and self.row_filtered:
+            parts = node.get("name_parts") or [node.get("name", "")]
+            if str(parts[-1]).lower() in POSITION_COLUMNS:
+                raise QueryRefused(POSITION_REFUSED.format(name=str(parts[-1])))
         if kind == "SelectQuery":
             if self.row_filtered and node.get("prewhere") is not None:
                 raise QueryRefused(PREWHERE_FILTERED)
@@ -415,6 +461,8 @@ class _Walk:
                 self.function_name(name)
 
     def function_name(self, name: str) -> None:
+        if self.row_filtered and name.lower() in POSITION_FUNCTIONS:
+            raise QueryRefused(POSITION_REFUSED.format(name=f"{name}()"))
         if self.functions.allows(name):
             return
         if (why := denied_reason(name)) is not None:

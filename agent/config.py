@@ -397,6 +397,13 @@ class Settings(BaseSettings):
     )
 
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field("INFO", description="Log level.")
+    agent_retention_days: float | None = Field(
+        None,
+        gt=0,
+        description="Off by default. Days after which conversations, their answers, events and thumbs, proposals, "
+        "audit entries and expired sessions are deleted from the state file (swept at start-up and hourly).",
+    )
+
     agent_log_format: Literal["text", "json"] = Field(
         "text",
         description="`json`: one JSON object a line (time, level, logger, message, run id, interface, and for "

@@ -305,6 +305,12 @@ class Metrics:
             registry=registry,
             multiprocess_mode="livemax",
         )
+        self.retention_deleted = Counter(
+            "agent_retention_deleted_rows_total",
+            "Rows deleted by retention (AGENT_RETENTION_DAYS), by table of the state file.",
+            ["table"],
+            registry=registry,
+        )
         self.sql_errors = Counter(
             "agent_sql_errors_total",
             "Failed SQL queries from the agent, by ClickHouse error code (`none`: refused by the statement check "

@@ -49,6 +49,11 @@ class ConversationStore:
         self._limits = limits or Limits()
         self._file = file  # the kit's state file (chats/state.py), which makes the tables
 
+    @property
+    def file(self) -> SqliteFile:
+        """The state file, for the stores kept beside the conversations (the audit log of their runs)."""
+        return self._file
+
     async def create_conversation(
         self, first_question: str, *, key: str | None = None, interface: str = "web", owner: str = ""
     ) -> str:

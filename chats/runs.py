@@ -40,6 +40,7 @@ from agent.runner import (
     FinalAnswer,
     FinishedEvent,
     Interface,
+    Outcome,
     Platform,
     Runner,
     RunResult,
@@ -47,6 +48,7 @@ from agent.runner import (
     Turn,
     WireEvent,
 )
+from chats.audit import AuditLog, Origin, entry_of
 from chats.conversations import ConversationStore
 from chats.shared_runs import BEAT_S, SharedRunLog
 
@@ -112,6 +114,7 @@ class RunHandle:
     changed: asyncio.Condition = field(default_factory=asyncio.Condition)
     grace_timer: asyncio.TimerHandle | None = None
     shared_upto: int = 0  # events copied to the shared log so far
+    origin: Origin = field(default_factory=Origin)  # who asked, where, under which policy: for the audit
 
 
 class RunRegistry:
@@ -123,9 +126,11 @@ class RunRegistry:
         keep_finished: int = 500,
         shared: SharedRunLog | None = None,
         max_event_bytes: int = Limits.max_event_bytes,
+        audit: AuditLog | None = None,
     ):
         self._runner = runner
         self._store = store
+        self._audit = audit or AuditLog(store.file)  # every run leaves an entry, whoever built the registry
         self._max_event_bytes = max_event_bytes
         self._keep_finished = keep_finished
         self._shared = shared
@@ -154,13 +159,16 @@ class RunRegistry:
         followups: bool = True,
         on_done: Callable[[RunResult], Awaitable[None]] | None = None,
         policy: Policy | None = None,
+        origin: Origin | None = None,
     ) -> RunHandle:
         """Register the run with its first event, `started`, already in its log (so a reader sees
         something before the model's first reply, and a replay shows the same), then drive it.
+        `origin` is who asked and where, for the audit (without it: the conversation's owner).
         Raises ShuttingDown once `drain` has begun."""
         if not self.accepting:
             raise ShuttingDown(ShuttingDown.message)
-        handle = RunHandle(uuid.uuid4().hex, conversation_id, interface, abandon_after_s=abandon_after_s)
+        origin = origin or Origin(interface=interface)
+        handle = RunHandle(uuid.uuid4().hex, conversation_id, interface, abandon_after_s=abandon_after_s, origin=origin)
         handle.events.append(RunEvent(1, handle.run_id, conversation_id, StartedEvent(question=question)))
         self._runs[handle.run_id] = handle
         run = self._drive(handle, question, history, platform, interface, followups, on_done, policy)
@@ -242,8 +250,20 @@ class RunRegistry:
                 await on_done(result or RunResult(question=question))
             except Exception:
                 log.exception("could not finish run %s", handle.run_id)
+        await self._record_audit(handle, question, result)
         for event in done:
             await self._append(handle, event)
+
+    async def _record_audit(self, handle: RunHandle, question: str, result: RunResult | None) -> None:
+        """The run's audit entry, once, however it ended; a run cancelled before the runner could make
+        its result is recorded as cancelled."""
+        if result is None and handle.task is not None and handle.task.cancelling():
+            result = RunResult(question=question, outcome=Outcome.CANCELLED, cancelled=True)
+        entry = entry_of(handle.run_id, handle.conversation_id, handle.origin, question, result, self._audit.clock())
+        try:
+            await self._audit.record(entry)
+        except Exception:
+            log.exception("could not write the audit entry of run %s", handle.run_id)
 
     def _failed_end(self, handle: RunHandle, message: str) -> list[RunEvent]:
         error = self._next(handle, ErrorEvent(message=message))

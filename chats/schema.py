@@ -150,8 +150,41 @@ def _version_2(conn: sqlite3.Connection) -> None:
     conn.execute("CREATE INDEX IF NOT EXISTS conversations_by_owner ON conversations(owner, updated_at)")
 
 
+def _audit_tables(conn: sqlite3.Connection) -> None:
+    """Every question's audit entry (chats/audit.py): who asked, where, under which policy, how it ended,
+    and each query's SQL with what ClickHouse read for it."""
+    conn.execute(
+        """CREATE TABLE IF NOT EXISTS audit_entries (
+            run_id TEXT PRIMARY KEY,
+            at REAL NOT NULL,
+            person TEXT NOT NULL,
+            interface TEXT NOT NULL,
+            channel TEXT NOT NULL DEFAULT '',
+            policy TEXT NOT NULL DEFAULT '',
+            conversation_id TEXT NOT NULL,
+            question TEXT NOT NULL,
+            outcome TEXT NOT NULL
+        )"""
+    )
+    conn.execute(
+        """CREATE TABLE IF NOT EXISTS audit_queries (
+            run_id TEXT NOT NULL REFERENCES audit_entries(run_id) ON DELETE CASCADE,
+            position INTEGER NOT NULL,
+            label TEXT NOT NULL,
+            sql TEXT NOT NULL,
+            rows_read INTEGER,
+            bytes_read INTEGER,
+            error TEXT,
+            reused_from TEXT,
+            PRIMARY KEY (run_id, position)
+        )"""
+    )
+    conn.execute("CREATE INDEX IF NOT EXISTS audit_entries_by_time ON audit_entries(at)")
+    conn.execute("CREATE INDEX IF NOT EXISTS audit_entries_by_person ON audit_entries(person, at)")
+
+
 # Step n brings a file at version n - 1 to version n. A release that changes a table appends a step.
-STEPS: tuple[Callable[[sqlite3.Connection], None], ...] = (_version_1, _version_2)
+STEPS: tuple[Callable[[sqlite3.Connection], None], ...] = (_version_1, _version_2, _audit_tables)
 VERSION = len(STEPS)
 
 

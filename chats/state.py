@@ -17,6 +17,7 @@ from pathlib import Path
 from agent.config import Settings
 from agent.limits import Limits
 from chats import schema
+from chats.audit import AuditLog
 from chats.conversations import ConversationStore
 from chats.pacing import Pacing
 from chats.proposals import ProposalStore
@@ -42,6 +43,7 @@ class ChatState:
             raise
         self.conversations = ConversationStore(self.file, limits)
         self.proposals = ProposalStore(self.file)
+        self.audit = AuditLog(self.file)
         shared = self.file if workers > 1 else None
         self.shared_runs = SharedRunLog(shared) if shared is not None else None
         self.pacing = Pacing(shared, workers=workers)

@@ -47,6 +47,7 @@ from bots.slack import SlackBot
 from bots.slack.app import api_url, check_slack_settings, unreachable
 from chats.audiences import Audiences
 from chats.conversations import ConversationStore
+from chats.retention import Retention
 from chats.runs import STREAM_MARGIN_S, RunRegistry
 from chats.state import ChatState, state_path
 from process.running_server import new_key, proving, recorded
@@ -76,6 +77,7 @@ class Service:
     interrupted: bool = False  # stopped by Ctrl-C (SIGINT): the command exits 130
     _draining: asyncio.Task[None] | None = None
     _forced: asyncio.Task[None] | None = None
+    _retention: asyncio.Task[None] | None = None
     _restore: dict[int, SignalHandler] = field(default_factory=dict)
 
     @property
@@ -128,6 +130,7 @@ class Service:
             return
         self.started = True
         await self.agent.check_access()
+        self._retention = start_retention(self.agent, self.state)
         if self.bot is not None:
             await self.bot.start()
             if self.bot.socket_mode:
@@ -211,11 +214,25 @@ class Service:
         await (self._draining or self._drain(0))
         if self._forced is not None:
             await self._forced
+        if self._retention is not None:
+            self._retention.cancel()
+            await asyncio.gather(self._retention, return_exceptions=True)
         if self.bot is not None:
             await self.bot.close()
         if self.owns_agent:
             await self.agent.close()
         self.state.close()
+
+
+def start_retention(agent: AgentApp, state: ChatState) -> asyncio.Task[None] | None:
+    """With AGENT_RETENTION_DAYS, sweep the state file now and hourly (every worker sweeps: a row is
+    deleted once, whoever gets to it), counting the rows deleted by table."""
+    days = agent.settings.agent_retention_days
+    if days is None:
+        return None
+    deleted = agent.metrics.retention_deleted
+    retention = Retention(state.file, days, on_deleted=lambda table, rows: deleted.labels(table).inc(rows))
+    return asyncio.get_running_loop().create_task(retention.keep_sweeping(), name="retention")
 
 
 class _Chained:

@@ -127,6 +127,9 @@ class LocalSession:
         await self._app.db.ping()  # an unreachable ClickHouse: DatabaseUnavailable, as `agent sql` says it
 
     async def ask(self, question: str, conversation_id: str | None, on_event: OnEvent, *, followups: bool) -> Asked:
+        from chats.audit import Origin
+        from chats.people import LOCAL, person_owner
+
         if conversation_id is None:
             conversation_id = await self._store.create_conversation(question, interface="cli")
         elif not await self._store.exists(conversation_id):
@@ -138,7 +141,14 @@ class LocalSession:
 
         history = await self._store.history(conversation_id)
         handle = self._runs.start(
-            conversation_id, question, history, platform="cli", interface="cli", followups=followups, on_done=keep
+            conversation_id,
+            question,
+            history,
+            platform="cli",
+            interface="cli",
+            followups=followups,
+            on_done=keep,
+            origin=Origin(person_owner(LOCAL), "cli"),
         )
         try:
             async for event in self._runs.follow(handle):

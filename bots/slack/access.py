@@ -21,16 +21,18 @@ NO_POLICY_FILE = Policies.open_to_all()  # no access file: owners are still chos
 @dataclass(frozen=True)
 class Access:
     policy: Policy
-    owner: str
+    owner: str  # whom the conversation belongs to: the channel, or the DM's asker
+    asker: str  # who asked (their person's owner string), for the audit
     unknown_asker: bool = False  # a DM whose asker Slack could not name: the default policy, and why is told
 
 
 def access_for(question: Question, asker: SlackPerson, policies: Policies) -> Access:
+    who = asker.person.owner
     if not question.is_dm:
-        return Access(policies.for_channel(question.channel), channel_owner(question.team, question.channel))
+        return Access(policies.for_channel(question.channel), channel_owner(question.team, question.channel), who)
     if asker.asker is None:
-        return Access(policies.default, asker.person.owner, unknown_asker=True)
-    return Access(policies.for_asker(asker.asker), asker.person.owner)
+        return Access(policies.default, who, who, unknown_asker=True)
+    return Access(policies.for_asker(asker.asker), who, who)
 
 
 def wants_groups(policies: Policies) -> bool:

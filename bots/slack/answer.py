@@ -34,6 +34,7 @@ from bots.slack.receipt import receipt_blocks
 from bots.slack.receive import Identity, Ignore, Question
 from bots.slack.reply import AnswerWriter, Streaming
 from bots.slack.thread import answer_metadata, part_metadata, read_history, ts_micros
+from chats.audit import Origin
 from chats.conversations import ConversationStore
 from chats.daily_budgets import Refusal, Reservation
 from chats.pacing import Pacing
@@ -175,6 +176,7 @@ class Answerer:
             interface="slack",
             on_done=lambda result: self._budget.settle(hold.reservation, result.receipt),
             policy=access.policy if self._policies is not None else None,
+            origin=Origin(access.asker, "slack", question.channel),
         )
         hold.run_started = True
         writer = AnswerWriter(

@@ -30,6 +30,8 @@ TABLES = {
     "budget_spend",
     "budget_reserved",
     "thread_turns",
+    "audit_entries",
+    "audit_queries",
 }
 
 

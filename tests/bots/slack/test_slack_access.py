@@ -133,6 +133,17 @@ async def test_a_dm_asker_slack_cannot_name_for_a_missing_scope_gets_the_default
     assert any("#data-help" in text for text in told), "the default's answer names who to ask"
 
 
+async def test_an_asker_is_asked_of_slack_once_for_their_questions_within_a_minute(
+    bot_with_policies, fake_slack: FakeSlack, fake_anthropic: FakeAnthropic
+) -> None:
+    bot, runner = bot_with_policies
+    for n in range(3):
+        fake_anthropic.script(*by_origin_script())
+        await dm(bot, f"flights by origin, take {n}?")
+    assert [p.name if p else None for p in runner.policies] == ["jfk"] * 3
+    assert len(fake_slack.calls("users.info")) == 1, "who Alice is was kept: one users.info for three questions"
+
+
 async def owner_of(bot: Any, conversation_id: str | None) -> str:
     assert conversation_id is not None
     store = bot.service.store

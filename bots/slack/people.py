@@ -15,7 +15,7 @@ is the app's setup (a scope not granted), `missing_scope` names what an admin ad
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -73,7 +73,7 @@ class SlackPeople:
         return found
 
     async def _look_up(self, team: str, user: str) -> SlackPerson:
-        info = await self._call("users.info", user=user)
+        info = await self._call("users.info", lambda client: client.users_info(user=user))
         shown: dict[str, Any] = info.get("user") or {}
         email = verified_email(shown, team)
         if email is None and not _granted(info, EMAIL_SCOPE) and shown.get("team_id") in (None, team):
@@ -91,7 +91,7 @@ class SlackPeople:
         """Each member's user groups (enabled ones), for the whole team at once."""
         if (known := self._groups.get(team)) is not None:
             return known
-        listed = await self._call("usergroups.list", include_users=True)
+        listed = await self._call("usergroups.list", lambda client: client.usergroups_list(include_users=True))
         members: dict[str, set[str]] = {}
         for group in listed.get("usergroups") or []:
             for member in group.get("users") or []:
@@ -100,12 +100,13 @@ class SlackPeople:
         self._groups.put(team, groups)
         return groups
 
-    async def _call(self, method: str, **args: Any) -> Any:
+    async def _call(self, method: str, call: Callable[[AsyncWebClient], Awaitable[Any]]) -> Any:
+        """`call` (Slack's `method`) on the bot's client; a refusal or no answer raises _Unknown."""
         client = self._client()
         if client is None:  # not started yet
             raise _Unknown()
         try:
-            return await client.api_call(method, params=args)
+            return await call(client)
         except SlackApiError as exc:
             refusals.log_refusal(log, f"say who is asking ({method})", exc)
             raise _Unknown(missing_scope(exc)) from None

@@ -42,6 +42,9 @@ class Catalog:
     def __len__(self) -> int:
         return len(self._tables)
 
+    def tables(self) -> list[Table]:
+        return list(self._tables.values())
+
     # --- the prompt ---
 
     def render(self, max_chars: int) -> CatalogueText:

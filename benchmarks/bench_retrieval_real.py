@@ -190,10 +190,11 @@ class Figures:
     all10: list[float] = field(default_factory=list)
     columns: list[float] = field(default_factory=list)
 
-    def add(self, question: Question, found: list[str], visible: float | None, prefix: str) -> None:
-        needed = {f"{prefix}{t}" for t in question.tables}
-        self.recall5.append(len(needed & set(found[:5])) / len(needed))
-        self.all10.append(float(needed <= set(found[:10])))
+    def add(self, question: Question, found: list[list[str]], visible: float | None) -> None:
+        """`found`: the hits, best first, each the tables it stands for (a family of split tables)."""
+        needed = {f"{question.db}.{t}" for t in question.tables}
+        self.recall5.append(len(needed & {t for hit in found[:5] for t in hit}) / len(needed))
+        self.all10.append(float(needed <= {t for hit in found[:10] for t in hit}))
         if visible is not None:
             self.columns.append(visible)
 
@@ -214,6 +215,14 @@ def columns_visible(catalog: Catalog, question: Question, max_chars: int) -> flo
     return sum(1 for c in question.columns if c.split(".", 1)[1] in shown) / len(question.columns)
 
 
+def project(catalog: Catalog) -> Callable[[str], list[list[str]]]:
+    return lambda text: [catalog.family(hit) for hit in catalog.search(text, 10)]
+
+
+def baseline(plain: PlainBM25) -> Callable[[str], list[list[str]]]:
+    return lambda text: [[hit] for hit in plain.search(text, 10)]
+
+
 def measure(tables: list[Table], questions: list[Question], max_chars: int) -> dict[str, Any]:
     """Per database (each its own scope) and pooled (one scope of every table), project and BM25."""
     by_db: dict[str, list[Table]] = defaultdict(list)
@@ -221,17 +230,17 @@ def measure(tables: list[Table], questions: list[Question], max_chars: int) -> d
         by_db[table.database].append(table)
     per_db: dict[tuple[str, str], Figures] = defaultdict(Figures)
     for db, own in by_db.items():
-        catalog, plain = Catalog(own, db), PlainBM25(own)
+        catalog = Catalog(own, db)
+        ours, theirs = project(catalog), baseline(PlainBM25(own))
         for question in (q for q in questions if q.db == db):
             visible = columns_visible(catalog, question, max_chars)
-            per_db[(db, "project")].add(question, catalog.search(question.question, 10), visible, f"{db}.")
-            per_db[(db, "bm25")].add(question, plain.search(question.question, 10), None, f"{db}.")
+            per_db[(db, "project")].add(question, ours(question.question), visible)
+            per_db[(db, "bm25")].add(question, theirs(question.question), None)
     pooled: dict[tuple[bool, str], Figures] = defaultdict(Figures)
-    catalog, plain = Catalog(tables, "default"), PlainBM25(tables)
+    ours, theirs = project(Catalog(tables, "default")), baseline(PlainBM25(tables))
     for question in questions:
-        prefix = f"{question.db}."
-        pooled[(question.heldout(), "project")].add(question, catalog.search(question.question, 10), None, prefix)
-        pooled[(question.heldout(), "bm25")].add(question, plain.search(question.question, 10), None, prefix)
+        pooled[(question.heldout(), "project")].add(question, ours(question.question), None)
+        pooled[(question.heldout(), "bm25")].add(question, theirs(question.question), None)
     return {"per_db": per_db, "pooled": pooled, "tables": len(tables), "questions": len(questions)}
 
 

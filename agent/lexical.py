@@ -6,8 +6,9 @@ terms: lower case, split at `_`, `.` and camelCase, common warehouse abbreviatio
 plurals and verb endings folded. Documents are scored with BM25 over weighted fields (a word in a
 table's name counts for more than one among its sampled values). A document may count each term once,
 at its best field (`best_field=True`): a table of 300 columns then scores by the columns that match,
-not by how often a word recurs among them, so a wide table no longer outranks the narrow right one. An inverted index keeps a search
-over 5,000 tables to milliseconds; no dependency, no server, and the same answer every time.
+not by how often a word recurs among them, so a wide table no longer outranks the narrow right one.
+An inverted index keeps a search over 5,000 tables to milliseconds; no dependency, no server, and the
+same answer every time.
 """
 
 from __future__ import annotations

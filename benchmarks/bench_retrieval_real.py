@@ -210,7 +210,8 @@ def columns_visible(catalog: Catalog, question: Question, max_chars: int) -> flo
     """The share of the question's columns that the lookup of its tables shows (as the tool cuts it)."""
     if not question.columns:
         return None
-    text = cut_text(catalog.details([f"{question.db}.{t}" for t in question.tables]), max_chars)
+    names = [f"{question.db}.{t}" for t in question.tables]
+    text = cut_text(catalog.details(names, max_chars=max_chars - 100), max_chars)
     shown = set(re.findall(r"^\| (.+?) \|", text, flags=re.MULTILINE))
     return sum(1 for c in question.columns if c.split(".", 1)[1] in shown) / len(question.columns)
 

@@ -17,13 +17,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from agent.lexical import terms
+from agent.schema.details import table_details
 from agent.schema.families import Families
 from agent.schema.search import TableSearch
-from agent.schema.tables import Table, render_table, round_count
+from agent.schema.tables import Table, round_count
 
 MAX_TABLES_PER_LOOKUP = 10
 SEARCH_RESULTS = 10
 MATCHING_COLUMNS_SHOWN = 6
+DETAILS_CHARS = 10_000  # the lookup tool's answer (the loop cuts a tool's answer at max_result_chars)
 
 
 @dataclass(frozen=True)
@@ -92,12 +94,16 @@ class Catalog:
                 return same[0]
         return None
 
-    def details(self, names: Sequence[str]) -> str:
+    def details(self, names: Sequence[str], *, max_chars: int = DETAILS_CHARS, columns: str = "", page: int = 1) -> str:
+        """Each named table's columns, all tables within `max_chars` together: a table too wide for its
+        share shows a page of them (`page`) and says how many were left out; `columns`: only the
+        columns that match these words."""
         parts = []
-        for name in names[:MAX_TABLES_PER_LOOKUP]:
+        asked = names[:MAX_TABLES_PER_LOOKUP]
+        for name in asked:
             table = self.resolve(name)
             if table is not None:
-                parts.append(render_table(table))
+                parts.append(table_details(table, max_chars // len(asked) - 2, columns, page))
                 continue
             similar = self._search.search(name, 3)
             suggestion = f" Similar names: {', '.join(similar)}." if similar else ""

@@ -107,8 +107,15 @@ def questions(source: str, items: list[dict[str, Any]], schemas: dict[str, Schem
             tables = [name.split("#sep#")[1] for name in item["gold_tables"]]
             tables = [next((t for t in schema if t.lower() == name.lower()), name) for name in tables]
         if tables and all(t in schema for t in tables):
-            out.append({"source": source, "db": item["db_id"], "question": item["question"], "tables": tables,
-                        "columns": columns})
+            out.append(
+                {
+                    "source": source,
+                    "db": item["db_id"],
+                    "question": item["question"],
+                    "tables": tables,
+                    "columns": columns,
+                }
+            )
     return out
 
 
@@ -120,18 +127,24 @@ def main() -> None:
     args = parser.parse_args()
     bird = jar_style(json.loads(args.bird_tables.read_text()))
     beaver = jar_style(json.loads(args.beaver_tables.read_text()))
-    spider = {db: s for db, s in spider_style(json.loads(args.spider_tables.read_text())).items()
-              if db not in bird and db not in beaver}  # Spider's copies of BIRD's databases (formula_1) left out
+    spider = {
+        db: s
+        for db, s in spider_style(json.loads(args.spider_tables.read_text())).items()
+        if db not in bird and db not in beaver
+    }  # Spider's copies of BIRD's databases (formula_1) left out
     found = questions("bird", json.loads(args.bird_questions.read_text()), bird, "sqlite")
-    found += questions("spider", [q for q in json.loads(args.spider_questions.read_text()) if q["db_id"] in spider],
-                       spider, "sqlite")
+    found += questions(
+        "spider", [q for q in json.loads(args.spider_questions.read_text()) if q["db_id"] in spider], spider, "sqlite"
+    )
     for path in args.beaver_questions:
         found += questions("beaver", json.loads(path.read_text()), beaver, "mysql")
     schemas = {"bird": bird, "spider": spider, "beaver": beaver}
     (HERE / "schemas.json").write_text(json.dumps(schemas, separators=(",", ":"), sort_keys=True))
     (HERE / "questions.json").write_text(json.dumps(found, separators=(",", ":")))
-    print(f"{sum(len(s) for s in schemas.values())} databases, "
-          f"{sum(len(t) for s in schemas.values() for t in s.values())} tables, {len(found)} questions")
+    print(
+        f"{sum(len(s) for s in schemas.values())} databases, "
+        f"{sum(len(t) for s in schemas.values() for t in s.values())} tables, {len(found)} questions"
+    )
 
 
 if __name__ == "__main__":

@@ -202,7 +202,8 @@ class LookupColumns:
 
 
 def parse_lookup_columns(raw: dict[str, Any]) -> LookupColumns:
-    words, page = raw.get("columns") or "", raw.get("page") or 1
+    words, page = raw.get("columns") or "", raw.get("page", 1)
+    page = 1 if page is None else page
     if not isinstance(words, str):
         raise ToolInputError('lookup_schema "columns" must be a string of words.')
     if isinstance(page, bool) or not isinstance(page, int) or page < 1:

@@ -9,13 +9,17 @@ table misses in four ways, and each step below answers one:
   how much of the question its own database covers (the idf of the question's terms any of the
   database's tables has), since a question's tables live together;
 - the lookup, link and concept tables a question never names are missing: a table gains from the
-  best hit it joins (agent/schema/joins.py);
+  best hit it joins (agent/schema/joins.py), and the last places of a list go to the tables the first
+  two hits join;
 - a family of split or copied tables fills the list with near-duplicates: it is one hit, and the
   member shown is the one the question's date names, else the newest (agent/schema/families.py).
+
+A question's leading command ("List the...", "Provide information about...") is not searched for.
 """
 
 from __future__ import annotations
 
+import re
 from collections import defaultdict
 from collections.abc import Sequence
 
@@ -29,7 +33,14 @@ TABLE_NAME, TABLE_COMMENT, COLUMN_NAME, COLUMN_COMMENT, SAMPLES = 3.0, 2.0, 1.0,
 LENGTH_DISCOUNT = 0.3  # BM25's b: a wide table is discounted, less than a long text would be
 DATABASE_WEIGHT = 1.0  # a table of the database that covers the whole question gains the top score once more
 JOIN_WEIGHT = 0.3  # a table gains this share of the score of the best hit it joins
+JOINED_PLACES = 3  # of ten hits, the last three are kept for tables the first two join
 CANDIDATES = 300
+# A question's leading command ("List the names...", "Provide information about...") names no table.
+COMMAND = re.compile(
+    r"^\W*(?:list|give|provide|show|name|find|tell|state|indicate|describe|identify|calculate|count|return|"
+    r"display|please)\b(?:\s+me\b)?",
+    re.IGNORECASE,
+)
 
 
 class TableSearch:
@@ -40,7 +51,9 @@ class TableSearch:
         self._joins = JoinGraph(tables)
 
     def search(self, text: str, limit: int) -> list[str]:
-        """Qualified names of the tables (one per family) that best match the text, best first."""
+        """Qualified names of the tables (one per family) that best match the text, best first; the
+        last places go to the tables the first two join that are not in the list yet."""
+        text = COMMAND.sub(" ", text)
         hits = self._index.search(text, CANDIDATES)
         if not hits:
             return []
@@ -49,15 +62,13 @@ class TableSearch:
         top, widest = hits[0].score, max(covered.values())
         for key in scores:
             scores[key] += DATABASE_WEIGHT * top * covered.get(self._database[key], 0.0) / widest
-        ranked = sorted(scores.items(), key=lambda item: (-item[1], item[0]))
-        chosen: list[str] = []
-        for key, _ in ranked:
-            shown = self.families.representative(key, text)
-            if shown not in chosen:
-                chosen.append(shown)
-            if len(chosen) == limit:
-                break
-        return chosen
+        ranked: list[str] = []
+        for key in sorted(scores, key=lambda key: (-scores[key], key)):
+            if (shown := self.families.representative(key, text)) not in ranked:
+                ranked.append(shown)
+        joined = [key for key in ranked if any(key in self._joins.neighbours(best) for best in ranked[:2])]
+        kept = ranked[: max(limit - JOINED_PLACES, 5)]
+        return list(dict.fromkeys(kept + [key for key in joined if key not in kept] + ranked))[:limit]
 
     def _with_neighbours(self, hits: list[Hit]) -> dict[str, float]:
         scores = {hit.key: hit.score for hit in hits}

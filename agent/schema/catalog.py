@@ -17,10 +17,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from agent.lexical import terms
-from agent.schema.details import table_details
+from agent.schema.details import fair_shares, table_details
 from agent.schema.families import Families
 from agent.schema.search import TableSearch
-from agent.schema.tables import Table, round_count
+from agent.schema.tables import Table, render_table, round_count
 
 MAX_TABLES_PER_LOOKUP = 10
 SEARCH_RESULTS = 10
@@ -100,10 +100,11 @@ class Catalog:
         columns that match these words."""
         parts = []
         asked = names[:MAX_TABLES_PER_LOOKUP]
-        for name in asked:
-            table = self.resolve(name)
+        found = [self.resolve(name) for name in asked]
+        shares = iter(fair_shares([len(render_table(t)) + 2 for t in found if t is not None], max_chars - 200))
+        for name, table in zip(asked, found, strict=True):
             if table is not None:
-                parts.append(table_details(table, max_chars // len(asked) - 2, columns, page))
+                parts.append(table_details(table, next(shares), columns, page))
                 continue
             similar = self._search.search(name, 3)
             suggestion = f" Similar names: {', '.join(similar)}." if similar else ""

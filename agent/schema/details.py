@@ -11,7 +11,8 @@ from __future__ import annotations
 from agent.lexical import terms
 from agent.schema.tables import Column, Table, column_row, table_header
 
-MIN_TABLE_CHARS = 1_500  # however many tables are asked for at once, each shows at least this much
+NOTE_ROOM = 300  # what the note on left-out columns takes
+MIN_TABLE_CHARS = 800  # however many tables are asked for at once, each shows at least this much
 
 
 def table_details(table: Table, budget: int, words: str = "", page: int = 1) -> str:
@@ -20,12 +21,26 @@ def table_details(table: Table, budget: int, words: str = "", page: int = 1) -> 
     header = table_header(table)
     wanted = set(terms(words))
     columns = [c for c in table.columns if not wanted or wanted & _column_terms(c)]
-    pages = _pages([column_row(c) for c in columns], max(budget, MIN_TABLE_CHARS) - len(header) - 200)
+    rows = [column_row(c) for c in columns]
+    room = max(budget, MIN_TABLE_CHARS) - len(header) - 1
+    if sum(len(row) + 1 for row in rows) > room:
+        room -= NOTE_ROOM
+    pages = _pages(rows, room)
     page = min(max(page, 1), max(len(pages), 1))
-    rows = pages[page - 1] if pages else []
-    lines = [header, *rows]
+    lines = [header, *(pages[page - 1] if pages else [])]
     note = _note(table, len(columns), words, page, pages)
     return "\n".join([*lines, note] if note else lines)
+
+
+def fair_shares(sizes: list[int], total: int) -> list[int]:
+    """Each table's share of an answer of `total` characters: a table that fits takes what it needs,
+    and what it leaves goes to the wider ones, in equal parts."""
+    shares = [0] * len(sizes)
+    left = total
+    for place, index in enumerate(sorted(range(len(sizes)), key=lambda i: sizes[i])):
+        shares[index] = min(sizes[index], left // (len(sizes) - place))
+        left -= shares[index]
+    return shares
 
 
 def _column_terms(column: Column) -> set[str]:

@@ -51,3 +51,15 @@ def test_a_table_that_fits_is_shown_whole_as_before() -> None:
     narrow = Table("iot", "devices", "MergeTree", "", "", 10, "", [Column("device_id", "UInt64", "The device")])
     text = Catalog([narrow], "iot").details(["iot.devices"])
     assert text.endswith("| device_id | UInt64 | The device |")
+
+
+def test_narrow_tables_asked_with_a_wide_one_are_shown_whole_and_the_wide_one_takes_the_rest() -> None:
+    narrow = [
+        Table("iot", f"lookup_{n}", "MergeTree", "", "", 10, "", [Column(f"code_{n}", "String", "A code")])
+        for n in range(6)
+    ]
+    catalog = Catalog([sensors(), *narrow], "iot")
+    text = catalog.details(["iot.readings", *(t.qualified for t in narrow)], max_chars=10_000)
+    assert len(text) <= 10_000
+    assert all(f"| code_{n} | String | A code |" in text for n in range(6))
+    assert "left out" in text and len(rows(text)) > 100  # the wide one has most of the answer

@@ -5,8 +5,9 @@ Warehouses split a table by date, version or shard (`events_20180915`, `ga_sessi
 near-identical, so a search returns ten of them in a row and the catalogue spends a line on each;
 and "September 15, 2018" never matches `20180915`. A family is the tables of one database whose names
 differ only in their digits (and whose columns are nearly the same), or that have the same columns
-and one name inside the other. It is found and listed once, with its range; which member stands for
-it depends on the question: the one whose date the question names, else the newest.
+and names that are one name with a word before or after it. It is found and listed once, with its
+range; which member stands for it depends on the question: the one whose date the question names,
+else the newest (a copy: the original).
 """
 
 from __future__ import annotations
@@ -110,11 +111,27 @@ def _copies(tables: Sequence[Table]) -> list[Family]:
             groups[(table.database, _columns(table))].append(table)
     families = []
     for group in groups.values():
-        shortest = min(group, key=lambda t: (len(t.name), t.name))
-        copies = [t for t in group if shortest.name.lower() in t.name.lower()]
-        if len(copies) >= 2:
-            families.append(Family(tuple(sorted(t.qualified for t in copies)), dated=False))
+        taken: set[str] = set()
+        for original in sorted(group, key=lambda t: (len(t.name), t.name)):
+            copies = [t for t in group if t.qualified not in taken and _copy_name(original.name, t.name)]
+            if len(copies) >= 2 and original.qualified not in taken:
+                families.append(Family(tuple(sorted(t.qualified for t in copies)), dated=False))
+                taken.update(t.qualified for t in copies)
     return families
+
+
+def _copy_name(original: str, other: str) -> bool:
+    """Whether `other` is `original` with one word before or after it (`shadow_instances`, `orders_old`)."""
+    original, other = original.lower(), other.lower()
+    if other == original:
+        return True
+    if other.startswith(original):
+        affix = other[len(original) :]
+    elif other.endswith(original):
+        affix = other[: -len(original)]
+    else:
+        return False
+    return "_" not in affix.strip("_") and "." not in affix
 
 
 def _jaccard(a: frozenset[str], b: frozenset[str]) -> float:

@@ -113,3 +113,21 @@ def test_in_a_warehouse_of_many_databases_the_question_s_own_database_comes_firs
     ]
     found = Catalog([*bank(), *others], "financial").search("accounts with a loan in each district", 3)
     assert sorted(found) == ["financial.account", "financial.district", "financial.loan"], found
+
+
+def test_copies_are_found_as_one_even_beside_another_table_with_the_same_columns() -> None:
+    columns = "created_at:DateTime id:Int64 protocol from_port:Int64 to_port:Int64 cidr"
+    tables = [
+        table("nova.rules", columns),  # the same columns, but not what the others copy
+        table("nova.security_group_default_rules", columns),
+        table("nova.shadow_security_group_default_rules", columns),
+    ]
+    catalog = Catalog(tables, "nova")
+    assert catalog.family("nova.security_group_default_rules") == [
+        "nova.security_group_default_rules",
+        "nova.shadow_security_group_default_rules",
+    ]
+    assert catalog.search("default security group rules by protocol", 3) == [
+        "nova.security_group_default_rules",
+        "nova.rules",
+    ]

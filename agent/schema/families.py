@@ -50,24 +50,23 @@ class Families:
 
     def __init__(self, tables: Sequence[Table]) -> None:
         self._of: dict[str, Family] = {}
-        for family in _dated(tables) + _copies(tables):
+        ordered = sorted(tables, key=lambda t: t.qualified)  # the same families whatever the tables' order
+        for family in _dated(ordered) + sorted(_copies(ordered), key=lambda f: f.members):
             for member in family.members:
                 self._of.setdefault(member, family)
 
     def of(self, qualified: str) -> Family | None:
         return self._of.get(qualified)
 
-    def representative(self, qualified: str, question: str = "") -> str:
-        """The member that stands for the table's family: the one a date in the question names, else
-        the newest (dated families), or the shortest name (copies)."""
+    def representative(self, qualified: str, dates: Sequence[str] = ()) -> str:
+        """The member that stands for the table's family: the one a date of the question names
+        (`question_dates`), else the newest (dated families), or the original (copies)."""
         family = self._of.get(qualified)
         if family is None:
             return qualified
         if not family.dated:
             return min(family.members, key=lambda m: (len(m), m))
-        wanted = question_dates(question)
-        best = max(family.members, key=lambda m: (_date_match(_stamp(m), wanted), _stamp(m), m))
-        return best
+        return max(family.members, key=lambda m: (_date_match(_stamp(m), dates), _stamp(m), m))
 
     def hidden(self, qualified: str) -> bool:
         """Whether a catalogue leaves this table out for its family's newest (or original) member."""
@@ -97,7 +96,7 @@ def _dated(tables: Sequence[Table]) -> list[Family]:
     for group in groups.values():
         if len(group) < 2:
             continue
-        base = _columns(group[-1])
+        base = _columns(max(group, key=lambda t: (_stamp(t.qualified), t.name)))  # the newest's columns
         similar = [t for t in group if _jaccard(_columns(t), base) >= SIMILAR_COLUMNS]
         if len(similar) >= 2:
             families.append(Family(tuple(sorted(t.qualified for t in similar)), dated=True))
@@ -170,7 +169,7 @@ def _month(name: str) -> int:
     return list(calendar.month_abbr).index(key)
 
 
-def _date_match(stamp: str, wanted: list[str]) -> int:
+def _date_match(stamp: str, wanted: Sequence[str]) -> int:
     """How many leading digits a member's stamp shares with a date the question names (0: none)."""
     best = 0
     for date in wanted:

@@ -32,7 +32,7 @@ class JoinGraph:
     def __init__(self, tables: Sequence[Table]) -> None:
         self._links: dict[str, set[str]] = defaultdict(set)
         by_database: dict[str, list[Table]] = defaultdict(list)
-        for table in tables:
+        for table in sorted(tables, key=lambda t: t.qualified):  # the same links whatever the tables' order
             by_database[table.database].append(table)
         for members in by_database.values():
             self._link(members)

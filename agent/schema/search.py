@@ -24,7 +24,7 @@ from collections import defaultdict
 from collections.abc import Sequence
 
 from agent.lexical import Hit, LexicalIndex, terms
-from agent.schema.families import Families
+from agent.schema.families import Families, question_dates
 from agent.schema.joins import JoinGraph
 from agent.schema.tables import Table
 
@@ -62,13 +62,19 @@ class TableSearch:
         top, widest = hits[0].score, max(covered.values())
         for key in scores:
             scores[key] += DATABASE_WEIGHT * top * covered.get(self._database[key], 0.0) / widest
+        order = sorted(scores, key=lambda key: (-scores[key], key))
+        dates = question_dates(text)
         ranked: list[str] = []
-        for key in sorted(scores, key=lambda key: (-scores[key], key)):
-            if (shown := self.families.representative(key, text)) not in ranked:
+        for key in order:
+            if (shown := self.families.representative(key, dates)) not in ranked:
                 ranked.append(shown)
-        joined = [key for key in ranked if any(key in self._joins.neighbours(best) for best in ranked[:2])]
+            if len(ranked) == limit:
+                break
+        firsts = ranked[:2]
+        joined = [key for key in order if any(key in self._joins.neighbours(first) for first in firsts)]
         kept = ranked[: max(limit - JOINED_PLACES, 5)]
-        return list(dict.fromkeys(kept + [key for key in joined if key not in kept] + ranked))[:limit]
+        shown_joined = [self.families.representative(key, dates) for key in joined]
+        return list(dict.fromkeys(kept + shown_joined + ranked))[:limit]
 
     def _with_neighbours(self, hits: list[Hit]) -> dict[str, float]:
         scores = {hit.key: hit.score for hit in hits}

@@ -10,6 +10,7 @@ from benchmarks import (
     bench_pacing,
     bench_pipeline,
     bench_render,
+    bench_retrieval_real,
     bench_slack,
     bench_text,
     bench_truncation,
@@ -31,4 +32,5 @@ if __name__ == "__main__":
     bench_floor.report(bench_floor.run())
     bench_bounded.report(bench_bounded.run())
     bench_catalog.report(bench_catalog.run())
+    bench_retrieval_real.report(bench_retrieval_real.run())
     bench_figures.report(bench_figures.run())

@@ -4,8 +4,11 @@ A person asks in business words ("refunds last quarter"); a warehouse names thin
 (`fct_refund_txn`, "Refund transactions, one row per refund"). Both sides are cut into the same
 terms: lower case, split at `_`, `.` and camelCase, common warehouse abbreviations spelled out,
 plurals and verb endings folded. Documents are scored with BM25 over weighted fields (a word in a
-table's name counts for more than one among its sampled values). An inverted index keeps a search
-over 5,000 tables to milliseconds; no dependency, no server, and the same answer every time.
+table's name counts for more than one among its sampled values). A document may count each term once,
+at its best field (`best_field=True`): a table of 300 columns then scores by the columns that match,
+not by how often a word recurs among them, so a wide table no longer outranks the narrow right one.
+An inverted index keeps a search over 5,000 tables to milliseconds; no dependency, no server, and the
+same answer every time.
 """
 
 from __future__ import annotations
@@ -80,20 +83,30 @@ def terms(text: str) -> tuple[str, ...]:
 class Hit:
     key: str
     score: float
+    matched: frozenset[str] = frozenset()  # the query's terms the document has
 
 
 class LexicalIndex:
-    """BM25 over documents made of weighted fields: `[(text, weight), ...]` per key."""
+    """BM25 over documents made of weighted fields: `[(text, weight), ...]` per key; `best_field`: a
+    term counts once per document, at the weight of its best field (and `b` is then how much a long
+    document is discounted)."""
 
-    def __init__(self, documents: Iterable[tuple[str, Sequence[tuple[str, float]]]]) -> None:
+    def __init__(
+        self,
+        documents: Iterable[tuple[str, Sequence[tuple[str, float]]]],
+        *,
+        best_field: bool = False,
+        b: float = B,
+    ) -> None:
         self._postings: dict[str, list[tuple[int, float]]] = defaultdict(list)
         self._keys: list[str] = []
+        self._b = b
         lengths: list[float] = []
         for key, fields in documents:
             weights: dict[str, float] = defaultdict(float)
             for text, weight in fields:
                 for term in terms(text):
-                    weights[term] += weight
+                    weights[term] = max(weights[term], weight) if best_field else weights[term] + weight
             doc = len(self._keys)
             self._keys.append(key)
             lengths.append(sum(weights.values()))
@@ -105,17 +118,22 @@ class LexicalIndex:
     def __len__(self) -> int:
         return len(self._keys)
 
+    def idf(self, term: str) -> float:
+        """How rare a term is among the documents (0 for a term none has)."""
+        postings = self._postings.get(term)
+        if not postings:
+            return 0.0
+        return math.log(1 + (len(self._keys) - len(postings) + 0.5) / (len(postings) + 0.5))
+
     def search(self, text: str, limit: int = 10) -> list[Hit]:
         """The best `limit` documents for the text, best first (ties by key, so results are stable)."""
         scores: dict[int, float] = defaultdict(float)
-        total = len(self._keys)
+        matched: dict[int, set[str]] = defaultdict(set)
         for term in set(terms(text)):
-            postings = self._postings.get(term)
-            if not postings:
-                continue
-            idf = math.log(1 + (total - len(postings) + 0.5) / (len(postings) + 0.5))
-            for doc, tf in postings:
-                norm = K1 * (1 - B + B * self._lengths[doc] / self._average)
+            idf = self.idf(term)
+            for doc, tf in self._postings.get(term, ()):
+                norm = K1 * (1 - self._b + self._b * self._lengths[doc] / self._average)
                 scores[doc] += idf * tf * (K1 + 1) / (tf + norm)
+                matched[doc].add(term)
         ranked = sorted(scores.items(), key=lambda item: (-item[1], self._keys[item[0]]))
-        return [Hit(self._keys[doc], round(score, 6)) for doc, score in ranked[:limit]]
+        return [Hit(self._keys[doc], round(score, 6), frozenset(matched[doc])) for doc, score in ranked[:limit]]

@@ -12,6 +12,7 @@ from benchmarks import (
     bench_preflight,
     bench_policies,
     bench_render,
+    bench_retrieval_real,
     bench_slack,
     bench_text,
     bench_truncation,
@@ -33,6 +34,7 @@ if __name__ == "__main__":
     bench_floor.report(bench_floor.run())
     bench_bounded.report(bench_bounded.run())
     bench_catalog.report(bench_catalog.run())
+    bench_retrieval_real.report(bench_retrieval_real.run())
     bench_figures.report(bench_figures.run())
     bench_preflight.report(bench_preflight.run())
     bench_policies.report(bench_policies.run())

@@ -35,13 +35,22 @@ from agent.db.backend import Backend, DatabaseUnavailable, EngineError, EngineRe
 
 log = logging.getLogger(__name__)
 _LOCK_NAME = "agent.lock"
-_START_TIMEOUT_S = 60.0
+_START_TIMEOUT_S = 60.0  # for a small data folder; more for each table definition the engine reads first
+_START_S_PER_MB = 30.0  # 366 tables of 111,000 columns (about 4.5 MB of definitions) took over 60 s
+_START_S_PER_TABLE = 0.02
 _KILL_TIMEOUT_S = 15.0
 # What the engine process may inherit: nothing that names a secret.
 _PASSED_ENV = ("PATH", "TZ", "LANG", "LC_ALL", "TMPDIR")
 
 _process_lock = threading.Lock()
 _claimed: set[Path] = set()
+
+
+def start_timeout(path: Path) -> float:
+    """How long the engine may take to start: it reads every table's definition before it answers, so
+    the limit grows with them (a fixed 60 s failed on a folder of 366 tables and 111,000 columns)."""
+    sizes = [f.stat().st_size for pattern in ("*.sql", "*/*.sql") for f in (path / "metadata").glob(pattern)]
+    return _START_TIMEOUT_S + _START_S_PER_MB * sum(sizes) / 1_000_000 + _START_S_PER_TABLE * len(sizes)
 
 
 def claim_data_dir(path: Path) -> None:
@@ -208,7 +217,7 @@ class EmbeddedBackend(Backend):
         config = {"path": str(self.path), "settings": self._settings, "pool_size": self._pool_size}
         writer.write(wire.encode({**config, "sandbox": self._sandbox}))
         try:
-            header = await asyncio.wait_for(self._read_ready(reader), _START_TIMEOUT_S)
+            header = await asyncio.wait_for(self._read_ready(reader), start_timeout(self.path))
         except (TimeoutError, asyncio.IncompleteReadError, wire.WireError) as exc:
             await self._stop(child)
             raise DatabaseUnavailable(

@@ -210,6 +210,24 @@ async def run_think(raw: Any, state: RunState) -> ToolOutcome:
 MAX_LOOKUP_NAME_CHARS, MAX_LOOKUP_SEARCH_CHARS = 300, 1_000
 
 
+@dataclass(frozen=True)
+class LookupColumns:
+    """Which of a wide table's columns lookup_schema shows: those matching `words`, and which page."""
+
+    words: str = ""
+    page: int = 1
+
+
+def parse_lookup_columns(raw: dict[str, Any]) -> LookupColumns:
+    words, page = raw.get("columns") or "", raw.get("page", 1)
+    page = 1 if page is None else page
+    if not isinstance(words, str):
+        raise ToolInputError('lookup_schema "columns" must be a string of words.')
+    if isinstance(page, bool) or not isinstance(page, int) or page < 1:
+        raise ToolInputError('lookup_schema "page" must be a whole number from 1.')
+    return LookupColumns(words.strip()[:MAX_LOOKUP_SEARCH_CHARS], page)
+
+
 def parse_lookup(raw: Any) -> tuple[list[str], str]:
     """The table names and search words in lookup_schema input (each cut to a sane length: they are
     the model's to write)."""
@@ -241,6 +259,7 @@ class SchemaLookup:
 
     async def run(self, raw: Any, state: RunState) -> ToolOutcome:
         tables, search = parse_lookup(raw)
+        columns = parse_lookup_columns(raw) if isinstance(raw, dict) else LookupColumns()
         view = await self._schema.for_policy(state.policy).view()  # another policy's table: as if missing
         if view.catalog is None:
             return ToolOutcome("Every table is described in full in the system prompt; read it there.")
@@ -250,7 +269,9 @@ class SchemaLookup:
         parts = []
         if tables:
             state.metrics.schema_lookups.labels("details").inc()
-            parts.append(view.catalog.details(tables))
+            # Its share of the answer (half, beside a search's), so the loop's cut never takes a column.
+            budget = (self._max_chars // 2 if search else self._max_chars) - 100
+            parts.append(view.catalog.details(tables, max_chars=budget, columns=columns.words, page=columns.page))
         if search:
             state.metrics.schema_lookups.labels("search").inc()
             parts.append(f"Tables matching {search!r}, best first:\n{view.catalog.search_text(search)}")

@@ -16,15 +16,17 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from agent.lexical import LexicalIndex, terms
+from agent.lexical import terms
+from agent.schema.details import fair_shares, table_details
 from agent.schema.engines import engine_hint
+from agent.schema.families import Families
+from agent.schema.search import TableSearch
 from agent.schema.tables import Table, render_table, round_count
 
-# Field weights: a word in a table's name says more than one among its sampled values.
-TABLE_NAME, TABLE_COMMENT, COLUMN_NAME, COLUMN_COMMENT, SAMPLES = 3.0, 2.0, 1.0, 1.0, 0.5
 MAX_TABLES_PER_LOOKUP = 10
 SEARCH_RESULTS = 10
 MATCHING_COLUMNS_SHOWN = 6
+DETAILS_CHARS = 10_000  # the lookup tool's answer (the loop cuts a tool's answer at max_result_chars)
 
 
 @dataclass(frozen=True)
@@ -38,22 +40,28 @@ class Catalog:
     def __init__(self, tables: Sequence[Table], current_database: str = "default") -> None:
         self._tables = {t.qualified: t for t in tables}
         self._current = current_database
-        self._index = LexicalIndex((t.qualified, _fields(t)) for t in tables)
+        self._search = TableSearch(tables)
 
     def __len__(self) -> int:
         return len(self._tables)
 
+    def tables(self) -> list[Table]:
+        return list(self._tables.values())
+
     # --- the prompt ---
 
     def render(self, max_chars: int) -> CatalogueText:
-        """One line per table, grouped by database, in name order; within the budget, the tables with
-        a comment and the most rows first. Deterministic: it goes into the cached prefix."""
-        priority = sorted(self._tables.values(), key=lambda t: (not t.comment, -(t.total_rows or 0), t.qualified))
+        """One line per table (a family of split tables: one line for its newest), grouped by database,
+        in name order; within the budget, the tables with a comment and the most rows first.
+        Deterministic: it goes into the cached prefix."""
+        families = self._search.families
+        shown = [t for t in self._tables.values() if not families.hidden(t.qualified)]
+        priority = sorted(shown, key=lambda t: (not t.comment, -(t.total_rows or 0), t.qualified))
         chosen: list[Table] = []
         headed: set[str] = set()
         used = 0
         for table in priority:
-            size = len(_catalogue_line(table)) + 1
+            size = len(_catalogue_line(table, families)) + 1
             if table.database not in headed:
                 size += len(table.database) + 5  # its "## database" heading and the blank line before it
             if used + size > max_chars and chosen:
@@ -67,8 +75,9 @@ class Catalog:
             if table.database != database:
                 database = table.database
                 lines += ["", f"## {database}"] if lines else [f"## {database}"]
-            lines.append(_catalogue_line(table))
-        return CatalogueText("\n".join(lines), frozenset(t.qualified for t in chosen), len(chosen) == len(self._tables))
+            lines.append(_catalogue_line(table, families))
+        listed = frozenset(m for t in chosen for m in _members(t.qualified, families))
+        return CatalogueText("\n".join(lines), listed, len(listed) == len(self._tables))
 
     # --- the lookup tool ---
 
@@ -86,14 +95,19 @@ class Catalog:
                 return same[0]
         return None
 
-    def details(self, names: Sequence[str]) -> str:
+    def details(self, names: Sequence[str], *, max_chars: int = DETAILS_CHARS, columns: str = "", page: int = 1) -> str:
+        """Each named table's columns, all tables within `max_chars` together: a table too wide for its
+        share shows a page of them (`page`) and says how many were left out; `columns`: only the
+        columns that match these words."""
         parts = []
-        for name in names[:MAX_TABLES_PER_LOOKUP]:
-            table = self.resolve(name)
+        asked = names[:MAX_TABLES_PER_LOOKUP]
+        found = [self.resolve(name) for name in asked]
+        shares = iter(fair_shares([len(render_table(t)) + 2 for t in found if t is not None], max_chars - 200))
+        for name, table in zip(asked, found, strict=True):
             if table is not None:
-                parts.append(render_table(table))
+                parts.append(table_details(table, next(shares), columns, page))
                 continue
-            similar = [hit.key for hit in self._index.search(name, 3)]
+            similar = self._search.search(name, 3)
             suggestion = f" Similar names: {', '.join(similar)}." if similar else ""
             parts.append(f"## {name}\nNo table of that name is available.{suggestion}")
         if len(names) > MAX_TABLES_PER_LOOKUP:
@@ -101,8 +115,9 @@ class Catalog:
         return "\n\n".join(parts)
 
     def search(self, text: str, limit: int = SEARCH_RESULTS) -> list[str]:
-        """Qualified names of the tables that best match the words, best first."""
-        return [hit.key for hit in self._index.search(text, limit)]
+        """Qualified names of the tables that best match the words, best first (a family of split tables
+        once, by the member the words' date names, else its newest)."""
+        return self._search.search(text, limit)
 
     def search_text(self, text: str, limit: int = SEARCH_RESULTS) -> str:
         """The search's answer for the model: the matching tables, or what to try instead."""
@@ -112,27 +127,34 @@ class Catalog:
     def matches(self, text: str, limit: int = SEARCH_RESULTS) -> str:
         """One line per matching table (with the columns whose words matched); empty when none does."""
         wanted = set(terms(text))
-        return "\n".join(_search_line(self._tables[name], wanted) for name in self.search(text, limit))
+        families = self._search.families
+        return "\n".join(_search_line(self._tables[name], wanted, families) for name in self.search(text, limit))
+
+    def family(self, qualified: str) -> list[str]:
+        """The tables a search hit stands for: its family's members, or itself."""
+        return _members(qualified, self._search.families)
 
 
-def _fields(table: Table) -> list[tuple[str, float]]:
-    fields = [(table.name, TABLE_NAME), (table.comment, TABLE_COMMENT)]
-    for column in table.columns:
-        fields += [(column.name, COLUMN_NAME), (column.comment, COLUMN_COMMENT)]
-        fields += [(value, SAMPLES) for value in column.samples]
-    return fields
+def _members(qualified: str, families: Families) -> list[str]:
+    family = families.of(qualified)
+    return list(family.members) if family is not None else [qualified]
 
 
-def _catalogue_line(table: Table) -> str:
+def _family_note(table: Table, families: Families) -> str:
+    family = families.of(table.qualified)
+    return f" [{family.describe(table.qualified)}]" if family is not None else ""
+
+
+def _catalogue_line(table: Table, families: Families) -> str:
     rows = f" (~{round_count(table.total_rows)} rows)" if table.total_rows is not None else ""
     comment = f": {' '.join(table.comment.split())[:160]}" if table.comment else ""
     hint = f" [{table.engine}: {engine_hint(table.engine)}]" if engine_hint(table.engine) else ""
-    return f"- {table.name}{rows}{hint}{comment}"
+    return f"- {table.name}{rows}{_family_note(table, families)}{hint}{comment}"
 
 
-def _search_line(table: Table, wanted: set[str]) -> str:
+def _search_line(table: Table, wanted: set[str], families: Families) -> str:
     """A table found by a search: its catalogue facts and the columns whose words matched."""
-    line = f"- {table.qualified}" + _catalogue_line(table)[2 + len(table.name) :]
+    line = f"- {table.qualified}" + _catalogue_line(table, families)[2 + len(table.name) :]
     matching = []
     for column in table.columns:
         words = set(terms(f"{column.name} {column.comment}"))

@@ -198,6 +198,11 @@ def render_schema(tables: list[Table]) -> str:
 
 
 def render_table(table: Table) -> str:
+    return "\n".join([table_header(table), *(column_row(column) for column in table.columns)])
+
+
+def table_header(table: Table) -> str:
+    """A table's rendering up to its first column row: name, comment, facts, view, column heading."""
     facts = [table.engine]
     if table.total_rows is not None:
         facts.append(f"~{round_count(table.total_rows)} rows")
@@ -216,14 +221,16 @@ def render_table(table: Table) -> str:
     if table.view_query:
         lines += ["", "View definition:", "```sql", table.view_query.strip(), "```"]
     lines += ["", "| column | type | description |", "|---|---|---|"]
-    for column in table.columns:
-        note = column.comment
-        if column.samples:
-            more = "" if column.distinct is not None and column.distinct <= len(column.samples) else ", …"
-            values = ", ".join(column.samples) + more
-            note = f"{note}. Values: {values}" if note else f"Values: {values}"
-        lines.append(f"| {column.name} | {column.type} | {note.replace('|', '/')} |")
     return "\n".join(lines)
+
+
+def column_row(column: Column) -> str:
+    note = column.comment
+    if column.samples:
+        more = "" if column.distinct is not None and column.distinct <= len(column.samples) else ", …"
+        values = ", ".join(column.samples) + more
+        note = f"{note}. Values: {values}" if note else f"Values: {values}"
+    return f"| {column.name} | {column.type} | {note.replace('|', '/')} |"
 
 
 def round_count(count: int) -> str:

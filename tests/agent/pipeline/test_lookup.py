@@ -74,3 +74,19 @@ async def test_malformed_lookup_input_is_answered_with_what_was_wrong(make_app, 
     await make_app(schema_max_chars=1_000).runner.run("q", followups=False)
     block = fake_anthropic.requests[1]["messages"][-1]["content"][0]
     assert block["is_error"] is True and "must be an array of table names" in block["content"]
+
+
+async def test_the_model_can_ask_for_only_the_columns_matching_some_words(
+    make_app, fake_anthropic: FakeAnthropic
+) -> None:
+    fake_anthropic.script(
+        Reply(tool_calls=[("lookup_schema", {"tables": ["nycflights13.flights"], "columns": "delay"})]),
+        Reply(tool_calls=[("lookup_schema", {"tables": ["nycflights13.flights"], "page": 0})]),
+        Reply(text="ok"),
+    )
+    await make_app(schema_max_chars=1_000).runner.run("Which delays?", followups=False)
+    [result] = tool_results(fake_anthropic.requests[1])
+    assert "| dep_delay |" in result and "| arr_delay |" in result and "| tailnum |" not in result
+    assert "(2 of 19 columns match 'delay'; the other 17 are left out.)" in result
+    block = fake_anthropic.requests[2]["messages"][-1]["content"][0]
+    assert block["is_error"] is True and '"page" must be a whole number from 1' in block["content"]

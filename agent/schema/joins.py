@@ -1,0 +1,73 @@
+"""Which tables join: read from the key columns' names, since warehouses rarely declare keys.
+
+A question names what it counts and filters by ("accounts in East Bohemia"), rarely the lookup, link
+or concept table its SQL must go through (`disp`, `district`, `security_group_instance_association`).
+Those share key columns with the tables the question does name: `instance_uuid` leads to `instances`,
+and two tables that both have `dlc_key` join on it. The search adds the neighbours of its best hits,
+so a question's tables arrive together.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+from collections.abc import Sequence
+
+from agent.schema.tables import Table
+
+_KEY = re.compile(r"^(?P<entity>.+?)_?(?:id|key|code|uuid|no|num|number|ref)$", re.IGNORECASE)
+_GENERIC = frozenset({"id", "key", "code", "uuid", "no", "num", "number", "ref"})
+MAX_SHARING = 6  # a key column in more tables than this (`created_by_id`) says nothing about joins
+
+
+def key_columns(table: Table) -> set[str]:
+    """The table's columns whose names say they are keys (`account_id`, `DLC_KEY`, `instance_uuid`)."""
+    return {c.name.lower() for c in table.columns if c.name.lower() not in _GENERIC and _KEY.match(c.name)}
+
+
+class JoinGraph:
+    """Tables of the same database linked by a key column they share, or by a key column that names
+    another table (`district_id` -> `district`)."""
+
+    def __init__(self, tables: Sequence[Table]) -> None:
+        self._links: dict[str, set[str]] = defaultdict(set)
+        by_database: dict[str, list[Table]] = defaultdict(list)
+        for table in sorted(tables, key=lambda t: t.qualified):  # the same links whatever the tables' order
+            by_database[table.database].append(table)
+        for members in by_database.values():
+            self._link(members)
+
+    def neighbours(self, qualified: str) -> set[str]:
+        return self._links.get(qualified, set())
+
+    def _link(self, tables: list[Table]) -> None:
+        named: dict[str, str] = {}
+        for table in tables:
+            for name in _entity_names(table.name):
+                named.setdefault(name, table.qualified)
+        sharing: dict[str, set[str]] = defaultdict(set)
+        for table in tables:
+            for column in key_columns(table):
+                sharing[column].add(table.qualified)
+                match = _KEY.match(column)
+                target = named.get(match.group("entity").lower()) if match else None
+                if target is not None and target != table.qualified:
+                    self._connect(table.qualified, target)
+        for holders in sharing.values():
+            if 1 < len(holders) <= MAX_SHARING:
+                for one in holders:
+                    for other in holders - {one}:
+                        self._connect(one, other)
+
+    def _connect(self, one: str, other: str) -> None:
+        self._links[one].add(other)
+        self._links[other].add(one)
+
+
+def _entity_names(name: str) -> set[str]:
+    """What a key column calls this table: `instances` is `instance`, `FCLT_BUILDING` is `fclt_building`."""
+    lowered = name.lower()
+    names = {lowered, lowered.rstrip("s")}
+    if lowered.endswith("ies"):
+        names.add(lowered[:-3] + "y")
+    return names

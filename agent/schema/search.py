@@ -1,0 +1,103 @@
+"""The tables a question needs, best first: the lookup's search over a warehouse too large to show.
+
+Measured on real schemas (benchmarks/bench_retrieval_real.py), a plain BM25 over one document per
+table misses in four ways, and each step below answers one:
+
+- a wide table outranks the right narrow one: each term counts once per table, at its best field
+  (its name, a column's name or comment), with a mild length discount;
+- in a warehouse of many databases, look-alike tables of another database win: a table gains with
+  how much of the question its own database covers (the idf of the question's terms any of the
+  database's tables has), since a question's tables live together;
+- the lookup, link and concept tables a question never names are missing: a table gains from the
+  best hit it joins (agent/schema/joins.py), and the last places of a list go to the tables the first
+  two hits join;
+- a family of split or copied tables fills the list with near-duplicates: it is one hit, and the
+  member shown is the one the question's date names, else the newest (agent/schema/families.py).
+
+A question's leading command ("List the...", "Provide information about...") is not searched for.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+from collections.abc import Sequence
+
+from agent.lexical import Hit, LexicalIndex, terms
+from agent.schema.families import Families, question_dates
+from agent.schema.joins import JoinGraph
+from agent.schema.tables import Table
+
+# Field weights: a word in a table's name says more than one among its sampled values.
+TABLE_NAME, TABLE_COMMENT, COLUMN_NAME, COLUMN_COMMENT, SAMPLES = 3.0, 2.0, 1.0, 1.0, 0.5
+LENGTH_DISCOUNT = 0.3  # BM25's b: a wide table is discounted, less than a long text would be
+DATABASE_WEIGHT = 1.0  # a table of the database that covers the whole question gains the top score once more
+JOIN_WEIGHT = 0.3  # a table gains this share of the score of the best hit it joins
+JOINED_PLACES = 3  # of ten hits, the last three are kept for tables the first two join
+CANDIDATES = 300
+# A question's leading command ("List the names...", "Provide information about...") names no table.
+COMMAND = re.compile(
+    r"^\W*(?:list|give|provide|show|name|find|tell|state|indicate|describe|identify|calculate|count|return|"
+    r"display|please)\b(?:\s+me\b)?",
+    re.IGNORECASE,
+)
+
+
+class TableSearch:
+    def __init__(self, tables: Sequence[Table]) -> None:
+        self._database = {t.qualified: t.database for t in tables}
+        self._index = LexicalIndex(((t.qualified, fields(t)) for t in tables), best_field=True, b=LENGTH_DISCOUNT)
+        self.families = Families(tables)
+        self._joins = JoinGraph(tables)
+
+    def search(self, text: str, limit: int) -> list[str]:
+        """Qualified names of the tables (one per family) that best match the text, best first; the
+        last places go to the tables the first two join that are not in the list yet."""
+        text = COMMAND.sub(" ", text)
+        hits = self._index.search(text, CANDIDATES)
+        if not hits:
+            return []
+        scores = self._with_neighbours(hits)
+        covered = self._database_cover(hits, text)
+        top, widest = hits[0].score, max(covered.values())
+        for key in scores:
+            scores[key] += DATABASE_WEIGHT * top * covered.get(self._database[key], 0.0) / widest
+        order = sorted(scores, key=lambda key: (-scores[key], key))
+        dates = question_dates(text)
+        ranked: list[str] = []
+        for key in order:
+            if (shown := self.families.representative(key, dates)) not in ranked:
+                ranked.append(shown)
+            if len(ranked) == limit:
+                break
+        firsts = ranked[:2]
+        joined = [key for key in order if any(key in self._joins.neighbours(first) for first in firsts)]
+        kept = ranked[: max(limit - JOINED_PLACES, 5)]
+        shown_joined = [self.families.representative(key, dates) for key in joined]
+        return list(dict.fromkeys(kept + shown_joined + ranked))[:limit]
+
+    def _with_neighbours(self, hits: list[Hit]) -> dict[str, float]:
+        scores = {hit.key: hit.score for hit in hits}
+        best_neighbour: dict[str, float] = defaultdict(float)
+        for hit in hits:
+            for neighbour in self._joins.neighbours(hit.key):
+                best_neighbour[neighbour] = max(best_neighbour[neighbour], hit.score)
+        for key, score in best_neighbour.items():
+            scores[key] = scores.get(key, 0.0) + JOIN_WEIGHT * score
+        return scores
+
+    def _database_cover(self, hits: list[Hit], text: str) -> dict[str, float]:
+        """Per database, the idf of the question's terms that some table of it has."""
+        wanted = set(terms(text))
+        matched: dict[str, set[str]] = defaultdict(set)
+        for hit in hits:
+            matched[self._database[hit.key]] |= hit.matched & wanted
+        return {db: sum(self._index.idf(term) for term in found) or 1e-9 for db, found in matched.items()}
+
+
+def fields(table: Table) -> list[tuple[str, float]]:
+    out = [(table.name, TABLE_NAME), (table.comment, TABLE_COMMENT)]
+    for column in table.columns:
+        out += [(column.name, COLUMN_NAME), (column.comment, COLUMN_COMMENT)]
+        out += [(value, SAMPLES) for value in column.samples]
+    return out

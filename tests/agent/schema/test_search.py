@@ -1,0 +1,147 @@
+"""The lookup's search on small real-shaped schemas: split-table families, wide tables, join tables a
+question does not name, and the database a question belongs to."""
+
+from __future__ import annotations
+
+from agent.schema import Catalog, Column, Table
+
+
+def table(qualified: str, columns: str, comment: str = "") -> Table:
+    """A table from `db.name` and space-separated `name:Type` (Type defaults to String) columns."""
+    database, name = qualified.split(".", 1)
+    parsed = [Column(*(part.split(":") if ":" in part else (part, "String")), "") for part in columns.split()]
+    return Table(database, name, "MergeTree", comment, "", None, "", parsed)
+
+
+SESSION_COLUMNS = (
+    "visit_id:UInt64 visitor_id:UInt64 visit_start_time:DateTime device_browser geo_country pageviews:UInt32"
+)
+
+
+def analytics() -> list[Table]:
+    """A web analytics export: one sessions table per day, as such exports write them, and others."""
+    days = [f"ga.ga_sessions_201709{day:02d}" for day in range(1, 31)]
+    return [
+        *(table(name, SESSION_COLUMNS) for name in days),
+        table("ga.campaigns", "campaign_id name channel budget:Float64"),
+        table("ga.goals", "goal_id name value:Float64"),
+    ]
+
+
+def test_a_family_of_split_tables_is_one_hit_for_the_date_the_question_names() -> None:
+    catalog = Catalog(analytics(), "ga")
+    found = catalog.search("How many sessions and pageviews by country on September 15, 2017?", 5)
+    assert found[0] == "ga.ga_sessions_20170915"
+    assert sum(name.startswith("ga.ga_sessions_") for name in found) == 1  # one hit, not thirty
+    assert catalog.search("pageviews by browser on 2017-09-03", 5)[0] == "ga.ga_sessions_20170903"
+    assert catalog.search("sessions by browser", 5)[0] == "ga.ga_sessions_20170930"  # no date: the newest
+    assert len(catalog.family("ga.ga_sessions_20170930")) == 30
+
+
+def test_a_family_of_split_tables_is_one_catalogue_line_with_its_range() -> None:
+    text = Catalog(analytics(), "ga").render(10_000).text
+    assert text.count("ga_sessions_") == 3, text  # the newest's line, naming the first and the last
+    assert (
+        "- ga_sessions_20170930 [one of 30 tables split by date or number, ga_sessions_20170901 … ga_sessions_20170930]"
+        in text
+    )
+
+
+def test_copies_with_the_same_columns_are_one_hit_shown_by_the_original() -> None:
+    columns = "id:Int64 uuid hostname host vm_state memory_mb:Int64 vcpus:Int64 deleted:Int64"
+    tables = [
+        table("nova.instances", columns),
+        table("nova.shadow_instances", columns),
+        table("nova.instance_faults", "id:Int64 instance_uuid code message host"),
+        table("nova.shadow_instance_faults", "id:Int64 instance_uuid code message host"),
+        table("nova.migrations", "id:Int64 instance_uuid source_compute dest_compute status"),
+    ]
+    found = Catalog(tables, "nova").search("instances by vm state and host", 5)
+    assert found[:2] == ["nova.instances", "nova.instance_faults"]
+    assert not any(name.startswith("nova.shadow_") for name in found)
+
+
+def wide_and_narrow() -> list[Table]:
+    wide = " ".join(
+        f"{kind}_{part}_{n}:Float64"
+        for kind in ("order", "refund", "payment", "customer", "amount", "shipping")
+        for part in ("total", "amount", "reason", "count", "net")
+        for n in range(10)
+    )
+    return [
+        table("shop.order_events_wide", f"event_id:UInt64 {wide}", "Everything about an order, one column per metric"),
+        table("shop.refunds", "refund_id:UInt64 order_id:UInt64 amount:Float64 reason created_at:DateTime"),
+        table("shop.orders", "order_id:UInt64 customer_id:UInt64 total:Float64 ordered_at:DateTime"),
+        table("shop.customers", "customer_id:UInt64 name country"),
+    ]
+
+
+def test_a_wide_table_does_not_outrank_the_narrow_table_the_question_is_about() -> None:
+    assert len(wide_and_narrow()[0].columns) == 301
+    found = Catalog(wide_and_narrow(), "shop").search("refund amount by reason", 3)
+    assert found[0] == "shop.refunds"
+
+
+def bank() -> list[Table]:
+    """BIRD's `financial` database, shaped as it is: `disp` links clients to accounts and is never named."""
+    return [
+        table("financial.account", "account_id:Int64 district_id:Int64 frequency date:Date"),
+        table("financial.client", "client_id:Int64 gender birth_date:Date district_id:Int64"),
+        table("financial.disp", "disp_id:Int64 client_id:Int64 account_id:Int64 type"),
+        table("financial.card", "card_id:Int64 disp_id:Int64 type issued:Date"),
+        table("financial.district", "district_id:Int64 A2 A3 A4:Int64 A11:Int64"),
+        table("financial.loan", "loan_id:Int64 account_id:Int64 date:Date amount:Int64 duration:Int64 status"),
+        table("financial.order", "order_id:Int64 account_id:Int64 bank_to account_to amount:Float64 k_symbol"),
+        table("financial.trans", "trans_id:Int64 account_id:Int64 date:Date type operation amount:Int64 balance:Int64"),
+        table("financial.card_type_codes", "card_type_code description"),
+        table("financial.client_gender_codes", "gender description"),
+        table("financial.issued_card_batches", "batch_id:Int64 issued:Date type"),
+        table("financial.card_fees", "fee_id:Int64 type amount:Float64"),
+    ]
+
+
+def test_a_join_table_the_question_does_not_name_comes_with_the_tables_it_joins() -> None:
+    found = Catalog(bank(), "financial").search("gold cards issued to female clients", 5)
+    assert {"financial.card", "financial.client", "financial.disp"} <= set(found), found
+
+
+def test_in_a_warehouse_of_many_databases_the_question_s_own_database_comes_first() -> None:
+    others = [
+        table("crm.accounts", "account_id:Int64 name"),
+        table("geo.districts", "district_id:Int64 name"),
+        table("lending.loans", "loan_id:Int64 amount:Float64"),
+    ]
+    found = Catalog([*bank(), *others], "financial").search("accounts with a loan in each district", 3)
+    assert sorted(found) == ["financial.account", "financial.district", "financial.loan"], found
+
+
+def test_copies_are_found_as_one_even_beside_another_table_with_the_same_columns() -> None:
+    columns = "created_at:DateTime id:Int64 protocol from_port:Int64 to_port:Int64 cidr"
+    tables = [
+        table("nova.rules", columns),  # the same columns, but not what the others copy
+        table("nova.security_group_default_rules", columns),
+        table("nova.shadow_security_group_default_rules", columns),
+    ]
+    catalog = Catalog(tables, "nova")
+    assert catalog.family("nova.security_group_default_rules") == [
+        "nova.security_group_default_rules",
+        "nova.shadow_security_group_default_rules",
+    ]
+    assert catalog.search("default security group rules by protocol", 3) == [
+        "nova.security_group_default_rules",
+        "nova.rules",
+    ]
+
+
+def test_families_and_joins_are_the_same_whatever_order_introspection_gives() -> None:
+    """The catalogue is the cached prefix: the tables in another order must give the same bytes."""
+    reports = [
+        table("ga.report_2017", "day:Date visits:UInt64 bounces:UInt64 revenue:Float64 country"),
+        table("ga.report_2018", "day:Date visits:UInt64 bounces:UInt64 revenue:Float64 country"),
+        table("ga.report_2019", "week:Date channel spend:Float64"),  # the same name, other columns
+    ]
+    tables = [*analytics(), *bank(), *wide_and_narrow(), *reports]
+    forward, backward = Catalog(tables, "ga"), Catalog(tables[::-1], "ga")
+    assert forward.render(10_000).text == backward.render(10_000).text
+    for words in ("sessions by browser", "gold cards issued to female clients", "visits and revenue by country"):
+        assert forward.search(words, 10) == backward.search(words, 10)

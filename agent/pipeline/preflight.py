@@ -85,4 +85,6 @@ class Preflight:
             }
             for read in biggest
         ]
-        return self._prompts.render("loop/preflight.md", estimated=f"{estimated:,}" if counted else None, limit=f"{limit:,}", tables=tables)
+        return self._prompts.render(
+            "loop/preflight.md", estimated=f"{estimated:,}" if counted else None, limit=f"{limit:,}", tables=tables
+        )

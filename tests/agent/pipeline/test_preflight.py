@@ -4,14 +4,13 @@ which key and partition filters narrow it; a narrow one runs; each is counted.""
 from __future__ import annotations
 
 from collections.abc import AsyncGenerator
-from typing import Any
-
 from types import MappingProxyType
+from typing import Any
 
 import pytest
 
-from agent.config import ConfigError, load_settings
 from agent.access.policy import Policy
+from agent.config import ConfigError, load_settings
 from agent.db import Backend, Database
 from agent.db.access import RowFilters
 from agent.db.backend import ReadStats

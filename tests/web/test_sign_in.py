@@ -35,7 +35,7 @@ def discovery() -> Iterator[str]:
     signing real ID tokens, is the browser tests'.)"""
 
     class Metadata(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+        def do_GET(self) -> None:
             issuer = f"http://127.0.0.1:{self.server.server_address[1]}"
             body = json.dumps({
                 "issuer": issuer, "authorization_endpoint": f"{issuer}/auth", "token_endpoint": f"{issuer}/token",

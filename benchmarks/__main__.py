@@ -6,6 +6,7 @@ from benchmarks import (
     bench_fallback,
     bench_figures,
     bench_floor,
+    bench_identity,
     bench_llm,
     bench_pacing,
     bench_pipeline,
@@ -32,3 +33,4 @@ if __name__ == "__main__":
     bench_bounded.report(bench_bounded.run())
     bench_catalog.report(bench_catalog.run())
     bench_figures.report(bench_figures.run())
+    bench_identity.report(bench_identity.run())

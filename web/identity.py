@@ -87,7 +87,8 @@ class Identities:
     def _by_proxy(self, request: HTTPConnection) -> Identity | None:
         if self._header is None or not self._from_identity_proxy(request):
             return None
-        email = verified_email(request.headers.get(self._header, ""))
+        given = request.headers.getlist(self._header)
+        email = verified_email(given[0]) if len(given) == 1 else None  # two: one of them was not the proxy's
         if email is None:
             return None
         groups = request.headers.get(self._groups_header, "") if self._groups_header else ""

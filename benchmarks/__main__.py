@@ -10,6 +10,7 @@ from benchmarks import (
     bench_llm,
     bench_pacing,
     bench_pipeline,
+    bench_policies,
     bench_render,
     bench_slack,
     bench_text,
@@ -34,3 +35,4 @@ if __name__ == "__main__":
     bench_catalog.report(bench_catalog.run())
     bench_figures.report(bench_figures.run())
     bench_identity.report(bench_identity.run())
+    bench_policies.report(bench_policies.run())

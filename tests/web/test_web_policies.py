@@ -60,6 +60,9 @@ async def test_each_person_asks_under_their_own_policy(
         fake_anthropic.reset()
         told = await chat(eve, "flights by origin?")
         examples = (await eve.get("/api/examples")).json()
+        known = {
+            name: (await who.get("/api/knowledge")).json()["entries"] for name, who in (("ana", ana), ("eve", eve))
+        }
     assert named == ["jfk", "newark", "no-data"]
     assert rows == {"ana": ["JFK"], "ben": ["EWR"]}, "the engine returned each policy's rows only"
     assert [line.split(",")[0] for line in csvs["ana"]] == ["JFK"] and [line.split(",")[0] for line in csvs["ben"]] == [
@@ -70,3 +73,5 @@ async def test_each_person_asks_under_their_own_policy(
     assert fake_anthropic.requests == [], "a person no policy names gets the default, which reads nothing"
     assert "#data-help" in json.dumps([event.data for event in told]), "and is told who to ask"
     assert examples == {"questions": []}, "no example names data the default may not read"
+    assert known["ana"] and "flights" in json.dumps(known["ana"]), "the demo's knowledge, as Ana's policy sees it"
+    assert not any("flights" in json.dumps(entry) for entry in known["eve"]), "none naming a table Eve may not read"

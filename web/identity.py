@@ -80,6 +80,10 @@ class Identities:
             return Identity(self._token_person, "local")
         return None
 
+    @property
+    def takes_token(self) -> bool:
+        return self._token is not None
+
     def _by_token(self, given: str, token: str) -> Identity | None:
         if not given.startswith("Bearer ") or not hmac.compare_digest(given[7:].encode(), token.encode()):
             return None
@@ -141,10 +145,11 @@ async def require_identity(request: HTTPConnection) -> Identity:
     if found is not None:
         return found
     identities: Identities = request.app.state.identities
+    machines = {"WWW-Authenticate": "Bearer"} if identities.takes_token else {}  # what a machine client may send
     if identities.sign_in == "oidc":
-        raise HttpError(401, "Sign in first: open /auth/sign-in.", {"WWW-Authenticate": 'Bearer realm="sign-in"'})
+        raise HttpError(401, "Sign in first: open /auth/sign-in.", machines)
     if identities.sign_in == "proxy":
-        raise HttpError(401, "Sign in first, through the sign-in proxy in front of this server.")
+        raise HttpError(401, "Sign in first, through the sign-in proxy in front of this server.", machines)
     raise HttpError(
         401, "This server needs an access token (Authorization: Bearer ...).", {"WWW-Authenticate": "Bearer"}
     )

@@ -46,6 +46,7 @@ class ScriptedRunner:
         interface: Any = "cli",
         on_event: EventSink = ignore_events,
         followups: bool = True,
+        policy: Any = None,
     ) -> RunResult:
         for event in self.events:
             await on_event(event)

@@ -21,13 +21,16 @@ from agent.app import AgentApp
 from bots.slack.receive import conversation_key
 from chats.people import Person, channel_owner
 from tests.fakes.anthropic_api import FakeAnthropic, Hang, Reply
+from tests.fakes.slack_api import GENERAL_ID, HUMAN_EMAIL, FakeSlack
 from tests.fakes.slack_events import new_ts
-from tests.slack_helpers import carriers_script
+from tests.slack_helpers import SlackHarness, carriers_script
 from tests.web.people_helpers import EMAIL_HEADER, PROXY_MODE, Served, said
+from tests.web.test_web_contain import linked_queries
 from tests.web_helpers import chat, sse_events
 
 ALICE, BOB, CAROL = "alice@example.com", "bob@example.com", "carol@example.com"
 TEAM, CHANNEL = "T0TEAM0001", "C0FINANCE1"
+SITE = "https://analyst.example"  # AGENT_WEB_URL, which Slack's answers link to
 
 
 class Members:
@@ -229,3 +232,48 @@ async def test_changes_under_a_proxys_sign_in_come_from_our_own_pages(
     assert (cross.status_code, missing.status_code) == (403, 403)
     assert (await ours.client(email=ALICE).post("/api/chat", json=body)).status_code == 200
     assert EMAIL_HEADER.lower() not in cross.text
+
+
+async def test_a_slack_channels_link_opens_for_its_signed_in_members_alone(
+    make_app: Callable[..., AgentApp], fake_slack: FakeSlack, fake_anthropic: FakeAnthropic, tmp_path: Path
+) -> None:
+    """End to end, as `agent serve` runs the bot and the web chat together: a question asked in #general, the
+    link its answer gives, opened on the web by Alice (in #general: Slack says so, by her verified email) and
+    by Bob (in the workspace, not in the channel), who is answered as for ids never seen at every step."""
+    fake_slack.workspace.add_user("U0BOB00001", "bob", real_name="Bob", email=BOB)
+    harness = await SlackHarness(make_app, fake_slack, tmp_path / "serve").start(agent_web_url=SITE, **PROXY_MODE)
+    try:
+        fake_anthropic.script(*carriers_script())
+        asked = await harness.ask("which carrier flew the most?")
+        [link] = linked_queries(fake_slack)
+        query_id = link.removeprefix(f"{SITE}/queries/")
+        run_id = query_id.rsplit("-", 1)[0]
+        assert harness.service is not None and harness.http is not None
+        conversation_id = await harness.service.store.find(f"slack:{fake_slack.team_id}:{GENERAL_ID}:{asked}")
+        assert conversation_id is not None
+        base = str(harness.http.base_url)
+        async with (
+            httpx.AsyncClient(base_url=base, headers={EMAIL_HEADER: HUMAN_EMAIL, "Origin": base}) as alice,
+            httpx.AsyncClient(base_url=base, headers={EMAIL_HEADER: BOB, "Origin": base}) as bob,
+            Served(make_app, tmp_path / "twin", **PROXY_MODE) as twin,
+        ):
+            opened = [await alice.get(f"/api/queries/{query_id}"), await alice.get(f"/api/queries/{query_id}.csv")]
+            bob_at_twin = twin.client(email=BOB)
+            refused = [
+                await both(bob, bob_at_twin, method, path, **request)
+                for method, path, request in [
+                    ("GET", f"/api/queries/{query_id}", {}),
+                    ("GET", f"/api/queries/{query_id}.csv", {}),
+                    ("GET", f"/api/runs/{run_id}/events", {}),
+                    ("GET", f"/api/conversations/{conversation_id}", {}),
+                    ("POST", "/api/chat", {"json": {"message": "More?", "conversation_id": conversation_id}}),
+                    ("POST", f"/api/runs/{run_id}/feedback", {"json": {"value": "down"}}),
+                    ("DELETE", f"/api/conversations/{conversation_id}", {}),
+                ]
+            ]
+    finally:
+        await harness.stop()
+    assert [o.status_code for o in opened] == [200, 200] and opened[1].text.splitlines()[1] == "UA,58665"
+    for theirs, never in refused:
+        assert theirs.status_code == 404 and said(theirs) == said(never), (theirs.request.url, theirs.text)
+    assert fake_slack.calls("conversations.members"), "membership was asked of Slack"

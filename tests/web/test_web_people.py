@@ -277,3 +277,17 @@ async def test_a_slack_channels_link_opens_for_its_signed_in_members_alone(
     for theirs, never in refused:
         assert theirs.status_code == 404 and said(theirs) == said(never), (theirs.request.url, theirs.text)
     assert fake_slack.calls("conversations.members"), "membership was asked of Slack"
+
+
+async def test_the_daily_budget_is_each_persons(
+    make_app: Callable[..., AgentApp], tmp_path: Path, fake_anthropic: FakeAnthropic
+) -> None:
+    """Alice spends her day's budget; Bob, behind the same proxy address, still asks."""
+    fake_anthropic.always(Reply(text="ok"))
+    async with Served(make_app, tmp_path, agent_daily_user_tokens=1, **PROXY_MODE) as ours:
+        alice, bob = ours.client(email=ALICE), ours.client(email=BOB)
+        await chat(alice, "hello")  # answered: the question that crosses the budget is the last
+        refused = await alice.post("/api/chat", json={"message": "hello again"})
+        bobs = await bob.post("/api/chat", json={"message": "hello"})
+    assert refused.status_code == 429 and refused.json()["error"].startswith("You have used today's budget")
+    assert bobs.status_code == 200

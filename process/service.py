@@ -104,7 +104,9 @@ class Service:
         service = cls(agent=agent, state=state, runs=runs, bot=bot, owns_agent=owns_agent, audiences=audiences)
         routes = bot.routes() if bot is not None and not bot.socket_mode else []
         if web:
-            service.app = create_app(agent, state, runs=runs, extra_routes=routes, lifespan=service.lifespan)
+            service.app = create_app(
+                agent, state, runs=runs, extra_routes=routes, lifespan=service.lifespan, audiences=audiences
+            )
         else:
             service.app = slack_app(agent, runs, routes, service.lifespan)
         service.app.state.settings = settings

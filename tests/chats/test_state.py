@@ -32,6 +32,7 @@ TABLES = {
     "thread_turns",
     "audit_entries",
     "audit_queries",
+    "web_sessions",
 }
 
 

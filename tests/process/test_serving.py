@@ -21,6 +21,7 @@ from agent.app import AgentApp
 from agent.db import Database
 from agent.db.scope import Scope
 from agent.logs import REDACTED, _Stderr, configure_logging
+from chats.people import LOCAL, person_owner
 from chats.runs import RunRegistry, ShuttingDown
 from chats.state import STATE_FILE, ChatState
 from process.service import Service
@@ -119,6 +120,14 @@ def test_no_secret_reaches_a_log_line_whatever_logs_it(json_logs: Any) -> None:
         assert value not in text
     assert logged[0]["message"] == f"configured with {REDACTED}" and logged[0]["detail"] == {"value": REDACTED}
     assert "RuntimeError: a failure that quotes [redacted]" in logged[1]["exception"]
+
+
+def test_the_sign_in_secrets_are_redacted(json_logs: Any) -> None:
+    secrets = {"agent_oidc_client_secret": "oidc-client-secret-value", "agent_session_secret": "s" * 40}
+    lines = json_logs(agent_oidc_issuer="https://id.example", agent_oidc_client_id="analyst", **secrets)
+    for value in secrets.values():
+        logging.getLogger("tests.serving").warning("configured with %s", value)
+    assert [line["message"] for line in lines()] == [f"configured with {REDACTED}"] * 2
 
 
 def test_secrets_are_redacted_as_a_url_or_a_basic_auth_header_carries_them(json_logs: Any) -> None:
@@ -405,7 +414,7 @@ async def test_answers_carry_over_reattach_through_the_web_with_a_shared_log(
     """The web route: a run another worker owns streams from /api/runs/{id}/events here."""
     owner_state, owner, reader_state, reader = two_workers
     fake_anthropic.script(Reply(text="Hello."), Reply(text="[]"))
-    conversation = await owner_state.conversations.create_conversation("hi")
+    conversation = await owner_state.conversations.create_conversation("hi", owner=person_owner(LOCAL))  # as the web
     async with LiveServer(create_app(make_app(), reader_state, runs=reader)) as server:
         handle = owner.start(conversation, "hi", [], platform="web", interface="web")
         async with httpx.AsyncClient(base_url=server.url, timeout=30) as client:

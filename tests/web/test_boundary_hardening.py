@@ -201,9 +201,9 @@ async def test_a_head_on_a_csv_download_answers_its_headers_without_running_the_
     url, _ = await apps.start()
     export = made[0].export
 
-    async def counted(sql: str, *, max_rows: int) -> Any:
+    async def counted(sql: str, *, max_rows: int, **options: Any) -> Any:
         exports.append(sql)
-        return await export(sql, max_rows=max_rows)
+        return await export(sql, max_rows=max_rows, **options)
 
     made[0].export = counted  # type: ignore[method-assign]
     fake_anthropic.script(

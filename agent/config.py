@@ -307,6 +307,43 @@ class Settings(BaseSettings):
         "the port can then ask questions and read every conversation).",
     )
 
+    # --- web sign-in (web/identity.py, web/views/auth.py) ---
+    agent_oidc_issuer: str | None = Field(
+        None,
+        description="OpenID Connect issuer URL (its /.well-known/openid-configuration is read); when set, people "
+        "sign in to the web chat (authorization code with PKCE) and each sees only their own conversations.",
+    )
+    agent_oidc_client_id: str | None = Field(None, description="The web chat's client id at the OIDC provider.")
+    agent_oidc_client_secret: SecretStr | None = Field(
+        None, description="The client's secret at the OIDC provider (none: a public client, PKCE alone)."
+    )
+    agent_oidc_scopes: str = Field(
+        "openid email profile",
+        description="Scopes asked of the provider; add `groups` where the provider gives groups that way (Okta, "
+        "Keycloak) for policies by OIDC group. The email is used only when the provider says it is verified.",
+    )
+    agent_session_secret: SecretStr | None = Field(
+        None,
+        description="Key that signs the sign-in cookie (at least 32 characters; required with AGENT_OIDC_ISSUER). "
+        "Changing it signs everyone out.",
+    )
+    agent_session_hours: float = Field(
+        12.0, gt=0, le=24 * 90, description="How long a sign-in lasts (cookie and server-side session), in hours."
+    )
+    agent_web_identity_header: str | None = Field(
+        None,
+        description="Trust a reverse proxy's sign-in (oauth2-proxy, Cloudflare Access, IAP): the request header "
+        "holding the verified email (e.g. X-Forwarded-Email), believed only from AGENT_WEB_IDENTITY_PROXIES.",
+    )
+    agent_web_identity_groups_header: str | None = Field(
+        None, description="With AGENT_WEB_IDENTITY_HEADER: the header holding the person's groups, comma-separated."
+    )
+    agent_web_identity_proxies: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        description="Comma-separated IPs or CIDR networks of the proxies that may set AGENT_WEB_IDENTITY_HEADER "
+        "(the socket's peer; required with it). From any other peer the header is ignored.",
+    )
+
     @field_validator("agent_web_allowed_hosts", mode="before")
     @classmethod
     def _host_names(cls, value: object) -> object:
@@ -327,7 +364,7 @@ class Settings(BaseSettings):
             hosts.append(name)
         return hosts
 
-    @field_validator("agent_web_trusted_proxies", mode="before")
+    @field_validator("agent_web_trusted_proxies", "agent_web_identity_proxies", mode="before")
     @classmethod
     def _proxy_networks(cls, value: object) -> object:
         import ipaddress
@@ -424,6 +461,12 @@ class Settings(BaseSettings):
         "slack_signing_secret",
         "slack_app_token",
         "agent_web_token",
+        "agent_oidc_client_secret",
+        "agent_session_secret",
+        "agent_oidc_issuer",
+        "agent_oidc_client_id",
+        "agent_web_identity_header",
+        "agent_web_identity_groups_header",
         mode="before",
     )
     @classmethod
@@ -476,6 +519,27 @@ class Settings(BaseSettings):
         if parts.scheme not in ("http", "https") or not parts.netloc or parts.query or parts.fragment:
             raise ValueError("must be the web chat's address, e.g. https://analyst.example.com (no ? or #)")
         return value.strip()
+
+    @model_validator(mode="after")
+    def _sign_in_complete(self) -> Settings:
+        if self.agent_oidc_issuer:
+            if not self.agent_oidc_client_id:
+                raise ValueError("AGENT_OIDC_CLIENT_ID must be set with AGENT_OIDC_ISSUER")
+            secret = self.agent_session_secret.get_secret_value() if self.agent_session_secret else ""
+            if len(secret) < 32:
+                raise ValueError("AGENT_SESSION_SECRET must be set, at least 32 characters, with AGENT_OIDC_ISSUER")
+        if self.agent_web_identity_header and not self.agent_web_identity_proxies:
+            raise ValueError("AGENT_WEB_IDENTITY_PROXIES must list the proxies that set AGENT_WEB_IDENTITY_HEADER")
+        if "*" in self.agent_web_identity_proxies:  # anyone could then say who they are
+            raise ValueError(
+                "AGENT_WEB_IDENTITY_PROXIES must name the proxies; `*` would let any client set the header"
+            )
+        return self
+
+    @property
+    def web_sign_in(self) -> bool:
+        """Whether people sign in to the web chat (OIDC, or a trusted proxy's header)."""
+        return bool(self.agent_oidc_issuer or self.agent_web_identity_header)
 
     @model_validator(mode="after")
     def _default_url(self) -> Settings:

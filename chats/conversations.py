@@ -123,15 +123,49 @@ class ConversationStore:
         )
         return row is not None
 
-    async def list_conversations(self) -> list[dict[str, Any]]:
+    async def list_conversations(self, *, owner: str | None = None) -> list[dict[str, Any]]:
+        """The web's conversations, newest first; with `owner`, only theirs."""
         rows = await self._file.run(
             lambda c: c.execute(
                 "SELECT c.id, c.title, c.created_at, c.updated_at, count(t.run_id) AS turns FROM conversations c "
-                "LEFT JOIN turns t ON t.conversation_id = c.id WHERE c.interface = 'web' GROUP BY c.id "
-                "ORDER BY c.updated_at DESC"
+                "LEFT JOIN turns t ON t.conversation_id = c.id WHERE c.interface = 'web' "
+                "AND (:owner IS NULL OR c.owner = :owner) GROUP BY c.id ORDER BY c.updated_at DESC",
+                {"owner": owner},
             ).fetchall()
         )
         return [dict(row) for row in rows]
+
+    async def owner_of(self, conversation_id: str, *, interface: Interface | None = None) -> str | None:
+        """Who the conversation belongs to (chats/people.py); None when there is none (in `interface`)."""
+        row = await self._file.run(
+            lambda c: c.execute(
+                f"SELECT c.owner FROM conversations c WHERE c.id = :id AND {_IN_INTERFACE}",
+                {"id": conversation_id, "interface": interface},
+            ).fetchone()
+        )
+        return row["owner"] if row else None
+
+    async def run_owner(self, run_id: str, *, interface: Interface | None = None) -> str | None:
+        """Who a stored answer belongs to: its conversation's owner."""
+        row = await self._file.run(
+            lambda c: c.execute(
+                "SELECT c.owner FROM turns t JOIN conversations c ON c.id = t.conversation_id "
+                f"WHERE t.run_id = :run_id AND {_IN_INTERFACE}",
+                {"run_id": run_id, "interface": interface},
+            ).fetchone()
+        )
+        return row["owner"] if row else None
+
+    async def query_owner(self, key: str) -> str | None:
+        """Who a stored query belongs to, whichever interface asked it (a Slack answer links its queries)."""
+        row = await self._file.run(
+            lambda c: c.execute(
+                "SELECT c.owner FROM queries q JOIN turns t ON t.run_id = q.run_id "
+                "JOIN conversations c ON c.id = t.conversation_id WHERE q.id = ?",
+                (key,),
+            ).fetchone()
+        )
+        return row["owner"] if row else None
 
     async def get_conversation(
         self, conversation_id: str, *, interface: Interface | None = None

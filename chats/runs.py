@@ -367,11 +367,17 @@ class RunRegistry:
         handle.task.cancel()
 
     async def follow_elsewhere(
-        self, run_id: str, after: int = 0, *, interface: Interface | None = None
+        self,
+        run_id: str,
+        after: int = 0,
+        *,
+        interface: Interface | None = None,
+        may_read: Callable[[str], Awaitable[bool]] | None = None,
     ) -> AsyncIterator[RunEvent] | None:
         """A run another worker process owns, followed through the shared log; None if there is none
-        (or, with `interface`, if its conversation is another interface's). A run started a moment ago
-        may not be shared yet: it is looked for a little while."""
+        (or, with `interface`, if its conversation is another interface's, or, with `may_read`, if that
+        says no of its conversation's id). A run started a moment ago may not be shared yet: it is looked
+        for a little while."""
         if self._shared is None:
             return None
         deadline = time.monotonic() + SHARED_APPEARS_S
@@ -379,7 +385,8 @@ class RunRegistry:
             if time.monotonic() >= deadline:
                 return None
             await asyncio.sleep(SHARED_POLL_S)
-        if interface is not None and not await self._store.exists(live.conversation_id, interface=interface):
+        readable = interface is None or await self._store.exists(live.conversation_id, interface=interface)
+        if not readable or (may_read is not None and not await may_read(live.conversation_id)):
             await asyncio.sleep(max(0.0, deadline - time.monotonic()))  # not told apart from a run never seen
             return None
         return self._poll_shared(run_id, after)

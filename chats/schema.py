@@ -150,8 +150,21 @@ def _version_2(conn: sqlite3.Connection) -> None:
     conn.execute("CREATE INDEX IF NOT EXISTS conversations_by_owner ON conversations(owner, updated_at)")
 
 
+def _version_3(conn: sqlite3.Connection) -> None:
+    """People sign in to the web chat: their sessions (chats/sessions.py), so sign-out ends one server-side."""
+    conn.execute(
+        """CREATE TABLE IF NOT EXISTS web_sessions (
+            id_hash TEXT PRIMARY KEY,
+            person TEXT NOT NULL,
+            created_at REAL NOT NULL,
+            expires_at REAL NOT NULL
+        )"""
+    )
+    conn.execute("CREATE INDEX IF NOT EXISTS web_sessions_by_expiry ON web_sessions(expires_at)")
+
+
 # Step n brings a file at version n - 1 to version n. A release that changes a table appends a step.
-STEPS: tuple[Callable[[sqlite3.Connection], None], ...] = (_version_1, _version_2)
+STEPS: tuple[Callable[[sqlite3.Connection], None], ...] = (_version_1, _version_2, _version_3)
 VERSION = len(STEPS)
 
 

@@ -1,5 +1,5 @@
 """The kit's state: one object that opens the one state file once, brings its schema to this release
-(`chats/schema.py`), and hands every store the same connection: conversations, proposals, the run log
+(`chats/schema.py`), and hands every store the same connection: conversations, proposals, web sessions, the run log
 other workers read, rate limits, daily budgets and each conversation's turn.
 
 The file is `$AGENT_DATA_DIR/state.sqlite3`; it holds far more than conversations, so it is named for
@@ -20,6 +20,7 @@ from chats import schema
 from chats.conversations import ConversationStore
 from chats.pacing import Pacing
 from chats.proposals import ProposalStore
+from chats.sessions import SessionStore
 from chats.shared_runs import SharedRunLog
 from chats.state_file import SqliteFile
 
@@ -42,6 +43,7 @@ class ChatState:
             raise
         self.conversations = ConversationStore(self.file, limits)
         self.proposals = ProposalStore(self.file)
+        self.sessions = SessionStore(self.file)  # who signed in to the web chat
         shared = self.file if workers > 1 else None
         self.shared_runs = SharedRunLog(shared) if shared is not None else None
         self.pacing = Pacing(shared, workers=workers)

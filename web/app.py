@@ -11,6 +11,7 @@ from pathlib import Path
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
+from starlette.middleware.sessions import SessionMiddleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Mount, Route
@@ -18,17 +19,22 @@ from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 
 from agent.app import AgentApp
+from agent.config import Settings
 from agent.loop_lag import LoopLag
+from chats.audiences import Audiences
 from chats.rate_limits import RateLimit
 from chats.runs import STREAM_MARGIN_S, RunRegistry
 from chats.state import ChatState
-from web.boundary import HttpError, TrustedHosts, check_json_content_type, check_rate, check_token, client_key
+from web.boundary import HttpError, TrustedHosts, check_json_content_type, check_rate, check_same_origin
 from web.context import WebContext, web_context
 from web.downloads import DownloadSlots
+from web.exposure import proxy_middleware
 from web.headers import SECURITY_HEADERS, SecurityHeadersMiddleware
+from web.identity import SESSION_COOKIE, Identities, asker_key, require_identity
+from web.oidc import OidcSignIn
 from web.probes import probe_routes
 from web.request_metrics import RequestMetricsMiddleware
-from web.views import chat, conversations, examples, feedback, knowledge, page, queries, run_events
+from web.views import auth, chat, conversations, examples, feedback, knowledge, page, queries, run_events
 
 HERE = Path(__file__).parent
 Handler = Callable[[Request], Awaitable[Response]]
@@ -43,12 +49,14 @@ def create_app(
     extra_routes: Sequence[BaseRoute] = (),
     runs: RunRegistry | None = None,
     lifespan: Callable[[Starlette], AbstractAsyncContextManager[None]] | None = None,
+    audiences: Audiences | None = None,
 ) -> Starlette:
     """The web app over `agent`'s runner and the kit's `state` (its stores and pacing). With `owns_agent`,
     shutting the app down closes the agent and the state too (as `agent web` wants); tests keep them.
     `extra_routes` are served beside the chat (`agent serve` mounts Slack's endpoint there). `runs` and
     `lifespan`: the process's registry and life cycle when a Service (process/service.py) owns them; by
-    default the app has its own."""
+    default the app has its own. `audiences`: who is in what owns a thing (with the Slack adapter's
+    channel members under `agent serve`); by default each person only."""
     settings = agent.settings
     owns_runs = runs is None
     store, pacing = state.conversations, state.pacing
@@ -70,6 +78,8 @@ def create_app(
         thumbs=pacing.rate_limit("web:thumbs", settings.agent_web_thumbs_per_minute),
         downloading=DownloadSlots(settings.export_per_client),
         budget=pacing.asker_budget(settings),
+        sessions=state.sessions,
+        audiences=audiences or Audiences(),
     )
 
     @asynccontextmanager
@@ -96,15 +106,19 @@ def create_app(
         # The CSV route first: `{query_id}` would match "<id>.csv" too.
         Route("/api/queries/{query_id}.csv", _api(_limited(_DOWNLOADS, queries.query_csv))),
         Route("/api/queries/{query_id}", _api(queries.query)),
+        Route("/api/me", _api(auth.me)),
+        *_sign_in_routes(settings),
         *probe_routes(agent, registry, token),
         *extra_routes,
         Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
     ]
     middleware = [
+        *proxy_middleware(settings),
         Middleware(RequestMetricsMiddleware, metrics=agent.metrics, routes=routes),
         Middleware(SecurityHeadersMiddleware),
         # Answers only to the names it is served under: a DNS-rebinding page gets 400, not the API.
         Middleware(TrustedHosts, allowed_hosts=settings.agent_web_allowed_hosts),
+        *_session_middleware(settings),
     ]
     handlers = {HTTPException: _http_error, Exception: _server_error}
     app = Starlette(
@@ -112,15 +126,49 @@ def create_app(
     )
     app.state.web = web
     app.state.settings = settings
+    app.state.identities = Identities(settings, state.sessions)
+    app.state.oidc = OidcSignIn(settings) if settings.agent_oidc_issuer else None
     return app
 
 
+def _sign_in_routes(settings: Settings) -> list[Route]:
+    """Signing in with OpenID Connect, when an issuer is set (web/views/auth.py)."""
+    if not settings.agent_oidc_issuer:
+        return []
+    return [
+        Route("/auth/sign-in", auth.sign_in),
+        Route("/auth/callback", auth.callback, name="auth_callback"),
+        Route("/auth/sign-out", auth.sign_out, methods=["POST"]),
+    ]
+
+
+def _session_middleware(settings: Settings) -> list[Middleware]:
+    """The signed sign-in cookie (Starlette's SessionMiddleware, itsdangerous): HttpOnly, Secure (browsers
+    keep Secure cookies for http://localhost too), SameSite=Lax (the provider's redirect back is a top-level
+    GET, which carries it), lasting as long as the session."""
+    if not settings.agent_oidc_issuer or settings.agent_session_secret is None:
+        return []
+    return [
+        Middleware(
+            SessionMiddleware,
+            secret_key=settings.agent_session_secret.get_secret_value(),
+            session_cookie=SESSION_COOKIE,
+            max_age=round(settings.agent_session_hours * 3600),
+            same_site="lax",
+            https_only=True,
+        )
+    ]
+
+
 def _api(handler: Handler) -> Handler:
-    """Auth, JSON-only POSTs and JSON errors for every API route."""
+    """Who is asking (web/identity.py), changes from our own pages under a cookie, JSON-only POSTs and
+    JSON errors for every API route."""
 
     async def wrapped(request: Request) -> Response:
         try:
-            check_token(request, web_context(request).token)
+            identity = await require_identity(request)
+            if request.method not in _SAFE_METHODS and identity.ambient:
+                check_same_origin(request)
             if request.method == "POST":
                 check_json_content_type(request)
             return await handler(request)
@@ -128,6 +176,9 @@ def _api(handler: Handler) -> Handler:
             return exc.response()
 
     return wrapped
+
+
+_SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 
 
 @dataclass(frozen=True)
@@ -142,10 +193,12 @@ _THUMBS = _Budget("thumbs", lambda web: web.thumbs)
 
 
 def _limited(budget: _Budget, handler: Handler) -> Handler:
-    """The client's `budget` is checked before the handler (and before it looks anything up)."""
+    """The asker's `budget` (a signed-in person's, else the address's) is checked before the handler (and
+    before it looks anything up)."""
 
     async def wrapped(request: Request) -> Response:
-        await check_rate(budget.limit(web_context(request)), client_key(request), budget.what)
+        who = asker_key(request, await require_identity(request))
+        await check_rate(budget.limit(web_context(request)), who, budget.what)
         return await handler(request)
 
     return wrapped

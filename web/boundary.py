@@ -1,5 +1,5 @@
-"""The HTTP boundary: the Host check, bearer auth, JSON-only POSTs, per-client rate limits, capped and
-validated JSON bodies, well-formed Last-Event-IDs, JSON errors."""
+"""The HTTP boundary: the Host check, bearer auth, JSON-only POSTs, same-origin changes under a cookie,
+per-client rate limits, capped and validated JSON bodies, well-formed Last-Event-IDs, JSON errors."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import ipaddress
 import json
 import math
 from typing import Any, Literal, TypeVar
+from urllib.parse import urlsplit
 
 from pydantic import BaseModel, Field, ValidationError, field_validator
 from starlette.middleware.trustedhost import TrustedHostMiddleware
@@ -109,6 +110,35 @@ def check_json_content_type(request: Request) -> None:
     media_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
     if media_type != "application/json":
         raise HttpError(415, "The body must be sent as Content-Type: application/json.")
+
+
+def check_same_origin(request: Request) -> None:
+    """A change made with a credential the browser sends by itself (the sign-in cookie, a proxy's sign-in)
+    must come from this site's own pages: its Origin (or, where a browser sends none, its Referer) names
+    the host the request was sent to. A page elsewhere cannot set either."""
+    origin = request.headers.get("origin") or request.headers.get("referer")
+    if not origin or origin == "null":
+        raise HttpError(403, "This request must come from the chat's own pages (it has no Origin header).")
+    if _netloc(origin) != _host(request.headers.get("host", "")):
+        raise HttpError(403, "This request must come from the chat's own pages (its Origin is another site).")
+
+
+_DEFAULT_PORTS = {"http": ":80", "https": ":443"}
+
+
+def _netloc(url: str) -> str | None:
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return None
+    if parts.scheme not in _DEFAULT_PORTS or not parts.netloc or "@" in parts.netloc:
+        return None
+    return parts.netloc.lower().removesuffix(_DEFAULT_PORTS[parts.scheme])
+
+
+def _host(host: str) -> str:
+    host = host.strip().lower()
+    return host.removesuffix(":443").removesuffix(":80")
 
 
 async def read_json_body(request: Request, model: type[M], example: str) -> M:

@@ -11,11 +11,13 @@ from starlette.templating import Jinja2Templates
 from agent.app import AgentApp
 from agent.config import Settings
 from agent.runner import Interface
+from chats.audiences import Audiences
 from chats.conversations import ConversationStore
 from chats.daily_budgets import DailyBudget
 from chats.proposals import ProposalStore
 from chats.rate_limits import RateLimit
 from chats.runs import RunRegistry
+from chats.sessions import SessionStore
 from web.downloads import DownloadSlots
 
 WEB: Interface = "web"  # the interface whose conversations and runs the web serves, and no other's
@@ -36,6 +38,8 @@ class WebContext:
     thumbs: RateLimit  # a budget of its own: each writes to the store and may propose knowledge
     downloading: DownloadSlots  # each client's downloads running now
     budget: DailyBudget  # what each client may spend per UTC day (off unless set)
+    sessions: SessionStore  # who signed in (web/views/auth.py)
+    audiences: Audiences  # who may open what belongs to someone (web/ownership.py)
 
     @property
     def settings(self) -> Settings:

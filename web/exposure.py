@@ -6,6 +6,10 @@ from __future__ import annotations
 import ipaddress
 from typing import Any
 
+from starlette.middleware import Middleware
+from starlette.types import ASGIApp, Receive, Scope, Send
+from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
+
 from agent.config import ConfigError, Settings
 
 LOOPBACK_NAMES = {"localhost", "localhost."}
@@ -25,10 +29,10 @@ def check_exposure(settings: Settings, host: str) -> None:
     address (0.0.0.0 above all) lets the network ask questions and read every conversation."""
     if is_loopback(host):
         return
-    if settings.agent_web_token is None and not settings.agent_web_allow_no_token:
+    if settings.agent_web_token is None and not settings.web_sign_in and not settings.agent_web_allow_no_token:
         raise ConfigError(
-            f"AGENT_WEB_TOKEN: --host {host} serves other machines, so set a token "
-            "(or AGENT_WEB_ALLOW_NO_TOKEN=true to serve everyone who can reach the port)."
+            f"AGENT_WEB_TOKEN: --host {host} serves other machines, so set a token or sign-in (AGENT_OIDC_ISSUER "
+            "or AGENT_WEB_IDENTITY_HEADER), or AGENT_WEB_ALLOW_NO_TOKEN=true to serve everyone who can reach the port."
         )
     if "agent_web_allowed_hosts" not in settings.model_fields_set:
         raise ConfigError(
@@ -38,8 +42,28 @@ def check_exposure(settings: Settings, host: str) -> None:
 
 
 def server_options(settings: Settings) -> dict[str, Any]:
-    """uvicorn options for the app. X-Forwarded-For/-Proto are believed only from the proxies in
-    AGENT_WEB_TRUSTED_PROXIES (uvicorn's own ProxyHeadersMiddleware); by default they are ignored, so a
-    client cannot choose its own rate-limit key."""
+    """uvicorn options for the app. Forwarded headers are the app's to believe (`proxy_middleware`), never
+    uvicorn's: the app must see the socket's peer first, to know whether a proxy's sign-in header counts."""
+    return {"proxy_headers": False, "server_header": False}
+
+
+PEER = "agent.peer"  # the scope's key for the socket's peer, before forwarded headers replace the client
+
+
+def proxy_middleware(settings: Settings) -> list[Middleware]:
+    """X-Forwarded-For/-Proto believed only from the proxies in AGENT_WEB_TRUSTED_PROXIES (uvicorn's own
+    ProxyHeadersMiddleware); by default they are ignored, so a client cannot choose its own rate-limit key.
+    The socket's peer is kept first (`PEER`) for web/identity.py."""
     trusted = settings.agent_web_trusted_proxies
-    return {"proxy_headers": bool(trusted), "forwarded_allow_ips": list(trusted) or None, "server_header": False}
+    forwarded = [Middleware(ProxyHeadersMiddleware, trusted_hosts=list(trusted))] if trusted else []
+    return [Middleware(_KeepPeer), *forwarded]
+
+
+class _KeepPeer:
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] in ("http", "websocket"):
+            scope[PEER] = scope.get("client")
+        await self.app(scope, receive, send)

@@ -30,6 +30,7 @@ TABLES = {
     "budget_spend",
     "budget_reserved",
     "thread_turns",
+    "web_sessions",
 }
 
 

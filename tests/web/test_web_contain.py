@@ -20,6 +20,7 @@ import pytest
 from agent.app import AgentApp
 from bots.slack.receive import conversation_key
 from chats.conversations import ConversationStore
+from chats.people import LOCAL, person_owner
 from process.service import Service
 from tests.fakes.anthropic_api import FakeAnthropic, Hang, Reply
 from tests.fakes.slack_api import GENERAL_ID, FakeSlack
@@ -189,7 +190,10 @@ async def start_as_slack_does(service: Service, question: str, *, interface: Lit
     """A run started with the kit as the bot starts one (bots/slack/answer.py): a conversation under its
     thread's key, a run of the Slack interface; or, with `interface="web"`, as the web chat starts one."""
     key = conversation_key(TEAM_ID, "G0PAYROLL01", new_ts()) if interface == "slack" else None
-    conversation_id = await service.store.create_conversation(question, key=key, interface=interface)
+    owner = (
+        person_owner(LOCAL) if interface == "web" else ""
+    )  # the web's, where nobody signs in, are the local person's
+    conversation_id = await service.store.create_conversation(question, key=key, interface=interface, owner=owner)
     return service.runs.start(conversation_id, question, [], platform=interface, interface=interface)
 
 

@@ -33,9 +33,35 @@ async function api(path, options = {}) {
   const sent = state.token;
   const response = await fetch(path, { ...options, headers: headers(options.headers || {}) });
   if (response.status !== 401) return response;
+  if (document.body.dataset.signIn === "oidc") return signInAgain(response);
   if (state.token !== sent) return api(path, options); // another request was given a token meanwhile
   tokenAsked = tokenAsked || askToken(Boolean(sent)).finally(() => { tokenAsked = null; });
   return (await tokenAsked) ? api(path, options) : response;
+}
+
+// Where people sign in, a session that ended (signed out elsewhere, or past its lifetime) signs in again
+// and comes back to this page.
+function signInAgain(response) {
+  const back = window.location.pathname + window.location.search;
+  window.location.assign(`/auth/sign-in?next=${encodeURIComponent(back)}`);
+  return response;
+}
+
+// Who is signed in, beside the sign-out button (only where people sign in with OpenID Connect).
+async function showSignedIn() {
+  const box = $("#signed-in");
+  if (!box || document.body.dataset.signIn !== "oidc") return;
+  const response = await api("/api/me");
+  if (!response.ok) return;
+  const me = await response.json();
+  $("#signed-in-name").textContent = me.name || me.email || "";
+  box.hidden = false;
+  $("#sign-out").addEventListener("click", async () => {
+    const done = await fetch("/auth/sign-out", {
+      method: "POST", headers: { "Content-Type": "application/json" }, body: "{}",
+    });
+    if (done.ok) window.location.assign("/");
+  });
 }
 
 // The access token, asked in the page; a token the server refused says so. Resolves to the token, or
@@ -738,6 +764,7 @@ document.addEventListener("DOMContentLoaded", () => {
     button.addEventListener("click", () => button.closest("dialog").close());
   }
   if (document.body.dataset.page === "missing") return;
+  showSignedIn();
   if (document.body.dataset.page === "query") return showQueryPage();
   if (window.DOMPurify) installSanitizerHooks();
   const input = $("#question");

@@ -1,4 +1,5 @@
-"""POST /api/chat: a question starts a run; its events stream back as SSE."""
+"""POST /api/chat: a question starts a run; its events stream back as SSE. A new conversation belongs to
+the person asking; one continued must be theirs (anyone else's answers as one never seen)."""
 
 from __future__ import annotations
 
@@ -7,28 +8,34 @@ from starlette.responses import Response
 
 from chats.daily_budgets import Refusal
 from chats.runs import ShuttingDown
-from web.boundary import HttpError, client_key, read_chat_request
+from web.boundary import HttpError, read_chat_request
 from web.context import WEB, web_context
+from web.identity import asker_key, policy_of, require_identity
+from web.ownership import check_owned
 from web.sse import event_stream, live
 
 
 async def chat(request: Request) -> Response:
     web = web_context(request)
+    identity = await require_identity(request)
     body = await read_chat_request(request, web.settings.agent_web_max_message_chars)
     if not web.runs.accepting:
         raise HttpError(503, ShuttingDown.message, {"Retry-After": "5"})
-    client = client_key(request)
+    client = asker_key(request, identity)
+    # Issue 29: the one place a web question's policy is picked. Runner.run does not take it yet (the
+    # access-engine branch adds `policy=`); until then it is chosen and shown (GET /api/me) but not applied.
+    policy_of(request, identity)
     booked = await web.budget.reserve(client)  # held from the start: questions asked at once share what is left
     if isinstance(booked, Refusal):  # the day's budget is spent, or the running questions may spend the rest
         web.agent.metrics.budget_refusals.labels("web").inc()
         raise HttpError(429, booked.message, {"Retry-After": str(booked.retry_after_s)})
     try:
         if body.conversation_id is None:
-            conversation_id = await web.store.create_conversation(body.message)
-        elif await web.store.exists(body.conversation_id, interface=WEB):
-            conversation_id = body.conversation_id
+            conversation_id = await web.store.create_conversation(body.message, owner=identity.person.owner)
         else:
-            raise HttpError(404, f"No conversation {body.conversation_id}.")
+            owner = await web.store.owner_of(body.conversation_id, interface=WEB)
+            await check_owned(request, owner, HttpError(404, f"No conversation {body.conversation_id}."))
+            conversation_id = body.conversation_id
         history = await web.store.history(conversation_id)
         handle = web.runs.start(
             conversation_id,

@@ -1,5 +1,6 @@
-"""The web's saved conversations: listed, read and deleted. Another interface's (a Slack thread) is not
-there for the web: reading or deleting one answers as an id never seen."""
+"""The web's saved conversations: listed (one's own), read and deleted. Another interface's (a Slack
+thread) is not there for the web, nor another person's: reading or deleting one answers as an id never
+seen."""
 
 from __future__ import annotations
 
@@ -8,20 +9,26 @@ from starlette.responses import JSONResponse, Response
 
 from web.boundary import HttpError
 from web.context import WEB, web_context
+from web.identity import require_identity
+from web.ownership import check_owned
 
 
 async def conversations(request: Request) -> Response:
-    return JSONResponse({"conversations": await web_context(request).store.list_conversations()})
+    identity = await require_identity(request)
+    listed = await web_context(request).store.list_conversations(owner=identity.person.owner)
+    return JSONResponse({"conversations": listed})
 
 
 async def conversation(request: Request) -> Response:
     store = web_context(request).store
     conversation_id = request.path_params["conversation_id"]
+    missing = HttpError(404, f"No conversation {conversation_id}.")
+    await check_owned(request, await store.owner_of(conversation_id, interface=WEB), missing)
     if request.method == "DELETE":
         if not await store.delete_conversation(conversation_id, interface=WEB):
-            raise HttpError(404, f"No conversation {conversation_id}.")
+            raise missing
         return JSONResponse({"deleted": conversation_id})
     found = await store.get_conversation(conversation_id, interface=WEB)
     if found is None:
-        raise HttpError(404, f"No conversation {conversation_id}.")
+        raise missing
     return JSONResponse(found)

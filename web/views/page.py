@@ -1,17 +1,20 @@
 """The pages: the chat (at `/`, and at `/c/<id>` for one conversation), one query's own page (Slack's
 answers link each query there), and the page a browser gets for an address that leads nowhere. Each page
-is a shell that reads its data from the API with the access token the browser keeps."""
+is a shell that reads its data from the API with the sign-in cookie, or the access token the browser keeps.
+Where people sign in with OpenID Connect, a browser that has not is sent to sign in first, and back."""
 
 from __future__ import annotations
 
 import re
 from http import HTTPStatus
+from urllib.parse import urlencode
 
 from starlette.requests import Request
-from starlette.responses import Response
+from starlette.responses import RedirectResponse, Response
 
 from chats.conversations import QUERY_KEY
 from web.context import web_context
+from web.identity import Identities, identify
 
 # A conversation's id as the store makes it (uuid4's hex): anything else in a chat URL is a mistyped one.
 CONVERSATION_ID = re.compile(r"[0-9a-f]{32}")
@@ -33,9 +36,10 @@ async def conversation_page(request: Request) -> Response:
 async def _chat(request: Request, conversation_id: str | None) -> Response:
     """The shell holds nothing from the data and starts no model call: the example questions, written from
     the schema, come from the API (GET /api/examples), behind the token."""
+    if (sign_in := await _sign_in_first(request)) is not None:
+        return sign_in
     web = web_context(request)
-    context = {"needs_token": web.token is not None, "conversation_id": conversation_id}
-    return web.templates.TemplateResponse(request, "index.html", context)
+    return web.templates.TemplateResponse(request, "index.html", {**_auth(request), "conversation_id": conversation_id})
 
 
 async def query_page(request: Request) -> Response:
@@ -43,7 +47,27 @@ async def query_page(request: Request) -> Response:
     request, with the browser's token, to the CSV download) is a 404."""
     if not QUERY_KEY.fullmatch(request.path_params["query_id"]):
         return missing_page(request, 404, "This is not a link to a query: a query's page is /queries/<run id>-Q<n>.")
-    return web_context(request).templates.TemplateResponse(request, "query.html", {})
+    if (sign_in := await _sign_in_first(request)) is not None:
+        return sign_in
+    return web_context(request).templates.TemplateResponse(request, "query.html", _auth(request))
+
+
+async def _sign_in_first(request: Request) -> Response | None:
+    """Where people sign in with OpenID Connect, a browser that has not goes to sign in, and comes back here."""
+    identities: Identities = request.app.state.identities
+    if identities.sign_in != "oidc" or await identify(request) is not None:
+        return None
+    back = request.url.path + (f"?{request.url.query}" if request.url.query else "")
+    return RedirectResponse(f"/auth/sign-in?{urlencode({'next': back})}", status_code=303)
+
+
+def _auth(request: Request) -> dict[str, object]:
+    """What the page's script needs to know to authenticate: a token to ask for, or a sign-in to go to."""
+    identities: Identities = request.app.state.identities
+    return {
+        "needs_token": web_context(request).token is not None and identities.sign_in is None,
+        "sign_in": identities.sign_in or "",
+    }
 
 
 def wants_page(request: Request) -> bool:

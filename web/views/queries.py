@@ -3,7 +3,9 @@ shows it) and GET /api/queries/{query_id}.csv (its full result as CSV, run again
 
 These are the one door the web opens to another interface's answers: Slack's answers link each query
 here. So they give that query alone (its question, SQL, columns, capped preview, and the question its
-answer was to), never its conversation, the answer's other turns or the thread it came from."""
+answer was to), never its conversation, the answer's other turns or the thread it came from; and only to
+the query's audience (web/ownership.py): the person who asked, or a Slack channel's members, as an id
+never seen to anyone else."""
 
 from __future__ import annotations
 
@@ -12,18 +14,23 @@ from starlette.responses import JSONResponse, Response
 
 from agent import EngineError, QueryRefused, csv_chunks
 from chats.conversations import ConversationStore
-from web.boundary import HttpError, client_key
+from web.boundary import HttpError
 from web.context import web_context
 from web.downloads import DownloadResponse, attachment
+from web.identity import asker_key
+from web.ownership import check_owned
 
 CSV = "text/csv; charset=utf-8"
 
 
 async def query(request: Request) -> Response:
+    store = web_context(request).store
     key = request.path_params["query_id"]
-    found = await web_context(request).store.get_query(key)
+    missing = HttpError(404, f"No stored query {key} (a query is stored once its answer is done).")
+    await check_owned(request, await store.query_owner(key), missing, door=True)
+    found = await store.get_query(key)
     if found is None:
-        raise HttpError(404, f"No stored query {key} (a query is stored once its answer is done).")
+        raise missing
     return JSONResponse(found)
 
 
@@ -31,9 +38,11 @@ async def query_csv(request: Request) -> Response:
     web = web_context(request)
     settings = web.settings
     key = request.path_params["query_id"]
+    missing = HttpError(404, f"No stored query {key} (queries can be downloaded once their answer is done).")
+    identity = await check_owned(request, await web.store.query_owner(key), missing, door=True)
     sql = await web.store.query_sql(key)
     if sql is None:
-        raise HttpError(404, f"No stored query {key} (queries can be downloaded once their answer is done).")
+        raise missing
     headers = {
         "Content-Disposition": attachment(await _question(web.store, key), fallback=key),
         "X-Row-Cap": str(settings.export_max_rows),
@@ -41,7 +50,7 @@ async def query_csv(request: Request) -> Response:
     }
     if request.method == "HEAD":  # what a GET would send, without running the query (Starlette routes HEAD here)
         return Response(media_type=CSV, headers=headers)
-    client = client_key(request)
+    client = asker_key(request, identity)
     if not web.downloading.take(client):
         message = f"{web.downloading.per_client} downloads of yours are still running; let one finish first."
         raise HttpError(429, message, {"Retry-After": "10"})

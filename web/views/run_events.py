@@ -1,5 +1,6 @@
 """GET /api/runs/{run_id}/events: reattach to a web run, live, stored, or in another worker. Another
-interface's run (a Slack answer, whose id its links carry) is not there for the web."""
+interface's run (a Slack answer, whose id its links carry) is not there for the web, nor another
+person's: each answers as a run never seen."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ from starlette.responses import Response
 
 from web.boundary import HttpError, read_last_event_id
 from web.context import WEB, web_context
+from web.identity import require_identity
+from web.ownership import check_owned
 from web.sse import event_stream, live, replayed, singly
 
 
@@ -15,13 +18,22 @@ async def run_events(request: Request) -> Response:
     web = web_context(request)
     run_id = request.path_params["run_id"]
     after = read_last_event_id(request)
+    missing = HttpError(404, f"No run {run_id}.")
     handle = web.runs.get(run_id, interface=WEB)
     if handle is not None:
+        await check_owned(request, await web.store.owner_of(handle.conversation_id, interface=WEB), missing)
         return event_stream(live(web.runs.follow_batches(handle, after)), web.stream_grace_s)
     stored = await web.store.run_events(run_id, interface=WEB)
     if stored is not None:
+        await check_owned(request, await web.store.owner_of(stored[0], interface=WEB), missing)
         return event_stream(replayed(stored[1], after), web.stream_grace_s)
-    elsewhere = await web.runs.follow_elsewhere(run_id, after, interface=WEB)  # another worker process runs it
+    identity = await require_identity(request)
+
+    async def may_read(conversation_id: str) -> bool:
+        owner = await web.store.owner_of(conversation_id, interface=WEB)
+        return owner is not None and await web.audiences.includes(identity.person, owner)
+
+    elsewhere = await web.runs.follow_elsewhere(run_id, after, interface=WEB, may_read=may_read)  # another worker
     if elsewhere is None:
-        raise HttpError(404, f"No run {run_id}.")
+        raise missing
     return event_stream(live(singly(elsewhere)), web.stream_grace_s)

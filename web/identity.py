@@ -1,0 +1,170 @@
+"""Who is asking the web chat, decided once per request from what the request carries:
+
+- a bearer token (`AGENT_WEB_TOKEN`): a machine client, or the one local person where nobody signs in;
+- a trusted reverse proxy's identity header (`AGENT_WEB_IDENTITY_HEADER`), believed only when the socket's
+  peer is one of `AGENT_WEB_IDENTITY_PROXIES`;
+- the signed session cookie of an OpenID Connect sign-in (web/views/auth.py), whose server-side record
+  (chats/sessions.py) must still last;
+- nothing, where no token and no sign-in is configured: the one local person, as before sign-in existed.
+
+The proxy's header and the cookie are sent by the browser on its own (ambient credentials), so requests
+that change something with them must prove they come from our own pages (web/boundary.py's Origin check).
+Budgets and rate limits count a signed-in person by their id, and everyone else by their address.
+"""
+
+from __future__ import annotations
+
+import hmac
+import ipaddress
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from starlette.requests import HTTPConnection
+
+from agent.access.policy import Asker, Policy
+from agent.config import Settings
+from chats.people import LOCAL, MACHINE, Person, person_id
+from chats.sessions import SessionStore
+from web.boundary import HttpError, address_key
+from web.exposure import PEER
+
+SESSION_COOKIE = "agent_session"  # Starlette's signed cookie; it holds the session id (key SESSION_KEY)
+SESSION_KEY = "sid"
+
+MAX_GROUPS = 200
+Via = Literal["session", "proxy", "token", "local"]
+
+
+@dataclass(frozen=True)
+class Identity:
+    person: Person
+    via: Via
+
+    @property
+    def signed_in(self) -> bool:
+        """A person known by name (a cookie or a proxy's header), not a shared token or the local user."""
+        return self.via in ("session", "proxy")
+
+    @property
+    def ambient(self) -> bool:
+        """Sent by the browser whatever page made the request: what CSRF forges."""
+        return self.via in ("session", "proxy")
+
+
+class Identities:
+    """Finds the identity of each request by the settings' rules (module docstring)."""
+
+    def __init__(self, settings: Settings, sessions: SessionStore) -> None:
+        token = settings.agent_web_token
+        self._token = token.get_secret_value() if token else None
+        self._oidc = bool(settings.agent_oidc_issuer)
+        self._header = (settings.agent_web_identity_header or "").lower() or None
+        self._groups_header = (settings.agent_web_identity_groups_header or "").lower() or None
+        self._proxies = [ipaddress.ip_network(item, strict=False) for item in settings.agent_web_identity_proxies]
+        self._sessions = sessions
+        self.sign_in = "oidc" if self._oidc else "proxy" if self._header else None
+        # With nobody signing in, whoever passes (the token's holders, or this machine's user) is one person.
+        self._token_person = Person(MACHINE, "Machine client") if self.sign_in else Person(LOCAL, "Local user")
+
+    async def of(self, request: HTTPConnection) -> Identity | None:
+        """The request's identity, or None when it has none that counts (the caller answers 401)."""
+        given = request.headers.get("authorization")
+        if given is not None:  # a bearer never falls back to the cookie: a wrong token is refused as such
+            return self._by_token(given)
+        if (proxied := self._by_proxy(request)) is not None:
+            return proxied
+        if (session := await self._by_session(request)) is not None:
+            return session
+        if self._token is None and self.sign_in is None:
+            return Identity(self._token_person, "local")
+        return None
+
+    def _by_token(self, given: str) -> Identity | None:
+        if self._token is None or not given.startswith("Bearer "):
+            return None
+        if not hmac.compare_digest(given[7:].encode(), self._token.encode()):
+            return None
+        return Identity(self._token_person, "token")
+
+    def _by_proxy(self, request: HTTPConnection) -> Identity | None:
+        if self._header is None or not self._from_identity_proxy(request):
+            return None
+        email = verified_email(request.headers.get(self._header, ""))
+        if email is None:
+            return None
+        groups = request.headers.get(self._groups_header, "") if self._groups_header else ""
+        named = frozenset(group.strip() for group in groups.split(",")[:MAX_GROUPS] if group.strip())
+        return Identity(Person(person_id(email=email, fallback=""), email, email, named), "proxy")
+
+    def _from_identity_proxy(self, request: HTTPConnection) -> bool:
+        peer = request.scope.get(PEER) or request.scope.get("client")
+        try:
+            address = ipaddress.ip_address(str(peer[0]).split("%", 1)[0]) if peer else None
+        except ValueError:
+            return False
+        return address is not None and any(address in network for network in self._proxies)
+
+    async def _by_session(self, request: HTTPConnection) -> Identity | None:
+        session: dict[str, Any] | None = request.scope.get("session")
+        session_id = session.get(SESSION_KEY) if session else None
+        if not isinstance(session_id, str):
+            return None
+        person = await self._sessions.person(session_id)
+        return Identity(person, "session") if person is not None else None
+
+
+def verified_email(value: str) -> str | None:
+    """The address a proxy's header carries: bare, or after a provider's prefix (IAP sends
+    `accounts.google.com:alice@example.com`); None unless it looks like one address."""
+    email = value.strip().rsplit(":", 1)[-1].strip()
+    local, at, domain = email.partition("@")
+    if not (at and local and "." in domain and len(email) <= 254) or any(c.isspace() or c in ",;<>" for c in email):
+        return None
+    return email
+
+
+_IDENTITY = "agent.identity"
+
+
+async def identify(request: HTTPConnection) -> Identity | None:
+    """The request's identity, found once and kept on the request."""
+    if _IDENTITY not in request.scope:
+        identities: Identities = request.app.state.identities
+        request.scope[_IDENTITY] = await identities.of(request)
+    found: Identity | None = request.scope[_IDENTITY]
+    return found
+
+
+async def require_identity(request: HTTPConnection) -> Identity:
+    """The identity of an API request, or 401 saying how to get one."""
+    found = await identify(request)
+    if found is not None:
+        return found
+    identities: Identities = request.app.state.identities
+    if identities.sign_in == "oidc":
+        raise HttpError(401, "Sign in first: open /auth/sign-in.", {"WWW-Authenticate": 'Bearer realm="sign-in"'})
+    if identities.sign_in == "proxy":
+        raise HttpError(401, "Sign in first, through the sign-in proxy in front of this server.")
+    raise HttpError(
+        401, "This server needs an access token (Authorization: Bearer ...).", {"WWW-Authenticate": "Bearer"}
+    )
+
+
+def asker_key(request: HTTPConnection, identity: Identity) -> str:
+    """Who budgets and rate limits count: a signed-in person by id, anyone else by address."""
+    if identity.signed_in:
+        return identity.person.id
+    return address_key(request.client.host) if request.client else "unknown"
+
+
+def policy_of(request: HTTPConnection, identity: Identity) -> Policy | None:
+    """The policy a web person's questions run under: the one place the web picks it (issue 29).
+
+    The access-file branch puts the loaded `Policies` on the agent app (`agent.policies`); until it is
+    there this finds none and the run has no policy, as before."""
+    policies: Any = getattr(request.app.state.web.agent, "policies", None)
+    if policies is None:
+        return None
+    person = identity.person
+    chosen: Policy = policies.for_asker(Asker(email=person.email, groups=person.groups))
+    return chosen

@@ -12,6 +12,7 @@ from typing import Any
 import httpx
 
 from agent.app import AgentApp
+from agent.limits import Limits
 from chats.state import ChatState
 from tests.oidc.provider import OidcClient, OidcProvider, sign_in_at_provider
 from tests.web_helpers import LiveServer, bound_socket
@@ -44,9 +45,10 @@ async def sign_in_app(
         agent_oidc_client_id=client.client_id,
         agent_oidc_client_secret=client.client_secret,
         agent_session_secret=SESSION_SECRET,
+        agent_oidc_scopes="openid email profile groups",
         **overrides,
     )
-    state = ChatState(state_path)
+    state = ChatState(state_path, limits=Limits.of(agent.settings))
     try:
         async with LiveServer(create_app(agent, state), bound) as server:
             assert server.url == url
@@ -66,3 +68,23 @@ async def sign_in(http: httpx.AsyncClient, app: SignInApp, login: str) -> httpx.
     """The whole sign-in as a browser makes it; returns the app's answer to the provider's redirect back."""
     back = await sign_in_at_provider(http, await authorize_url(http, app), login, app.redirect_uri)
     return await http.get(back)
+
+
+async def sessions_kept(app: SignInApp) -> int:
+    """How many sign-in sessions the server keeps."""
+    count: int = await app.state.file.run(lambda c: c.execute("SELECT count(*) FROM web_sessions").fetchone()[0])
+    return count
+
+
+def browser() -> httpx.AsyncClient:
+    """An HTTP client that keeps cookies as a browser does on loopback, and follows no redirect by itself.
+    Browsers send Secure cookies to http://127.0.0.1 (a potentially trustworthy origin); httpx keeps them
+    for https only, so each cookie kept is marked for any scheme as it arrives."""
+    client = httpx.AsyncClient(timeout=30)
+
+    async def as_on_loopback(_: httpx.Response) -> None:
+        for cookie in client.cookies.jar:
+            cookie.secure = False
+
+    client.event_hooks["response"].append(as_on_loopback)
+    return client

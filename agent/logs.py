@@ -117,6 +117,8 @@ def secrets_of(settings: Settings) -> list[str]:
             settings.slack_signing_secret,
             settings.slack_app_token,
             settings.agent_web_token,
+            settings.agent_oidc_client_secret,
+            settings.agent_session_secret,
         )
         if secret is not None
     ]

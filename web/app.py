@@ -28,7 +28,7 @@ from chats.state import ChatState
 from web.boundary import HttpError, TrustedHosts, check_json_content_type, check_rate, check_same_origin
 from web.context import WebContext, web_context
 from web.downloads import DownloadSlots
-from web.exposure import proxy_middleware
+from web.exposure import is_loopback, proxy_middleware
 from web.headers import SECURITY_HEADERS, SecurityHeadersMiddleware
 from web.identity import SESSION_COOKIE, Identities, asker_key, require_identity
 from web.oidc import OidcSignIn
@@ -143,11 +143,13 @@ def _sign_in_routes(settings: Settings) -> list[Route]:
 
 
 def _session_middleware(settings: Settings) -> list[Middleware]:
-    """The signed sign-in cookie (Starlette's SessionMiddleware, itsdangerous): HttpOnly, Secure (browsers
-    keep Secure cookies for http://localhost too), SameSite=Lax (the provider's redirect back is a top-level
-    GET, which carries it), lasting as long as the session."""
+    """The signed sign-in cookie (Starlette's SessionMiddleware, itsdangerous): HttpOnly, SameSite=Lax (the
+    provider's redirect back is a top-level GET, which carries it), lasting as long as the session, and
+    Secure unless the server answers only loopback names (local use over plain http://localhost)."""
     if not settings.agent_oidc_issuer or settings.agent_session_secret is None:
         return []
+    local = all(is_loopback(host) for host in settings.agent_web_allowed_hosts)
+    secure = not local or (settings.agent_web_url or "").startswith("https:")
     return [
         Middleware(
             SessionMiddleware,
@@ -155,7 +157,7 @@ def _session_middleware(settings: Settings) -> list[Middleware]:
             session_cookie=SESSION_COOKIE,
             max_age=round(settings.agent_session_hours * 3600),
             same_site="lax",
-            https_only=True,
+            https_only=secure,
         )
     ]
 

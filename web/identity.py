@@ -69,8 +69,8 @@ class Identities:
     async def of(self, request: HTTPConnection) -> Identity | None:
         """The request's identity, or None when it has none that counts (the caller answers 401)."""
         given = request.headers.get("authorization")
-        if given is not None:  # a bearer never falls back to the cookie: a wrong token is refused as such
-            return self._by_token(given)
+        if given is not None and self._token is not None:  # never falls back to the cookie: a wrong token is refused
+            return self._by_token(given, self._token)
         if (proxied := self._by_proxy(request)) is not None:
             return proxied
         if (session := await self._by_session(request)) is not None:
@@ -79,10 +79,8 @@ class Identities:
             return Identity(self._token_person, "local")
         return None
 
-    def _by_token(self, given: str) -> Identity | None:
-        if self._token is None or not given.startswith("Bearer "):
-            return None
-        if not hmac.compare_digest(given[7:].encode(), self._token.encode()):
+    def _by_token(self, given: str, token: str) -> Identity | None:
+        if not given.startswith("Bearer ") or not hmac.compare_digest(given[7:].encode(), token.encode()):
             return None
         return Identity(self._token_person, "token")
 

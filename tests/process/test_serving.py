@@ -121,6 +121,14 @@ def test_no_secret_reaches_a_log_line_whatever_logs_it(json_logs: Any) -> None:
     assert "RuntimeError: a failure that quotes [redacted]" in logged[1]["exception"]
 
 
+def test_the_sign_in_secrets_are_redacted(json_logs: Any) -> None:
+    secrets = {"agent_oidc_client_secret": "oidc-client-secret-value", "agent_session_secret": "s" * 40}
+    lines = json_logs(agent_oidc_issuer="https://id.example", agent_oidc_client_id="analyst", **secrets)
+    for value in secrets.values():
+        logging.getLogger("tests.serving").warning("configured with %s", value)
+    assert [line["message"] for line in lines()] == [f"configured with {REDACTED}"] * 2
+
+
 def test_secrets_are_redacted_as_a_url_or_a_basic_auth_header_carries_them(json_logs: Any) -> None:
     import base64
 

@@ -35,7 +35,7 @@ def discovery() -> Iterator[str]:
     signing real ID tokens, is the browser tests'.)"""
 
     class Metadata(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+        def do_GET(self) -> None:
             issuer = f"http://127.0.0.1:{self.server.server_address[1]}"
             body = json.dumps({
                 "issuer": issuer, "authorization_endpoint": f"{issuer}/auth", "token_endpoint": f"{issuer}/token",
@@ -78,7 +78,8 @@ async def site(make_app: Callable[..., AgentApp], tmp_path: Path) -> AsyncIterat
 async def test_sign_in_sends_the_browser_to_the_provider_with_pkce_state_and_nonce(
     make_app: Callable[..., AgentApp], tmp_path: Path, discovery: str
 ) -> None:
-    async with Served(make_app, tmp_path, **oidc(discovery)) as site:
+    served = oidc(discovery, agent_web_allowed_hosts="analyst.example,127.0.0.1")  # other machines reach it
+    async with Served(make_app, tmp_path, **served) as site:
         sent = await site.client().get("/auth/sign-in", params={"next": "/c/" + "a" * 32})
         offsite = await site.client().get("/auth/sign-in", params={"next": "//evil.example/x"})
         forged = await site.client(cookie=_cookie_of(sent)).get("/auth/callback?code=stolen&state=guessed")
@@ -102,6 +103,27 @@ async def test_sign_in_sends_the_browser_to_the_provider_with_pkce_state_and_non
     assert s256 == asked["code_challenge"], "the cookie keeps the verifier of the challenge sent (PKCE, S256)"
     assert _session_of(offsite)["next"] == "/", "a sign-in never returns off this site"
     assert forged.status_code == 400 and "Signing in did not work" in forged.text and sessions == 0
+
+
+async def test_the_cookie_is_secure_unless_the_server_answers_only_this_machine(
+    make_app: Callable[..., AgentApp], tmp_path: Path, discovery: str
+) -> None:
+    """Served to loopback names alone, the chat is used over plain http://localhost, where a Secure cookie
+    would not be sent back by every browser; anywhere else the cookie is Secure."""
+    async with Served(make_app, tmp_path / "local", **oidc(discovery)) as local:
+        plain = await local.client().get("/auth/sign-in")
+    public = oidc(discovery, agent_web_url="https://analyst.example")
+    async with Served(make_app, tmp_path / "public", **public) as behind_tls:
+        secure = await behind_tls.client().get("/auth/sign-in")
+    assert "secure" not in _flags(plain) and {"httponly", "samesite=lax"} <= _flags(plain)
+    assert "secure" in _flags(secure)
+    assert parse_qs(urlsplit(secure.headers["location"]).query)["redirect_uri"] == [
+        "https://analyst.example/auth/callback"
+    ], "the provider sends people back to the public address"
+
+
+def _flags(response: Any) -> set[str]:
+    return {part.strip().lower() for part in response.headers["set-cookie"].split(";")[1:]}
 
 
 def _cookie_of(response: Any) -> str:
@@ -129,6 +151,15 @@ async def test_a_signed_in_person_is_known_and_others_are_sent_to_sign_in(site: 
     assert api.status_code == 401 and api.json() == {"error": "Sign in first: open /auth/sign-in."}
     assert page.status_code == 303 and page.headers["location"] == "/auth/sign-in?next=%2Fc%2F" + "b" * 32
     assert home.status_code == 200 and 'data-sign-in="oidc"' in home.text
+
+
+async def test_without_a_token_or_sign_in_a_stale_bearer_is_ignored(
+    make_app: Callable[..., AgentApp], tmp_path: Path
+) -> None:
+    """A local chat with neither token nor sign-in serves its one person, whatever token a browser still keeps."""
+    async with Served(make_app, tmp_path) as local:
+        me = await local.client(Authorization="Bearer left-from-another-server").get("/api/me")
+    assert me.status_code == 200 and me.json()["id"] == "local" and me.json()["signed_in_with"] == "local"
 
 
 async def test_a_cookie_not_signed_with_the_servers_key_is_nobody(site: Served) -> None:

@@ -426,6 +426,23 @@ def test_agent_web_refuses_an_exposed_address_without_a_token(
         ({}, "localhost"),
         ({"AGENT_WEB_TOKEN": "s3cret", "AGENT_WEB_ALLOWED_HOSTS": "analyst.example.com"}, "0.0.0.0"),
         ({"AGENT_WEB_ALLOW_NO_TOKEN": "true", "AGENT_WEB_ALLOWED_HOSTS": "localhost"}, "0.0.0.0"),
+        (  # people sign in: no token is needed
+            {
+                "AGENT_OIDC_ISSUER": "https://id.example",
+                "AGENT_OIDC_CLIENT_ID": "analyst",
+                "AGENT_SESSION_SECRET": "k" * 32,
+                "AGENT_WEB_ALLOWED_HOSTS": "analyst.example.com",
+            },
+            "0.0.0.0",
+        ),
+        (
+            {
+                "AGENT_WEB_IDENTITY_HEADER": "X-Forwarded-Email",
+                "AGENT_WEB_IDENTITY_PROXIES": "10.0.0.2",
+                "AGENT_WEB_ALLOWED_HOSTS": "analyst.example.com",
+            },
+            "0.0.0.0",
+        ),
     ],
 )
 def test_agent_web_serves_loopback_or_a_protected_address(

@@ -10,6 +10,7 @@ from benchmarks import (
     bench_pacing,
     bench_pipeline,
     bench_render,
+    bench_sign_in,
     bench_slack,
     bench_text,
     bench_truncation,
@@ -32,3 +33,4 @@ if __name__ == "__main__":
     bench_bounded.report(bench_bounded.run())
     bench_catalog.report(bench_catalog.run())
     bench_figures.report(bench_figures.run())
+    bench_sign_in.report(bench_sign_in.run())

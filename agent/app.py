@@ -5,9 +5,14 @@ Nothing else in the project builds a pipeline."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 
+from agent.access.check import problems_of
+from agent.access.files import AccessFileError, PolicyFile, load_policy_file
+from agent.access.policy import Policies, Policy
 from agent.config import Settings
 from agent.db import Database, Export, open_database, started
+from agent.db.row_filter import row_filter_problem
 from agent.knowledge import KnowledgeBase
 from agent.limits import Limits
 from agent.llm import LLMClient
@@ -34,6 +39,7 @@ class AgentApp:
     examples: ExampleQuestions
     schema: SchemaCache
     knowledge: KnowledgeBase | None = None
+    access: PolicyFile | None = None  # AGENT_ACCESS_FILE's policies; None: everyone reads all of the scope
 
     @classmethod
     def start(
@@ -50,6 +56,7 @@ class AgentApp:
         metrics = metrics or default_metrics()
         schema = SchemaCache(db, settings.schema_max_chars, settings.schema_ttl_s, settings.schema_catalogue_max_chars)
         knowledge = KnowledgeBase.of(settings)
+        access = load_policy_file(settings.access_file) if settings.access_file else None
         runner = build_runner(settings, db=db, llm=llm, metrics=metrics, schema=schema, knowledge=knowledge)
         prompts = prompt_library(settings.agent_prompts_dir)
         examples = ExampleQuestions(settings, llm=llm, schema=schema, prompts=prompts, metrics=metrics)
@@ -62,7 +69,18 @@ class AgentApp:
             examples=examples,
             schema=schema,
             knowledge=knowledge,
+            access=access,
         )
+
+    @property
+    def policies(self) -> Policies | None:
+        """Who reads which rows (None without a policy file: everyone, every table in scope)."""
+        return self.access.policies if self.access is not None else None
+
+    async def check_access(self) -> None:
+        """At start-up: the policy file's tables exist and its filters are safe (AccessFileError otherwise)."""
+        if self.access is not None and (problems := await check_policy_file(self.access, self.db)):
+            raise AccessFileError(problems)
 
     @property
     def sandbox_status(self) -> str:
@@ -73,15 +91,22 @@ class AgentApp:
         """The readiness probe's question to the engine: raises `DatabaseUnavailable` when it does not answer."""
         await self.db.ping()
 
-    async def export(self, sql: str, *, max_rows: int) -> Export:
-        """A stored query's whole result for a download, checked again as every statement is, and started:
-        a refusal or an engine error raises here, before any byte is sent."""
-        return await started(await self.db.export(sql, max_rows=max_rows))
+    async def export(self, sql: str, *, max_rows: int, policy: Policy | None = None) -> Export:
+        """A stored query's whole result for a download, checked again as every statement is, under the
+        policy it was asked under (`RunResult.policy`, found again by name in the policy file), and
+        started: a refusal or an engine error raises here, before any byte is sent."""
+        return await started(await self.db.export(sql, max_rows=max_rows, policy=policy))
 
     async def close(self) -> None:
         await self.examples.close()
         await self.llm.close()
         await self.db.close()
+
+
+async def check_policy_file(policy_file: PolicyFile, db: Database) -> list[str]:
+    """The policy file's problems against the warehouse: unknown tables, unsafe or broken row filters."""
+    tables, _ = await db.known_names(refresh=True)
+    return await problems_of(policy_file, tables, partial(row_filter_problem, db))
 
 
 def build_runner(

@@ -277,6 +277,11 @@ class Settings(BaseSettings):
         "each question are retrieved and sent beside it.",
     )
     schema_ttl_s: int = Field(600, ge=0, description="How long the rendered schema is reused.")
+    agent_access_file: str = Field(
+        "",
+        description="The policy file (YAML, see README): who may read which tables and rows, per person and "
+        "per Slack channel. Empty: one policy for everyone, every table in scope.",
+    )
 
     # --- web ---
     agent_web_reattach_grace_s: float = Field(
@@ -572,6 +577,11 @@ class Settings(BaseSettings):
             return Path(self.agent_knowledge_dir.strip())
         demo = self.clickhouse_databases == ["nycflights13"] and DEMO_KNOWLEDGE_DIR.is_dir()  # not in a wheel
         return DEMO_KNOWLEDGE_DIR if demo else None
+
+    @property
+    def access_file(self) -> Path | None:
+        """The policy file in effect (AGENT_ACCESS_FILE), or None: one open policy for everyone."""
+        return Path(self.agent_access_file.strip()) if self.agent_access_file.strip() else None
 
     @property
     def embedded(self) -> bool:

@@ -14,6 +14,7 @@ from typing import Annotated, Any, Literal, Protocol
 
 from pydantic import BaseModel, Field, TypeAdapter, field_validator
 
+from agent.access.policy import Policy
 from agent.charts import Chart
 from agent.db import QueryResult
 from agent.figures import FigureReport
@@ -94,6 +95,7 @@ class RunResult(BaseModel):
     model: str = ""  # `provider:name` of the model that answered (after any fallback)
     figures: FigureReport | None = None  # the final answer's figures checked against its queries
     receipt: Receipt | None = None
+    policy: str | None = None  # the name of the policy its queries ran under (None: no policy, all of the scope)
     # The API messages of this turn (question to answer), so the next question can carry it whole.
     # Internal: left out of serialised results and events.
     transcript: list[dict[str, Any]] = Field(default_factory=list, repr=False, exclude=True)
@@ -335,7 +337,10 @@ class Runner(Protocol):
         interface: Interface = "cli",
         on_event: EventSink = ignore_events,
         followups: bool = True,
+        policy: Policy | None = None,
     ) -> RunResult:
         """Answer one question, emitting its progress as it happens; returns how it ended (a cancelled run
-        returns its partial result, marked cancelled). No event says it ended: the caller says so."""
+        returns its partial result, marked cancelled). No event says it ended: the caller says so.
+        Every query it runs reads only `policy`'s tables and rows (None: everything in scope); the
+        result names the policy, so a later re-run of one of its queries can run under it again."""
         ...

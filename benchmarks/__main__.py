@@ -6,11 +6,12 @@ from benchmarks import (
     bench_fallback,
     bench_figures,
     bench_floor,
+    bench_identity,
     bench_llm,
     bench_pacing,
     bench_pipeline,
+    bench_policies,
     bench_render,
-    bench_sign_in,
     bench_slack,
     bench_text,
     bench_truncation,
@@ -33,4 +34,5 @@ if __name__ == "__main__":
     bench_bounded.report(bench_bounded.run())
     bench_catalog.report(bench_catalog.run())
     bench_figures.report(bench_figures.run())
-    bench_sign_in.report(bench_sign_in.run())
+    bench_identity.report(bench_identity.run())
+    bench_policies.report(bench_policies.run())

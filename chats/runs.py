@@ -30,6 +30,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from agent.access.policy import Policy
 from agent.limits import Limits, json_size
 from agent.logs import log_context
 from agent.runner import (
@@ -152,6 +153,7 @@ class RunRegistry:
         abandon_after_s: float | None = None,
         followups: bool = True,
         on_done: Callable[[RunResult], Awaitable[None]] | None = None,
+        policy: Policy | None = None,
     ) -> RunHandle:
         """Register the run with its first event, `started`, already in its log (so a reader sees
         something before the model's first reply, and a replay shows the same), then drive it.
@@ -161,7 +163,7 @@ class RunRegistry:
         handle = RunHandle(uuid.uuid4().hex, conversation_id, interface, abandon_after_s=abandon_after_s)
         handle.events.append(RunEvent(1, handle.run_id, conversation_id, StartedEvent(question=question)))
         self._runs[handle.run_id] = handle
-        run = self._drive(handle, question, history, platform, interface, followups, on_done)
+        run = self._drive(handle, question, history, platform, interface, followups, on_done, policy)
         with log_context(run_id=handle.run_id, interface=interface):  # the task copies the context
             handle.task = asyncio.create_task(run, name=f"run-{handle.run_id}")
         return handle
@@ -175,6 +177,7 @@ class RunRegistry:
         interface: Interface,
         followups: bool,
         on_done: Callable[[RunResult], Awaitable[None]] | None = None,
+        policy: Policy | None = None,
     ) -> None:
         async def publish(event: Event) -> None:
             await self._publish(handle, event)
@@ -190,6 +193,7 @@ class RunRegistry:
                     interface=interface,
                     on_event=publish,
                     followups=followups,
+                    policy=policy,
                 )
             except Exception:  # the runner turns its failures into a result; this is the rest (a bug)
                 log.exception("run %s failed", handle.run_id)

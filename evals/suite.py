@@ -14,8 +14,7 @@ from typing import Annotated, Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from agent import linear_re
-from agent.knowledge import safe_yaml
+from agent import linear_re, safe_yaml
 from agent.knowledge.writer import append_to_list
 from agent.runner import Classification, Turn, TurnQuery
 

@@ -109,6 +109,13 @@ def _parser(*, evals: bool = False) -> argparse.ArgumentParser:
     review.add_argument("--reviewer", help="name written as verified_by (default: the login name)")
     review.set_defaults(handler=_run(_knowledge_review))
 
+    access = commands.add_parser("access", help="the policy file: who may read which tables and rows")
+    access_check = access.add_subparsers(title="access commands").add_parser(
+        "check", help="check the policy file: its policies, tables and row filters (against the warehouse)"
+    )
+    access_check.add_argument("file", nargs="?", help="the policy file (default: AGENT_ACCESS_FILE)")
+    access_check.set_defaults(handler=_run(_access_check))
+
     ask = commands.add_parser("ask", help="ask the agent a question; steps stream to the terminal")
     ask.add_argument("question", help="a question in plain English")
     _conversation_arguments(ask)
@@ -233,6 +240,30 @@ async def _knowledge_check(args: argparse.Namespace, settings: Settings) -> int:
     for problem in problems:
         print(safe(str(problem)), file=sys.stderr)
     print(f"{directory}: {len(entries)} entries, {len(problems)} problems")
+    return EXIT_FAILED if problems else EXIT_OK
+
+
+async def _access_check(args: argparse.Namespace, settings: Settings) -> int:
+    from agent.access.files import AccessFileError, load_policy_file
+    from agent.app import check_policy_file
+    from agent.db import open_database
+
+    path = Path(args.file) if args.file else settings.access_file
+    if path is None:
+        raise UsageError("No policy file: name one (agent access check FILE) or set AGENT_ACCESS_FILE.")
+    try:
+        policy_file = load_policy_file(path)
+    except AccessFileError as exc:
+        problems = exc.problems
+    else:
+        db = open_database(settings)
+        try:
+            problems = await check_policy_file(policy_file, db)
+        finally:
+            await db.close()
+    for problem in problems:
+        print(safe(problem), file=sys.stderr)
+    print(safe(f"{path}: {len(problems)} problems"))
     return EXIT_FAILED if problems else EXIT_OK
 
 

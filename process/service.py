@@ -45,6 +45,7 @@ from agent.logs import announce, configure_logging
 from agent.loop_lag import LoopLag
 from bots.slack import SlackBot
 from bots.slack.app import api_url, check_slack_settings, unreachable
+from chats.audiences import Audiences
 from chats.conversations import ConversationStore
 from chats.runs import STREAM_MARGIN_S, RunRegistry
 from chats.state import ChatState, state_path
@@ -68,6 +69,7 @@ class Service:
     runs: RunRegistry
     bot: SlackBot | None
     app: Starlette = field(init=False)
+    audiences: Audiences = field(default_factory=Audiences)  # who may open what: a channel's members ask the bot
     owns_agent: bool = True  # False when the caller passed the agent in (and closes it)
     started: bool = False
     closed: bool = False
@@ -96,10 +98,13 @@ class Service:
             agent.runner, state.conversations, shared=state.shared_runs, max_event_bytes=settings.max_event_bytes
         )
         bot = SlackBot(agent, state, runs) if slack else None
-        service = cls(agent=agent, state=state, runs=runs, bot=bot, owns_agent=owns_agent)
+        audiences = Audiences(bot.channel_members if bot is not None else None)  # for the web's links
+        service = cls(agent=agent, state=state, runs=runs, bot=bot, owns_agent=owns_agent, audiences=audiences)
         routes = bot.routes() if bot is not None and not bot.socket_mode else []
         if web:
-            service.app = create_app(agent, state, runs=runs, extra_routes=routes, lifespan=service.lifespan)
+            service.app = create_app(
+                agent, state, runs=runs, extra_routes=routes, lifespan=service.lifespan, audiences=audiences
+            )
         else:
             service.app = slack_app(agent, runs, routes, service.lifespan)
         service.app.state.settings = settings
@@ -118,11 +123,13 @@ class Service:
         return service
 
     async def start(self) -> None:
-        """Learn the bot's identity and connect Socket Mode; once, whoever asks first (`agent serve`,
-        before the server starts, so a bad token is one line; or the app's lifespan)."""
+        """Check the policy file against the warehouse, learn the bot's identity and connect Socket Mode;
+        once, whoever asks first (`agent serve`, before the server starts, so a bad token or a bad row
+        filter is one line; or the app's lifespan)."""
         if self.started:
             return
         self.started = True
+        await self.agent.check_access()
         if self.bot is not None:
             await self.bot.start()
             if self.bot.socket_mode:

@@ -100,11 +100,16 @@ class SlackHarness:
         self._server: LiveServer | None = None
         self.http: httpx.AsyncClient | None = None
 
-    async def start(self, *, workers: int = 1, **overrides: Any) -> SlackHarness:
+    async def start(
+        self, *, workers: int = 1, prepare: Callable[[AgentApp], None] | None = None, **overrides: Any
+    ) -> SlackHarness:
         """Settings from `overrides`. With `workers` > 1 the bot is one of several worker processes
-        sharing the conversation file, as `agent serve --workers N` runs them (here, in one process)."""
+        sharing the conversation file, as `agent serve --workers N` runs them (here, in one process).
+        `prepare` sees the agent before the service is built (e.g. to record what its runner is given)."""
         self._overrides, self._workers = overrides, workers
         agent = self._make_app(agent_data_dir=self._tmp_path, **slack_settings(self.fake, **overrides))
+        if prepare is not None:
+            prepare(agent)
         self.service = await Service.open(agent.settings, web=True, slack=True, agent=agent, workers=workers)
         self._server = LiveServer(self.service.app)
         await self._server.__aenter__()

@@ -22,6 +22,7 @@ from typing import Any, Literal
 from starlette.requests import HTTPConnection
 
 from agent.access.policy import Asker, Policy
+from agent.app import AgentApp
 from agent.config import Settings
 from chats.people import LOCAL, MACHINE, Person, person_id
 from chats.sessions import SessionStore
@@ -87,7 +88,8 @@ class Identities:
     def _by_proxy(self, request: HTTPConnection) -> Identity | None:
         if self._header is None or not self._from_identity_proxy(request):
             return None
-        email = verified_email(request.headers.get(self._header, ""))
+        given = request.headers.getlist(self._header)
+        email = verified_email(given[0]) if len(given) == 1 else None  # two: one of them was not the proxy's
         if email is None:
             return None
         groups = request.headers.get(self._groups_header, "") if self._groups_header else ""
@@ -156,13 +158,9 @@ def asker_key(request: HTTPConnection, identity: Identity) -> str:
 
 
 def policy_of(request: HTTPConnection, identity: Identity) -> Policy | None:
-    """The policy a web person's questions run under: the one place the web picks it (issue 29).
-
-    The access-file branch puts the loaded `Policies` on the agent app (`agent.policies`); until it is
-    there this finds none and the run has no policy, as before."""
-    policies: Any = getattr(request.app.state.web.agent, "policies", None)
-    if policies is None:
-        return None
+    """The policy a web person's questions run under (the file's first that names their verified email or
+    one of their groups, else its default); None without a policy file. The one place the web picks it."""
     person = identity.person
-    chosen: Policy = policies.for_asker(Asker(email=person.email, groups=person.groups))
-    return chosen
+    agent: AgentApp = request.app.state.web.agent
+    policies = agent.policies
+    return policies.for_asker(Asker(email=person.email, groups=person.groups)) if policies is not None else None

@@ -58,8 +58,10 @@ def engine_settings(settings: Settings, scope: Scope) -> dict[str, Any]:
     return values
 
 
-def open_database(settings: Settings) -> Database:
-    """The agent's database for these settings: embedded engine or a server, read-only and limited."""
+def open_database(settings: Settings, *, row_filters: bool = False) -> Database:
+    """The agent's database for these settings: embedded engine or a server, read-only and limited.
+    `row_filters`: access policies are configured, so a server user that cannot take their filters with
+    each query (a readonly=1 profile) is refused at start-up."""
     scope = Scope.of(settings.clickhouse_databases, settings.clickhouse_exclude_tables)
     limits = Limits.of(settings)
     backend: Backend
@@ -75,7 +77,9 @@ def open_database(settings: Settings) -> Database:
     else:
         from agent.db.server import ServerBackend
 
-        backend = ServerBackend(settings.clickhouse_url, engine_settings(settings, scope), scope)
+        backend = ServerBackend(
+            settings.clickhouse_url, engine_settings(settings, scope), scope, row_filters=row_filters
+        )
     return Database(
         backend,
         scope=scope,

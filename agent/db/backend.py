@@ -12,6 +12,8 @@ from abc import ABC, abstractmethod
 from collections.abc import AsyncGenerator
 from dataclasses import dataclass
 
+from agent.db.access import RowFilters
+
 CHUNK_BYTES = 1 << 20  # the largest piece of a stream the app holds at once
 MAX_ERROR_CHARS = 16_384  # of an engine's error text, which a query partly chooses (throwIf)
 
@@ -56,15 +58,23 @@ class ReadStats:
 class Backend(ABC):
     @abstractmethod
     async def query(
-        self, sql: str, fmt: str, tag: str, *, max_bytes: int | None = None, stats: ReadStats | None = None
+        self,
+        sql: str,
+        fmt: str,
+        tag: str,
+        *,
+        max_bytes: int | None = None,
+        stats: ReadStats | None = None,
+        access: RowFilters | None = None,
     ) -> bytes:
         """The whole output of `sql` in format `fmt`; ResultTooLarge past `max_bytes`. Cancelling the
-        caller kills the query. `stats`, when given, is filled with what the query read."""
+        caller kills the query. `stats`, when given, is filled with what the query read. `access`: the
+        row filters the engine applies to every table read (None: every row)."""
 
     @abstractmethod
-    def stream(self, sql: str, fmt: str, tag: str) -> AsyncGenerator[bytes, None]:
-        """Output chunks (at most CHUNK_BYTES each) as the engine produces them; closing early stops
-        the query."""
+    def stream(self, sql: str, fmt: str, tag: str, *, access: RowFilters | None = None) -> AsyncGenerator[bytes, None]:
+        """Output chunks (at most CHUNK_BYTES each) as the engine produces them, under `access` as
+        `query`; closing early stops the query."""
 
     @abstractmethod
     async def running(self) -> list[str]:

@@ -17,16 +17,19 @@ import uuid
 from collections import OrderedDict
 from collections.abc import AsyncGenerator, Callable
 from contextlib import aclosing
+from functools import partial
 from typing import Any, TypeVar
 
+from agent.access.policy import Policy
 from agent.db import rendering
+from agent.db.access import RowFilters, policy_key
 from agent.db.backend import Backend, DatabaseUnavailable, EngineError, ReadStats, ResultTooLarge
 from agent.db.export import Column, Export
 from agent.db.functions import FunctionPolicy
 from agent.db.hints import clean_error, error_code, hint_for
 from agent.db.rendering import Cell
 from agent.db.result import QueryResult
-from agent.db.scope import Scope
+from agent.db.scope import Scope, within_policy
 from agent.db.share import EngineShare
 from agent.db.statement import (
     READ_ONLY,
@@ -77,29 +80,37 @@ class Database:
             total=self.limits.max_concurrent_queries, per_owner=self.limits.max_parallel_queries_per_run
         )
         self._policy = StatementPolicy(scope, functions)
-        self._checked: OrderedDict[str, CheckedStatement] = OrderedDict()
-        self._names: tuple[float, list[str], list[str]] | None = None
+        self._checked: OrderedDict[tuple[str, Any], CheckedStatement] = OrderedDict()
+        self._names: tuple[float, list[tuple[str, str]]] | None = None  # when read; (db.table, column) in scope
 
     # --- SQL a model wrote ---
 
     async def execute(
-        self, sql: str, *, max_rows: int | None = None, query_id: str | None = None, owner: str | None = None
+        self,
+        sql: str,
+        *,
+        max_rows: int | None = None,
+        query_id: str | None = None,
+        owner: str | None = None,
+        policy: Policy | None = None,
     ) -> QueryResult:
         """Run one statement and return at most `max_rows` rows plus a has_more flag.
 
-        It waits for a slot of `owner`'s share of the engine (a run's id; by default its own). A refusal
-        or an engine error comes back inside the result (with a hint); an unreachable database raises
-        DatabaseUnavailable. Cancelling the awaiting task kills the query.
+        It waits for a slot of `owner`'s share of the engine (a run's id; by default its own). Under a
+        `policy`, only its tables are known and the engine reads only its rows (None: all of the scope).
+        A refusal or an engine error comes back inside the result (with a hint); an unreachable database
+        raises DatabaseUnavailable. Cancelling the awaiting task kills the query.
         """
         query_id = query_id or new_query_id()
         async with self.share.slot(owner or query_id):
-            return await self._execute(sql, max_rows or self.max_rows, query_id)
+            return await self._execute(sql, max_rows or self.max_rows, query_id, policy)
 
-    async def _execute(self, sql: str, limit: int, query_id: str) -> QueryResult:
+    async def _execute(self, sql: str, limit: int, query_id: str, policy: Policy | None) -> QueryResult:
         started = time.perf_counter()
         try:
-            checked = await self.check(sql, query_id)
-            columns = await self._describe(checked, query_id)
+            checked = await self.check(sql, query_id, policy=policy)
+            access = await self.row_filters(policy)
+            columns = await self._describe(checked, query_id, access)
             read = ReadStats()
             raw = await self.backend.query(
                 rendering.capped_select(checked.sql, limit=limit + 1, max_cell_chars=self.max_cell_chars),
@@ -107,10 +118,11 @@ class Database:
                 query_id,
                 max_bytes=self._capped_bytes(limit + 1, len(columns)),
                 stats=read,
+                access=access,
             )
             rendered = await _off_the_loop_if_large(len(raw), rendering.parse_capped, raw, self.max_cell_chars)
         except UnknownTable as exc:
-            tables, _ = await self._hint_names()
+            tables, _ = await self._hint_names(policy)
             hint = hint_for(f"Code: 60. Unknown table expression identifier '{exc.name}'", tables)
             return QueryResult(
                 query_id=query_id, sql=sql, error=str(exc), error_code=60, hint=hint, elapsed_ms=_elapsed_ms(started)
@@ -122,13 +134,13 @@ class Database:
             error = f"The result could not be read ({type(exc).__name__}); try selecting simpler values."
             return QueryResult(query_id=query_id, sql=sql, error=error, elapsed_ms=_elapsed_ms(started))
         except EngineError as exc:
-            message = clean_error(str(exc), await self._name_filter())
+            message = clean_error(str(exc), await self._name_filter(policy))
             return QueryResult(
                 query_id=query_id,
                 sql=sql,
                 error=message,
                 error_code=error_code(message),
-                hint=hint_for(message, *await self._hint_names()),
+                hint=hint_for(message, *await self._hint_names(policy)),
                 elapsed_ms=_elapsed_ms(started),
             )
         return QueryResult(
@@ -150,14 +162,16 @@ class Database:
         per_cell = 2 * 4 * (self.max_cell_chars + 40) + 2
         return (rows + 2) * max(columns, 1) * per_cell + 4096
 
-    async def check(self, sql: str, query_id: str | None = None) -> CheckedStatement:
-        """The canonical statement ClickHouse parsed from `sql`, if the agent may run it.
+    async def check(self, sql: str, query_id: str | None = None, *, policy: Policy | None = None) -> CheckedStatement:
+        """The canonical statement ClickHouse parsed from `sql`, if the agent may run it (under `policy`,
+        reading only its tables).
 
         Raises QueryRefused, or EngineError for SQL ClickHouse cannot parse."""
         precheck(sql)
-        cached = self._checked.get(sql)
+        key = (sql, policy_key(policy))
+        cached = self._checked.get(key)
         if cached is not None:
-            self._checked.move_to_end(sql)
+            self._checked.move_to_end(key)
             return cached
         try:
             raw = await self.backend.query(
@@ -173,21 +187,24 @@ class Database:
             canonical, ast = await _off_the_loop_if_large(len(raw), lambda: decode_parse(*json.loads(raw)))
         except (ValueError, TypeError):
             raise QueryRefused("The statement could not be checked.") from None
-        checked = await self._check_parsed(canonical, ast)
-        self._checked[sql] = checked
+        checked = await self._check_parsed(canonical, ast, policy)
+        self._checked[key] = checked
         if len(self._checked) > _CHECK_CACHE_SIZE:
             self._checked.popitem(last=False)
         return checked
 
-    async def _check_parsed(self, canonical: str, ast: str) -> CheckedStatement:
-        """The policy's verdict, with the tables the schema introspection found in scope; a table it
-        does not know makes it look once more (a table created a moment ago). Always in a thread: how
+    async def _check_parsed(self, canonical: str, ast: str, policy: Policy | None) -> CheckedStatement:
+        """The check's verdict, with the tables the schema introspection found in scope that `policy`
+        lets read; a table it does not know makes it look once more (a table created a moment ago;
+        another policy's table is unknown either way). Always in a thread: how
         long a check takes depends on the statement's shape, not only its size, and a model anyone can
         talk to chooses the shape (the check's step budget bounds the thread's work)."""
         for attempt in range(2):
-            tables = frozenset((await self.known_names(refresh=attempt == 1))[0])
+            tables = frozenset((await self.known_names(refresh=attempt == 1, policy=policy))[0])
             try:
-                return await asyncio.to_thread(self._policy.check, canonical, ast, tables)
+                return await asyncio.to_thread(
+                    partial(self._policy.check, row_filtered=policy is not None), canonical, ast, tables
+                )
             except UnknownTable:
                 if attempt == 1 or not self._names_stale(_NAMES_REFRESH_S):
                     raise
@@ -197,13 +214,17 @@ class Database:
                 raise QueryRefused("The SQL is nested too deeply to check; write it more simply.") from None
         raise AssertionError("unreachable")
 
-    async def _describe(self, checked: CheckedStatement, query_id: str) -> list[Column]:
+    async def _describe(self, checked: CheckedStatement, query_id: str, access: RowFilters | None) -> list[Column]:
         """The statement's columns, their names and types cut to their caps. The output is read only up
         to what every column at its caps could take; a query past that is refused."""
         limits = self.limits
         try:
             raw = await self.backend.query(
-                rendering.describe(checked.sql), "JSONCompactEachRow", query_id, max_bytes=limits.describe_bytes
+                rendering.describe(checked.sql),
+                "JSONCompactEachRow",
+                query_id,
+                max_bytes=limits.describe_bytes,
+                access=access,  # describing evaluates scalar subqueries: they read under the policy too
             )
         except ResultTooLarge:
             raise QueryRefused(
@@ -222,32 +243,49 @@ class Database:
         ]
 
     async def export(
-        self, sql: str, *, max_rows: int, max_cell_chars: int | None = None, owner: str = DOWNLOADS
+        self,
+        sql: str,
+        *,
+        max_rows: int,
+        max_cell_chars: int | None = None,
+        owner: str = DOWNLOADS,
+        policy: Policy | None = None,
     ) -> Export:
         """All rows (up to `max_rows`) of a statement, streamed as ClickHouse's text, cells cut at
-        `max_cell_chars`. The stream holds a slot of `owner`'s share (all downloads share one) while
-        it runs.
+        `max_cell_chars`, under `policy` as `execute`. The stream holds a slot of `owner`'s share (all
+        downloads share one) while it runs.
 
         Raises QueryRefused or EngineError before the first row when the statement cannot run."""
         query_id = new_query_id()
         try:
             async with self.share.slot(owner):
-                checked = await self.check(sql, query_id)
-                columns = await self._describe(checked, query_id)
+                checked = await self.check(sql, query_id, policy=policy)
+                access = await self.row_filters(policy)
+                columns = await self._describe(checked, query_id, access)
         except EngineError as exc:
-            raise EngineError(clean_error(str(exc), await self._name_filter())) from None
+            raise EngineError(clean_error(str(exc), await self._name_filter(policy))) from None
         cap = max_cell_chars or self.limits.export_max_cell_chars
         select = rendering.export_select(checked.sql, limit=max_rows, max_cell_chars=cap)
-        return Export(columns, self._export_rows(select, query_id, owner))
+        return Export(columns, self._export_rows(select, query_id, owner, policy, access))
 
-    async def _export_rows(self, select: str, query_id: str, owner: str) -> AsyncGenerator[list[Cell], None]:
-        rows = rendering.tsv_rows(self.backend.stream(select, "TabSeparated", query_id))
+    async def _export_rows(
+        self, select: str, query_id: str, owner: str, policy: Policy | None, access: RowFilters | None
+    ) -> AsyncGenerator[list[Cell], None]:
+        rows = rendering.tsv_rows(self.backend.stream(select, "TabSeparated", query_id, access=access))
         try:
             async with self.share.slot(owner), aclosing(rows):
                 async for row in rows:
                     yield row
         except EngineError as exc:  # the engine's text, as every error the agent shows: cleaned
-            raise EngineError(clean_error(str(exc), await self._name_filter())) from None
+            raise EngineError(clean_error(str(exc), await self._name_filter(policy))) from None
+
+    async def row_filters(self, policy: Policy | None) -> RowFilters | None:
+        """What the engine applies under `policy`: its filters, and no row of the tables in scope it does
+        not list (None: no policy, every row in scope)."""
+        if policy is None:
+            return None
+        tables, _ = await self.known_names()
+        return RowFilters.of(policy, tables)
 
     # --- the agent's own SQL ---
 
@@ -259,33 +297,36 @@ class Database:
             raise DatabaseUnavailable(f"Could not read the ClickHouse catalog: {clean_error(str(exc), bool)}") from None
         return [json.loads(line) for line in raw.splitlines() if line.strip()]
 
-    async def known_names(self, *, refresh: bool = False) -> tuple[list[str], list[str]]:
-        """In-scope table names (`db.table`) and their column names, as the schema introspection finds
-        them: the only tables a statement may read, and the names "did you mean" hints may offer.
-        Raises DatabaseUnavailable when the catalog cannot be read."""
+    async def known_names(self, *, refresh: bool = False, policy: Policy | None = None) -> tuple[list[str], list[str]]:
+        """In-scope table names (`db.table`) that `policy` lets read (all without one) and their column
+        names, as the schema introspection finds them: the only tables a statement may read, and the
+        names "did you mean" hints may offer. Raises DatabaseUnavailable when the catalog cannot be read."""
         if refresh or self._names_stale(_NAMES_TTL_S):
             rows = await self.catalog_rows(
                 "SELECT database, table, name FROM system.columns "
                 "WHERE database NOT IN ('system', 'INFORMATION_SCHEMA', 'information_schema')"
             )
-            visible = [r for r in rows if self.scope.allows(r["database"], r["table"])]
-            tables = sorted({f"{r['database']}.{r['table']}" for r in visible})
-            columns = sorted({r["name"] for r in visible})
-            self._names = (time.monotonic(), tables, columns)
+            visible = [
+                (f"{r['database']}.{r['table']}", r["name"])
+                for r in rows
+                if self.scope.allows(r["database"], r["table"])
+            ]
+            self._names = (time.monotonic(), visible)
         assert self._names is not None
-        return self._names[1], self._names[2]
+        tables = set(within_policy(policy, {table for table, _ in self._names[1]}))
+        return sorted(tables), sorted({column for table, column in self._names[1] if table in tables})
 
     def _names_stale(self, age_s: float) -> bool:
         return self._names is None or time.monotonic() - self._names[0] > age_s
 
-    async def _hint_names(self) -> tuple[list[str], list[str]]:
+    async def _hint_names(self, policy: Policy | None = None) -> tuple[list[str], list[str]]:
         try:
-            return await self.known_names()
+            return await self.known_names(policy=policy)
         except DatabaseUnavailable:
             return [], []
 
-    async def _name_filter(self) -> Any:
-        tables, columns = await self._hint_names()
+    async def _name_filter(self, policy: Policy | None = None) -> Any:
+        tables, columns = await self._hint_names(policy)
         allowed = set(tables) | set(columns) | {t.split(".", 1)[1] for t in tables}
 
         def may_name(name: str) -> bool:

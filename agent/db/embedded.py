@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from agent.db import wire
+from agent.db.access import RowFilters
 from agent.db.backend import Backend, DatabaseUnavailable, EngineError, EngineRestarted, ReadStats, ResultTooLarge
 
 log = logging.getLogger(__name__)
@@ -124,6 +125,13 @@ class _Child:
                 future.set_exception(EngineRestarted(reason) if stuck else DatabaseUnavailable(reason))
         self.pending.clear()
         self.started.clear()
+
+
+def _access(access: RowFilters | None) -> dict[str, Any]:
+    """A request's policy, as the engine process picks its connections by: its name and filters."""
+    if access is None:
+        return {}
+    return {"policy": access.policy, "filters": [list(pair) for pair in access.filters]}
 
 
 def _count(value: Any) -> int | None:
@@ -262,9 +270,16 @@ class EmbeddedBackend(Backend):
             return await self._call(request)
 
     async def query(
-        self, sql: str, fmt: str, tag: str, *, max_bytes: int | None = None, stats: ReadStats | None = None
+        self,
+        sql: str,
+        fmt: str,
+        tag: str,
+        *,
+        max_bytes: int | None = None,
+        stats: ReadStats | None = None,
+        access: RowFilters | None = None,
     ) -> bytes:
-        request = {"op": "query", "sql": sql, "format": fmt, "tag": tag, "max_bytes": max_bytes}
+        request = {"op": "query", "sql": sql, "format": fmt, "tag": tag, "max_bytes": max_bytes, **_access(access)}
         task = asyncio.ensure_future(self._call_retrying(request))
         try:
             header, payload = await asyncio.shield(task)
@@ -275,8 +290,11 @@ class EmbeddedBackend(Backend):
             await self._kill_and_wait(tag, task)
             raise
 
-    async def stream(self, sql: str, fmt: str, tag: str) -> AsyncGenerator[bytes, None]:
-        header, _ = await self._call_retrying({"op": "open", "sql": sql, "format": fmt, "tag": tag})
+    async def stream(
+        self, sql: str, fmt: str, tag: str, *, access: RowFilters | None = None
+    ) -> AsyncGenerator[bytes, None]:
+        request = {"op": "open", "sql": sql, "format": fmt, "tag": tag, **_access(access)}
+        header, _ = await self._call_retrying(request)
         stream_id, engine = header["stream"], self._child
         finished = False
         try:

@@ -15,6 +15,10 @@ chdb facts this module is built around:
   another connection does. Queries are tagged with a leading comment so the kill can find them.
 - After a query fails at run time, the next query on that connection can return the failed query's
   result. A connection is drained with a sentinel query before reuse.
+- A policy's row filters (`additional_table_filters`, agent/db/access.py) go in the connection string
+  too, before `readonly=1`, which then refuses any `SETTINGS` in a query that would change them. So
+  each policy has a pool of its own, made when its first query arrives, reused, and the least recently
+  used idle one closed past MAX_POLICY_POOLS.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ import sysconfig
 import threading
 import time
 import uuid
+from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import suppress
 from pathlib import Path
@@ -37,11 +42,13 @@ from typing import Any
 from urllib.parse import urlencode
 
 from agent.db import sandbox, wire
+from agent.db.access import RowFilters, filtered_settings
 from agent.db.backend import CHUNK_BYTES, bounded_error
 
 chdb: Any = None  # loaded after the sandbox is in place (see load_engine)
 
 _KILL_WAIT_S = 10.0
+MAX_POLICY_POOLS = 16  # pools of connections under a policy's filters, kept for reuse
 
 
 class EngineError(Exception):
@@ -105,30 +112,109 @@ def _decrement(counts: dict[str, int], tag: str) -> int:
     return max(left, 0)
 
 
+class _Pool:
+    """Connections that share one connection string (the agent's settings, and a policy's filters),
+    made as they are first needed, at most `size` of them."""
+
+    def __init__(self, dsn: str, size: int) -> None:
+        self.dsn = dsn
+        self._size = size
+        self._idle: queue.Queue[Any] = queue.Queue()
+        self._lock = threading.Lock()
+        self._made = 0
+        self.in_use = 0
+        self.closed = False
+
+    def get(self) -> Any:
+        with self._lock:
+            self.in_use += 1
+            make = self._idle.empty() and self._made < self._size
+            if make:
+                self._made += 1
+        if make:
+            try:
+                return chdb.connect(self.dsn)
+            except Exception:
+                with self._lock:
+                    self._made, self.in_use = self._made - 1, self.in_use - 1
+                raise
+        return self._idle.get()
+
+    def put(self, conn: Any) -> None:
+        with self._lock:
+            self.in_use -= 1
+            closed = self.closed
+        if closed:  # evicted while this connection was out: it is not kept
+            with suppress(Exception):
+                conn.close()
+            return
+        self._idle.put(conn)
+
+    def close_idle(self) -> None:
+        self.closed = True
+        while not self._idle.empty():
+            with suppress(Exception):
+                self._idle.get_nowait().close()
+
+
+def _connection_string(path: Path, settings: dict[str, Any]) -> str:
+    return f"{path}?{urlencode(settings)}" if settings else str(path)
+
+
 class Engine:
     def __init__(self, path: Path, settings: dict[str, Any], pool_size: int) -> None:
         self.path = path
         _require_database(path, settings.get("database"))
         self._database = settings.get("database")
-        self._dsn = dsn = f"{path}?{urlencode(settings)}" if settings else str(path)
-        self._pool: queue.Queue[Any] = queue.Queue()
-        for _ in range(pool_size):
-            self._pool.put(chdb.connect(dsn))
+        self._settings = settings
+        self._pool_size = pool_size
+        dsn = _connection_string(path, settings)
+        self._pool = _Pool(dsn, pool_size)
+        self._policy_pools: OrderedDict[RowFilters, _Pool] = OrderedDict()
+        self._pools_lock = threading.Lock()
         self._control = chdb.connect(dsn)
         self._control_lock = threading.Lock()
-        self._streams: dict[str, tuple[Any, Any, str]] = {}
+        self._streams: dict[str, tuple[_Pool, Any, Any, str]] = {}
         self._held: dict[str, memoryview] = {}  # the rest of a block larger than CHUNK_BYTES
         self._streams_lock = threading.Lock()
         self.jobs = _Jobs()
 
+    def pool(self, access: RowFilters | None) -> _Pool:
+        """The connections for a policy's filters (the agent's own without one), made on first use."""
+        if access is None:
+            return self._pool
+        with self._pools_lock:
+            pool = self._policy_pools.get(access)
+            if pool is None:
+                pool = _Pool(_connection_string(self.path, filtered_settings(self._settings, access)), self._pool_size)
+                self._policy_pools[access] = pool
+                self._evict_idle_pools()
+            self._policy_pools.move_to_end(access)
+            return pool
+
+    def _evict_idle_pools(self) -> None:
+        """Past MAX_POLICY_POOLS, close the least recently used pools that no query is using."""
+        for key in list(self._policy_pools):
+            if len(self._policy_pools) <= MAX_POLICY_POOLS:
+                return
+            if self._policy_pools[key].in_use == 0:
+                self._policy_pools.pop(key).close_idle()
+
+    def policy_pools(self) -> int:
+        with self._pools_lock:
+            return len(self._policy_pools)
+
     # --- queries (the caller registered the tag with jobs.arrive) ---
 
-    def query(self, sql: str, fmt: str, tag: str, max_bytes: int | None = None) -> tuple[bytes, dict[str, int]]:
+    def query(
+        self, sql: str, fmt: str, tag: str, max_bytes: int | None = None, access: RowFilters | None = None
+    ) -> tuple[bytes, dict[str, int]]:
         """The whole output, or TooLarge past `max_bytes` (the app never receives it), and what the query
-        read from storage (chdb's own statistics)."""
+        read from storage (chdb's own statistics), on a connection under `access`'s filters."""
         started = False
+        pool = self.pool(access)
         try:
-            conn = self._pool.get()
+            conn = pool.get()
             failed = False
             try:
                 self.jobs.start(tag)
@@ -144,32 +230,33 @@ class Engine:
                 failed = True
                 raise EngineError(str(exc)) from None
             finally:
-                self._release(conn, failed, sql)
+                self._release(pool, conn, failed, sql)
         finally:
             self.jobs.leave(tag, started)
 
-    def open_stream(self, sql: str, fmt: str, tag: str) -> str:
+    def open_stream(self, sql: str, fmt: str, tag: str, access: RowFilters | None = None) -> str:
         """The tag stays active until the stream is closed."""
-        conn = self._pool.get()
+        pool = self.pool(access)
+        conn = pool.get()
         started = False
         try:
             self.jobs.start(tag)
             started = True
             stream = conn.send_query(_tagged(sql, tag), fmt)
         except Exception as exc:
-            self._release(conn, True, sql)
+            self._release(pool, conn, True, sql)
             self.jobs.leave(tag, started)
             raise EngineError(str(exc)) from None
         stream_id = uuid.uuid4().hex
         with self._streams_lock:
-            self._streams[stream_id] = (conn, stream, tag)
+            self._streams[stream_id] = (pool, conn, stream, tag)
         return stream_id
 
     def next_chunk(self, stream_id: str) -> bytes | None:
         """The next piece of the stream's output: a block the engine produced, in pieces of at most
         CHUNK_BYTES, so the app never holds one huge block whole."""
         with self._streams_lock:
-            _, stream, _ = self._streams[stream_id]
+            _, _, stream, _ = self._streams[stream_id]
             held = self._held.get(stream_id)
         if held:
             piece, rest = held[:CHUNK_BYTES], held[CHUNK_BYTES:]
@@ -196,20 +283,20 @@ class Engine:
             self._held.pop(stream_id, None)
         if entry is None:
             return
-        conn, stream, tag = entry
+        pool, conn, stream, tag = entry
         with suppress(Exception):
             stream.cancel()
-        self._release(conn, failed, "use")  # a stream's SQL is not kept: check the database anyway
+        self._release(pool, conn, failed, "use")  # a stream's SQL is not kept: check the database anyway
         self.jobs.leave(tag, started=True)
 
-    def _release(self, conn: Any, failed: bool, sql: str = "") -> None:
-        """Back to the pool, answering correctly and on its own database: `USE` is allowed under
+    def _release(self, pool: _Pool, conn: Any, failed: bool, sql: str = "") -> None:
+        """Back to its pool, answering correctly and on its own database: `USE` is allowed under
         readonly=1, and the statement check resolves unqualified names against that database."""
         if (failed and not _drain(conn)) or not self._on_its_database(conn, sql):
             with suppress(Exception):
                 conn.close()
-            conn = chdb.connect(self._dsn)
-        self._pool.put(conn)
+            conn = chdb.connect(pool.dsn)
+        pool.put(conn)
 
     def _on_its_database(self, conn: Any, sql: str) -> bool:
         if "use" not in sql.lower():  # a statement without the word cannot have switched it
@@ -246,6 +333,14 @@ class Engine:
                 return bytes(self._control.query(sql, fmt).bytes())
             except Exception as exc:
                 raise EngineError(str(exc)) from None
+
+
+def _request_access(request: dict[str, Any]) -> RowFilters | None:
+    """The policy a request runs under, as the app sent it (agent/db/embedded.py)."""
+    if "filters" not in request:
+        return None
+    filters = tuple((str(table), str(condition)) for table, condition in request["filters"])
+    return RowFilters(str(request["policy"]), filters)
 
 
 def _require_database(path: Path, database: str | None) -> None:
@@ -329,10 +424,14 @@ class Server:
         op = request.get("op")
         engine = self._engine
         if op == "query":
-            payload, read = engine.query(request["sql"], request["format"], request["tag"], request.get("max_bytes"))
+            sql, fmt, tag, access = request["sql"], request["format"], request["tag"], _request_access(request)
+            payload, read = engine.query(sql, fmt, tag, request.get("max_bytes"), access)
             return read, payload
         if op == "open":
-            return {"stream": engine.open_stream(request["sql"], request["format"], request["tag"])}, b""
+            access = _request_access(request)
+            return {"stream": engine.open_stream(request["sql"], request["format"], request["tag"], access)}, b""
+        if op == "pools":
+            return {"policy_pools": engine.policy_pools()}, b""
         if op == "next":
             chunk = engine.next_chunk(request["stream"])
             return {"end": chunk is None}, chunk or b""

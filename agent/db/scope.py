@@ -1,12 +1,15 @@
 """Which tables the model may read: the configured databases minus the excluded tables, and a few
-system tables that only generate rows. Everything else is refused like a write, and never named
-back to the model."""
+system tables that only generate rows, and of those only the ones the asker's policy lists.
+Everything else is refused like a write (another policy's table like one that does not exist), and
+never named back to the model."""
 
 from __future__ import annotations
 
 import fnmatch
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+
+from agent.access.policy import Policy
 
 # System tables that only generate rows; no catalogue, setting or other session is readable.
 ALWAYS_READABLE = frozenset({"system.one", "system.numbers", "system.numbers_mt", "system.zeros", "system.zeros_mt"})
@@ -42,6 +45,15 @@ class Scope:
         if len(parts) == 2:
             return parts[0], parts[1]
         return None
+
+
+def within_policy(policy: Policy | None, tables_in_scope: Iterable[str]) -> list[str]:
+    """The tables in scope that `policy` lets read (all of them without a policy). The statement check
+    knows only these, so another policy's table is refused exactly as a table that does not exist, and
+    hints and cleaned errors name only these."""
+    if policy is None:
+        return sorted(tables_in_scope)
+    return sorted(t for t in tables_in_scope if policy.readable(*t.split(".", 1)))
 
 
 def default_database(databases: Sequence[str]) -> str:

@@ -25,6 +25,7 @@ from clickhouse_connect.driver.exceptions import OperationalError
 from clickhouse_connect.driver.types import Closable
 
 from agent import linear_re
+from agent.db.access import RowFilters, pinned_settings
 from agent.db.backend import (
     MAX_ERROR_CHARS,
     Backend,
@@ -37,6 +38,11 @@ from agent.db.backend import (
 from agent.db.scope import Scope
 
 _KILL_TIMEOUT_S = 10.0
+NO_ROW_FILTERS = (
+    "Access policies are configured, but the ClickHouse user's profile is readonly=1, so the agent cannot send "
+    "their row filters: give the agent a user whose profile lets it set readonly itself (readonly=0; it sends "
+    "readonly=1 with every query), or configure per-policy ClickHouse users with row policies."
+)
 _GRANT = linear_re.compile(r"GRANT (?P<privileges>.+?) ON (?P<target>\S+) TO ", ignore_case=True)
 _COLUMN_LIST = linear_re.compile(r"\([^)]*\)")
 _MAX_EXCEPTION_BLOCK = 4 * MAX_ERROR_CHARS + 1024  # the message as UTF-8, its tags and markers
@@ -48,10 +54,11 @@ _EXCEPTION_CLOSE = b"\r\n__exception__"
 
 
 class ServerBackend(Backend):
-    def __init__(self, url: str, settings: dict[str, Any], scope: Scope) -> None:
+    def __init__(self, url: str, settings: dict[str, Any], scope: Scope, *, row_filters: bool = False) -> None:
         self._url = urlsplit(url)
         self._wanted = settings
         self._scope = scope
+        self._row_filters = row_filters  # policies are configured: the user must let the agent set filters
         self._client: AsyncClient | None = None
         self._connect_lock = asyncio.Lock()
         self._query_settings: dict[str, Any] = {}
@@ -133,6 +140,8 @@ class ServerBackend(Backend):
         current = {name: value for name, value in result.result_rows}
         if current.get("readonly", "0") == "0":
             return {"cancel_http_readonly_queries_on_client_close": 1, **wanted}
+        if self._row_filters:
+            raise DatabaseUnavailable(NO_ROW_FILTERS)
         if current["readonly"] != "1":  # readonly=2 lets queries change settings, and `readonly` itself not
             raise DatabaseUnavailable(
                 f"The ClickHouse user's profile has readonly={current['readonly']}, which lets queries change "
@@ -151,14 +160,32 @@ class ServerBackend(Backend):
             )
         return {}
 
+    def _settings(self, tag: str, access: RowFilters | None) -> dict[str, Any]:
+        """The request's settings: a policy's filters (and the settings pinned with them) first, then the
+        agent's limits with `readonly=1` last, so that nothing in the query can change them after."""
+        if access is None:
+            return {**self._query_settings, "query_id": tag}
+        if not self._query_settings:  # the profile is read-only: the filters could not be sent
+            raise DatabaseUnavailable(NO_ROW_FILTERS)
+        filters = {**pinned_settings(), "additional_table_filters": access.setting()}
+        return {**filters, **self._query_settings, "query_id": tag}
+
     async def query(
-        self, sql: str, fmt: str, tag: str, *, max_bytes: int | None = None, stats: ReadStats | None = None
+        self,
+        sql: str,
+        fmt: str,
+        tag: str,
+        *,
+        max_bytes: int | None = None,
+        stats: ReadStats | None = None,
+        access: RowFilters | None = None,
     ) -> bytes:
         if max_bytes is not None:
-            return await self._read_at_most(sql, fmt, tag, max_bytes, stats)
+            return await self._read_at_most(sql, fmt, tag, max_bytes, stats, access)
         client = await self._connect()
+        settings = self._settings(tag, access)
         try:
-            return await client.raw_query(sql, settings={**self._query_settings, "query_id": tag}, fmt=fmt)
+            return await client.raw_query(sql, settings=settings, fmt=fmt)
         except CCDatabaseError as exc:
             raise EngineError(bounded_error(str(exc))) from None
         except (OperationalError, OSError) as exc:
@@ -168,11 +195,11 @@ class ServerBackend(Backend):
             raise
 
     async def _read_at_most(
-        self, sql: str, fmt: str, tag: str, max_bytes: int, stats: ReadStats | None = None
+        self, sql: str, fmt: str, tag: str, max_bytes: int, stats: ReadStats | None, access: RowFilters | None
     ) -> bytes:
         """The output read as it arrives, given up (and the query killed) once it passes `max_bytes`."""
         received = bytearray()
-        async with aclosing(self.stream(sql, fmt, tag, stats=stats)) as chunks:
+        async with aclosing(self.stream(sql, fmt, tag, stats=stats, access=access)) as chunks:
             async for chunk in chunks:
                 received += chunk
                 if len(received) > max_bytes:
@@ -180,13 +207,13 @@ class ServerBackend(Backend):
         return bytes(received)
 
     async def stream(
-        self, sql: str, fmt: str, tag: str, *, stats: ReadStats | None = None
+        self, sql: str, fmt: str, tag: str, *, stats: ReadStats | None = None, access: RowFilters | None = None
     ) -> AsyncGenerator[bytes, None]:
         """With `stats`, the server holds the output until the query ends (`wait_end_of_query`), so the
         summary in the response's headers is the whole query's: only for outputs the caller caps."""
         client = await self._connect()
         finished = False
-        settings = {**self._query_settings, "query_id": tag}
+        settings = self._settings(tag, access)
         try:
             if stats is None:
                 context = await client.raw_stream(sql, settings=settings, fmt=fmt)

@@ -119,6 +119,54 @@ READ_ONLY = (
 )
 
 
+# ClickHouse evaluates an explicit PREWHERE before `additional_table_filters` (measured on chdb 26.9: a
+# throwIf in PREWHERE fires on rows the filter hides), so under a policy it would be an oracle on them.
+# A WHERE is moved to PREWHERE by the engine itself, after the filter.
+PREWHERE_FILTERED = "PREWHERE is not available here; write the condition in WHERE (ClickHouse optimises it the same)."
+# Where a filtered row sat among the table's rows: a part's offsets and a block's size count the hidden rows
+# around it (measured: max(_part_offset) and blockSize() under a filter tell the rows it removed).
+POSITION_COLUMNS = frozenset(
+    [
+        "_part",
+        "_part_index",
+        "_part_starting_offset",
+        "_part_uuid",
+        "_partition_id",
+        "_partition_value",
+        "_part_offset",
+        "_part_granule_offset",
+        "_part_data_version",
+        "_row_exists",
+        "_block_number",
+        "_block_offset",
+        "_disk_name",
+        "_distance",
+        "_sample_factor",
+        "_table",
+        "_database",
+        "_shard_num",
+    ]
+)
+POSITION_FUNCTIONS = frozenset(
+    [
+        "blocksize",
+        "blocknumber",
+        "blockserializedsize",
+        "rownumberinblock",
+        "rownumberinallblocks",
+        "neighbor",
+        "runningdifference",
+        "runningdifferencestartingwithfirstvalue",
+        "runningaccumulate",
+        "runningconcurrency",
+    ]
+)
+POSITION_REFUSED = (
+    "{name} tells where rows sit in the table's storage, which is not available here; use the columns and "
+    "window functions (row_number() OVER ...) instead."
+)
+
+
 class QueryRefused(Exception):
     """The statement is not something the agent may run; the message says why."""
 
@@ -179,17 +227,20 @@ class StatementPolicy:
         self.functions = functions
         self.max_steps = max_steps
 
-    def check(self, canonical: str, ast_json: str, tables: frozenset[str]) -> CheckedStatement:
+    def check(
+        self, canonical: str, ast_json: str, tables: frozenset[str], *, row_filtered: bool = False
+    ) -> CheckedStatement:
         """Allow the statement, or raise QueryRefused. `tables`: the `db.table` names the schema
         introspection found in scope; a table name is one of them or a CTE, nothing else (a name
-        that a database engine would resolve some other way, such as a path, is refused)."""
+        that a database engine would resolve some other way, such as a path, is refused).
+        `row_filtered`: the engine applies a policy's row filters, which a PREWHERE runs before."""
         try:
             ast = json.loads(ast_json)
         except json.JSONDecodeError:
             raise QueryRefused("The statement could not be checked.") from None
         if not isinstance(ast, dict) or ast.get("type") != "SelectWithUnionQuery":
             raise QueryRefused(READ_ONLY)
-        walk = _Walk(self, tables, ast)
+        walk = _Walk(self, tables, ast, row_filtered=row_filtered)
         try:
             walk.node(ast, parent_key="")
         except TooMuchWork:
@@ -208,7 +259,10 @@ class _Walk:
     in place as the walk goes in and out (a refusal ends the walk, so nothing is restored on the way out of one),
     and every step is spent from one budget (agent/db/check_work.py)."""
 
-    def __init__(self, policy: StatementPolicy, tables: frozenset[str], ast: dict[str, Any]) -> None:
+    def __init__(
+        self, policy: StatementPolicy, tables: frozenset[str], ast: dict[str, Any], *, row_filtered: bool = False
+    ) -> None:
+        self.row_filtered = row_filtered
         self.scope = policy.scope
         self.functions = policy.functions
         self.tables = tables
@@ -243,7 +297,13 @@ class _Walk:
         if kind == "Literal":
             self.literal(node.get("value"))
             return
+        if kind == "Identifier" and self.row_filtered:
+            parts = node.get("name_parts") or [node.get("name", "")]
+            if str(parts[-1]).lower() in POSITION_COLUMNS:
+                raise QueryRefused(POSITION_REFUSED.format(name=str(parts[-1])))
         if kind == "SelectQuery":
+            if self.row_filtered and node.get("prewhere") is not None:
+                raise QueryRefused(PREWHERE_FILTERED)
             self.select(node)
             return
         if kind == "SelectWithUnionQuery" and id(node) not in self.propagated:
@@ -401,6 +461,8 @@ class _Walk:
                 self.function_name(name)
 
     def function_name(self, name: str) -> None:
+        if self.row_filtered and name.lower() in POSITION_FUNCTIONS:
+            raise QueryRefused(POSITION_REFUSED.format(name=f"{name}()"))
         if self.functions.allows(name):
             return
         if (why := denied_reason(name)) is not None:

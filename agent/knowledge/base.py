@@ -5,7 +5,7 @@ retrieved beside the question."""
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -31,6 +31,7 @@ class Prefixed:
 class KnowledgeBase:
     def __init__(self, entries: Sequence[Entry], max_chars: int) -> None:
         self.entries = list(entries)
+        self.max_chars = max_chars
         chosen: list[Entry] = []
         used = 0
         for entry in sorted(self.entries, key=lambda e: list(SECTIONS).index(e.kind)):
@@ -51,6 +52,17 @@ class KnowledgeBase:
         """The knowledge the settings name (AGENT_KNOWLEDGE_DIR, or the demo's), or None."""
         directory = settings.knowledge_dir
         return cls.load(directory, settings.agent_knowledge_max_chars) if directory else None
+
+    def without_tables(self, hidden: Collection[str]) -> KnowledgeBase:
+        """The knowledge a policy's people see: no entry that names a table they may not read (`db.table`),
+        by its full name or its own, anywhere in the entry (its SQL, its table, its prose). A word that
+        happens to be such a table's name leaves the entry out too: better one note fewer than one
+        table named to people who may not read it."""
+        names = sorted({part for table in hidden for part in (table, table.split(".", 1)[-1])}, key=len, reverse=True)
+        if not names:
+            return self
+        pattern = re.compile(r"(?<!\w)(?:" + "|".join(map(re.escape, names)) + r")(?!\w)", re.IGNORECASE)
+        return KnowledgeBase([e for e in self.entries if not pattern.search(_all_text(e))], self.max_chars)
 
     def described(self) -> list[dict[str, str]]:
         """Each entry as a person opens it from a citation: its tag, its text and where it is kept
@@ -95,6 +107,10 @@ class KnowledgeBase:
             return ""
         found = [e for e in self.search(question, limit + len(self.entries)) if id(e) not in self._in_prefix]
         return render(found[:limit])
+
+
+def _all_text(entry: Entry) -> str:
+    return " ".join([entry.name, *(str(value) for value in entry.fields.values())])
 
 
 def _fields(entry: Entry) -> list[tuple[str, float]]:

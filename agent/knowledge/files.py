@@ -37,8 +37,8 @@ from typing import Any
 
 import yaml
 
+from agent import safe_yaml
 from agent.config import ConfigError
-from agent.knowledge import safe_yaml
 
 KINDS = ("glossary", "metrics", "notes", "verified_queries")
 FIELDS = {

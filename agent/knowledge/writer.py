@@ -10,7 +10,7 @@ from typing import Any
 
 import yaml
 
-from agent.knowledge import safe_yaml
+from agent import safe_yaml
 from agent.knowledge.files import load_directory
 
 VERIFIED_FILE, APPROVED_FILE = "verified_queries.yaml", "approved_queries.yaml"

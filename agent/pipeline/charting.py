@@ -95,7 +95,11 @@ class ChartMaker:
         cut), labels cut by the engine, every other column dropped as the rows arrive."""
         limits = self._limits
         export = await self._db.export(
-            sql, max_rows=limits.chart_max_rows + 1, max_cell_chars=limits.chart_max_label_chars, owner=state.run_id
+            sql,
+            max_rows=limits.chart_max_rows + 1,
+            max_cell_chars=limits.chart_max_label_chars,
+            owner=state.run_id,
+            policy=state.policy,  # the chart's rows are the query's: read under the run's policy
         )
         names = [c.name for c in export.columns]
         check_columns(request, names)

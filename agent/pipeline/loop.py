@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from agent.access.policy import Policy
 from agent.config import ModelRef
 from agent.db import DatabaseUnavailable
 from agent.llm import ContextOverflow, LLMClient, LLMError, ModelTurn
@@ -108,16 +109,35 @@ class Pipeline:
         interface: Interface = "cli",
         on_event: EventSink = ignore_events,
         followups: bool = True,
+        policy: Policy | None = None,
     ) -> RunResult:
         # An adapter's registry names the run; a run started directly (CLI, evals) gets a name here.
         run_id = context_fields().get("run_id") or uuid.uuid4().hex
         with log_context(run_id=run_id, interface=interface):
             log.debug("question", extra={"question": question})
             state = RunState(
-                question=question, interface=interface, emit=on_event, metrics=self._metrics, run_id=run_id
+                question=question,
+                interface=interface,
+                emit=on_event,
+                metrics=self._metrics,
+                run_id=run_id,
+                policy=policy,
             )
             state.prices = self._prices
+            if policy is not None and policy.reads_nothing:
+                return await self._no_access(state, policy)
             return await self._run(state, history, platform, on_event, followups)
+
+    async def _no_access(self, state: RunState, policy: Policy) -> RunResult:
+        """A policy that reads nothing (the default's "no data"): a polite answer naming who to ask for
+        access, with no model call and no SQL."""
+        state.answer = self._prompts.render("NO_ACCESS.md", contact=policy.contact)
+        await state.emit(AnswerEvent(text=state.answer))
+        state.mark_answered()
+        result = state.to_result()
+        result.transcript = [user_text(state.question), assistant([{"type": "text", "text": state.answer}])]
+        state.record_finished(result)
+        return result
 
     async def _run(
         self, state: RunState, history: Sequence[Turn], platform: Platform, on_event: EventSink, followups: bool
@@ -130,12 +150,12 @@ class Pipeline:
         first_of_turn = len(messages)
         messages.append(user_text(question))
         try:
-            if retrieved := await self._prefix.retrieved(question):
+            if retrieved := await self._prefix.retrieved(question, policy=state.policy):
                 append_text(messages[-1], retrieved)
             request = {
                 "model": s.model,
                 "max_tokens": s.max_tokens,
-                **await self._prefix.parts(platform),
+                **await self._prefix.parts(platform, policy=state.policy),
                 # Neutral capabilities, put in each provider's terms by agent/llm/capabilities.py.
                 "temperature": s.temperature,
                 "thinking_budget": s.thinking_budget,

@@ -8,6 +8,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from agent.access.policy import Policy
 from agent.charts import Chart
 from agent.figures import FigureReport
 from agent.llm import Fallback, ModelTurn, Usage
@@ -40,6 +41,7 @@ class RunState:
     emit: EventSink
     metrics: Metrics
     run_id: str = ""  # the owner of the run's share of the engine
+    policy: Policy | None = None  # what every query of the run may read (None: all of the scope)
     started: float = field(default_factory=time.perf_counter)
     run_metrics: RunMetrics = field(default_factory=RunMetrics)
     queries: list[ExecutedQuery] = field(default_factory=list)
@@ -216,6 +218,7 @@ class RunState:
             model=self.model,
             figures=self.figures,
             receipt=self.receipt(m.total_ms),
+            policy=self.policy.name if self.policy is not None else None,
         )
 
     def record_finished(self, result: RunResult) -> None:

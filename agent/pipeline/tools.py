@@ -170,7 +170,7 @@ class SqlExecutor:
             state.record_guard("duplicate_sql")
             query = reused
         else:
-            result: QueryResult = await self._db.execute(request.sql, owner=state.run_id)
+            result: QueryResult = await self._db.execute(request.sql, owner=state.run_id, policy=state.policy)
             query = ExecutedQuery(id=query_id, question=request.question, sql=request.sql, result=result)
         await state.emit(ResultEvent.of(query, max_bytes=self._limits.preview_bytes))
         return query
@@ -215,7 +215,8 @@ def parse_lookup(raw: Any) -> tuple[list[str], str]:
 
 
 class SchemaLookup:
-    """`lookup_schema`: what introspection found about the tables in scope, and nothing else."""
+    """`lookup_schema`: what introspection found about the tables in scope and the run's policy, and
+    nothing else."""
 
     def __init__(self, schema: SchemaCache, max_chars: int) -> None:
         self._schema = schema
@@ -223,7 +224,7 @@ class SchemaLookup:
 
     async def run(self, raw: Any, state: RunState) -> ToolOutcome:
         tables, search = parse_lookup(raw)
-        view = await self._schema.view()
+        view = await self._schema.for_policy(state.policy).view()  # another policy's table: as if missing
         if view.catalog is None:
             return ToolOutcome("Every table is described in full in the system prompt; read it there.")
         shown = ", ".join(tables[:10]) + (", …" if len(tables) > 10 else "")

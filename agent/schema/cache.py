@@ -1,5 +1,7 @@
 """The schema the prompt carries, rebuilt at most once per TTL: every table whole when they fit the
-budget, otherwise the catalogue and the lookup behind the `lookup_schema` tool."""
+budget, otherwise the catalogue and the lookup behind the `lookup_schema` tool. One per policy: each
+policy's people see only its tables (and its rows' counts and values), each in a prefix of its own that
+stays byte-identical between its questions."""
 
 from __future__ import annotations
 
@@ -8,11 +10,18 @@ import time
 from dataclasses import dataclass
 from functools import partial
 
+from agent.access.policy import Policy
 from agent.db import Database
 from agent.schema.catalog import Catalog
 from agent.schema.tables import Table, fits, introspect, render_schema
 
 DEFAULT_CATALOGUE_CHARS = 16_000
+PolicyKey = tuple[str, tuple[tuple[str, str | None], ...]]
+
+
+def policy_key(policy: Policy) -> PolicyKey:
+    """What a policy lets read, as a key: two files that reuse a name for other tables make two views."""
+    return policy.name, tuple(sorted(policy.tables.items(), key=lambda item: item[0]))
 
 
 @dataclass(frozen=True)
@@ -35,19 +44,38 @@ class SchemaCache:
     """The schema view, rebuilt at most once per TTL; concurrent callers share one rebuild."""
 
     def __init__(
-        self, db: Database, max_chars: int, ttl_s: float, catalogue_chars: int = DEFAULT_CATALOGUE_CHARS
+        self,
+        db: Database,
+        max_chars: int,
+        ttl_s: float,
+        catalogue_chars: int = DEFAULT_CATALOGUE_CHARS,
+        *,
+        policy: Policy | None = None,
     ) -> None:
         self._db = db
         self._max_chars, self._ttl_s, self._catalogue_chars = max_chars, ttl_s, catalogue_chars
+        self.policy = policy  # None: every table in scope, every row
+        self._per_policy: dict[PolicyKey, SchemaCache] = {}
         self._view: SchemaView | None = None
         self._counting: asyncio.Task[int] | None = None
         self._built_at = 0.0
         self._lock = asyncio.Lock()
 
+    def for_policy(self, policy: Policy | None) -> SchemaCache:
+        """The schema `policy`'s people see (this one for None), built once per TTL like this one."""
+        if policy is None:
+            return self
+        key = policy_key(policy)
+        if (cache := self._per_policy.get(key)) is None:
+            cache = self._per_policy[key] = SchemaCache(
+                self._db, self._max_chars, self._ttl_s, self._catalogue_chars, policy=policy
+            )
+        return cache
+
     async def view(self) -> SchemaView:
         async with self._lock:
             if self._view is None or time.monotonic() - self._built_at > self._ttl_s:
-                tables = await introspect(self._db)
+                tables = await introspect(self._db, self.policy)
                 # Off the loop: indexing 5,000 tables takes most of a second of CPU (make bench).
                 self._view = await asyncio.to_thread(
                     partial(
@@ -60,6 +88,10 @@ class SchemaCache:
                 )
                 self._built_at = time.monotonic()
             return self._view
+
+    async def tables_in_scope(self) -> list[str]:
+        """Every table in scope (`db.table`), whatever the policy: what another policy's prompt must not name."""
+        return (await self._db.known_names())[0]
 
     async def get(self) -> str:
         return (await self.view()).text

@@ -2,16 +2,23 @@
 
 The rendering is the stable half of the prompt-cache prefix, so it must be byte-identical between
 requests: stable ordering, rounded row counts, no timestamps.
+
+Under a policy, only its tables, and what is said of a table's rows (its row count, the sampled values
+of its columns) is read through the policy's row filter: the prompt of one policy says nothing about
+rows only another may read.
 """
 
 from __future__ import annotations
 
 import asyncio
+import re
 from dataclasses import dataclass, field
 
-from agent.db import Database
+from agent.access.policy import Policy
+from agent.db import Database, DatabaseUnavailable
 
 SAMPLE_VALUES = 8
+_PARENTHESISED = re.compile(r"\s*\([^()]*\)")
 _SAMPLED_TYPES = ("LowCardinality(String)", "LowCardinality(Nullable(String))", "Enum8(", "Enum16(")
 
 
@@ -34,20 +41,22 @@ class Table:
     total_rows: int | None
     view_query: str
     columns: list[Column] = field(default_factory=list)
+    row_filter: str | None = None  # the policy's filter: row counts and samples are read through it
 
     @property
     def qualified(self) -> str:
         return f"{self.database}.{self.name}"
 
 
-async def introspect(db: Database) -> list[Table]:
-    """The tables the model may read (the database's scope), with columns and sampled values."""
+async def introspect(db: Database, policy: Policy | None = None) -> list[Table]:
+    """The tables the model may read (the database's scope, and of it the policy's tables), with columns
+    and sampled values."""
     table_rows = await db.catalog_rows(
         "SELECT database, name, engine, comment, sorting_key, total_rows, as_select FROM system.tables "
         "WHERE database NOT IN ('system', 'INFORMATION_SCHEMA', 'information_schema') "
         "AND NOT is_temporary ORDER BY database, name"
     )
-    tables = {
+    in_scope = {
         f"{r['database']}.{r['name']}": Table(
             r["database"],
             r["name"],
@@ -60,6 +69,7 @@ async def introspect(db: Database) -> list[Table]:
         for r in table_rows
         if db.scope.allows(r["database"], r["name"]) and not r["name"].endswith("__loading")
     }
+    tables = in_scope if policy is None else {k: t for k, t in in_scope.items() if policy.readable(t.database, t.name)}
     column_rows = await db.catalog_rows(
         "SELECT database, table, name, type, comment FROM system.columns "
         "WHERE database NOT IN ('system', 'INFORMATION_SCHEMA', 'information_schema') "
@@ -68,8 +78,43 @@ async def introspect(db: Database) -> list[Table]:
     for r in column_rows:
         if (key := f"{r['database']}.{r['table']}") in tables:
             tables[key].columns.append(Column(r["name"], r["type"], r["comment"] or ""))
+    if policy is not None:
+        _under_policy(tables, policy, hidden=in_scope.keys() - tables.keys())
     await asyncio.gather(*(_sample(db, table) for table in tables.values()))
+    await asyncio.gather(*(_count_filtered(db, table) for table in tables.values() if table.row_filter))
     return list(tables.values())
+
+
+def _under_policy(tables: dict[str, Table], policy: Policy, hidden: set[str]) -> None:
+    """What a policy's people see of its tables: counts and samples through its filters (set here, read
+    by `_sample` and `_count_filtered`), and no comment or view definition that names a table in scope
+    they may not read."""
+    naming = _naming(hidden)
+    for key, table in tables.items():
+        table.row_filter = policy.tables[key]
+        if naming is None:
+            continue
+        table.comment = _without_names(table.comment, naming)
+        for column in table.columns:
+            column.comment = _without_names(column.comment, naming)
+        if naming.search(table.view_query):
+            table.view_query = ""
+
+
+def _naming(hidden: set[str]) -> re.Pattern[str] | None:
+    """A mention of one of the tables: `db.table`, or `table.column` as comments write joins."""
+    if not hidden:
+        return None
+    qualified = "|".join(map(re.escape, sorted(hidden, key=len, reverse=True)))
+    bare = "|".join(map(re.escape, sorted({t.split(".", 1)[1] for t in hidden}, key=len, reverse=True)))
+    return re.compile(rf"(?<![\w.])(?:(?:{qualified})(?!\w)|(?:{bare})\.\w)", re.IGNORECASE)
+
+
+def _without_names(comment: str, naming: re.Pattern[str]) -> str:
+    """A comment without its parenthesised remarks that name a hidden table (`(joins planes.tailnum)`);
+    none at all when it still names one."""
+    kept = _PARENTHESISED.sub(lambda found: "" if naming.search(found.group(0)) else found.group(0), comment).strip()
+    return "" if naming.search(kept) else kept
 
 
 def quote_identifier(name: str) -> str:
@@ -81,12 +126,11 @@ async def _sample(db: Database, table: Table) -> None:
     if table.view_query:
         return
     sampled = [c for c in table.columns if c.type.startswith(_SAMPLED_TYPES)]
-    source = f"{quote_identifier(table.database)}.{quote_identifier(table.name)}"
     results = await asyncio.gather(
         *(
             db.catalog_rows(
                 f"SELECT toString({quote_identifier(c.name)}) AS value, count() AS n, "
-                f"count() OVER () AS distinct_values FROM {source} GROUP BY value ORDER BY n DESC, value "
+                f"count() OVER () AS distinct_values FROM {_source(table)} GROUP BY value ORDER BY n DESC, value "
                 f"LIMIT {SAMPLE_VALUES}"
             )
             for c in sampled
@@ -98,6 +142,25 @@ async def _sample(db: Database, table: Table) -> None:
             continue
         column.samples = sorted(str(row["value"]) for row in rows if row["value"] is not None)
         column.distinct = int(rows[0]["distinct_values"])
+
+
+def _source(table: Table) -> str:
+    """The table as a FROM clause, through its row filter when it has one (checked safe at start-up by
+    `agent access check`'s rules: one boolean expression over the table's columns)."""
+    name = f"{quote_identifier(table.database)}.{quote_identifier(table.name)}"
+    return f"{name} WHERE ({table.row_filter}\n)" if table.row_filter else name
+
+
+async def _count_filtered(db: Database, table: Table) -> None:
+    """A filtered table's row count as its policy sees it (the catalog's count is every policy's rows)."""
+    if table.view_query:
+        table.total_rows = None
+        return
+    try:
+        rows = await db.catalog_rows(f"SELECT count() AS n FROM {_source(table)}")
+    except DatabaseUnavailable:  # the prompt does without a count; the catalog's would be a leak
+        rows = []
+    table.total_rows = int(rows[0]["n"]) if rows else None
 
 
 def fits(tables: list[Table], max_chars: int) -> bool:

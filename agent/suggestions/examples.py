@@ -1,8 +1,9 @@
 """Example questions, from one place for every adapter: the web page's empty state and Slack's
 suggested prompts.
 
-AGENT_EXAMPLE_QUESTIONS when it is set. Otherwise questions the follow-up model writes from the
-schema, once per schema version (a hash of the rendered schema), cached on disk under
+AGENT_EXAMPLE_QUESTIONS when it is set and no policy applies. Otherwise questions the follow-up model
+writes from the schema the asker's policy sees (an operator's fixed questions could name another
+policy's data), once per schema version (a hash of the rendered schema), cached on disk under
 AGENT_DATA_DIR/examples so a restart does not ask again. Until they exist, or when they cannot be
 made (no API key, the model or the database is down), a generic few that fit any data.
 """
@@ -16,6 +17,7 @@ import logging
 import time
 from pathlib import Path
 
+from agent.access.policy import Policy
 from agent.config import Settings
 from agent.llm import Fallback, LLMClient, LLMError
 from agent.metrics import Metrics
@@ -53,13 +55,16 @@ class ExampleQuestions:
         self._task: asyncio.Task[None] | None = None
         self._task_version = ""
 
-    async def get(self, *, wait_s: float = 0.0) -> list[str]:
-        """The questions to show now. Never raises. With `wait_s`, a generation this call starts (or
-        finds running) may take that long before the generic questions are returned instead."""
-        if self._configured:
+    async def get(self, *, wait_s: float = 0.0, policy: Policy | None = None) -> list[str]:
+        """The questions to show now, for `policy`'s people (none for a policy that reads nothing). Never
+        raises. With `wait_s`, a generation this call starts (or finds running) may take that long before
+        the generic questions are returned instead."""
+        if policy is not None and policy.reads_nothing:
+            return []
+        if self._configured and policy is None:
             return list(self._configured)
         try:
-            schema_text = await self._schema.get()
+            schema_text = await self._schema.for_policy(policy).get()
         except Exception as exc:  # the page and Slack must work with the database down
             log.warning("example questions: could not read the schema (%s)", exc)
             return list(GENERIC)

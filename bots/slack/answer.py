@@ -17,14 +17,17 @@ from typing import Any
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
+from agent.access.policy import Policies
 from agent.config import Settings
 from agent.knowledge import KnowledgeBase
 from agent.metrics import Metrics
 from agent.runner import AnswerEvent, Outcome, Turn
 from bots.slack import blocks, refusals
+from bots.slack.access import NO_POLICY_FILE, Access, access_for
 from bots.slack.api_tiers import CallBudget
 from bots.slack.charts import upload_charts
 from bots.slack.failures import Failure, classify, explain
+from bots.slack.people import SlackPeople
 from bots.slack.plan import Plan
 from bots.slack.progress import Progress
 from bots.slack.receipt import receipt_blocks
@@ -64,8 +67,13 @@ class Answerer:
         settings: Settings,
         metrics: Metrics,
         knowledge: KnowledgeBase | None = None,
+        people: SlackPeople | None = None,
+        policies: Policies | None = None,
     ) -> None:
+        """`policies`: the access file's (None: there is none, and every question runs as before)."""
         self._client, self._me, self._store, self._runs = client, identity, store, runs
+        self._people = people or SlackPeople(lambda: client)
+        self._policies = policies
         self._knowledge = knowledge
         self._settings, self._metrics, self._pacing = settings, metrics, pacing
         self._limit = pacing.rate_limit("slack:questions", settings.slack_rate_per_minute)
@@ -153,20 +161,11 @@ class Answerer:
             team=question.team,
             view=view,
         )
-        history_task = asyncio.create_task(self._history(question))
-        try:
-            await progress.begin()
-        except BaseException:
-            history_task.cancel()
-            raise
-        history = await history_task
-        if isinstance(history, SlackApiError):  # said only now: a refusal that stopped begin() says it all
-            refusals.log_refusal(log, f"read thread {question.thread_ts} (answering without its history)", history)
-            history = []
+        history, access = await self._prepare(question, progress)
         if question.assistant_thread and not history:
             await self._set_title(question)
         conversation_id = await self._store.create_conversation(
-            question.text, key=question.conversation_key, interface="slack"
+            question.text, key=question.conversation_key, interface="slack", owner=access.owner
         )
         handle = self._runs.start(
             conversation_id,
@@ -175,6 +174,7 @@ class Answerer:
             platform="slack",
             interface="slack",
             on_done=lambda result: self._budget.settle(hold.reservation, result.receipt),
+            policy=access.policy if self._policies is not None else None,
         )
         hold.run_started = True
         writer = AnswerWriter(
@@ -199,6 +199,30 @@ class Answerer:
         finally:  # after a failure or a shutdown, no painter outlives its job
             progress.cancel()
             writer.cancel()
+
+    async def _prepare(self, question: Question, progress: Progress) -> tuple[list[Turn], Access]:
+        """The progress shown, and meanwhile the thread's history read and the asker named: then the policy
+        the question runs under and whom it belongs to (access.py). An asker Slack could not name in a DM is
+        told why they get the default policy."""
+        history_task = asyncio.create_task(self._history(question))
+        asker_task = asyncio.create_task(self._people.person(question.team, question.user))
+        try:
+            await progress.begin()
+        except BaseException:
+            history_task.cancel()
+            asker_task.cancel()
+            raise
+        history = await history_task
+        if isinstance(history, SlackApiError):  # said only now: a refusal that stopped begin() says it all
+            refusals.log_refusal(log, f"read thread {question.thread_ts} (answering without its history)", history)
+            history = []
+        asker = await asker_task
+        access = access_for(question, asker, self._policies or NO_POLICY_FILE)
+        if access.unknown_asker and self._policies is not None:
+            await self._tell(
+                question, Failure.ASKER_UNKNOWN, scope=asker.missing_scope, reads_nothing=access.policy.reads_nothing
+            )
+        return history, access
 
     async def _history(self, question: Question) -> list[Turn] | SlackApiError:
         """The thread's earlier turns: which they are from the thread, each read whole from the store by its

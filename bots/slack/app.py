@@ -33,8 +33,11 @@ from starlette.routing import BaseRoute, Route
 from agent.app import AgentApp
 from agent.config import ConfigError, Settings
 from bots.slack import blocks, refusals
+from bots.slack.access import wants_groups
 from bots.slack.actions import Actions
 from bots.slack.answer import Answerer
+from bots.slack.channel_members import SlackChannelMembers
+from bots.slack.people import SlackPeople
 from bots.slack.prompts import PromptsGate, prompts_place
 from bots.slack.queues import SerialQueues
 from bots.slack.receive import Allowed, Identity, Ignore, Ignored, Question, event_type, read_question
@@ -44,6 +47,9 @@ from chats.state import ChatState
 log = logging.getLogger(__name__)
 DEFAULT_API_URL = "https://slack.com/api/"
 MAX_SUGGESTED_PROMPTS = 4
+# How long who a person is, their groups and a channel's members are kept: someone removed from a channel
+# or a group keeps its access at most this long.
+IDENTITY_TTL_S = 60.0
 EXAMPLES_WAIT_S = 10.0  # how long a new assistant thread waits for example questions being written
 
 
@@ -62,6 +68,15 @@ class SlackBot:
         self._prompts = PromptsGate(self._allowed)
         self.runs = runs or RunRegistry(agent.runner, self._store, max_event_bytes=agent.settings.max_event_bytes)
         self._pacing = state.pacing
+        self._policies = agent.policies
+        wants = wants_groups(self._policies) if self._policies is not None else False
+        self.people = SlackPeople(lambda: self.client, wants_groups=wants, ttl_s=IDENTITY_TTL_S)
+        # For the web: whether a signed-in person is in a channel an answer was asked in (chats/audiences.py).
+        self.channel_members = SlackChannelMembers(
+            lambda: self.client,
+            lambda: self.identity.team_id if self.identity is not None else None,
+            ttl_s=IDENTITY_TTL_S,
+        )
         secret = settings.slack_signing_secret.get_secret_value() if settings.slack_signing_secret else ""
 
         async def authorize(enterprise_id: str | None, team_id: str | None) -> AuthorizeResult:
@@ -120,6 +135,8 @@ class SlackBot:
             settings=self._settings,
             metrics=self._metrics,
             knowledge=self._agent.knowledge,
+            people=self.people,
+            policies=self._policies,
         )
         self._actions = Actions(
             client=self.client,

@@ -28,6 +28,7 @@ class Failure(StrEnum):
     NOT_IN_CHANNEL = "not_in_channel"  # Slack refused: the bot is not a member (nowhere to say so)
     SLACK_SCOPE = "slack_scope"  # Slack refused: the app lacks a scope
     SLACK_BUSY = "slack_busy"  # Slack kept rate limiting after the retries
+    ASKER_UNKNOWN = "asker_unknown"  # Slack could not say who asks in a DM: the default policy applies
     INTERNAL = "internal"
 
 
@@ -66,7 +67,7 @@ def timed_out(query: QueryView) -> bool:
 
 def explain(kind: Failure, **facts: Any) -> str:
     """What to tell the person. Facts: `length`/`limit` (too_long), `wait_s` (rate_limited),
-    `seconds` (query_timeout), `scope` (slack_scope)."""
+    `seconds` (query_timeout), `scope` (slack_scope, asker_unknown), `reads_nothing` (asker_unknown)."""
     if kind is Failure.MODEL_BUSY:
         return "The model is busy right now, so I couldn't finish. Please try again in a minute."
     if kind is Failure.MODEL_SETUP:
@@ -102,8 +103,24 @@ def explain(kind: Failure, **facts: Any) -> str:
             f"Slack didn't let me do all of this: the app lacks the {scope} permission. A workspace admin can add "
             "it under OAuth & Permissions in the app's settings (api.slack.com/apps), then reinstall the app."
         )
+    if kind is Failure.ASKER_UNKNOWN:
+        return asker_unknown(facts.get("scope"), reads_nothing=bool(facts.get("reads_nothing")))
     if kind is Failure.SLACK_BUSY:
         return "Slack is limiting how fast I can post right now, so I couldn't finish. Please ask again in a minute."
     if kind is Failure.RESTARTING:
         return "I'm restarting right now, so I can't take this question. Please ask again in a minute."
     return "Something went wrong on my side and I couldn't finish. Please try again."
+
+
+def asker_unknown(scope: str | None, *, reads_nothing: bool) -> str:
+    """Why this answer uses the default access: Slack could not say who is asking."""
+    default = "the default access, which reads no data" if reads_nothing else "the default access"
+    if scope:
+        return (
+            f"I couldn't tell from Slack who you are: the app lacks the `{scope}` permission, so I can only "
+            f"answer with {default}. A workspace admin can add it under OAuth & Permissions in the app's settings "
+            "(api.slack.com/apps), then reinstall the app."
+        )
+    return (
+        f"I couldn't check with Slack who you are just now, so I can only answer with {default}. Try again in a minute."
+    )

@@ -20,6 +20,7 @@ VARIABLES = {
     "FOLLOWUP_REQUEST.md": {"question": "q", "answer": "a", "queries": []},
     "EXAMPLES.md": {},
     "EXAMPLES_REQUEST.md": {"schema": "## db.t"},
+    "NO_ACCESS.md": {"contact": "#data-help"},
     "TOOLS.yaml": {"max_rows": 50, "chart_max_rows": 5000, "lookup": True},
     "loop/penultimate.md": {},
     "loop/synthesize.md": {},

@@ -38,12 +38,14 @@ from tests.fakes.slack_workspace import (
     BOT_USER_ID,
     DM_ID,
     GENERAL_ID,
+    HUMAN_EMAIL,
     HUMAN_ID,
     TEAM_ID,
     Channel,
     Stream,
     UploadedFile,
     User,
+    UserGroup,
     Workspace,
     ts_key,
 )
@@ -54,6 +56,7 @@ __all__ = [
     "BOT_USER_ID",
     "DM_ID",
     "GENERAL_ID",
+    "HUMAN_EMAIL",
     "HUMAN_ID",
     "TEAM_ID",
     "Ack",
@@ -65,6 +68,7 @@ __all__ = [
     "Stream",
     "UploadedFile",
     "User",
+    "UserGroup",
 ]
 
 APP_TOKEN_METHODS = {"apps.connections.open"}
@@ -141,7 +145,9 @@ class FakeSlack:
     def _new_workspace(self) -> None:
         self.workspace = Workspace(bot_name=self.bot_name)
         self.workspace.experience = slack_manifest.experience()
-        self.api = WebApi(self.workspace, upload_url=self._upload_url, socket_url=self._socket_url)
+        self.api = WebApi(
+            self.workspace, upload_url=self._upload_url, socket_url=self._socket_url, granted=lambda: self.scopes
+        )
 
     # --- control ---
 
@@ -293,6 +299,11 @@ class FakeSlack:
         with self._lock:
             return self.workspace.add_user(id, name, **fields)
 
+    def add_usergroup(self, id: str, handle: str, users: list[str], **fields: Any) -> UserGroup:
+        """E.g. add_usergroup("S0DATA", "data-team", [HUMAN_ID]) for `@data-team`."""
+        with self._lock:
+            return self.workspace.add_usergroup(id, handle, users, **fields)
+
     def add_channel(self, id: str, name: str = "", *, members: set[str] | None = None, **fields: Any) -> Channel:
         """E.g. add_channel("C0SALES", "sales"), add_channel("D0BOB", is_im=True, user="U0BOB"),
         add_channel("G0SECRET", "secret", is_private=True, is_member=False)."""
@@ -393,6 +404,7 @@ class FakeSlack:
         transport = "query"
         scopes: tuple[str, ...] = ()
         refused = False
+        token: str | None = None
         try:
             args, transport, token, warnings = _parse(headers, query, body)
             scopes = self._scopes_for(method, args)
@@ -406,6 +418,10 @@ class FakeSlack:
         except SlackError as exc:
             status, response, extra_headers = exc.status, exc.body(), exc.headers
             refused = isinstance(exc, _MissingScope)
+        if token == self.bot_token:
+            # Slack answers a token's every call with the scopes it holds, comma-separated, in `x-oauth-scopes`
+            # (what slack-ruby-client#378 reads: "x-oauth-scopes is a list of scopes that the token has").
+            extra_headers = {**extra_headers, "x-oauth-scopes": ",".join(sorted(self.scopes))}
         recorded = {k: _decoded(v) if k in JSON_ARGS else v for k, v in args.items()}
         with self._lock:
             self._calls.append(

@@ -40,6 +40,14 @@ METHOD_TIERS = {
     # "Special rate limits apply" (docs.slack.dev/reference/methods/assistant.threads.setStatus), not
     # quantified there: counted as Tier 3.
     "assistant.threads.setStatus": 3,
+    # Who is asking, and who may open an answer's links: users.info and conversations.members "Tier 4: 100+
+    # per minute", users.lookupByEmail "Tier 3", usergroups.list and usergroups.users.list "Tier 2" (their
+    # reference pages, as slack_kit's priv/docs/methods/*.json mirror them).
+    "users.info": 4,
+    "conversations.members": 4,
+    "users.lookupByEmail": 3,
+    "usergroups.list": 2,
+    "usergroups.users.list": 2,
 }
 PER_CHANNEL = {"chat.postMessage": 60}  # one per second per channel, as 60 in the window: bursts pass
 SENT_AT_HEADER = "X-Fake-Sent-At"  # time.monotonic() when the client made the call (same process only)

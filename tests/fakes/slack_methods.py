@@ -7,6 +7,7 @@ mirrored in smstoslack/slack_kit priv/docs/methods/*.json) and slack_sdk's WebCl
 
 from __future__ import annotations
 
+import base64
 import mimetypes
 import re
 from collections.abc import Callable
@@ -15,6 +16,7 @@ from typing import Any
 from tests.fakes import slack_chunks
 from tests.fakes import slack_rules as rules
 from tests.fakes.slack_rules import SlackError, flag, integer, json_arg, required
+from tests.fakes.slack_scopes import EMAIL_SCOPE
 from tests.fakes.slack_workspace import (
     Channel,
     Stream,
@@ -34,10 +36,18 @@ Method = Callable[[dict[str, Any]], dict[str, Any]]
 
 
 class WebApi:
-    def __init__(self, workspace: Workspace, *, upload_url: Callable[[str], str], socket_url: Callable[[], str | None]):
+    def __init__(
+        self,
+        workspace: Workspace,
+        *,
+        upload_url: Callable[[str], str],
+        socket_url: Callable[[], str | None],
+        granted: Callable[[], frozenset[str]] = frozenset,
+    ):
         self.ws = workspace
         self.upload_url = upload_url
         self.socket_url = socket_url
+        self.granted = granted  # the bot token's scopes now: what a method shows can depend on them
         self.methods: dict[str, Method] = {
             "auth.test": self.auth_test,
             "chat.postMessage": self.chat_post_message,
@@ -50,7 +60,11 @@ class WebApi:
             "conversations.replies": self.conversations_replies,
             "conversations.history": self.conversations_history,
             "conversations.info": self.conversations_info,
+            "conversations.members": self.conversations_members,
             "users.info": self.users_info,
+            "users.lookupByEmail": self.users_lookup_by_email,
+            "usergroups.list": self.usergroups_list,
+            "usergroups.users.list": self.usergroups_users_list,
             "reactions.add": self.reactions_add,
             "assistant.threads.setStatus": self.assistant_set_status,
             "assistant.threads.setSuggestedPrompts": self.assistant_set_suggested_prompts,
@@ -272,11 +286,49 @@ class WebApi:
     def conversations_info(self, args: dict[str, Any]) -> dict[str, Any]:
         return {"ok": True, "channel": self.ws.visible_channel(required(args, "channel")).to_api()}
 
+    def conversations_members(self, args: dict[str, Any]) -> dict[str, Any]:
+        """Member ids a page at a time (docs.slack.dev/reference/methods/conversations.members: `limit` default
+        100, "Fewer than the requested number of items may be returned"; `response_metadata.next_cursor`
+        empty on the last page; errors channel_not_found, invalid_cursor, invalid_limit)."""
+        channel = self.ws.visible_channel(required(args, "channel"))
+        members = sorted(channel.members)
+        limit = integer(args, "limit", 100)
+        if not 1 <= limit <= 1000:
+            raise SlackError("invalid_limit")
+        start = 0
+        if args.get("cursor"):
+            start = _member_index(str(args["cursor"]), members)
+        page, rest = members[start : start + limit], members[start + limit :]
+        next_cursor = _member_cursor(rest[0]) if rest else ""
+        return {"ok": True, "members": page, "response_metadata": {"next_cursor": next_cursor}}
+
     def users_info(self, args: dict[str, Any]) -> dict[str, Any]:
         user = self.ws.users.get(required(args, "user"))
         if user is None:
             raise SlackError("user_not_found")
-        return {"ok": True, "user": user.to_api(self.ws.team_id)}
+        return {"ok": True, "user": user.to_api(self.ws.team_id, with_email=EMAIL_SCOPE in self.granted())}
+
+    def users_lookup_by_email(self, args: dict[str, Any]) -> dict[str, Any]:
+        """docs.slack.dev/reference/methods/users.lookupByEmail: "Retrieve a single user by looking them up by
+        their registered email address"; an address nobody has is `users_not_found`."""
+        email = str(required(args, "email")).casefold()
+        for user in self.ws.users.values():
+            if user.email and user.email.casefold() == email and not user.is_bot:
+                return {"ok": True, "user": user.to_api(self.ws.team_id, with_email=True)}
+        raise SlackError("users_not_found")
+
+    def usergroups_list(self, args: dict[str, Any]) -> dict[str, Any]:
+        """docs.slack.dev/reference/methods/usergroups.list: every group of the team, disabled ones only with
+        `include_disabled`, each group's member ids only with `include_users`."""
+        with_users, disabled = flag(args, "include_users"), flag(args, "include_disabled")
+        groups = [g for g in self.ws.usergroups.values() if disabled or not g.disabled]
+        return {"ok": True, "usergroups": [g.to_api(self.ws.team_id, with_users=with_users) for g in groups]}
+
+    def usergroups_users_list(self, args: dict[str, Any]) -> dict[str, Any]:
+        group = self.ws.usergroups.get(str(required(args, "usergroup")))
+        if group is None:
+            raise SlackError("no_such_subteam")
+        return {"ok": True, "users": list(group.users)}
 
     def reactions_add(self, args: dict[str, Any]) -> dict[str, Any]:
         channel = self.ws.visible_channel(required(args, "channel"))
@@ -446,6 +498,18 @@ class WebApi:
         if message.get("bot_id") != self.ws.bot_id:
             raise SlackError(not_owned)
         return message
+
+
+def _member_cursor(user: str) -> str:
+    return base64.b64encode(f"user:{user}".encode()).decode()  # opaque, like Slack's ("dXNlcjpVMDYxTkZUVDI=")
+
+
+def _member_index(cursor: str, members: list[str]) -> int:
+    try:
+        user = base64.b64decode(cursor.encode(), validate=True).decode().removeprefix("user:")
+        return members.index(user)
+    except ValueError:
+        raise SlackError("invalid_cursor") from None
 
 
 def _same_mode(stream: Stream, markdown: str | None, chunks: list[dict[str, Any]] | None) -> None:

@@ -21,7 +21,10 @@ METHOD_SCOPES: dict[str, tuple[str, ...]] = {
     "chat.startStream": ("chat:write",),  # .../methods/chat.startStream
     "chat.appendStream": ("chat:write",),  # .../methods/chat.appendStream
     "chat.stopStream": ("chat:write",),  # .../methods/chat.stopStream
-    "users.info": ("users:read",),  # .../methods/users.info
+    "users.info": ("users:read",),  # .../methods/users.info (its email field also needs users:read.email)
+    "users.lookupByEmail": ("users:read.email",),  # .../methods/users.lookupByEmail
+    "usergroups.list": ("usergroups:read",),  # .../methods/usergroups.list
+    "usergroups.users.list": ("usergroups:read",),  # .../methods/usergroups.users.list
     "reactions.add": ("reactions:write",),  # .../methods/reactions.add
     # "now accepts either the assistant:write or chat:write scope ... will eventually no longer accept
     # assistant:write" (docs.slack.dev/changelog/2026/03/05/set-status-scope-update).
@@ -32,14 +35,17 @@ METHOD_SCOPES: dict[str, tuple[str, ...]] = {
     "files.completeUploadExternal": ("files:write",),  # .../methods/files.completeUploadExternal
 }
 # conversations.history / conversations.replies need the history scope of the conversation's type, and
-# conversations.info its read scope (.../methods/conversations.replies, .../conversations.info).
+# conversations.info and conversations.members its read scope (.../methods/conversations.replies,
+# .../conversations.info, .../conversations.members: "channels:read, groups:read, im:read, mpim:read").
 HISTORY_SCOPES = {"public": "channels:history", "private": "groups:history", "im": "im:history", "mpim": "mpim:history"}
 READ_SCOPES = {"public": "channels:read", "private": "groups:read", "im": "im:read", "mpim": "mpim:read"}
 BY_CONVERSATION = {
     "conversations.history": HISTORY_SCOPES,
     "conversations.replies": HISTORY_SCOPES,
     "conversations.info": READ_SCOPES,
+    "conversations.members": READ_SCOPES,
 }
+EMAIL_SCOPE = "users:read.email"  # what shows a user object's profile.email (.../scopes/users.read.email)
 # Event -> the scope its subscription needs (docs.slack.dev/reference/events/<event>, "Required scopes"); None:
 # the page lists none (app_home_opened: "Your Slack app must have a bot user configured and installed").
 EVENT_SCOPES: dict[str, str | None] = {
@@ -56,6 +62,7 @@ EVERY_BOT_SCOPE = frozenset(
     {s for scopes in METHOD_SCOPES.values() for s in scopes}
     | {s for scopes in BY_CONVERSATION.values() for s in scopes.values()}
     | {s for s in EVENT_SCOPES.values() if s}
+    | {EMAIL_SCOPE}
 )
 
 

@@ -22,6 +22,7 @@ BOT_ID = "B0BOT000001"
 APP_ID = "A0APP000001"
 TEAM_ID = "T0TEAM00001"
 HUMAN_ID = "U0ALICE0001"
+HUMAN_EMAIL = "alice@example.com"
 GENERAL_ID = "C0GENERAL01"
 DM_ID = "D0ALICEDM01"
 _MENTION = re.compile(r"(<@[UW][A-Z0-9]+>)")
@@ -37,11 +38,21 @@ class User:
     deleted: bool = False
     tz: str = "Europe/London"
     tz_offset: int = 0
+    email: str | None = None  # the profile's email, shown only to a token with users:read.email
+    is_email_confirmed: bool = True
+    team_id: str | None = None  # another organisation's person (Slack Connect); None: the workspace's own
 
-    def to_api(self, team_id: str) -> dict[str, Any]:
+    def to_api(self, team_id: str, *, with_email: bool = False) -> dict[str, Any]:
+        """Slack's user object. "The users:read.email OAuth scope is now required to access the email field in
+        user objects returned by the users.list and users.info web API methods. users:read is no longer a
+        sufficient scope for this data field" (docs.slack.dev/reference/methods/users.info): without it the
+        field is simply absent, the call still ok. `is_email_confirmed` as Slack's user objects carry it."""
+        team_id = self.team_id or team_id
         profile: dict[str, Any] = {"real_name": self.real_name or self.name, "display_name": self.name, "team": team_id}
         if self.bot_id:
             profile["bot_id"] = self.bot_id
+        if with_email and self.email:
+            profile["email"] = self.email
         return {
             "id": self.id,
             "team_id": team_id,
@@ -52,9 +63,34 @@ class User:
             "tz_offset": self.tz_offset,
             "is_bot": self.is_bot,
             "is_app_user": False,
+            "is_email_confirmed": self.is_email_confirmed,
             "updated": 1700000000,
             "profile": profile,
         }
+
+
+@dataclass
+class UserGroup:
+    """A user group (`@data-team`), as usergroups.list shows it (docs.slack.dev/reference/methods/usergroups.list)."""
+
+    id: str
+    handle: str
+    users: list[str] = field(default_factory=list)
+    disabled: bool = False
+
+    def to_api(self, team_id: str, *, with_users: bool) -> dict[str, Any]:
+        group: dict[str, Any] = {
+            "id": self.id,
+            "team_id": team_id,
+            "is_usergroup": True,
+            "name": self.handle,
+            "handle": self.handle,
+            "date_delete": 1700000001 if self.disabled else 0,
+            "user_count": len(self.users),
+        }
+        if with_users:
+            group["users"] = list(self.users)
+        return group
 
 
 @dataclass
@@ -126,6 +162,7 @@ class Workspace:
         self.team_id, self.team, self.domain = TEAM_ID, team, "test-workspace"
         self.bot_user_id, self.bot_id, self.app_id, self.bot_name = BOT_USER_ID, BOT_ID, APP_ID, bot_name
         self.users: dict[str, User] = {}
+        self.usergroups: dict[str, UserGroup] = {}
         self.channels: dict[str, Channel] = {}
         self.messages: dict[str, dict[str, dict[str, Any]]] = {}
         self.files: dict[str, UploadedFile] = {}
@@ -139,7 +176,7 @@ class Workspace:
         self._last_micros = 0
         self._ids = itertools.count(1)
         self.add_user(BOT_USER_ID, bot_name, is_bot=True, bot_id=BOT_ID)
-        self.add_user(HUMAN_ID, "alice", real_name="Alice Analyst")
+        self.add_user(HUMAN_ID, "alice", real_name="Alice Analyst", email=HUMAN_EMAIL)
         self.add_channel(GENERAL_ID, "general", members={HUMAN_ID})
         self.add_channel(DM_ID, is_im=True, user=HUMAN_ID)
 
@@ -148,6 +185,10 @@ class Workspace:
     def add_user(self, id: str, name: str, **fields: Any) -> User:
         self.users[id] = User(id, name, **fields)
         return self.users[id]
+
+    def add_usergroup(self, id: str, handle: str, users: list[str], **fields: Any) -> UserGroup:
+        self.usergroups[id] = UserGroup(id, handle, list(users), **fields)
+        return self.usergroups[id]
 
     def add_channel(self, id: str, name: str = "", *, members: set[str] | None = None, **fields: Any) -> Channel:
         channel = Channel(id, name, **fields)

@@ -25,7 +25,16 @@ from slack_sdk.socket_mode.response import SocketModeResponse
 from slack_sdk.web.async_client import AsyncWebClient
 
 from tests.fakes import slack_events as events
-from tests.fakes.slack_api import BOT_USER_ID, DM_ID, GENERAL_ID, HUMAN_ID, TEAM_ID, FakeSlack, FakeSocketMode
+from tests.fakes.slack_api import (
+    BOT_USER_ID,
+    DM_ID,
+    GENERAL_ID,
+    HUMAN_EMAIL,
+    HUMAN_ID,
+    TEAM_ID,
+    FakeSlack,
+    FakeSocketMode,
+)
 from tests.fakes.slack_limits import SENT_AT_HEADER, RateLimits
 from tests.fakes.slack_rules import SlackError
 from tests.fakes.slack_scopes import EVERY_BOT_SCOPE
@@ -428,6 +437,53 @@ async def test_history_info_and_users(client: AsyncWebClient, slack: FakeSlack) 
     user = await client.users_info(user=HUMAN_ID)
     assert user["user"]["real_name"] == "Alice Analyst"
     assert (await slack_error(client.users_info(user="U0NOBODY001"))).response["error"] == "user_not_found"
+
+
+async def test_a_users_email_is_shown_only_with_users_read_email_and_every_answer_names_the_scopes(
+    client: AsyncWebClient, slack: FakeSlack
+) -> None:
+    shown = await client.users_info(user=HUMAN_ID)
+    assert shown["user"]["profile"]["email"] == HUMAN_EMAIL and shown["user"]["is_email_confirmed"] is True
+    assert shown.headers["x-oauth-scopes"] == ",".join(sorted(EVERY_BOT_SCOPE))
+    slack.revoke("users:read.email")
+    hidden = await client.users_info(user=HUMAN_ID)
+    assert hidden["ok"] and "email" not in hidden["user"]["profile"], "the field is absent, the call still ok"
+    assert "users:read.email" not in hidden.headers["x-oauth-scopes"].split(",")
+    refused = await slack_error(client.users_lookupByEmail(email=HUMAN_EMAIL))
+    assert (refused.response["error"], refused.response["needed"]) == ("missing_scope", "users:read.email")
+
+
+async def test_lookup_by_email_members_and_usergroups(client: AsyncWebClient, slack: FakeSlack) -> None:
+    found = await client.users_lookupByEmail(email=HUMAN_EMAIL.upper())
+    assert found["user"]["id"] == HUMAN_ID
+    assert (await slack_error(client.users_lookupByEmail(email="x@example.com"))).response["error"] == "users_not_found"
+    slack.add_channel("C0BIG000001", "big", members={f"U0M{i:05d}" for i in range(250)})
+    first = await client.conversations_members(channel="C0BIG000001")
+    assert len(first["members"]) == 100 and first["response_metadata"]["next_cursor"], "100 by default"
+    pages: list[list[str]] = []  # the SDK's pagination hands out the same response object, page after page
+    async for page in await client.conversations_members(channel="C0BIG000001", limit=100):
+        pages.append(page["members"])
+    assert [len(p) for p in pages] == [100, 100, 51] and len({m for p in pages for m in p}) == 251
+    await assert_errors(
+        {
+            "invalid_cursor": client.conversations_members(channel="C0BIG000001", cursor="bm9wZQ=="),
+            "invalid_limit": client.conversations_members(channel="C0BIG000001", limit=0),
+            "channel_not_found": client.conversations_members(channel="C0NOWHERE01"),
+        }
+    )
+    slack.add_usergroup("S0DATA00001", "data-team", [HUMAN_ID])
+    slack.add_usergroup("S0OLD000001", "old-team", [HUMAN_ID], disabled=True)
+    listed = await client.usergroups_list(include_users=True)
+    assert [(g["id"], g["users"]) for g in listed["usergroups"]] == [("S0DATA00001", [HUMAN_ID])]
+    assert "users" not in (await client.usergroups_list())["usergroups"][0], "members only with include_users"
+    assert len((await client.usergroups_list(include_disabled=True))["usergroups"]) == 2
+    assert (await client.usergroups_users_list(usergroup="S0DATA00001"))["users"] == [HUMAN_ID]
+    slack.add_channel("G0SECRET001", "secret", is_private=True, members={HUMAN_ID})
+    slack.revoke("groups:read", "usergroups:read")
+    private = await slack_error(client.conversations_members(channel="G0SECRET001"))
+    assert private.response["needed"] == "groups:read", "the read scope of the conversation's type"
+    assert (await client.conversations_members(channel=GENERAL_ID))["ok"], "channels:read is still there"
+    assert (await slack_error(client.usergroups_list())).response["needed"] == "usergroups:read"
 
 
 async def test_reactions(client: AsyncWebClient, slack: FakeSlack) -> None:

@@ -21,6 +21,7 @@ from agent.app import AgentApp
 from agent.db import Database
 from agent.db.scope import Scope
 from agent.logs import REDACTED, _Stderr, configure_logging
+from chats.people import LOCAL, person_owner
 from chats.runs import RunRegistry, ShuttingDown
 from chats.state import STATE_FILE, ChatState
 from process.service import Service
@@ -413,7 +414,7 @@ async def test_answers_carry_over_reattach_through_the_web_with_a_shared_log(
     """The web route: a run another worker owns streams from /api/runs/{id}/events here."""
     owner_state, owner, reader_state, reader = two_workers
     fake_anthropic.script(Reply(text="Hello."), Reply(text="[]"))
-    conversation = await owner_state.conversations.create_conversation("hi")
+    conversation = await owner_state.conversations.create_conversation("hi", owner=person_owner(LOCAL))  # as the web
     async with LiveServer(create_app(make_app(), reader_state, runs=reader)) as server:
         handle = owner.start(conversation, "hi", [], platform="web", interface="web")
         async with httpx.AsyncClient(base_url=server.url, timeout=30) as client:

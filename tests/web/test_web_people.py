@@ -211,7 +211,8 @@ async def test_the_proxys_header_counts_only_from_the_proxy(
     async with Served(make_app, tmp_path / "b", **forwarded) as ours:
         me = await ours.client(email=ALICE, **{"X-Forwarded-For": "203.0.113.9"}).get("/api/me")
         nobody = await ours.client().get("/api/me")
-    assert forged.status_code == 401 and nobody.status_code == 401
+        twice = await ours.client().get("/api/me", headers=[(EMAIL_HEADER, BOB), (EMAIL_HEADER, ALICE)])
+    assert forged.status_code == 401 and nobody.status_code == 401 and twice.status_code == 401
     assert me.status_code == 200 and me.json()["id"] == f"email:{ALICE}" and me.json()["signed_in_with"] == "proxy"
 
 

@@ -22,9 +22,7 @@ async def chat(request: Request) -> Response:
     if not web.runs.accepting:
         raise HttpError(503, ShuttingDown.message, {"Retry-After": "5"})
     client = asker_key(request, identity)
-    # Issue 29: the one place a web question's policy is picked. Runner.run does not take it yet (the
-    # access-engine branch adds `policy=`); until then it is chosen and shown (GET /api/me) but not applied.
-    policy_of(request, identity)
+    policy = policy_of(request, identity)  # its queries read only this policy's tables and rows
     booked = await web.budget.reserve(client)  # held from the start: questions asked at once share what is left
     if isinstance(booked, Refusal):  # the day's budget is spent, or the running questions may spend the rest
         web.agent.metrics.budget_refusals.labels("web").inc()
@@ -45,6 +43,7 @@ async def chat(request: Request) -> Response:
             interface="web",
             abandon_after_s=web.reattach_grace_s,
             on_done=lambda result: web.budget.settle(booked, result.receipt),
+            policy=policy,
         )
     except ShuttingDown:
         await web.budget.settle(booked, None)

@@ -211,7 +211,7 @@ def test_nested_aliases_are_refused_before_anything_is_built_from_them(tmp_path:
 def test_values_are_counted_once_per_node_and_a_node_that_contains_itself_is_refused(tmp_path: Path) -> None:
     import yaml
 
-    from agent.knowledge import safe_yaml
+    from agent import safe_yaml
 
     node = yaml.compose(bomb(2))
     assert safe_yaml.count_values(node, 10**6) == 1 + 1 + 1 + (4 + 11) + (4 + 111) + (4 + 1_111)  # keys count too
@@ -228,7 +228,7 @@ def test_an_entry_a_few_aliases_repeat_still_loads(tmp_path: Path) -> None:
 
 
 def test_a_file_past_the_size_cap_is_refused_unread(tmp_path: Path) -> None:
-    from agent.knowledge import safe_yaml
+    from agent import safe_yaml
 
     path = write(tmp_path, "big.yaml", "#" * safe_yaml.MAX_FILE_BYTES + "\nglossary: []\n")
     with pytest.raises(KnowledgeError, match=f"{path}: larger than 1,000,000 bytes; split it"):

@@ -81,3 +81,28 @@ async def test_the_examples_reach_the_page_as_data_not_markup(
         await apps.close()
     assert "carrier" not in page and "planes" not in page
     assert served == {"questions": questions}
+
+
+async def test_each_policy_gets_questions_written_from_its_own_schema(
+    make_app: Callable[..., AgentApp], fake_anthropic: FakeAnthropic, tmp_path: Path
+) -> None:
+    from types import MappingProxyType
+
+    from agent.access.policy import Policy
+
+    jfk = Policy("jfk", MappingProxyType({"nycflights13.flights": "origin = 'JFK'"}))
+    weather = Policy("weather", MappingProxyType({"nycflights13.weather": None}))
+    app = make_app(agent_data_dir=tmp_path)  # fixed questions configured: they stand without a policy only
+    fake_anthropic.script(Reply(text=json.dumps(WRITTEN)), Reply(text=json.dumps(WRITTEN[:2])))
+    try:
+        assert await app.examples.get(wait_s=10, policy=jfk) == WRITTEN
+        assert await app.examples.get(wait_s=10, policy=weather) == WRITTEN[:2]
+        assert await app.examples.get(policy=jfk) == WRITTEN  # cached per policy's schema
+        assert await app.examples.get(policy=Policy("no-data")) == []
+        assert await app.examples.get() == app.settings.agent_example_questions
+    finally:
+        await app.examples.close()
+    first, second = (request["messages"][0]["content"] for request in fake_anthropic.requests)
+    assert "## nycflights13.flights" in first and "nycflights13.weather" not in first
+    assert "## nycflights13.weather" in second and "nycflights13.flights" not in second
+    assert len(fake_anthropic.requests) == 2

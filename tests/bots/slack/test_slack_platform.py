@@ -10,15 +10,17 @@ import threading
 import time
 from collections import defaultdict
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
 from bots.slack.blocks import escape
 from bots.slack.failures import Failure, explain
+from chats.people import Person, channel_owner
 from tests.fakes import bolt_samples, slack_manifest
 from tests.fakes import slack_events as events
 from tests.fakes.anthropic_api import FakeAnthropic, Reply
-from tests.fakes.slack_api import BOT_USER_ID, DM_ID, GENERAL_ID, TEAM_ID, FakeSlack
+from tests.fakes.slack_api import BOT_USER_ID, DM_ID, GENERAL_ID, HUMAN_EMAIL, HUMAN_ID, TEAM_ID, FakeSlack
 from tests.fakes.slack_scopes import EVENT_SCOPES
 from tests.slack_helpers import (
     SlackHarness,
@@ -77,11 +79,38 @@ async def tour(bot: SlackHarness, fake_slack: FakeSlack, fake_anthropic: FakeAnt
 # --- scopes ---
 
 
+# A policy file naming a Slack user group: the bot then asks for the asker's groups (usergroups:read).
+OPS_POLICY = f"""
+policies:
+  - name: ops
+    members:
+      - slack_usergroup: S0OPS000001
+    tables:
+      nycflights13.flights:
+channels:
+  {GENERAL_ID}: ops
+"""
+
+
+async def open_links(bot: SlackHarness, fake_slack: FakeSlack) -> None:
+    """A signed-in web person opens links to answers asked in a public channel, a private one and a group DM:
+    the web asks the bot who is in each (process/service.py's Audiences)."""
+    fake_slack.add_channel("G0PRIVATE01", "private", is_private=True, members={HUMAN_ID})
+    fake_slack.add_channel("C0GROUPDM01", "mpdm-alice--bob-1", is_private=True, is_mpim=True, members={HUMAN_ID})
+    assert bot.service is not None
+    alice = Person(f"email:{HUMAN_EMAIL}", email=HUMAN_EMAIL)
+    for channel in (GENERAL_ID, "G0PRIVATE01", "C0GROUPDM01"):
+        assert await bot.service.audiences.includes(alice, channel_owner(TEAM_ID, channel))
+
+
 async def test_the_manifest_grants_every_scope_the_bots_calls_need_and_each_says_why(
-    start_bot, fake_slack: FakeSlack, fake_anthropic: FakeAnthropic
+    start_bot, fake_slack: FakeSlack, fake_anthropic: FakeAnthropic, tmp_path: Path
 ) -> None:
-    bot = await start_bot()
+    (tmp_path / "access.yaml").write_text(OPS_POLICY, encoding="utf-8")
+    fake_slack.add_usergroup("S0OPS000001", "ops", [HUMAN_ID])
+    bot = await start_bot(agent_access_file=str(tmp_path / "access.yaml"))
     await tour(bot, fake_slack, fake_anthropic)
+    await open_links(bot, fake_slack)
     assert len(fake_slack.files) == 1, "the chart was uploaded"
     granted = slack_manifest.bot_scopes()
     calls = [c for c in fake_slack.calls() if c.scopes]

@@ -1,7 +1,8 @@
-"""YAML read within bounds. Knowledge files load at start-up and eval suites before a run, and both
-may come from anyone who can open a pull request: safe YAML still lets aliases repeat a node, so a
-1.3 KB file of nested aliases (a "billion laughs") stands for a billion values, and everything that
-walks it afterwards (turning a field into text, comparing, rendering) walks all of them.
+"""YAML read within bounds. Knowledge files and the access policy file load at start-up and eval suites
+before a run, and all may come from anyone who can open a pull request: safe YAML still lets aliases
+repeat a node, so a 1.3 KB file of nested aliases (a "billion laughs") stands for a billion values,
+and everything that walks it afterwards (turning a field into text, comparing, rendering) walks all
+of them.
 
 So a file is read only up to `MAX_FILE_BYTES`, and the node graph the parser composed is measured
 before anything is constructed from it: the number of values it stands for, counting each use of

@@ -1,0 +1,38 @@
+"""Which policy a Slack question runs under, and whom its conversation belongs to.
+
+In a channel (public, private or a group DM) everyone there reads the answer, so the question runs under
+the channel's policy, never the asker's, and what it makes belongs to the channel (its members, checked
+with Slack when a link is opened). In a DM the asker alone reads it: their policy, their ownership. An
+asker Slack could not name gets the default policy (fail closed).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from agent.access.policy import Policies, Policy
+from bots.slack.people import SlackPerson
+from bots.slack.receive import Question
+from chats.people import channel_owner
+
+NO_POLICY_FILE = Policies.open_to_all()  # no access file: owners are still chosen; no policy is passed
+
+
+@dataclass(frozen=True)
+class Access:
+    policy: Policy
+    owner: str
+    unknown_asker: bool = False  # a DM whose asker Slack could not name: the default policy, and why is told
+
+
+def access_for(question: Question, asker: SlackPerson, policies: Policies) -> Access:
+    if not question.is_dm:
+        return Access(policies.for_channel(question.channel), channel_owner(question.team, question.channel))
+    if asker.asker is None:
+        return Access(policies.default, asker.person.owner, unknown_asker=True)
+    return Access(policies.for_asker(asker.asker), asker.person.owner)
+
+
+def wants_groups(policies: Policies) -> bool:
+    """Whether any policy names a Slack user group (only then are a person's groups asked of Slack)."""
+    return any(member.kind == "slack_usergroup" for policy in policies.policies for member in policy.members)

@@ -1,0 +1,139 @@
+"""Who is asking in Slack: a person known by team and user id, their verified email (so the web person with
+the same verified email is the same person, chats/people.py) and their user groups, as a policy is chosen by.
+
+Slack says it: `users.info` (scope `users:read`; its email field only with `users:read.email`, else the
+field is absent and the call still ok, docs.slack.dev/reference/methods/users.info) and, only when a policy
+names a user group, `usergroups.list` with `include_users` (scope `usergroups:read`), one call per team for
+every group. Answers are kept briefly (recent.py). An email counts only when Slack shows it confirmed and
+the person belongs to this workspace's own organisation: another organisation's person (Slack Connect)
+writes their own profile.
+
+Whatever goes wrong fails closed: `asker` is None and the question runs under the default policy; when it
+is the app's setup (a scope not granted), `missing_scope` names what an admin adds.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import aiohttp
+from slack_sdk.errors import SlackApiError
+from slack_sdk.web.async_client import AsyncWebClient
+
+from agent.access.policy import Asker
+from bots.slack import refusals
+from bots.slack.recent import Recent
+from chats.people import Person, person_id
+
+log = logging.getLogger(__name__)
+EMAIL_SCOPE = "users:read.email"
+
+
+@dataclass(frozen=True)
+class SlackPerson:
+    person: Person
+    asker: Asker | None  # None: Slack could not say who they are, so they get the default policy
+    missing_scope: str | None = None  # why not, when an admin can fix it (a scope the app lacks)
+
+
+class _Unknown(Exception):
+    def __init__(self, missing_scope: str | None = None) -> None:
+        self.missing_scope = missing_scope
+
+
+class SlackPeople:
+    """`wants_groups`: whether any policy names a user group (else usergroups.list is never called, and
+    the app needs no `usergroups:read`)."""
+
+    def __init__(
+        self,
+        client: Callable[[], AsyncWebClient | None],
+        *,
+        wants_groups: bool = False,
+        ttl_s: float = 60.0,
+        max_entries: int = 10_000,
+    ) -> None:
+        self._client, self._wants_groups = client, wants_groups
+        self._people: Recent[tuple[str, str], SlackPerson] = Recent(ttl_s, max_entries)
+        self._groups: Recent[str, Mapping[str, frozenset[str]]] = Recent(ttl_s, 100)
+
+    async def person(self, team: str, user: str) -> SlackPerson:
+        """Who (team, user) is, from Slack or from a moment ago; never raises."""
+        if (known := self._people.get((team, user))) is not None:
+            return known
+        try:
+            found = await self._look_up(team, user)
+        except _Unknown as unknown:
+            fallback = Person(person_id(email=None, fallback=f"slack:{team}:{user}"), slack=(team, user))
+            return SlackPerson(fallback, None, unknown.missing_scope)
+        self._people.put((team, user), found)
+        return found
+
+    async def _look_up(self, team: str, user: str) -> SlackPerson:
+        info = await self._call("users.info", user=user)
+        shown: dict[str, Any] = info.get("user") or {}
+        email = verified_email(shown, team)
+        if email is None and not _granted(info, EMAIL_SCOPE) and shown.get("team_id") in (None, team):
+            raise _Unknown(EMAIL_SCOPE)  # no email because the app may not read it: the setup, not the person
+        groups = (await self._groups_of(team)).get(user, frozenset()) if self._wants_groups else frozenset()
+        person = Person(
+            person_id(email=email, fallback=f"slack:{team}:{user}"),
+            name=str(shown.get("real_name") or shown.get("name") or ""),
+            email=email,
+            slack=(team, user),
+        )
+        return SlackPerson(person, Asker(email=email, slack_user=user, slack_usergroups=groups))
+
+    async def _groups_of(self, team: str) -> Mapping[str, frozenset[str]]:
+        """Each member's user groups (enabled ones), for the whole team at once."""
+        if (known := self._groups.get(team)) is not None:
+            return known
+        listed = await self._call("usergroups.list", include_users=True)
+        members: dict[str, set[str]] = {}
+        for group in listed.get("usergroups") or []:
+            for member in group.get("users") or []:
+                members.setdefault(str(member), set()).add(str(group["id"]))
+        groups = {member: frozenset(ids) for member, ids in members.items()}
+        self._groups.put(team, groups)
+        return groups
+
+    async def _call(self, method: str, **args: Any) -> Any:
+        client = self._client()
+        if client is None:  # not started yet
+            raise _Unknown()
+        try:
+            return await client.api_call(method, params=args)
+        except SlackApiError as exc:
+            refusals.log_refusal(log, f"say who is asking ({method})", exc)
+            raise _Unknown(missing_scope(exc)) from None
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            log.warning("Slack did not answer %s (%s): the asker gets the default policy", method, type(exc).__name__)
+            raise _Unknown() from None
+
+
+def verified_email(user: Mapping[str, Any], team: str) -> str | None:
+    """The profile's email when Slack vouches for it: shown, confirmed, of a person of this organisation."""
+    email = (user.get("profile") or {}).get("email")
+    if not email or user.get("is_email_confirmed") is False or user.get("deleted") or user.get("is_bot"):
+        return None
+    if user.get("team_id") not in (None, team):  # Slack Connect: another organisation writes their profile
+        return None
+    return str(email)
+
+
+def missing_scope(exc: SlackApiError) -> str | None:
+    """The scope Slack says the app lacks, when that is why it refused."""
+    return (refusals.needed_scope(exc) or None) if refusals.code(exc) == "missing_scope" else None
+
+
+def _granted(response: Any, scope: str) -> bool:
+    """Whether the token holds `scope`, as Slack says on every answer (`x-oauth-scopes`, comma-separated)."""
+    headers: Any = getattr(response, "headers", None) or {}
+    for name, value in dict(headers).items():
+        if name.lower() == "x-oauth-scopes":
+            text = value[0] if isinstance(value, list | tuple) else value
+            return scope in {s.strip() for s in str(text).split(",")}
+    return True  # not said: assume granted, and the person simply has no email

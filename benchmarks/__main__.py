@@ -12,6 +12,7 @@ from benchmarks import (
     bench_pipeline,
     bench_policies,
     bench_render,
+    bench_sign_in,
     bench_slack,
     bench_text,
     bench_truncation,
@@ -36,3 +37,4 @@ if __name__ == "__main__":
     bench_figures.report(bench_figures.run())
     bench_identity.report(bench_identity.run())
     bench_policies.report(bench_policies.run())
+    bench_sign_in.report(bench_sign_in.run())

@@ -157,6 +157,8 @@ async def test_a_session_past_its_lifetime_signs_in_again_and_keeps_the_question
                 if (await page.request.get(f"{app.url}/api/me")).status == 401:
                     break
                 await page.wait_for_timeout(500)
+            else:
+                raise AssertionError(f"the session still worked {SESSION_S * 2} s after a lifetime of {SESSION_S} s")
             visited: list[str] = []
             page.on("request", lambda request: visited.append(request.url))
             await page.fill("#question", QUESTION)

@@ -46,9 +46,8 @@ function configuration() {
     findAccount: async (ctx, id) => account(id),
     scopes: ['openid', 'profile', 'email', 'groups', 'offline_access'],
     claims: { openid: ['sub'], profile: ['name'], email: ['email', 'email_verified'], groups: ['groups'] },
-    // Scope claims in the ID token too, as the common providers (Google, Entra ID, Okta) send them: the app
-    // reads who signed in from the ID token, not a second call to the UserInfo endpoint.
-    conformIdTokenClaims: false,
+    // conformIdTokenClaims stays on (the default, as OIDC Core says): with the code flow the ID token names
+    // only the subject, and email and groups come from the UserInfo endpoint, which the app must then ask.
     pkce: { methods: ['S256'], required: () => true },
     features: {
       devInteractions: { enabled: true },

@@ -1,6 +1,6 @@
-"""The test provider is what the sign-in tests take it for: a code flow that requires PKCE, and an ID token
-that names the person (email, verified, groups) as an app reads it. Driven by Authlib's OAuth client, the
-library the web app signs in with."""
+"""The test provider is what the sign-in tests take it for: a code flow that requires PKCE, an ID token for
+the subject, and the person (email, verified, groups) at the UserInfo endpoint. Driven by Authlib's OAuth
+client, the library the web app signs in with."""
 
 from __future__ import annotations
 
@@ -39,11 +39,18 @@ async def test_a_code_flow_with_pkce_names_the_person(oidc_provider: OidcProvide
             discovery["token_endpoint"], authorization_response=back, code_verifier=verifier
         )
         keys = KeySet.import_key_set((await http.get(discovery["jwks_uri"])).json())
+        info = (await client.get(discovery["userinfo_endpoint"])).json()
     claims = jwt.decode(token["id_token"], keys).claims
     assert claims["iss"] == oidc_provider.issuer and claims["aud"] == registered.client_id
-    assert claims["nonce"] == nonce and claims["name"] == "Alice"
-    assert claims["email"] == "alice@example.com" and claims["email_verified"] is True
-    assert claims["groups"] == ["analysts", "ewr"]
+    assert claims["nonce"] == nonce and claims["sub"] == "alice"
+    assert "email" not in claims, "as OIDC Core says for the code flow: the rest is the UserInfo endpoint's"
+    assert info == {
+        "sub": "alice",
+        "name": "Alice",
+        "email": "alice@example.com",
+        "email_verified": True,
+        "groups": ["analysts", "ewr"],
+    }
 
 
 async def test_an_authorization_request_without_pkce_is_refused(oidc_provider: OidcProvider) -> None:

@@ -6,7 +6,6 @@ from benchmarks import (
     bench_fallback,
     bench_figures,
     bench_floor,
-    bench_identity,
     bench_llm,
     bench_pacing,
     bench_pipeline,
@@ -14,6 +13,7 @@ from benchmarks import (
     bench_preflight,
     bench_render,
     bench_retrieval_real,
+    bench_sign_in,
     bench_slack,
     bench_text,
     bench_truncation,
@@ -38,5 +38,5 @@ if __name__ == "__main__":
     bench_retrieval_real.report(bench_retrieval_real.run())
     bench_figures.report(bench_figures.run())
     bench_preflight.report(bench_preflight.run())
-    bench_identity.report(bench_identity.run())
     bench_policies.report(bench_policies.run())
+    bench_sign_in.report(bench_sign_in.run())

@@ -25,6 +25,7 @@ from tests.fakes.clickhouse_http import FakeClickHouse, default_users
 from tests.fakes.clients import make_llm
 from tests.fakes.openai_api import FakeOpenAI
 from tests.fakes.slack_api import FakeSlack, FakeSocketMode
+from tests.oidc.provider import OidcProvider, running_provider
 
 # Runs for seconds on one core and stays under the row limit: long enough to watch and cancel.
 HEAVY = "SELECT count() FROM numbers(400000000) WHERE sipHash64(number) % 7 = 3"
@@ -204,6 +205,17 @@ def fake_slack(fake_slack_server: FakeSlack) -> Iterator[FakeSlack]:
     over = fake_slack_server.over_tiers()
     assert not over, f"the bot went past Slack's rate-limit tiers: {over}"
     fake_slack_server.reset()
+
+
+# --- OpenID Connect: a real provider (panva's oidc-provider on Node.js), one per worker ---
+
+
+@pytest.fixture(scope="session")
+def oidc_provider() -> Iterator[OidcProvider]:
+    """Its `issuer` URL; a test registers its own client (`register_client`). Skips, saying why, without
+    Node.js or the npm packages (never in CI: see tests/oidc/provider.py)."""
+    with running_provider() as provider:
+        yield provider
 
 
 @pytest.fixture

@@ -20,16 +20,17 @@ from tests.fakes.sse_client import Sse, sse_events
 from web.app import create_app
 from web.exposure import server_options
 
-__all__ = ["LiveServer", "Sse", "WebApps", "chat", "read_all", "sse_events"]
+__all__ = ["LiveServer", "Sse", "WebApps", "bound_socket", "chat", "read_all", "sse_events"]
 
 
 class LiveServer:
     """uvicorn serving `app` (from `create_app`) on a free loopback port, inside the running event loop,
     with the options `agent web` gives it."""
 
-    def __init__(self, app: Any) -> None:
-        self._socket = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)  # as agent serve binds
-        self._socket.bind(("127.0.0.1", 0))
+    def __init__(self, app: Any, bound: socket.socket | None = None) -> None:
+        """`bound`: a loopback socket bound beforehand (from `bound_socket`), for an app that must know its
+        own address before it exists (an OpenID Connect client registered with its redirect URI)."""
+        self._socket = bound or bound_socket()
         self.port = self._socket.getsockname()[1]
         self.url = f"http://127.0.0.1:{self.port}"
         options = server_options(app.state.settings)
@@ -47,6 +48,13 @@ class LiveServer:
         if self._task is not None:
             await self._task
         self._socket.close()
+
+
+def bound_socket() -> socket.socket:
+    """A socket on a free loopback port, bound as `agent serve` binds, for a LiveServer to serve on."""
+    bound = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    bound.bind(("127.0.0.1", 0))
+    return bound
 
 
 class WebApps:

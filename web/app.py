@@ -139,6 +139,7 @@ def _sign_in_routes(settings: Settings) -> list[Route]:
         Route("/auth/sign-in", auth.sign_in),
         Route("/auth/callback", auth.callback, name="auth_callback"),
         Route("/auth/sign-out", auth.sign_out, methods=["POST"]),
+        Route("/auth/signed-out", auth.signed_out),
     ]
 
 

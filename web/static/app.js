@@ -60,7 +60,7 @@ async function showSignedIn() {
     const done = await fetch("/auth/sign-out", {
       method: "POST", headers: { "Content-Type": "application/json" }, body: "{}",
     });
-    if (done.ok) window.location.assign("/");
+    if (done.ok) window.location.assign("/auth/signed-out");
   });
 }
 
@@ -566,12 +566,16 @@ async function ask(question) {
   showBanner("");
   $("#empty-state").hidden = true;
   const view = new TurnView(question);
+  // Kept until the server takes it: a session that ended meanwhile sends the browser to sign in again,
+  // and the question is back in the box when it returns (restoreUnsent).
+  sessionStorage.setItem("unsentQuestion", question);
   try {
     const response = await api("/api/chat", {
       method: "POST",
       headers: { "Content-Type": "application/json" },
       body: JSON.stringify({ message: question, conversation_id: state.conversationId }),
     });
+    if (response.status !== 401) sessionStorage.removeItem("unsentQuestion");
     if (!response.ok) {
       view.on_error({ message: await errorMessage(response) });
       view.finish(null);
@@ -795,8 +799,15 @@ document.addEventListener("DOMContentLoaded", () => {
   });
   loadConversations();
   openAtStart();
+  restoreUnsent(input);
   input.focus();
 });
+
+function restoreUnsent(input) {
+  const unsent = sessionStorage.getItem("unsentQuestion");
+  sessionStorage.removeItem("unsentQuestion");
+  if (unsent && !input.value) input.value = unsent;
+}
 
 // A run interrupted by a reload goes on; otherwise the conversation the address names opens.
 async function openAtStart() {

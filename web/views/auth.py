@@ -62,6 +62,12 @@ async def sign_out(request: Request) -> Response:
     return JSONResponse({"signed_out": True})
 
 
+async def signed_out(request: Request) -> Response:
+    """Where the chat goes after signing out: a page that starts no sign-in, since the provider's own session
+    would sign the browser straight back in (the chat's address sends a browser without a session there)."""
+    return web_context(request).templates.TemplateResponse(request, "signed_out.html", {})
+
+
 async def me(request: Request) -> Response:
     identity = await require_identity(request)
     person = identity.person

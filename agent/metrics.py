@@ -81,6 +81,7 @@ SLACK_FAILURES = (
     "not_in_channel",
     "slack_scope",
     "slack_busy",
+    "asker_unknown",
     "internal",
 )
 SLACK_DUPLICATES = ("event", "message")

@@ -55,12 +55,9 @@ def _old_budget_days(c: sqlite3.Connection, cut: Cutoff) -> int:
 
 
 def _expired_sessions(c: sqlite3.Connection, cut: Cutoff) -> int:
-    """Sign-in sessions past their own expiry (web-identity's table, when this file has it)."""
-    columns = {row[1] for row in c.execute("PRAGMA table_info(sessions)")}
-    expiry = next((name for name in ("expires_at", "expires") if name in columns), None)
-    if expiry is None:
-        return 0
-    return c.execute(f"DELETE FROM sessions WHERE {expiry} < ?", (cut.now,)).rowcount
+    """Sign-in sessions past their own expiry (chats/sessions.py): sign-out already ends one, this keeps
+    the table from holding every session ever started."""
+    return c.execute("DELETE FROM web_sessions WHERE expires_at < ?", (cut.now,)).rowcount
 
 
 SWEEPS: tuple[tuple[str, Sweep], ...] = (
@@ -84,7 +81,7 @@ SWEEPS: tuple[tuple[str, Sweep], ...] = (
     ("handled_events", _older("DELETE FROM handled_events WHERE seen_at < ?")),
     ("pace_takes", _older("DELETE FROM pace_takes WHERE at < ?")),
     ("budget_spend", _old_budget_days),
-    ("sessions", _expired_sessions),
+    ("web_sessions", _expired_sessions),
 )
 TABLES = tuple(table for table, _ in SWEEPS)  # the metric's label values
 

@@ -14,6 +14,7 @@ from agent.db.result import QueryResult
 from agent.runner import ExecutedQuery, RunResult
 from chats.retention import DAY_S, SWEEPS, TABLES, Retention
 from chats.runs import RunRegistry
+from chats.people import Person
 from chats.state import ChatState
 from tests.chats.test_runs_done import ScriptedRunner
 
@@ -128,18 +129,15 @@ async def test_an_old_conversation_keeps_its_recent_answers(state: ChatState) ->
     assert stored is not None and [t["question"] for t in stored["turns"]] == ["a later one"]
 
 
-async def test_expired_sessions_go_when_the_sessions_table_exists(state: ChatState) -> None:
-    """The sign-in step's table (by name): sessions past their own expiry are deleted; live ones stay."""
+async def test_expired_sessions_go_and_live_ones_stay(state: ChatState) -> None:
+    """Sign-in sessions past their own expiry are deleted; a live one still names its person."""
     now = time.time()
-
-    def make(c: sqlite3.Connection) -> None:
-        c.execute("CREATE TABLE sessions (id TEXT PRIMARY KEY, person TEXT, expires_at REAL NOT NULL)")
-        c.executemany("INSERT INTO sessions VALUES (?, ?, ?)", [("a", "p", now - 60), ("b", "p", now + 3600)])
-
-    assert await Retention(state.file, 30, clock=lambda: now).sweep() == {}  # without the table: skipped
-    state.file.now(make)
-    assert await Retention(state.file, 30, clock=lambda: now).sweep() == {"sessions": 1}
-    assert state.file.now(lambda c: [r[0] for r in c.execute("SELECT id FROM sessions")]) == ["b"]
+    alice = Person("email:alice@example.com", "Alice", "alice@example.com")
+    expired = await state.sessions.start(alice, lifetime_s=60)
+    live = await state.sessions.start(alice, lifetime_s=7200)
+    assert await Retention(state.file, 30, clock=lambda: now + 120).sweep() == {"web_sessions": 1}
+    assert await state.sessions.person(live) == alice and await state.sessions.person(expired) is None
+    assert state.file.now(lambda c: c.execute("SELECT count() FROM web_sessions").fetchone()[0]) == 1
 
 
 def test_every_table_that_keeps_what_people_asked_is_swept() -> None:

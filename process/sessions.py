@@ -131,7 +131,9 @@ class LocalSession:
         from chats.people import LOCAL, person_owner
 
         if conversation_id is None:
-            conversation_id = await self._store.create_conversation(question, interface="cli")
+            conversation_id = await self._store.create_conversation(
+                question, interface="cli", owner=person_owner(LOCAL)
+            )
         elif not await self._store.exists(conversation_id):
             raise UsageError(f"No conversation {conversation_id} in {self._state.path}.")
         asked = Asked(conversation_id)

@@ -1,0 +1,140 @@
+"""An outside review's attacks on the Slack bot's access claims, each written as the SAFE behaviour (so each
+fails while the hole is open). Driven through the real bot (`agent serve`'s composition) against the strict
+fake Slack and the fake model on chdb, or through the real SDK against the fake for the identity pieces.
+
+Claims attacked: a channel's question runs under the channel's policy, never the asker's (bots/slack/access.py);
+a Slack person is linked to a web person only by a VERIFIED email (bots/slack/people.py); someone removed from
+a user group loses what it grants within the identity TTL (bots/slack/app.py IDENTITY_TTL_S, recent.py)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from slack_sdk.web.async_client import AsyncWebClient
+
+from agent.app import AgentApp
+from bots.slack.people import SlackPeople, verified_email
+from chats.people import channel_owner
+from tests.bots.slack.test_slack_access import POLICY_FILE, RecordedRunner, by_origin_script, owner_of
+from tests.fakes import slack_events as events
+from tests.fakes.anthropic_api import FakeAnthropic
+from tests.fakes.slack_api import GENERAL_ID, HUMAN_EMAIL, HUMAN_ID, TEAM_ID, FakeSlack
+from tests.slack_helpers import bot_replies, carriers_script
+
+DATA_TEAM = "S0DATA00001"
+TTL_S = 60.0
+
+
+@pytest.fixture
+def policy_file(tmp_path: Path) -> Path:
+    path = tmp_path / "access.yaml"
+    path.write_text(POLICY_FILE, encoding="utf-8")
+    return path
+
+
+@pytest.fixture
+async def bot_with_policies(start_bot, policy_file: Path) -> tuple[Any, RecordedRunner]:
+    recorded: list[RecordedRunner] = []
+
+    def record(agent: AgentApp) -> None:
+        recorded.append(RecordedRunner(agent.runner))
+        agent.runner = recorded[-1]
+
+    bot = await start_bot(agent_access_file=str(policy_file), prepare=record)
+    return bot, recorded[0]
+
+
+@pytest.fixture
+async def client(fake_slack: FakeSlack) -> AsyncIterator[AsyncWebClient]:
+    yield AsyncWebClient(token=fake_slack.bot_token, base_url=fake_slack.base_url)
+
+
+def im_typed_message_in_a_channel(text: str, ts: str) -> dict[str, Any]:
+    """A `message` event in a public channel (C id) whose `channel_type` says `im`: the two disagree."""
+    return events.message(text, channel=GENERAL_ID, ts=ts, channel_type="im")
+
+
+# --- a channel taken for a DM ---
+
+
+async def test_a_channel_message_whose_channel_type_says_im_still_runs_under_the_channels_policy(
+    bot_with_policies, fake_slack: FakeSlack, fake_anthropic: FakeAnthropic
+) -> None:
+    """receive.py decides `is_dm` by `channel_type == "im"` OR a D id: when they disagree it believes the one
+    that opens more. The answer is posted in #general (everyone there reads it) but was computed under
+    Alice's own policy (jfk) and the conversation is owned by Alice, not the channel. Safe: the channel's id
+    decides (a C id is never a DM) or the disagreement is refused; never the asker's policy in a channel."""
+    bot, runner = bot_with_policies
+    fake_anthropic.script(*by_origin_script())
+    ts = fake_slack.add_message(GENERAL_ID, "flights by origin?")
+    assert (await bot.event(im_typed_message_in_a_channel("flights by origin?", ts))).status_code == 200
+    await bot.idle()
+    used = [p.name if p else None for p in runner.policies]
+    assert "jfk" not in used, f"a question in #general ran under the asker's policy: {used}"
+    conversation = await bot.service.store.find(f"slack:{TEAM_ID}:{GENERAL_ID}:{ts}")
+    if conversation is not None:
+        assert await owner_of(bot, conversation) == channel_owner(TEAM_ID, GENERAL_ID)
+
+
+async def test_a_channel_message_whose_channel_type_says_im_does_not_pass_the_channel_allowlist(
+    start_bot, fake_slack: FakeSlack, fake_anthropic: FakeAnthropic
+) -> None:
+    """SLACK_ALLOWED_CHANNELS skips DMs; a C channel whose event says `im` is taken for one and answered
+    in a channel the allowlist does not name. Safe: ignored, as an app_mention there is."""
+    bot = await start_bot(slack_allowed_channels=["C0ELSEWHERE"])
+    fake_anthropic.script(*carriers_script())
+    ts = fake_slack.add_message(GENERAL_ID, "which carrier flew the most?")
+    assert (await bot.event(im_typed_message_in_a_channel("which carrier flew the most?", ts))).status_code == 200
+    await bot.idle()
+    assert fake_anthropic.requests == [], "the model was asked about a channel the allowlist does not name"
+    assert bot_replies(fake_slack, GENERAL_ID, ts) == [], "the bot answered in a channel not allowed"
+
+
+# --- a verified email ---
+
+
+def test_an_email_slack_does_not_say_is_confirmed_is_not_believed() -> None:
+    """verified_email() rejects `is_email_confirmed: False` but believes a profile that does not say at all
+    (and one naming no team): absence of proof is taken as proof, and the person becomes the web person with
+    that address, with their policy and their DMs' conversations. Safe: only `is_email_confirmed: True`
+    of a person shown to be of this workspace links."""
+    unconfirmed = {"id": "U0EVE000001", "team_id": TEAM_ID, "profile": {"email": HUMAN_EMAIL}}
+    assert verified_email(unconfirmed, TEAM_ID) is None, "an email Slack never said was confirmed was believed"
+    no_team = {"id": "U0EVE000001", "is_email_confirmed": True, "profile": {"email": HUMAN_EMAIL}}
+    assert verified_email(no_team, TEAM_ID) is None, "a person of no stated team was taken for this workspace's"
+
+
+# --- user groups, kept too long ---
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+async def test_someone_removed_from_a_user_group_loses_it_within_the_ttl(
+    fake_slack: FakeSlack, client: AsyncWebClient
+) -> None:
+    """The person and the team's groups are kept in two caches of 60 s each, and a person is built from the
+    groups cache: a person looked up at 59 s from groups read at 0 s is kept until 119 s. Someone removed
+    from a group just after 0 s still holds it at 100 s, past the promised 60 s (app.py IDENTITY_TTL_S:
+    "someone removed from a channel or a group keeps its access at most this long")."""
+    group = fake_slack.add_usergroup(DATA_TEAM, "data-team", [HUMAN_ID, "U0BOB000001"])
+    fake_slack.add_user("U0BOB000001", "bob", email="bob@example.com")
+    people = SlackPeople(lambda: client, wants_groups=True, ttl_s=TTL_S)
+    clock = Clock()
+    people._people._clock = people._groups._clock = clock  # the caches' own clock, moved by hand
+    await people.person(TEAM_ID, "U0BOB000001")  # 0 s: the team's groups are read (Alice in data-team)
+    group.users.remove(HUMAN_ID)  # 1 s: an admin takes Alice out of the group
+    clock.now += 59
+    await people.person(TEAM_ID, HUMAN_ID)  # 59 s: Alice asks
+    clock.now += 41
+    later = await people.person(TEAM_ID, HUMAN_ID)  # 100 s: 99 s after she left the group
+    assert later.asker is not None
+    assert DATA_TEAM not in later.asker.slack_usergroups, "a group left 99 s ago still grants its policy"

@@ -21,8 +21,8 @@ from chats.people import channel_owner
 from tests.bots.slack.test_slack_access import POLICY_FILE, RecordedRunner, by_origin_script, owner_of
 from tests.fakes import slack_events as events
 from tests.fakes.anthropic_api import FakeAnthropic
-from tests.fakes.slack_api import GENERAL_ID, HUMAN_EMAIL, HUMAN_ID, TEAM_ID, FakeSlack
-from tests.slack_helpers import bot_replies, carriers_script
+from tests.fakes.slack_api import DM_ID, GENERAL_ID, HUMAN_EMAIL, HUMAN_ID, TEAM_ID, FakeSlack
+from tests.slack_helpers import answer_message, bot_replies, carriers_script
 
 DATA_TEAM = "S0DATA00001"
 TTL_S = 60.0
@@ -138,3 +138,45 @@ async def test_someone_removed_from_a_user_group_loses_it_within_the_ttl(
     later = await people.person(TEAM_ID, HUMAN_ID)  # 100 s: 99 s after she left the group
     assert later.asker is not None
     assert DATA_TEAM not in later.asker.slack_usergroups, "a group left 99 s ago still grants its policy"
+
+
+# --- the web's doors to a Slack answer's queries ---
+
+
+def query_id_of(fake: FakeSlack, channel: str, ts: str) -> str:
+    run_id = answer_message(fake, channel, ts)["metadata"]["event_payload"]["run_id"]
+    return f"{run_id}-Q1"
+
+
+async def test_a_channel_answers_csv_link_is_read_under_the_channels_policy(
+    bot_with_policies, fake_slack: FakeSlack, fake_anthropic: FakeAnthropic
+) -> None:
+    """#general's policy (newark) reads EWR's flights only, and the answer's preview shows EWR only. The CSV
+    download its query links to (web/views/queries.py query_csv) runs the stored SQL again through
+    agent.export without the policy (`policy=None`: every row in scope), so whoever follows the link gets
+    JFK's and LGA's rows too. Safe: the download runs under the policy the question was asked under."""
+    bot, runner = bot_with_policies
+    fake_anthropic.script(*by_origin_script())
+    ts = await bot.ask("flights by origin?", channel=GENERAL_ID)
+    assert [p.name if p else None for p in runner.policies] == ["newark"]
+    response = await bot.http.get(f"/api/queries/{query_id_of(fake_slack, GENERAL_ID, ts)}.csv")
+    assert response.status_code in (200, 404), response.text
+    assert "JFK" not in response.text and "LGA" not in response.text, f"rows newark may not read: {response.text}"
+
+
+async def test_a_dm_answers_query_is_not_served_to_a_web_request_that_is_not_its_asker(
+    bot_with_policies, fake_slack: FakeSlack, fake_anthropic: FakeAnthropic
+) -> None:
+    """Alice's DM ran under her policy (jfk) and its conversation is hers (person:email:alice). The query
+    page's API (GET /api/queries/{id}, and its CSV) consults no owner: chats/audiences.py is built by
+    process/service.py and never asked by any route, so any request holding the server's token (here: none
+    is set) reads her question, SQL and JFK rows. Safe: 404 to whoever is not in the answer's audience."""
+    bot, runner = bot_with_policies
+    fake_anthropic.script(*by_origin_script())
+    ts = fake_slack.add_message(DM_ID, "flights by origin?")
+    await bot.event(events.im_message("flights by origin?", ts=ts))
+    await bot.idle()
+    assert [p.name if p else None for p in runner.policies] == ["jfk"]
+    query = query_id_of(fake_slack, DM_ID, ts)
+    page, csv = await bot.http.get(f"/api/queries/{query}"), await bot.http.get(f"/api/queries/{query}.csv")
+    assert (page.status_code, csv.status_code) == (404, 404), "Alice's DM query opened for an anonymous request"

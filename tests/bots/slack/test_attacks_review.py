@@ -180,3 +180,29 @@ async def test_a_dm_answers_query_is_not_served_to_a_web_request_that_is_not_its
     query = query_id_of(fake_slack, DM_ID, ts)
     page, csv = await bot.http.get(f"/api/queries/{query}"), await bot.http.get(f"/api/queries/{query}.csv")
     assert (page.status_code, csv.status_code) == (404, 404), "Alice's DM query opened for an anonymous request"
+
+
+# --- a Slack Connect person, named in the audit ---
+
+PARTNER_TEAM, EVE = "T0OTHERORG1", "U0EXT000001"
+
+
+async def test_a_slack_connect_askers_audit_entry_names_their_own_organisation(
+    start_bot, fake_slack: FakeSlack, fake_anthropic: FakeAnthropic
+) -> None:
+    """Eve, of another organisation, asks in a shared channel. Her email is rightly not believed, so she is
+    named by team and user id: but the team written is the installing workspace's (Question.team), not hers
+    (users.info says T0OTHERORG1; the event's `user_team` too). The audit then reads as if one of this
+    organisation's own people asked. Safe: a person's team is their own."""
+    bot = await start_bot()
+    fake_slack.add_user(EVE, "eve", email=HUMAN_EMAIL, team_id=PARTNER_TEAM)  # she also claims Alice's address
+    fake_anthropic.script(*carriers_script())
+    asked = fake_slack.add_message(
+        GENERAL_ID, f"<@{fake_slack.bot_user_id}> which carrier?", user=EVE, team=PARTNER_TEAM
+    )
+    mention = events.app_mention("which carrier?", ts=asked, user=EVE)
+    await bot.deliver(events.events_request(events.event_callback(mention, source_team=PARTNER_TEAM)))
+    await bot.idle()
+    [entry] = await bot.service.state.audit.entries()
+    assert entry.person != f"person:email:{HUMAN_EMAIL}", "held: her claim to Alice's address is not believed"
+    assert entry.person == f"person:slack:{PARTNER_TEAM}:{EVE}", f"named as this workspace's person: {entry.person}"

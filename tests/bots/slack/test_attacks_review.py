@@ -206,3 +206,20 @@ async def test_a_slack_connect_askers_audit_entry_names_their_own_organisation(
     [entry] = await bot.service.state.audit.entries()
     assert entry.person != f"person:email:{HUMAN_EMAIL}", "held: her claim to Alice's address is not believed"
     assert entry.person == f"person:slack:{PARTNER_TEAM}:{EVE}", f"named as this workspace's person: {entry.person}"
+
+
+# --- a question refused before it runs ---
+
+
+async def test_a_question_refused_by_the_rate_limit_still_leaves_an_audit_entry(
+    start_bot, fake_slack: FakeSlack, fake_anthropic: FakeAnthropic
+) -> None:
+    """Entries are written where a run ends (chats/runs.py), so a question refused before its run (the rate
+    limit here; the daily budget and the length cap alike) leaves no trace of who asked what, where. Safe:
+    every question, answered or refused, has its entry (the claim: every question leaves one)."""
+    bot = await start_bot(slack_rate_per_minute=1)
+    fake_anthropic.script(*carriers_script())
+    await bot.ask("which carrier flew the most?")
+    await bot.ask("and which flew the least?")
+    entries = await bot.service.state.audit.entries()
+    assert len(entries) == 2, f"two questions asked in #general, {len(entries)} audited"

@@ -4,7 +4,9 @@ fake Slack and the fake model on chdb, or through the real SDK against the fake 
 
 Claims attacked: a channel's question runs under the channel's policy, never the asker's (bots/slack/access.py);
 a Slack person is linked to a web person only by a VERIFIED email (bots/slack/people.py); someone removed from
-a user group loses what it grants within the identity TTL (bots/slack/app.py IDENTITY_TTL_S, recent.py)."""
+a user group loses what it grants within the identity TTL (bots/slack/app.py IDENTITY_TTL_S, recent.py); a
+Slack answer's links open only for its audience, under its policy (chats/audiences.py); every question leaves
+an audit entry naming the right person (chats/audit.py)."""
 
 from __future__ import annotations
 

@@ -125,7 +125,7 @@ def read_question(
     if ignored := _not_a_person(event, me):
         return Ignored(ignored)
     channel = str(event.get("channel") or "")
-    is_dm = event.get("channel_type") == "im" or channel.startswith("D")
+    is_dm = is_direct_message(event.get("channel_type"), channel)
     if not is_dm and allowed.channels and channel not in allowed.channels:
         return Ignored(Ignore.CHANNEL_NOT_ALLOWED)
     raw = str(event.get("text") or "")
@@ -154,6 +154,13 @@ def read_question(
         parent_user_id=event.get("parent_user_id"),
         received_at=received_at,
     )
+
+
+def is_direct_message(channel_type: Any, channel: str) -> bool:
+    """A DM only when the event's `channel_type` and the channel's id both say so. When they disagree the
+    stricter reading wins (fail closed): a channel, under the channel's policy and its allowlist. An event
+    without a channel_type (an app_mention) is not a DM either: Slack sends a DM as `message.im`."""
+    return channel_type == "im" and channel.startswith("D")
 
 
 def channel_type_of(channel: str) -> str:

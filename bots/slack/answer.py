@@ -207,7 +207,7 @@ class Answerer:
         the question runs under and whom it belongs to (access.py). An asker Slack could not name in a DM is
         told why they get the default policy."""
         history_task = asyncio.create_task(self._history(question))
-        asker_task = asyncio.create_task(self._people.person(question.team, question.user))
+        asker_task = asyncio.create_task(self._people.person(question.team, question.user, question.asker_team))
         try:
             await progress.begin()
         except BaseException:

@@ -60,23 +60,27 @@ class SlackPeople:
         self._people: Recent[tuple[str, str], SlackPerson] = Recent(ttl_s, max_entries)
         self._groups: Recent[str, Mapping[str, frozenset[str]]] = Recent(ttl_s, 100)
 
-    async def person(self, team: str, user: str) -> SlackPerson:
-        """Who (team, user) is, from Slack or from a moment ago; never raises."""
+    async def person(self, team: str, user: str, user_team: str | None = None) -> SlackPerson:
+        """Who `user` is, asking in workspace `team`, from Slack or from a moment ago; never raises.
+        `user_team`: their own team as the event says it (Slack Connect: another organisation's); a person
+        without a verified email is named by their own team, as users.info says it, else this one."""
         if (known := self._people.get((team, user))) is not None:
             return known
         try:
-            found, groups_until = await self._look_up(team, user)
+            found, groups_until = await self._look_up(team, user, user_team)
         except _Unknown as unknown:
-            fallback = Person(person_id(email=None, fallback=f"slack:{team}:{user}"), slack=(team, user))
+            own = user_team or team
+            fallback = Person(person_id(email=None, fallback=f"slack:{own}:{user}"), slack=(own, user))
             return SlackPerson(fallback, None, unknown.missing_scope)
         # Kept no longer than the groups read it was built from: a group left is lost within the TTL.
         self._people.put((team, user), found, until=groups_until)
         return found
 
-    async def _look_up(self, team: str, user: str) -> tuple[SlackPerson, float | None]:
+    async def _look_up(self, team: str, user: str, user_team: str | None) -> tuple[SlackPerson, float | None]:
         """The person, and when the group read their groups came from expires (None: no groups asked)."""
         info = await self._call("users.info", lambda client: client.users_info(user=user))
         shown: dict[str, Any] = info.get("user") or {}
+        own = str(shown.get("team_id") or user_team or team)
         email = verified_email(shown, team)
         if email is None and not _granted(info, EMAIL_SCOPE) and shown.get("team_id") in (None, team):
             raise _Unknown(EMAIL_SCOPE)  # no email because the app may not read it: the setup, not the person
@@ -85,10 +89,10 @@ class SlackPeople:
             groups_until, by_member = await self._groups_of(team)
             groups = by_member.get(user, frozenset())
         person = Person(
-            person_id(email=email, fallback=f"slack:{team}:{user}"),
+            person_id(email=email, fallback=f"slack:{own}:{user}"),
             name=str(shown.get("real_name") or shown.get("name") or ""),
             email=email,
-            slack=(team, user),
+            slack=(own, user),
         )
         return SlackPerson(person, Asker(email=email, slack_user=user, slack_usergroups=groups)), groups_until
 

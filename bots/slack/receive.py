@@ -84,6 +84,7 @@ class Question:
     addressed: bool  # a mention or a DM; else answered only in a thread the bot is part of
     parent_user_id: str | None
     received_at: float  # time.perf_counter() when it arrived
+    asker_team: str | None = None  # the asker's own team (Slack Connect: another organisation's); None: `team`
 
     @property
     def conversation_key(self) -> str:
@@ -153,6 +154,7 @@ def read_question(
         addressed=kind == "app_mention" or is_dm,
         parent_user_id=event.get("parent_user_id"),
         received_at=received_at,
+        asker_team=asker_team(body),
     )
 
 

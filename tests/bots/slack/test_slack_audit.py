@@ -23,3 +23,22 @@ async def test_a_channel_question_is_audited_with_its_asker_and_channel(
     )
     [query] = entry.queries
     assert query.sql.startswith("SELECT carrier, count() AS n FROM nycflights13.flights") and query.rows_read == 336776
+
+
+async def test_refused_questions_are_audited_with_their_asker_and_reason(
+    start_bot, fake_anthropic: FakeAnthropic
+) -> None:
+    """Too long and over the daily budget: refused before any run, each still leaves its entry naming the
+    asker as an answered question does (the rate limit: tests/bots/slack/test_attacks_review.py)."""
+    bot = await start_bot(slack_max_message_chars=40, agent_daily_user_tokens=1)
+    await bot.ask("which carrier flew the most in the whole of 2013, month by month?")  # over 40 characters
+    fake_anthropic.script(*carriers_script())
+    await bot.ask("which carrier flew the most?")  # answered: it spends the budget
+    await bot.ask("and the least?")
+    entries = await bot.service.state.audit.entries()
+    assert [(e.person, e.channel, e.outcome, len(e.queries)) for e in entries] == [
+        (f"person:email:{HUMAN_EMAIL}", GENERAL_ID, "refused: too_long", 0),
+        (f"person:email:{HUMAN_EMAIL}", GENERAL_ID, "answered", 1),
+        (f"person:email:{HUMAN_EMAIL}", GENERAL_ID, "refused: over_budget", 0),
+    ]
+    assert len(entries[0].question) == 40, "a refused text is kept only up to the length cap"

@@ -137,16 +137,29 @@ class Answerer:
                 await self._budget.settle(booked, None)
             raise
 
+    async def refuse_unheard(self, question: Question, reason: str = Ignore.CHANNEL_NOT_ALLOWED.value) -> None:
+        """A question the bot may not answer where it was asked (a channel not allowed): nothing is posted,
+        but it is audited, once however often Slack delivers it. Never raises."""
+        try:
+            if await self._store.claim_event(question.message_key):
+                await self.audit_refusal(question, reason, ask_slack=False)
+        except Exception:
+            log.exception("could not audit a Slack question in a channel not allowed")
+
     async def _refuse(self, question: Question, kind: Failure, **facts: Any) -> None:
         """Tell the asker why their question will not run, and leave its audit entry all the same."""
         await self._tell(question, kind, **facts)
         await self.audit_refusal(question, kind.value)
 
-    async def audit_refusal(self, question: Question, reason: str) -> None:
+    async def audit_refusal(self, question: Question, reason: str, *, ask_slack: bool = True) -> None:
         """The audit entry of a question refused before its run: who asked (as a run would name them), where,
-        and the policy it would have run under. A failure to write it is logged, never raised."""
+        and the policy it would have run under. Without `ask_slack` (a channel the bot may not act in spends
+        no Slack call) the asker is named by their Slack team and user id. Logged, never raised, on failure."""
         try:
-            asker = await self._people.person(question.team, question.user, question.asker_team)
+            if ask_slack:
+                asker = await self._people.person(question.team, question.user, question.asker_team)
+            else:
+                asker = SlackPeople.unlooked(question.asker_team or question.team, question.user)
             access = access_for(question, asker, self._policies or NO_POLICY_FILE)
             origin = Origin(access.asker, "slack", question.channel, access.policy.name if self._policies else "")
             conversation_id = await self._store.find(question.conversation_key) or ""

@@ -69,12 +69,16 @@ class SlackPeople:
         try:
             found, groups_until = await self._look_up(team, user, user_team)
         except _Unknown as unknown:
-            own = user_team or team
-            fallback = Person(person_id(email=None, fallback=f"slack:{own}:{user}"), slack=(own, user))
-            return SlackPerson(fallback, None, unknown.missing_scope)
+            return SlackPeople.unlooked(user_team or team, user, unknown.missing_scope)
         # Kept no longer than the groups read it was built from: a group left is lost within the TTL.
         self._people.put((team, user), found, until=groups_until)
         return found
+
+    @staticmethod
+    def unlooked(team: str, user: str, missing_scope: str | None = None) -> SlackPerson:
+        """A person Slack did not name: known by their own team and user id only, with no policy of theirs."""
+        fallback = Person(person_id(email=None, fallback=f"slack:{team}:{user}"), slack=(team, user))
+        return SlackPerson(fallback, None, missing_scope)
 
     async def _look_up(self, team: str, user: str, user_team: str | None) -> tuple[SlackPerson, float | None]:
         """The person, and when the group read their groups came from expires (None: no groups asked)."""

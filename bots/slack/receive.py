@@ -98,6 +98,7 @@ class Question:
 @dataclass(frozen=True)
 class Ignored:
     reason: Ignore
+    refused: Question | None = None  # a mention in a channel not allowed: a question, refused (audited)
 
 
 def conversation_key(team: str, channel: str, thread_ts: str) -> str:
@@ -127,17 +128,25 @@ def read_question(
         return Ignored(ignored)
     channel = str(event.get("channel") or "")
     is_dm = is_direct_message(event.get("channel_type"), channel)
-    if not is_dm and allowed.channels and channel not in allowed.channels:
-        return Ignored(Ignore.CHANNEL_NOT_ALLOWED)
     raw = str(event.get("text") or "")
+    text = question_text(raw, me.user_id)
+    if not is_dm and allowed.channels and channel not in allowed.channels:
+        # A mention there is still a question asked, refused: it is audited (never answered).
+        refused = _question(body, team, channel, text, is_dm, received_at) if kind == "app_mention" and text else None
+        return Ignored(Ignore.CHANNEL_NOT_ALLOWED, refused)
     mentioned = me.user_id in _MENTION.findall(raw)
     if kind == "message" and mentioned and not is_dm:
         return Ignored(Ignore.MENTION_IN_MESSAGE)
-    text = question_text(raw, me.user_id)
     if not text:
         return Ignored(Ignore.EMPTY)
     if kind == "message" and not is_dm and not event.get("thread_ts"):
         return Ignored(Ignore.NOT_ADDRESSED)
+    return _question(body, team, channel, text, is_dm, received_at)
+
+
+def _question(body: dict[str, Any], team: str, channel: str, text: str, is_dm: bool, received_at: float) -> Question:
+    event: dict[str, Any] = body["event"]
+    kind = event.get("type")
     return Question(
         team=team,
         channel=channel,

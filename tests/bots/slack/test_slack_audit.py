@@ -3,8 +3,9 @@ as on the web: bots/slack/people.py) and the channel it was asked in."""
 
 from __future__ import annotations
 
+from tests.fakes import slack_events as events
 from tests.fakes.anthropic_api import FakeAnthropic
-from tests.fakes.slack_api import GENERAL_ID, HUMAN_EMAIL
+from tests.fakes.slack_api import GENERAL_ID, HUMAN_EMAIL, HUMAN_ID, TEAM_ID, FakeSlack
 from tests.slack_helpers import carriers_script
 
 
@@ -42,3 +43,24 @@ async def test_refused_questions_are_audited_with_their_asker_and_reason(
         (f"person:email:{HUMAN_EMAIL}", GENERAL_ID, "refused: over_budget", 0),
     ]
     assert len(entries[0].question) == 40, "a refused text is kept only up to the length cap"
+
+
+async def test_a_mention_in_a_channel_not_allowed_is_audited_once_without_an_answer(
+    start_bot, fake_slack: FakeSlack
+) -> None:
+    """Never answered and no Slack call spent on it (the asker is named by team and user id), but audited,
+    once however often Slack delivers the event."""
+    bot = await start_bot(slack_allowed_channels="C0SALES0001")
+    asked = fake_slack.add_message(GENERAL_ID, f"<@{fake_slack.bot_user_id}> how many flights?")
+    mention = events.events_request(events.event_callback(events.app_mention("how many flights?", ts=asked)))
+    await bot.deliver(mention)
+    await bot.deliver(mention)  # Slack's retry of the same event
+    await bot.idle()
+    assert [c.method for c in fake_slack.calls()] == ["auth.test"]
+    [entry] = await bot.service.state.audit.entries()
+    assert (entry.person, entry.channel, entry.outcome, entry.question) == (
+        f"person:slack:{TEAM_ID}:{HUMAN_ID}",
+        GENERAL_ID,
+        "refused: channel_not_allowed",
+        "how many flights?",
+    )

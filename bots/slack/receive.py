@@ -8,7 +8,7 @@ channel message's `message` event when it mentions the bot (its `app_mention` an
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
@@ -98,7 +98,9 @@ class Question:
 @dataclass(frozen=True)
 class Ignored:
     reason: Ignore
-    refused: Question | None = None  # a mention in a channel not allowed: a question, refused (audited)
+    # A mention in a channel not allowed: a question all the same, refused (audited). Not part of what the
+    # reason is: two ignores compare by their reason.
+    refused: Question | None = field(default=None, compare=False)
 
 
 def conversation_key(team: str, channel: str, thread_ts: str) -> str:

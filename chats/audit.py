@@ -1,6 +1,7 @@
 """Who asked what, where, under which policy, what ClickHouse read for it, and how it ended: one audit
 entry per question, written where every run ends (`RunRegistry._end` in chats/runs.py, cancelled and
-failed runs too), kept in the kit's state file and read by `agent audit`.
+failed runs too), or by the adapter where it refuses a question before any run (`record_refusal`: a rate
+limit, a spent budget, a question too long), kept in the kit's state file and read by `agent audit`.
 
 The rows and bytes are what ClickHouse itself said it read for each query (chdb's result, or the
 server's `X-ClickHouse-Summary`), carried on the query's result (agent/db/result.py); None when the
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import sqlite3
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -19,6 +21,7 @@ from agent.runner import Outcome, RunResult
 from chats.state_file import SqliteFile, write_transaction
 
 FAILED = "failed"  # the outcome of a run that ended without a result (the runner raised: a bug)
+REFUSED = "refused"  # a question refused before it ran: its outcome is "refused: <reason>"
 
 
 @dataclass(frozen=True)
@@ -52,7 +55,7 @@ class AuditEntry:
     policy: str
     conversation_id: str
     question: str
-    outcome: str  # agent.runner.Outcome's value, or FAILED
+    outcome: str  # agent.runner.Outcome's value, FAILED, or "refused: <reason>" (record_refusal)
     queries: tuple[AuditQuery, ...] = field(default_factory=tuple)
 
     @property
@@ -94,6 +97,26 @@ def _outcome(result: RunResult | None) -> str:
     if result is None:
         return FAILED
     return Outcome.CANCELLED.value if result.cancelled else result.outcome.value
+
+
+async def record_refusal(
+    audit: AuditLog, origin: Origin, question: str, reason: str, *, conversation_id: str = ""
+) -> None:
+    """The entry of a question refused before it ran (`reason`: a bounded word such as "rate_limited"). It
+    has no run, so it gets an id of its own; it read nothing. `origin.person` should be set: without a
+    conversation there is no owner to fill it from."""
+    entry = AuditEntry(
+        run_id=f"{REFUSED}-{uuid.uuid4().hex}",
+        at=audit.clock(),
+        person=origin.person,
+        interface=origin.interface,
+        channel=origin.channel,
+        policy=origin.policy,
+        conversation_id=conversation_id,
+        question=question,
+        outcome=f"{REFUSED}: {reason}",
+    )
+    await audit.record(entry)
 
 
 @dataclass(frozen=True)

@@ -139,6 +139,11 @@ class RunRegistry:
         self.accepting = True
 
     @property
+    def audit(self) -> AuditLog:
+        """Where every question's entry goes: an adapter records its refusals here (audit.record_refusal)."""
+        return self._audit
+
+    @property
     def running(self) -> int:
         return sum(1 for handle in self._runs.values() if not handle.done)
 

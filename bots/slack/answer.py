@@ -34,7 +34,7 @@ from bots.slack.receipt import receipt_blocks
 from bots.slack.receive import Identity, Ignore, Question
 from bots.slack.reply import AnswerWriter, Streaming
 from bots.slack.thread import answer_metadata, part_metadata, read_history, ts_micros
-from chats.audit import Origin
+from chats.audit import Origin, record_refusal
 from chats.conversations import ConversationStore
 from chats.daily_budgets import Refusal, Reservation
 from chats.pacing import Pacing
@@ -116,18 +116,18 @@ class Answerer:
             return
         limit = self._settings.slack_max_message_chars
         if len(question.text) > limit:
-            await self._tell(question, Failure.TOO_LONG, length=len(question.text), limit=limit)
+            await self._refuse(question, Failure.TOO_LONG, length=len(question.text), limit=limit)
             return
         if (wait_s := await self._limit.take(f"{question.team}:{question.user}")) is not None:
-            await self._tell(question, Failure.RATE_LIMITED, wait_s=wait_s)
+            await self._refuse(question, Failure.RATE_LIMITED, wait_s=wait_s)
             return
         if not self._runs.accepting:
-            await self._tell(question, Failure.RESTARTING)
+            await self._refuse(question, Failure.RESTARTING)
             return
         booked = await self._budget.reserve(f"{question.team}:{question.user}")  # held until the run settles
         if isinstance(booked, Refusal):
             self._metrics.budget_refusals.labels("slack").inc()
-            await self._tell(question, Failure.OVER_BUDGET, message=booked.message)
+            await self._refuse(question, Failure.OVER_BUDGET, message=booked.message)
             return
         hold = _Hold(booked)
         try:
@@ -136,6 +136,37 @@ class Answerer:
             if not hold.run_started:  # a run that started goes on past this failure: its on_done settles
                 await self._budget.settle(booked, None)
             raise
+
+    async def refuse_unheard(self, question: Question, reason: str = Ignore.CHANNEL_NOT_ALLOWED.value) -> None:
+        """A question the bot may not answer where it was asked (a channel not allowed): nothing is posted,
+        but it is audited, once however often Slack delivers it. Never raises."""
+        try:
+            if await self._store.claim_event(question.message_key):
+                await self.audit_refusal(question, reason, ask_slack=False)
+        except Exception:
+            log.exception("could not audit a Slack question in a channel not allowed")
+
+    async def _refuse(self, question: Question, kind: Failure, **facts: Any) -> None:
+        """Tell the asker why their question will not run, and leave its audit entry all the same."""
+        await self._tell(question, kind, **facts)
+        await self.audit_refusal(question, kind.value)
+
+    async def audit_refusal(self, question: Question, reason: str, *, ask_slack: bool = True) -> None:
+        """The audit entry of a question refused before its run: who asked (as a run would name them), where,
+        and the policy it would have run under. Without `ask_slack` (a channel the bot may not act in spends
+        no Slack call) the asker is named by their Slack team and user id. Logged, never raised, on failure."""
+        try:
+            if ask_slack:
+                asker = await self._people.person(question.team, question.user, question.asker_team)
+            else:
+                asker = SlackPeople.unlooked(question.asker_team or question.team, question.user)
+            access = access_for(question, asker, self._policies or NO_POLICY_FILE)
+            origin = Origin(access.asker, "slack", question.channel, access.policy.name if self._policies else "")
+            conversation_id = await self._store.find(question.conversation_key) or ""
+            text = question.text[: self._settings.slack_max_message_chars]  # a refused text may be huge
+            await record_refusal(self._runs.audit, origin, text, reason, conversation_id=conversation_id)
+        except Exception:
+            log.exception("could not write the audit entry of a refused Slack question")
 
     async def _tell_if_ours(self, question: Question, kind: Failure) -> None:
         with suppress(Exception):
@@ -207,7 +238,7 @@ class Answerer:
         the question runs under and whom it belongs to (access.py). An asker Slack could not name in a DM is
         told why they get the default policy."""
         history_task = asyncio.create_task(self._history(question))
-        asker_task = asyncio.create_task(self._people.person(question.team, question.user))
+        asker_task = asyncio.create_task(self._people.person(question.team, question.user, question.asker_team))
         try:
             await progress.begin()
         except BaseException:

@@ -221,6 +221,8 @@ class SlackBot:
         found = read_question(body, self.identity, self._allowed, received_at, installed_team=context.team_id)
         if isinstance(found, Ignored):
             self._metrics.slack_ignored.labels(found.reason.value).inc()
+            if found.refused is not None and self._answerer is not None:  # never answered, but audited
+                self._queues.add(found.refused.message_key, partial(self._answerer.refuse_unheard, found.refused))
             return
         self._ask(found)
 

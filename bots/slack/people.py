@@ -60,36 +60,49 @@ class SlackPeople:
         self._people: Recent[tuple[str, str], SlackPerson] = Recent(ttl_s, max_entries)
         self._groups: Recent[str, Mapping[str, frozenset[str]]] = Recent(ttl_s, 100)
 
-    async def person(self, team: str, user: str) -> SlackPerson:
-        """Who (team, user) is, from Slack or from a moment ago; never raises."""
+    async def person(self, team: str, user: str, user_team: str | None = None) -> SlackPerson:
+        """Who `user` is, asking in workspace `team`, from Slack or from a moment ago; never raises.
+        `user_team`: their own team as the event says it (Slack Connect: another organisation's); a person
+        without a verified email is named by their own team, as users.info says it, else this one."""
         if (known := self._people.get((team, user))) is not None:
             return known
         try:
-            found = await self._look_up(team, user)
+            found, groups_until = await self._look_up(team, user, user_team)
         except _Unknown as unknown:
-            fallback = Person(person_id(email=None, fallback=f"slack:{team}:{user}"), slack=(team, user))
-            return SlackPerson(fallback, None, unknown.missing_scope)
-        self._people.put((team, user), found)
+            return SlackPeople.unlooked(user_team or team, user, unknown.missing_scope)
+        # Kept no longer than the groups read it was built from: a group left is lost within the TTL.
+        self._people.put((team, user), found, until=groups_until)
         return found
 
-    async def _look_up(self, team: str, user: str) -> SlackPerson:
+    @staticmethod
+    def unlooked(team: str, user: str, missing_scope: str | None = None) -> SlackPerson:
+        """A person Slack did not name: known by their own team and user id only, with no policy of theirs."""
+        fallback = Person(person_id(email=None, fallback=f"slack:{team}:{user}"), slack=(team, user))
+        return SlackPerson(fallback, None, missing_scope)
+
+    async def _look_up(self, team: str, user: str, user_team: str | None) -> tuple[SlackPerson, float | None]:
+        """The person, and when the group read their groups came from expires (None: no groups asked)."""
         info = await self._call("users.info", lambda client: client.users_info(user=user))
         shown: dict[str, Any] = info.get("user") or {}
+        own = str(shown.get("team_id") or user_team or team)
         email = verified_email(shown, team)
         if email is None and not _granted(info, EMAIL_SCOPE) and shown.get("team_id") in (None, team):
             raise _Unknown(EMAIL_SCOPE)  # no email because the app may not read it: the setup, not the person
-        groups = (await self._groups_of(team)).get(user, frozenset()) if self._wants_groups else frozenset()
+        groups, groups_until = frozenset[str](), None
+        if self._wants_groups:
+            groups_until, by_member = await self._groups_of(team)
+            groups = by_member.get(user, frozenset())
         person = Person(
-            person_id(email=email, fallback=f"slack:{team}:{user}"),
+            person_id(email=email, fallback=f"slack:{own}:{user}"),
             name=str(shown.get("real_name") or shown.get("name") or ""),
             email=email,
-            slack=(team, user),
+            slack=(own, user),
         )
-        return SlackPerson(person, Asker(email=email, slack_user=user, slack_usergroups=groups))
+        return SlackPerson(person, Asker(email=email, slack_user=user, slack_usergroups=groups)), groups_until
 
-    async def _groups_of(self, team: str) -> Mapping[str, frozenset[str]]:
-        """Each member's user groups (enabled ones), for the whole team at once."""
-        if (known := self._groups.get(team)) is not None:
+    async def _groups_of(self, team: str) -> tuple[float, Mapping[str, frozenset[str]]]:
+        """Each member's user groups (enabled ones), for the whole team at once, with when that read expires."""
+        if (known := self._groups.get_until(team)) is not None:
             return known
         listed = await self._call("usergroups.list", lambda client: client.usergroups_list(include_users=True))
         members: dict[str, set[str]] = {}
@@ -97,8 +110,7 @@ class SlackPeople:
             for member in group.get("users") or []:
                 members.setdefault(str(member), set()).add(str(group["id"]))
         groups = {member: frozenset(ids) for member, ids in members.items()}
-        self._groups.put(team, groups)
-        return groups
+        return self._groups.put(team, groups), groups
 
     async def _call(self, method: str, call: Callable[[AsyncWebClient], Awaitable[Any]]) -> Any:
         """`call` (Slack's `method`) on the bot's client; a refusal or no answer raises _Unknown."""
@@ -116,11 +128,13 @@ class SlackPeople:
 
 
 def verified_email(user: Mapping[str, Any], team: str) -> str | None:
-    """The profile's email when Slack vouches for it: shown, confirmed, of a person of this organisation."""
+    """The profile's email when Slack vouches for it: shown, positively confirmed (`is_email_confirmed` is
+    True), of a person Slack names as of this workspace (`team_id` equal to it). A field Slack leaves out
+    proves nothing: the email is not believed (fail closed)."""
     email = (user.get("profile") or {}).get("email")
-    if not email or user.get("is_email_confirmed") is False or user.get("deleted") or user.get("is_bot"):
+    if not email or user.get("is_email_confirmed") is not True or user.get("deleted") or user.get("is_bot"):
         return None
-    if user.get("team_id") not in (None, team):  # Slack Connect: another organisation writes their profile
+    if not team or user.get("team_id") != team:  # Slack Connect: another organisation writes their profile
         return None
     return str(email)
 

@@ -8,7 +8,7 @@ channel message's `message` event when it mentions the bot (its `app_mention` an
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
@@ -84,6 +84,7 @@ class Question:
     addressed: bool  # a mention or a DM; else answered only in a thread the bot is part of
     parent_user_id: str | None
     received_at: float  # time.perf_counter() when it arrived
+    asker_team: str | None = None  # the asker's own team (Slack Connect: another organisation's); None: `team`
 
     @property
     def conversation_key(self) -> str:
@@ -97,6 +98,9 @@ class Question:
 @dataclass(frozen=True)
 class Ignored:
     reason: Ignore
+    # A mention in a channel not allowed: a question all the same, refused (audited). Not part of what the
+    # reason is: two ignores compare by their reason.
+    refused: Question | None = field(default=None, compare=False)
 
 
 def conversation_key(team: str, channel: str, thread_ts: str) -> str:
@@ -125,18 +129,26 @@ def read_question(
     if ignored := _not_a_person(event, me):
         return Ignored(ignored)
     channel = str(event.get("channel") or "")
-    is_dm = event.get("channel_type") == "im" or channel.startswith("D")
-    if not is_dm and allowed.channels and channel not in allowed.channels:
-        return Ignored(Ignore.CHANNEL_NOT_ALLOWED)
+    is_dm = is_direct_message(event.get("channel_type"), channel)
     raw = str(event.get("text") or "")
+    text = question_text(raw, me.user_id)
+    if not is_dm and allowed.channels and channel not in allowed.channels:
+        # A mention there is still a question asked, refused: it is audited (never answered).
+        refused = _question(body, team, channel, text, is_dm, received_at) if kind == "app_mention" and text else None
+        return Ignored(Ignore.CHANNEL_NOT_ALLOWED, refused)
     mentioned = me.user_id in _MENTION.findall(raw)
     if kind == "message" and mentioned and not is_dm:
         return Ignored(Ignore.MENTION_IN_MESSAGE)
-    text = question_text(raw, me.user_id)
     if not text:
         return Ignored(Ignore.EMPTY)
     if kind == "message" and not is_dm and not event.get("thread_ts"):
         return Ignored(Ignore.NOT_ADDRESSED)
+    return _question(body, team, channel, text, is_dm, received_at)
+
+
+def _question(body: dict[str, Any], team: str, channel: str, text: str, is_dm: bool, received_at: float) -> Question:
+    event: dict[str, Any] = body["event"]
+    kind = event.get("type")
     return Question(
         team=team,
         channel=channel,
@@ -153,7 +165,15 @@ def read_question(
         addressed=kind == "app_mention" or is_dm,
         parent_user_id=event.get("parent_user_id"),
         received_at=received_at,
+        asker_team=asker_team(body),
     )
+
+
+def is_direct_message(channel_type: Any, channel: str) -> bool:
+    """A DM only when the event's `channel_type` and the channel's id both say so. When they disagree the
+    stricter reading wins (fail closed): a channel, under the channel's policy and its allowlist. An event
+    without a channel_type (an app_mention) is not a DM either: Slack sends a DM as `message.im`."""
+    return channel_type == "im" and channel.startswith("D")
 
 
 def channel_type_of(channel: str) -> str:

@@ -33,20 +33,27 @@ class Recent(Generic[K, V]):
         self._entries: OrderedDict[K, tuple[float, V]] = OrderedDict()
 
     def get(self, key: K) -> V | None:
+        found = self.get_until(key)
+        return None if found is None else found[1]
+
+    def get_until(self, key: K) -> tuple[float, V] | None:
+        """The value with the clock time it expires at, so what is built from it can expire no later."""
         found = self._entries.get(key)
         if found is None:
             return None
-        expires, value = found
-        if self._clock() >= expires:
+        if self._clock() >= found[0]:
             del self._entries[key]
             return None
-        return value
+        return found
 
-    def put(self, key: K, value: V) -> None:
+    def put(self, key: K, value: V, *, until: float | None = None) -> float:
+        """Keep `value` for `ttl_s`, or only `until` (clock time) when that comes first; returns the expiry."""
+        expires = self._clock() + self.ttl_s if until is None else min(until, self._clock() + self.ttl_s)
         self._entries.pop(key, None)
-        self._entries[key] = (self._clock() + self.ttl_s, value)
+        self._entries[key] = (expires, value)
         while len(self._entries) > self.max_entries:
             self._entries.popitem(last=False)
+        return expires
 
     def __len__(self) -> int:
         return len(self._entries)

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from agent.runner import RunResult
-from chats.audit import FAILED, AuditEntry, AuditFilter, AuditLog, AuditQuery, Origin
+from chats.audit import FAILED, AuditEntry, AuditFilter, AuditLog, AuditQuery, Origin, record_refusal
 from chats.runs import RunRegistry
 from chats.state import ChatState
 from tests.agent.pipeline.test_pipeline import sql
@@ -138,3 +138,19 @@ async def test_entries_are_filtered_by_person_policy_interface_and_time(state: C
     assert await ids(AuditFilter(since=150.0, until=300.0)) == ["b"]
     [first] = await log.entries(AuditFilter(person="person:email:ann@example.com"), limit=1)
     assert first.queries == (AuditQuery("Q1", "SELECT 1", 1, 8),) and first.at == 100.0
+
+
+async def test_a_refused_question_is_recorded_with_its_reason_and_read_nothing(state: ChatState) -> None:
+    log: AuditLog = state.audit
+    origin = Origin("person:email:ann@example.com", "slack", "C0GENERAL01", "jfk")
+    await record_refusal(log, origin, "flights by origin?", "rate_limited")
+    await record_refusal(log, origin, "flights by origin?", "rate_limited")  # each refusal is its own entry
+    first, second = await log.entries(AuditFilter(person="person:email:ann@example.com"))
+    assert first.run_id != second.run_id and first.run_id.startswith("refused-")
+    assert (first.outcome, first.policy, first.channel, first.question) == (
+        "refused: rate_limited",
+        "jfk",
+        "C0GENERAL01",
+        "flights by origin?",
+    )
+    assert first.queries == () and first.rows_read == 0

@@ -91,7 +91,7 @@ async def test_an_unconfirmed_email_or_another_organisations_is_not_believed(
     people = SlackPeople(lambda: client)
     bob, eve = await people.person(TEAM_ID, BOB), await people.person(TEAM_ID, "U0EXT000001")
     assert bob.person.id == f"slack:{TEAM_ID}:{BOB}" and bob.asker == Asker(slack_user=BOB)
-    assert eve.person.id == f"slack:{TEAM_ID}:U0EXT000001" and eve.asker == Asker(slack_user="U0EXT000001")
+    assert eve.person.id == "slack:T0OTHERORG1:U0EXT000001" and eve.asker == Asker(slack_user="U0EXT000001")
 
 
 async def test_a_failing_slack_fails_closed_and_is_not_remembered(

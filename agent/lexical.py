@@ -3,8 +3,10 @@
 A person asks in business words ("refunds last quarter"); a warehouse names things in its own
 (`fct_refund_txn`, "Refund transactions, one row per refund"). Both sides are cut into the same
 terms: lower case, split at `_`, `.` and camelCase, common warehouse abbreviations spelled out,
-plurals and verb endings folded. Documents are scored with BM25 over weighted fields (a word in a
-table's name counts for more than one among its sampled values). A document may count each term once,
+plurals and verb endings folded. A question's two adjacent words also count as one where the index
+has that word ("high schoolers" finds `Highschooler`, "super power" finds `superpower`). Documents are
+scored with BM25 over weighted fields (a word in a table's name counts for more than one among its
+sampled values). A document may count each term once,
 at its best field (`best_field=True`): a table of 300 columns then scores by the columns that match,
 not by how often a word recurs among them, so a wide table no longer outranks the narrow right one.
 An inverted index keeps a search over 5,000 tables to milliseconds; no dependency, no server, and the
@@ -19,6 +21,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
+from itertools import pairwise
 
 _WORD = re.compile(r"[^\W\d_]+|\d+")  # letters of any script (Zürich, Москва), or digits
 _CAMEL = re.compile(r"(?<=[a-z])(?=[A-Z])")
@@ -79,6 +82,13 @@ def terms(text: str) -> tuple[str, ...]:
     return tuple(out)
 
 
+def compounds(text: str) -> tuple[str, ...]:
+    """Each two adjacent words of a text written as one, as a term: a person writes "high school" and
+    "super power" where a schema has `highschool` and `superpower`."""
+    words = [word.lower() for word in _WORD.findall(text) if not word.isdigit()]
+    return tuple(stem(one + two) for one, two in pairwise(words))
+
+
 @dataclass(frozen=True)
 class Hit:
     key: str
@@ -129,7 +139,8 @@ class LexicalIndex:
         """The best `limit` documents for the text, best first (ties by key, so results are stable)."""
         scores: dict[int, float] = defaultdict(float)
         matched: dict[int, set[str]] = defaultdict(set)
-        for term in set(terms(text)):
+        query = set(terms(text)) | {term for term in compounds(text) if term in self._postings}
+        for term in query:
             idf = self.idf(term)
             for doc, tf in self._postings.get(term, ()):
                 norm = K1 * (1 - self._b + self._b * self._lengths[doc] / self._average)

@@ -35,10 +35,11 @@ DATABASE_WEIGHT = 1.0  # a table of the database that covers the whole question 
 JOIN_WEIGHT = 0.3  # a table gains this share of the score of the best hit it joins
 JOINED_PLACES = 3  # of ten hits, the last three are kept for tables the first two join
 CANDIDATES = 300
-# A question's leading command ("List the names...", "Provide information about...") names no table.
+# A question's leading command ("List the names...", "Please list...", "Can you show me...") names no table.
 COMMAND = re.compile(
-    r"^\W*(?:list|give|provide|show|name|find|tell|state|indicate|describe|identify|calculate|count|return|"
-    r"display|please)\b(?:\s+me\b)?",
+    r"^\W*(?:(?:please|can|could|would|will|you|kindly)\b\W*)*"
+    r"(?:(?:list|give|provide|show|name|find|tell|state|indicate|describe|identify|calculate|count|return|"
+    r"display)\b(?:\s+me\b)?)?",
     re.IGNORECASE,
 )
 

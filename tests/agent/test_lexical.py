@@ -35,3 +35,17 @@ def test_a_name_weighs_more_than_a_sampled_value_and_ties_are_stable() -> None:
 def test_words_of_any_script_are_terms_and_a_status_is_its_plural() -> None:
     assert terms("Zürich Москва") == ("zürich", "москва")
     assert terms("order statuses") == terms("order status")
+
+
+def test_two_words_of_a_question_find_the_name_that_writes_them_as_one() -> None:
+    # Spider's network_1: "How many high schoolers are there?" needs `Highschooler`, not the table
+    # that merely has a `high` column.
+    index = LexicalIndex(
+        [
+            ("network_1.Highschooler", [("Highschooler", 3.0), ("ID", 1.0), ("name", 1.0), ("grade", 1.0)]),
+            ("network_1.Likes", [("Likes", 3.0), ("student_id", 1.0), ("liked_id", 1.0)]),
+            ("scores.results", [("results", 3.0), ("high", 1.0), ("low", 1.0)]),
+        ]
+    )
+    assert index.search("How many high schoolers are there?")[0].key == "network_1.Highschooler"
+    assert index.search("super power") == []  # a compound the index lacks adds nothing

@@ -145,3 +145,19 @@ def test_families_and_joins_are_the_same_whatever_order_introspection_gives() ->
     assert forward.render(10_000).text == backward.render(10_000).text
     for words in ("sessions by browser", "gold cards issued to female clients", "visits and revenue by country"):
         assert forward.search(words, 10) == backward.search(words, 10)
+
+
+def test_a_polite_command_before_the_question_is_not_searched_for() -> None:
+    # BIRD's superhero beside BEAVER's dw, pooled: "Please list..." must not find the tables named LIST.
+    tables = [
+        table("superhero.superhero", "id:Int64 superhero_name full_name height_cm:Int64 publisher_id:Int64"),
+        table("superhero.superpower", "id:Int64 power_name"),
+        table("superhero.hero_power", "hero_id:Int64 power_id:Int64"),
+        table("dw.MOIRA_LIST", "LIST_ID LIST_NAME LIST_DESCRIPTION"),
+        table("dw.MOIRA_LIST_OWNER", "LIST_ID OWNER_NAME"),
+        table("dw.MOIRA_LIST_DETAIL", "LIST_ID MEMBER_NAME"),
+    ]
+    catalog = Catalog(tables, "default")
+    for question in ("Please list all the superpowers of 3-D Man.", "Can you list the superpowers of 3-D Man?"):
+        assert not any(name.startswith("dw.") for name in catalog.search(question, 3)), question
+    assert catalog.search("list owners", 1) == ["dw.MOIRA_LIST_OWNER"]  # what follows the command is searched

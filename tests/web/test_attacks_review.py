@@ -1,0 +1,111 @@
+"""An outside review's attacks on the web chat's sign-in, identity and ownership, over HTTP. Each test
+asserts the SAFE behaviour, so it fails while the weakness it names is there:
+
+- a client's own copy of the proxy's groups header is believed (the email header's duplicates are not);
+- AGENT_WEB_IDENTITY_PROXIES refuses `*` but takes `0.0.0.0/0` and `::/0`, which mean the same;
+- the sign-in cookie has no `__Host-` prefix, so a sibling subdomain can plant one (login CSRF);
+- an answer's stored preview (GET /api/queries/<id>) still shows rows its asker's policy no longer reads,
+  while the CSV of the same query applies the narrowed policy at once."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from agent.app import AgentApp
+from agent.config import ConfigError, load_settings
+from tests.fakes.anthropic_api import FakeAnthropic
+from tests.web.people_helpers import EMAIL_HEADER, GROUPS_HEADER, PROXY_MODE, SESSION_SECRET, Served
+from tests.web.test_web_policies import POLICY_FILE, by_origin
+from tests.web_helpers import chat
+from web.identity import SESSION_COOKIE
+
+ALICE = "alice@example.com"
+GROUP_POLICIES = """
+contact: "#data-help"
+policies:
+  - name: newark
+    members:
+      - group: ewr-ops
+    tables:
+      nycflights13.flights: origin = 'EWR'
+"""
+
+
+async def test_a_client_sent_second_groups_header_is_not_believed(
+    make_app: Callable[..., AgentApp], tmp_path: Path
+) -> None:
+    """The proxy's email header sent twice is refused ("one of them was not the proxy's"); the groups header
+    sent twice is the same forgery (a proxy that adds its own header after the client's), and the groups pick
+    the policy. Today the first copy, the client's, is believed."""
+    policies = tmp_path / "access.yaml"
+    policies.write_text(GROUP_POLICIES, encoding="utf-8")
+    async with Served(make_app, tmp_path, agent_access_file=str(policies), **PROXY_MODE) as site:
+        async with httpx.AsyncClient(base_url=site.url, timeout=30) as client:
+            forged = [(EMAIL_HEADER, ALICE), (GROUPS_HEADER, "ewr-ops"), (GROUPS_HEADER, "staff")]
+            me = await client.get("/api/me", headers=forged)
+    assert me.status_code == 401 or (
+        "ewr-ops" not in me.json()["groups"] and me.json()["policy"] != "newark"
+    ), f"a duplicated groups header chose the groups and the policy: {me.json()}"
+
+
+@pytest.mark.parametrize("everyone", ["0.0.0.0/0", "::/0", "0.0.0.0/0,::/0"])
+def test_identity_proxies_that_are_every_address_are_refused_like_a_star(everyone: str) -> None:
+    """`*` is refused because "anyone could then say who they are"; a network holding every address is `*`."""
+    with pytest.raises(ConfigError, match="AGENT_WEB_IDENTITY_PROXIES"):
+        load_settings(agent_web_identity_header="X-Email", agent_web_identity_proxies=everyone)
+
+
+async def test_the_secure_sign_in_cookie_cannot_be_planted_by_a_sibling_subdomain(
+    make_app: Callable[..., AgentApp], tmp_path: Path
+) -> None:
+    """Without the `__Host-` prefix a page on any sibling subdomain (or plain-http MITM of one) can set
+    `agent_session` for the parent domain: the attacker's own validly signed cookie, which signs the victim
+    into the attacker's account (login CSRF) or seeds a pending sign-in. Served Secure, the name must say so."""
+    settings: dict[str, Any] = {
+        "agent_oidc_issuer": "http://127.0.0.1:9",
+        "agent_oidc_client_id": "analyst",
+        "agent_oidc_client_secret": "client-secret",
+        "agent_session_secret": SESSION_SECRET,
+        "agent_web_url": "https://analyst.example",
+    }
+    async with Served(make_app, tmp_path, **settings) as site:
+        # Any response that writes the session: the sign-in's redirect (its provider is unreachable, so it
+        # fails, but the chosen return address is kept first).
+        sent = await site.client().get("/auth/sign-in", params={"next": "/"})
+    cookie = sent.headers.get("set-cookie", "")
+    assert cookie, "the sign-in wrote its cookie"
+    name = cookie.split("=", 1)[0]
+    assert name == SESSION_COOKIE or name.startswith("__Host-")
+    assert name.startswith("__Host-"), f"a Secure sign-in cookie named {name!r} can be set by a sibling subdomain"
+
+
+async def test_a_stored_preview_obeys_the_askers_policy_as_it_is_now(
+    make_app: Callable[..., AgentApp], tmp_path: Path, fake_anthropic: FakeAnthropic
+) -> None:
+    """Ben asks under `newark` (group ewr-ops) and sees EWR's rows. He leaves ewr-ops (the proxy stops sending
+    it): his policy is now the default, which reads nothing. The CSV of his query applies that at once, as
+    the product says ("a policy narrowed since the answer applies at once"); the query's JSON must too."""
+    policies = tmp_path / "access.yaml"
+    policies.write_text(POLICY_FILE, encoding="utf-8")
+    async with Served(make_app, tmp_path, agent_access_file=str(policies), **PROXY_MODE) as site:
+        before = site.client(email="ben@example.com", **{GROUPS_HEADER: "staff, ewr-ops"})
+        fake_anthropic.script(*by_origin())
+        run_id = (await chat(before, "flights by origin?"))[0].data["run_id"]
+        then = (await before.get(f"/api/queries/{run_id}-Q1")).json()
+        after = site.client(email="ben@example.com", **{GROUPS_HEADER: "staff"})
+        policy_now = (await after.get("/api/me")).json()["policy"]
+        csv_now = await after.get(f"/api/queries/{run_id}-Q1.csv")
+        json_now = await after.get(f"/api/queries/{run_id}-Q1")
+    assert [row[0] for row in then["rows"]] == ["EWR"], "under newark he read EWR's rows"
+    assert policy_now == "no-data"
+    csv_rows = csv_now.text.splitlines()[1:] if csv_now.status_code == 200 else []
+    assert not any(line.startswith("EWR") for line in csv_rows), "the CSV applies the narrowed policy"
+    shown = json_now.json().get("rows", []) if json_now.status_code == 200 else []
+    assert not any(row and row[0] == "EWR" for row in shown), (
+        f"the stored preview still shows rows his policy no longer reads: {shown}"
+    )

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+
+from urllib.parse import parse_qs, urlsplit
 
 import httpx
 import pytest
@@ -19,7 +20,8 @@ import pytest
 from agent.app import AgentApp
 from agent.config import ConfigError, load_settings
 from tests.fakes.anthropic_api import FakeAnthropic
-from tests.web.people_helpers import EMAIL_HEADER, GROUPS_HEADER, PROXY_MODE, SESSION_SECRET, Served
+from tests.web.people_helpers import EMAIL_HEADER, GROUPS_HEADER, PROXY_MODE, Served
+from tests.web.test_sign_in import discovery, oidc
 from tests.web.test_web_policies import POLICY_FILE, by_origin
 from tests.web_helpers import chat
 from web.identity import SESSION_COOKIE
@@ -61,21 +63,12 @@ def test_identity_proxies_that_are_every_address_are_refused_like_a_star(everyon
 
 
 async def test_the_secure_sign_in_cookie_cannot_be_planted_by_a_sibling_subdomain(
-    make_app: Callable[..., AgentApp], tmp_path: Path
+    make_app: Callable[..., AgentApp], tmp_path: Path, discovery: str
 ) -> None:
     """Without the `__Host-` prefix a page on any sibling subdomain (or plain-http MITM of one) can set
     `agent_session` for the parent domain: the attacker's own validly signed cookie, which signs the victim
     into the attacker's account (login CSRF) or seeds a pending sign-in. Served Secure, the name must say so."""
-    settings: dict[str, Any] = {
-        "agent_oidc_issuer": "http://127.0.0.1:9",
-        "agent_oidc_client_id": "analyst",
-        "agent_oidc_client_secret": "client-secret",
-        "agent_session_secret": SESSION_SECRET,
-        "agent_web_url": "https://analyst.example",
-    }
-    async with Served(make_app, tmp_path, **settings) as site:
-        # Any response that writes the session: the sign-in's redirect (its provider is unreachable, so it
-        # fails, but the chosen return address is kept first).
+    async with Served(make_app, tmp_path, **oidc(discovery, agent_web_url="https://analyst.example")) as site:
         sent = await site.client().get("/auth/sign-in", params={"next": "/"})
     cookie = sent.headers.get("set-cookie", "")
     assert cookie, "the sign-in wrote its cookie"
@@ -109,3 +102,28 @@ async def test_a_stored_preview_obeys_the_askers_policy_as_it_is_now(
     assert not any(row and row[0] == "EWR" for row in shown), (
         f"the stored preview still shows rows his policy no longer reads: {shown}"
     )
+
+
+async def test_an_unreachable_provider_is_a_sign_in_page_not_a_server_error(
+    make_app: Callable[..., AgentApp], tmp_path: Path
+) -> None:
+    """web/oidc.py catches `httpx.HTTPError`, but Authlib talks through `httpx2`, whose errors are other
+    classes: a provider that is down is a bare 500 instead of the "could not be reached" page (502)."""
+    async with Served(make_app, tmp_path, **oidc("http://127.0.0.1:9")) as site:
+        sent = await site.client().get("/auth/sign-in", headers={"Accept": "text/html"})
+    assert sent.status_code == 502 and "could not be reached" in sent.text, (sent.status_code, sent.text[:200])
+
+
+async def test_a_provider_refusing_the_code_is_a_sign_in_page_not_a_server_error(
+    make_app: Callable[..., AgentApp], tmp_path: Path, discovery: str
+) -> None:
+    """A callback with the right state whose code the provider's token endpoint refuses (here: 404) says
+    "Signing in did not work" (400), as a forged one does; today httpx2's HTTPStatusError escapes as a 500."""
+    async with Served(make_app, tmp_path, **oidc(discovery)) as site:
+        sent = await site.client().get("/auth/sign-in")
+        state = parse_qs(urlsplit(sent.headers["location"]).query)["state"][0]
+        cookie = sent.headers["set-cookie"].split(";")[0].split("=", 1)[1]
+        back = await site.client(cookie=cookie).get(
+            "/auth/callback", params={"code": "refused", "state": state}, headers={"Accept": "text/html"}
+        )
+    assert back.status_code == 400 and "Signing in did not work" in back.text, (back.status_code, back.text[:200])

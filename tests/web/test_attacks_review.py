@@ -9,6 +9,8 @@ asserts the SAFE behaviour, so it fails while the weakness it names is there:
 
 from __future__ import annotations
 
+import asyncio
+import logging
 from collections.abc import Callable
 from pathlib import Path
 
@@ -16,14 +18,17 @@ from urllib.parse import parse_qs, urlsplit
 
 import httpx
 import pytest
+import uvicorn
 
 from agent.app import AgentApp
 from agent.config import ConfigError, load_settings
+from agent.logs import configure_logging
+from process.service import _uvicorn_config
 from tests.fakes.anthropic_api import FakeAnthropic
 from tests.web.people_helpers import EMAIL_HEADER, GROUPS_HEADER, PROXY_MODE, Served
 from tests.web.test_sign_in import discovery, oidc
 from tests.web.test_web_policies import POLICY_FILE, by_origin
-from tests.web_helpers import chat
+from tests.web_helpers import bound_socket, chat
 from web.identity import SESSION_COOKIE
 
 ALICE = "alice@example.com"
@@ -50,9 +55,9 @@ async def test_a_client_sent_second_groups_header_is_not_believed(
         async with httpx.AsyncClient(base_url=site.url, timeout=30) as client:
             forged = [(EMAIL_HEADER, ALICE), (GROUPS_HEADER, "ewr-ops"), (GROUPS_HEADER, "staff")]
             me = await client.get("/api/me", headers=forged)
-    assert me.status_code == 401 or (
-        "ewr-ops" not in me.json()["groups"] and me.json()["policy"] != "newark"
-    ), f"a duplicated groups header chose the groups and the policy: {me.json()}"
+    assert me.status_code == 401 or ("ewr-ops" not in me.json()["groups"] and me.json()["policy"] != "newark"), (
+        f"a duplicated groups header chose the groups and the policy: {me.json()}"
+    )
 
 
 @pytest.mark.parametrize("everyone", ["0.0.0.0/0", "::/0", "0.0.0.0/0,::/0"])
@@ -117,7 +122,7 @@ async def test_an_unreachable_provider_is_a_sign_in_page_not_a_server_error(
 async def test_a_provider_refusing_the_code_is_a_sign_in_page_not_a_server_error(
     make_app: Callable[..., AgentApp], tmp_path: Path, discovery: str
 ) -> None:
-    """A callback with the right state whose code the provider's token endpoint refuses (here: 404) says
+    """A callback with the right state whose code the provider's token endpoint refuses (here: 501) says
     "Signing in did not work" (400), as a forged one does; today httpx2's HTTPStatusError escapes as a 500."""
     async with Served(make_app, tmp_path, **oidc(discovery)) as site:
         sent = await site.client().get("/auth/sign-in")
@@ -127,3 +132,46 @@ async def test_a_provider_refusing_the_code_is_a_sign_in_page_not_a_server_error
             "/auth/callback", params={"code": "refused", "state": state}, headers={"Accept": "text/html"}
         )
     assert back.status_code == 400 and "Signing in did not work" in back.text, (back.status_code, back.text[:200])
+
+
+async def test_the_servers_log_never_holds_a_sign_in_code_or_state(
+    make_app: Callable[..., AgentApp], tmp_path: Path, discovery: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`agent serve` logs uvicorn's access lines at INFO (its default level) through agent/logs.py, which
+    redacts only the configured secrets: the callback's request line carries the provider's authorization
+    code and the state, a credential that anyone reading the logs could try to redeem."""
+    root = logging.getLogger()
+    kept = (list(root.handlers), root.level)
+    async with Served(make_app, tmp_path, **oidc(discovery)) as site:
+        settings = site.agent.settings
+        configure_logging(settings)
+        bound = bound_socket()
+        server = uvicorn.Server(_uvicorn_config(settings, site.app, lifespan="off"))
+        task = asyncio.create_task(server.serve(sockets=[bound]))
+        try:
+            while not server.started:
+                await asyncio.sleep(0.01)
+            port = bound.getsockname()[1]
+            async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=30) as client:
+                await client.get("/auth/callback", params={"code": "the-authorization-code", "state": "the-state"})
+        finally:
+            server.should_exit = True
+            await task
+            bound.close()
+            root.handlers[:] = kept[0]  # configure_logging changed the process's root logger
+            root.setLevel(kept[1])
+    logged = capsys.readouterr().err
+    assert "/auth/callback" in logged, "the access line was logged (uvicorn's default at INFO)"
+    assert "the-authorization-code" not in logged and "the-state" not in logged, logged
+
+
+async def test_an_https_public_address_in_capitals_still_makes_the_cookie_secure(
+    make_app: Callable[..., AgentApp], tmp_path: Path, discovery: str
+) -> None:
+    """Behind a TLS proxy on the same machine (Host stays a loopback name), only AGENT_WEB_URL says the chat
+    is public over https; the setting accepts `HTTPS://` (a scheme is case-blind) but the Secure decision
+    reads `startswith("https:")`, so the cookie goes out over any plain-http request too."""
+    async with Served(make_app, tmp_path, **oidc(discovery, agent_web_url="HTTPS://analyst.example")) as site:
+        sent = await site.client().get("/auth/sign-in")
+    flags = {part.strip().lower() for part in sent.headers["set-cookie"].split(";")[1:]}
+    assert "secure" in flags, flags

@@ -13,7 +13,6 @@ import asyncio
 import logging
 from collections.abc import Callable
 from pathlib import Path
-
 from urllib.parse import parse_qs, urlsplit
 
 import httpx
@@ -25,12 +24,14 @@ from agent.config import ConfigError, load_settings
 from agent.logs import configure_logging
 from process.service import _uvicorn_config
 from tests.fakes.anthropic_api import FakeAnthropic
+from tests.web import test_sign_in
 from tests.web.people_helpers import EMAIL_HEADER, GROUPS_HEADER, PROXY_MODE, Served
-from tests.web.test_sign_in import discovery, oidc
+from tests.web.test_sign_in import oidc
 from tests.web.test_web_policies import POLICY_FILE, by_origin
 from tests.web_helpers import bound_socket, chat
 from web.identity import SESSION_COOKIE
 
+discovery = test_sign_in.discovery  # the issuer's published metadata (a fixture)
 ALICE = "alice@example.com"
 GROUP_POLICIES = """
 contact: "#data-help"
@@ -51,10 +52,12 @@ async def test_a_client_sent_second_groups_header_is_not_believed(
     the policy. Today the first copy, the client's, is believed."""
     policies = tmp_path / "access.yaml"
     policies.write_text(GROUP_POLICIES, encoding="utf-8")
-    async with Served(make_app, tmp_path, agent_access_file=str(policies), **PROXY_MODE) as site:
-        async with httpx.AsyncClient(base_url=site.url, timeout=30) as client:
-            forged = [(EMAIL_HEADER, ALICE), (GROUPS_HEADER, "ewr-ops"), (GROUPS_HEADER, "staff")]
-            me = await client.get("/api/me", headers=forged)
+    async with (
+        Served(make_app, tmp_path, agent_access_file=str(policies), **PROXY_MODE) as site,
+        httpx.AsyncClient(base_url=site.url, timeout=30) as client,
+    ):
+        forged = [(EMAIL_HEADER, ALICE), (GROUPS_HEADER, "ewr-ops"), (GROUPS_HEADER, "staff")]
+        me = await client.get("/api/me", headers=forged)
     assert me.status_code == 401 or ("ewr-ops" not in me.json()["groups"] and me.json()["policy"] != "newark"), (
         f"a duplicated groups header chose the groups and the policy: {me.json()}"
     )
@@ -91,11 +94,11 @@ async def test_a_stored_preview_obeys_the_askers_policy_as_it_is_now(
     policies = tmp_path / "access.yaml"
     policies.write_text(POLICY_FILE, encoding="utf-8")
     async with Served(make_app, tmp_path, agent_access_file=str(policies), **PROXY_MODE) as site:
-        before = site.client(email="ben@example.com", **{GROUPS_HEADER: "staff, ewr-ops"})
+        before = _ben(site, "staff, ewr-ops")
         fake_anthropic.script(*by_origin())
         run_id = (await chat(before, "flights by origin?"))[0].data["run_id"]
         then = (await before.get(f"/api/queries/{run_id}-Q1")).json()
-        after = site.client(email="ben@example.com", **{GROUPS_HEADER: "staff"})
+        after = _ben(site, "staff")
         policy_now = (await after.get("/api/me")).json()["policy"]
         csv_now = await after.get(f"/api/queries/{run_id}-Q1.csv")
         json_now = await after.get(f"/api/queries/{run_id}-Q1")
@@ -107,6 +110,13 @@ async def test_a_stored_preview_obeys_the_askers_policy_as_it_is_now(
     assert not any(row and row[0] == "EWR" for row in shown), (
         f"the stored preview still shows rows his policy no longer reads: {shown}"
     )
+
+
+def _ben(site: Served, groups: str) -> httpx.AsyncClient:
+    """Ben's browser behind the proxy, which says he is in `groups`."""
+    client = site.client(email="ben@example.com")
+    client.headers[GROUPS_HEADER] = groups
+    return client
 
 
 async def test_an_unreachable_provider_is_a_sign_in_page_not_a_server_error(

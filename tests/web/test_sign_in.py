@@ -23,7 +23,7 @@ from agent.app import AgentApp
 from agent.config import ConfigError, load_settings
 from tests.fakes.anthropic_api import FakeAnthropic, Reply
 from tests.web.people_helpers import SESSION_SECRET, Served, email_person, session_cookie
-from web.identity import SESSION_COOKIE
+from web.identity import SECURE_SESSION_COOKIE, SESSION_COOKIE
 
 TOKEN = "machine-token-for-scripts"
 ALICE, BOB = email_person("alice@example.com", "Alice"), email_person("bob@example.com", "Bob")
@@ -94,8 +94,8 @@ async def test_sign_in_sends_the_browser_to_the_provider_with_pkce_state_and_non
     assert len(asked["code_challenge"]) == 43 and len(asked["state"]) >= 20 and len(asked["nonce"]) >= 20
     cookie = sent.headers["set-cookie"]
     flags = {part.strip().lower() for part in cookie.split(";")[1:]}
-    assert cookie.startswith(f"{SESSION_COOKIE}=")
-    assert {"httponly", "secure", "samesite=lax", f"max-age={8 * 3600}"} <= flags
+    assert cookie.startswith(f"{SECURE_SESSION_COOKIE}="), "served to other machines: Secure, named __Host-"
+    assert {"httponly", "secure", "samesite=lax", f"max-age={8 * 3600}", "path=/"} <= flags
     kept = _session_of(sent)
     assert kept["next"] == "/c/" + "a" * 32 and f"_state_oidc_{asked['state']}" in kept
     verifier = kept[f"_state_oidc_{asked['state']}"]["data"]["code_verifier"]
@@ -109,14 +109,21 @@ async def test_the_cookie_is_secure_unless_the_server_answers_only_this_machine(
     make_app: Callable[..., AgentApp], tmp_path: Path, discovery: str
 ) -> None:
     """Served to loopback names alone, the chat is used over plain http://localhost, where a Secure cookie
-    would not be sent back by every browser; anywhere else the cookie is Secure."""
+    would not be sent back by every browser; anywhere else the cookie is Secure, and named `__Host-` (Path=/,
+    no Domain) so that no sibling subdomain can plant one. A scheme is case-blind: HTTPS:// is https://."""
     async with Served(make_app, tmp_path / "local", **oidc(discovery)) as local:
         plain = await local.client().get("/auth/sign-in")
-    public = oidc(discovery, agent_web_url="https://analyst.example")
+    public = oidc(discovery, agent_web_url="HTTPS://analyst.example")
     async with Served(make_app, tmp_path / "public", **public) as behind_tls:
         secure = await behind_tls.client().get("/auth/sign-in")
+        cookie = await behind_tls.session(ALICE)
+        me = await behind_tls.client(cookie=cookie).get("/api/me")  # sent back under the __Host- name
     assert "secure" not in _flags(plain) and {"httponly", "samesite=lax"} <= _flags(plain)
-    assert "secure" in _flags(secure)
+    assert plain.headers["set-cookie"].startswith(f"{SESSION_COOKIE}=")
+    assert "secure" in _flags(secure) and "path=/" in _flags(secure)
+    assert not any(flag.startswith("domain=") for flag in _flags(secure)), "a __Host- cookie names no Domain"
+    assert secure.headers["set-cookie"].startswith(f"{SECURE_SESSION_COOKIE}=")
+    assert me.status_code == 200 and me.json()["email"] == ALICE.email, "the server reads its cookie by that name"
     assert parse_qs(urlsplit(secure.headers["location"]).query)["redirect_uri"] == [
         "https://analyst.example/auth/callback"
     ], "the provider sends people back to the public address"

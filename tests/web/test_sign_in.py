@@ -24,6 +24,7 @@ from agent.config import ConfigError, load_settings
 from tests.fakes.anthropic_api import FakeAnthropic, Reply
 from tests.web.people_helpers import SESSION_SECRET, Served, email_person, session_cookie
 from web.identity import SECURE_SESSION_COOKIE, SESSION_COOKIE
+from web.oidc import OidcSignIn, merged_claims
 
 TOKEN = "machine-token-for-scripts"
 ALICE, BOB = email_person("alice@example.com", "Alice"), email_person("bob@example.com", "Bob")
@@ -254,3 +255,47 @@ async def test_the_shared_token_serves_machine_clients_apart_from_people(
 def test_sign_in_settings_are_whole_or_refused(settings: dict[str, Any], names: str) -> None:
     with pytest.raises(ConfigError, match=names):
         load_settings(**settings)
+
+
+@pytest.mark.parametrize("everyone", ["0.0.0.0/1", "0.0.0.0/7", "::/6", "2000::/3", "::ffff:0:0/96", "::fffe:0:0/95"])
+def test_identity_proxies_wider_than_a_private_network_are_refused(everyone: str) -> None:
+    """Half of the internet, or every IPv4 client as a dual-stack socket writes it (::ffff:a.b.c.d), is `*`."""
+    with pytest.raises(ConfigError, match="AGENT_WEB_IDENTITY_PROXIES"):
+        load_settings(agent_web_identity_header="X-Email", agent_web_identity_proxies=f"127.0.0.1,{everyone}")
+
+
+@pytest.mark.parametrize("proxies", ["10.0.0.0/8", "fd00::/8", "127.0.0.1,::1", "192.168.0.0/16", "::ffff:10.0.0.0/104"])
+def test_identity_proxies_on_a_private_network_are_taken(proxies: str) -> None:
+    settings = load_settings(agent_web_identity_header="X-Email", agent_web_identity_proxies=proxies)
+    assert settings.agent_web_identity_proxies == proxies.split(",")
+
+
+def test_a_public_address_is_kept_with_its_scheme_in_lower_case() -> None:
+    assert load_settings(agent_web_url=" HTTPS://analyst.example ").agent_web_url == "https://analyst.example"
+
+
+ID_TOKEN = {"sub": "s-1", "iss": "https://id.example"}
+
+
+@pytest.mark.parametrize(
+    ("id_token", "userinfo", "email"),
+    [
+        # the ID token's address, unverified there; userinfo vouches for another: nobody's address is verified
+        ({"email": "mallory@example.com"}, {"email": "alice@example.com", "email_verified": True}, None),
+        ({"email": "alice@example.com", "email_verified": False}, {"email_verified": True}, None),
+        # the ID token's flag without its address never vouches for userinfo's address
+        ({"email_verified": True}, {"email": "mallory@example.com"}, None),
+        ({"email": "alice@example.com", "email_verified": True}, {"email": "mallory@example.com"}, "alice@example.com"),
+        ({}, {"email": "alice@example.com", "email_verified": True}, "alice@example.com"),  # oidc-provider's way
+        ({}, {"sub": "s-2", "email": "mallory@example.com", "email_verified": True}, None),  # another subject's
+    ],
+)
+def test_an_email_and_its_verification_come_from_one_answer(
+    id_token: dict[str, Any], userinfo: dict[str, Any], email: str | None
+) -> None:
+    """The ID token's email and `email_verified`, or userinfo's pair when the ID token names no email, and
+    userinfo only for the ID token's own subject (OIDC Core 5.3.4)."""
+    merged = merged_claims(ID_TOKEN | id_token, {"sub": ID_TOKEN["sub"]} | userinfo)
+    person = OidcSignIn(load_settings(**oidc())).person_of(merged)
+    assert person.email == email
+    assert person.id == (f"email:{email}" if email else "oidc:http://127.0.0.1:9#s-1")

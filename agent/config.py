@@ -361,7 +361,9 @@ class Settings(BaseSettings):
         "holding the verified email (e.g. X-Forwarded-Email), believed only from AGENT_WEB_IDENTITY_PROXIES.",
     )
     agent_web_identity_groups_header: str | None = Field(
-        None, description="With AGENT_WEB_IDENTITY_HEADER: the header holding the person's groups, comma-separated."
+        None,
+        description="With AGENT_WEB_IDENTITY_HEADER: the header holding the person's groups, comma-separated. The "
+        "proxy must overwrite both headers on every request: two copies of either are no identity.",
     )
     agent_web_identity_proxies: Annotated[list[str], NoDecode] = Field(
         default_factory=list,

@@ -264,7 +264,9 @@ def test_identity_proxies_wider_than_a_private_network_are_refused(everyone: str
         load_settings(agent_web_identity_header="X-Email", agent_web_identity_proxies=f"127.0.0.1,{everyone}")
 
 
-@pytest.mark.parametrize("proxies", ["10.0.0.0/8", "fd00::/8", "127.0.0.1,::1", "192.168.0.0/16", "::ffff:10.0.0.0/104"])
+@pytest.mark.parametrize(
+    "proxies", ["10.0.0.0/8", "fd00::/8", "127.0.0.1,::1", "192.168.0.0/16", "::ffff:10.0.0.0/104"]
+)
 def test_identity_proxies_on_a_private_network_are_taken(proxies: str) -> None:
     settings = load_settings(agent_web_identity_header="X-Email", agent_web_identity_proxies=proxies)
     assert settings.agent_web_identity_proxies == proxies.split(",")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,7 +23,19 @@ PROVIDERS: tuple[Provider, ...] = ("anthropic", "bedrock", "vertex", "openai")
 Role = Literal["main", "followup", "judge"]
 
 
+_IPV4_MAPPED = ipaddress.ip_network("::ffff:0:0/96")
 MISSING_ANTHROPIC_KEY = "ANTHROPIC_API_KEY is not set; the agent needs it to ask the model."
+
+
+def covers_the_internet(network: str) -> bool:
+    """Whether a CIDR network is wider than the widest private range (10.0.0.0/8; fc00::/7 in IPv6): any
+    such network holds public addresses by the million, so as a list of proxies it means `*`. That takes
+    0.0.0.0/0 and ::/0 and their halves and quarters, and ::ffff:0:0/96 (every IPv4 client, as a dual-stack
+    socket writes its peer), while a proxy fleet's own private network (10.0.0.0/8) stays allowed."""
+    parsed = ipaddress.ip_network(network, strict=False)
+    if parsed.version == 6 and parsed.overlaps(_IPV4_MAPPED):  # IPv4 addresses written as IPv6 ones
+        return parsed.prefixlen - 96 < 8
+    return parsed.prefixlen < (8 if parsed.version == 4 else 7)
 
 
 class ConfigError(Exception):
@@ -348,19 +361,20 @@ class Settings(BaseSettings):
         "holding the verified email (e.g. X-Forwarded-Email), believed only from AGENT_WEB_IDENTITY_PROXIES.",
     )
     agent_web_identity_groups_header: str | None = Field(
-        None, description="With AGENT_WEB_IDENTITY_HEADER: the header holding the person's groups, comma-separated."
+        None,
+        description="With AGENT_WEB_IDENTITY_HEADER: the header holding the person's groups, comma-separated. The "
+        "proxy must overwrite both headers on every request: two copies of either are no identity.",
     )
     agent_web_identity_proxies: Annotated[list[str], NoDecode] = Field(
         default_factory=list,
         description="Comma-separated IPs or CIDR networks of the proxies that may set AGENT_WEB_IDENTITY_HEADER "
-        "(the socket's peer; required with it). From any other peer the header is ignored.",
+        "(the socket's peer; required with it; `*` or a network wider than a private range is refused). From any "
+        "other peer the header is ignored.",
     )
 
     @field_validator("agent_web_allowed_hosts", mode="before")
     @classmethod
     def _host_names(cls, value: object) -> object:
-        import ipaddress
-
         names = value.split(",") if isinstance(value, str) else value
         if not isinstance(names, list) or not all(isinstance(name, str) for name in names):
             return names  # the list[str] check reports it
@@ -379,8 +393,6 @@ class Settings(BaseSettings):
     @field_validator("agent_web_trusted_proxies", "agent_web_identity_proxies", mode="before")
     @classmethod
     def _proxy_networks(cls, value: object) -> object:
-        import ipaddress
-
         items = [item.strip() for item in value.split(",") if item.strip()] if isinstance(value, str) else value
         for item in items if isinstance(items, list) else []:
             if item != "*":
@@ -537,7 +549,7 @@ class Settings(BaseSettings):
         parts = urlsplit(value.strip())
         if parts.scheme not in ("http", "https") or not parts.netloc or parts.query or parts.fragment:
             raise ValueError("must be the web chat's address, e.g. https://analyst.example.com (no ? or #)")
-        return value.strip()
+        return parts.geturl()  # urlsplit writes the scheme in lower case (it is case-blind): HTTPS:// is https://
 
     @model_validator(mode="after")
     def _estimate_within_the_limit(self) -> Settings:
@@ -560,9 +572,10 @@ class Settings(BaseSettings):
                 raise ValueError("AGENT_SESSION_SECRET must be set, at least 32 characters, with AGENT_OIDC_ISSUER")
         if self.agent_web_identity_header and not self.agent_web_identity_proxies:
             raise ValueError("AGENT_WEB_IDENTITY_PROXIES must list the proxies that set AGENT_WEB_IDENTITY_HEADER")
-        if "*" in self.agent_web_identity_proxies:  # anyone could then say who they are
-            raise ValueError(
-                "AGENT_WEB_IDENTITY_PROXIES must name the proxies; `*` would let any client set the header"
+        if any(item == "*" or covers_the_internet(item) for item in self.agent_web_identity_proxies):
+            raise ValueError(  # anyone could then say who they are
+                "AGENT_WEB_IDENTITY_PROXIES must name the proxies; `*` (or a network wider than a private "
+                "range, like 0.0.0.0/0 or ::/0) would let any client set the header"
             )
         return self
 

@@ -3,7 +3,8 @@ for a log pipeline.
 
 Fields that belong to a run (its id and interface) are set once, in a context variable, by whoever
 starts the run; every line logged while it runs carries them. Whatever a line says, the values of
-the configured secrets never leave: they are replaced before the line is written.
+the configured secrets never leave: they are replaced before the line is written; so is the query string
+of the sign-in's requests in uvicorn's access lines (the provider's one-time code and state).
 """
 
 from __future__ import annotations
@@ -107,6 +108,21 @@ class _AddContext(logging.Filter):
         return True
 
 
+class _SignInQueriesOut(logging.Filter):
+    """uvicorn's access line writes the request's query string, and the sign-in callback's carries the
+    provider's authorization code and state (`/auth/callback?code=...&state=...`): a credential anyone
+    reading the logs could try to redeem. A line for a path under `/auth/` keeps its path alone."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        args = record.args
+        # uvicorn's access line: (client, method, path with query string, HTTP version, status)
+        if record.name == "uvicorn.access" and isinstance(args, tuple) and len(args) >= 3:
+            path, _, query = str(args[2]).partition("?")
+            if query and "/auth/" in path:  # under any root path too
+                record.args = (*args[:2], f"{path}?{REDACTED}", *args[3:])
+        return True
+
+
 def secrets_of(settings: Settings) -> list[str]:
     values = [
         secret.get_secret_value()
@@ -148,6 +164,7 @@ def configure_logging(settings: Settings, *, level: str | None = None) -> None:
     redact = Redactor(secrets_of(settings))
     handler = _Stderr()
     handler.addFilter(_AddContext())
+    handler.addFilter(_SignInQueriesOut())
     handler.setFormatter(JsonFormatter(redact) if settings.agent_log_format == "json" else TextFormatter(redact))
     root = logging.getLogger()
     for old in [h for h in root.handlers if isinstance(h, _Stderr)]:

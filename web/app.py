@@ -28,9 +28,9 @@ from chats.state import ChatState
 from web.boundary import HttpError, TrustedHosts, check_json_content_type, check_rate, check_same_origin
 from web.context import WebContext, web_context
 from web.downloads import DownloadSlots
-from web.exposure import is_loopback, proxy_middleware
+from web.exposure import proxy_middleware
 from web.headers import SECURITY_HEADERS, SecurityHeadersMiddleware
-from web.identity import SESSION_COOKIE, Identities, asker_key, require_identity
+from web.identity import Identities, asker_key, cookie_is_secure, require_identity, session_cookie_name
 from web.oidc import OidcSignIn
 from web.probes import probe_routes
 from web.request_metrics import RequestMetricsMiddleware
@@ -146,19 +146,20 @@ def _sign_in_routes(settings: Settings) -> list[Route]:
 def _session_middleware(settings: Settings) -> list[Middleware]:
     """The signed sign-in cookie (Starlette's SessionMiddleware, itsdangerous): HttpOnly, SameSite=Lax (the
     provider's redirect back is a top-level GET, which carries it), lasting as long as the session, and
-    Secure unless the server answers only loopback names (local use over plain http://localhost)."""
+    Secure (and then named `__Host-`, Path=/, no Domain) unless the server answers only loopback names (local
+    use over plain http://localhost): web/identity.py's `cookie_is_secure`."""
     if not settings.agent_oidc_issuer or settings.agent_session_secret is None:
         return []
-    local = all(is_loopback(host) for host in settings.agent_web_allowed_hosts)
-    secure = not local or (settings.agent_web_url or "").startswith("https:")
     return [
         Middleware(
             SessionMiddleware,
             secret_key=settings.agent_session_secret.get_secret_value(),
-            session_cookie=SESSION_COOKIE,
+            session_cookie=session_cookie_name(settings),
             max_age=round(settings.agent_session_hours * 3600),
+            path="/",
+            domain=None,  # with Path=/ and Secure, what a `__Host-` name requires
             same_site="lax",
-            https_only=secure,
+            https_only=cookie_is_secure(settings),
         )
     ]
 

@@ -2,7 +2,8 @@
 
 - a bearer token (`AGENT_WEB_TOKEN`): a machine client, or the one local person where nobody signs in;
 - a trusted reverse proxy's identity header (`AGENT_WEB_IDENTITY_HEADER`), believed only when the socket's
-  peer is one of `AGENT_WEB_IDENTITY_PROXIES`;
+  peer is one of `AGENT_WEB_IDENTITY_PROXIES`; the proxy must overwrite it and the groups header on every
+  request, since a copy the client sent cannot be told from its own: two copies of either are no identity;
 - the signed session cookie of an OpenID Connect sign-in (web/views/auth.py), whose server-side record
   (chats/sessions.py) must still last;
 - nothing, where no token and no sign-in is configured: the one local person, as before sign-in existed.
@@ -18,6 +19,7 @@ import hmac
 import ipaddress
 from dataclasses import dataclass
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
 from starlette.requests import HTTPConnection
 
@@ -27,9 +29,12 @@ from agent.config import Settings
 from chats.people import LOCAL, MACHINE, Person, person_id
 from chats.sessions import SessionStore
 from web.boundary import HttpError, address_key
-from web.exposure import PEER
+from web.exposure import PEER, is_loopback
 
 SESSION_COOKIE = "agent_session"  # Starlette's signed cookie; it holds the session id (key SESSION_KEY)
+# Served Secure, the name says so: a browser keeps a `__Host-` cookie only when it is Secure, Path=/ and has
+# no Domain, set by this very host, so a page on a sibling subdomain cannot plant its own (login CSRF).
+SECURE_SESSION_COOKIE = f"__Host-{SESSION_COOKIE}"
 SESSION_KEY = "sid"
 
 MAX_GROUPS = 200
@@ -94,10 +99,10 @@ class Identities:
             return None
         given = request.headers.getlist(self._header)
         email = verified_email(given[0]) if len(given) == 1 else None  # two: one of them was not the proxy's
-        if email is None:
+        listed = request.headers.getlist(self._groups_header) if self._groups_header else []
+        if email is None or len(listed) > 1:  # the groups pick the policy: a second copy is the same forgery
             return None
-        groups = request.headers.get(self._groups_header, "") if self._groups_header else ""
-        named = frozenset(group.strip() for group in groups.split(",")[:MAX_GROUPS] if group.strip())
+        named = frozenset(group.strip() for group in "".join(listed).split(",")[:MAX_GROUPS] if group.strip())
         return Identity(Person(person_id(email=email, fallback=""), email, email, named), "proxy")
 
     def _from_identity_proxy(self, request: HTTPConnection) -> bool:
@@ -125,6 +130,17 @@ def verified_email(value: str) -> str | None:
     if not (at and local and "." in domain and len(email) <= 254) or any(c.isspace() or c in ",;<>" for c in email):
         return None
     return email
+
+
+def cookie_is_secure(settings: Settings) -> bool:
+    """The sign-in cookie goes only over https, unless the server answers only loopback names (plain
+    http://localhost) and its public address (AGENT_WEB_URL, behind a TLS proxy on this machine) is not https."""
+    local = all(is_loopback(host) for host in settings.agent_web_allowed_hosts)
+    return not local or urlsplit(settings.agent_web_url or "").scheme == "https"
+
+
+def session_cookie_name(settings: Settings) -> str:
+    return SECURE_SESSION_COOKIE if cookie_is_secure(settings) else SESSION_COOKIE
 
 
 _IDENTITY = "agent.identity"

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-import httpx
+import httpx2
 from authlib.common.errors import AuthlibBaseError
 from authlib.integrations.starlette_client import OAuth
 from joserfc.errors import JoseError
@@ -20,6 +20,12 @@ from chats.people import Person, person_id
 
 PROVIDER = "oidc"  # Authlib's name for it (its keys in the session are `_state_oidc_<state>`)
 MAX_GROUPS = 200
+# What the provider's answers can raise. Authlib's HTTP client is httpx2 (authlib/integrations/httpx_client/
+# _compat.py; plain httpx only where httpx2 is not installed, and it is one of ours): an unreachable provider
+# is an httpx2.RequestError, an error status an httpx2.HTTPStatusError. A refused code is Authlib's OAuthError
+# (an AuthlibBaseError); an ID token that fails its checks is joserfc's JoseError; missing metadata is a
+# RuntimeError, a body that is not JSON a ValueError.
+PROVIDER_ERRORS = (httpx2.HTTPError, AuthlibBaseError, JoseError, RuntimeError, ValueError, KeyError)
 
 
 class SignInFailed(Exception):
@@ -46,7 +52,7 @@ class OidcSignIn:
         """The redirect to the provider's sign-in page; raises SignInFailed when it cannot be reached."""
         try:
             response: Response = await self._client.authorize_redirect(request, callback_url)
-        except (httpx.HTTPError, AuthlibBaseError, RuntimeError, ValueError) as exc:
+        except PROVIDER_ERRORS as exc:
             raise SignInFailed(f"the sign-in provider could not be reached ({_said(exc)})") from None
         return response
 
@@ -58,22 +64,20 @@ class OidcSignIn:
             if not claims.get("sub"):
                 raise SignInFailed("the provider sent no ID token")
             claims = await self._with_userinfo(token, claims)
-        except (httpx.HTTPError, AuthlibBaseError, JoseError, RuntimeError, ValueError, KeyError) as exc:
+        except PROVIDER_ERRORS as exc:
             raise SignInFailed(_said(exc)) from None
-        return self._person(claims)
+        return self.person_of(claims)
 
     async def _with_userinfo(self, token: dict[str, Any], claims: dict[str, Any]) -> dict[str, Any]:
         """Providers that keep the ID token small (oidc-provider, Keycloak) give email and groups at the
-        userinfo endpoint; its answer counts only for the ID token's own subject."""
+        userinfo endpoint (`merged_claims` says how the two answers combine)."""
         metadata = await self._client.load_server_metadata()
         if not metadata.get("userinfo_endpoint"):
             return claims
-        info = dict(await self._client.userinfo(token=token))
-        if info.get("sub") != claims["sub"]:
-            return claims
-        return {**info, **{key: value for key, value in claims.items() if value is not None}}
+        return merged_claims(claims, dict(await self._client.userinfo(token=token)))
 
-    def _person(self, claims: dict[str, Any]) -> Person:
+    def person_of(self, claims: dict[str, Any]) -> Person:
+        """The person verified claims name: their email only where `email_verified` is true, else the subject."""
         email = claims.get("email") if claims.get("email_verified") is True else None
         email = email if isinstance(email, str) and "@" in email else None
         groups = claims.get("groups")
@@ -87,11 +91,24 @@ class OidcSignIn:
         )
 
 
+def merged_claims(id_token: dict[str, Any], userinfo: dict[str, Any]) -> dict[str, Any]:
+    """The ID token's claims, completed by the userinfo endpoint's. Userinfo counts only for the ID token's
+    own subject (OIDC Core 5.3.4: its `sub` must equal the ID token's, else its answer must not be used).
+    An email and its `email_verified` always come from one answer: the ID token's pair when it names an
+    email, userinfo's only when it does not; a flag from one answer never vouches for another's address."""
+    if userinfo.get("sub") != id_token["sub"]:
+        return id_token
+    merged = {**userinfo, **{key: value for key, value in id_token.items() if value is not None}}
+    source = id_token if id_token.get("email") is not None else userinfo
+    merged["email"], merged["email_verified"] = source.get("email"), source.get("email_verified")
+    return merged
+
+
 def _said(exc: Exception) -> str:
     if isinstance(exc, AuthlibBaseError):
         return exc.description or exc.error or "refused"
-    if isinstance(exc, httpx.HTTPStatusError):
+    if isinstance(exc, httpx2.HTTPStatusError):
         return f"the provider answered {exc.response.status_code}"
-    if isinstance(exc, httpx.HTTPError):
+    if isinstance(exc, httpx2.HTTPError):
         return f"the provider did not answer: {type(exc).__name__}"
     return str(exc)[:200] or type(exc).__name__

@@ -16,6 +16,7 @@ from typing import Any
 
 import httpx
 import pytest
+import uvicorn
 
 from agent.app import AgentApp
 from agent.db import Database
@@ -24,12 +25,12 @@ from agent.logs import REDACTED, _Stderr, configure_logging
 from chats.people import LOCAL, person_owner
 from chats.runs import RunRegistry, ShuttingDown
 from chats.state import STATE_FILE, ChatState
-from process.service import Service
+from process.service import Service, _uvicorn_config
 from tests.conftest import make_settings
 from tests.fakes.anthropic_api import FakeAnthropic, Hang, Reply
 from tests.fakes.clients import make_llm
 from tests.slack_helpers import carriers_script
-from tests.web_helpers import LiveServer, sse_events
+from tests.web_helpers import LiveServer, bound_socket, sse_events
 from web.app import create_app
 
 QUESTION = "Which carrier flew the most flights in 2013?"
@@ -139,6 +140,35 @@ def test_secrets_are_redacted_as_a_url_or_a_basic_auth_header_carries_them(json_
         "%s", f"GET /x?token=tok%2Fen%2Bwith%3Dchars Authorization: Basic {basic}"
     )
     assert lines()[0]["message"] == f"GET /x?token={REDACTED} Authorization: Basic {REDACTED}"
+
+
+async def test_uvicorns_access_lines_keep_no_sign_in_query_string(json_logs: Any) -> None:
+    """The callback's query string is the provider's one-time code and state; other paths keep theirs."""
+    lines = json_logs()  # INFO, as `agent serve` logs; uvicorn's config as process/service.py builds it
+
+    async def missing(scope: Any, receive: Any, send: Any) -> None:
+        await send({"type": "http.response.start", "status": 404, "headers": []})
+        await send({"type": "http.response.body", "body": b""})
+
+    settings = make_settings(agent_log_format="json")
+    bound = bound_socket()
+    server = uvicorn.Server(_uvicorn_config(settings, missing, lifespan="off"))
+    task = asyncio.create_task(server.serve(sockets=[bound]))
+    try:
+        while not server.started:
+            await asyncio.sleep(0.01)
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{bound.getsockname()[1]}", timeout=30) as client:
+            await client.get("/auth/callback", params={"code": "the-code-0123", "state": "the-state-4567"})
+            await client.get("/api/conversations", params={"before": "2013-01-01"})
+    finally:
+        server.should_exit = True
+        await task
+        bound.close()
+    access = [line["message"] for line in lines() if line["logger"] == "uvicorn.access"]
+    assert [message.split('"')[1] for message in access] == [
+        f"GET /auth/callback?{REDACTED} HTTP/1.1",
+        "GET /api/conversations?before=2013-01-01 HTTP/1.1",
+    ]
 
 
 def test_text_logs_are_redacted_too(capsys: pytest.CaptureFixture[str]) -> None:

@@ -21,7 +21,7 @@ from chats.people import Person
 from chats.state import STATE_FILE, ChatState
 from tests.web_helpers import LiveServer
 from web.app import create_app
-from web.identity import SESSION_COOKIE, SESSION_KEY
+from web.identity import SESSION_KEY, session_cookie_name
 
 EMAIL_HEADER = "X-Forwarded-Email"
 GROUPS_HEADER = "X-Forwarded-Groups"
@@ -71,7 +71,7 @@ class Served:
         if email is not None:
             sent[EMAIL_HEADER] = email
         if cookie is not None:
-            sent["Cookie"] = f"{SESSION_COOKIE}={cookie}"
+            sent["Cookie"] = f"{session_cookie_name(self.agent.settings)}={cookie}"
         if origin:
             sent["Origin"] = self.url
         client = httpx.AsyncClient(base_url=self.url, headers=sent, timeout=30)

@@ -23,7 +23,8 @@ from agent.app import AgentApp
 from agent.config import ConfigError, load_settings
 from tests.fakes.anthropic_api import FakeAnthropic, Reply
 from tests.web.people_helpers import SESSION_SECRET, Served, email_person, session_cookie
-from web.identity import SESSION_COOKIE
+from web.identity import SECURE_SESSION_COOKIE, SESSION_COOKIE
+from web.oidc import OidcSignIn, merged_claims
 
 TOKEN = "machine-token-for-scripts"
 ALICE, BOB = email_person("alice@example.com", "Alice"), email_person("bob@example.com", "Bob")
@@ -94,8 +95,8 @@ async def test_sign_in_sends_the_browser_to_the_provider_with_pkce_state_and_non
     assert len(asked["code_challenge"]) == 43 and len(asked["state"]) >= 20 and len(asked["nonce"]) >= 20
     cookie = sent.headers["set-cookie"]
     flags = {part.strip().lower() for part in cookie.split(";")[1:]}
-    assert cookie.startswith(f"{SESSION_COOKIE}=")
-    assert {"httponly", "secure", "samesite=lax", f"max-age={8 * 3600}"} <= flags
+    assert cookie.startswith(f"{SECURE_SESSION_COOKIE}="), "served to other machines: Secure, named __Host-"
+    assert {"httponly", "secure", "samesite=lax", f"max-age={8 * 3600}", "path=/"} <= flags
     kept = _session_of(sent)
     assert kept["next"] == "/c/" + "a" * 32 and f"_state_oidc_{asked['state']}" in kept
     verifier = kept[f"_state_oidc_{asked['state']}"]["data"]["code_verifier"]
@@ -109,14 +110,21 @@ async def test_the_cookie_is_secure_unless_the_server_answers_only_this_machine(
     make_app: Callable[..., AgentApp], tmp_path: Path, discovery: str
 ) -> None:
     """Served to loopback names alone, the chat is used over plain http://localhost, where a Secure cookie
-    would not be sent back by every browser; anywhere else the cookie is Secure."""
+    would not be sent back by every browser; anywhere else the cookie is Secure, and named `__Host-` (Path=/,
+    no Domain) so that no sibling subdomain can plant one. A scheme is case-blind: HTTPS:// is https://."""
     async with Served(make_app, tmp_path / "local", **oidc(discovery)) as local:
         plain = await local.client().get("/auth/sign-in")
-    public = oidc(discovery, agent_web_url="https://analyst.example")
+    public = oidc(discovery, agent_web_url="HTTPS://analyst.example")
     async with Served(make_app, tmp_path / "public", **public) as behind_tls:
         secure = await behind_tls.client().get("/auth/sign-in")
+        cookie = await behind_tls.session(ALICE)
+        me = await behind_tls.client(cookie=cookie).get("/api/me")  # sent back under the __Host- name
     assert "secure" not in _flags(plain) and {"httponly", "samesite=lax"} <= _flags(plain)
-    assert "secure" in _flags(secure)
+    assert plain.headers["set-cookie"].startswith(f"{SESSION_COOKIE}=")
+    assert "secure" in _flags(secure) and "path=/" in _flags(secure)
+    assert not any(flag.startswith("domain=") for flag in _flags(secure)), "a __Host- cookie names no Domain"
+    assert secure.headers["set-cookie"].startswith(f"{SECURE_SESSION_COOKIE}=")
+    assert me.status_code == 200 and me.json()["email"] == ALICE.email, "the server reads its cookie by that name"
     assert parse_qs(urlsplit(secure.headers["location"]).query)["redirect_uri"] == [
         "https://analyst.example/auth/callback"
     ], "the provider sends people back to the public address"
@@ -247,3 +255,49 @@ async def test_the_shared_token_serves_machine_clients_apart_from_people(
 def test_sign_in_settings_are_whole_or_refused(settings: dict[str, Any], names: str) -> None:
     with pytest.raises(ConfigError, match=names):
         load_settings(**settings)
+
+
+@pytest.mark.parametrize("everyone", ["0.0.0.0/1", "0.0.0.0/7", "::/6", "2000::/3", "::ffff:0:0/96", "::fffe:0:0/95"])
+def test_identity_proxies_wider_than_a_private_network_are_refused(everyone: str) -> None:
+    """Half of the internet, or every IPv4 client as a dual-stack socket writes it (::ffff:a.b.c.d), is `*`."""
+    with pytest.raises(ConfigError, match="AGENT_WEB_IDENTITY_PROXIES"):
+        load_settings(agent_web_identity_header="X-Email", agent_web_identity_proxies=f"127.0.0.1,{everyone}")
+
+
+@pytest.mark.parametrize(
+    "proxies", ["10.0.0.0/8", "fd00::/8", "127.0.0.1,::1", "192.168.0.0/16", "::ffff:10.0.0.0/104"]
+)
+def test_identity_proxies_on_a_private_network_are_taken(proxies: str) -> None:
+    settings = load_settings(agent_web_identity_header="X-Email", agent_web_identity_proxies=proxies)
+    assert settings.agent_web_identity_proxies == proxies.split(",")
+
+
+def test_a_public_address_is_kept_with_its_scheme_in_lower_case() -> None:
+    assert load_settings(agent_web_url=" HTTPS://analyst.example ").agent_web_url == "https://analyst.example"
+
+
+ID_TOKEN = {"sub": "s-1", "iss": "https://id.example"}
+
+
+@pytest.mark.parametrize(
+    ("id_token", "userinfo", "email"),
+    [
+        # the ID token's address, unverified there; userinfo vouches for another: nobody's address is verified
+        ({"email": "mallory@example.com"}, {"email": "alice@example.com", "email_verified": True}, None),
+        ({"email": "alice@example.com", "email_verified": False}, {"email_verified": True}, None),
+        # the ID token's flag without its address never vouches for userinfo's address
+        ({"email_verified": True}, {"email": "mallory@example.com"}, None),
+        ({"email": "alice@example.com", "email_verified": True}, {"email": "mallory@example.com"}, "alice@example.com"),
+        ({}, {"email": "alice@example.com", "email_verified": True}, "alice@example.com"),  # oidc-provider's way
+        ({}, {"sub": "s-2", "email": "mallory@example.com", "email_verified": True}, None),  # another subject's
+    ],
+)
+def test_an_email_and_its_verification_come_from_one_answer(
+    id_token: dict[str, Any], userinfo: dict[str, Any], email: str | None
+) -> None:
+    """The ID token's email and `email_verified`, or userinfo's pair when the ID token names no email, and
+    userinfo only for the ID token's own subject (OIDC Core 5.3.4)."""
+    merged = merged_claims(ID_TOKEN | id_token, {"sub": ID_TOKEN["sub"]} | userinfo)
+    person = OidcSignIn(load_settings(**oidc())).person_of(merged)
+    assert person.email == email
+    assert person.id == (f"email:{email}" if email else "oidc:http://127.0.0.1:9#s-1")

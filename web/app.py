@@ -201,8 +201,13 @@ def _limited(budget: _Budget, handler: Handler) -> Handler:
     before it looks anything up)."""
 
     async def wrapped(request: Request) -> Response:
-        who = asker_key(request, await require_identity(request))
-        await check_rate(budget.limit(web_context(request)), who, budget.what)
+        identity = await require_identity(request)
+        try:
+            await check_rate(budget.limit(web_context(request)), asker_key(request, identity), budget.what)
+        except HttpError:
+            if budget is _QUESTIONS:
+                await chat.refused(request, identity, "rate_limited")
+            raise
         return await handler(request)
 
     return wrapped

@@ -152,7 +152,12 @@ async def test_budgets_count_people_not_the_address_they_share(
         first = await alice.post("/api/chat", json={"message": "How many airlines?"})
         again = await alice.post("/api/chat", json={"message": "How many airlines?"})
         bobs = await bob.post("/api/chat", json={"message": "How many airlines?"})
+        refusals = [e for e in await ours.state.audit.entries() if e.outcome.startswith("refused")]
     assert [first.status_code, again.status_code, bobs.status_code] == [200, 429, 200]
+    # the refused question still leaves its entry, naming its asker (refused before its body was read)
+    assert [(e.person, e.interface, e.outcome, e.question) for e in refusals] == [
+        (f"person:email:{ALICE}", "web", "refused: rate_limited", "")
+    ]
 
 
 async def test_the_chain_from_a_slack_link_fails_at_every_step_for_someone_outside_the_channel(
@@ -289,5 +294,9 @@ async def test_the_daily_budget_is_each_persons(
         await chat(alice, "hello")  # answered: the question that crosses the budget is the last
         refused = await alice.post("/api/chat", json={"message": "hello again"})
         bobs = await bob.post("/api/chat", json={"message": "hello"})
+        refusals = [e for e in await ours.state.audit.entries() if e.outcome.startswith("refused")]
     assert refused.status_code == 429 and refused.json()["error"].startswith("You have used today's budget")
+    assert [(e.person, e.outcome, e.question) for e in refusals] == [
+        (f"person:email:{ALICE}", "refused: over_budget", "hello again")
+    ]
     assert bobs.status_code == 200

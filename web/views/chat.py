@@ -6,13 +6,22 @@ from __future__ import annotations
 from starlette.requests import Request
 from starlette.responses import Response
 
+from chats.audit import Origin, record_refusal
 from chats.daily_budgets import Refusal
 from chats.runs import ShuttingDown
 from web.boundary import HttpError, read_chat_request
 from web.context import WEB, web_context
-from web.identity import asker_key, policy_of, require_identity
+from web.identity import Identity, asker_key, policy_of, require_identity
 from web.ownership import check_owned
 from web.sse import event_stream, live
+
+
+async def refused(request: Request, identity: Identity, reason: str, question: str = "") -> None:
+    """A question refused before it ran still leaves its audit entry (`question` is "" when it was refused
+    before its body was read)."""
+    policy = policy_of(request, identity)
+    origin = Origin(identity.person.owner, "web", "", policy.name if policy is not None else "")
+    await record_refusal(web_context(request).runs.audit, origin, question, reason)
 
 
 async def chat(request: Request) -> Response:
@@ -26,6 +35,7 @@ async def chat(request: Request) -> Response:
     booked = await web.budget.reserve(client)  # held from the start: questions asked at once share what is left
     if isinstance(booked, Refusal):  # the day's budget is spent, or the running questions may spend the rest
         web.agent.metrics.budget_refusals.labels("web").inc()
+        await refused(request, identity, "over_budget", body.message)
         raise HttpError(429, booked.message, {"Retry-After": str(booked.retry_after_s)})
     try:
         if body.conversation_id is None:

@@ -7,11 +7,20 @@ Each test asserts the SAFE behaviour, so each fails while the leak it demonstrat
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
+from collections.abc import AsyncIterator
 from types import MappingProxyType
 from typing import Any
 
+import pytest
+
 from agent.access.policy import Policy
-from agent.db import Database
+from agent.db import Database, open_database
+from agent.db.demo import load_demo
+from agent.db.embedded import engine_environment
+from agent.db.estimate import estimate_reads
+from tests.conftest import make_settings
 from tests.conftest import Recorder
 from tests.fakes.anthropic_api import FakeAnthropic, Reply
 
@@ -71,3 +80,71 @@ async def test_the_preflight_decision_does_not_depend_on_rows_off_the_key_filter
     result = await app.runner.run("United?", on_event=Recorder(), followups=False, policy=UA_ONLY)
     answer = result.queries[0].result
     assert answer.error is None and answer.rows == [[str(UA_ROWS)]], answer.error
+
+
+# --- views: a policy lists a view whole; the view reads a table the policy filters or does not list ---
+
+_VIEWS = """
+import sys, chdb
+c = chdb.connect(sys.argv[1])
+c.query("CREATE VIEW nycflights13.per_origin AS SELECT origin, count() AS n FROM nycflights13.flights GROUP BY origin")
+c.query("CREATE VIEW nycflights13.weather_days AS SELECT origin, toDate(time_hour) AS day FROM nycflights13.weather")
+c.close()
+"""
+VIEW_POLICY = Policy(
+    "jfk-with-views",
+    MappingProxyType(
+        {
+            "nycflights13.flights": "origin = 'JFK'",
+            "nycflights13.airports": None,
+            "nycflights13.per_origin": None,
+            "nycflights13.weather_days": None,
+        }
+    ),
+)
+
+
+@pytest.fixture(scope="module")
+async def views_db(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Database]:
+    """The demo data with two views: one over flights (which A reads filtered), one over weather (B's)."""
+    data_dir = tmp_path_factory.mktemp("views")
+    load_demo(data_dir / "clickhouse")
+    subprocess.run(
+        [sys.executable, "-c", _VIEWS, str(data_dir / "clickhouse")],
+        check=True,
+        env=engine_environment(),
+        capture_output=True,
+    )
+    database = open_database(make_settings(agent_data_dir=data_dir, anthropic_api_key="test-key"))
+    yield database
+    await database.close()
+
+
+async def test_the_preflight_never_names_a_table_the_policy_does_not_list(
+    make_app, fake_anthropic: FakeAnthropic, views_db: Database
+) -> None:
+    """A's view weather_days reads weather, B's table (under A its rows are filtered to none: that holds).
+    But EXPLAIN ESTIMATE lists every table a statement reads, those inside views included, and the
+    preflight's "Not run" message names each with its sorting key and, since A does not filter it (A does
+    not list it at all), its row count: B's table's name, keys and size. A's own flights make the
+    statement wide enough to be stopped."""
+    both = (
+        "SELECT count() FROM (SELECT origin FROM nycflights13.flights "
+        "UNION ALL SELECT origin FROM nycflights13.weather_days)"
+    )
+    fake_anthropic.script(
+        Reply(tool_calls=[sql(("Days", both))]),
+        Reply(text="Done [Q1]."),
+    )
+    app = make_app(views_db, max_estimated_rows=1_000)
+    result = await app.runner.run("Weather days?", on_event=Recorder(), followups=False, policy=VIEW_POLICY)
+    message = result.queries[0].result.error or ""
+    assert message.startswith("Not run")  # stopped on A's own 122,880 estimated rows
+    assert not re.search(r"nycflights13\.weather(?!_days)", message), message
+
+
+async def test_the_estimate_lists_only_the_policys_tables(views_db: Database) -> None:
+    """The same, one layer down: estimate_reads under a policy returns a table the policy does not list."""
+    reads = await estimate_reads(views_db, "SELECT count() FROM nycflights13.weather_days", policy=VIEW_POLICY)
+    named = {read.qualified for read in reads}
+    assert named <= set(VIEW_POLICY.tables), named

@@ -20,6 +20,7 @@ from agent.db import Database, open_database
 from agent.db.demo import load_demo
 from agent.db.embedded import engine_environment
 from agent.db.estimate import estimate_reads
+from agent.schema.cache import SchemaCache
 from tests.conftest import make_settings
 from tests.conftest import Recorder
 from tests.fakes.anthropic_api import FakeAnthropic, Reply
@@ -89,6 +90,9 @@ import sys, chdb
 c = chdb.connect(sys.argv[1])
 c.query("CREATE VIEW nycflights13.per_origin AS SELECT origin, count() AS n FROM nycflights13.flights GROUP BY origin")
 c.query("CREATE VIEW nycflights13.weather_days AS SELECT origin, toDate(time_hour) AS day FROM nycflights13.weather")
+# Comments anyone with DDL rights (or a data pipeline) writes, on a table A reads, naming B's tables in prose.
+c.query("ALTER TABLE nycflights13.flights MODIFY COMMENT 'Departures. Hourly conditions live in the weather table.'")
+c.query("ALTER TABLE nycflights13.flights COMMENT COLUMN tailnum 'Tail number; look it up in planes'")
 c.close()
 """
 VIEW_POLICY = Policy(
@@ -148,3 +152,12 @@ async def test_the_estimate_lists_only_the_policys_tables(views_db: Database) ->
     reads = await estimate_reads(views_db, "SELECT count() FROM nycflights13.weather_days", policy=VIEW_POLICY)
     named = {read.qualified for read in reads}
     assert named <= set(VIEW_POLICY.tables), named
+
+
+async def test_the_policys_schema_names_no_table_of_b_in_a_comment(views_db: Database) -> None:
+    """Comments on A's own tables are scrubbed of `db.table` and `table.column` mentions of B's tables,
+    but not of the bare name in prose ("the weather table", "look it up in planes"): A's prompt and
+    lookup_schema tell A that B's tables exist. (The knowledge base drops an entry for the bare word.)"""
+    text = await SchemaCache(views_db, 24_000, ttl_s=600).for_policy(JFK_ONLY).get()
+    assert "Departures." in text  # the comment is shown...
+    assert not re.search(r"(?<!\w)(weather|planes)(?!\w)", text, re.IGNORECASE), text  # ...without B's tables

@@ -161,3 +161,4 @@ async def test_the_policys_schema_names_no_table_of_b_in_a_comment(views_db: Dat
     text = await SchemaCache(views_db, 24_000, ttl_s=600).for_policy(JFK_ONLY).get()
     assert "Departures." in text  # the comment is shown...
     assert not re.search(r"(?<!\w)(weather|planes)(?!\w)", text, re.IGNORECASE), text  # ...without B's tables
+

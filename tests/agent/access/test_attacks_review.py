@@ -162,3 +162,47 @@ async def test_the_policys_schema_names_no_table_of_b_in_a_comment(views_db: Dat
     assert "Departures." in text  # the comment is shown...
     assert not re.search(r"(?<!\w)(weather|planes)(?!\w)", text, re.IGNORECASE), text  # ...without B's tables
 
+
+
+
+_KEEP_UA_ONLY = """
+import sys, chdb
+c = chdb.connect(sys.argv[1])
+c.query("CREATE TABLE nycflights13.flights_a AS nycflights13.flights")
+c.query("INSERT INTO nycflights13.flights_a SELECT * FROM nycflights13.flights WHERE carrier = 'UA'")
+c.query("DROP TABLE nycflights13.flights SYNC")
+c.query("RENAME TABLE nycflights13.flights_a TO nycflights13.flights")
+c.query("OPTIMIZE TABLE nycflights13.flights FINAL")
+c.close()
+"""
+
+
+@pytest.fixture(scope="module")
+async def ua_only_db(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Database]:
+    """The demo data as if only United's flights had ever been loaded."""
+    data_dir = tmp_path_factory.mktemp("ua-only")
+    load_demo(data_dir / "clickhouse")
+    subprocess.run(
+        [sys.executable, "-c", _KEEP_UA_ONLY, str(data_dir / "clickhouse")],
+        check=True,
+        env=engine_environment(),
+        capture_output=True,
+    )
+    database = open_database(make_settings(agent_data_dir=data_dir, anthropic_api_key="test-key"))
+    yield database
+    await database.close()
+
+
+async def test_index_hint_does_not_tell_where_bs_rows_sit(db: Database, ua_only_db: Database) -> None:
+    """indexHint(cond) makes the engine choose granules by `cond` on the primary key (origin, time_hour)
+    without filtering rows by it: the count is of A's rows that share a granule (8,192 rows of ALL
+    flights) with a row matching `cond`, so how many of A's rows it counts depends on how B's rows fill
+    the granules, like the position functions the check refuses (blockSize(), _part_offset). Under a
+    filter off the key (carrier = 'UA') it must answer as on data holding United's rows only."""
+    probe = (
+        "SELECT count() FROM nycflights13.flights "
+        "WHERE indexHint(origin = 'LGA' AND time_hour < toDateTime('2013-02-01 00:00:00', 'America/New_York'))"
+    )
+    under_a = await db.execute(probe, policy=UA_ONLY)
+    a_only = await ua_only_db.execute(probe)
+    assert under_a.error is not None or under_a.rows == a_only.rows, (under_a.rows, a_only.rows)

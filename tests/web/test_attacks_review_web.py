@@ -3,8 +3,10 @@ has the rest). Each test asserts the SAFE behaviour, so it fails while the leak 
 
 from __future__ import annotations
 
+import asyncio
 import csv
 import io
+import json
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from types import MappingProxyType
@@ -74,3 +76,22 @@ async def test_a_stored_querys_csv_runs_under_the_policy_it_was_asked_under(
     assert response.status_code == 200, response.text
     origins = [row[0] for row in list(csv.reader(io.StringIO(response.text)))[1:]]
     assert origins == ["JFK"], origins
+
+
+async def test_the_web_example_questions_are_not_written_from_other_policies_tables(
+    apps: WebApps, fake_anthropic: FakeAnthropic
+) -> None:
+    """GET /api/examples asks `examples.get()` with no policy (web/views/examples.py): under a policy file
+    the model writes them from the WHOLE schema (every table, flights' origins EWR, JFK and LGA, ~337K rows)
+    and every web person gets them. Safe: from the asker's policy's schema, or none for the default."""
+    url, _ = await apps.start(agent_access_file=str(POLICY_FILE), agent_example_questions=[])
+    fake_anthropic.script(Reply(text='["How many planes?", "Flights from LGA?", "Busiest airline?"]'))
+    async with httpx.AsyncClient(base_url=url, timeout=30) as client:
+        response = await client.get("/api/examples", params={"wait": "5"})
+        for _ in range(50):
+            if fake_anthropic.requests:
+                break
+            await asyncio.sleep(0.1)
+    assert response.status_code == 200
+    written_from = json.dumps([request.get("messages", "") for request in fake_anthropic.requests])
+    assert "~337K rows" not in written_from and "LGA" not in written_from, written_from[:1500]

@@ -101,6 +101,11 @@ VIEW_POLICY = Policy(
     ),
 )
 
+WHOLE_FLIGHTS_VIEWS = Policy(
+    "flights-with-views",
+    MappingProxyType({**VIEW_POLICY.tables, "nycflights13.flights": None}),
+)
+
 
 @pytest.fixture(scope="module")
 async def views_db(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Database]:
@@ -135,9 +140,11 @@ async def test_the_preflight_never_names_a_table_the_policy_does_not_list(
         Reply(text="Done [Q1]."),
     )
     app = make_app(views_db, max_estimated_rows=1_000)
-    result = await app.runner.run("Weather days?", on_event=Recorder(), followups=False, policy=VIEW_POLICY)
+    # Set-up adapted: under a filter on flights the preflight no longer decides at all (the test above), so
+    # A reads flights whole here; the view over B's weather is the same.
+    result = await app.runner.run("Weather days?", on_event=Recorder(), followups=False, policy=WHOLE_FLIGHTS_VIEWS)
     message = result.queries[0].result.error or ""
-    assert message.startswith("Not run")  # stopped on A's own 122,880 estimated rows
+    assert message.startswith("Not run")  # stopped on A's own 336,776 estimated rows
     assert not re.search(r"nycflights13\.weather(?!_days)", message), message
 
 

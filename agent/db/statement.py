@@ -164,7 +164,9 @@ POSITION_FUNCTIONS = frozenset(
 # indexHint(cond) selects granules by `cond` on the key without filtering rows by it: what it counts depends on
 # how the hidden rows fill the granules around the visible ones (measured: a count under a filter off the key).
 GRANULE_FUNCTIONS = frozenset(["indexhint"])
-GRANULE_REFUSED = "{name} depends on how the table's storage is laid out, which is not available here; write the condition in WHERE."
+GRANULE_REFUSED = (
+    "{name} depends on how the table's storage is laid out, which is not available here; write the condition in WHERE."
+)
 POSITION_REFUSED = (
     "{name} tells where rows sit in the table's storage, which is not available here; use the columns and "
     "window functions (row_number() OVER ...) instead."

@@ -91,6 +91,4 @@ class Preflight:
             }
             for read in biggest
         ]
-        return self._prompts.render(
-            "loop/preflight.md", estimated=f"{estimated:,}", limit=f"{limit:,}", tables=tables
-        )
+        return self._prompts.render("loop/preflight.md", estimated=f"{estimated:,}", limit=f"{limit:,}", tables=tables)

@@ -145,7 +145,8 @@ async def _hidden_values(db: Database, tables: list[Table], policy: Policy) -> s
     )
     hidden: set[str] = set()
     for whole, visible in zip(reads[::2], reads[1::2], strict=True):
-        if isinstance(failed := whole if isinstance(whole, BaseException) else visible, BaseException):
+        if isinstance(whole, BaseException) or isinstance(visible, BaseException):
+            failed = whole if isinstance(whole, BaseException) else visible
             log.warning("a policy's schema drops its comments: hidden values unknown (%s)", type(failed).__name__)
             return None
         if len(whole) > MAX_DISTINCT_COMPARED:

@@ -1,9 +1,10 @@
 """Example questions, from one place for every adapter: the web page's empty state and Slack's
 suggested prompts.
 
-AGENT_EXAMPLE_QUESTIONS when it is set and there is no policy file (AGENT_ACCESS_FILE). Otherwise questions the follow-up model
-writes from the schema the asker's policy sees (an operator's fixed questions could name another
-policy's data), once per schema version (a hash of the rendered schema), cached on disk under
+AGENT_EXAMPLE_QUESTIONS when it is set and there is no policy file (AGENT_ACCESS_FILE: an operator's
+fixed questions could name any policy's data). Otherwise questions the follow-up model writes from the
+schema the asker's policy sees, none naming a table it may not read, once per schema version (a hash of
+the rendered schema), cached on disk under
 AGENT_DATA_DIR/examples so a restart does not ask again. Until they exist, or when they cannot be
 made (no API key, the model or the database is down), a generic few that fit any data.
 """

@@ -95,3 +95,20 @@ async def test_the_web_example_questions_are_not_written_from_other_policies_tab
     assert response.status_code == 200
     written_from = json.dumps([request.get("messages", "") for request in fake_anthropic.requests])
     assert "~337K rows" not in written_from and "LGA" not in written_from, written_from[:1500]
+
+
+async def test_a_stored_querys_csv_under_a_policy_no_longer_in_the_file_reads_nothing(
+    apps: WebApps, make_app: Callable[..., AgentApp], fake_anthropic: FakeAnthropic
+) -> None:
+    """(Added with the fix.) The policy a query was asked under has since been removed or renamed in the
+    file: its CSV runs under the default, which reads nothing, never under the whole scope."""
+    url, store = await apps.start(agent_access_file=str(POLICY_FILE))
+    fake_anthropic.script(Reply(tool_calls=[sql("Departures per origin", PER_ORIGIN)]), Reply(text="JFK [Q1]."))
+    result = await make_app().runner.run("Departures?", on_event=Recorder(), followups=False, policy=JFK_ONLY)
+    assert result.policy == "jfk"
+    result.policy = "renamed-since"
+    conversation = await store.create_conversation("Departures?", interface="slack")
+    await store.save_turn(conversation, "gone-run", result, [])
+    async with httpx.AsyncClient(base_url=url, timeout=30) as client:
+        response = await client.get("/api/queries/gone-run-Q1.csv")
+    assert response.status_code == 422 and "JFK" not in response.text, response.text

@@ -90,6 +90,15 @@ class AgentApp:
         policies = self.access.policies
         return policies.for_channel(channel) if channel else policies.for_asker(asker or Asker())
 
+    def policy_named(self, name: str | None) -> Policy | None:
+        """The policy a stored run was asked under, by its name (`RunResult.policy`), for running one of its
+        queries again: a name the file no longer has (or none recorded) gets the default, which reads
+        nothing. None without a policy file: every table in scope."""
+        if self.access is None:
+            return None
+        policies = self.access.policies
+        return (policies.named(name) if name else None) or policies.default
+
     async def check_access(self) -> None:
         """At start-up: the policy file's tables exist and its filters are safe (AccessFileError otherwise)."""
         if self.access is not None and (problems := await check_policy_file(self.access, self.db)):

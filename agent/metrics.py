@@ -31,7 +31,7 @@ GUARDS = (
     "context_compaction",
     "query_cap",
 )
-PREFLIGHT_OUTCOMES = ("passed", "stopped", "unavailable")  # agent/pipeline/preflight.py
+PREFLIGHT_OUTCOMES = ("passed", "stopped", "unavailable", "filtered")  # agent/pipeline/preflight.py
 LOOKUP_TYPES = ("details", "search")  # what lookup_schema was asked for (a large warehouse's schema)
 CHART_REFUSALS = ("unknown_query", "bad_column", "failed_query", "invalid", "too_large", "too_many", "render")
 LAG_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)

@@ -271,8 +271,8 @@ class ConversationStore:
                 ).fetchone()[0]
                 c.execute(
                     "INSERT INTO turns (run_id, conversation_id, position, question, answer, outcome, followups, "
-                    "metrics, transcript, events, created_at, charts, figures, receipt) "
-                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    "metrics, transcript, events, created_at, charts, figures, receipt, policy) "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     (
                         run_id,
                         conversation_id,
@@ -288,6 +288,7 @@ class ConversationStore:
                         _dumps(turn.charts),
                         result.figures.model_dump_json() if result.figures else "null",
                         result.receipt.model_dump_json() if result.receipt else "null",
+                        result.policy or "",
                     ),
                 )
                 for q in turn.queries:
@@ -332,6 +333,16 @@ class ConversationStore:
     async def query_sql(self, key: str) -> str | None:
         row = await self._file.run(lambda c: c.execute("SELECT sql FROM queries WHERE id = ?", (key,)).fetchone())
         return (row["sql"] or None) if row else None  # empty: given up to keep the turn within its cap
+
+    async def query_policy(self, key: str) -> str | None:
+        """The name of the access policy the query was asked under ('' when none was recorded); None when
+        there is no such query."""
+        row = await self._file.run(
+            lambda c: c.execute(
+                "SELECT t.policy FROM queries q JOIN turns t ON t.run_id = q.run_id WHERE q.id = ?", (key,)
+            ).fetchone()
+        )
+        return str(row["policy"]) if row else None
 
     async def run_events(
         self, run_id: str, *, interface: Interface | None = None

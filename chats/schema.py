@@ -196,8 +196,22 @@ def _web_sessions(conn: sqlite3.Connection) -> None:
     conn.execute("CREATE INDEX IF NOT EXISTS web_sessions_by_expiry ON web_sessions(expires_at)")
 
 
+def _turn_policy(conn: sqlite3.Connection) -> None:
+    """A turn names the access policy it was asked under (RunResult.policy), so a stored query's CSV runs
+    again under it. '' for a turn asked without one, or stored before this step: under a policy file
+    it runs under the default (web/views/queries.py), which reads nothing."""
+    if "policy" not in {row[1] for row in conn.execute("PRAGMA table_info(turns)")}:
+        conn.execute("ALTER TABLE turns ADD COLUMN policy TEXT NOT NULL DEFAULT ''")
+
+
 # Step n brings a file at version n - 1 to version n. A release that changes a table appends a step.
-STEPS: tuple[Callable[[sqlite3.Connection], None], ...] = (_version_1, _version_2, _audit_tables, _web_sessions)
+STEPS: tuple[Callable[[sqlite3.Connection], None], ...] = (
+    _version_1,
+    _version_2,
+    _audit_tables,
+    _web_sessions,
+    _turn_policy,
+)
 VERSION = len(STEPS)
 
 

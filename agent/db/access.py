@@ -19,7 +19,8 @@ policies then (a deployment that prefers row policies uses per-policy users inst
 What ClickHouse does not cover, and so the check refuses under a policy (agent/db/statement.py, all
 measured on chdb 26.9 by tests/agent/access/row_isolation.yaml): an explicit PREWHERE runs before the
 filter (a throwIf there fires on hidden rows); virtual columns (`_part_offset`, `_part`, ...) and block
-functions (`blockSize()`, `neighbor()`, ...) tell where the visible rows sit among the hidden ones;
+functions (`blockSize()`, `neighbor()`, ...) tell where the visible rows sit among the hidden ones, and
+`indexHint()` picks granules shared with hidden rows;
 `merge()` reads a table past the filter (table functions that name tables are refused anyway). PINNED
 below fixes the settings that could answer from part metadata, projections or a cache.
 """

@@ -43,7 +43,9 @@ async def estimate_reads(
     db: Database, sql: str, *, owner: str | None = None, policy: Policy | None = None
 ) -> list[TableRead]:
     """The tables `sql` would read and how much of each, as the engine estimates it, checked and planned under
-    `policy` as `Database.execute` would run it (its tables only, its row filters).
+    `policy` as `Database.execute` would run it (its tables only, its row filters). Under a policy only the
+    tables it lists: a view it lists whole may read one it does not (whose rows it filters to none), and
+    the engine's estimate would name that table and count its rows.
 
     Raises QueryRefused for a statement the agent may not run, EngineError when the engine cannot
     estimate it (a table function, a syntax error), DatabaseUnavailable when it cannot be reached."""
@@ -56,12 +58,13 @@ async def estimate_reads(
         )
     try:
         rows = [json.loads(line) for line in raw.splitlines() if line.strip()]
-        return [
+        reads = [
             TableRead(str(r["database"]), str(r["table"]), int(r["parts"]), int(r["rows"]), int(r["marks"]))
             for r in rows
         ]
     except (ValueError, KeyError, TypeError) as exc:
         raise EngineError(f"EXPLAIN ESTIMATE returned what this code cannot read ({type(exc).__name__})") from None
+    return reads if policy is None else [read for read in reads if read.qualified in policy.tables]
 
 
 async def table_keys(db: Database, tables: Iterable[str]) -> dict[str, TableKeys]:

@@ -161,6 +161,12 @@ POSITION_FUNCTIONS = frozenset(
         "runningconcurrency",
     ]
 )
+# indexHint(cond) selects granules by `cond` on the key without filtering rows by it: what it counts depends on
+# how the hidden rows fill the granules around the visible ones (measured: a count under a filter off the key).
+GRANULE_FUNCTIONS = frozenset(["indexhint"])
+GRANULE_REFUSED = (
+    "{name} depends on how the table's storage is laid out, which is not available here; write the condition in WHERE."
+)
 POSITION_REFUSED = (
     "{name} tells where rows sit in the table's storage, which is not available here; use the columns and "
     "window functions (row_number() OVER ...) instead."
@@ -463,6 +469,8 @@ class _Walk:
     def function_name(self, name: str) -> None:
         if self.row_filtered and name.lower() in POSITION_FUNCTIONS:
             raise QueryRefused(POSITION_REFUSED.format(name=f"{name}()"))
+        if self.row_filtered and name.lower() in GRANULE_FUNCTIONS:
+            raise QueryRefused(GRANULE_REFUSED.format(name=f"{name}()"))
         if self.functions.allows(name):
             return
         if (why := denied_reason(name)) is not None:

@@ -344,7 +344,8 @@ class Pipeline:
         messages.append(assistant(turn.content or [{"type": "text", "text": "(no reply)"}]))
         state.answer = turn.text or self._prompts.render("loop/no_data.md")
         if state.budget_spent:
-            state.note = "\n\n" + QuestionBudget.note(self._prompts, state.budget_spent)
+            counted = state.policy is None or not state.policy.filters_rows
+            state.note = "\n\n" + QuestionBudget.note(self._prompts, state.budget_spent, counted=counted)
             state.answer += state.note
 
     def _cancelled(self, state: RunState) -> None:

@@ -6,7 +6,12 @@ would narrow it (prompts/loop/preflight.md).
 
 An estimate the engine cannot make (a table function, a query the check refuses, an engine error)
 lets the query run: the run says what is wrong, as it always has. Each preflight is counted by
-outcome (`agent_sql_preflights_total`: passed, stopped, unavailable).
+outcome (`agent_sql_preflights_total`: passed, stopped, unavailable, filtered).
+
+Under a policy that filters a table the statement reads, the preflight decides nothing ("filtered"): the
+engine estimates by granules, which hold the rows the filter hides as well as the visible ones, so a
+"Not run" (and narrowing until it runs) would measure the hidden rows. The engine's own limits still
+apply to what runs (docs/SECURITY.md). A table the policy does not list is never estimated or named.
 """
 
 from __future__ import annotations
@@ -46,8 +51,7 @@ class Preflight:
     async def stopped(
         self, sql: str, query_id: str, owner: str, metrics: Metrics, policy: Policy | None = None
     ) -> QueryResult | None:
-        """None when the query may run; otherwise the result the model gets instead of running it. Under a
-        policy that filters rows the message names no row counts: the estimate counts the hidden rows too."""
+        """None when the query may run; otherwise the result the model gets instead of running it."""
         limit = await self.threshold()
         if not limit:
             return None
@@ -58,18 +62,20 @@ class Preflight:
             log.debug("no estimate for %s: %s", query_id, type(exc).__name__)
             metrics.sql_preflights.labels("unavailable").inc()
             return None
+        if policy is not None and any(policy.tables.get(read.qualified) is not None for read in reads):
+            metrics.sql_preflights.labels("filtered").inc()
+            return None
         estimated = sum(read.rows for read in reads)
         if estimated <= limit:
             metrics.sql_preflights.labels("passed").inc()
             return None
         metrics.sql_preflights.labels("stopped").inc()
-        counted = policy is None or not any(policy.tables.get(read.qualified) for read in reads)
-        message = await self._narrowing(reads, estimated, limit, counted=counted)
+        message = await self._narrowing(reads, estimated, limit)
         return QueryResult(
             query_id=query_id, sql=sql, error=message, elapsed_ms=round((time.perf_counter() - started) * 1000)
         )
 
-    async def _narrowing(self, reads: list[TableRead], estimated: int, limit: int, *, counted: bool) -> str:
+    async def _narrowing(self, reads: list[TableRead], estimated: int, limit: int) -> str:
         biggest = sorted(reads, key=lambda read: -read.rows)
         try:
             keys = await table_keys(self._db, (read.qualified for read in biggest))
@@ -78,13 +84,11 @@ class Preflight:
         tables = [
             {
                 "name": read.qualified,
-                "rows": f"{read.rows:,}" if counted else None,
+                "rows": f"{read.rows:,}",
                 "parts": read.parts,
                 "sorting_key": keys[read.qualified].sorting_key if read.qualified in keys else "",
                 "partition_key": keys[read.qualified].partition_key if read.qualified in keys else "",
             }
             for read in biggest
         ]
-        return self._prompts.render(
-            "loop/preflight.md", estimated=f"{estimated:,}" if counted else None, limit=f"{limit:,}", tables=tables
-        )
+        return self._prompts.render("loop/preflight.md", estimated=f"{estimated:,}", limit=f"{limit:,}", tables=tables)

@@ -51,9 +51,12 @@ class QuestionBudget:
         return Overspent(kind, spent, limit)
 
     @staticmethod
-    def note(prompts: PromptLibrary, overspent: Overspent) -> str:
-        """The note added to the answer when the question stopped at its budget."""
-        spent, limit = f"{overspent.spent:,}", f"{overspent.limit:,}"
+    def note(prompts: PromptLibrary, overspent: Overspent, *, counted: bool = True) -> str:
+        """The note added to the answer when the question stopped at its budget. Not `counted` (a policy
+        filters rows): ClickHouse's rows read include the rows the policy hides, so no figure is named."""
+        figures = counted or overspent.kind == "tokens"
+        spent = f"{overspent.spent:,}" if figures else None
+        limit = f"{overspent.limit:,}" if figures else None
         return prompts.render("loop/budget_note.md", kind=overspent.kind, spent=spent, limit=limit)
 
     @staticmethod

@@ -5,22 +5,30 @@ requests: stable ordering, rounded row counts, no timestamps.
 
 Under a policy, only its tables, and what is said of a table's rows (its row count, the sampled values
 of its columns) is read through the policy's row filter: the prompt of one policy says nothing about
-rows only another may read.
+rows only another may read. Comments are written about the whole warehouse, so they are scrubbed of
+the tables the policy cannot read and of the sampled columns' values only its hidden rows hold
+(agent/schema/redaction.py).
 """
 
 from __future__ import annotations
 
 import asyncio
-import re
+import logging
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any
 
 from agent.access.policy import Policy
 from agent.db import Database, DatabaseUnavailable
 from agent.schema.engines import distributed_target, engine_note
+from agent.schema.redaction import mentions, scrub
+
+log = logging.getLogger(__name__)
 
 SAMPLE_VALUES = 8
-_PARENTHESISED = re.compile(r"\s*\([^()]*\)")
+# A filtered table's sampled column with more distinct values than this cannot be told apart from the
+# visible ones: every comment of that policy's schema is then dropped.
+MAX_DISTINCT_COMPARED = 10_000
 _SAMPLED_TYPES = ("LowCardinality(String)", "LowCardinality(Nullable(String))", "Enum8(", "Enum16(")
 
 
@@ -77,7 +85,10 @@ async def introspect(db: Database, policy: Policy | None = None) -> list[Table]:
         if (key := f"{r['database']}.{r['table']}") in tables:
             tables[key].columns.append(Column(r["name"], r["type"], r["comment"] or ""))
     if policy is not None:
-        _under_policy(tables, policy, hidden=in_scope.keys() - tables.keys())
+        for key, table in tables.items():
+            table.row_filter = policy.tables[key]
+        values = await _hidden_values(db, list(tables.values()), policy)
+        _under_policy(tables, hidden=in_scope.keys() - tables.keys(), values=values)
     await asyncio.gather(*(_sample(db, table, policy) for table in tables.values()))
     await asyncio.gather(*(_count_filtered(db, table, policy) for table in tables.values() if table.row_filter))
     return list(tables.values())
@@ -110,35 +121,51 @@ def _table(row: dict[str, Any], every: dict[tuple[str, str], dict[str, Any]]) ->
     )
 
 
-def _under_policy(tables: dict[str, Table], policy: Policy, hidden: set[str]) -> None:
-    """What a policy's people see of its tables: no comment or view definition that names a table in scope
-    they may not read (counts and samples are read under the policy, `_sample` and `_count_filtered`)."""
-    naming = _naming(hidden)
-    for key, table in tables.items():
-        table.row_filter = policy.tables[key]
-        if naming is None:
-            continue
-        table.comment = _without_names(table.comment, naming)
+def _under_policy(tables: dict[str, Table], hidden: Collection[str], values: set[str] | None) -> None:
+    """What a policy's people see of its tables: no comment or view definition that mentions a table in
+    scope they may not read or a value only its hidden rows hold (None: those values are not known, so no
+    comment at all). Counts and samples are read under the policy (`_sample` and `_count_filtered`)."""
+    mention = mentions(hidden, values or ())
+    for table in tables.values():
+        table.comment = scrub(table.comment, mention) if values is not None else ""
         for column in table.columns:
-            column.comment = _without_names(column.comment, naming)
-        if naming.search(table.view_query):
+            column.comment = scrub(column.comment, mention) if values is not None else ""
+        if mention is not None and mention.search(table.view_query):
             table.view_query = ""
 
 
-def _naming(hidden: set[str]) -> re.Pattern[str] | None:
-    """A mention of one of the tables: `db.table`, or `table.column` as comments write joins."""
-    if not hidden:
-        return None
-    qualified = "|".join(map(re.escape, sorted(hidden, key=len, reverse=True)))
-    bare = "|".join(map(re.escape, sorted({t.split(".", 1)[1] for t in hidden}, key=len, reverse=True)))
-    return re.compile(rf"(?<![\w.])(?:(?:{qualified})(?!\w)|(?:{bare})\.\w)", re.IGNORECASE)
+async def _hidden_values(db: Database, tables: list[Table], policy: Policy) -> set[str] | None:
+    """The values of the filtered tables' sampled columns that only rows the policy hides hold: each
+    column's distinct values read whole and read under the policy (trusted catalog reads). None when
+    they cannot be known (a read failed, or a column has too many values to compare)."""
+    columns = [(t, c) for t in tables if t.row_filter and not t.view_query for c in t.columns if _sampled(c)]
+    reads = await asyncio.gather(
+        *(_distinct(db, table, column, under) for table, column in columns for under in (None, policy)),
+        return_exceptions=True,
+    )
+    hidden: set[str] = set()
+    for whole, visible in zip(reads[::2], reads[1::2], strict=True):
+        if isinstance(whole, BaseException) or isinstance(visible, BaseException):
+            failed = whole if isinstance(whole, BaseException) else visible
+            log.warning("a policy's schema drops its comments: hidden values unknown (%s)", type(failed).__name__)
+            return None
+        if len(whole) > MAX_DISTINCT_COMPARED:
+            return None
+        hidden |= whole - visible
+    return hidden
 
 
-def _without_names(comment: str, naming: re.Pattern[str]) -> str:
-    """A comment without its parenthesised remarks that name a hidden table (`(joins planes.tailnum)`);
-    none at all when it still names one."""
-    kept = _PARENTHESISED.sub(lambda found: "" if naming.search(found.group(0)) else found.group(0), comment).strip()
-    return "" if naming.search(kept) else kept
+async def _distinct(db: Database, table: Table, column: Column, policy: Policy | None) -> set[str]:
+    rows = await db.catalog_rows(
+        f"SELECT DISTINCT toString({quote_identifier(column.name)}) AS value FROM {_source(table)} "
+        f"ORDER BY value LIMIT {MAX_DISTINCT_COMPARED + 1}",
+        policy=policy,
+    )
+    return {str(row["value"]) for row in rows if row["value"] is not None}
+
+
+def _sampled(column: Column) -> bool:
+    return column.type.startswith(_SAMPLED_TYPES)
 
 
 def quote_identifier(name: str) -> str:
@@ -150,7 +177,7 @@ async def _sample(db: Database, table: Table, policy: Policy | None) -> None:
     rows the policy reads (the engine applies its filters)."""
     if table.view_query:
         return
-    sampled = [c for c in table.columns if c.type.startswith(_SAMPLED_TYPES)]
+    sampled = [c for c in table.columns if _sampled(c)]
     results = await asyncio.gather(
         *(
             db.catalog_rows(

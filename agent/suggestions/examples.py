@@ -1,9 +1,10 @@
 """Example questions, from one place for every adapter: the web page's empty state and Slack's
 suggested prompts.
 
-AGENT_EXAMPLE_QUESTIONS when it is set and no policy applies. Otherwise questions the follow-up model
-writes from the schema the asker's policy sees (an operator's fixed questions could name another
-policy's data), once per schema version (a hash of the rendered schema), cached on disk under
+AGENT_EXAMPLE_QUESTIONS when it is set and there is no policy file (AGENT_ACCESS_FILE: an operator's
+fixed questions could name any policy's data). Otherwise questions the follow-up model writes from the
+schema the asker's policy sees, none naming a table it may not read, once per schema version (a hash of
+the rendered schema), cached on disk under
 AGENT_DATA_DIR/examples so a restart does not ask again. Until they exist, or when they cannot be
 made (no API key, the model or the database is down), a generic few that fit any data.
 """
@@ -23,6 +24,7 @@ from agent.llm import Fallback, LLMClient, LLMError
 from agent.metrics import Metrics
 from agent.prompts import PromptError, PromptLibrary
 from agent.schema import SchemaCache
+from agent.schema.redaction import mentions
 from agent.suggestions.replies import json_strings, listed_items
 
 log = logging.getLogger(__name__)
@@ -46,7 +48,9 @@ class ExampleQuestions:
     def __init__(
         self, settings: Settings, *, llm: LLMClient, schema: SchemaCache, prompts: PromptLibrary, metrics: Metrics
     ) -> None:
-        self._configured = list(settings.agent_example_questions)
+        # An operator's fixed questions could name any policy's data: only where there are no policies.
+        self._policies = settings.access_file is not None
+        self._configured = [] if self._policies else list(settings.agent_example_questions)
         self._model = settings.models("followup")
         self._dir = settings.agent_data_dir / "examples"
         self._llm, self._schema, self._prompts, self._metrics = llm, schema, prompts, metrics
@@ -56,15 +60,17 @@ class ExampleQuestions:
         self._task_version = ""
 
     async def get(self, *, wait_s: float = 0.0, policy: Policy | None = None) -> list[str]:
-        """The questions to show now, for `policy`'s people (none for a policy that reads nothing). Never
+        """The questions to show now, for `policy`'s people (none for a policy that reads nothing, nor for no
+        policy when there is a policy file). Never
         raises. With `wait_s`, a generation this call starts (or finds running) may take that long before
         the generic questions are returned instead."""
-        if policy is not None and policy.reads_nothing:
-            return []
+        if (policy is not None and policy.reads_nothing) or (policy is None and self._policies):
+            return []  # under a policy file, no policy named is no data: never the whole schema
         if self._configured and policy is None:
             return list(self._configured)
         try:
             schema_text = await self._schema.for_policy(policy).get()
+            hidden = await self._hidden_tables(policy)
         except Exception as exc:  # the page and Slack must work with the database down
             log.warning("example questions: could not read the schema (%s)", exc)
             return list(GENERIC)
@@ -72,13 +78,20 @@ class ExampleQuestions:
             return list(GENERIC)
         version = schema_version(schema_text)
         if cached := self._cached(version):
-            return cached
+            return _not_naming(cached, hidden)
         task = self._start(version, schema_text)
         if task is not None and wait_s > 0:
             await asyncio.wait([task], timeout=wait_s)
             if cached := self._cached(version):
-                return cached
+                return _not_naming(cached, hidden)
         return list(GENERIC)
+
+    async def _hidden_tables(self, policy: Policy | None) -> list[str]:
+        """The tables in scope `policy` may not read: a question the model wrote naming one (from its own
+        knowledge of such data, say) is not offered."""
+        if policy is None:
+            return []
+        return [table for table in await self._schema.tables_in_scope() if table not in policy.tables]
 
     def _path(self, version: str) -> Path:
         return self._dir / f"{version}.json"
@@ -145,6 +158,11 @@ class ExampleQuestions:
         if self._task is not None and not self._task.done():
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
+
+
+def _not_naming(questions: list[str], hidden_tables: list[str]) -> list[str]:
+    mention = mentions(hidden_tables, ())
+    return [q for q in questions if mention is None or not mention.search(q)]
 
 
 def parse_questions(text: str) -> list[str]:

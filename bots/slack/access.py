@@ -32,7 +32,12 @@ def access_for(question: Question, asker: SlackPerson, policies: Policies) -> Ac
         return Access(policies.for_channel(question.channel), channel_owner(question.team, question.channel), who)
     if asker.asker is None:
         return Access(policies.default, who, who, unknown_asker=True)
-    return Access(policies.for_asker(asker.asker), who, who)
+    return Access(dm_policy(asker, policies), who, who)
+
+
+def dm_policy(asker: SlackPerson, policies: Policies) -> Policy:
+    """A DM's policy: the asker's, or the default when Slack could not say who they are."""
+    return policies.for_asker(asker.asker) if asker.asker is not None else policies.default
 
 
 def wants_groups(policies: Policies) -> bool:

@@ -33,12 +33,12 @@ from starlette.routing import BaseRoute, Route
 from agent.app import AgentApp
 from agent.config import ConfigError, Settings
 from bots.slack import blocks, refusals
-from bots.slack.access import wants_groups
+from bots.slack.access import dm_policy, wants_groups
 from bots.slack.actions import Actions
 from bots.slack.answer import Answerer
 from bots.slack.channel_members import SlackChannelMembers
 from bots.slack.people import SlackPeople
-from bots.slack.prompts import PromptsGate, prompts_place
+from bots.slack.prompts import PromptsGate, prompts_asker, prompts_place
 from bots.slack.queues import SerialQueues
 from bots.slack.receive import Allowed, Identity, Ignore, Ignored, Question, event_type, read_question
 from chats.runs import RunRegistry
@@ -213,10 +213,12 @@ class SlackBot:
         if self.identity is None:
             return
         if where := prompts_place(body):
-            if not self._prompts.admits(body, str(context.team_id or self.identity.team_id)):
+            team = str(context.team_id or self.identity.team_id)
+            if not self._prompts.admits(body, team):
                 self._metrics.slack_ignored.labels(Ignore.TEAM_NOT_ALLOWED.value).inc()
             elif self._prompts.due(*where):
-                self._queues.add(f"suggest:{next(self._clicks)}", partial(self._suggest, *where))
+                suggest = partial(self._suggest, *where, asker=(team, prompts_asker(body)))
+                self._queues.add(f"suggest:{next(self._clicks)}", suggest)
             return
         found = read_question(body, self.identity, self._allowed, received_at, installed_team=context.team_id)
         if isinstance(found, Ignored):
@@ -239,12 +241,18 @@ class SlackBot:
         queue = question.message_key if self._pacing.shared else question.conversation_key
         self._queues.add(queue, partial(self._answerer.handle, question))
 
-    async def _suggest(self, channel: str, thread_ts: str | None) -> None:
+    async def _suggest(self, channel: str, thread_ts: str | None, *, asker: tuple[str, str]) -> None:
         """Offer example questions as suggested prompts: on a new assistant thread (legacy), or pinned on the
-        DM when a person opens it (the agent experience: no thread_ts)."""
+        DM when a person opens it (the agent experience: no thread_ts). Written from the schema the DM's
+        policy sees (the asker's; the default's, which reads nothing, when Slack cannot say who they are)."""
         if self.client is None:
             return
-        questions = (await self._agent.examples.get(wait_s=EXAMPLES_WAIT_S))[:MAX_SUGGESTED_PROMPTS]
+        policy = None
+        if self._policies is not None:
+            policy = dm_policy(await self.people.person(*asker), self._policies)
+        questions = (await self._agent.examples.get(wait_s=EXAMPLES_WAIT_S, policy=policy))[:MAX_SUGGESTED_PROMPTS]
+        if not questions:  # a policy that reads nothing: nothing to suggest
+            return
         # The model writes the examples from the schema, whose comments anyone with DDL may have written;
         # a prompt's message is posted as the person's own when clicked: no markup of data may act in it.
         # Prompts are plain text (not mrkdwn): markup is broken with an invisible space, not &-escaped.

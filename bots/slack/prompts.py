@@ -34,6 +34,13 @@ def prompts_place(body: dict[str, Any]) -> tuple[str, str | None] | None:
     return None
 
 
+def prompts_asker(body: dict[str, Any]) -> str:
+    """Whose DM the prompts are for (their policy writes them): the thread's or the tab's user ('' unknown)."""
+    event = body.get("event") or {}
+    thread = event.get("assistant_thread") or {}
+    return str(thread.get("user_id") or event.get("user") or "")
+
+
 class PromptsGate:
     """Prompts only for askers the allowlist admits (both the installing team and the person's own), and a
     DM's pinned prompts at most once per `every_s`: Slack sends `app_home_opened` each time a person

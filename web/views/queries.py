@@ -17,7 +17,7 @@ from chats.conversations import ConversationStore
 from web.boundary import HttpError
 from web.context import web_context
 from web.downloads import DownloadResponse, attachment
-from web.identity import asker_key, policy_of
+from web.identity import asker_key
 from web.ownership import check_owned
 
 CSV = "text/csv; charset=utf-8"
@@ -55,9 +55,11 @@ async def query_csv(request: Request) -> Response:
         message = f"{web.downloading.per_client} downloads of yours are still running; let one finish first."
         raise HttpError(429, message, {"Retry-After": "10"})
     try:
-        # Under the policy of whoever downloads it, now: never more than they may read (a channel's member
-        # opening its answer's link included), and a policy narrowed since the answer applies at once.
-        export = await web.agent.export(sql, max_rows=settings.export_max_rows, policy=policy_of(request, identity))
+        # Under the policy it was asked under (a channel's, for its answer's link), as it stands in the file
+        # now: the CSV never holds rows its answer could not have read, and a policy narrowed since applies.
+        # The person opening it is in the query's audience (check_owned above).
+        asked_under = web.agent.policy_named(await web.store.query_policy(key))
+        export = await web.agent.export(sql, max_rows=settings.export_max_rows, policy=asked_under)
     except BaseException as exc:
         web.downloading.give_back(client)
         if isinstance(exc, (QueryRefused, EngineError)):

@@ -64,6 +64,26 @@ class Policy:
     def readable(self, database: str, table: str) -> bool:
         return f"{database}.{table}" in self.tables
 
+    def covers(self, other: Policy) -> bool:
+        """Whether this policy reads at least what `other` reads: each of its tables, with no filter or the
+        same one (a different filter may read other rows, so it does not count)."""
+        return all(table in self.tables and self.tables[table] in (None, rows) for table, rows in other.tables.items())
+
+    def narrowed(self, other: Policy) -> Policy:
+        """What both policies read: the tables both list, each table's rows passing both filters. An answer
+        read again (a CSV) runs under the policy it was asked under narrowed by the reader's as it is now,
+        so a policy taken away since applies at once."""
+        tables: dict[str, str | None] = {}
+        for table, mine in self.tables.items():
+            if table in other.tables:
+                filters = list(dict.fromkeys(f for f in (mine, other.tables[table]) if f))
+                tables[table] = (
+                    " AND ".join(f"({f})" for f in filters) if len(filters) > 1 else next(iter(filters), None)
+                )
+        if tables == dict(self.tables):
+            return self
+        return Policy(f"{self.name}&{other.name}", MappingProxyType(tables), contact=self.contact or other.contact)
+
 
 @dataclass(frozen=True)
 class Policies:

@@ -13,25 +13,47 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from agent import EngineError, QueryRefused, csv_chunks
+from agent.access.policy import Policy
+from chats.audiences import CHANNEL_PREFIX
 from chats.conversations import ConversationStore
 from web.boundary import HttpError
 from web.context import web_context
 from web.downloads import DownloadResponse, attachment
-from web.identity import asker_key
+from web.identity import Identities, Identity, asker_key, policy_of
 from web.ownership import check_owned
 
 CSV = "text/csv; charset=utf-8"
+NARROWED = "Its rows are not shown: they were read under a policy you no longer hold whole."
 
 
 async def query(request: Request) -> Response:
     store = web_context(request).store
     key = request.path_params["query_id"]
     missing = HttpError(404, f"No stored query {key} (a query is stored once its answer is done).")
-    await check_owned(request, await store.query_owner(key), missing, door=True)
+    owner = await store.query_owner(key)
+    identity = await check_owned(request, owner, missing, door=True)
     found = await store.get_query(key)
     if found is None:
         raise missing
+    asked_under, now = await _policies(request, identity, owner or "", key)
+    if asked_under is not None and now is not None and not now.covers(asked_under):
+        # Rows read under a policy its audience no longer holds whole: the SQL stays, the rows do not.
+        found = {**found, "rows": [], "rows_hidden": NARROWED}
     return JSONResponse(found)
+
+
+async def _policies(request: Request, identity: Identity, owner: str, key: str) -> tuple[Policy | None, Policy | None]:
+    """The policy a stored query was asked under, and what its audience reads now: a Slack channel's answer
+    the channel's policy, anyone else's the person's own (None where nobody signs in: the reader is not
+    known, and the door is open to all). (None, None) without a policy file."""
+    web = web_context(request)
+    asked_under = web.agent.policy_named(await web.store.query_policy(key))
+    if asked_under is None or web.agent.policies is None:
+        return None, None
+    if owner.startswith(CHANNEL_PREFIX):
+        return asked_under, web.agent.policies.for_channel(owner.removeprefix(CHANNEL_PREFIX).partition(":")[2])
+    identities: Identities = request.app.state.identities
+    return asked_under, policy_of(request, identity) if identities.sign_in is not None else None
 
 
 async def query_csv(request: Request) -> Response:
@@ -39,7 +61,8 @@ async def query_csv(request: Request) -> Response:
     settings = web.settings
     key = request.path_params["query_id"]
     missing = HttpError(404, f"No stored query {key} (queries can be downloaded once their answer is done).")
-    identity = await check_owned(request, await web.store.query_owner(key), missing, door=True)
+    owner = await web.store.query_owner(key)
+    identity = await check_owned(request, owner, missing, door=True)
     sql = await web.store.query_sql(key)
     if sql is None:
         raise missing
@@ -56,10 +79,11 @@ async def query_csv(request: Request) -> Response:
         raise HttpError(429, message, {"Retry-After": "10"})
     try:
         # Under the policy it was asked under (a channel's, for its answer's link), as it stands in the file
-        # now: the CSV never holds rows its answer could not have read, and a policy narrowed since applies.
-        # The person opening it is in the query's audience (check_owned above).
-        asked_under = web.agent.policy_named(await web.store.query_policy(key))
-        export = await web.agent.export(sql, max_rows=settings.export_max_rows, policy=asked_under)
+        # now, narrowed by what its audience reads now: the CSV never holds rows its answer could not have
+        # read, and a policy taken away since applies at once. The person opening it is in the query's
+        # audience (check_owned above).
+        asked_under, now = await _policies(request, identity, owner or "", key)
+        export = await web.agent.export(sql, max_rows=settings.export_max_rows, policy=_narrowed(asked_under, now))
     except BaseException as exc:
         web.downloading.give_back(client)
         if isinstance(exc, (QueryRefused, EngineError)):
@@ -73,6 +97,10 @@ async def query_csv(request: Request) -> Response:
         media_type=CSV,
         headers=headers,
     )
+
+
+def _narrowed(asked_under: Policy | None, now: Policy | None) -> Policy | None:
+    return asked_under.narrowed(now) if asked_under is not None and now is not None else asked_under
 
 
 async def _question(store: ConversationStore, key: str) -> str:

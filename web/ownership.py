@@ -18,12 +18,14 @@ from web.identity import Identities, Identity, require_identity
 
 async def check_owned(request: Request, owner: str | None, missing: HttpError, *, door: bool = False) -> Identity:
     """The caller's identity when `owner` (None: nothing found) is in their audience; else `missing`.
-    `door`: the query a Slack answer links to, open to all where nobody signs in."""
+    `door`: the query a Slack answer links to, open to all where nobody signs in and no policy file is set."""
     identity = await require_identity(request)
     if owner is None:
         raise missing
     identities: Identities = request.app.state.identities
-    if door and identities.sign_in is None:
+    if door and identities.sign_in is None and web_context(request).agent.policies is None:
+        # One trusted team (no sign-in, no policy file): a Slack answer's query link opens for whoever passes.
+        # With policies, what an answer read is its audience's alone, and nobody is known here: closed.
         return identity
     if not await web_context(request).audiences.includes(identity.person, owner):
         raise missing

@@ -136,6 +136,7 @@ class FakeSlack:
         self._calls: list[Call] = []
         self._failures: dict[str, list[Failure]] = {}
         self._disabled: set[str] = set()
+        self._held: dict[str, threading.Event] = {}  # methods whose calls wait for the test (hold)
         self._new_workspace()
         handler = type("Handler", (_Handler,), {"fake": self})
         self._server = FakeServer(("127.0.0.1", 0), handler)
@@ -177,6 +178,7 @@ class FakeSlack:
             self._calls.clear()
             self._failures.clear()
             self._disabled.clear()
+            self._held.clear()
             self.scopes = self.installed_scopes
             self.status_expiry_s = self._status_expiry_s
             self.rate_limits = RateLimits(window_s=self._rate_window_s)
@@ -280,6 +282,14 @@ class FakeSlack:
         """Make methods unknown to this workspace (`unknown_method`), e.g. the streaming methods."""
         with self._lock:
             self._disabled.update(methods)
+
+    def hold(self, method: str) -> threading.Event:
+        """Calls of `method` wait (up to 30 s) until the returned event is set: a test makes a moment last,
+        say the person pressing Stop before the bot's last write of a stream reaches Slack."""
+        release = threading.Event()
+        with self._lock:
+            self._held[method] = release
+        return release
 
     def stop_by_user(self, channel: str, ts: str) -> None:
         """The person presses Stop under a streaming answer: the stream ends where it is, and appending to
@@ -405,6 +415,10 @@ class FakeSlack:
         scopes: tuple[str, ...] = ()
         refused = False
         token: str | None = None
+        with self._lock:
+            held = self._held.get(method)
+        if held is not None:
+            held.wait(30)
         try:
             args, transport, token, warnings = _parse(headers, query, body)
             scopes = self._scopes_for(method, args)

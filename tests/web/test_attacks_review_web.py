@@ -19,7 +19,10 @@ from agent.access.policy import Policy
 from agent.app import AgentApp
 from tests.conftest import Recorder
 from tests.fakes.anthropic_api import FakeAnthropic, Reply
+from tests.web.people_helpers import EMAIL_HEADER, PROXY_MODE
 from tests.web_helpers import WebApps, chat
+
+ANA = "person:email:ana@example.com"
 
 POLICY_FILE = Path(__file__).resolve().parents[2] / "deploy" / "access" / "nycflights13.yaml"
 PER_ORIGIN = "SELECT origin, count() AS n FROM nycflights13.flights GROUP BY origin ORDER BY origin"
@@ -64,14 +67,16 @@ async def test_a_stored_querys_csv_runs_under_the_policy_it_was_asked_under(
     """A query asked under jfk (a Slack channel's, say: Slack links each query to its web page) is stored
     without its policy, and GET /api/queries/{id}.csv re-runs it with none (web/views/queries.py): the CSV
     holds every origin's rows. Safe: the download runs under the policy the query was asked under."""
-    url, store = await apps.start(agent_access_file=str(POLICY_FILE))
+    url, store = await apps.start(agent_access_file=str(POLICY_FILE), **PROXY_MODE)
     fake_anthropic.script(Reply(tool_calls=[sql("Departures per origin", PER_ORIGIN)]), Reply(text="JFK [Q1]."))
     result = await make_app().runner.run("Departures?", on_event=Recorder(), followups=False, policy=JFK_ONLY)
     assert result.queries[0].result.rows == [["JFK", "111279"]]  # what the asker was shown
-    conversation = await store.create_conversation("Departures?", interface="slack")
+    # Ana's DM (her policy is jfk); she opens its link signed in through the proxy. (With a policy file and
+    # nobody signing in, the link opens for nobody: tests/bots/slack/test_attacks_review.py.)
+    conversation = await store.create_conversation("Departures?", interface="slack", owner=ANA)
     run_id = "review-run"
     await store.save_turn(conversation, run_id, result, [])
-    async with httpx.AsyncClient(base_url=url, timeout=30) as client:
+    async with httpx.AsyncClient(base_url=url, timeout=30, headers={EMAIL_HEADER: "ana@example.com"}) as client:
         response = await client.get(f"/api/queries/{run_id}-Q1.csv")
     assert response.status_code == 200, response.text
     origins = [row[0] for row in list(csv.reader(io.StringIO(response.text)))[1:]]
@@ -102,13 +107,13 @@ async def test_a_stored_querys_csv_under_a_policy_no_longer_in_the_file_reads_no
 ) -> None:
     """(Added with the fix.) The policy a query was asked under has since been removed or renamed in the
     file: its CSV runs under the default, which reads nothing, never under the whole scope."""
-    url, store = await apps.start(agent_access_file=str(POLICY_FILE))
+    url, store = await apps.start(agent_access_file=str(POLICY_FILE), **PROXY_MODE)
     fake_anthropic.script(Reply(tool_calls=[sql("Departures per origin", PER_ORIGIN)]), Reply(text="JFK [Q1]."))
     result = await make_app().runner.run("Departures?", on_event=Recorder(), followups=False, policy=JFK_ONLY)
     assert result.policy == "jfk"
     result.policy = "renamed-since"
-    conversation = await store.create_conversation("Departures?", interface="slack")
+    conversation = await store.create_conversation("Departures?", interface="slack", owner=ANA)
     await store.save_turn(conversation, "gone-run", result, [])
-    async with httpx.AsyncClient(base_url=url, timeout=30) as client:
+    async with httpx.AsyncClient(base_url=url, timeout=30, headers={EMAIL_HEADER: "ana@example.com"}) as client:
         response = await client.get("/api/queries/gone-run-Q1.csv")
     assert response.status_code == 422 and "JFK" not in response.text, response.text

@@ -352,12 +352,16 @@ async def _stopped_when(
     pieces = len(re.findall(r"\S+\s*|\s+", stalled.text)) or 1
     replies = (*replies[:held], replace(stalled, pauses={pieces: hold}), *replies[held + 1 :])
     fake_anthropic.script(*replies)
+    # The Stop lands before the bot's last write of the stream reaches Slack (it may seal the answer while
+    # the follow-ups are still being written): that write then learns of it.
+    sealing = fake_slack.hold("chat.stopStream")
     q = fake_slack.add_message(GENERAL_ID, f"<@{BOT_USER_ID}> which carrier flew the most?")
     await bot.event(events.app_mention("which carrier flew the most?", ts=q))
     try:
         await wait_for(lambda: _streamed(fake_slack) == shown_text and len(fake_anthropic.requests) > held)
         fake_slack.stop_by_user(GENERAL_ID, str(fake_slack.last("chat.startStream").response["ts"]))
     finally:
+        sealing.set()
         hold.set()
     await asyncio.wait_for(bot.bot.idle(), 15)
     assert len(fake_slack.calls("chat.startStream")) == 1, "no new answer after Stop"

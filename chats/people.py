@@ -10,6 +10,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from agent.access.policy import email_key
+
+__all__ = ["LOCAL", "MACHINE", "Person", "channel_owner", "email_key", "person_id", "person_owner"]
+
 LOCAL = "local"  # the one person of a server with neither sign-in nor a token (local use)
 MACHINE = "token"  # a machine client holding the shared bearer token
 
@@ -28,7 +32,7 @@ class Person:
 
 
 def person_id(*, email: str | None, fallback: str) -> str:
-    return f"email:{email.casefold()}" if email else fallback
+    return f"email:{email_key(email)}" if email else fallback
 
 
 def person_owner(person: str) -> str:

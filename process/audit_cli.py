@@ -58,7 +58,8 @@ def _audit(args: argparse.Namespace, settings: Settings) -> int:
     finally:
         state.close()
     for entry in entries:
-        print(json.dumps(entry.as_json(), ensure_ascii=False) if args.json else readable(entry))
+        # JSON lines in ASCII: a question's terminal controls (C1, bidi overrides) travel escaped, never raw.
+        print(json.dumps(entry.as_json(), ensure_ascii=True) if args.json else readable(entry))
     print(f"{len(entries)} audit entr{'y' if len(entries) == 1 else 'ies'}.", file=sys.stderr)
     return EXIT_OK
 
@@ -70,7 +71,9 @@ def owner_of(who: str) -> str:
     if who.startswith(("person:", "slack-channel:")):
         return who
     if "@" in who and ":" not in who:
-        return f"person:email:{who.casefold()}"
+        from chats.people import email_key
+
+        return f"person:email:{email_key(who)}"
     return f"person:{who}"
 
 

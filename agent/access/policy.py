@@ -8,6 +8,7 @@ engine enforces them (`agent/db`), the schema shows only their tables, and the a
 
 from __future__ import annotations
 
+import string
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -15,7 +16,15 @@ from typing import Literal
 
 MemberKind = Literal["group", "email", "slack_user", "slack_usergroup"]
 
-NO_DATA = "no-data"  # the default's name when the file names none: it reads nothing
+NO_DATA = "no-data"
+_ASCII_LOWER = str.maketrans(string.ascii_uppercase, string.ascii_lowercase)
+
+
+def email_key(email: str) -> str:
+    """An email as people and policies are compared by: ASCII letters in either case are one address
+    (as mail servers treat them), and nothing else is folded: `casefold` would make the Kelvin sign a
+    `k` and `ß` an `ss`, so another verified address could pass for someone's."""
+    return email.translate(_ASCII_LOWER)  # the default's name when the file names none: it reads nothing
 
 
 @dataclass(frozen=True)
@@ -27,7 +36,7 @@ class Member:
         if self.kind == "group":
             return self.value in asker.groups
         if self.kind == "email":
-            return asker.email is not None and asker.email.casefold() == self.value.casefold()
+            return asker.email is not None and email_key(asker.email) == email_key(self.value)
         if self.kind == "slack_user":
             return asker.slack_user == self.value
         return self.value in asker.slack_usergroups

@@ -20,7 +20,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 from bots.slack import refusals
 from bots.slack.people import verified_email
 from bots.slack.recent import Recent
-from chats.people import Person
+from chats.people import Person, email_key
 
 log = logging.getLogger(__name__)
 PAGE = 1000  # members per conversations.members call (Slack's documented maximum is 1,000)
@@ -58,7 +58,7 @@ class SlackChannelMembers:
 
     async def _user(self, client: AsyncWebClient, team: str, email: str) -> str:
         """The Slack user id whose confirmed email this is, or NOBODY."""
-        key = email.casefold()
+        key = email_key(email)
         if (known := self._users.get(key)) is not None:
             return known
         try:
@@ -68,7 +68,7 @@ class SlackChannelMembers:
                 raise
             found = {}
         shown = verified_email(found, team)
-        user = str(found["id"]) if shown and shown.casefold() == key else NOBODY
+        user = str(found["id"]) if shown and email_key(shown) == key else NOBODY
         self._users.put(key, user)
         return user
 

@@ -27,8 +27,14 @@ async def refused(request: Request, identity: Identity, reason: str, question: s
 async def chat(request: Request) -> Response:
     web = web_context(request)
     identity = await require_identity(request)
-    body = await read_chat_request(request, web.settings.agent_web_max_message_chars)
+    try:
+        body = await read_chat_request(request, web.settings.agent_web_max_message_chars)
+    except HttpError as exc:
+        if exc.status == 413:  # a question too long (its text is not kept: it is what was too long)
+            await refused(request, identity, "too_long")
+        raise
     if not web.runs.accepting:
+        await refused(request, identity, "restarting", body.message)
         raise HttpError(503, ShuttingDown.message, {"Retry-After": "5"})
     client = asker_key(request, identity)
     policy = policy_of(request, identity)  # its queries read only this policy's tables and rows

@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from agent.runner import Outcome, RunResult
-from chats.state_file import SqliteFile, write_transaction
+from chats.state_file import StateFile, write_transaction
 
 FAILED = "failed"  # the outcome of a run that ended without a result (the runner raised: a bug)
 
@@ -124,7 +124,7 @@ class AuditFilter:
 
 
 class AuditLog:
-    def __init__(self, file: SqliteFile, *, clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, file: StateFile, *, clock: Callable[[], float] = time.time) -> None:
         self._file = file  # the kit's state file (chats/state.py), which makes the tables
         self.clock = clock
 

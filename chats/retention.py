@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from chats.state_file import SqliteFile, write_transaction
+from chats.state_file import StateFile, write_transaction
 
 log = logging.getLogger(__name__)
 DAY_S = 24 * 3600.0
@@ -91,7 +91,7 @@ class Retention:
 
     def __init__(
         self,
-        file: SqliteFile,
+        file: StateFile,
         days: float,
         *,
         clock: Callable[[], float] = time.time,

@@ -120,7 +120,7 @@ class AuditFilter:
         if self.until is not None:
             clauses.append("at < ?")
             values.append(self.until)
-        return (" AND ".join(clauses) or "1"), values
+        return (" AND ".join(clauses) or "TRUE"), values
 
 
 class AuditLog:
@@ -171,7 +171,7 @@ def read_entries(c: sqlite3.Connection, which: AuditFilter, limit: int | None = 
     where, values = which.where()
     rows = c.execute(
         f"SELECT * FROM audit_entries WHERE {where} ORDER BY at, run_id LIMIT ?",
-        [*values, -1 if limit is None else limit],
+        [*values, 2**63 - 1 if limit is None else limit],  # no limit, on SQLite and PostgreSQL alike
     ).fetchall()
     queries: dict[str, list[AuditQuery]] = {row["run_id"]: [] for row in rows}
     for start in range(0, len(rows), 500):  # SQLite's bound parameters per statement are limited

@@ -13,7 +13,7 @@ import sqlite3
 from collections.abc import Callable
 
 from agent.config import ConfigError
-from chats.state_file import write_transaction
+from chats.state_file import has_table, write_transaction
 
 TABLES = (
     # Conversations and their answers (chats/conversations.py).
@@ -230,7 +230,7 @@ class _Versions:
     def read(self, conn: sqlite3.Connection) -> int:
         if self.sqlite:
             return int(conn.execute("PRAGMA user_version").fetchone()[0])
-        if conn.execute("SELECT to_regclass('schema_version')").fetchone()[0] is None:
+        if not has_table(conn, "schema_version"):
             return 0
         row = conn.execute("SELECT version FROM schema_version").fetchone()
         return 0 if row is None else int(row[0])

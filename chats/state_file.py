@@ -103,3 +103,10 @@ def write_transaction(conn: sqlite3.Connection) -> Iterator[None]:
         conn.execute("ROLLBACK")
         raise
     conn.execute("COMMIT")
+
+
+def has_table(conn: sqlite3.Connection, table: str) -> bool:
+    """Whether the state has `table` (one an older schema lacks), on either backend."""
+    if isinstance(conn, sqlite3.Connection):
+        return bool(conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (table,)).fetchone())
+    return conn.execute("SELECT to_regclass(?)", (table,)).fetchone()[0] is not None

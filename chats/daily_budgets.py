@@ -254,7 +254,7 @@ def _reserve(
 
 
 def _renew(reservation_id: str, expires: float, c: sqlite3.Connection) -> None:
-    c.execute("UPDATE budget_reserved SET expires = max(expires, ?) WHERE id = ?", (expires, reservation_id))
+    c.execute("UPDATE budget_reserved SET expires = ? WHERE id = ? AND expires < ?", (expires, reservation_id, expires))
 
 
 def _settle(reservation: Reservation, tokens: int, cost: float, c: sqlite3.Connection) -> None:
@@ -270,10 +270,11 @@ def _add(day: str, key: str, tokens: int, cost: float, c: sqlite3.Connection) ->
 
 
 def _count(day: str, key: str, tokens: int, cost: float, c: sqlite3.Connection) -> None:
-    c.execute("DELETE FROM budget_spend WHERE day < date(?, '-1 day')", (day,))  # yesterday's settle late
+    yesterday = (dt.date.fromisoformat(day) - dt.timedelta(days=1)).isoformat()
+    c.execute("DELETE FROM budget_spend WHERE day < ?", (yesterday,))  # yesterday's settle late
     c.execute(
         "INSERT INTO budget_spend VALUES (?, ?, ?, ?) ON CONFLICT (day, key) DO UPDATE SET "
-        "tokens = tokens + excluded.tokens, cost_usd = cost_usd + excluded.cost_usd",
+        "tokens = budget_spend.tokens + excluded.tokens, cost_usd = budget_spend.cost_usd + excluded.cost_usd",
         (day, key, tokens, cost),
     )
 

@@ -109,4 +109,7 @@ def has_table(conn: sqlite3.Connection, table: str) -> bool:
     """Whether the state has `table` (one an older schema lacks), on either backend."""
     if isinstance(conn, sqlite3.Connection):
         return bool(conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (table,)).fetchone())
-    return conn.execute("SELECT to_regclass(?)", (table,)).fetchone()[0] is not None
+    # A query of the catalog, not to_regclass: that reads a cache a transaction refreshes only as it locks
+    # a table, so under the advisory lock it can miss the table another host has just made.
+    found = conn.execute("SELECT 1 FROM pg_tables WHERE schemaname = current_schema() AND tablename = ?", (table,))
+    return found.fetchone() is not None

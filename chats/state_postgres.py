@@ -122,7 +122,7 @@ def _adapt(params: Sequence[Any] | Mapping[str, Any]) -> Sequence[Any] | Mapping
     return [int(value) if isinstance(value, bool) else value for value in params]
 
 
-_TOKENS = re.compile(r"'(?:[^']|'')*'|\?|(?<!:):([A-Za-z_]\w*)|%")
+_TOKENS = re.compile(r"'(?:[^']|'')*'|\?|(?<!:):([A-Za-z_]\w*)|%|\b(REAL|INTEGER)\b")
 _DDL = re.compile(r"^\s*(CREATE TABLE|ALTER TABLE)", re.IGNORECASE)
 _DDL_TYPES = {"REAL": "DOUBLE PRECISION", "INTEGER": "BIGINT"}
 
@@ -130,7 +130,8 @@ _DDL_TYPES = {"REAL": "DOUBLE PRECISION", "INTEGER": "BIGINT"}
 @lru_cache(maxsize=512)
 def postgres_sql(sql: str) -> str:
     """`sql` as PostgreSQL reads it: psycopg's placeholders, and in a table's definition SQLite's
-    8-byte REAL and INTEGER as PostgreSQL's (its own REAL and INTEGER are 4 bytes)."""
+    8-byte REAL and INTEGER as PostgreSQL's (its own REAL and INTEGER are 4 bytes). Quoted text is kept."""
+    ddl = bool(_DDL.match(sql))
 
     def token(match: re.Match[str]) -> str:
         text = match.group(0)
@@ -140,9 +141,8 @@ def postgres_sql(sql: str) -> str:
             return "%s"
         if text == "%":
             return "%%"
+        if match.group(2):
+            return _DDL_TYPES[text] if ddl else text
         return f"%({match.group(1)})s"
 
-    converted = _TOKENS.sub(token, sql)
-    if _DDL.match(converted):
-        converted = re.sub(r"\b(REAL|INTEGER)\b", lambda m: _DDL_TYPES[m.group(1)], converted)
-    return converted
+    return _TOKENS.sub(token, sql)

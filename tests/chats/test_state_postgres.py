@@ -1,0 +1,129 @@
+"""The kit's state in PostgreSQL (AGENT_STATE_URL): the same tables as the SQLite file at the same schema
+version, migrated once when several hosts start together, a newer schema refused, and the setting read
+and redacted as the ClickHouse URL is."""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from agent.config import ConfigError, Settings, load_settings
+from chats import schema
+from chats.state import ChatState
+from chats.state_postgres import postgres_sql
+from tests.postgres import PostgresServer
+
+
+def _columns_postgres(url: str) -> dict[str, set[str]]:
+    with psycopg.connect(url) as conn:
+        found = conn.execute(
+            "SELECT table_name, column_name FROM information_schema.columns WHERE table_schema = 'public'"
+        ).fetchall()
+    columns: dict[str, set[str]] = {}
+    for table, column in found:
+        columns.setdefault(table, set()).add(column)
+    return columns
+
+
+def _columns_sqlite(path: Path) -> dict[str, set[str]]:
+    with sqlite3.connect(path) as conn:
+        names = [row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
+        return {name: {row[1] for row in conn.execute(f"PRAGMA table_info({name})")} for name in names}
+
+
+def _version(url: str) -> list[int]:
+    with psycopg.connect(url) as conn:
+        return [row[0] for row in conn.execute("SELECT version FROM schema_version")]
+
+
+def test_postgres_has_the_sqlite_files_tables_at_the_same_version(
+    postgres_server: PostgresServer, tmp_path: Path
+) -> None:
+    url = postgres_server.new_database()
+    ChatState(url).close()
+    ChatState(tmp_path / "state.sqlite3").close()
+    on_postgres = _columns_postgres(url)
+    assert on_postgres.pop("schema_version") == {"version"}
+    assert len(schema.POSTGRES_STEPS) == len(schema.STEPS) == schema.VERSION
+    assert _version(url) == [schema.VERSION]
+    # SQLite's implicit rowid is a column on PostgreSQL where the stores order by it.
+    ordered = {table: columns - {"rowid"} for table, columns in on_postgres.items()}
+    assert ordered == _columns_sqlite(tmp_path / "state.sqlite3")
+    assert {t for t, c in on_postgres.items() if "rowid" in c} == {"queries", "thread_turns"}
+
+
+def test_hosts_starting_together_migrate_once(postgres_server: PostgresServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    url = postgres_server.new_database()
+    applied: list[str] = []
+    steps = schema.POSTGRES_STEPS
+
+    def counted(step: schema.Step) -> schema.Step:
+        def run(conn: sqlite3.Connection) -> None:
+            applied.append(step.__name__)
+            step(conn)
+
+        return run
+
+    monkeypatch.setattr(schema, "POSTGRES_STEPS", tuple(counted(step) for step in steps))
+    errors: list[BaseException] = []
+    states: list[ChatState] = []
+
+    def start() -> None:
+        try:
+            states.append(ChatState(url, workers=2))
+        except BaseException as exc:  # collected for the assertion
+            errors.append(exc)
+
+    threads = [threading.Thread(target=start) for _ in range(6)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    for state in states:
+        state.close()
+    assert errors == [] and len(states) == 6
+    assert applied == [step.__name__ for step in steps], "each step once, in order"
+    assert _version(url) == [schema.VERSION]
+
+
+def test_a_database_from_a_newer_release_is_refused_in_one_line(postgres_server: PostgresServer) -> None:
+    url = postgres_server.new_database()
+    ChatState(url).close()
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("UPDATE schema_version SET version = %s", (schema.VERSION + 1,))
+    with pytest.raises(schema.NewerSchema, match=f"schema version {schema.VERSION + 1};") as refused:
+        ChatState(url)
+    assert "\n" not in str(refused.value)
+    assert _version(url) == [schema.VERSION + 1], "left as it was"
+
+
+def test_the_state_url_names_the_backend_and_its_password_is_never_shown(
+    postgres_server: PostgresServer, tmp_path: Path
+) -> None:
+    assert Settings(agent_state_url="", agent_data_dir=tmp_path).agent_state_url == ""
+    assert Settings(agent_state_url=f"sqlite://{tmp_path}/s.db").agent_state_url == f"{tmp_path}/s.db"
+    with pytest.raises(ConfigError, match="AGENT_STATE_URL"):
+        load_settings(agent_state_url="mysql://db/state")
+    secret = Settings(agent_state_url="postgresql://app:hunter2@db.internal/agent")
+    assert "hunter2" not in repr(secret) and "postgresql://app:***@db.internal/agent" in repr(secret)
+    url = postgres_server.new_database().replace("postgres@", "postgres:unused@")  # trust ignores it
+    state = ChatState.of(Settings(agent_state_url=url, agent_data_dir=tmp_path))
+    try:
+        assert "unused" not in str(state.path) and state.pacing.shared, "other hosts may share it"
+    finally:
+        state.close()
+    assert not (tmp_path / "state.sqlite3").exists()
+
+
+def test_placeholders_become_psycopgs_outside_quoted_text() -> None:
+    assert postgres_sql("SELECT ? WHERE a = :name AND b = '?:x%' AND c LIKE '%'") == (
+        "SELECT %s WHERE a = %(name)s AND b = '?:x%' AND c LIKE '%'"
+    )
+    assert postgres_sql("SELECT x % 2, y::text FROM t") == "SELECT x %% 2, y::text FROM t"
+    assert postgres_sql("CREATE TABLE t (a REAL, b INTEGER, c TEXT DEFAULT 'REAL')") == (
+        "CREATE TABLE t (a DOUBLE PRECISION, b BIGINT, c TEXT DEFAULT 'REAL')"
+    )

@@ -1,5 +1,5 @@
 """The kit's state on both backends: `state_location` is a new SQLite file or a new PostgreSQL database
-(tests/postgres.py), so a test that takes it runs on each."""
+(tests/postgres.py, the `postgres_server` fixture of tests/conftest.py), so a test that takes it runs on each."""
 
 from __future__ import annotations
 
@@ -12,16 +12,9 @@ from chats.schema import migrate
 from chats.state import STATE_FILE
 from chats.state_file import SqliteFile, StateFile
 from chats.state_postgres import PostgresFile, is_postgres_url
-from tests.postgres import PostgresServer, running_postgres
+from tests.postgres import PostgresServer
 
 BACKENDS = ["sqlite", "postgres"]
-
-
-@pytest.fixture(scope="session")
-def postgres_server() -> Iterator[PostgresServer]:
-    """One server per xdist worker (a session each), skipped where PostgreSQL is absent (never in CI)."""
-    with running_postgres() as server:
-        yield server
 
 
 @pytest.fixture(params=BACKENDS)

@@ -4,6 +4,8 @@ and redacted as the ClickHouse URL is."""
 
 from __future__ import annotations
 
+import os
+import pwd
 import sqlite3
 import threading
 from pathlib import Path
@@ -15,7 +17,8 @@ from agent.config import ConfigError, Settings, load_settings
 from chats import schema
 from chats.state import ChatState
 from chats.state_postgres import postgres_sql
-from tests.postgres import PostgresServer
+from tests import postgres as postgres_fixture
+from tests.postgres import PostgresServer, server_user
 
 
 def _columns_postgres(url: str) -> dict[str, set[str]]:
@@ -127,3 +130,32 @@ def test_placeholders_become_psycopgs_outside_quoted_text() -> None:
     assert postgres_sql("CREATE TABLE t (a REAL, b INTEGER, c TEXT DEFAULT 'REAL')") == (
         "CREATE TABLE t (a DOUBLE PRECISION, b BIGINT, c TEXT DEFAULT 'REAL')"
     )
+
+
+def test_the_server_runs_as_an_unprivileged_user_when_the_tests_run_as_root(postgres_server: PostgresServer) -> None:
+    """initdb refuses root, and CI runs as root: there the server is the `postgres` user's (or nobody's)."""
+    with psycopg.connect(postgres_server.url()) as conn:
+        data = Path(conn.execute("SHOW data_directory").fetchone()[0])
+    owner = data.stat().st_uid
+    expected = pwd.getpwnam(server_user()).pw_uid if os.geteuid() == 0 else os.geteuid()  # type: ignore[arg-type]
+    assert owner == expected and (os.geteuid() != 0 or owner != 0)
+
+
+def test_debians_binaries_are_found_off_the_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    installed = sorted(Path(postgres_fixture.DEBIAN_BINARIES).glob("*/bin/initdb"))
+    if not installed:
+        pytest.skip("no Debian PostgreSQL package under /usr/lib/postgresql")
+    monkeypatch.setenv("PATH", "/nonexistent")
+    assert postgres_fixture.binaries() == installed[-1].parent
+
+
+def test_without_postgres_a_test_skips_saying_why_except_in_ci(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(postgres_fixture, "binaries", lambda: None)
+    monkeypatch.delenv("CI", raising=False)
+    with pytest.raises(pytest.skip.Exception, match="apt-get install postgresql"):
+        with postgres_fixture.running_postgres():
+            pass
+    monkeypatch.setenv("CI", "true")
+    with pytest.raises(pytest.fail.Exception, match="PostgreSQL is needed in CI"):
+        with postgres_fixture.running_postgres():
+            pass

@@ -48,7 +48,8 @@ class SharedRunLog:
         await self._file.run(
             lambda c: c.execute(
                 "INSERT INTO live_runs VALUES (?, ?, ?, ?) ON CONFLICT (run_id) DO UPDATE SET "
-                "conversation_id = excluded.conversation_id, beat_at = excluded.beat_at, watched_at = excluded.watched_at",
+                "conversation_id = excluded.conversation_id, beat_at = excluded.beat_at, "
+                "watched_at = excluded.watched_at",
                 (run_id, conversation_id, now, now),
             )
         )

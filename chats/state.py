@@ -2,10 +2,11 @@
 (`chats/schema.py`), and hands every store the same connection: conversations, proposals, web sessions, the run log
 other workers read, rate limits, daily budgets and each conversation's turn.
 
-`AGENT_STATE_URL` says where: unset, the file `$AGENT_DATA_DIR/state.sqlite3`; a path, that SQLite file;
-`postgresql://...`, a PostgreSQL database (chats/state_postgres.py), which several hosts can share. The file it holds far more than conversations, so it is named for
-all of it. A data folder from an earlier release has `conversations.sqlite3`, which is taken over (renamed)
-on start-up, its history whole.
+`AGENT_STATE_URL` says where: unset, the file `$AGENT_DATA_DIR/state.sqlite3`; a path, that SQLite
+file; `postgresql://...`, a PostgreSQL database (chats/state_postgres.py), which several hosts can
+share. The default file holds far more than conversations, so it is named for all of it. A data folder
+from an earlier release has `conversations.sqlite3`, which is taken over (renamed) on start-up, its
+history whole.
 """
 
 from __future__ import annotations

@@ -22,7 +22,7 @@ import sqlite3
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from functools import lru_cache
-from typing import Any, TypeVar, cast
+from typing import Any, TypeGuard, TypeVar, cast
 
 import psycopg
 from psycopg.rows import RowMaker
@@ -36,7 +36,7 @@ LOCK_WAIT = "10s"  # as SQLite's busy timeout (chats/state_file.py): then the wr
 POOL_SIZE = 8
 
 
-def is_postgres_url(location: object) -> bool:
+def is_postgres_url(location: object) -> TypeGuard[str]:
     return isinstance(location, str) and location.startswith(("postgresql://", "postgres://"))
 
 

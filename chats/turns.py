@@ -20,7 +20,7 @@ from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
 
 from chats.shared_runs import BEAT_S, DEAD_AFTER_S
-from chats.state_file import STATE_UNAVAILABLE, STATE_ERRORS, StateFile, write_transaction
+from chats.state_file import STATE_ERRORS, STATE_UNAVAILABLE, StateFile, write_transaction
 
 log = logging.getLogger(__name__)
 

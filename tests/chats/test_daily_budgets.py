@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 from collections.abc import Callable
-from pathlib import Path
 
 import pytest
 

@@ -54,7 +54,8 @@ def other(state_files: Callable[[], StateFile]) -> StateFile:
 
 
 def rows(file: StateFile) -> list[tuple[str, int, int]]:
-    found = file.now(lambda c: c.execute("SELECT key, position, holding FROM thread_turns ORDER BY position").fetchall())
+    read = "SELECT key, position, holding FROM thread_turns ORDER BY position"
+    found = file.now(lambda c: c.execute(read).fetchall())
     return [tuple(row) for row in found]
 
 

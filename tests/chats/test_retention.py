@@ -12,9 +12,9 @@ import pytest
 
 from agent.db.result import QueryResult
 from agent.runner import ExecutedQuery, RunResult
+from chats.people import Person
 from chats.retention import DAY_S, SWEEPS, TABLES, Retention
 from chats.runs import RunRegistry
-from chats.people import Person
 from chats.state import ChatState
 from tests.chats.test_runs_done import ScriptedRunner
 

@@ -152,10 +152,8 @@ def test_debians_binaries_are_found_off_the_path(monkeypatch: pytest.MonkeyPatch
 def test_without_postgres_a_test_skips_saying_why_except_in_ci(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(postgres_fixture, "binaries", lambda: None)
     monkeypatch.delenv("CI", raising=False)
-    with pytest.raises(pytest.skip.Exception, match="apt-get install postgresql"):
-        with postgres_fixture.running_postgres():
-            pass
+    with pytest.raises(pytest.skip.Exception, match="apt-get install postgresql"), postgres_fixture.running_postgres():
+        pass
     monkeypatch.setenv("CI", "true")
-    with pytest.raises(pytest.fail.Exception, match="PostgreSQL is needed in CI"):
-        with postgres_fixture.running_postgres():
-            pass
+    with pytest.raises(pytest.fail.Exception, match="PostgreSQL is needed in CI"), postgres_fixture.running_postgres():
+        pass

@@ -112,7 +112,8 @@ def test_the_audit_is_read_from_the_state_url(
     url = postgres_server.new_database()
     state = ChatState(url)
     try:
-        asyncio.run(state.audit.record(AuditEntry("p1", time.time(), ANN, "web", "", "", "c1", "on postgres?", "answered")))
+        entry = AuditEntry("p1", time.time(), ANN, "web", "", "", "c1", "on postgres?", "answered")
+        asyncio.run(state.audit.record(entry))
     finally:
         state.close()
     monkeypatch.setenv("AGENT_STATE_URL", url)

@@ -28,12 +28,15 @@ import psycopg
 from psycopg.rows import RowMaker
 from psycopg_pool import ConnectionPool
 
+from agent.config import ConfigError, redacted_url
+
 T = TypeVar("T")
 
 # Every write transaction of the kit takes this lock (an arbitrary constant: "chats" in ASCII).
 WRITE_LOCK = 0x6368617473
 LOCK_WAIT = "10s"  # as SQLite's busy timeout (chats/state_file.py): then the write fails, as there
 POOL_SIZE = 8
+CONNECT_WAIT_S = 10
 
 
 def is_postgres_url(location: object) -> TypeGuard[str]:
@@ -90,6 +93,7 @@ class PostgresFile:
     """The kit's state in a PostgreSQL database: a pool of connections, each lent to one store function."""
 
     def __init__(self, url: str) -> None:
+        _reach(url)
         self._pool: ConnectionPool[psycopg.Connection[Row]] = ConnectionPool(
             url,
             min_size=1,
@@ -98,7 +102,7 @@ class PostgresFile:
             configure=_configure,
             open=False,
         )
-        self._pool.open(wait=True, timeout=10)
+        self._pool.open(wait=True, timeout=CONNECT_WAIT_S)
 
     def now(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         with self._pool.connection() as conn:
@@ -109,6 +113,19 @@ class PostgresFile:
 
     def close(self) -> None:
         self._pool.close()
+
+
+class StateUnreachable(ConfigError):
+    """The database AGENT_STATE_URL names cannot be reached at start-up (one line, as a setting's error)."""
+
+
+def _reach(url: str) -> None:
+    # One connection first, for the server's own reason in one line: the pool would only time out.
+    try:
+        psycopg.connect(url, connect_timeout=CONNECT_WAIT_S).close()
+    except psycopg.Error as exc:
+        reason = " ".join(str(exc).split())
+        raise StateUnreachable(f"AGENT_STATE_URL: cannot reach {redacted_url(url)}: {reason}") from None
 
 
 def _configure(conn: psycopg.Connection[Any]) -> None:

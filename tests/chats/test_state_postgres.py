@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import pwd
+import socket
 import sqlite3
 import threading
 from pathlib import Path
@@ -157,3 +158,17 @@ def test_without_postgres_a_test_skips_saying_why_except_in_ci(monkeypatch: pyte
     monkeypatch.setenv("CI", "true")
     with pytest.raises(pytest.fail.Exception, match="PostgreSQL is needed in CI"), postgres_fixture.running_postgres():
         pass
+
+
+def test_a_database_out_of_reach_stops_start_up_in_one_line_without_its_password(
+    postgres_server: PostgresServer,
+) -> None:
+    with socket.socket() as sock:  # a port nobody listens on
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    with pytest.raises(ConfigError, match=r"^AGENT_STATE_URL: cannot reach postgresql://app:\*\*\*@127\.0\.0\.1") as e:
+        ChatState(f"postgresql://app:hunter2@127.0.0.1:{port}/agent")
+    assert "\n" not in str(e.value) and "hunter2" not in str(e.value)
+    missing = postgres_server.url("no_such_database")
+    with pytest.raises(ConfigError, match='database "no_such_database" does not exist'):
+        ChatState(missing)

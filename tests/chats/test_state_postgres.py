@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import pwd
+import re
 import socket
 import sqlite3
 import threading
@@ -15,6 +16,7 @@ import psycopg
 import pytest
 
 from agent.config import ConfigError, Settings, load_settings
+import chats
 from chats import schema
 from chats.state import ChatState
 from chats.state_postgres import postgres_sql
@@ -172,3 +174,17 @@ def test_a_database_out_of_reach_stops_start_up_in_one_line_without_its_password
     missing = postgres_server.url("no_such_database")
     with pytest.raises(ConfigError, match='database "no_such_database" does not exist'):
         ChatState(missing)
+
+
+def test_the_stores_keep_to_sql_both_backends_read() -> None:
+    """SQLite's own syntax would fail on PostgreSQL only: the stores say it the standard way (`ON
+    CONFLICT`, a Python date, `has_table`); only the backends' own modules speak their dialect. (`rowid` is
+    a column on PostgreSQL where the stores order by it: see the tables' test above.)"""
+    sqlite_only = re.compile(r"OR IGNORE|OR REPLACE|PRAGMA|sqlite_master|julianday\(|\b(?:date|datetime)\([?']")
+    backends = {"state_file.py", "state_postgres.py", "schema.py", "state.py"}
+    found = {
+        path.name: sorted(set(sqlite_only.findall(path.read_text())))
+        for path in sorted(Path(chats.__file__).parent.glob("*.py"))
+        if path.name not in backends
+    }
+    assert {name: words for name, words in found.items() if words} == {}

@@ -15,8 +15,8 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from agent.config import ConfigError, Settings, load_settings
 import chats
+from agent.config import ConfigError, Settings, load_settings
 from chats import schema
 from chats.state import ChatState
 from chats.state_postgres import postgres_sql

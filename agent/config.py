@@ -80,6 +80,11 @@ class Settings(BaseSettings):
     agent_data_dir: Path = Field(
         Path(".data"), description="Where the app keeps its own state (conversations, embedded data)."
     )
+    agent_state_url: str = Field(
+        "",
+        description="Where the app's state lives: unset, AGENT_DATA_DIR/state.sqlite3; a path (or sqlite:///path), "
+        "that SQLite file; postgresql://user:password@host/db, a PostgreSQL database several hosts can share.",
+    )
     clickhouse_url: str = Field(
         "",
         description="chdb:///abs/dir (embedded engine) or http(s)://user:password@host:8123/database. "
@@ -541,6 +546,19 @@ class Settings(BaseSettings):
             raise ValueError("chdb:// needs a directory, e.g. chdb:///var/lib/agent/clickhouse")
         return value
 
+    @field_validator("agent_state_url")
+    @classmethod
+    def _check_state_url(cls, value: str) -> str:
+        value = value.strip()
+        scheme = urlsplit(value).scheme
+        if scheme == "sqlite":
+            if not urlsplit(value).path:
+                raise ValueError("sqlite:// needs a file, e.g. sqlite:///var/lib/agent/state.sqlite3")
+            return urlsplit(value).path
+        if scheme and scheme not in ("postgresql", "postgres") and len(scheme) > 1:  # C:\ is a path
+            raise ValueError("must be a file path, sqlite:///path or postgresql://...")
+        return value
+
     @field_validator("agent_web_url")
     @classmethod
     def _check_web_url(cls, value: str | None) -> str | None:
@@ -631,17 +649,24 @@ class Settings(BaseSettings):
 
     def __repr_args__(self) -> Any:
         for name, value in super().__repr_args__():
-            yield name, self.redacted_clickhouse_url() if name == "clickhouse_url" else value
+            if name in ("clickhouse_url", "agent_state_url"):
+                value = redacted_url(value)
+            yield name, value
 
     def clickhouse_password(self) -> str | None:
         return urlsplit(self.clickhouse_url).password
 
     def redacted_clickhouse_url(self) -> str:
-        parts = urlsplit(self.clickhouse_url)
-        if parts.password:
-            netloc = parts.netloc.replace(f":{parts.password}@", ":***@")
-            return parts._replace(netloc=netloc).geturl()
-        return self.clickhouse_url
+        return redacted_url(self.clickhouse_url)
+
+
+def redacted_url(url: str) -> str:
+    """`url` with its password, if any, as ***."""
+    parts = urlsplit(url)
+    if parts.password:
+        netloc = parts.netloc.replace(f":{parts.password}@", ":***@")
+        return parts._replace(netloc=netloc).geturl()
+    return url
 
 
 def load_settings(**overrides: object) -> Settings:

@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from agent.runner import Outcome, RunResult
-from chats.state_file import SqliteFile, write_transaction
+from chats.state_file import StateFile, write_transaction
 
 FAILED = "failed"  # the outcome of a run that ended without a result (the runner raised: a bug)
 REFUSED = "refused"  # a question refused before it ran: its outcome is "refused: <reason>"
@@ -143,11 +143,11 @@ class AuditFilter:
         if self.until is not None:
             clauses.append("at < ?")
             values.append(self.until)
-        return (" AND ".join(clauses) or "1"), values
+        return (" AND ".join(clauses) or "TRUE"), values
 
 
 class AuditLog:
-    def __init__(self, file: SqliteFile, *, clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, file: StateFile, *, clock: Callable[[], float] = time.time) -> None:
         self._file = file  # the kit's state file (chats/state.py), which makes the tables
         self.clock = clock
 
@@ -194,7 +194,7 @@ def read_entries(c: sqlite3.Connection, which: AuditFilter, limit: int | None = 
     where, values = which.where()
     rows = c.execute(
         f"SELECT * FROM audit_entries WHERE {where} ORDER BY at, run_id LIMIT ?",
-        [*values, -1 if limit is None else limit],
+        [*values, 2**63 - 1 if limit is None else limit],  # no limit, on SQLite and PostgreSQL alike
     ).fetchall()
     queries: dict[str, list[AuditQuery]] = {row["run_id"]: [] for row in rows}
     for start in range(0, len(rows), 500):  # SQLite's bound parameters per statement are limited

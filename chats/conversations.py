@@ -25,7 +25,7 @@ from agent.limits import Limits, cut_text, json_size
 from agent.receipts import Receipt
 from agent.runner import Interface, Outcome, RunResult, Turn, TurnQuery
 from chats.run_view import QueryView, RunView
-from chats.state_file import SqliteFile, write_transaction
+from chats.state_file import StateFile, write_transaction
 
 log = logging.getLogger(__name__)
 SHORT_COLUMN_CHARS = 40  # a stored column name past the turn cap: enough to tell columns apart
@@ -33,7 +33,7 @@ SHORT_TEXT_CHARS = 200  # a stored question, error or hint past the turn cap
 
 
 # The SQL of "in `interface`, or any when it is None": a conversation's row is `c`.
-_IN_INTERFACE = "(:interface IS NULL OR c.interface = :interface)"
+_IN_INTERFACE = "(CAST(:interface AS TEXT) IS NULL OR c.interface = :interface)"
 
 # A stored query's id as runs make it: the run's uuid4 hex and the query's Q label.
 QUERY_KEY = re.compile(r"[0-9a-f]{32}-Q[1-9][0-9]{0,8}")
@@ -45,12 +45,12 @@ def query_key(run_id: str, label: str) -> str:
 
 
 class ConversationStore:
-    def __init__(self, file: SqliteFile, limits: Limits | None = None) -> None:
+    def __init__(self, file: StateFile, limits: Limits | None = None) -> None:
         self._limits = limits or Limits()
         self._file = file  # the kit's state file (chats/state.py), which makes the tables
 
     @property
-    def file(self) -> SqliteFile:
+    def file(self) -> StateFile:
         """The state file, for the stores kept beside the conversations (the audit log of their runs)."""
         return self._file
 
@@ -134,7 +134,7 @@ class ConversationStore:
             lambda c: c.execute(
                 "SELECT c.id, c.title, c.created_at, c.updated_at, count(t.run_id) AS turns FROM conversations c "
                 "LEFT JOIN turns t ON t.conversation_id = c.id WHERE c.interface = 'web' "
-                "AND (:owner IS NULL OR c.owner = :owner) GROUP BY c.id ORDER BY c.updated_at DESC",
+                "AND (CAST(:owner AS TEXT) IS NULL OR c.owner = :owner) GROUP BY c.id ORDER BY c.updated_at DESC",
                 {"owner": owner},
             ).fetchall()
         )

@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from functools import partial
 
 from agent.receipts import Receipt
-from chats.state_file import SqliteFile, write_transaction
+from chats.state_file import STATE_UNAVAILABLE, StateFile, write_transaction
 
 log = logging.getLogger(__name__)
 
@@ -82,7 +82,7 @@ class DailyBudget:
         max_cost_usd: float | None,
         question_tokens: int | None = None,
         call_tokens: int = 0,
-        file: SqliteFile | None = None,
+        file: StateFile | None = None,
         clock: Callable[[], float] = time.time,  # wall time: the day is UTC's, and workers share it
         renew_every_s: float = RENEW_EVERY_S,
     ) -> None:
@@ -105,7 +105,7 @@ class DailyBudget:
             return None
         try:
             return self._spent_refusal(await self._read(self._day(), key))
-        except sqlite3.OperationalError:
+        except STATE_UNAVAILABLE:
             log.warning("could not read an asker's daily budget; refusing the question", exc_info=True)
             return Refusal(UNREADABLE, BUSY_RETRY_S)
 
@@ -124,7 +124,7 @@ class DailyBudget:
             return reservation
         try:
             booked = await self._file.run(partial(_reserve, reservation, self._clock(), self._decide))
-        except sqlite3.OperationalError:  # busy past SQLite's own retrying, or broken: refuse, say so
+        except STATE_UNAVAILABLE:  # busy past SQLite's own retrying, or broken: refuse, say so
             log.warning("could not reserve an asker's daily budget; refusing the question", exc_info=True)
             return Refusal(UNREADABLE, BUSY_RETRY_S)
         if isinstance(booked, Reservation):
@@ -145,7 +145,7 @@ class DailyBudget:
             return
         try:
             await self._file.run(partial(_settle, reservation, tokens, cost))
-        except sqlite3.OperationalError:  # the hold stays and counts until it expires
+        except STATE_UNAVAILABLE:  # the hold stays and counts until it expires
             log.warning("could not count an answer against its asker's daily budget", exc_info=True)
 
     async def spend(self, key: str, receipt: Receipt | None) -> None:
@@ -162,7 +162,7 @@ class DailyBudget:
         """Keep a running question's hold in the shared file from expiring, until it is settled."""
         while True:
             await asyncio.sleep(self._renew_every_s)
-            with contextlib.suppress(sqlite3.OperationalError):  # the next renewal tries again
+            with contextlib.suppress(*STATE_UNAVAILABLE):  # the next renewal tries again
                 await self._file.run(partial(_renew, held_id, self._clock() + RESERVATION_TTL_S))  # type: ignore[union-attr]
 
     def _add_local(self, day: str, key: str, tokens: int, cost: float) -> None:
@@ -254,7 +254,7 @@ def _reserve(
 
 
 def _renew(reservation_id: str, expires: float, c: sqlite3.Connection) -> None:
-    c.execute("UPDATE budget_reserved SET expires = max(expires, ?) WHERE id = ?", (expires, reservation_id))
+    c.execute("UPDATE budget_reserved SET expires = ? WHERE id = ? AND expires < ?", (expires, reservation_id, expires))
 
 
 def _settle(reservation: Reservation, tokens: int, cost: float, c: sqlite3.Connection) -> None:
@@ -270,10 +270,11 @@ def _add(day: str, key: str, tokens: int, cost: float, c: sqlite3.Connection) ->
 
 
 def _count(day: str, key: str, tokens: int, cost: float, c: sqlite3.Connection) -> None:
-    c.execute("DELETE FROM budget_spend WHERE day < date(?, '-1 day')", (day,))  # yesterday's settle late
+    yesterday = (dt.date.fromisoformat(day) - dt.timedelta(days=1)).isoformat()
+    c.execute("DELETE FROM budget_spend WHERE day < ?", (yesterday,))  # yesterday's settle late
     c.execute(
         "INSERT INTO budget_spend VALUES (?, ?, ?, ?) ON CONFLICT (day, key) DO UPDATE SET "
-        "tokens = tokens + excluded.tokens, cost_usd = cost_usd + excluded.cost_usd",
+        "tokens = budget_spend.tokens + excluded.tokens, cost_usd = budget_spend.cost_usd + excluded.cost_usd",
         (day, key, tokens, cost),
     )
 

@@ -10,7 +10,7 @@ from contextlib import AbstractAsyncContextManager
 from agent.config import Settings
 from chats.daily_budgets import DailyBudget
 from chats.rate_limits import LocalRateLimit, RateLimit, SharedRateLimit
-from chats.state_file import SqliteFile
+from chats.state_file import StateFile
 from chats.turns import Turns
 
 
@@ -18,7 +18,7 @@ class Pacing:
     """Rate limits and turns for one process: in memory, or through the kit's state file (`shared`,
     chats/state.py) for a process that is one of several workers."""
 
-    def __init__(self, shared: SqliteFile | None = None, *, workers: int = 1) -> None:
+    def __init__(self, shared: StateFile | None = None, *, workers: int = 1) -> None:
         self.workers = workers  # processes sharing the app's limits at Slack and elsewhere
         self._file = shared
         self._turns = Turns(self._file)

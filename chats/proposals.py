@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeVar
 
-from chats.state_file import SqliteFile, write_transaction
+from chats.state_file import StateFile, write_transaction
 
 MAX_REASON_CHARS = 1_000
 Decision = Literal["approved", "rejected"]
@@ -43,7 +43,7 @@ class Proposal:
 
 
 class ProposalStore:
-    def __init__(self, file: SqliteFile) -> None:
+    def __init__(self, file: StateFile) -> None:
         self._file = file  # the kit's state file (chats/state.py)
 
     async def _run(self, fn: Callable[[sqlite3.Connection], T]) -> T:

@@ -15,7 +15,7 @@ from collections import deque
 from collections.abc import Callable
 from functools import partial
 
-from chats.state_file import SqliteFile, write_transaction
+from chats.state_file import STATE_UNAVAILABLE, StateFile, write_transaction
 
 log = logging.getLogger(__name__)
 
@@ -78,7 +78,7 @@ class LocalRateLimit(RateLimit):
 class SharedRateLimit(RateLimit):
     def __init__(
         self,
-        file: SqliteFile,
+        file: StateFile,
         scope: str,
         per_minute: int,
         window_s: float = WINDOW_S,
@@ -98,7 +98,7 @@ class SharedRateLimit(RateLimit):
             del self._refused_until[key]
         try:
             wait = await self._file.run(partial(self._take, key))
-        except sqlite3.OperationalError:  # the shared file is locked or busy: serve the request, say so
+        except STATE_UNAVAILABLE:  # the shared file is locked or busy: serve the request, say so
             log.warning("could not count a request against its rate limit; letting it through", exc_info=True)
             return None
         if wait is not None:

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from chats.state_file import SqliteFile, write_transaction
+from chats.state_file import StateFile, has_table, write_transaction
 
 log = logging.getLogger(__name__)
 DAY_S = 24 * 3600.0
@@ -91,7 +91,7 @@ class Retention:
 
     def __init__(
         self,
-        file: SqliteFile,
+        file: StateFile,
         days: float,
         *,
         clock: Callable[[], float] = time.time,
@@ -125,7 +125,7 @@ class Retention:
 
 
 def _apply(c: sqlite3.Connection, table: str, sweep: Sweep, cut: Cutoff) -> int:
-    if not c.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (table,)).fetchone():
+    if not has_table(c, table):
         return 0
     with write_transaction(c):
         return max(0, sweep(c, cut))

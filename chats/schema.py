@@ -1,6 +1,6 @@
-"""Every table of the kit's state file, in one place, and the file's schema version (SQLite's
-`PRAGMA user_version`), so a file made by any release is brought up to this one at start-up, and a
-second backend (issue 31) has one list to follow.
+"""Every table of the kit's state file, in one place, and the state's schema version (SQLite's
+`PRAGMA user_version`, PostgreSQL's `schema_version` table), so state made by any release is brought up
+to this one at start-up, on either backend.
 
 A step is applied once, under the write lock, and records its version in the same transaction: workers
 starting together apply it once between them. A file newer than this release is refused rather than
@@ -13,7 +13,7 @@ import sqlite3
 from collections.abc import Callable
 
 from agent.config import ConfigError
-from chats.state_file import write_transaction
+from chats.state_file import has_table, write_transaction
 
 TABLES = (
     # Conversations and their answers (chats/conversations.py).
@@ -204,32 +204,84 @@ def _turn_policy(conn: sqlite3.Connection) -> None:
         conn.execute("ALTER TABLE turns ADD COLUMN policy TEXT NOT NULL DEFAULT ''")
 
 
-# Step n brings a file at version n - 1 to version n. A release that changes a table appends a step.
-STEPS: tuple[Callable[[sqlite3.Connection], None], ...] = (
-    _version_1,
-    _version_2,
+def _postgres_tables(conn: sqlite3.Connection) -> None:
+    """Version 1 on PostgreSQL, which never held a release without versions: every table as it is now.
+    SQLite's implicit rowid orders a conversation's queries and a line's tickets by insertion; here an
+    identity column of the same name does."""
+    for statement in TABLES:
+        conn.execute(statement)
+    for table in ("queries", "thread_turns"):
+        conn.execute(f"ALTER TABLE {table} ADD COLUMN rowid BIGINT GENERATED ALWAYS AS IDENTITY")
+
+
+def _postgres_owners(conn: sqlite3.Connection) -> None:
+    """Version 2 on PostgreSQL: the owner column came with version 1's tables."""
+    conn.execute("CREATE INDEX IF NOT EXISTS conversations_by_owner ON conversations(owner, updated_at)")
+
+
+def _postgres_turn_policy(conn: sqlite3.Connection) -> None:
+    """Version 5 on PostgreSQL: as `_turn_policy`."""
+    conn.execute("ALTER TABLE turns ADD COLUMN IF NOT EXISTS policy TEXT NOT NULL DEFAULT ''")
+
+
+Step = Callable[[sqlite3.Connection], None]
+
+# Step n brings a file at version n - 1 to version n. A release that changes a table appends a step,
+# to both lists: the same version means the same tables on either backend.
+STEPS: tuple[Step, ...] = (_version_1, _version_2, _audit_tables, _web_sessions, _turn_policy)
+POSTGRES_STEPS: tuple[Step, ...] = (
+    _postgres_tables,
+    _postgres_owners,
     _audit_tables,
     _web_sessions,
-    _turn_policy,
+    _postgres_turn_policy,
 )
 VERSION = len(STEPS)
 
 
+class _Versions:
+    """Where a backend keeps its schema version: SQLite in the file's header, PostgreSQL in a table."""
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self.sqlite = isinstance(conn, sqlite3.Connection)
+        self.steps = STEPS if self.sqlite else POSTGRES_STEPS
+
+    def read(self, conn: sqlite3.Connection) -> int:
+        if self.sqlite:
+            return int(conn.execute("PRAGMA user_version").fetchone()[0])
+        if not has_table(conn, "schema_version"):
+            return 0
+        row = conn.execute("SELECT version FROM schema_version").fetchone()
+        return 0 if row is None else int(row[0])
+
+    def write(self, conn: sqlite3.Connection, number: int) -> None:
+        if self.sqlite:
+            conn.execute(f"PRAGMA user_version = {number}")
+            return
+        conn.execute("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)")
+        conn.execute("DELETE FROM schema_version")
+        conn.execute("INSERT INTO schema_version VALUES (?)", (number,))
+
+
 def version(conn: sqlite3.Connection) -> int:
-    return int(conn.execute("PRAGMA user_version").fetchone()[0])
+    return _Versions(conn).read(conn)
 
 
 def migrate(conn: sqlite3.Connection) -> None:
-    """Bring the file to `VERSION`: the steps it lacks, each in one write transaction."""
-    if version(conn) == VERSION:
+    """Bring the state to `VERSION`: the steps it lacks, in one write transaction. A small runner rather
+    than Alembic: the stores speak SQL through the DB-API with no SQLAlchemy, SQLite files from releases
+    before versions need their own first step, and the write lock both backends already have (SQLite's
+    file lock, PostgreSQL's advisory lock) is what makes hosts starting together migrate once."""
+    versions = _Versions(conn)
+    if versions.read(conn) == VERSION:
         return
-    with write_transaction(conn):  # under the write lock: another worker may have just done it
-        found = version(conn)
+    with write_transaction(conn):  # under the write lock: another worker or host may have just done it
+        found = versions.read(conn)
         if found > VERSION:
             raise NewerSchema(
                 f"The state file is at schema version {found}; this release knows up to {VERSION}. "
                 "Run the newer release, or restore a backup."
             )
         for number in range(found + 1, VERSION + 1):
-            STEPS[number - 1](conn)
-        conn.execute(f"PRAGMA user_version = {VERSION}")
+            versions.steps[number - 1](conn)
+        versions.write(conn, VERSION)

@@ -11,11 +11,11 @@ import sqlite3
 import time
 
 from chats.people import Person
-from chats.state_file import SqliteFile, write_transaction
+from chats.state_file import StateFile, write_transaction
 
 
 class SessionStore:
-    def __init__(self, file: SqliteFile) -> None:
+    def __init__(self, file: StateFile) -> None:
         self._file = file  # the kit's state file (chats/state.py), which makes the table
 
     async def start(self, person: Person, lifetime_s: float) -> str:

@@ -18,7 +18,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from chats.state_file import SqliteFile, write_transaction
+from chats.state_file import StateFile, write_transaction
 
 log = logging.getLogger(__name__)
 
@@ -39,7 +39,7 @@ class LiveRun:
 
 
 class SharedRunLog:
-    def __init__(self, file: SqliteFile) -> None:
+    def __init__(self, file: StateFile) -> None:
         self._file = file  # the kit's state file (chats/state.py)
         self._file.now(_forget_dead_owners)
 
@@ -47,7 +47,10 @@ class SharedRunLog:
         now = time.time()
         await self._file.run(
             lambda c: c.execute(
-                "INSERT OR REPLACE INTO live_runs VALUES (?, ?, ?, ?)", (run_id, conversation_id, now, now)
+                "INSERT INTO live_runs VALUES (?, ?, ?, ?) ON CONFLICT (run_id) DO UPDATE SET "
+                "conversation_id = excluded.conversation_id, beat_at = excluded.beat_at, "
+                "watched_at = excluded.watched_at",
+                (run_id, conversation_id, now, now),
             )
         )
 
@@ -57,7 +60,7 @@ class SharedRunLog:
 
         def write(c: sqlite3.Connection) -> None:
             with write_transaction(c):
-                c.executemany("INSERT OR IGNORE INTO live_events VALUES (?, ?, ?, ?)", rows)
+                c.executemany("INSERT INTO live_events VALUES (?, ?, ?, ?) ON CONFLICT DO NOTHING", rows)
                 if beat:
                     c.execute("UPDATE live_runs SET beat_at = ? WHERE run_id = ?", (time.time(), run_id))
 

@@ -2,9 +2,11 @@
 (`chats/schema.py`), and hands every store the same connection: conversations, proposals, web sessions, the run log
 other workers read, rate limits, daily budgets and each conversation's turn.
 
-The file is `$AGENT_DATA_DIR/state.sqlite3`; it holds far more than conversations, so it is named for
-all of it. A data folder from an earlier release has `conversations.sqlite3`, which is taken over (renamed)
-on start-up, its history whole.
+`AGENT_STATE_URL` says where: unset, the file `$AGENT_DATA_DIR/state.sqlite3`; a path, that SQLite
+file; `postgresql://...`, a PostgreSQL database (chats/state_postgres.py), which several hosts can
+share. The default file holds far more than conversations, so it is named for all of it. A data folder
+from an earlier release has `conversations.sqlite3`, which is taken over (renamed) on start-up, its
+history whole.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import os
 import sqlite3
 from pathlib import Path
 
-from agent.config import Settings
+from agent.config import Settings, redacted_url
 from agent.limits import Limits
 from chats import schema
 from chats.audit import AuditLog
@@ -23,20 +25,22 @@ from chats.pacing import Pacing
 from chats.proposals import ProposalStore
 from chats.sessions import SessionStore
 from chats.shared_runs import SharedRunLog
-from chats.state_file import SqliteFile
+from chats.state_file import SqliteFile, StateFile
+from chats.state_postgres import PostgresFile, is_postgres_url
 
 STATE_FILE = "state.sqlite3"
 EARLIER_NAME = "conversations.sqlite3"  # what releases before the schema had a version called it
 
 
 class ChatState:
-    """Every store of the kit, over one connection to the file at `path`. With `workers` > 1 the process
-    is one of several sharing the file: rate limits, budgets and turns are counted in it, and runs in
-    progress are copied to it; alone, those live in memory."""
+    """Every store of the kit, over one connection to the file at `path` (or a pool of them to the
+    PostgreSQL database a `postgresql://` URL names). With `workers` > 1 the process is one of several
+    sharing the state: rate limits, budgets and turns are counted in it, and runs in progress are copied
+    to it; alone, those live in memory. PostgreSQL is always shared: other hosts may open it."""
 
-    def __init__(self, path: Path, *, limits: Limits | None = None, workers: int = 1) -> None:
-        self.path, self.workers = path, workers
-        self.file = SqliteFile(path)
+    def __init__(self, path: Path | str, *, limits: Limits | None = None, workers: int = 1) -> None:
+        self.path, self.workers = redacted_url(path) if isinstance(path, str) else path, workers
+        self.file: StateFile = PostgresFile(path) if is_postgres_url(path) else SqliteFile(Path(path))
         try:
             self.file.now(schema.migrate)
         except BaseException:
@@ -46,14 +50,15 @@ class ChatState:
         self.proposals = ProposalStore(self.file)
         self.audit = AuditLog(self.file)
         self.sessions = SessionStore(self.file)  # who signed in to the web chat
-        shared = self.file if workers > 1 else None
+        shared = self.file if workers > 1 or isinstance(self.file, PostgresFile) else None
         self.shared_runs = SharedRunLog(shared) if shared is not None else None
         self.pacing = Pacing(shared, workers=workers)
 
     @classmethod
     def of(cls, settings: Settings, *, workers: int = 1) -> ChatState:
-        """The state kept in the settings' data folder."""
-        return cls(state_path(settings.agent_data_dir), limits=Limits.of(settings), workers=workers)
+        """The state at the settings' `AGENT_STATE_URL`, by default in their data folder."""
+        where = settings.agent_state_url or state_path(settings.agent_data_dir)
+        return cls(where, limits=Limits.of(settings), workers=workers)
 
     def close(self) -> None:
         self.file.close()

@@ -1,6 +1,11 @@
 """The kit's SQLite file, as the kit's state (chats/state.py) opens it: WAL, one connection per process
 that every store uses from worker threads under a lock, and write transactions that wait for another
-process's lock (several worker processes may share the file) rather than fail."""
+process's lock (several worker processes may share the file) rather than fail.
+
+`StateFile` is what every store is written against: a function given a connection with the part of
+sqlite3's API the stores use (`execute`, `executemany`, rows by position and name). PostgreSQL
+(chats/state_postgres.py) offers the same, so each store keeps one copy of its SQL.
+"""
 
 from __future__ import annotations
 
@@ -11,9 +16,31 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TypeVar
+from typing import Protocol, TypeVar
+
+import psycopg
 
 T = TypeVar("T")
+
+# What a store's call may raise on either backend: any failure; and the state being busy, unreachable or
+# broken (a lock held past the wait, a server gone, a table missing: what SQLite calls OperationalError),
+# which some stores ride out or refuse on, rather than a bug in the SQL.
+STATE_ERRORS: tuple[type[Exception], ...] = (sqlite3.Error, psycopg.Error)
+STATE_UNAVAILABLE: tuple[type[Exception], ...] = (
+    sqlite3.OperationalError,
+    psycopg.OperationalError,
+    psycopg.ProgrammingError,
+)
+
+
+class StateFile(Protocol):
+    """Where the kit's state lives: this SQLite file or a PostgreSQL database."""
+
+    def now(self, fn: Callable[[sqlite3.Connection], T]) -> T: ...
+
+    async def run(self, fn: Callable[[sqlite3.Connection], T]) -> T: ...
+
+    def close(self) -> None: ...
 
 
 class SqliteFile:
@@ -62,6 +89,11 @@ def _switch_to_wal(conn: sqlite3.Connection, *, patience: float = 10.0) -> None:
 
 @contextmanager
 def write_transaction(conn: sqlite3.Connection) -> Iterator[None]:
+    """One transaction that writers take in turn across every process sharing the state."""
+    if not isinstance(conn, sqlite3.Connection):  # PostgreSQL's connection has its own (state_postgres.py)
+        with conn.write_transaction():  # type: ignore[attr-defined]
+            yield
+        return
     # IMMEDIATE takes the write lock up front: a deferred transaction that reads and then writes
     # fails at once when another process got the lock in between, instead of waiting for it.
     conn.execute("BEGIN IMMEDIATE")
@@ -71,3 +103,13 @@ def write_transaction(conn: sqlite3.Connection) -> Iterator[None]:
         conn.execute("ROLLBACK")
         raise
     conn.execute("COMMIT")
+
+
+def has_table(conn: sqlite3.Connection, table: str) -> bool:
+    """Whether the state has `table` (one an older schema lacks), on either backend."""
+    if isinstance(conn, sqlite3.Connection):
+        return bool(conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (table,)).fetchone())
+    # A query of the catalog, not to_regclass: that reads a cache a transaction refreshes only as it locks
+    # a table, so under the advisory lock it can miss the table another host has just made.
+    found = conn.execute("SELECT 1 FROM pg_tables WHERE schemaname = current_schema() AND tablename = ?", (table,))
+    return found.fetchone() is not None

@@ -20,7 +20,7 @@ from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
 
 from chats.shared_runs import BEAT_S, DEAD_AFTER_S
-from chats.state_file import SqliteFile, write_transaction
+from chats.state_file import STATE_ERRORS, STATE_UNAVAILABLE, StateFile, write_transaction
 
 log = logging.getLogger(__name__)
 
@@ -31,7 +31,7 @@ class Turns:
     """Callers with the same key go one at a time: in memory, or through `file` when the process is one
     of several workers."""
 
-    def __init__(self, file: SqliteFile | None = None) -> None:
+    def __init__(self, file: StateFile | None = None) -> None:
         self._file = file
         self._locks: dict[str, tuple[asyncio.Lock, int]] = {}
         self._leaving: set[asyncio.Task[None]] = set()
@@ -59,7 +59,7 @@ class Turns:
                 self._locks[key] = (lock, users - 1)
 
     @asynccontextmanager
-    async def _shared_turn(self, file: SqliteFile, key: str, position: int) -> AsyncIterator[None]:
+    async def _shared_turn(self, file: StateFile, key: str, position: int) -> AsyncIterator[None]:
         ticket = Ticket(uuid.uuid4().hex, key, position)
         joining = asyncio.ensure_future(file.run(ticket.join))
         beating: asyncio.Task[None] | None = None
@@ -129,7 +129,7 @@ class Ticket:
 
     def _insert(self, c: sqlite3.Connection, now: float) -> None:
         c.execute(
-            "INSERT OR IGNORE INTO thread_turns VALUES (?, ?, ?, ?, ?)",
+            "INSERT INTO thread_turns VALUES (?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
             (self.token, self.key, self.position, now, int(self.holding)),
         )
 
@@ -142,27 +142,27 @@ class Ticket:
         )
 
 
-async def _leave(file: SqliteFile, ticket: Ticket, joining: asyncio.Future[None]) -> None:
+async def _leave(file: StateFile, ticket: Ticket, joining: asyncio.Future[None]) -> None:
     await asyncio.wait([joining])  # cancelled as it joined: the row is written all the same, then removed
     try:
         await file.run(ticket.leave)
-    except sqlite3.Error:  # the next caller goes ahead once the row stops beating
+    except STATE_ERRORS:  # the next caller goes ahead once the row stops beating
         log.warning("could not give up a conversation's turn", exc_info=True)
 
 
-async def _try_take(file: SqliteFile, ticket: Ticket) -> bool:
+async def _try_take(file: StateFile, ticket: Ticket) -> bool:
     try:
         return await file.run(ticket.take)
-    except sqlite3.OperationalError:  # the file is busy or locked for a moment: look again
+    except STATE_UNAVAILABLE:  # the file is busy or locked for a moment: look again
         log.warning("could not look at a conversation's line", exc_info=True)
         return False
 
 
-async def _beat(file: SqliteFile, ticket: Ticket) -> None:
+async def _beat(file: StateFile, ticket: Ticket) -> None:
     """While a ticket waits or holds its turn, its worker says it is alive."""
     while True:
         await asyncio.sleep(BEAT_S)
         try:
             await file.run(ticket.beat)
-        except sqlite3.Error:  # a missed beat or two is harmless; many make the others go ahead
+        except STATE_ERRORS:  # a missed beat or two is harmless; many make the others go ahead
             log.warning("could not refresh a conversation's turn", exc_info=True)

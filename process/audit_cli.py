@@ -10,6 +10,7 @@ import re
 import sys
 import time
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from process.errors import EXIT_OK, UsageError
@@ -40,6 +41,7 @@ def add_audit_command(commands: argparse._SubParsersAction[argparse.ArgumentPars
 def _audit(args: argparse.Namespace, settings: Settings) -> int:
     from chats.audit import AuditFilter, read_entries
     from chats.state import ChatState, state_path
+    from chats.state_postgres import is_postgres_url
 
     now = time.time()
     which = AuditFilter(
@@ -49,10 +51,10 @@ def _audit(args: argparse.Namespace, settings: Settings) -> int:
         since=moment(args.since, now) if args.since else None,
         until=moment(args.until, now) if args.until else None,
     )
-    path = state_path(settings.agent_data_dir)
-    if not path.exists():
-        raise UsageError(f"No state file at {path}: nothing has been asked here yet (or set AGENT_DATA_DIR).")
-    state = ChatState(path)
+    where = settings.agent_state_url or state_path(settings.agent_data_dir)
+    if not is_postgres_url(where) and not Path(where).exists():
+        raise UsageError(f"No state file at {where}: nothing has been asked here yet (or set AGENT_DATA_DIR).")
+    state = ChatState(where)
     try:
         entries = state.file.now(lambda c: read_entries(c, which))
     finally:

@@ -26,6 +26,7 @@ from tests.fakes.clients import make_llm
 from tests.fakes.openai_api import FakeOpenAI
 from tests.fakes.slack_api import FakeSlack, FakeSocketMode
 from tests.oidc.provider import OidcProvider, running_provider
+from tests.postgres import PostgresServer, running_postgres
 
 # Runs for seconds on one core and stays under the row limit: long enough to watch and cancel.
 HEAVY = "SELECT count() FROM numbers(400000000) WHERE sipHash64(number) % 7 = 3"
@@ -216,6 +217,14 @@ def oidc_provider() -> Iterator[OidcProvider]:
     Node.js or the npm packages (never in CI: see tests/oidc/provider.py)."""
     with running_provider() as provider:
         yield provider
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[PostgresServer]:
+    """A PostgreSQL server of this xdist worker's own; `new_database()` gives a test an empty database.
+    Skips, saying why, without PostgreSQL's binaries (never in CI: see tests/postgres.py)."""
+    with running_postgres() as server:
+        yield server
 
 
 @pytest.fixture

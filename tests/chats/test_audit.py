@@ -20,8 +20,8 @@ from tests.fakes.anthropic_api import FakeAnthropic, Reply
 
 
 @pytest.fixture
-def state(tmp_path: Path):
-    state = ChatState(tmp_path / "state.sqlite3")
+def state(state_location: Path | str):
+    state = ChatState(state_location)
     yield state
     state.close()
 

@@ -1,5 +1,6 @@
 """The shared kit every adapter uses: conversations keyed by an adapter's key, handled events,
-feedback, light history, and runs whose log opens with `started` and ends with `done`."""
+feedback, light history, and runs whose log opens with `started` and ends with `done`; on SQLite and on
+PostgreSQL (`state_location`, tests/chats/conftest.py)."""
 
 from __future__ import annotations
 
@@ -17,8 +18,8 @@ from tests.fakes.anthropic_api import FakeAnthropic, Reply
 
 
 @pytest.fixture
-def store(tmp_path: Path):
-    state = ChatState(tmp_path / "state.sqlite3")
+def store(state_location: Path | str):
+    state = ChatState(state_location)
     yield state.conversations
     state.close()
 
@@ -33,8 +34,8 @@ async def test_an_adapter_key_finds_its_conversation(store: ConversationStore) -
     assert [c["id"] for c in await store.list_conversations()] == [web]  # the sidebar lists web chats only
 
 
-async def test_an_event_is_claimed_once_also_across_a_restart(tmp_path: Path) -> None:
-    path = tmp_path / "state.sqlite3"
+async def test_an_event_is_claimed_once_also_across_a_restart(state_location: Path | str) -> None:
+    path = state_location
     state = ChatState(path)
     assert await state.conversations.claim_event("slack:Ev123")
     assert not await state.conversations.claim_event("slack:Ev123")
@@ -147,9 +148,9 @@ async def test_an_oversized_answer_still_ends_the_log_with_done(
 
 
 async def test_a_shared_event_another_release_wrote_is_skipped_and_the_run_still_ends(
-    tmp_path: Path, store: ConversationStore, make_app
+    state_location: Path | str, store: ConversationStore, make_app
 ) -> None:
-    path = tmp_path / "shared.sqlite3"
+    path = state_location
     writer_state, reader_state = ChatState(path, workers=2), ChatState(path, workers=2)
     writer, reader = writer_state.shared_runs, reader_state.shared_runs
     assert writer is not None and reader is not None
@@ -209,11 +210,11 @@ def test_a_file_from_before_receipts_gains_their_columns(tmp_path: Path) -> None
     assert {"figures", "receipt"} <= columns
 
 
-async def test_turns_by_run_reads_only_the_conversation_kept_under_the_key(tmp_path: Path) -> None:
+async def test_turns_by_run_reads_only_the_conversation_kept_under_the_key(state_location: Path | str) -> None:
     """Slack names runs by the ids in its messages' metadata: a run of another conversation is never read."""
     from agent.runner import RunResult
 
-    state = ChatState(tmp_path / "c.sqlite3")
+    state = ChatState(state_location)
     store = state.conversations
     mine = await store.create_conversation("q", key="slack:T:C:1", interface="slack")
     theirs = await store.create_conversation("q", key="slack:T:C:2", interface="slack")

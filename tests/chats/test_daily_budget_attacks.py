@@ -7,24 +7,27 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import sqlite3
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
+import psycopg
 import pytest
 
 from agent.receipts import Receipt
 from chats.daily_budgets import RESERVATION_TTL_S, DailyBudget, Refusal, Reservation
-from chats.schema import migrate
-from chats.state_file import SqliteFile
+from chats.state_file import StateFile
+from chats.state_postgres import WRITE_LOCK, is_postgres_url
 
 BUDGET, QUESTION = 20_000, 10_000
 NOON = dt.datetime(2026, 11, 26, 12, 30, tzinfo=dt.UTC).timestamp()
 BEFORE_MIDNIGHT = dt.datetime(2026, 11, 26, 23, 59, 50, tzinfo=dt.UTC).timestamp()
 
 
-def _shared(tmp_path: Path) -> SqliteFile:
-    file = SqliteFile(tmp_path / "state.sqlite3")
-    file.now(migrate)
-    return file
+@pytest.fixture
+def shared(state_files: Callable[[], StateFile]) -> StateFile:
+    """The state the workers share, on SQLite and on PostgreSQL."""
+    return state_files()
 
 
 async def _spent_today(budget: DailyBudget, key: str) -> int:
@@ -33,13 +36,13 @@ async def _spent_today(budget: DailyBudget, key: str) -> int:
 
 @pytest.mark.parametrize("where", ["memory", "shared file"])
 async def test_a_question_that_runs_across_midnight_is_not_held_on_the_day_it_spends(
-    where: str, tmp_path: Path
+    where: str, shared: StateFile
 ) -> None:
     """A reservation is held on the day it started (`day = ?` in every read), but its receipt was counted
     on the day it settles. Questions started at 23:59:50 hold nothing on the next day; questions started
     at 00:00:00 then take the whole new budget too, and all of them settled onto the new day."""
     now = [BEFORE_MIDNIGHT]
-    file = _shared(tmp_path) if where == "shared file" else None
+    file = shared if where == "shared file" else None
     try:
         budget = DailyBudget(
             max_tokens=BUDGET, max_cost_usd=None, question_tokens=QUESTION, file=file, clock=lambda: now[0]
@@ -50,7 +53,8 @@ async def test_a_question_that_runs_across_midnight_is_not_held_on_the_day_it_sp
         ran = [b for b in (*late, *early) if isinstance(b, Reservation)]
         await asyncio.gather(*(budget.settle(b, Receipt(input_tokens=QUESTION)) for b in ran))
         spent = await _spent_today(budget, "web:1.2.3.4")
-        yesterday = (await budget._read(late[0].day, "web:1.2.3.4")).tokens  # type: ignore[union-attr]
+        held_day = next(b.day for b in late if isinstance(b, Reservation))  # which of the 8 won is the server's
+        yesterday = (await budget._read(held_day, "web:1.2.3.4")).tokens
     finally:
         if file is not None:
             file.close()
@@ -76,11 +80,11 @@ async def test_a_question_running_past_the_reservation_ttl_lets_the_next_ones_ov
     assert spent <= BUDGET + QUESTION, f"{len(ran)} questions ran at once, {spent:,} tokens spent"
 
 
-async def test_a_running_questions_hold_in_the_shared_file_is_renewed_past_the_ttl(tmp_path: Path) -> None:
+async def test_a_running_questions_hold_in_the_shared_file_is_renewed_past_the_ttl(shared: StateFile) -> None:
     """The same in the shared file, where holds expire (a dead worker's must): the live worker renews the
     holds of its running questions, so they outlast the TTL; once settled, renewal stops."""
     now = [NOON]
-    file = _shared(tmp_path)
+    file = shared
     try:
         budget = DailyBudget(
             max_tokens=BUDGET, max_cost_usd=None, question_tokens=QUESTION, file=file, clock=lambda: now[0],
@@ -125,31 +129,45 @@ async def test_the_per_question_budget_does_not_bound_what_a_reservation_holds()
     assert sum(isinstance(b, Reservation) for b in booked) == 2
 
 
-async def test_a_busy_state_file_does_not_turn_the_daily_budget_off(tmp_path: Path) -> None:
+async def test_a_busy_state_file_does_not_turn_the_daily_budget_off(
+    shared: StateFile, state_location: Path | str
+) -> None:
     """`reserve` caught sqlite3.OperationalError and let the question through with no hold (`id` None),
     and `spend` then dropped the receipt the same way: while the shared file is busy past its 10 s timeout
     (another worker's long write, a backup holding a lock), and for every other OperationalError: disk
-    full, a read-only file, a missing table, every question of every asker ran, none counted."""
-    file = _shared(tmp_path)
-    blocker = sqlite3.connect(tmp_path / "state.sqlite3", isolation_level=None)
-    blocker.execute("BEGIN IMMEDIATE")  # another process holds the write lock
-    try:
+    full, a read-only file, a missing table, every question of every asker ran, none counted. On
+    PostgreSQL, another host holds the write lock past the same wait."""
+    file = shared
+    with _write_lock_held(state_location):
         budget = DailyBudget(
             max_tokens=QUESTION, max_cost_usd=None, question_tokens=QUESTION, file=file, clock=lambda: NOON
         )
         booked = await asyncio.gather(*(budget.reserve("u") for _ in range(2)))  # each waits 10 s
-    finally:
-        blocker.rollback()
-        blocker.close()
-        file.close()
     ran = [b for b in booked if isinstance(b, Reservation)]
     assert len(ran) <= 1, f"{len(ran)} of 2 questions ran at once under a budget that fits one"
     refused = [b for b in booked if isinstance(b, Refusal)]
     assert refused and all("ask again" in r.message and r.retry_after_s <= 60 for r in refused)
 
 
-async def test_a_broken_state_file_refuses_instead_of_letting_questions_through(tmp_path: Path) -> None:
-    file = _shared(tmp_path)
+@contextmanager
+def _write_lock_held(location: Path | str) -> Iterator[None]:
+    """Another process holds the state's write lock meanwhile."""
+    if is_postgres_url(location):
+        with psycopg.connect(str(location), autocommit=True) as conn:
+            conn.execute("SELECT pg_advisory_lock(%s)", (WRITE_LOCK,))
+            yield
+        return
+    blocker = sqlite3.connect(location, isolation_level=None)
+    blocker.execute("BEGIN IMMEDIATE")
+    try:
+        yield
+    finally:
+        blocker.rollback()
+        blocker.close()
+
+
+async def test_a_broken_state_file_refuses_instead_of_letting_questions_through(shared: StateFile) -> None:
+    file = shared
     file.now(lambda c: c.execute("DROP TABLE budget_reserved"))  # any OperationalError, not only busy
     try:
         budget = DailyBudget(max_tokens=BUDGET, max_cost_usd=None, file=file, clock=lambda: NOON)

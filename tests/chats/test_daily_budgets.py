@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
-from pathlib import Path
+from collections.abc import Callable
 
 import pytest
 
 from agent.receipts import Receipt
 from chats.daily_budgets import RESERVATION_TTL_S, DailyBudget, Refusal, Reservation
-from chats.schema import migrate
-from chats.state_file import SqliteFile
+from chats.state_file import StateFile
 
 NOON = dt.datetime(2026, 11, 26, 12, 30, tzinfo=dt.UTC).timestamp()
 
@@ -45,12 +44,11 @@ async def test_a_cost_budget_counts_the_estimate() -> None:
     assert refusal is not None and "$0.06 of $0.05" in refusal.message
 
 
-async def test_off_by_default_and_workers_share_the_spending(tmp_path: Path) -> None:
+async def test_off_by_default_and_workers_share_the_spending(shared: StateFile) -> None:
     off = DailyBudget(max_tokens=None, max_cost_usd=None)
     await off.spend("u", receipt(10**9))
     assert not off.enabled and await off.refusal("u") is None
-    file = SqliteFile(tmp_path / "state.sqlite3")
-    file.now(migrate)
+    file = shared
     try:
         one, two = (DailyBudget(max_tokens=100, max_cost_usd=None, file=file, clock=lambda: NOON) for _ in range(2))
         await one.spend("slack:T1:U1", receipt(60))
@@ -84,10 +82,10 @@ async def test_cache_writes_count_against_the_budget() -> None:
         assert await one.refusal("u") is not None, kind
 
 
-def _shared(tmp_path: Path) -> SqliteFile:
-    file = SqliteFile(tmp_path / "state.sqlite3")
-    file.now(migrate)
-    return file
+@pytest.fixture
+def shared(state_files: Callable[[], StateFile]) -> StateFile:
+    """The state the workers share, on SQLite and on PostgreSQL."""
+    return state_files()
 
 
 async def _ask_at_once(budget: DailyBudget, key: str, questions: int, cost: int) -> tuple[int, int]:
@@ -100,10 +98,10 @@ async def _ask_at_once(budget: DailyBudget, key: str, questions: int, cost: int)
 
 
 @pytest.mark.parametrize("where", ["memory", "shared file"])
-async def test_questions_asked_at_once_spend_at_most_the_budget_and_one_question(where: str, tmp_path: Path) -> None:
+async def test_questions_asked_at_once_spend_at_most_the_budget_and_one_question(where: str, shared: StateFile) -> None:
     """The race: eight questions asked at once by an asker whose budget fits two all ran, since spending
     was counted only at the end. Each question reserves its worth when it starts."""
-    file = _shared(tmp_path) if where == "shared file" else None
+    file = shared if where == "shared file" else None
     try:
         # A per-question budget bounds a question: as many run at once as the budget fits.
         capped = DailyBudget(
@@ -128,10 +126,10 @@ async def test_questions_asked_at_once_spend_at_most_the_budget_and_one_question
 
 
 async def test_a_reservation_is_released_when_nothing_was_spent_and_expires_when_never_settled(
-    tmp_path: Path,
+    shared: StateFile,
 ) -> None:
     now = [NOON]
-    file = _shared(tmp_path)
+    file = shared
     try:
         # A worker that died renews nothing: here, one whose renewal never comes round.
         budget = DailyBudget(max_tokens=1000, max_cost_usd=None, file=file, clock=lambda: now[0], renew_every_s=1e9)

@@ -1,5 +1,5 @@
 """Rate limits and per-conversation turns, in one process (memory) and across worker processes (the
-shared SQLite file, here opened twice as two workers open it)."""
+shared state, here opened twice as two workers open it: a SQLite file or a PostgreSQL database)."""
 
 from __future__ import annotations
 
@@ -14,10 +14,9 @@ import pytest
 from chats import turns as turns_module
 from chats.pacing import Pacing
 from chats.rate_limits import LocalRateLimit, RateLimit, SharedRateLimit
-from chats.schema import migrate
 from chats.shared_runs import DEAD_AFTER_S
 from chats.state import ChatState
-from chats.state_file import SqliteFile
+from chats.state_file import StateFile
 
 
 class Clock:
@@ -29,33 +28,18 @@ class Clock:
 
 
 @pytest.fixture
-def db_path(tmp_path: Path) -> Path:
-    return tmp_path / "app.sqlite3"
+def files(state_files: Callable[[], StateFile]) -> Callable[[], StateFile]:
+    """Connections to the shared state, as each worker has its own; all closed at the end."""
+    return state_files
 
 
 @pytest.fixture
-def files(db_path: Path) -> Iterator[Callable[[], SqliteFile]]:
-    """Connections to the shared file, as each worker has its own; all closed at the end."""
-    opened: list[SqliteFile] = []
-
-    def connect() -> SqliteFile:
-        file = SqliteFile(db_path)
-        file.now(migrate)
-        opened.append(file)
-        return file
-
-    yield connect
-    for file in opened:
-        file.close()
-
-
-@pytest.fixture
-def workers(db_path: Path) -> Iterator[Callable[[], Pacing]]:
-    """Pacing as each of several workers has it, on one file; all closed at the end."""
+def workers(state_location: Path | str) -> Iterator[Callable[[], Pacing]]:
+    """Pacing as each of several workers has it, on one state; all closed at the end."""
     opened: list[ChatState] = []
 
     def start() -> Pacing:
-        opened.append(ChatState(db_path, workers=2))
+        opened.append(ChatState(state_location, workers=2))
         return opened[-1].pacing
 
     yield start
@@ -63,9 +47,16 @@ def workers(db_path: Path) -> Iterator[Callable[[], Pacing]]:
         state.close()
 
 
-def rows(path: Path) -> list[tuple[str, int, int]]:
-    with sqlite3.connect(path) as conn:
-        return list(conn.execute("SELECT key, position, holding FROM thread_turns ORDER BY position"))
+@pytest.fixture
+def other(state_files: Callable[[], StateFile]) -> StateFile:
+    """Another worker's connection to the state, for what the test writes and reads behind the kit's back."""
+    return state_files()
+
+
+def rows(file: StateFile) -> list[tuple[str, int, int]]:
+    read = "SELECT key, position, holding FROM thread_turns ORDER BY position"
+    found = file.now(lambda c: c.execute(read).fetchall())
+    return [tuple(row) for row in found]
 
 
 # --- rate limits ---
@@ -114,9 +105,8 @@ async def test_shared_takes_are_forgotten_once_out_of_the_window(files) -> None:
     assert [tuple(row) for row in left] == [("d",)]
 
 
-async def test_a_refused_client_is_answered_from_memory_until_its_wait_is_over(db_path: Path) -> None:
-    file, clock = SqliteFile(db_path), Clock()
-    file.now(migrate)
+async def test_a_refused_client_is_answered_from_memory_until_its_wait_is_over(files) -> None:
+    file, clock = files(), Clock()
     limit = SharedRateLimit(file, "test", 1, clock=clock)
     assert await limit.take("flooder") is None
     assert await limit.take("flooder") == pytest.approx(60)
@@ -209,7 +199,7 @@ async def test_a_waiter_that_is_cancelled_gives_up_its_place(pacings: tuple[Paci
     assert cancelled_note == [] and after == ["ran"]
 
 
-async def test_a_turn_cancelled_as_it_joins_leaves_no_row(workers, db_path: Path) -> None:
+async def test_a_turn_cancelled_as_it_joins_leaves_no_row(workers, other: StateFile) -> None:
     pacing = workers()
     for delay in (0, 0.0005, 0.002):
         entering = asyncio.create_task(_enter_and_leave(pacing, position=1))
@@ -217,14 +207,14 @@ async def test_a_turn_cancelled_as_it_joins_leaves_no_row(workers, db_path: Path
         entering.cancel()
         await asyncio.gather(entering, return_exceptions=True)
     for _ in range(100):  # a cancellation that lands as it leaves returns first; the leaving goes on
-        if not rows(db_path):
+        if not rows(other):
             break
         await asyncio.sleep(0.02)
-    assert rows(db_path) == []
+    assert rows(other) == []
     await asyncio.wait_for(_enter_and_leave(pacing, position=2), 5)
 
 
-async def test_the_position_orders_the_line_across_workers(workers, db_path: Path) -> None:
+async def test_the_position_orders_the_line_across_workers(workers, other: StateFile) -> None:
     """Slack messages take their place by ts: of two waiting, the earlier message goes first even if it
     joined later; and one that joins with an earlier ts while another holds the turn waits for it."""
     first, second = workers(), workers()
@@ -254,24 +244,26 @@ async def test_the_position_orders_the_line_across_workers(workers, db_path: Pat
     release.set()
     await asyncio.gather(a, b, c, d)
     assert order == ["B 1 running", "A 1 running", "C 1 running", "D 1 running"]
-    assert rows(db_path) == []
+    assert rows(other) == []
 
 
-async def test_a_worker_that_dies_holding_the_turn_is_passed_over(workers, db_path: Path) -> None:
+async def test_a_worker_that_dies_holding_the_turn_is_passed_over(workers, other: StateFile) -> None:
     pacing = workers()
-    with sqlite3.connect(db_path) as conn:  # another worker holds the thread's turn and is alive
-        conn.execute("INSERT INTO thread_turns VALUES ('theirs', 'thread', 1, ?, 1)", (time.time(),))
+    other.now(  # another worker holds the thread's turn and is alive
+        lambda c: c.execute("INSERT INTO thread_turns VALUES ('theirs', 'thread', 1, ?, 1)", (time.time(),))
+    )
     waiter = asyncio.create_task(asyncio.wait_for(_enter_and_leave(pacing, position=2), 20))
     await asyncio.sleep(0.5)
     assert not waiter.done(), "it waits while the holder beats"
-    with sqlite3.connect(db_path) as conn:  # the holder died: its beats stopped
-        conn.execute("UPDATE thread_turns SET beat_at = ? WHERE token = 'theirs'", (time.time() - DEAD_AFTER_S,))
+    other.now(  # the holder died: its beats stopped
+        lambda c: c.execute("UPDATE thread_turns SET beat_at = ? WHERE token = 'theirs'", (time.time() - DEAD_AFTER_S,))
+    )
     await waiter
-    assert rows(db_path) == [], "the dead worker's row was swept as well"
+    assert rows(other) == [], "the dead worker's row was swept as well"
 
 
 async def test_a_waiter_whose_row_was_swept_for_late_beats_takes_its_place_again(
-    workers, db_path: Path, monkeypatch: pytest.MonkeyPatch
+    workers, other: StateFile, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A stalled worker's waiting row can be taken for dead's; its next beat puts it back, behind the
     holder and in its place."""
@@ -290,15 +282,15 @@ async def test_a_waiter_whose_row_was_swept_for_late_beats_takes_its_place_again
         await held.wait()
         waiter = asyncio.create_task(asyncio.wait_for(_enter_and_leave(second, position=2), 20))
         await asyncio.sleep(0.3)
-        with sqlite3.connect(db_path) as conn:  # as a sweep by a third worker would, after a stall
-            conn.execute("DELETE FROM thread_turns WHERE position = 2")
+        # as a sweep by a third worker would, after a stall
+        other.now(lambda c: c.execute("DELETE FROM thread_turns WHERE position = 2"))
         await asyncio.sleep(0.5)
-        assert rows(db_path) == [("thread", 1, 1), ("thread", 2, 0)], "back in line, behind the holder"
+        assert rows(other) == [("thread", 1, 1), ("thread", 2, 0)], "back in line, behind the holder"
         assert not waiter.done()
     finally:
         release.set()
         await asyncio.gather(holder, *([waiter] if waiter else []))
-    assert rows(db_path) == []
+    assert rows(other) == []
 
 
 async def _enter_and_leave(pacing: Pacing, position: int) -> None:

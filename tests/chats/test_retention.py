@@ -32,8 +32,8 @@ class QueryingRunner(ScriptedRunner):
 
 
 @pytest.fixture
-def state(tmp_path: Path):
-    state = ChatState(tmp_path / "state.sqlite3", workers=2)  # two workers: the shared run log is kept too
+def state(state_location: Path | str):
+    state = ChatState(state_location, workers=2)  # two workers: the shared run log is kept too
     yield state
     state.close()
 
@@ -137,7 +137,7 @@ async def test_expired_sessions_go_and_live_ones_stay(state: ChatState) -> None:
     live = await state.sessions.start(alice, lifetime_s=7200)
     assert await Retention(state.file, 30, clock=lambda: now + 120).sweep() == {"web_sessions": 1}
     assert await state.sessions.person(live) == alice and await state.sessions.person(expired) is None
-    assert state.file.now(lambda c: c.execute("SELECT count() FROM web_sessions").fetchone()[0]) == 1
+    assert state.file.now(lambda c: c.execute("SELECT count(*) FROM web_sessions").fetchone()[0]) == 1
 
 
 def test_every_table_that_keeps_what_people_asked_is_swept() -> None:

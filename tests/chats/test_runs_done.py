@@ -67,8 +67,8 @@ class ScriptedRunner:
 
 
 @pytest.fixture
-def store(tmp_path: Path):
-    state = ChatState(tmp_path / "c.sqlite3")
+def store(state_location: Path | str):
+    state = ChatState(state_location)
     yield state.conversations
     state.close()
 

@@ -11,8 +11,8 @@ from chats.state import ChatState
 ALICE = Person("email:alice@example.com", "Alice", "alice@example.com", frozenset({"finance", "ops"}))
 
 
-async def test_a_session_is_its_person_until_it_ends(tmp_path: Path) -> None:
-    state = ChatState(tmp_path / "state.sqlite3")
+async def test_a_session_is_its_person_until_it_ends(state_location: Path | str) -> None:
+    state = ChatState(state_location)
     try:
         sessions = state.sessions
         session_id = await sessions.start(ALICE, 3600)
@@ -27,8 +27,8 @@ async def test_a_session_is_its_person_until_it_ends(tmp_path: Path) -> None:
         state.close()
 
 
-async def test_an_expired_session_is_nobody_and_is_forgotten(tmp_path: Path) -> None:
-    state = ChatState(tmp_path / "state.sqlite3")
+async def test_an_expired_session_is_nobody_and_is_forgotten(state_location: Path | str) -> None:
+    state = ChatState(state_location)
     try:
         expired = await state.sessions.start(ALICE, 0)
         assert await state.sessions.person(expired) is None

@@ -104,3 +104,19 @@ def test_people_and_times_are_read_as_people_type_them() -> None:
     assert owner_of("slack-channel:T1:C1") == "slack-channel:T1:C1" and owner_of("local") == "person:local"
     assert moment("1d12h", 1_000_000.0) == 1_000_000.0 - 36 * 3600
     assert moment("2026-05-01", 0) == moment("2026-05-01T00:00:00+00:00", 0)
+
+
+def test_the_audit_is_read_from_the_state_url(
+    postgres_server, folder: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    url = postgres_server.new_database()
+    state = ChatState(url)
+    try:
+        entry = AuditEntry("p1", time.time(), ANN, "web", "", "", "c1", "on postgres?", "answered")
+        asyncio.run(state.audit.record(entry))
+    finally:
+        state.close()
+    monkeypatch.setenv("AGENT_STATE_URL", url)
+    assert main(["audit", "--json"]) == 0
+    assert [json.loads(line)["run_id"] for line in capsys.readouterr().out.splitlines()] == ["p1"]
+    assert not state_path(folder).exists(), "no SQLite file beside it"

@@ -1,0 +1,165 @@
+"""The kit's state in PostgreSQL (`AGENT_STATE_URL=postgresql://...`), behind the same `StateFile`
+interface as the SQLite file (chats/state_file.py), so several hosts can share it.
+
+A thin dialect layer rather than two copies of each store: a store's function gets a connection that
+speaks the part of sqlite3's API the stores use, and its SQL is rewritten once per statement for
+PostgreSQL (`?` and `:name` placeholders; SQLite's REAL and INTEGER as PostgreSQL's 8-byte types in
+table definitions). The stores keep to SQL both engines read (`ON CONFLICT`, `RETURNING`, no `OR IGNORE`).
+
+SQLite's `BEGIN IMMEDIATE` is one write lock for the whole file; here a write transaction takes one
+transaction-scoped advisory lock, the same single lock, so budgets' reservations, rate limits and a
+conversation's turn keep exactly the guarantees they have on SQLite, across hosts too.
+
+The pool is psycopg_pool's synchronous one: the stores' functions are synchronous (SQLite has no async
+driver) and run in worker threads as on SQLite; an async pool would need every store written twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import sqlite3
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from functools import lru_cache
+from typing import Any, TypeGuard, TypeVar, cast
+
+import psycopg
+from psycopg.rows import RowMaker
+from psycopg_pool import ConnectionPool
+
+from agent.config import ConfigError, redacted_url
+
+T = TypeVar("T")
+
+# Every write transaction of the kit takes this lock (an arbitrary constant: "chats" in ASCII).
+WRITE_LOCK = 0x6368617473
+LOCK_WAIT = "10s"  # as SQLite's busy timeout (chats/state_file.py): then the write fails, as there
+POOL_SIZE = 8
+CONNECT_WAIT_S = 10
+
+
+def is_postgres_url(location: object) -> TypeGuard[str]:
+    return isinstance(location, str) and location.startswith(("postgresql://", "postgres://"))
+
+
+class Row(tuple[Any, ...]):
+    """A row by position or by column name, as sqlite3.Row."""
+
+    _names: tuple[str, ...]
+
+    def __getitem__(self, key: Any) -> Any:
+        if isinstance(key, str):
+            return super().__getitem__(self._names.index(key))
+        return super().__getitem__(key)
+
+    def keys(self) -> list[str]:
+        return list(self._names)
+
+
+def _row_factory(cursor: psycopg.Cursor[Any]) -> RowMaker[Row]:
+    names = tuple(column.name for column in cursor.description or ())
+
+    def make(values: Sequence[Any]) -> Row:
+        row = Row(values)
+        row._names = names
+        return row
+
+    return make
+
+
+class PostgresConnection:
+    """One pooled connection, for one store function, with sqlite3's calls."""
+
+    def __init__(self, conn: psycopg.Connection[Row]) -> None:
+        self._conn = conn
+
+    def execute(self, sql: str, params: Sequence[Any] | Mapping[str, Any] = ()) -> psycopg.Cursor[Row]:
+        return self._conn.execute(postgres_sql(sql), _adapt(params))  # type: ignore[arg-type]
+
+    def executemany(self, sql: str, rows: Iterable[Sequence[Any] | Mapping[str, Any]]) -> psycopg.Cursor[Row]:
+        cursor = self._conn.cursor()
+        cursor.executemany(postgres_sql(sql), [_adapt(row) for row in rows])  # type: ignore[arg-type]
+        return cursor
+
+    @contextmanager
+    def write_transaction(self) -> Iterator[None]:
+        with self._conn.transaction():
+            self._conn.execute("SELECT pg_advisory_xact_lock(%s)", (WRITE_LOCK,))
+            yield
+
+
+class PostgresFile:
+    """The kit's state in a PostgreSQL database: a pool of connections, each lent to one store function."""
+
+    def __init__(self, url: str) -> None:
+        _reach(url)
+        self._pool: ConnectionPool[psycopg.Connection[Row]] = ConnectionPool(
+            url,
+            min_size=1,
+            max_size=POOL_SIZE,
+            kwargs={"autocommit": True, "row_factory": _row_factory},
+            configure=_configure,
+            open=False,
+        )
+        self._pool.open(wait=True, timeout=CONNECT_WAIT_S)
+
+    def now(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        with self._pool.connection() as conn:
+            return fn(cast(sqlite3.Connection, PostgresConnection(conn)))
+
+    async def run(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        return await asyncio.to_thread(self.now, fn)
+
+    def close(self) -> None:
+        self._pool.close()
+
+
+class StateUnreachable(ConfigError):
+    """The database AGENT_STATE_URL names cannot be reached at start-up (one line, as a setting's error)."""
+
+
+def _reach(url: str) -> None:
+    # One connection first, for the server's own reason in one line: the pool would only time out.
+    try:
+        psycopg.connect(url, connect_timeout=CONNECT_WAIT_S).close()
+    except psycopg.Error as exc:
+        reason = " ".join(str(exc).split())
+        raise StateUnreachable(f"AGENT_STATE_URL: cannot reach {redacted_url(url)}: {reason}") from None
+
+
+def _configure(conn: psycopg.Connection[Any]) -> None:
+    conn.execute(f"SET lock_timeout = '{LOCK_WAIT}'")
+
+
+def _adapt(params: Sequence[Any] | Mapping[str, Any]) -> Sequence[Any] | Mapping[str, Any]:
+    # SQLite keeps a bool as 0 or 1 in an INTEGER column; PostgreSQL would refuse a boolean there.
+    if isinstance(params, Mapping):
+        return {name: int(value) if isinstance(value, bool) else value for name, value in params.items()}
+    return [int(value) if isinstance(value, bool) else value for value in params]
+
+
+_TOKENS = re.compile(r"'(?:[^']|'')*'|\?|(?<!:):([A-Za-z_]\w*)|%|\b(REAL|INTEGER)\b")
+_DDL = re.compile(r"^\s*(CREATE TABLE|ALTER TABLE)", re.IGNORECASE)
+_DDL_TYPES = {"REAL": "DOUBLE PRECISION", "INTEGER": "BIGINT"}
+
+
+@lru_cache(maxsize=512)
+def postgres_sql(sql: str) -> str:
+    """`sql` as PostgreSQL reads it: psycopg's placeholders, and in a table's definition SQLite's
+    8-byte REAL and INTEGER as PostgreSQL's (its own REAL and INTEGER are 4 bytes). Quoted text is kept."""
+    ddl = bool(_DDL.match(sql))
+
+    def token(match: re.Match[str]) -> str:
+        text = match.group(0)
+        if text.startswith("'"):
+            return text
+        if text == "?":
+            return "%s"
+        if text == "%":
+            return "%%"
+        if match.group(2):
+            return _DDL_TYPES[text] if ddl else text
+        return f"%({match.group(1)})s"
+
+    return _TOKENS.sub(token, sql)

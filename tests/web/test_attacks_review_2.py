@@ -1,0 +1,82 @@
+"""Outside review 2: the seams around a policy that changes under a person. A stored query read again
+withholds its rows once its audience no longer holds the policy it was asked under (web/views/queries.py);
+these ask whether every other door to the same rows does the same: the conversation view, the run's event
+replay, and the history a follow-up question hands the model. Each asserts the SAFE behaviour."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+from agent.app import AgentApp
+from tests.fakes.anthropic_api import FakeAnthropic, Reply
+from tests.slack_helpers import sql_call
+from tests.web.people_helpers import GROUPS_HEADER, PROXY_MODE, Served
+from tests.web_helpers import chat
+
+BY_ORIGIN = "SELECT origin, count() AS n FROM nycflights13.flights GROUP BY origin ORDER BY origin"
+POLICY_FILE = """
+contact: "#data-help"
+policies:
+  - name: newark
+    members:
+      - group: ewr-ops
+    tables:
+      nycflights13.flights: origin = 'EWR'
+  - name: jfk
+    members:
+      - group: jfk-ops
+    tables:
+      nycflights13.flights: origin = 'JFK'
+"""
+
+
+def by_origin() -> list[Reply]:
+    return [Reply(tool_calls=[sql_call("Flights by origin", BY_ORIGIN)]), Reply(text="Counted [Q1]."), Reply(text="[]")]
+
+
+async def _asked_under_newark(site: Served, fake: FakeAnthropic) -> tuple[str, str]:
+    """Carl asks while in ewr-ops: his answer's rows are Newark's. The run and conversation ids."""
+    carl = site.client(email="carl@example.com", **{GROUPS_HEADER: "ewr-ops"})
+    fake.script(*by_origin())
+    events = await chat(carl, "flights by origin?")
+    first = events[0].data
+    return first["run_id"], first["conversation_id"]
+
+
+async def test_the_conversation_view_withholds_rows_the_query_view_withholds(
+    make_app: Callable[..., AgentApp], tmp_path: Path, fake_anthropic: FakeAnthropic
+) -> None:
+    """Carl moves from ewr-ops to jfk-ops: /api/queries/{id} hides the Newark preview, but
+    /api/conversations/{id} (and the run's event replay) still serve the same rows to him."""
+    policies = tmp_path / "access.yaml"
+    policies.write_text(POLICY_FILE, encoding="utf-8")
+    async with Served(make_app, tmp_path, agent_access_file=str(policies), **PROXY_MODE) as site:
+        run_id, conversation_id = await _asked_under_newark(site, fake_anthropic)
+        moved = site.client(email="carl@example.com", **{GROUPS_HEADER: "jfk-ops"})
+        assert (await moved.get("/api/me")).json()["policy"] == "jfk"
+        query = (await moved.get(f"/api/queries/{run_id}-Q1")).json()
+        conversation = (await moved.get(f"/api/conversations/{conversation_id}")).text
+        replay = (await moved.get(f"/api/runs/{run_id}/events")).text
+    assert query["rows"] == [] and "rows_hidden" in query, "the query view withholds the Newark rows (holds today)"
+    assert "EWR" not in conversation, "the conversation view serves the rows the query view withholds"
+    assert "EWR" not in replay, "the run's event replay serves the rows the query view withholds"
+
+
+async def test_a_follow_up_under_a_narrower_policy_does_not_hand_the_model_the_old_rows(
+    make_app: Callable[..., AgentApp], tmp_path: Path, fake_anthropic: FakeAnthropic
+) -> None:
+    """Carl continues his Newark conversation after moving to jfk-ops: the model (which writes the answer
+    he reads, the follow-ups and the figure check) is given the earlier turn's Newark preview rows."""
+    policies = tmp_path / "access.yaml"
+    policies.write_text(POLICY_FILE, encoding="utf-8")
+    async with Served(make_app, tmp_path, agent_access_file=str(policies), **PROXY_MODE) as site:
+        _, conversation_id = await _asked_under_newark(site, fake_anthropic)
+        fake_anthropic.reset()
+        fake_anthropic.script(Reply(text="Nothing new."), Reply(text="[]"))
+        moved = site.client(email="carl@example.com", **{GROUPS_HEADER: "jfk-ops"})
+        await chat(moved, "and what did the earlier table say?", conversation_id)
+        sent = json.dumps(fake_anthropic.requests)
+    assert fake_anthropic.requests, "the follow-up reached the model"
+    assert "EWR" not in sent, "rows read under a policy Carl no longer holds are put in the model's context"

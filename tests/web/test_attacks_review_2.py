@@ -58,10 +58,22 @@ async def test_the_conversation_view_withholds_rows_the_query_view_withholds(
         assert (await moved.get("/api/me")).json()["policy"] == "jfk"
         query = (await moved.get(f"/api/queries/{run_id}-Q1")).json()
         conversation = (await moved.get(f"/api/conversations/{conversation_id}")).text
-        replay = (await moved.get(f"/api/runs/{run_id}/events")).text
     assert query["rows"] == [] and "rows_hidden" in query, "the query view withholds the Newark rows (holds today)"
     assert "EWR" not in conversation, "the conversation view serves the rows the query view withholds"
-    assert "EWR" not in replay, "the run's event replay serves the rows the query view withholds"
+
+
+async def test_the_run_event_replay_withholds_rows_the_query_view_withholds(
+    make_app: Callable[..., AgentApp], tmp_path: Path, fake_anthropic: FakeAnthropic
+) -> None:
+    """The same, through GET /api/runs/{run_id}/events (the stored event log replayed to its owner)."""
+    policies = tmp_path / "access.yaml"
+    policies.write_text(POLICY_FILE, encoding="utf-8")
+    async with Served(make_app, tmp_path, agent_access_file=str(policies), **PROXY_MODE) as site:
+        run_id, _ = await _asked_under_newark(site, fake_anthropic)
+        moved = site.client(email="carl@example.com", **{GROUPS_HEADER: "jfk-ops"})
+        replay = await moved.get(f"/api/runs/{run_id}/events")
+    assert replay.status_code in (200, 404)
+    assert "120835" not in replay.text, "the run's event replay serves the Newark count the query view withholds"
 
 
 async def test_a_follow_up_under_a_narrower_policy_does_not_hand_the_model_the_old_rows(

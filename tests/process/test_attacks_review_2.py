@@ -24,7 +24,8 @@ def test_json_export_does_not_carry_terminal_controls_a_question_held(
     monkeypatch.setenv("AGENT_DATA_DIR", str(tmp_path))
     state = ChatState(state_path(tmp_path))
     try:
-        entry = AuditEntry("r1", time.time(), "person:email:ann@example.com", "web", "", "jfk", "c1", TRICKS, "answered")
+        ann = "person:email:ann@example.com"
+        entry = AuditEntry("r1", time.time(), ann, "web", "", "jfk", "c1", TRICKS, "answered")
         asyncio.run(state.audit.record(entry))
     finally:
         state.close()

@@ -92,3 +92,25 @@ async def test_a_follow_up_under_a_narrower_policy_does_not_hand_the_model_the_o
         sent = json.dumps(fake_anthropic.requests)
     assert fake_anthropic.requests, "the follow-up reached the model"
     assert "EWR" not in sent, "rows read under a policy Carl no longer holds are put in the model's context"
+
+
+async def test_a_withheld_preview_withholds_its_row_count_too(
+    make_app: Callable[..., AgentApp], tmp_path: Path, fake_anthropic: FakeAnthropic
+) -> None:
+    """/api/queries/{id} empties `rows` once the reader no longer holds the policy, but keeps `row_count`,
+    a figure read under that policy: here how many destinations Newark flies to, told to a JFK reader."""
+    policies = tmp_path / "access.yaml"
+    policies.write_text(POLICY_FILE, encoding="utf-8")
+    destinations = "SELECT DISTINCT dest FROM nycflights13.flights ORDER BY dest"
+    async with Served(make_app, tmp_path, agent_access_file=str(policies), **PROXY_MODE) as site:
+        carl = site.client(email="carl@example.com", **{GROUPS_HEADER: "ewr-ops"})
+        fake_anthropic.script(
+            Reply(tool_calls=[sql_call("Destinations", destinations)]), Reply(text="Listed [Q1]."), Reply(text="[]")
+        )
+        run_id = (await chat(carl, "where do we fly?"))[0].data["run_id"]
+        before = (await carl.get(f"/api/queries/{run_id}-Q1")).json()
+        moved = site.client(email="carl@example.com", **{GROUPS_HEADER: "jfk-ops"})
+        after = (await moved.get(f"/api/queries/{run_id}-Q1")).json()
+    assert before["row_count"] and before["row_count"] > 1, "the Newark answer counted its destinations"
+    assert after["rows"] == [] and "rows_hidden" in after, "the preview is withheld (holds today)"
+    assert after.get("row_count") in (None, 0), "the count read under the policy taken away is still told"

@@ -114,3 +114,21 @@ async def test_a_withheld_preview_withholds_its_row_count_too(
     assert before["row_count"] and before["row_count"] > 1, "the Newark answer counted its destinations"
     assert after["rows"] == [] and "rows_hidden" in after, "the preview is withheld (holds today)"
     assert after.get("row_count") in (None, 0), "the count read under the policy taken away is still told"
+
+
+async def test_a_web_question_refused_as_too_long_leaves_its_audit_entry(
+    make_app: Callable[..., AgentApp], tmp_path: Path, fake_anthropic: FakeAnthropic
+) -> None:
+    """chats/audit.py: every question leaves an entry, refusals included ("a question too long"); Slack's
+    too-long refusal writes one, the web's 413 writes none, so a person can probe unseen by `agent audit`."""
+    policies = tmp_path / "access.yaml"
+    policies.write_text(POLICY_FILE, encoding="utf-8")
+    async with Served(
+        make_app, tmp_path, agent_access_file=str(policies), agent_web_max_message_chars=50, **PROXY_MODE
+    ) as site:
+        carl = site.client(email="carl@example.com", **{GROUPS_HEADER: "ewr-ops"})
+        response = await carl.post("/api/chat", json={"message": "x" * 51, "conversation_id": None})
+        entries = await site.state.audit.entries()
+    assert response.status_code == 413, "the question is refused (holds today)"
+    assert fake_anthropic.requests == []
+    assert [entry.person for entry in entries] == ["person:email:carl@example.com"], "no audit entry is left"

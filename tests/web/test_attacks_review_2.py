@@ -41,6 +41,7 @@ async def _asked_under_newark(site: Served, fake: FakeAnthropic) -> tuple[str, s
     carl = site.client(email="carl@example.com", **{GROUPS_HEADER: "ewr-ops"})
     fake.script(*by_origin())
     events = await chat(carl, "flights by origin?")
+    assert "| EWR | 120835 |" in json.dumps(fake.requests), "the answer read Newark's count (120835)"
     first = events[0].data
     return first["run_id"], first["conversation_id"]
 
@@ -59,7 +60,7 @@ async def test_the_conversation_view_withholds_rows_the_query_view_withholds(
         query = (await moved.get(f"/api/queries/{run_id}-Q1")).json()
         conversation = (await moved.get(f"/api/conversations/{conversation_id}")).text
     assert query["rows"] == [] and "rows_hidden" in query, "the query view withholds the Newark rows (holds today)"
-    assert "EWR" not in conversation, "the conversation view serves the rows the query view withholds"
+    assert "120835" not in conversation, "the conversation view serves the rows the query view withholds"
 
 
 async def test_the_run_event_replay_withholds_rows_the_query_view_withholds(
@@ -91,7 +92,7 @@ async def test_a_follow_up_under_a_narrower_policy_does_not_hand_the_model_the_o
         await chat(moved, "and what did the earlier table say?", conversation_id)
         sent = json.dumps(fake_anthropic.requests)
     assert fake_anthropic.requests, "the follow-up reached the model"
-    assert "EWR" not in sent, "rows read under a policy Carl no longer holds are put in the model's context"
+    assert "120835" not in sent, "rows read under a policy Carl no longer holds are put in the model's context"
 
 
 async def test_a_withheld_preview_withholds_its_row_count_too(

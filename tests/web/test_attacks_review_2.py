@@ -133,3 +133,22 @@ async def test_a_web_question_refused_as_too_long_leaves_its_audit_entry(
     assert response.status_code == 413, "the question is refused (holds today)"
     assert fake_anthropic.requests == []
     assert [entry.person for entry in entries] == ["person:email:carl@example.com"], "no audit entry is left"
+
+
+async def test_a_preview_asked_under_a_policy_since_renamed_is_withheld_from_a_reader_who_no_longer_holds_it(
+    make_app: Callable[..., AgentApp], tmp_path: Path, fake_anthropic: FakeAnthropic
+) -> None:
+    """The file is edited (and the server restarted): `newark` is now called `ewr`, and Carl moved to
+    jfk-ops. The stored query's policy name resolves to the default, which reads nothing, so "jfk covers
+    it" holds and the Newark preview is shown to a JFK reader; had the name stayed, it would be withheld."""
+    policies = tmp_path / "access.yaml"
+    policies.write_text(POLICY_FILE, encoding="utf-8")
+    async with Served(make_app, tmp_path, agent_access_file=str(policies), **PROXY_MODE) as site:
+        run_id, _ = await _asked_under_newark(site, fake_anthropic)
+    policies.write_text(POLICY_FILE.replace("name: newark", "name: ewr"), encoding="utf-8")
+    async with Served(make_app, tmp_path, agent_access_file=str(policies), **PROXY_MODE) as site:
+        moved = site.client(email="carl@example.com", **{GROUPS_HEADER: "jfk-ops"})
+        assert (await moved.get("/api/me")).json()["policy"] == "jfk"
+        query = await moved.get(f"/api/queries/{run_id}-Q1")
+    assert query.status_code == 200, "Carl still owns his query"
+    assert "120835" not in query.text, "rows read under a policy no longer in the file are shown to a JFK reader"

@@ -24,7 +24,9 @@ async def run_events(request: Request) -> Response:
     if handle is not None:
         owner = await web.store.owner_of(handle.conversation_id, interface=WEB)
         identity = await check_owned(request, owner, missing)
-        shown = None if covered(request, handle.policy, reader_policy(request, identity, owner or "")) else withheld_events
+        # a reader whose policy no longer covers the run's gets its events without their rows
+        reader = reader_policy(request, identity, owner or "")
+        shown = None if covered(request, handle.policy, reader) else withheld_events
         return event_stream(live(web.runs.follow_batches(handle, after), shown), web.stream_grace_s)
     stored = await web.store.run_events(run_id, interface=WEB)
     if stored is not None:

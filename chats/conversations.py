@@ -18,9 +18,12 @@ import re
 import sqlite3
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
+from agent.access.policy import Policies, Policy
 from agent.limits import Limits, cut_text, json_size
 from agent.receipts import Receipt
 from agent.runner import Interface, Outcome, RunResult, Turn, TurnQuery
@@ -30,6 +33,19 @@ from chats.state_file import StateFile, write_transaction
 log = logging.getLogger(__name__)
 SHORT_COLUMN_CHARS = 40  # a stored column name past the turn cap: enough to tell columns apart
 SHORT_TEXT_CHARS = 200  # a stored question, error or hint past the turn cap
+# An earlier turn whose asked-under policy the question now asked does not cover: its question stays (the
+# thread reads on), its answer and rows go, since the answer's text can state the very figures.
+WITHHELD_ANSWER = "(This answer was read under an access policy this question does not hold; it is not shown.)"
+
+# Whether an earlier turn, by the name of the policy it was asked under, may reach the model now
+# (agent/access/policy.py Policies.covers_asked); None: every turn may (no policy file).
+MayRead = Callable[[str], bool] | None
+
+
+def readable_under(policies: Policies | None, reader: Policy | None) -> MayRead:
+    """Which stored turns' rows `reader` may be given again: those asked under a policy it covers. None (all
+    of them) without a policy file, or with no reader known."""
+    return partial(policies.covers_asked, reader) if policies is not None and reader is not None else None
 
 
 # The SQL of "in `interface`, or any when it is None": a conversation's row is `c`.
@@ -184,7 +200,7 @@ class ConversationStore:
                 return None
             turns = c.execute(
                 "SELECT run_id, question, answer, outcome, followups, metrics, created_at, feedback, charts, figures, "
-                "receipt FROM turns "
+                "receipt, policy FROM turns "
                 "WHERE conversation_id = ? ORDER BY position",
                 (conversation_id,),
             ).fetchall()
@@ -226,32 +242,37 @@ class ConversationStore:
         )
         return cursor.rowcount > 0
 
-    async def history(self, conversation_id: str) -> list[Turn]:
+    async def history(self, conversation_id: str, *, may_read: MayRead = None) -> list[Turn]:
+        """The conversation's earlier turns for its next question; a turn `may_read` refuses (asked under a
+        policy the new question's does not cover) keeps only its question."""
+
         def read(c: sqlite3.Connection) -> list[Turn]:
             turns = c.execute(
-                "SELECT run_id, question, answer, transcript FROM turns WHERE conversation_id = ? ORDER BY position",
+                "SELECT run_id, question, answer, transcript, policy FROM turns WHERE conversation_id = ? "
+                "ORDER BY position",
                 (conversation_id,),
             ).fetchall()
-            return [_history_turn(c, t) for t in turns]
+            return [_history_turn(c, t, may_read) for t in turns]
 
         return await self._file.run(read)
 
-    async def turns_by_run(self, run_ids: list[str], *, key: str) -> dict[str, Turn]:
+    async def turns_by_run(self, run_ids: list[str], *, key: str, may_read: MayRead = None) -> dict[str, Turn]:
         """The stored turns of these runs in the conversation an adapter keeps under `key`, as `history`
         gives them (runs not stored there are left out): an adapter that knows its runs by id (Slack reads
         them from its messages' metadata) gets each answer whole, whatever its platform kept of it. A run
-        of another conversation is never read, whatever id a message names."""
+        of another conversation is never read, whatever id a message names. A turn `may_read` refuses is
+        found with its question alone (never the platform's copy in its place)."""
 
         def read(c: sqlite3.Connection) -> dict[str, Turn]:
             found: dict[str, Turn] = {}
             for run_id in dict.fromkeys(run_ids):
                 row = c.execute(
-                    "SELECT t.run_id, t.question, t.answer, t.transcript FROM turns t "
+                    "SELECT t.run_id, t.question, t.answer, t.transcript, t.policy FROM turns t "
                     "JOIN conversations c ON c.id = t.conversation_id WHERE t.run_id = ? AND c.adapter_key = ?",
                     (run_id, key),
                 ).fetchone()
                 if row is not None:
-                    found[run_id] = _history_turn(c, row)
+                    found[run_id] = _history_turn(c, row, may_read)
             return found
 
         return await self._file.run(read) if run_ids else {}
@@ -341,6 +362,14 @@ class ConversationStore:
             lambda c: c.execute(
                 "SELECT t.policy FROM queries q JOIN turns t ON t.run_id = q.run_id WHERE q.id = ?", (key,)
             ).fetchone()
+        )
+        return str(row["policy"]) if row else None
+
+    async def run_policy(self, run_id: str) -> str | None:
+        """The name of the access policy the run was asked under ('' when none was recorded); None when
+        no such run is stored."""
+        row = await self._file.run(
+            lambda c: c.execute("SELECT policy FROM turns WHERE run_id = ?", (run_id,)).fetchone()
         )
         return str(row["policy"]) if row else None
 
@@ -447,7 +476,9 @@ class _StoredTurn:
         self.events = []
 
 
-def _history_turn(c: sqlite3.Connection, turn: sqlite3.Row) -> Turn:
+def _history_turn(c: sqlite3.Connection, turn: sqlite3.Row, may_read: MayRead) -> Turn:
+    if may_read is not None and not may_read(turn["policy"] or ""):
+        return Turn(question=turn["question"], answer=WITHHELD_ANSWER)
     queries = c.execute(
         "SELECT label, question, sql, columns, preview, row_count, error FROM queries WHERE run_id = ? ORDER BY rowid",
         (turn["run_id"],),

@@ -115,6 +115,7 @@ class RunHandle:
     grace_timer: asyncio.TimerHandle | None = None
     shared_upto: int = 0  # events copied to the shared log so far
     origin: Origin = field(default_factory=Origin)  # who asked, where, under which policy: for the audit
+    policy: str = ""  # the name of the policy it runs under (its rows go again only to a reader covering it)
 
 
 class RunRegistry:
@@ -173,7 +174,14 @@ class RunRegistry:
         if not self.accepting:
             raise ShuttingDown(ShuttingDown.message)
         origin = origin or Origin(interface=interface)
-        handle = RunHandle(uuid.uuid4().hex, conversation_id, interface, abandon_after_s=abandon_after_s, origin=origin)
+        handle = RunHandle(
+            uuid.uuid4().hex,
+            conversation_id,
+            interface,
+            abandon_after_s=abandon_after_s,
+            origin=origin,
+            policy=policy.name if policy is not None else "",
+        )
         handle.events.append(RunEvent(1, handle.run_id, conversation_id, StartedEvent(question=question)))
         self._runs[handle.run_id] = handle
         run = self._drive(handle, question, history, platform, interface, followups, on_done, policy)

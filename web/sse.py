@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
 from sse_starlette import EventSourceResponse, ServerSentEvent
@@ -11,6 +11,7 @@ from sse_starlette import EventSourceResponse, ServerSentEvent
 from chats.runs import RunEvent
 
 KEEPALIVE_S = 15
+Shown = Callable[[list[dict[str, Any]]], list[dict[str, Any]]]
 
 
 def event_stream(chunks: AsyncIterator[bytes], shutdown_grace_s: float) -> EventSourceResponse:
@@ -24,10 +25,13 @@ def event_stream(chunks: AsyncIterator[bytes], shutdown_grace_s: float) -> Event
     )
 
 
-async def live(batches: AsyncIterator[Sequence[RunEvent]]) -> AsyncIterator[bytes]:
-    """Each batch of events that are ready together goes out in one write."""
+async def live(batches: AsyncIterator[Sequence[RunEvent]], shown: Shown | None = None) -> AsyncIterator[bytes]:
+    """Each batch of events that are ready together goes out in one write; `shown` is what of them the
+    reader may see (web/withholding.py)."""
     async for batch in batches:
-        yield b"".join(_encoded(event.as_dict()) for event in batch)
+        events = [event.as_dict() for event in batch]
+        if chunk := b"".join(_encoded(event) for event in (shown(events) if shown is not None else events)):
+            yield chunk
 
 
 async def singly(events: AsyncIterator[RunEvent]) -> AsyncIterator[Sequence[RunEvent]]:

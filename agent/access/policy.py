@@ -113,6 +113,14 @@ class Policies:
             return self.default
         return next((p for p in self.policies if p.name == name), None)
 
+    def covers_asked(self, reader: Policy, asked_under: str | None) -> bool:
+        """Whether `reader` reads all that a stored answer asked under the policy named `asked_under` read,
+        so its rows may reach that reader (or a model answering them). A name the file no longer has
+        (renamed, removed), or none recorded, is not known: never covered, whatever `reader` holds (the
+        default it would fall back to reads nothing, which every policy would cover)."""
+        asked = self.named(asked_under) if asked_under else None
+        return asked is not None and reader.covers(asked)
+
     def for_asker(self, asker: Asker) -> Policy:
         """A web person or a Slack DM: the first policy that names them, else the default."""
         for policy in self.policies:

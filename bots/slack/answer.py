@@ -35,7 +35,7 @@ from bots.slack.receive import Identity, Ignore, Question
 from bots.slack.reply import AnswerWriter, Streaming
 from bots.slack.thread import answer_metadata, part_metadata, read_history, ts_micros
 from chats.audit import Origin, record_refusal
-from chats.conversations import ConversationStore
+from chats.conversations import ConversationStore, readable_under
 from chats.daily_budgets import Refusal, Reservation
 from chats.pacing import Pacing
 from chats.run_view import RunView
@@ -237,7 +237,7 @@ class Answerer:
         """The progress shown, and meanwhile the thread's history read and the asker named: then the policy
         the question runs under and whom it belongs to (access.py). An asker Slack could not name in a DM is
         told why they get the default policy."""
-        history_task = asyncio.create_task(self._history(question))
+        history_task = asyncio.create_task(self._thread(question))
         asker_task = asyncio.create_task(self._people.person(question.team, question.user, question.asker_team))
         try:
             await progress.begin()
@@ -245,28 +245,35 @@ class Answerer:
             history_task.cancel()
             asker_task.cancel()
             raise
-        history = await history_task
-        if isinstance(history, SlackApiError):  # said only now: a refusal that stopped begin() says it all
-            refusals.log_refusal(log, f"read thread {question.thread_ts} (answering without its history)", history)
-            history = []
+        in_thread = await history_task
+        if isinstance(in_thread, SlackApiError):  # said only now: a refusal that stopped begin() says it all
+            refusals.log_refusal(log, f"read thread {question.thread_ts} (answering without its history)", in_thread)
+            in_thread = []
         asker = await asker_task
         access = access_for(question, asker, self._policies or NO_POLICY_FILE)
         if access.unknown_asker and self._policies is not None:
             await self._tell(
                 question, Failure.ASKER_UNKNOWN, scope=asker.missing_scope, reads_nothing=access.policy.reads_nothing
             )
-        return history, access
+        return await self._history(question, in_thread, access), access
 
-    async def _history(self, question: Question) -> list[Turn] | SlackApiError:
-        """The thread's earlier turns: which they are from the thread, each read whole from the store by its
-        run id (the thread's own copy, where the store has none, may be shorter: a preview, Slack's rich text)."""
+    async def _thread(self, question: Question) -> list[tuple[str, Turn]] | SlackApiError:
+        """The thread's earlier turns as it shows them, each with its run id."""
         try:
-            in_thread = await read_history(
+            return await read_history(
                 self._client, question.channel, question.thread_ts, before_ts=question.ts, bot_id=self._me.bot_id
             )
         except SlackApiError as exc:
             return exc
-        stored = await self._store.turns_by_run([run_id for run_id, _ in in_thread], key=question.conversation_key)
+
+    async def _history(self, question: Question, in_thread: list[tuple[str, Turn]], access: Access) -> list[Turn]:
+        """The thread's earlier turns, each read whole from the store by its run id (the thread's own copy,
+        where the store has none, may be shorter: a preview, Slack's rich text). A turn asked under a policy
+        the question's does not cover is given as its question alone (chats/conversations.py)."""
+        may_read = readable_under(self._policies, access.policy)
+        stored = await self._store.turns_by_run(
+            [run_id for run_id, _ in in_thread], key=question.conversation_key, may_read=may_read
+        )
         return [stored.get(run_id, shown) for run_id, shown in in_thread]
 
     async def _set_title(self, question: Question) -> None:

@@ -316,7 +316,8 @@ function fillResult(card, data) {
     if (data.hint) card.append(el("p", { class: "query-hint", text: `Hint: ${data.hint}` }));
     return;
   }
-  const rows = `${data.row_count}${data.has_more ? "+" : ""} row${data.row_count === 1 ? "" : "s"}`;
+  // row_count is null where the rows were read under a policy the reader no longer holds (web/withholding.py)
+  const rows = data.row_count == null ? "rows withheld" : `${data.row_count}${data.has_more ? "+" : ""} row${data.row_count === 1 ? "" : "s"}`;
   status.textContent = data.reused_from ? `${rows} · same as ${data.reused_from}` : `${rows} · ${data.elapsed_ms} ms`;
   const table = el("table", { class: "preview" });
   table.append(el("thead", {}, el("tr", {}, ...data.columns.map((c) => el("th", { scope: "col", text: c })))));

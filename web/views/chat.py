@@ -7,6 +7,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from chats.audit import Origin, record_refusal
+from chats.conversations import readable_under
 from chats.daily_budgets import Refusal
 from chats.runs import ShuttingDown
 from web.boundary import HttpError, read_chat_request
@@ -50,7 +51,8 @@ async def chat(request: Request) -> Response:
             owner = await web.store.owner_of(body.conversation_id, interface=WEB)
             await check_owned(request, owner, HttpError(404, f"No conversation {body.conversation_id}."))
             conversation_id = body.conversation_id
-        history = await web.store.history(conversation_id)
+        # earlier turns asked under a policy this one does not cover reach the model as their question alone
+        history = await web.store.history(conversation_id, may_read=readable_under(web.agent.policies, policy))
         handle = web.runs.start(
             conversation_id,
             body.message,

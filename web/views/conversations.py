@@ -11,6 +11,7 @@ from web.boundary import HttpError
 from web.context import WEB, web_context
 from web.identity import require_identity
 from web.ownership import check_owned
+from web.withholding import readable_conversation, reader_policy
 
 
 async def conversations(request: Request) -> Response:
@@ -23,7 +24,8 @@ async def conversation(request: Request) -> Response:
     store = web_context(request).store
     conversation_id = request.path_params["conversation_id"]
     missing = HttpError(404, f"No conversation {conversation_id}.")
-    await check_owned(request, await store.owner_of(conversation_id, interface=WEB), missing)
+    owner = await store.owner_of(conversation_id, interface=WEB)
+    identity = await check_owned(request, owner, missing)
     if request.method == "DELETE":
         if not await store.delete_conversation(conversation_id, interface=WEB):
             raise missing
@@ -31,4 +33,5 @@ async def conversation(request: Request) -> Response:
     found = await store.get_conversation(conversation_id, interface=WEB)
     if found is None:
         raise missing
-    return JSONResponse(found)
+    # each turn's rows only where the policy it was asked under is one its owner still holds whole
+    return JSONResponse(readable_conversation(request, found, reader_policy(request, identity, owner or "")))

@@ -14,16 +14,15 @@ from starlette.responses import JSONResponse, Response
 
 from agent import EngineError, QueryRefused, csv_chunks
 from agent.access.policy import Policy
-from chats.audiences import CHANNEL_PREFIX
 from chats.conversations import ConversationStore
 from web.boundary import HttpError
 from web.context import web_context
 from web.downloads import DownloadResponse, attachment
-from web.identity import Identities, Identity, asker_key, policy_of
+from web.identity import asker_key
 from web.ownership import check_owned
+from web.withholding import covered, reader_policy, withheld_query
 
 CSV = "text/csv; charset=utf-8"
-NARROWED = "Its rows are not shown: they were read under a policy you no longer hold whole."
 
 
 async def query(request: Request) -> Response:
@@ -35,25 +34,10 @@ async def query(request: Request) -> Response:
     found = await store.get_query(key)
     if found is None:
         raise missing
-    asked_under, now = await _policies(request, identity, owner or "", key)
-    if asked_under is not None and now is not None and not now.covers(asked_under):
+    if not covered(request, await store.query_policy(key), reader_policy(request, identity, owner or "")):
         # Rows read under a policy its audience no longer holds whole: the SQL stays, the rows do not.
-        found = {**found, "rows": [], "rows_hidden": NARROWED}
+        found = withheld_query(found)
     return JSONResponse(found)
-
-
-async def _policies(request: Request, identity: Identity, owner: str, key: str) -> tuple[Policy | None, Policy | None]:
-    """The policy a stored query was asked under, and what its audience reads now: a Slack channel's answer
-    the channel's policy, anyone else's the person's own (None where nobody signs in: the reader is not
-    known, and the door is open to all). (None, None) without a policy file."""
-    web = web_context(request)
-    asked_under = web.agent.policy_named(await web.store.query_policy(key))
-    if asked_under is None or web.agent.policies is None:
-        return None, None
-    if owner.startswith(CHANNEL_PREFIX):
-        return asked_under, web.agent.policies.for_channel(owner.removeprefix(CHANNEL_PREFIX).partition(":")[2])
-    identities: Identities = request.app.state.identities
-    return asked_under, policy_of(request, identity) if identities.sign_in is not None else None
 
 
 async def query_csv(request: Request) -> Response:
@@ -82,7 +66,9 @@ async def query_csv(request: Request) -> Response:
         # now, narrowed by what its audience reads now: the CSV never holds rows its answer could not have
         # read, and a policy taken away since applies at once. The person opening it is in the query's
         # audience (check_owned above).
-        asked_under, now = await _policies(request, identity, owner or "", key)
+        # A policy name the file no longer has gets the default, which reads nothing.
+        asked_under = web.agent.policy_named(await web.store.query_policy(key))
+        now = reader_policy(request, identity, owner or "")
         export = await web.agent.export(sql, max_rows=settings.export_max_rows, policy=_narrowed(asked_under, now))
     except BaseException as exc:
         web.downloading.give_back(client)

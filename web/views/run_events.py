@@ -12,6 +12,7 @@ from web.context import WEB, web_context
 from web.identity import require_identity
 from web.ownership import check_owned
 from web.sse import event_stream, live, replayed, singly
+from web.withholding import covered, reader_policy, withheld_events
 
 
 async def run_events(request: Request) -> Response:
@@ -21,12 +22,20 @@ async def run_events(request: Request) -> Response:
     missing = HttpError(404, f"No run {run_id}.")
     handle = web.runs.get(run_id, interface=WEB)
     if handle is not None:
-        await check_owned(request, await web.store.owner_of(handle.conversation_id, interface=WEB), missing)
-        return event_stream(live(web.runs.follow_batches(handle, after)), web.stream_grace_s)
+        owner = await web.store.owner_of(handle.conversation_id, interface=WEB)
+        identity = await check_owned(request, owner, missing)
+        # a reader whose policy no longer covers the run's gets its events without their rows
+        reader = reader_policy(request, identity, owner or "")
+        shown = None if covered(request, handle.policy, reader) else withheld_events
+        return event_stream(live(web.runs.follow_batches(handle, after), shown), web.stream_grace_s)
     stored = await web.store.run_events(run_id, interface=WEB)
     if stored is not None:
-        await check_owned(request, await web.store.owner_of(stored[0], interface=WEB), missing)
-        return event_stream(replayed(stored[1], after), web.stream_grace_s)
+        owner = await web.store.owner_of(stored[0], interface=WEB)
+        identity = await check_owned(request, owner, missing)
+        events = stored[1]
+        if not covered(request, await web.store.run_policy(run_id), reader_policy(request, identity, owner or "")):
+            events = withheld_events(events)  # read under a policy its owner no longer holds whole
+        return event_stream(replayed(events, after), web.stream_grace_s)
     identity = await require_identity(request)
 
     async def may_read(conversation_id: str) -> bool:

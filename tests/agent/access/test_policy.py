@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from types import MappingProxyType
 
-from agent.access.policy import Policy
+from agent.access.policy import Policies, Policy
 from agent.db import Database
 
 FLIGHTS, AIRPORTS, PLANES = "nycflights13.flights", "nycflights13.airports", "nycflights13.planes"
@@ -46,3 +46,16 @@ async def test_the_engine_applies_both_filters_of_a_narrowed_policy(db: Database
     sql = "SELECT origin, carrier, count() FROM nycflights13.flights GROUP BY origin, carrier ORDER BY origin, carrier"
     result = await db.execute(sql, policy=jfk.narrowed(united))
     assert result.ok and result.rows == [["JFK", "UA", "4534"]]
+
+
+def test_a_stored_answers_policy_is_covered_only_when_the_file_still_names_it() -> None:
+    """`Policies.covers_asked`: a name renamed or removed, or none recorded, is not known, so no reader covers
+    it, not even one reading everything (the default it once resolved to reads nothing, which all cover)."""
+    jfk = policy("jfk", flights="origin = 'JFK'")
+    everything = policy("everything", flights=None)
+    policies = Policies((jfk, everything), Policy("no-data"))
+    assert policies.covers_asked(everything, "jfk") and policies.covers_asked(jfk, "jfk")
+    assert not policies.covers_asked(jfk, "everything")
+    assert policies.covers_asked(jfk, "no-data"), "the default, named, is known (it reads nothing)"
+    assert not policies.covers_asked(everything, "newark"), "a name the file no longer has"
+    assert not policies.covers_asked(everything, ""), "no name recorded"

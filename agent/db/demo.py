@@ -152,7 +152,7 @@ REGISTRATION_VERSION_1 = "toDateTime('2013-01-01 00:00:00', 'UTC')"
 REGISTRATION_VERSION_2 = "toDateTime('2014-01-15 00:00:00', 'UTC')"
 DEREGISTERED = "cityHash64(tailnum) % 8 = 0"  # deterministic: the same planes on every load, on every engine
 _OPERATOR = (
-    f"SELECT tailnum, argMax(carrier, n) AS carrier FROM (SELECT tailnum, carrier, count() AS n "
+    f"SELECT tailnum, argMax(carrier, (n, carrier)) AS carrier FROM (SELECT tailnum, carrier, count() AS n "
     f"FROM {DATABASE}.flights WHERE tailnum IS NOT NULL GROUP BY tailnum, carrier) GROUP BY tailnum"
 )
 REGISTRATIONS = PartedTable(

@@ -66,3 +66,19 @@ async def test_final_opens_no_other_door(db: Database, sql: str) -> None:
 async def test_the_estimate_reads_through_either_engine(engine_db: Database) -> None:
     [read] = await estimate_reads(engine_db, f"SELECT count() FROM {REGISTRATIONS} FINAL WHERE tailnum = 'N10156'")
     assert read.qualified == REGISTRATIONS and read.parts >= 1 and read.rows <= 2 * 8192
+
+
+async def test_a_plane_flown_equally_by_two_carriers_is_registered_to_the_same_one_on_every_load(db: Database) -> None:
+    """The demo's registrations go to the carrier that flew each plane most; a tie goes to the greatest
+    carrier code, so every load (and every engine) registers the same planes to the same carriers, and the
+    eval cases' figures hold (a bare argMax picked among tied carriers by thread timing)."""
+    [row] = await db.catalog_rows(
+        "WITH c AS (SELECT tailnum, carrier, count() AS n FROM nycflights13.flights WHERE tailnum IS NOT NULL "
+        "GROUP BY tailnum, carrier), top AS (SELECT tailnum, max(n) AS m FROM c GROUP BY tailnum), "
+        "tied AS (SELECT c.tailnum AS tailnum, max(c.carrier) AS expected, count() AS k FROM c "
+        "INNER JOIN top ON c.tailnum = top.tailnum AND c.n = top.m GROUP BY c.tailnum HAVING k > 1) "
+        "SELECT count() AS tied, countIf(r.carrier != tied.expected) AS wrong FROM tied INNER JOIN "
+        "(SELECT tailnum, any(carrier) AS carrier FROM nycflights13.aircraft_registrations GROUP BY tailnum) AS r "
+        "ON r.tailnum = tied.tailnum"
+    )
+    assert int(row["tied"]) > 0 and int(row["wrong"]) == 0

@@ -6,9 +6,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from chats.people import Person
-
-CHANNEL_PREFIX = "slack-channel:"
+from chats.people import Person, channel_of
 
 
 class ChannelMembers(Protocol):
@@ -24,7 +22,7 @@ class Audiences:
     async def includes(self, person: Person, owner: str) -> bool:
         if owner == person.owner:
             return True
-        if owner.startswith(CHANNEL_PREFIX) and self._channel_members is not None:
-            team, _, channel = owner.removeprefix(CHANNEL_PREFIX).partition(":")
-            return bool(team and channel) and await self._channel_members.includes(team, channel, person)
+        channel = channel_of(owner)
+        if channel is not None and self._channel_members is not None:
+            return await self._channel_members.includes(*channel, person)
         return False

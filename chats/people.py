@@ -12,7 +12,16 @@ from dataclasses import dataclass
 
 from agent.access.policy import email_key
 
-__all__ = ["LOCAL", "MACHINE", "Person", "channel_owner", "email_key", "person_id", "person_owner"]
+__all__ = [
+    "LOCAL",
+    "MACHINE",
+    "Person",
+    "channel_of",
+    "channel_owner",
+    "email_key",
+    "person_id",
+    "person_owner",
+]
 
 LOCAL = "local"  # the one person of a server with neither sign-in nor a token (local use)
 MACHINE = "token"  # a machine client holding the shared bearer token
@@ -39,6 +48,17 @@ def person_owner(person: str) -> str:
     return f"person:{person}"
 
 
+CHANNEL_PREFIX = "slack-channel:"
+
+
 def channel_owner(team: str, channel: str) -> str:
     """What is asked in a Slack channel belongs to the channel: its members, checked with Slack."""
-    return f"slack-channel:{team}:{channel}"
+    return f"{CHANNEL_PREFIX}{team}:{channel}"
+
+
+def channel_of(owner: str) -> tuple[str, str] | None:
+    """(team, channel) of an owner string `channel_owner` made; None for anything else."""
+    if not owner.startswith(CHANNEL_PREFIX):
+        return None
+    team, _, channel = owner.removeprefix(CHANNEL_PREFIX).partition(":")
+    return (team, channel) if team and channel else None

@@ -14,8 +14,8 @@ from typing import Any
 from starlette.requests import Request
 
 from agent.access.policy import Policy
-from chats.audiences import CHANNEL_PREFIX
 from chats.conversations import readable_under
+from chats.people import channel_of
 from web.context import web_context
 from web.identity import Identities, Identity, policy_of
 
@@ -29,8 +29,8 @@ def reader_policy(request: Request, identity: Identity, owner: str) -> Policy | 
     policies = web_context(request).agent.policies
     if policies is None:
         return None
-    if owner.startswith(CHANNEL_PREFIX):
-        return policies.for_channel(owner.removeprefix(CHANNEL_PREFIX).partition(":")[2])
+    if (channel := channel_of(owner)) is not None:
+        return policies.for_channel(channel[1])
     identities: Identities = request.app.state.identities
     return policy_of(request, identity) if identities.sign_in is not None else None
 

@@ -12,6 +12,7 @@ from pathlib import Path
 from agent.config import Settings
 from agent.knowledge.files import Entry, load_directory
 from agent.lexical import LexicalIndex, terms
+from agent.schema.redaction import mentions
 
 SECTIONS = {
     "glossary": "Glossary",
@@ -71,11 +72,9 @@ class KnowledgeBase:
         by its full name or its own, anywhere in the entry (its SQL, its table, its prose). A word that
         happens to be such a table's name leaves the entry out too: better one note fewer than one
         table named to people who may not read it."""
-        names = sorted({part for table in hidden for part in (table, table.split(".", 1)[-1])}, key=len, reverse=True)
-        if not names:
+        if (mention := mentions(hidden, ())) is None:
             return self
-        pattern = re.compile(r"(?<!\w)(?:" + "|".join(map(re.escape, names)) + r")(?!\w)", re.IGNORECASE)
-        return KnowledgeBase([e for e in self.entries if not pattern.search(_all_text(e))], self._max_chars)
+        return KnowledgeBase([e for e in self.entries if not mention.search(_all_text(e))], self._max_chars)
 
     def described(self) -> list[dict[str, str]]:
         """Each entry as a person opens it from a citation: its tag, its text and where it is kept

@@ -10,8 +10,13 @@ $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Python 3.11+ is needed; set PYTHON=python3.11")'
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	@echo "Installing into $(VENV) (first run takes a minute)..."
-	@$(BIN)/python -m pip install --quiet --disable-pip-version-check --upgrade pip
-	@$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[dev]'
+	@# uv resolves and installs the same packages in a third of pip's time; pip does it where uv cannot be had.
+	@if $(BIN)/python -m pip install --quiet --disable-pip-version-check uv 2>/dev/null; then \
+		$(BIN)/uv pip install --quiet --python $(BIN)/python -e '.[dev]'; \
+	else \
+		$(BIN)/python -m pip install --quiet --disable-pip-version-check --upgrade pip && \
+		$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[dev]'; \
+	fi
 	@rm -f $(VENV)/.installed-* && touch $(STAMP)
 
 install: $(STAMP)

@@ -340,9 +340,14 @@ async def test_every_panel_and_alert_returns_data_from_a_real_prometheus(
                 if not QUIET.search(selector):
                     assert (await prometheus.query(selector))["result"], f"{where}: {selector} matches no series"
 
-        # As written, only the SQL alert holds: half of each question's queries failed. Nothing else is wrong.
+        # As written, only the SQL alert holds: half of each question's queries failed. Nothing else is wrong,
+        # except what the machine does: the event loop's lag is the host's (a loaded 2-core machine wakes the
+        # loop late, as a loaded server would), so that alert may hold too without anything being wrong here.
         firing = {rule["alert"] for rule in alert_rules() if (await prometheus.query(rule["expr"]))["result"]}
-        assert firing == {"AgentSqlErrorRatio"}
+        assert firing - MACHINES_OWN == {"AgentSqlErrorRatio"}
+
+
+MACHINES_OWN = {"AgentEventLoopStalled"}  # alerts a busy test machine raises by itself
 
 
 def _timestamp(rfc3339: str) -> float:

@@ -6,8 +6,10 @@ table misses in four ways, and each step below answers one:
 - a wide table outranks the right narrow one: each term counts once per table, at its best field
   (its name, a column's name or comment), with a mild length discount;
 - in a warehouse of many databases, look-alike tables of another database win: a table gains with
-  how much of the question its own database covers (the idf of the question's terms any of the
-  database's tables has), since a question's tables live together;
+  how well its own database matches the question, since a question's tables live together. A
+  database is scored as one document of all its tables' words, by BM25 with a length discount: a
+  plain sum of the words it covers let the largest database (hundreds of tables, every word somewhere)
+  win questions about small ones;
 - the lookup, link and concept tables a question never names are missing: a table gains from the
   best hit it joins (agent/schema/joins.py), and the last places of a list go to the tables the first
   two hits join;
@@ -23,7 +25,7 @@ import re
 from collections import defaultdict
 from collections.abc import Sequence
 
-from agent.lexical import Hit, LexicalIndex, terms
+from agent.lexical import Hit, LexicalIndex
 from agent.schema.families import Families, question_dates
 from agent.schema.joins import JoinGraph
 from agent.schema.tables import Table
@@ -31,7 +33,8 @@ from agent.schema.tables import Table
 # Field weights: a word in a table's name says more than one among its sampled values.
 TABLE_NAME, TABLE_COMMENT, COLUMN_NAME, COLUMN_COMMENT, SAMPLES = 3.0, 2.0, 1.0, 1.0, 0.5
 LENGTH_DISCOUNT = 0.3  # BM25's b: a wide table is discounted, less than a long text would be
-DATABASE_WEIGHT = 1.0  # a table of the database that covers the whole question gains the top score once more
+DATABASE_WEIGHT = 2.0  # a table of the best-matching database gains twice the top score
+DATABASE_LENGTH_DISCOUNT = 0.3  # BM25's b over databases: a database of many words is discounted, mildly
 JOIN_WEIGHT = 0.3  # a table gains this share of the score of the best hit it joins
 JOINED_PLACES = 3  # of ten hits, the last three are kept for tables the first two join
 CANDIDATES = 300
@@ -50,6 +53,7 @@ class TableSearch:
         self._index = LexicalIndex(((t.qualified, fields(t)) for t in tables), best_field=True, b=LENGTH_DISCOUNT)
         self.families = Families(tables)
         self._joins = JoinGraph(tables)
+        self._databases = LexicalIndex(_database_documents(tables), best_field=True, b=DATABASE_LENGTH_DISCOUNT)
 
     def search(self, text: str, limit: int) -> list[str]:
         """Qualified names of the tables (one per family) that best match the text, best first; the
@@ -59,10 +63,10 @@ class TableSearch:
         if not hits:
             return []
         scores = self._with_neighbours(hits)
-        covered = self._database_cover(hits, text)
-        top, widest = hits[0].score, max(covered.values())
+        matching = {hit.key: hit.score for hit in self._databases.search(text, len(self._databases))}
+        top, best = hits[0].score, max(matching.values(), default=0.0) or 1.0
         for key in scores:
-            scores[key] += DATABASE_WEIGHT * top * covered.get(self._database[key], 0.0) / widest
+            scores[key] += DATABASE_WEIGHT * top * matching.get(self._database[key], 0.0) / best
         order = sorted(scores, key=lambda key: (-scores[key], key))
         dates = question_dates(text)
         ranked: list[str] = []
@@ -87,14 +91,6 @@ class TableSearch:
             scores[key] = scores.get(key, 0.0) + JOIN_WEIGHT * score
         return scores
 
-    def _database_cover(self, hits: list[Hit], text: str) -> dict[str, float]:
-        """Per database, the idf of the question's terms that some table of it has."""
-        wanted = set(terms(text))
-        matched: dict[str, set[str]] = defaultdict(set)
-        for hit in hits:
-            matched[self._database[hit.key]] |= hit.matched & wanted
-        return {db: sum(self._index.idf(term) for term in found) or 1e-9 for db, found in matched.items()}
-
 
 def fields(table: Table) -> list[tuple[str, float]]:
     out = [(table.name, TABLE_NAME), (table.comment, TABLE_COMMENT)]
@@ -102,3 +98,11 @@ def fields(table: Table) -> list[tuple[str, float]]:
         out += [(column.name, COLUMN_NAME), (column.comment, COLUMN_COMMENT)]
         out += [(value, SAMPLES) for value in column.samples]
     return out
+
+
+def _database_documents(tables: Sequence[Table]) -> list[tuple[str, list[tuple[str, float]]]]:
+    """One document per database: the fields of all its tables."""
+    documents: dict[str, list[tuple[str, float]]] = defaultdict(list)
+    for table in sorted(tables, key=lambda t: t.qualified):
+        documents[table.database] += fields(table)
+    return list(documents.items())

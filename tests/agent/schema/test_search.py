@@ -161,3 +161,48 @@ def test_a_polite_command_before_the_question_is_not_searched_for() -> None:
     for question in ("Please list all the superpowers of 3-D Man.", "Can you list the superpowers of 3-D Man?"):
         assert not any(name.startswith("dw.") for name in catalog.search(question, 3)), question
     assert catalog.search("list owners", 1) == ["dw.MOIRA_LIST_OWNER"]  # what follows the command is searched
+
+
+def university_warehouse() -> list[Table]:
+    """A data warehouse as MIT's `dw` is: hundreds of tables of codes of its own, and between them
+    nearly every word a question about something else uses, one here, one there."""
+    syllables = ("ba", "ke", "li", "mo", "nu", "ra", "se", "ti", "vo", "zu", "da", "fe", "gi", "ho", "pu")
+    codes = [f"{a}{b}{c}" for a in syllables for b in syllables for c in syllables[:4]]  # its own words
+    shared = ("MEMBER_TYPE", "EVENT_DATE", "WOMEN_FLAG", "SOCCER_TEAM", "LAST_NAME", "ATTENDED_FLAG")
+    tables = []
+    for i in range(200):
+        columns = [f"{codes[(i * 9 + j) % len(codes)]}_CODE" for j in range(9)]
+        if i % 20 == 0:
+            columns.append(shared[(i // 20) % len(shared)])
+        tables.append(table(f"dw.{codes[-1 - i].upper()}_DETAIL", " ".join(columns)))
+    return tables
+
+
+def small_databases() -> list[Table]:
+    """Spider's many small databases beside it, a few tables each."""
+    return [
+        table(f"{db}.{name}", f"{name}_id:Int64 name {extra}")
+        for db, names, extra in (
+            ("concert_singer", ("singer", "concert", "stadium"), "capacity:Int64 country"),
+            ("pets_1", ("student", "pet", "has_pet"), "age:Int64 weight:Float64"),
+            ("world_1", ("city", "country", "countrylanguage"), "population:Int64 region"),
+            ("flight_2", ("airlines", "airports", "flights"), "city country"),
+        )
+        for name in names
+    ]
+
+
+def club() -> list[Table]:
+    """BIRD's `student_club`, as small as it is."""
+    return [
+        table("student_club.member", "member_id first_name last_name email position link_to_major"),
+        table("student_club.event", "event_id event_name event_date type notes location status"),
+        table("student_club.attendance", "link_to_event link_to_member"),
+        table("student_club.major", "major_id major_name department college"),
+    ]
+
+
+def test_a_large_database_that_has_every_word_somewhere_does_not_outrank_the_small_one_the_question_is_about() -> None:
+    catalog = Catalog([*university_warehouse(), *club(), *small_databases()], "default")
+    found = catalog.search("List the last names of the members who attended the women's soccer event.", 5)
+    assert {"student_club.member", "student_club.event", "student_club.attendance"} <= set(found), found

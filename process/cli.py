@@ -47,6 +47,7 @@ def _handle(args: argparse.Namespace) -> int:
     from agent.db import DatabaseUnavailable
     from agent.llm import LLMConfigError
     from agent.logs import configure_logging
+    from agent.tracing import configure_tracing
 
     try:
         settings = load_settings()
@@ -54,6 +55,7 @@ def _handle(args: argparse.Namespace) -> int:
         # answered question) are for its log. LOG_LEVEL, when set, decides either way.
         serving = getattr(args, "serving", False)
         configure_logging(settings, level=None if serving or "log_level" in settings.model_fields_set else "WARNING")
+        configure_tracing()  # off unless OTEL_* asks
         return int(args.handler(args, settings))
     except (ConfigError, UsageError, DatabaseUnavailable, LLMConfigError) as exc:
         return _fail(args, str(exc), EXIT_USAGE)

@@ -225,9 +225,17 @@ def _postgres_turn_policy(conn: sqlite3.Connection) -> None:
 
 
 def _eval_runs(conn: sqlite3.Connection) -> None:
-    """Eval runs and each case's result (chats/eval_runs.py), the same on both backends: the metrics of the
-    latest run per suite, the trend, and the knowledge's content hash a run saw (a change triggers one).
-    No question text: a case is its suite file's id and tags."""
+    """Eval runs and each case's result (chats/eval_runs.py): the metrics of the latest run per suite, the
+    trend, and the knowledge's content hash a run saw (a change triggers one). No question text: a case is
+    its suite file's id and tags. And the turns' classification, for the review (chats/proposals.py)."""
+    _eval_tables(conn)
+    # A turn names its classification, so a clarification nobody answered is gathered for review
+    # (chats/proposals.py); '' for a turn stored before this step.
+    if "classification" not in {row[1] for row in conn.execute("PRAGMA table_info(turns)")}:
+        conn.execute("ALTER TABLE turns ADD COLUMN classification TEXT NOT NULL DEFAULT ''")
+
+
+def _eval_tables(conn: sqlite3.Connection) -> None:
     conn.execute(
         """CREATE TABLE IF NOT EXISTS eval_runs (
             id TEXT PRIMARY KEY,
@@ -258,6 +266,12 @@ def _eval_runs(conn: sqlite3.Connection) -> None:
     conn.execute("CREATE INDEX IF NOT EXISTS eval_case_results_by_suite ON eval_case_results(suite, run_id)")
 
 
+def _postgres_eval_runs(conn: sqlite3.Connection) -> None:
+    """As `_eval_runs`, on PostgreSQL (no PRAGMA: the column is added if it is not there)."""
+    _eval_tables(conn)
+    conn.execute("ALTER TABLE turns ADD COLUMN IF NOT EXISTS classification TEXT NOT NULL DEFAULT ''")
+
+
 Step = Callable[[sqlite3.Connection], None]
 
 # Step n brings a file at version n - 1 to version n. A release that changes a table appends a step,
@@ -270,7 +284,7 @@ POSTGRES_STEPS: tuple[Step, ...] = (
     _audit_tables,
     _web_sessions,
     _postgres_turn_policy,
-    _eval_runs,
+    _postgres_eval_runs,
 )
 VERSION = len(STEPS)
 

@@ -104,7 +104,9 @@ def _parser(*, evals: bool = False) -> argparse.ArgumentParser:
     check.add_argument("dir", nargs="?", help="the knowledge folder (default: AGENT_KNOWLEDGE_DIR, or the demo's)")
     check.set_defaults(handler=_run(_knowledge_check))
     review = knowledge_commands.add_parser(
-        "review", help="decide on what thumbs up (verified queries) and down (eval cases) proposed"
+        "review",
+        help="decide on what thumbs up (verified queries) and down proposed, and on answers that went wrong without a "
+        "thumb (figures left unverified, a clarification nobody answered, a failed run): eval cases",
     )
     review.add_argument("--dir", help="knowledge folder to write to (default: AGENT_KNOWLEDGE_DIR, or the demo's)")
     review.add_argument(

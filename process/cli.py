@@ -47,7 +47,7 @@ def _handle(args: argparse.Namespace) -> int:
     from agent.db import DatabaseUnavailable
     from agent.llm import LLMConfigError
     from agent.logs import configure_logging
-    from agent.tracing import configure_tracing
+    from agent.tracing_setup import configure_tracing
 
     try:
         settings = load_settings()

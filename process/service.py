@@ -43,7 +43,7 @@ from agent.app import AgentApp
 from agent.config import ConfigError, Settings, load_settings
 from agent.logs import announce, configure_logging
 from agent.loop_lag import LoopLag
-from agent.tracing import configure_tracing
+from agent.tracing_setup import configure_tracing
 from bots.slack import SlackBot
 from bots.slack.app import api_url, check_slack_settings, unreachable
 from chats.audiences import Audiences

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
-from agent import tracing
+from agent import tracing, tracing_setup
 from agent.config import ConfigError
 from agent.logs import log_context
 from tests.fakes.anthropic_api import FakeAnthropic, Reply
@@ -72,13 +72,13 @@ async def test_without_a_provider_nothing_is_recorded(make_app, fake_anthropic: 
     ],
 )
 def test_which_exporters_the_variables_ask_for(environ: dict[str, str], names: list[str]) -> None:
-    assert tracing.exporter_names(environ) == names
+    assert tracing_setup.exporter_names(environ) == names
 
 
 def test_an_unknown_exporter_is_one_line_naming_the_variable(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("OTEL_TRACES_EXPORTER", "zipkin_json")
     with pytest.raises(ConfigError, match=r"^OTEL_TRACES_EXPORTER: no span exporter named 'zipkin_json'"):
-        tracing.configure_tracing()
+        tracing_setup.configure_tracing()
     assert not tracing.active()
 
 
@@ -92,9 +92,9 @@ def _python(code: str, **env: str) -> subprocess.CompletedProcess[str]:
 def test_unset_variables_install_no_provider_and_import_no_sdk() -> None:
     done = _python(
         "import sys\n"
-        "from agent import tracing\n"
+        "from agent import tracing, tracing_setup\n"
         "import agent.pipeline.loop, agent.db.database, agent.llm.client\n"
-        "assert tracing.configure_tracing() is None and not tracing.active()\n"
+        "assert tracing_setup.configure_tracing() is None and not tracing.active()\n"
         "with tracing.span('agent.run') as s: s.set(x=1)\n"
         "print(sorted(m for m in sys.modules if m.startswith('opentelemetry.sdk')))\n"
         "from opentelemetry import trace\n"  # the API alone (the anthropic SDK imports it when installed)
@@ -137,9 +137,9 @@ def test_the_otel_variables_export_spans_over_otlp_http(collector: tuple[str, li
     """The SDK reads the endpoint and the service name itself; the spans reach the collector at exit."""
     endpoint, received = collector
     done = _python(
-        "from agent import tracing\n"
+        "from agent import tracing, tracing_setup\n"
         "from agent.logs import log_context\n"
-        "assert tracing.configure_tracing() is not None\n"
+        "assert tracing_setup.configure_tracing() is not None\n"
         "with log_context(run_id='run-7'), tracing.span('agent.run'):\n"
         "    with tracing.span('agent.db.query', agent__rows=3): pass\n",
         OTEL_EXPORTER_OTLP_ENDPOINT=endpoint,

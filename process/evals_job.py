@@ -11,6 +11,7 @@ The scheduler (its lease) makes sure one host fires it; this function runs whate
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import time
 import uuid
@@ -76,10 +77,11 @@ async def run_eval_job(
     and `llm` are a serving process's own (left open; the embedded engine has one owner), else opened here.
     Raises SuiteError, DatasetError or LLMConfigError for a job that cannot run; a case that fails is a
     result."""
-    digest = knowledge_hash(settings.knowledge_dir)
+    # Files are read and written off the event loop: a serving process's requests share it.
+    digest = await asyncio.to_thread(knowledge_hash, settings.knowledge_dir)
     if when_knowledge_changes and await state.eval_runs.last_knowledge_hash() == digest:
         return EvalJobResult(False, "the team's knowledge has not changed since the last eval run")
-    chosen = load_suites(suites or default_suite_paths())
+    chosen = await asyncio.to_thread(load_suites, suites or default_suite_paths())
     judge_model = (settings.agent_judge_model or settings.agent_model) if judge else None
     if problem := settings.missing_model_key(("main", "judge") if judge_model else ("main",)):
         raise LLMConfigError(problem)
@@ -99,7 +101,7 @@ async def run_eval_job(
         filter=None,
     )
     out = settings.agent_data_dir / "evals" / f"{datetime.now(UTC):%Y%m%d-%H%M%S}-{trigger}"
-    write_report(out, record)
+    await asyncio.to_thread(write_report, out, record)
     run = EvalRun(
         id=uuid.uuid4().hex,
         started_at=started_at,

@@ -18,7 +18,7 @@ imports: this module, imported wherever work is traced, never names the SDK.
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from typing import TYPE_CHECKING, Any
 
 from agent.logs import context_fields
@@ -47,14 +47,28 @@ class Noted:
 _OFF = Noted()
 
 
-@contextmanager
-def span(name: str, **attributes: Any) -> Iterator[Noted]:
+class _Off:
+    """The block of a span when tracing is off: nothing to open, nothing to close."""
+
+    def __enter__(self) -> Noted:
+        return _OFF
+
+    def __exit__(self, *_: object) -> None:
+        return None
+
+
+_OFF_BLOCK = _Off()
+
+
+def span(name: str, **attributes: Any) -> AbstractContextManager[Noted]:
     """A span around the block, child of the current one, with the run's id when a run is under way.
     Attribute names may use `__` for a dot (`agent__role` is `agent.role`)."""
     tracer = _tracer
-    if tracer is None:
-        yield _OFF
-        return
+    return _OFF_BLOCK if tracer is None else _recorded(tracer, name, attributes)
+
+
+@contextmanager
+def _recorded(tracer: Tracer, name: str, attributes: Mapping[str, Any]) -> Iterator[Noted]:
     fields = _named(attributes)
     if run_id := context_fields().get("run_id"):
         fields[RUN_ID] = str(run_id)

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import itertools
 import os
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.multiprocess import MultiProcessCollector
+from prometheus_client.registry import Collector
 
 if TYPE_CHECKING:
     from agent.llm.turns import Usage
@@ -89,9 +90,19 @@ SLACK_DELIVERIES = ("stream", "update")
 SLACK_FEEDBACK = ("up", "down")
 
 
+class SharedCollector(Collector, Protocol):
+    """Figures of the shared state (the eval runs in the state store), not counted by this process: read
+    again before each scrape (`refresh`), and served as they are whatever the number of workers."""
+
+    key: str  # one of each per registry: added again, it replaces the earlier one
+
+    async def refresh(self) -> None: ...
+
+
 class Metrics:
     def __init__(self, registry: CollectorRegistry = REGISTRY) -> None:
         self.registry = registry
+        self.shared: dict[str, SharedCollector] = {}
         self.runs = Counter(
             "agent_runs_total",
             "Questions answered, by interface, classification and outcome.",
@@ -329,6 +340,17 @@ class Metrics:
             registry=registry,
         )
 
+    def add_shared(self, collector: SharedCollector) -> None:
+        if (earlier := self.shared.pop(collector.key, None)) is not None:
+            self.registry.unregister(earlier)
+        self.registry.register(collector)
+        self.shared[collector.key] = collector
+
+    async def refresh_shared(self) -> None:
+        """Read the shared figures again (each collector keeps its last when the state cannot be read)."""
+        for collector in list(self.shared.values()):
+            await collector.refresh()
+
     def count_sql_error(self, code: int | None) -> None:
         """One failed query, by its ClickHouse error code; anything outside ClickHouse's range of codes counts
         as `other`, so a code read from an error message cannot grow the label set."""
@@ -365,5 +387,7 @@ def exposition(metrics: Metrics) -> bytes:
     if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
         registry = CollectorRegistry()
         MultiProcessCollector(registry)
+        for collector in metrics.shared.values():  # the same in every worker: served once, never summed
+            registry.register(collector)
         return generate_latest(registry)
     return generate_latest(metrics.registry)

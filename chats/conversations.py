@@ -292,8 +292,8 @@ class ConversationStore:
                 ).fetchone()[0]
                 c.execute(
                     "INSERT INTO turns (run_id, conversation_id, position, question, answer, outcome, followups, "
-                    "metrics, transcript, events, created_at, charts, figures, receipt, policy) "
-                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    "metrics, transcript, events, created_at, charts, figures, receipt, policy, classification) "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     (
                         run_id,
                         conversation_id,
@@ -310,6 +310,7 @@ class ConversationStore:
                         result.figures.model_dump_json() if result.figures else "null",
                         result.receipt.model_dump_json() if result.receipt else "null",
                         result.policy or "",
+                        result.classification.value,  # a clarification left unanswered is reviewed
                     ),
                 )
                 for q in turn.queries:

@@ -1,9 +1,12 @@
-"""What people's thumbs propose, waiting for a person: a thumbs-up proposes the answer's queries as
-verified queries for the team's knowledge, a thumbs-down (with its optional reason) an eval case.
+"""What asks for a reviewer, gathered from the answers people got, so wrong answers become eval cases
+without anyone going to look for them: a thumbs-up proposes the answer's queries as verified queries for
+the team's knowledge; a thumbs-down (with its optional reason), an answer whose figures stayed unverified
+after the correction round, a clarification nobody answered within the hour, and a run that failed each
+propose an eval case.
 
 The thumbs themselves are stored with the turn (`ConversationStore.record_feedback`); this keeps, in
-the same SQLite file, a thumbs-down's reason and what the reviewer decided, so `agent knowledge
-review` shows each proposal once."""
+the same state, a thumbs-down's reason and what the reviewer decided on each, so `agent knowledge review`
+shows each proposal once."""
 
 from __future__ import annotations
 
@@ -12,12 +15,15 @@ import sqlite3
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal, TypeVar, cast
 
 from chats.state_file import StateFile, write_transaction
 
 MAX_REASON_CHARS = 1_000
+UNANSWERED_AFTER_S = 3600.0  # a clarification still without a next message this long after is unanswered
 Decision = Literal["approved", "rejected"]
+# Why a turn is proposed: its thumb, or what went wrong with it that nobody said.
+Kind = Literal["up", "down", "unverified", "unanswered", "failed"]
 T = TypeVar("T")
 
 
@@ -34,7 +40,7 @@ class ProposedQuery:
 @dataclass(frozen=True)
 class Proposal:
     run_id: str
-    feedback: Literal["up", "down"]
+    kind: Kind
     question: str
     answer: str
     created_at: float
@@ -62,44 +68,14 @@ class ProposalStore:
 
         await self._run(write)
 
-    async def pending(self) -> list[Proposal]:
-        """Every turn with a thumb that nobody has decided on yet, oldest first."""
+    async def pending(self, now: float | None = None) -> list[Proposal]:
+        """Every turn that asks for a reviewer and has no decision yet, oldest first: thumbed, with figures
+        left unverified, a clarification unanswered for UNANSWERED_AFTER_S before `now`, or failed."""
+        before = (time.time() if now is None else now) - UNANSWERED_AFTER_S
 
         def read(c: sqlite3.Connection) -> list[Proposal]:
-            turns = c.execute(
-                "SELECT t.run_id, t.feedback, t.question, t.answer, t.created_at, r.reason FROM turns t "
-                "LEFT JOIN feedback_reviews r ON r.run_id = t.run_id "
-                "WHERE t.feedback IN ('up', 'down') AND r.decision IS NULL ORDER BY t.created_at, t.run_id"
-            ).fetchall()
-            proposals = []
-            for t in turns:
-                queries = c.execute(
-                    "SELECT label, question, sql, columns, preview, row_count FROM queries "
-                    "WHERE run_id = ? AND error IS NULL AND sql != '' ORDER BY rowid",
-                    (t["run_id"],),
-                ).fetchall()
-                proposals.append(
-                    Proposal(
-                        run_id=t["run_id"],
-                        feedback=t["feedback"],
-                        question=t["question"],
-                        answer=t["answer"],
-                        created_at=t["created_at"],
-                        reason=t["reason"],
-                        queries=[
-                            ProposedQuery(
-                                q["label"],
-                                q["question"],
-                                q["sql"],
-                                json.loads(q["columns"]),
-                                json.loads(q["preview"]),
-                                q["row_count"],
-                            )
-                            for q in queries
-                        ],
-                    )
-                )
-            return proposals
+            turns = c.execute(_PENDING, (*_UNVERIFIED, before)).fetchall()
+            return [_proposal(t, _queries(c, t["run_id"])) for t in turns if _kind(t) is not None]
 
         return await self._run(read)
 
@@ -113,3 +89,58 @@ class ProposalStore:
                 )
 
         await self._run(write)
+
+
+# A turn with a thumb, an error, figures left unverified (the report as stored: `"unverified":N` last), or a
+# clarification that is its conversation's last turn. The patterns are parameters: on PostgreSQL a `%` in
+# quoted SQL would read as a placeholder.
+_PENDING = (
+    "SELECT t.run_id, t.feedback, t.question, t.answer, t.created_at, t.outcome, t.classification, t.figures, "
+    "r.reason FROM turns t LEFT JOIN feedback_reviews r ON r.run_id = t.run_id WHERE r.decision IS NULL AND ("
+    "t.feedback IN ('up', 'down') OR t.outcome = 'error' "
+    "OR (t.figures LIKE ? AND t.figures NOT LIKE ? AND t.figures NOT LIKE ?) "
+    "OR (t.classification = 'clarification' AND t.created_at < ? AND NOT EXISTS "
+    "(SELECT 1 FROM turns n WHERE n.conversation_id = t.conversation_id AND n.position > t.position))"
+    ") ORDER BY t.created_at, t.run_id"
+)
+_UNVERIFIED = ('%"unverified":%', '%"unverified":0,%', '%"unverified":0}%')
+
+
+def _kind(turn: Any) -> Kind | None:
+    """Why the turn is proposed: a thumb says it; then a failure, figures unverified, a question unanswered."""
+    if turn["feedback"] in ("up", "down"):
+        return cast(Kind, turn["feedback"])
+    if turn["outcome"] == "error":
+        return "failed"
+    figures = json.loads(turn["figures"] or "null")
+    if isinstance(figures, dict) and int(figures.get("unverified") or 0) > 0:
+        return "unverified"
+    return "unanswered" if turn["classification"] == "clarification" else None
+
+
+def _queries(c: sqlite3.Connection, run_id: str) -> list[ProposedQuery]:
+    rows = c.execute(
+        "SELECT label, question, sql, columns, preview, row_count FROM queries "
+        "WHERE run_id = ? AND error IS NULL AND sql != '' ORDER BY rowid",
+        (run_id,),
+    ).fetchall()
+    return [
+        ProposedQuery(
+            q["label"], q["question"], q["sql"], json.loads(q["columns"]), json.loads(q["preview"]), q["row_count"]
+        )
+        for q in rows
+    ]
+
+
+def _proposal(turn: Any, queries: list[ProposedQuery]) -> Proposal:
+    kind = _kind(turn)
+    assert kind is not None
+    return Proposal(
+        run_id=turn["run_id"],
+        kind=kind,
+        question=turn["question"],
+        answer=turn["answer"],
+        created_at=turn["created_at"],
+        reason=turn["reason"],
+        queries=queries,
+    )

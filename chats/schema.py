@@ -224,17 +224,67 @@ def _postgres_turn_policy(conn: sqlite3.Connection) -> None:
     conn.execute("ALTER TABLE turns ADD COLUMN IF NOT EXISTS policy TEXT NOT NULL DEFAULT ''")
 
 
+def _eval_runs(conn: sqlite3.Connection) -> None:
+    """Eval runs and each case's result (chats/eval_runs.py): the metrics of the latest run per suite, the
+    trend, and the knowledge's content hash a run saw (a change triggers one). No question text: a case is
+    its suite file's id and tags. And the turns' classification, for the review (chats/proposals.py)."""
+    _eval_tables(conn)
+    # A turn names its classification, so a clarification nobody answered is gathered for review
+    # (chats/proposals.py); '' for a turn stored before this step.
+    if "classification" not in {row[1] for row in conn.execute("PRAGMA table_info(turns)")}:
+        conn.execute("ALTER TABLE turns ADD COLUMN classification TEXT NOT NULL DEFAULT ''")
+
+
+def _eval_tables(conn: sqlite3.Connection) -> None:
+    conn.execute(
+        """CREATE TABLE IF NOT EXISTS eval_runs (
+            id TEXT PRIMARY KEY,
+            started_at REAL NOT NULL,
+            finished_at REAL NOT NULL,
+            trigger TEXT NOT NULL,
+            knowledge_hash TEXT NOT NULL DEFAULT '',
+            model TEXT NOT NULL DEFAULT '',
+            passed INTEGER NOT NULL,
+            total INTEGER NOT NULL,
+            cost_usd REAL
+        )"""
+    )
+    conn.execute(
+        """CREATE TABLE IF NOT EXISTS eval_case_results (
+            run_id TEXT NOT NULL REFERENCES eval_runs(id) ON DELETE CASCADE,
+            suite TEXT NOT NULL,
+            case_id TEXT NOT NULL,
+            attempt INTEGER NOT NULL,
+            tags TEXT NOT NULL,
+            passed INTEGER NOT NULL,
+            latency_ms INTEGER NOT NULL,
+            cost_usd REAL,
+            PRIMARY KEY (run_id, suite, case_id, attempt)
+        )"""
+    )
+    conn.execute("CREATE INDEX IF NOT EXISTS eval_runs_by_time ON eval_runs(finished_at)")
+    conn.execute("CREATE INDEX IF NOT EXISTS eval_case_results_by_suite ON eval_case_results(suite, run_id)")
+
+
+def _postgres_eval_runs(conn: sqlite3.Connection) -> None:
+    """As `_eval_runs`, on PostgreSQL (no PRAGMA: the column is added if it is not there)."""
+    _eval_tables(conn)
+    conn.execute("ALTER TABLE turns ADD COLUMN IF NOT EXISTS classification TEXT NOT NULL DEFAULT ''")
+
+
 Step = Callable[[sqlite3.Connection], None]
 
 # Step n brings a file at version n - 1 to version n. A release that changes a table appends a step,
 # to both lists: the same version means the same tables on either backend.
-STEPS: tuple[Step, ...] = (_version_1, _version_2, _audit_tables, _web_sessions, _turn_policy)
+# `_eval_runs` is issue 33's step 10 (the steps between come from other branches; renumbered on merge).
+STEPS: tuple[Step, ...] = (_version_1, _version_2, _audit_tables, _web_sessions, _turn_policy, _eval_runs)
 POSTGRES_STEPS: tuple[Step, ...] = (
     _postgres_tables,
     _postgres_owners,
     _audit_tables,
     _web_sessions,
     _postgres_turn_policy,
+    _postgres_eval_runs,
 )
 VERSION = len(STEPS)
 

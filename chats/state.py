@@ -21,6 +21,7 @@ from agent.limits import Limits
 from chats import schema
 from chats.audit import AuditLog
 from chats.conversations import ConversationStore
+from chats.eval_runs import EvalRunStore
 from chats.pacing import Pacing
 from chats.proposals import ProposalStore
 from chats.sessions import SessionStore
@@ -50,6 +51,7 @@ class ChatState:
         self.proposals = ProposalStore(self.file)
         self.audit = AuditLog(self.file)
         self.sessions = SessionStore(self.file)  # who signed in to the web chat
+        self.eval_runs = EvalRunStore(self.file)  # `agent evals` runs a schedule made (process/evals_job.py)
         shared = self.file if workers > 1 or isinstance(self.file, PostgresFile) else None
         self.shared_runs = SharedRunLog(shared) if shared is not None else None
         self.pacing = Pacing(shared, workers=workers)

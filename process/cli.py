@@ -47,6 +47,7 @@ def _handle(args: argparse.Namespace) -> int:
     from agent.db import DatabaseUnavailable
     from agent.llm import LLMConfigError
     from agent.logs import configure_logging
+    from agent.tracing_setup import configure_tracing
 
     try:
         settings = load_settings()
@@ -54,6 +55,7 @@ def _handle(args: argparse.Namespace) -> int:
         # answered question) are for its log. LOG_LEVEL, when set, decides either way.
         serving = getattr(args, "serving", False)
         configure_logging(settings, level=None if serving or "log_level" in settings.model_fields_set else "WARNING")
+        configure_tracing()  # off unless OTEL_* asks
         return int(args.handler(args, settings))
     except (ConfigError, UsageError, DatabaseUnavailable, LLMConfigError) as exc:
         return _fail(args, str(exc), EXIT_USAGE)
@@ -102,7 +104,9 @@ def _parser(*, evals: bool = False) -> argparse.ArgumentParser:
     check.add_argument("dir", nargs="?", help="the knowledge folder (default: AGENT_KNOWLEDGE_DIR, or the demo's)")
     check.set_defaults(handler=_run(_knowledge_check))
     review = knowledge_commands.add_parser(
-        "review", help="decide on what thumbs up (verified queries) and down (eval cases) proposed"
+        "review",
+        help="decide on what thumbs up (verified queries) and down proposed, and on answers that went wrong without a "
+        "thumb (figures left unverified, a clarification nobody answered, a failed run): eval cases",
     )
     review.add_argument("--dir", help="knowledge folder to write to (default: AGENT_KNOWLEDGE_DIR, or the demo's)")
     review.add_argument(

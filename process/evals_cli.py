@@ -1,4 +1,5 @@
-"""`agent evals run|check|compare`: parses arguments, calls the eval modules, prints. Registered in
+"""`agent evals run|check|compare|job|trend`: parses arguments, calls the eval modules, prints (`job` is the
+scheduled eval job, process/evals_job.py, run now; `trend` the runs it recorded). Registered in
 process/cli.py by `add_evals_commands`; exit codes as there (0 ran, 1 failed, 2 usage)."""
 
 from __future__ import annotations
@@ -53,6 +54,22 @@ def add_evals_commands(commands: argparse._SubParsersAction[argparse.ArgumentPar
     check = group.add_parser("check", help="validate suites and their gold SQL on the dataset (no model)")
     _suite_option(check)
     check.set_defaults(handler=lambda args, settings: asyncio.run(_check(args, settings)))
+
+    job = group.add_parser(
+        "job", help="run the scheduled eval job now: the suites, their results recorded for /metrics and the trend"
+    )
+    _suite_option(job)
+    job.add_argument(
+        "--when-knowledge-changes",
+        action="store_true",
+        help="only if the knowledge files changed since the last recorded run (as a schedule asks)",
+    )
+    job.add_argument("--no-judge", action="store_true", help="skip the rubric judge")
+    job.set_defaults(handler=lambda args, settings: asyncio.run(_job(args, settings)))
+
+    trend = group.add_parser("trend", help="the recorded eval runs, newest first: when, why, pass rate, cost")
+    trend.add_argument("--limit", type=int, default=20, metavar="N", help="how many runs (default 20)")
+    trend.set_defaults(handler=lambda args, settings: asyncio.run(_trend(args, settings)))
 
     compare = group.add_parser("compare", help="compare two runs' results.json")
     compare.add_argument("old", type=Path, metavar="OLD.json")
@@ -166,6 +183,50 @@ async def _run_cases(
     finally:
         progress.close()
         await app.close()
+
+
+async def _job(args: argparse.Namespace, settings: Settings) -> int:
+    from chats.state import ChatState
+    from evals.dataset import DatasetError
+    from process.evals_job import run_eval_job
+
+    state = ChatState.of(settings)
+    try:
+        done = await run_eval_job(
+            settings,
+            state,
+            suites=args.suite,
+            trigger="manual",
+            when_knowledge_changes=args.when_knowledge_changes,
+            judge=not args.no_judge,
+        )
+    except (SuiteError, DatasetError) as exc:
+        raise UsageError(str(exc)) from None
+    finally:
+        state.close()
+    print(done.why if done.ran else f"not run: {done.why}")
+    if done.out is not None:
+        print(f"report:  {done.out}")
+    return EXIT_OK
+
+
+async def _trend(args: argparse.Namespace, settings: Settings) -> int:
+    from chats.state import ChatState
+
+    if args.limit < 1:
+        raise UsageError("--limit must be at least 1")
+    state = ChatState.of(settings)
+    try:
+        runs = await state.eval_runs.runs(limit=args.limit)
+    finally:
+        state.close()
+    if not runs:
+        print("No eval run recorded yet: `agent evals job` runs one (a schedule runs it too).")
+    for run in runs:
+        when = datetime.fromtimestamp(run.finished_at, UTC).strftime("%Y-%m-%d %H:%M UTC")
+        cost = f"${run.cost_usd:.4f}" if run.cost_usd is not None else "not priced"
+        print(f"{when}  {run.trigger:<9} {100 * run.pass_rate:5.1f}% ({run.passed}/{run.total})  {cost}  {run.model}")
+    return EXIT_OK
 
 
 def _model_list(option: str, value: str | None) -> str | None:

@@ -1,9 +1,12 @@
-"""`agent knowledge review`: the proposals people's thumbs made, one at a time, for a person to decide.
+"""`agent knowledge review`: the proposals people's thumbs made, and the answers that went wrong without a
+thumb (figures left unverified, a clarification nobody answered, a failed run), one at a time, for a person
+to decide.
 
 For a thumbs-up, each query that ran is checked again through the model's own SQL path and shown
 (question, the rows the person saw, and the entry it would become, byte for byte, its SQL ClickHouse's
 canonical text: no comments); if the reviewer accepts it, that entry is appended to the knowledge
-folder as a verified query. For a thumbs-down, the question and its reason become an eval case in a suite file.
+folder as a verified query. For a thumbs-down and the others, the question and what went wrong become an
+eval case in a suite file.
 Decisions are kept, so each proposal is shown once; a skipped one comes back next time."""
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ import datetime as dt
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from agent.db import Database
 from agent.knowledge import KnowledgeError
@@ -54,7 +58,7 @@ async def review(
     try:
         for number, proposal in enumerate(pending, start=1):
             reviewer.say(_header(proposal, number, len(pending)))
-            if proposal.feedback == "up":
+            if proposal.kind == "up":
                 decision = await _verified(proposal, db, reviewer, knowledge_dir, counts)
             else:
                 decision = _eval_case(proposal, reviewer, suite, dataset, counts)
@@ -138,20 +142,44 @@ def _eval_case(proposal: Proposal, reviewer: Reviewer, suite: Path, dataset: str
     if reply == "n":
         counts.rejected += 1
         return "rejected"
-    answer = " ".join(proposal.answer.split())[:MAX_ANSWER_CHARS]
-    rubric = (
-        f"A person marked an earlier answer to this question as wrong ({proposal.reason or 'no reason given'}). "
-        f"That answer was: {answer!r}. Pass only if this answer does not make the same mistake."
-    )
-    case = {"id": f"feedback-{proposal.run_id[:12]}", "question": proposal.question, "tags": ["feedback"]}
-    append_case(suite, {**case, "judge": rubric}, dataset=dataset)
+    case = eval_case(proposal)
+    append_case(suite, case, dataset=dataset)
     reviewer.say(f"  Added to {suite} as {case['id']}.")
     counts.eval_cases += 1
     return "approved"
 
 
+# What went wrong, for the rubric: the judge passes the new answer only if it does not go wrong the same way.
+_WHAT_WENT_WRONG = {
+    "down": "A person marked an earlier answer to this question as wrong ({reason}).",
+    "unverified": "An earlier answer to this question stated figures its own queries did not give.",
+    "unanswered": "An earlier answer asked a clarifying question back that nobody answered.",
+    "failed": "An earlier run of this question failed before it answered.",
+}
+_HEADERS = {
+    "up": "thumbs up",
+    "down": "thumbs down",
+    "unverified": "figures left unverified",
+    "unanswered": "a clarification nobody answered",
+    "failed": "a failed run",
+}
+
+
+def eval_case(proposal: Proposal) -> dict[str, Any]:
+    """The eval case a proposal becomes: its question, a tag saying why (bounded: one per kind), a rubric
+    for the judge, and for figures left unverified the deterministic check that every figure verifies."""
+    answer = " ".join(proposal.answer.split())[:MAX_ANSWER_CHARS]
+    wrong = _WHAT_WENT_WRONG[proposal.kind].format(reason=proposal.reason or "no reason given")
+    rubric = f"{wrong} That answer was: {answer!r}. Pass only if this answer does not make the same mistake."
+    prefix = "feedback" if proposal.kind == "down" else proposal.kind
+    case: dict[str, Any] = {"id": f"{prefix}-{proposal.run_id[:12]}", "question": proposal.question, "tags": [prefix]}
+    if proposal.kind == "unverified":
+        case["expect"] = {"figures_verified": True}
+    return {**case, "judge": rubric}
+
+
 def _header(proposal: Proposal, number: int, total: int) -> str:
-    thumb = "thumbs up" if proposal.feedback == "up" else "thumbs down"
+    thumb = _HEADERS[proposal.kind]
     when = dt.datetime.fromtimestamp(proposal.created_at, dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
     lines = [f"\n[{number}/{total}] {thumb}, {when}, run {proposal.run_id}", f"Question: {proposal.question}"]
     if proposal.reason:

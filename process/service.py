@@ -43,6 +43,7 @@ from agent.app import AgentApp
 from agent.config import ConfigError, Settings, load_settings
 from agent.logs import announce, configure_logging
 from agent.loop_lag import LoopLag
+from agent.tracing_setup import configure_tracing
 from bots.slack import SlackBot
 from bots.slack.app import api_url, check_slack_settings, unreachable
 from chats.audiences import Audiences
@@ -50,6 +51,7 @@ from chats.conversations import ConversationStore
 from chats.retention import Retention
 from chats.runs import STREAM_MARGIN_S, RunRegistry
 from chats.state import ChatState, state_path
+from evals.metrics import export_eval_metrics
 from process.running_server import new_key, proving, recorded
 from process.workers import serve_workers
 from web.app import create_app
@@ -102,6 +104,7 @@ class Service:
         bot = SlackBot(agent, state, runs) if slack else None
         audiences = Audiences(bot.channel_members if bot is not None else None)  # for the web's links
         service = cls(agent=agent, state=state, runs=runs, bot=bot, owns_agent=owns_agent, audiences=audiences)
+        export_eval_metrics(agent.metrics, state.eval_runs)  # the scheduled eval runs' figures, at /metrics
         routes = bot.routes() if bot is not None and not bot.socket_mode else []
         if web:
             service.app = create_app(
@@ -321,6 +324,7 @@ def serve_in_worker(host: str, port: int, web: bool, slack: bool, workers: int, 
     try:
         settings = load_settings()
         configure_logging(settings)
+        configure_tracing()
         serving = _serve(
             settings, host=host, port=port, web=web, slack=slack, workers=workers, sockets=[sock], in_worker=True
         )

@@ -54,6 +54,7 @@ ENV_PREFIXES = (
     "SCHEMA_",
     "LOG_",
     "CHART_",
+    "OTEL_",  # traces (agent/tracing.py): a developer's collector is not the tests'
 )
 
 

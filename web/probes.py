@@ -73,6 +73,7 @@ def probe_routes(agent: AgentApp, runs: RunRegistry, token: str | None) -> list[
             check_token(request, token)
         except HttpError as exc:
             return exc.response()
+        await agent.metrics.refresh_shared()  # the eval runs' figures, as the state has them now
         return Response(exposition(agent.metrics), media_type=CONTENT_TYPE_LATEST)
 
     async def healthz(request: Request) -> Response:

@@ -42,6 +42,7 @@ from agent.db.statement import (
     precheck,
 )
 from agent.limits import Limits, cut_text
+from agent.tracing import span
 
 log = logging.getLogger(__name__)
 _CHECK_CACHE_SIZE = 512
@@ -102,8 +103,13 @@ class Database:
         raises DatabaseUnavailable. Cancelling the awaiting task kills the query.
         """
         query_id = query_id or new_query_id()
-        async with self.share.slot(owner or query_id):
-            return await self._execute(sql, max_rows or self.max_rows, query_id, policy)
+        with span("agent.db.query", db__system="clickhouse", agent__query_id=query_id) as traced:
+            async with self.share.slot(owner or query_id):
+                result = await self._execute(sql, max_rows or self.max_rows, query_id, policy)
+            traced.set(
+                agent__rows=len(result.rows), agent__error_code=result.error_code, agent__failed=bool(result.error)
+            )
+            return result
 
     async def _execute(self, sql: str, limit: int, query_id: str, policy: Policy | None) -> QueryResult:
         started = time.perf_counter()

@@ -32,6 +32,7 @@ from agent.llm.turns import (
     ignore_fallback,
     ignore_usage,
 )
+from agent.tracing import span
 
 log = logging.getLogger(__name__)
 
@@ -160,7 +161,14 @@ class LLMClient:
         while True:
             ref, refs = refs[0], refs[1:]
             try:
-                turn = await ask(ref, translate(ref.provider, request, self._caps), not refs)
+                with span(
+                    "agent.llm.call", agent__role=role, gen_ai__system=ref.provider, gen_ai__request__model=ref.name
+                ) as traced:
+                    turn = await ask(ref, translate(ref.provider, request, self._caps), not refs)
+                    traced.set(
+                        gen_ai__usage__input_tokens=turn.usage.input_tokens,
+                        gen_ai__usage__output_tokens=turn.usage.output_tokens,
+                    )
             except LLMUnavailable as exc:
                 if isinstance(exc, ModelUnreachable):
                     refs = [other for other in refs if other.provider != ref.provider]

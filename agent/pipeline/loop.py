@@ -56,6 +56,7 @@ from agent.runner import (
     ignore_events,
 )
 from agent.suggestions.followups import FollowupGenerator
+from agent.tracing import span
 
 log = logging.getLogger(__name__)
 
@@ -113,7 +114,7 @@ class Pipeline:
     ) -> RunResult:
         # An adapter's registry names the run; a run started directly (CLI, evals) gets a name here.
         run_id = context_fields().get("run_id") or uuid.uuid4().hex
-        with log_context(run_id=run_id, interface=interface):
+        with log_context(run_id=run_id, interface=interface), span("agent.run", agent__interface=interface) as traced:
             log.debug("question", extra={"question": question})
             state = RunState(
                 question=question,
@@ -126,7 +127,9 @@ class Pipeline:
             state.prices = self._prices
             if policy is not None and policy.reads_nothing:
                 return await self._no_access(state, policy)
-            return await self._run(state, history, platform, on_event, followups)
+            result = await self._run(state, history, platform, on_event, followups)
+            traced.set(agent__outcome=result.outcome.value, agent__rounds=result.metrics.rounds)
+            return result
 
     async def _no_access(self, state: RunState, policy: Policy) -> RunResult:
         """A policy that reads nothing (the default's "no data"): a polite answer naming who to ask for

@@ -20,8 +20,10 @@ from slack_sdk.web.async_client import AsyncWebClient
 from agent.access.policy import Policies
 from agent.config import Settings
 from agent.knowledge import KnowledgeBase
+from agent.logs import log_context
 from agent.metrics import Metrics
 from agent.runner import AnswerEvent, Outcome, Turn
+from agent.tracing import Noted, span
 from bots.slack import blocks, refusals
 from bots.slack.access import NO_POLICY_FILE, Access, access_for
 from bots.slack.api_tiers import CallBudget
@@ -180,6 +182,11 @@ class Answerer:
         return await self._store.find(question.conversation_key) is not None
 
     async def _answer(self, question: Question, hold: _Hold) -> None:
+        """One trace per answer (agent/tracing.py): its run and every Slack call made for it."""
+        with span("slack.answer") as traced:
+            await self._answer_traced(question, hold, traced)
+
+    async def _answer_traced(self, question: Question, hold: _Hold, traced: Noted) -> None:
         view = RunView()  # the run as its events tell it: the plan, the progress and the outcome read it
         progress = Progress(
             self._client,
@@ -210,6 +217,7 @@ class Answerer:
             origin=Origin(access.asker, "slack", question.channel),
         )
         hold.run_started = True
+        traced.set(agent__run_id=handle.run_id)
         writer = AnswerWriter(
             self._client,
             question.channel,
@@ -227,8 +235,9 @@ class Answerer:
         )
         progress.plan_shown = lambda: writer.showing_plan
         try:
-            await self._follow(handle, view, progress, writer)
-            await self._deliver(question, handle.run_id, view, progress, writer)
+            with log_context(run_id=handle.run_id, interface="slack"):  # its log lines and spans name the run
+                await self._follow(handle, view, progress, writer)
+                await self._deliver(question, handle.run_id, view, progress, writer)
         finally:  # after a failure or a shutdown, no painter outlives its job
             progress.cancel()
             writer.cancel()

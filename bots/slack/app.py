@@ -41,6 +41,7 @@ from bots.slack.people import SlackPeople
 from bots.slack.prompts import PromptsGate, prompts_asker, prompts_place
 from bots.slack.queues import SerialQueues
 from bots.slack.receive import Allowed, Identity, Ignore, Ignored, Question, event_type, read_question
+from bots.slack.web_client import TracedWebClient
 from chats.runs import RunRegistry
 from chats.state import ChatState
 
@@ -86,7 +87,7 @@ class SlackBot:
         if not any(isinstance(f, _TokenFromSettings) for f in bolt_log.filters):
             bolt_log.addFilter(_TokenFromSettings())
         self.app = AsyncApp(
-            client=AsyncWebClient(base_url=self._api_url),  # Bolt's own; the token comes from authorize
+            client=TracedWebClient(base_url=self._api_url),  # Bolt's own; the token comes from authorize
             signing_secret=secret,
             authorize=authorize,
             ignoring_self_events_enabled=False,  # receive.py ignores them, and counts them
@@ -111,7 +112,7 @@ class SlackBot:
     async def start(self) -> None:
         """Open the Web API client and learn who the bot is (auth.test), before any event is taken."""
         self._session = aiohttp.ClientSession()
-        self.client = AsyncWebClient(
+        self.client = TracedWebClient(
             token=self._token,
             base_url=self._api_url,
             session=self._session,

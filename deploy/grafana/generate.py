@@ -317,12 +317,57 @@ def slack_row() -> Iterator[dict[str, Any]]:
     )
 
 
+# The eval runs' figures (evals/metrics.py) are the same on every host that serves them: `max by` keeps one.
+RECENT = "7d"  # the recent level the AgentEvalPassRateDrop alert compares with (deploy/prometheus/alerts.yml)
+
+
+def evals_row() -> Iterator[dict[str, Any]]:
+    yield timeseries(
+        "Eval pass rate by suite, and its recent level",
+        "Share of each suite's cases the latest `agent evals` run passed (a scheduled run, or one after the "
+        f"team's knowledge changed: process/evals_job.py), and its {RECENT} average. The line steps at each "
+        "run. Healthy: flat or rising and close to its average; a step down after a prompt, model or knowledge "
+        "change is what the AgentEvalPassRateDrop alert catches (more than 10 points under the average). "
+        "Compare the runs' reports (results.json) with `agent evals compare`.",
+        [
+            target("max by (suite) (agent_eval_pass_rate)", "{{suite}}"),
+            target(
+                f"max by (suite) (avg_over_time(agent_eval_pass_rate[{RECENT}]))", f"{{{{suite}}}} {RECENT} average"
+            ),
+        ],
+        unit="percentunit",
+    )
+    yield timeseries(
+        "Eval pass rate by tag",
+        "The latest run's pass rate per tag of each suite (tags come from the suite files). Healthy: every tag "
+        "near its suite's rate; one tag falling alone points at that kind of question (a knowledge entry, a "
+        "table, a guard).",
+        [target("max by (suite, tag) (agent_eval_tag_pass_rate)", "{{suite}} {{tag}}")],
+        unit="percentunit",
+    )
+    yield timeseries(
+        "Eval dollars per case, by suite",
+        "The model's mean price of one case in the latest run (agent/pricing.yaml, at the answering model's "
+        "price). Healthy: steady from run to run; a rise means more rounds or a colder cache per question.",
+        [target("max by (suite) (agent_eval_case_cost_usd)", "{{suite}}")],
+        unit="currencyUSD",
+    )
+    yield timeseries(
+        "Eval p95 time per case, by suite",
+        "The 95th percentile of one case's time to answer in the latest run. Healthy: under a minute and "
+        "steady; it rises with the model's latency or with questions that need more rounds.",
+        [target("max by (suite) (agent_eval_case_p95_seconds)", "{{suite}}")],
+        unit="s",
+    )
+
+
 ROWS = [
     ("Runs and latency", runs_row),
     ("The loop", loop_row),
     ("The model", model_row),
     ("SQL", sql_row),
     ("Slack", slack_row),
+    ("Evals", evals_row),
 ]
 
 
@@ -353,7 +398,8 @@ def dashboard() -> dict[str, Any]:
     return {
         "uid": UID,
         "title": "ClickHouse analyst",
-        "description": "Runs, latency, the model, SQL and Slack. What each panel answers: docs/operations.md.",
+        "description": "Runs, latency, the model, SQL, Slack and the evals' trend. What each panel answers: "
+        "docs/operations.md.",
         "tags": ["clickhouse-analyst"],
         "timezone": "browser",
         "editable": False,

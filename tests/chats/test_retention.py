@@ -144,6 +144,7 @@ def test_every_table_that_keeps_what_people_asked_is_swept() -> None:
     """A table added to the state file that keeps questions, answers or people must be listed in SWEEPS
     (or here, with why not)."""
     not_personal = {"budget_reserved", "thread_turns"}  # holds of running questions; gone when they end
+    not_personal |= {"eval_runs", "eval_case_results"}  # the eval suites' own names and results: no one's question
     with sqlite3.connect(":memory:") as conn:
         from chats import schema
 

@@ -33,6 +33,8 @@ TABLES = {
     "audit_entries",
     "audit_queries",
     "web_sessions",
+    "eval_runs",
+    "eval_case_results",
 }
 
 

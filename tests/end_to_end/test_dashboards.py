@@ -28,7 +28,13 @@ import yaml
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
+from agent.config import Settings
+from agent.db import Database
 from agent.metrics import Metrics
+from chats.state import ChatState
+from evals.metrics import export_eval_metrics
+from process.evals_job import run_eval_job
+from tests.evals_helpers import HALF_WRONG, RIGHT, SUITE, answer_cases, job_settings, write_suite
 from tests.fakes.anthropic_api import FakeAnthropic, Reply
 from tests.web_helpers import WebApps, chat
 
@@ -37,6 +43,7 @@ DASHBOARD = ROOT / "deploy" / "grafana" / "dashboards" / "agent.json"
 GENERATOR = ROOT / "deploy" / "grafana" / "generate.py"
 PROMETHEUS_CONFIG = ROOT / "deploy" / "prometheus" / "prometheus.yml"
 RULES = ROOT / "deploy" / "prometheus" / "alerts.yml"
+RULE_TESTS = ROOT / "deploy" / "prometheus" / "alerts.test.yml"
 
 PROMETHEUS = shutil.which("prometheus") or ("/usr/bin/prometheus" if Path("/usr/bin/prometheus").exists() else None)
 PROMTOOL = shutil.which("promtool")
@@ -140,8 +147,11 @@ def test_every_panel_says_what_healthy_looks_like() -> None:
         assert panel["targets"] and all(t["datasource"]["uid"] == "${datasource}" for t in panel["targets"])
 
 
-def test_every_query_reads_only_metrics_the_app_exposes(metrics: Metrics) -> None:
+def test_every_query_reads_only_metrics_the_app_exposes(metrics: Metrics, tmp_path: Path) -> None:
+    state = ChatState(tmp_path / "state.sqlite3")
+    export_eval_metrics(metrics, state.eval_runs)  # as the service does (process/service.py)
     exposed = exposed_names(metrics)
+    state.close()
     for where, expr in every_query():
         names = {name for name, _ in SELECTOR.findall(expr)}
         assert names and names <= exposed, f"{where}: {sorted(names - exposed)} not in agent/metrics.py"
@@ -155,10 +165,15 @@ def test_the_alert_thresholds_can_be_lifted() -> None:
 
 
 @pytest.fixture
-async def web(make_app: Callable[..., Any], tmp_path: Path) -> AsyncIterator[Callable[..., Any]]:
+async def web_apps(make_app: Callable[..., Any], tmp_path: Path) -> AsyncIterator[WebApps]:
     apps = WebApps(make_app, tmp_path)
-    yield apps.start
+    yield apps
     await apps.close()
+
+
+@pytest.fixture
+def web(web_apps: WebApps) -> Callable[..., Any]:
+    return web_apps.start
 
 
 async def test_the_new_metrics_are_recorded_where_the_work_happens(web, fake_anthropic: FakeAnthropic, metrics) -> None:
@@ -202,6 +217,16 @@ def test_the_rules_pass_promtool() -> None:
     checked = subprocess.run([PROMTOOL, "check", "rules", str(RULES)], capture_output=True, text=True, timeout=30)
     assert checked.returncode == 0, checked.stdout + checked.stderr
     assert f"SUCCESS: {len(alert_rules())} rules found" in checked.stdout
+
+
+@pytest.mark.skipif(PROMTOOL is None, reason=NO_PROMETHEUS.replace("Prometheus", "promtool"))
+def test_the_eval_alert_fires_on_a_drop_below_the_recent_level_and_not_otherwise() -> None:
+    """promtool's own unit test of the rules (deploy/prometheus/alerts.test.yml): a drop of 30 points fires,
+    one of 5 does not, and a run back at the usual level clears it."""
+    assert PROMTOOL is not None
+    tested = subprocess.run([PROMTOOL, "test", "rules", str(RULE_TESTS)], capture_output=True, text=True, timeout=60)
+    assert tested.returncode == 0, tested.stdout + tested.stderr
+    assert "SUCCESS" in tested.stdout
 
 
 # --- with a real Prometheus ---
@@ -271,6 +296,14 @@ class Prometheus:
         assert response.status_code == 200 and body["status"] == "success", f"{expr}: {body.get('error')}"
         return dict(body["data"])
 
+    async def query_range(self, expr: str, start: float, end: float) -> dict[str, Any]:
+        """As Grafana asks for a time series panel: every second of [start, end]."""
+        params = {"query": expr, "start": start, "end": end, "step": "1s"}
+        response = await self.client.get("/api/v1/query_range", params=params)
+        body = response.json()
+        assert response.status_code == 200 and body["status"] == "success", f"{expr}: {body.get('error')}"
+        return dict(body["data"])
+
     async def value(self, expr: str) -> float | None:
         data = await self.query(expr)
         return float(data["result"][0]["value"][1]) if data["result"] else None
@@ -297,12 +330,28 @@ def samples(data: dict[str, Any]) -> Iterator[float]:
         yield float(item["value"][1])
 
 
+async def serve_with_evals(web_apps: WebApps, metrics: Metrics) -> tuple[str, ChatState]:
+    """The app on a socket, its /metrics serving the eval runs of its state as the service's does."""
+    url, _ = await web_apps.start(agent_web_token=TOKEN)  # /metrics needs the token: Prometheus scrapes with it
+    state = web_apps.states[-1]
+    export_eval_metrics(metrics, state.eval_runs)
+    return url, state
+
+
 @pytest.mark.skipif(PROMETHEUS is None, reason=NO_PROMETHEUS)
 async def test_every_panel_and_alert_returns_data_from_a_real_prometheus(
-    web, fake_anthropic: FakeAnthropic, tmp_path: Path
+    web_apps: WebApps,
+    metrics: Metrics,
+    settings: Settings,
+    db: Database,
+    fake_anthropic: FakeAnthropic,
+    tmp_path: Path,
 ) -> None:
     assert PROMETHEUS is not None
-    url, _ = await web(agent_web_token=TOKEN)  # /metrics needs the token: Prometheus scrapes with it
+    url, state = await serve_with_evals(web_apps, metrics)
+    answer_cases(fake_anthropic, HALF_WRONG)  # one eval run, for the Evals row
+    evals = job_settings(settings, fake_anthropic, tmp_path / "job", agent_knowledge_dir="none")
+    assert (await run_eval_job(evals, state, suites=[write_suite(tmp_path)], db=db, judge=False)).ran
     async with Prometheus(PROMETHEUS, url.removeprefix("http://"), tmp_path, TOKEN) as prometheus:
         if PROMTOOL is not None:
             checked = subprocess.run([PROMTOOL, "check", "config", str(prometheus.config)], capture_output=True)
@@ -354,3 +403,48 @@ def _timestamp(rfc3339: str) -> float:
     """Seconds since the epoch from Prometheus's RFC 3339 time (nanoseconds cut to microseconds)."""
     text = re.sub(r"(\.\d{6})\d*", r"\1", rfc3339).replace("Z", "+00:00")
     return datetime.fromisoformat(text).timestamp()
+
+
+@pytest.mark.skipif(PROMETHEUS is None, reason=NO_PROMETHEUS)
+async def test_job_run_evals_are_scraped_by_a_real_prometheus_and_the_trend_panel_shows_them(
+    web_apps: WebApps,
+    metrics: Metrics,
+    settings: Settings,
+    db: Database,
+    fake_anthropic: FakeAnthropic,
+    tmp_path: Path,
+) -> None:
+    """Two runs of the eval job (all passed, then half): Prometheus scrapes each from the app's /metrics, and
+    the Evals panels' own queries, asked over the range as Grafana asks, give the step from 100% to 50%."""
+    assert PROMETHEUS is not None
+    url, state = await serve_with_evals(web_apps, metrics)
+    evals = job_settings(settings, fake_anthropic, tmp_path / "job", agent_knowledge_dir="none")
+    suite = write_suite(tmp_path)
+    queries = dict(panel_queries_by_title())
+    trend = queries["Eval pass rate by suite, and its recent level"]
+    by_tag = queries["Eval pass rate by tag"]
+    async with Prometheus(PROMETHEUS, url.removeprefix("http://"), tmp_path, TOKEN) as prometheus:
+        began = time.time()
+        for answers, rate in ((RIGHT, 1.0), (HALF_WRONG, 0.5)):
+            answer_cases(fake_anthropic, answers)
+            assert (await run_eval_job(evals, state, suites=[suite], db=db, judge=False)).ran
+
+            async def scraped(expected: float = rate) -> bool:
+                return await prometheus.value(f'max(agent_eval_pass_rate{{suite="{SUITE}"}})') == expected
+
+            await prometheus.wait_for(scraped, f"a scrape of the run that passed {rate:.0%}")
+        ended = time.time() + 2  # past the last scrape: its step reads the newest sample
+
+        [series] = (await prometheus.query_range(for_prometheus(trend[0]), began, ended))["result"]
+        values = [float(value) for _, value in series["values"]]
+        assert series["metric"] == {"suite": SUITE}
+        assert values[0] == 1.0 and values[-1] == 0.5 and set(values) == {1.0, 0.5}, "the trend steps down"
+        [average] = (await prometheus.query_range(for_prometheus(trend[1]), began, ended))["result"]
+        assert 0.5 < float(average["values"][-1][1]) < 1.0, "the recent level lies between the runs"
+        tags = (await prometheus.query_range(for_prometheus(by_tag[0]), began, ended))["result"]
+        assert {(t["metric"]["tag"], float(t["values"][-1][1])) for t in tags} == {("count", 0.5), ("geo", 0.0)}
+
+
+def panel_queries_by_title() -> list[tuple[str, list[str]]]:
+    dashboard = json.loads(DASHBOARD.read_text())
+    return [(p["title"], [t["expr"] for t in p.get("targets", [])]) for p in dashboard["panels"]]

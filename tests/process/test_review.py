@@ -3,17 +3,21 @@
 from __future__ import annotations
 
 import shutil
+import sqlite3
 from collections.abc import Callable, Iterator
+from contextlib import closing
 from pathlib import Path
 
 import pytest
 
 from agent.config import DEMO_KNOWLEDGE_DIR
 from agent.db import Database, QueryResult, Scope
+from agent.figures.report import FigureCheck, FigureReport
 from agent.knowledge import load_directory
-from agent.runner import ExecutedQuery, RunResult
+from agent.runner import Classification, ExecutedQuery, Outcome, RunResult
 from chats.proposals import ProposalStore
 from chats.state import ChatState
+from evals.suite import load_suite
 from process.review import Reviewer, review
 
 AIRLINES = "SELECT count() AS n FROM nycflights13.airlines"
@@ -192,3 +196,42 @@ def test_a_state_file_a_newer_release_wrote_is_one_line(tmp_path: Path, monkeypa
     assert main(["knowledge", "review", "--dir", str(tmp_path / "k"), "--suite", str(tmp_path / "s.yaml")]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: The state file is at schema version 99;") and err.count("\n") == 1
+
+
+async def stored(path: Path, run_id: str, result: RunResult) -> None:
+    state = ChatState(path)
+    conversation = await state.conversations.create_conversation(result.question)
+    await state.conversations.save_turn(conversation, run_id, result, [])
+    state.close()
+
+
+async def test_answers_that_went_wrong_without_a_thumb_become_eval_cases(
+    db: Database, tmp_path: Path, proposals_in
+) -> None:
+    """Figures left unverified, a failed run and an unanswered clarification reach the review with nobody
+    looking for them, and each becomes an eval case that runs: tagged by why, with a rubric saying what went
+    wrong, and for the figures the deterministic check that every figure verifies."""
+    path, suite, said = tmp_path / "state.sqlite3", tmp_path / "feedback.yaml", []
+    unverified = FigureReport(figures=[FigureCheck(text="7", start=33, end=34, verified=False)])
+    await stored(
+        path, "runfigures01", RunResult(question="Average delay?", answer="The delay was 7 [Q1].", figures=unverified)
+    )
+    await stored(path, "runfailed001", RunResult(question="Busiest day?", outcome=Outcome.ERROR, error="unreachable"))
+    asked = RunResult(question="Which delay?", classification=Classification.CLARIFICATION, answer="Which one?")
+    await stored(path, "runasked0001", asked)
+    with closing(sqlite3.connect(path)) as conn, conn:  # asked over an hour ago, and nobody answered
+        conn.execute("UPDATE turns SET created_at = created_at - 7200 WHERE run_id = 'runasked0001'")
+    kwargs = {"knowledge_dir": tmp_path / "k", "suite": suite, "dataset": "demo"}
+    done = await review(proposals_in(path), db, reviewer("y", "y", "y", said=said), **kwargs)
+    assert done.eval_cases == 3
+    shown = "\n".join(said)
+    assert "a clarification nobody answered" in shown and "a failed run" in shown and "figures left unverified" in shown
+    cases = {c.id: c for c in load_suite(suite).cases}
+    assert set(cases) == {"unanswered-runasked0001", "failed-runfailed001", "unverified-runfigures01"}
+    figures = cases["unverified-runfigures01"]
+    assert figures.tags == ["unverified"] and figures.expect.figures_verified is True
+    assert figures.judge is not None and "figures its own queries did not give" in figures.judge
+    assert cases["failed-runfailed001"].question == "Busiest day?" and cases["unanswered-runasked0001"].tags == [
+        "unanswered"
+    ]
+    assert await proposals_in(path).pending() == []

@@ -26,7 +26,7 @@ async def test_a_thumbs_up_in_slack_ends_in_the_knowledge_file(
     assert bot.service is not None
     proposals = bot.service.state.proposals
     [proposal] = await proposals.pending()
-    assert proposal.feedback == "up" and proposal.question == "which carrier flew the most?"
+    assert proposal.kind == "up" and proposal.question == "which carrier flew the most?"
     replies = iter(["yes"])
     reviewer = Reviewer("ana", ask=lambda _: next(replies), say=lambda _: None)
     knowledge = tmp_path / "knowledge"
@@ -75,7 +75,7 @@ async def test_a_thumbs_down_asks_what_was_wrong_and_the_reason_reaches_the_revi
     assert fake_slack.ephemeral[-1]["text"] == "Thanks, I will pass it on."
     assert bot.service is not None
     [proposal] = await bot.service.state.proposals.pending()
-    assert proposal.feedback == "down" and proposal.reason == reason
+    assert proposal.kind == "down" and proposal.reason == reason
 
 
 async def test_a_slack_thumb_naming_a_web_run_thumbs_nothing(start_bot, fake_slack: FakeSlack, fake_anthropic) -> None:

@@ -108,7 +108,7 @@ class Scheduler:
             if schedule.kind == "evals":
                 await self._eval_run(fire, outlet)
                 return
-            policy = fire_policy(self._policies(), schedule)
+            policy = fire_policy(self._policies(), schedule.draft)
             if refused := await outlet.refusal(schedule):
                 self._metrics.schedule_skips.labels("destination").inc()
                 await self._stop(fire, outlet, refused)

@@ -33,6 +33,7 @@ from bots.slack.progress import Progress
 from bots.slack.receipt import receipt_blocks
 from bots.slack.receive import Identity, Ignore, Question
 from bots.slack.reply import AnswerWriter, Streaming
+from bots.slack.schedules import repeat_block
 from bots.slack.thread import answer_metadata, part_metadata, read_history, ts_micros
 from chats.audit import Origin, record_refusal
 from chats.conversations import ConversationStore, readable_under
@@ -317,6 +318,8 @@ class Answerer:
             knowledge=cited,
             feedback_buttons=writer.showing_plan,
         )
+        if view.queries:  # an answer that read data can be repeated on a schedule
+            buttons.append(repeat_block(run_id))
         # The metadata is Slack's wire: each query's id, question and SQL, read back as the thread's history.
         queries = [{"id": q.query_id, "question": q.question, "sql": q.sql} for q in view.queries.values()]
         metadata = partial(answer_metadata, run_id, question=question.text, asked_ts=question.ts, queries=queries)

@@ -67,7 +67,7 @@ async def test_a_mention_is_answered_in_its_thread(
     assert answer["metadata"]["event_type"] == ANSWER_EVENT and payload["question"] == "which carrier flew the most?"
     assert payload["queries"][0]["sql"].startswith("SELECT carrier, count() AS n FROM nycflights13.flights")
     buttons = [e["text"]["text"] for b in answer["blocks"] if b["type"] == "actions" for e in b["elements"]]
-    assert buttons == ["Show SQL Q1", "Which carrier was most punctual?", "How did UA do month by month?"]
+    assert buttons == ["Show SQL Q1", "Which carrier was most punctual?", "How did UA do month by month?", "Repeat…"]
     [thumbs] = [e for b in answer["blocks"] if b["type"] == "context_actions" for e in b["elements"]]
     assert (thumbs["type"], thumbs["positive_button"]["value"]) == ("feedback_buttons", f"up:{payload['run_id']}")
     assert "Slack" in fake_anthropic.requests[0]["system"][-1]["text"]  # the Slack format guidance

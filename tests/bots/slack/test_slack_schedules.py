@@ -119,9 +119,15 @@ async def test_a_dm_saying_schedules_lists_ones_own_with_pause_resume_and_delete
     assert listing.args["channel"] == DM_ID
     assert "which carrier flew the most?" in json.dumps(listing.args["blocks"])
     pause = next(
-        e for b in listing.args["blocks"] if b["type"] == "actions" for e in b["elements"] if e["text"]["text"] == "Pause"
+        e
+        for b in listing.args["blocks"]
+        if b["type"] == "actions"
+        for e in b["elements"]
+        if e["text"]["text"] == "Pause"
     )
-    await bot.click(events.block_actions(pause["action_id"], pause["value"], message_ts=listing.response["ts"], channel=DM_ID))
+    await bot.click(
+        events.block_actions(pause["action_id"], pause["value"], message_ts=listing.response["ts"], channel=DM_ID)
+    )
     await bot.idle()
     paused = await bot.service.state.schedules.get(made.id, owner=ALICE)
     assert paused is not None and paused.state == "paused"

@@ -266,6 +266,7 @@ def start_scheduler(
         policies=lambda: agent.policies,
         timing=Timing.of(settings),
         jobs=jobs,
+        audit=state.audit,
     )
     return asyncio.get_running_loop().create_task(scheduler.keep_firing(), name="scheduler")
 

@@ -310,16 +310,20 @@ class Answerer:
             return
         web_url = self._settings.agent_web_url
         cited = self._knowledge.cited(result.answer) if self._knowledge is not None else []
-        buttons = receipt_blocks(result) + blocks.answer_blocks(
-            run_id,
-            list(view.queries),
-            result.followups,
-            web_url,
-            knowledge=cited,
-            feedback_buttons=writer.showing_plan,
+        # An answer that read data can be repeated on a schedule: its button beside the receipt.
+        repeat = [repeat_block(run_id)] if view.queries else []
+        buttons = (
+            receipt_blocks(result)
+            + repeat
+            + blocks.answer_blocks(
+                run_id,
+                list(view.queries),
+                result.followups,
+                web_url,
+                knowledge=cited,
+                feedback_buttons=writer.showing_plan,
+            )
         )
-        if view.queries:  # an answer that read data can be repeated on a schedule
-            buttons.append(repeat_block(run_id))
         # The metadata is Slack's wire: each query's id, question and SQL, read back as the thread's history.
         queries = [{"id": q.query_id, "question": q.question, "sql": q.sql} for q in view.queries.values()]
         metadata = partial(answer_metadata, run_id, question=question.text, asked_ts=question.ts, queries=queries)

@@ -74,6 +74,7 @@ class World:
             policies=lambda: self.app.policies,
             clock=self.clock,
             timing=timing,
+            audit=state.audit,
         )
 
     @property
@@ -135,6 +136,9 @@ async def test_a_daily_schedule_fires_at_nine_in_berlin_on_both_sides_of_the_clo
     assert stored is not None and stored["sql"] == JFK_SQL
     assert await w.conversations.query_owner(query) == ANN, "the query's page opens to the owner alone"
     assert fake_anthropic.requests == [], "running the stored SQL again asks no model"
+    (audited, _) = await w.states[0].audit.entries()
+    assert (audited.person, audited.interface, audited.question) == (ANN, "web", "How many flights left JFK?")
+    assert [q.sql for q in audited.queries] == [JFK_SQL], "each delivery is audited as any question is"
     assert w.count("agent_schedule_fires_total", kind="question", timing="on_time") == 2
     assert w.count("agent_schedule_deliveries_total", destination="inbox") == 2
     assert (await w.store.get(made.id, owner=ANN)).next_at == utc(2026, 3, 30, 7).timestamp()  # type: ignore[union-attr]

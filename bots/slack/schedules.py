@@ -367,9 +367,7 @@ def delivery_blocks(delivered: Delivered, settings: Settings) -> list[dict[str, 
     under the schedule's title, with the lines on lateness and on what changed."""
     schedule = delivered.schedule
     title = f"**{schedule.title}** ({schedule.draft.cadence.describe()})\n\n" if schedule.kind != "alert" else ""
-    shown: list[dict[str, Any]] = [
-        blocks.markdown_block(blocks.slack_markdown(f"{title}{delivered.text}", final=True))
-    ]
+    shown: list[dict[str, Any]] = [blocks.markdown_block(blocks.slack_markdown(f"{title}{delivered.text}", final=True))]
     notes = [line for line in (delivered.late, delivered.changed) if line]
     if notes:
         elements = [{"type": "mrkdwn", "text": blocks.escape(line)} for line in notes]

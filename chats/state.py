@@ -1,6 +1,6 @@
 """The kit's state: one object that opens the one state file once, brings its schema to this release
-(`chats/schema.py`), and hands every store the same connection: conversations, proposals, web sessions, the run log
-other workers read, rate limits, daily budgets and each conversation's turn.
+(`chats/schema.py`), and hands every store the same connection: conversations, proposals, web sessions,
+schedules, the run log other workers read, rate limits, daily budgets and each conversation's turn.
 
 `AGENT_STATE_URL` says where: unset, the file `$AGENT_DATA_DIR/state.sqlite3`; a path, that SQLite
 file; `postgresql://...`, a PostgreSQL database (chats/state_postgres.py), which several hosts can
@@ -24,6 +24,7 @@ from chats.conversations import ConversationStore
 from chats.eval_runs import EvalRunStore
 from chats.pacing import Pacing
 from chats.proposals import ProposalStore
+from chats.schedules import ScheduleStore
 from chats.sessions import SessionStore
 from chats.shared_runs import SharedRunLog
 from chats.state_file import SqliteFile, StateFile
@@ -52,6 +53,7 @@ class ChatState:
         self.audit = AuditLog(self.file)
         self.sessions = SessionStore(self.file)  # who signed in to the web chat
         self.eval_runs = EvalRunStore(self.file)  # `agent evals` runs a schedule made (process/evals_job.py)
+        self.schedules = ScheduleStore(self.file)  # scheduled questions, alerts, the web inbox
         shared = self.file if workers > 1 or isinstance(self.file, PostgresFile) else None
         self.shared_runs = SharedRunLog(shared) if shared is not None else None
         self.pacing = Pacing(shared, workers=workers)

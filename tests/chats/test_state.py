@@ -35,6 +35,9 @@ TABLES = {
     "web_sessions",
     "eval_runs",
     "eval_case_results",
+    "schedules",
+    "schedule_fires",
+    "schedule_inbox",
 }
 
 

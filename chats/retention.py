@@ -2,7 +2,7 @@
 deleted from every table of the kit's state file once it is older than the period: answers (turns, with
 their queries, event logs and thumbs), the proposals those thumbs made, conversations left empty, runs
 in progress another worker copied and never took out, audit entries, handled Slack event keys, rate-limit
-and daily-budget counts (keyed by person), and expired sign-in sessions.
+and daily-budget counts (keyed by person), expired sign-in sessions, and schedules' web deliveries and fire records.
 
 `SWEEPS` is the one list of what is swept, in order (a row before what it references); a store that
 keeps something about a person adds its table here. A table this file does not have yet (a session
@@ -82,6 +82,11 @@ SWEEPS: tuple[tuple[str, Sweep], ...] = (
     ("pace_takes", _older("DELETE FROM pace_takes WHERE at < ?")),
     ("budget_spend", _old_budget_days),
     ("web_sessions", _expired_sessions),
+    # A schedule is kept while its owner keeps it running; one stopped or paused and left so for the period
+    # goes. What schedules delivered to the web inbox, and their fires' records, go as answers do.
+    ("schedule_inbox", _older("DELETE FROM schedule_inbox WHERE at < ?")),
+    ("schedule_fires", _older("DELETE FROM schedule_fires WHERE status != 'running' AND due_at < ?")),
+    ("schedules", _older("DELETE FROM schedules WHERE state != 'active' AND updated_at < ?")),
 )
 TABLES = tuple(table for table, _ in SWEEPS)  # the metric's label values
 

@@ -224,17 +224,81 @@ def _postgres_turn_policy(conn: sqlite3.Connection) -> None:
     conn.execute("ALTER TABLE turns ADD COLUMN IF NOT EXISTS policy TEXT NOT NULL DEFAULT ''")
 
 
+def _schedules(conn: sqlite3.Connection) -> None:
+    """Step 8 of this release's merge (issue 33): schedules and alerts (chats/schedules.py), the fires the
+    scheduler claimed (one row per schedule and due time: its primary key is the lease that lets one
+    worker of many fire it), and the web inbox of deliveries. The same SQL on both backends."""
+    conn.execute(
+        """CREATE TABLE IF NOT EXISTS schedules (
+            id TEXT PRIMARY KEY,
+            owner TEXT NOT NULL,
+            kind TEXT NOT NULL,
+            how TEXT NOT NULL,
+            title TEXT NOT NULL,
+            question TEXT NOT NULL,
+            source_run_id TEXT NOT NULL DEFAULT '',
+            queries TEXT NOT NULL DEFAULT '[]',
+            policy TEXT NOT NULL DEFAULT '',
+            asker TEXT NOT NULL DEFAULT '{}',
+            cadence TEXT NOT NULL,
+            destination TEXT NOT NULL,
+            alert TEXT NOT NULL DEFAULT 'null',
+            state TEXT NOT NULL,
+            stopped_reason TEXT NOT NULL DEFAULT '',
+            next_at REAL,
+            alert_firing INTEGER NOT NULL DEFAULT 0,
+            last_values TEXT NOT NULL DEFAULT 'null',
+            last_delivered_at REAL,
+            created_at REAL NOT NULL,
+            updated_at REAL NOT NULL
+        )"""
+    )
+    conn.execute("CREATE INDEX IF NOT EXISTS schedules_by_owner ON schedules(owner, created_at)")
+    conn.execute("CREATE INDEX IF NOT EXISTS schedules_due ON schedules(state, next_at)")
+    conn.execute(
+        """CREATE TABLE IF NOT EXISTS schedule_fires (
+            schedule_id TEXT NOT NULL,
+            due_at REAL NOT NULL,
+            worker TEXT NOT NULL,
+            claimed_at REAL NOT NULL,
+            lease_until REAL NOT NULL,
+            attempts INTEGER NOT NULL,
+            status TEXT NOT NULL,
+            next_try_at REAL,
+            error TEXT,
+            finished_at REAL,
+            PRIMARY KEY (schedule_id, due_at)
+        )"""
+    )
+    conn.execute("CREATE INDEX IF NOT EXISTS schedule_fires_waiting ON schedule_fires(status, next_try_at)")
+    conn.execute(
+        """CREATE TABLE IF NOT EXISTS schedule_inbox (
+            id TEXT PRIMARY KEY,
+            schedule_id TEXT NOT NULL,
+            owner TEXT NOT NULL,
+            at REAL NOT NULL,
+            title TEXT NOT NULL,
+            text TEXT NOT NULL,
+            run_id TEXT NOT NULL DEFAULT '',
+            details TEXT NOT NULL DEFAULT '{}',
+            read_at REAL
+        )"""
+    )
+    conn.execute("CREATE INDEX IF NOT EXISTS schedule_inbox_by_owner ON schedule_inbox(owner, at)")
+
+
 Step = Callable[[sqlite3.Connection], None]
 
 # Step n brings a file at version n - 1 to version n. A release that changes a table appends a step,
 # to both lists: the same version means the same tables on either backend.
-STEPS: tuple[Step, ...] = (_version_1, _version_2, _audit_tables, _web_sessions, _turn_policy)
+STEPS: tuple[Step, ...] = (_version_1, _version_2, _audit_tables, _web_sessions, _turn_policy, _schedules)
 POSTGRES_STEPS: tuple[Step, ...] = (
     _postgres_tables,
     _postgres_owners,
     _audit_tables,
     _web_sessions,
     _postgres_turn_policy,
+    _schedules,
 )
 VERSION = len(STEPS)
 

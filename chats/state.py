@@ -1,6 +1,6 @@
 """The kit's state: one object that opens the one state file once, brings its schema to this release
-(`chats/schema.py`), and hands every store the same connection: conversations, proposals, web sessions, the run log
-other workers read, rate limits, daily budgets and each conversation's turn.
+(`chats/schema.py`), and hands every store the same connection: conversations, proposals, web sessions,
+schedules, the run log other workers read, rate limits, daily budgets and each conversation's turn.
 
 `AGENT_STATE_URL` says where: unset, the file `$AGENT_DATA_DIR/state.sqlite3`; a path, that SQLite
 file; `postgresql://...`, a PostgreSQL database (chats/state_postgres.py), which several hosts can
@@ -23,6 +23,7 @@ from chats.audit import AuditLog
 from chats.conversations import ConversationStore
 from chats.pacing import Pacing
 from chats.proposals import ProposalStore
+from chats.schedules import ScheduleStore
 from chats.sessions import SessionStore
 from chats.shared_runs import SharedRunLog
 from chats.state_file import SqliteFile, StateFile
@@ -50,6 +51,7 @@ class ChatState:
         self.proposals = ProposalStore(self.file)
         self.audit = AuditLog(self.file)
         self.sessions = SessionStore(self.file)  # who signed in to the web chat
+        self.schedules = ScheduleStore(self.file)  # scheduled questions, alerts, the web inbox
         shared = self.file if workers > 1 or isinstance(self.file, PostgresFile) else None
         self.shared_runs = SharedRunLog(shared) if shared is not None else None
         self.pacing = Pacing(shared, workers=workers)

@@ -33,6 +33,9 @@ TABLES = {
     "audit_entries",
     "audit_queries",
     "web_sessions",
+    "schedules",
+    "schedule_fires",
+    "schedule_inbox",
 }
 
 

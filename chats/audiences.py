@@ -14,10 +14,18 @@ class ChannelMembers(Protocol):
         """Whether `person` (a web person, linked to Slack by verified email) is in the channel now."""
         ...
 
+    def team(self) -> str | None:
+        """The workspace whose channels these are (None until the bot knows it)."""
+        ...
+
 
 class Audiences:
     def __init__(self, channel_members: ChannelMembers | None = None) -> None:
         self._channel_members = channel_members
+
+    def slack_team(self) -> str | None:
+        """The Slack workspace whose channels a person may be in here (None without Slack)."""
+        return self._channel_members.team() if self._channel_members is not None else None
 
     async def includes(self, person: Person, owner: str) -> bool:
         if owner == person.owner:

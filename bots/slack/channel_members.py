@@ -43,6 +43,9 @@ class SlackChannelMembers:
         self._members: Recent[str, frozenset[str]] = Recent(ttl_s, max_entries)
         self._users: Recent[str, str] = Recent(ttl_s, max_entries)
 
+    def team(self) -> str | None:
+        return self._team()
+
     async def includes(self, team: str, channel: str, person: Person) -> bool:
         client = self._client()
         if client is None or not person.email or team != self._team():

@@ -39,6 +39,9 @@ class Members:
     def __init__(self, members: dict[tuple[str, str], set[str]]) -> None:
         self.members, self.asked = members, 0
 
+    def team(self) -> str | None:
+        return next(iter(self.members), (None, None))[0]
+
     async def includes(self, team: str, channel: str, person: Person) -> bool:
         self.asked += 1
         return person.email in self.members.get((team, channel), set())

@@ -4,13 +4,12 @@
 // showDialog, errorMessage, showBanner, TurnView) it calls once the page has loaded.
 "use strict";
 
-const WEEKDAYS = { mon: "Monday", tue: "Tuesday", wed: "Wednesday", thu: "Thursday", fri: "Friday", sat: "Saturday", sun: "Sunday" };
 const CHANGE = "change";
 
 // ---------- the dialog: one schedule's when, where, how (and an alert's condition) ----------
 
 // What the dialog edits: a new schedule from an answer (`source`: its run id, question and queries), or
-// one already made (`schedule`, as GET /api/schedules gives it).
+// one already made (`schedule`, as GET /api/schedules/<id> gives it).
 const scheduleDialog = {
   source: null,
   editing: null,
@@ -28,61 +27,58 @@ const scheduleDialog = {
     $("#schedule-name").focus();
   },
 
-  // Whether Slack is a destination here (the server says: only when Slack is configured).
+  // Whether Slack is a destination here (the server says: only where the Slack bot runs beside the web).
   async loadDestinations() {
     if (this.destinations) return;
     const response = await api("/api/schedules");
     this.destinations = response.ok ? (await response.json()).destinations : { inbox: true, slack: false };
   },
 
+  queries() {
+    return (this.editing || this.source).queries;
+  },
+
   fill(source, schedule) {
     const form = $("#schedule-form");
-    const queries = schedule ? schedule.queries : source.queries;
+    const field = (name) => form.elements.namedItem(name);
+    const queries = this.queries();
     $("#schedule-title").textContent = schedule ? "Edit this schedule" : "Repeat this answer";
     $("#schedule-question").textContent = `From the answer to “${schedule ? schedule.question : source.question}”`;
     $("#schedule-save").textContent = schedule ? "Save changes" : "Make the schedule";
     $("#schedule-slack-choice").hidden = !this.destinations.slack;
     fillZones();
     fillQueries(queries);
-    const when = schedule ? schedule.when : { every: "day", time: "09:00", weekday: "mon", cron: "", time_zone: browserZone() };
-    const where = schedule ? schedule.where : { to: "inbox", channel: "" };
-    form.elements.name.value = schedule ? schedule.name : (source.question || "").slice(0, 200);
-    check(form, "kind", schedule ? schedule.kind : "schedule");
-    form.elements.every.value = when.every;
-    form.elements.weekday.value = when.weekday || "mon";
-    form.elements.time.value = when.time || "09:00";
-    form.elements.cron.value = when.cron || "";
-    form.elements.time_zone.value = when.time_zone || browserZone();
-    check(form, "to", where.to);
-    form.elements.channel.value = where.channel || "";
+    const cadence = schedule ? schedule.cadence : { kind: "daily", at: "09:00", weekday: 0, cron: "", timezone: browserZone() };
+    field("title").value = schedule ? schedule.title : (source.question || "").slice(0, 200);
+    check(form, "kind", schedule ? schedule.kind : "question");
+    field("every").value = cadence.kind;
+    field("weekday").value = String(cadence.weekday || 0);
+    field("at").value = cadence.at || "09:00";
+    field("cron").value = cadence.cron || "";
+    field("timezone").value = cadence.timezone || browserZone();
+    check(form, "to", schedule && schedule.destination !== "inbox" ? "slack" : "inbox");
+    field("channel").value = schedule ? schedule.channel || "" : "";
     const rerunnable = queries.some((q) => q.rerunnable);
     form.querySelector("input[name=how][value=rerun]").disabled = !rerunnable;
     form.querySelector("input[name=kind][value=alert]").disabled = !rerunnable;
-    check(form, "how", schedule ? schedule.how : rerunnable ? "rerun" : "afresh");
-    const alert = schedule && schedule.alert;
-    if (alert) {
-      form.elements.query.value = alert.query;
-      fillColumns(queries, alert.query);
-      form.elements.condition.value = alert.condition;
-      form.elements.column.value = alert.column || "";
-      form.elements.value.value = alert.condition === CHANGE ? alert.value * 100 : alert.value ?? "";
-    } else {
-      form.elements.condition.value = "above";
-      form.elements.value.value = "";
-    }
+    form.querySelector("input[name=kind][value=question]").disabled = Boolean(schedule && schedule.kind === "alert");
+    form.querySelector("input[name=kind][value=alert]").disabled ||= Boolean(schedule && schedule.kind !== "alert");
+    field("query").disabled = Boolean(schedule); // the query an alert watches is chosen when it is made
+    check(form, "how", schedule ? schedule.how : rerunnable ? "rerun" : "ask");
+    fillAlert(form, queries, schedule && schedule.alert);
     showParts(form);
   },
 
-  // The request's body, as web/views/schedules.py reads it.
+  // The request's body, as web/views/schedule_requests.py reads it.
   body() {
     const form = $("#schedule-form");
-    const value = (name) => form.elements[name].value;
+    const value = (name) => form.elements.namedItem(name).value;
     const kind = checked(form, "kind");
     const body = {
-      name: value("name").trim(),
+      title: value("title").trim(),
       kind,
-      when: { every: value("every"), time: value("time"), weekday: value("weekday"), cron: value("cron").trim(), time_zone: value("time_zone").trim() },
-      where: { to: checked(form, "to"), channel: value("channel").trim() },
+      cadence: { kind: value("every"), at: value("at"), weekday: Number(value("weekday")), cron: value("cron").trim(), timezone: value("timezone").trim() },
+      destination: { to: checked(form, "to"), channel: value("channel").trim() },
       how: kind === "alert" ? "rerun" : checked(form, "how"),
       alert: kind === "alert" ? alertBody(form) : null,
     };
@@ -107,22 +103,41 @@ const scheduleDialog = {
       $("#schedule-dialog").close("ok");
       document.dispatchEvent(new CustomEvent("schedule-saved", { detail: saved }));
     } catch (error) {
-      showError(`The server could not be reached (${error.message}); nothing was lost, try again.`);
+      showError(`The server could not be reached (${error.message}); nothing you typed is lost, try again.`);
     } finally {
       button.disabled = false;
     }
   },
 };
 
+function fillAlert(form, queries, alert) {
+  const field = (name) => form.elements.namedItem(name);
+  if (alert) {
+    field("query").value = alert.query;
+    fillColumns(queries, alert.query);
+    field("condition").value = alert.kind;
+    field("column").value = alert.column || "";
+    field("value").value = alert.kind === "change" ? (alert.share ?? 0) * 100 : alert.threshold ?? "";
+    field("every_check").checked = alert.repeat === "every_check";
+  } else {
+    field("condition").value = "above";
+    field("value").value = "";
+    field("every_check").checked = false;
+  }
+}
+
 function alertBody(form) {
-  const condition = form.elements.condition.value;
-  const raw = form.elements.value.value.trim();
+  const field = (name) => form.elements.namedItem(name);
+  const kind = field("condition").value;
+  const raw = field("value").value.trim();
   const number = raw === "" ? null : Number(raw);
   return {
-    query: form.elements.query.value,
-    condition,
-    column: condition === "rows" ? null : form.elements.column.value || null,
-    value: condition === "rows" || number === null ? null : condition === CHANGE ? number / 100 : number,
+    query: field("query").value,
+    kind,
+    column: kind === "rows" ? "" : field("column").value,
+    threshold: kind === "above" || kind === "below" ? number : null,
+    share: kind === "change" && number !== null ? number / 100 : null,
+    repeat: field("every_check").checked ? "every_check" : "until_clear",
   };
 }
 
@@ -168,10 +183,10 @@ function fillColumns(queries, label) {
 
 // Shows only the parts the choices so far need.
 function showParts(form) {
-  const every = form.elements.every.value;
+  const every = form.elements.namedItem("every").value;
   const alert = checked(form, "kind") === "alert";
-  const condition = form.elements.condition.value;
-  $("#schedule-weekday").hidden = every !== "week";
+  const condition = form.elements.namedItem("condition").value;
+  $("#schedule-weekday").hidden = every !== "weekly";
   $("#schedule-time").hidden = every === "cron";
   $("#schedule-cron").hidden = every !== "cron";
   $("#schedule-channel").hidden = checked(form, "to") !== "slack";
@@ -187,7 +202,7 @@ function wireScheduleDialog() {
   if (!form) return;
   form.addEventListener("submit", (event) => scheduleDialog.save(event));
   form.addEventListener("change", (event) => {
-    if (event.target.name === "query") fillColumns((scheduleDialog.editing || scheduleDialog.source).queries, event.target.value);
+    if (event.target.name === "query") fillColumns(scheduleDialog.queries(), event.target.value);
     showParts(form);
   });
 }
@@ -221,7 +236,7 @@ function scheduledNote(schedule) {
 async function showUnread() {
   const badge = $("#unread");
   if (!badge) return;
-  const response = await api("/api/inbox?unread=1");
+  const response = await api("/api/inbox/unread");
   if (!response.ok) return;
   const { unread } = await response.json();
   badge.textContent = unread ? String(unread) : "";
@@ -247,7 +262,7 @@ function scheduleItem(schedule) {
   return el("li", { class: `schedule ${schedule.state}`, "data-id": schedule.id },
     el("div", { class: "schedule-head" },
       el("span", { class: `kind ${schedule.kind}`, text: schedule.kind === "alert" ? "Alert" : "Answer" }),
-      el("strong", { class: "schedule-name", text: schedule.name }),
+      el("strong", { class: "schedule-name", text: schedule.title }),
       el("span", { class: "schedule-state", text: status })),
     el("p", { class: "schedule-summary", text: schedule.summary }),
     schedule.alert ? el("p", { class: "muted", text: `When ${schedule.alert.text}.` }) : null,
@@ -255,15 +270,22 @@ function scheduleItem(schedule) {
     el("p", { class: "muted", text: timesLine(schedule) }),
     el("div", { class: "schedule-actions" },
       schedule.state === "stopped" ? null : act(paused ? "Resume" : "Pause", () => changeSchedule(schedule, paused ? "resume" : "pause")),
-      act("Edit", () => scheduleDialog.open({ schedule })),
+      act("Edit", () => editSchedule(schedule)),
       act("Delete", () => deleteSchedule(schedule))));
 }
 
 function timesLine(schedule) {
   const when = (seconds) => new Date(seconds * 1000).toLocaleString();
   const next = schedule.state === "active" && schedule.next_at ? `Next: ${when(schedule.next_at)}` : "";
-  const last = schedule.last_at ? `Last: ${when(schedule.last_at)}` : "Not run yet";
+  const last = schedule.last_delivered_at ? `Last delivered: ${when(schedule.last_delivered_at)}` : "Not delivered yet";
   return [next, last].filter(Boolean).join(" · ");
+}
+
+// The edit dialog wants the schedule whole (each query's columns): read it again.
+async function editSchedule(schedule) {
+  const response = await api(`/api/schedules/${schedule.id}`);
+  if (!response.ok) return showBanner(await errorMessage(response));
+  scheduleDialog.open({ schedule: (await response.json()).schedule });
 }
 
 async function changeSchedule(schedule, action) {
@@ -277,7 +299,7 @@ async function changeSchedule(schedule, action) {
 
 async function deleteSchedule(schedule) {
   const dialog = $("#delete-dialog");
-  $("#delete-name").textContent = schedule.name;
+  $("#delete-name").textContent = schedule.title;
   if ((await showDialog(dialog)) !== "ok") return;
   const response = await api(`/api/schedules/${schedule.id}`, { method: "DELETE" });
   if (!response.ok) return showBanner(await errorMessage(response));
@@ -296,9 +318,9 @@ async function loadDeliveries() {
   const shown = document.body.dataset.delivery;
   $("#inbox-empty").hidden = deliveries.length > 0;
   $("#delivery-list").replaceChildren(...deliveries.map((d) => el("li", { class: [d.read ? "" : "unread-item", d.id === shown ? "active" : ""].join(" ").trim() },
-    el("button", { type: "button", class: "conversation delivery", "data-id": d.id, title: d.name, onclick: () => openDelivery(d.id) },
-      el("span", { class: "delivery-name", text: d.name }),
-      el("span", { class: "delivery-when", text: new Date(d.delivered_at * 1000).toLocaleString() })))));
+    el("button", { type: "button", class: "conversation delivery", "data-id": d.id, title: d.title, onclick: () => openDelivery(d.id) },
+      el("span", { class: "delivery-name", text: d.title }),
+      el("span", { class: "delivery-when", text: new Date(d.at * 1000).toLocaleString() })))));
   showUnread();
 }
 
@@ -309,7 +331,7 @@ async function openDelivery(id, { push = true } = {}) {
   showBanner("");
   document.body.dataset.delivery = id;
   if (location.pathname !== `/inbox/${id}`) history[push ? "pushState" : "replaceState"]({ id }, "", `/inbox/${id}`);
-  renderDelivery(delivery);
+  await renderDelivery(delivery);
   if (!delivery.read) {
     await api(`/api/inbox/${id}/read`, { method: "POST", headers: { "Content-Type": "application/json" }, body: "{}" });
   }
@@ -317,28 +339,31 @@ async function openDelivery(id, { push = true } = {}) {
   loadDeliveries();
 }
 
-// A delivery is an answer like any other: figures checked, the receipt, its queries (each with its page),
-// and what changed since the one before.
-function renderDelivery(delivery) {
+// A delivery is an answer like any other: figures checked, the receipt, its queries (each read through
+// the door every answer's queries share, and linked to its page), and what changed since the one before.
+async function renderDelivery(delivery) {
   const messages = $("#messages");
   messages.querySelectorAll(".turn").forEach((node) => node.remove());
   $("#empty-state").hidden = true;
   const head = $("#delivery-head");
   head.hidden = false;
   head.replaceChildren(
-    el("h2", { text: delivery.name }),
-    el("p", { class: "muted", text: `${delivery.summary} · delivered ${new Date(delivery.delivered_at * 1000).toLocaleString()}` }),
+    el("h2", { text: delivery.title }),
+    el("p", { class: "muted", text: `Delivered ${new Date(delivery.at * 1000).toLocaleString()}` }),
     delivery.changed ? el("p", { class: "changed", role: "note", text: delivery.changed }) : null,
-    delivery.note ? el("p", { class: "muted delivery-note", text: delivery.note }) : null,
+    delivery.late ? el("p", { class: "muted delivery-late", role: "note", text: delivery.late }) : null,
     el("a", { href: "/schedules", text: "Its schedule" }));
-  const view = new TurnView(delivery.question);
+  const view = new TurnView(delivery.question || delivery.title);
   view.runId = delivery.run_id;
-  view.noActions = true; // a delivery is not asked again from here, nor thumbed: the schedule is
-  for (const query of delivery.queries) {
+  view.noActions = true; // a delivery is not asked again from here, nor thumbed: its schedule is changed instead
+  for (const key of delivery.queries || []) {
+    const response = await api(`/api/queries/${encodeURIComponent(key)}`);
+    if (!response.ok) continue; // withheld or gone: the answer's text still cites it
+    const query = await response.json();
     view.on_executing(query);
     view.on_result(query);
   }
-  view.finish({ answer: delivery.answer, outcome: delivery.outcome, figures: delivery.figures, receipt: delivery.receipt });
+  view.finish({ answer: delivery.text, outcome: delivery.outcome || "answered", figures: delivery.figures, receipt: delivery.receipt });
 }
 
 // ---------- wiring ----------

@@ -1,92 +1,68 @@
 """What the schedule dialog sends (web/templates/_schedule_dialog.html), checked as it arrives: a field that
 is wrong is named in a 400 with what it must be, and the dialog keeps everything the person typed. The
-meaning of a schedule (the next fire, what an alert's condition is) is the kit's (chats/schedules.py)."""
+cadence and the alert are the kit's own (chats/schedule_times.py `Cadence`, chats/schedules.py `Alert`), read
+here by their own constructors, so what the web accepts is what the scheduler runs."""
 
 from __future__ import annotations
 
-import math
 import re
-from functools import cache
+from collections.abc import Callable
 from typing import Literal, Self
-from zoneinfo import available_timezones
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
-Every = Literal["day", "week", "cron"]
-Weekday = Literal["mon", "tue", "wed", "thu", "fri", "sat", "sun"]
-WEEKDAY_NUMBER = {"sun": 0, "mon": 1, "tue": 2, "wed": 3, "thu": 4, "fri": 5, "sat": 6}  # cron's numbering
-TIME = re.compile(r"([01][0-9]|2[0-3]):([0-5][0-9])")
+from chats.schedules import Alert, Cadence, ScheduleError
+
 QUERY_LABEL = re.compile(r"Q[1-9][0-9]{0,8}")
-# A cron expression's five fields, as the dialog accepts it: digits, names and cron's punctuation only.
-CRON_FIELD = re.compile(r"[0-9A-Za-z*/,\-?]{1,40}")
+# A Slack conversation's id (a channel, a private one, a DM): what the scheduler posts to.
+SLACK_CHANNEL = re.compile(r"[CGD][A-Z0-9]{2,20}")
 
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", str_strip_whitespace=True)
 
 
-class When(_Strict):
-    every: Every
-    time: str = "09:00"
-    weekday: Weekday = "mon"
+class CadenceIn(_Strict):
+    kind: Literal["daily", "weekly", "cron"]
+    at: str = Field("09:00", max_length=5)
+    weekday: int = Field(0, ge=0, le=6)  # 0 Monday .. 6 Sunday
     cron: str = Field("", max_length=100)
-    time_zone: str = Field(max_length=64)
-
-    @field_validator("time")
-    @classmethod
-    def _time(cls, value: str) -> str:
-        if value and not TIME.fullmatch(value):  # empty: only for a cron expression (checked below)
-            raise _invalid("must be a time of day as HH:MM (24-hour), such as 09:00")
-        return value
-
-    @field_validator("time_zone")
-    @classmethod
-    def _zone(cls, value: str) -> str:
-        if value not in _time_zones():
-            raise _invalid(f"{value!r} is not a time zone; use an IANA name such as Europe/Paris or UTC")
-        return value
+    timezone: str = Field(max_length=64)
 
     @model_validator(mode="after")
-    def _cron_given(self) -> Self:
-        if self.every != "cron" and not self.time:
-            raise _invalid("give the time of day as HH:MM (24-hour), such as 09:00")
-        if self.every == "cron":
-            fields = self.cron.split()
-            if len(fields) != 5 or not all(CRON_FIELD.fullmatch(f) for f in fields):
-                raise _invalid(
-                    "a cron expression is five fields (minute hour day-of-month month day-of-week), such as 0 9 * * 1-5"
-                )
+    def _fires(self) -> Self:
+        _checked(self.cadence)
         return self
 
-    def expression(self) -> str:
-        """The cron expression of this choice, in its time zone."""
-        if self.every == "cron":
-            return " ".join(self.cron.split())
-        hour, minute = (int(part) for part in self.time.split(":"))
-        weekday = str(WEEKDAY_NUMBER[self.weekday]) if self.every == "week" else "*"
-        return f"{minute} {hour} * * {weekday}"
+    def cadence(self) -> Cadence:
+        return Cadence.of(self.model_dump())
 
 
-class Where(_Strict):
+class Destination(_Strict):
     to: Literal["inbox", "slack"]
-    channel: str = Field("", max_length=100)
+    channel: str = Field("", max_length=40)
 
     @model_validator(mode="after")
     def _channel_given(self) -> Self:
-        if self.to == "slack" and not self.channel.lstrip("#").strip():
-            raise _invalid("name the Slack channel to post to (#channel or its id)")
+        if self.to == "slack":
+            channel = self.channel.lstrip("#")
+            if not SLACK_CHANNEL.fullmatch(channel):
+                raise _invalid("give the Slack channel's id (such as C0123ABCD: its details in Slack show it)")
+            return self.model_copy(update={"channel": channel})
         return self
 
 
-class AlertCondition(_Strict):
-    """A condition on one of the answer's queries: its column's value above or below a threshold, changed by
-    more than a share (0.1: 10%) since the last check, or any rows at all."""
+class AlertIn(_Strict):
+    """A condition on one of the answer's queries (`query`; the kit watches the first query it keeps, so the
+    schedule keeps this one first)."""
 
     query: str = Field(max_length=12)
-    condition: Literal["above", "below", "change", "rows"]
-    column: str | None = Field(None, max_length=200)
-    value: float | None = None
+    kind: Literal["above", "below", "change", "rows"]
+    column: str = Field("", max_length=200)
+    threshold: float | None = Field(None, allow_inf_nan=False)
+    share: float | None = Field(None, allow_inf_nan=False)
+    repeat: Literal["until_clear", "every_check"] = "until_clear"
 
     @field_validator("query")
     @classmethod
@@ -96,31 +72,24 @@ class AlertCondition(_Strict):
         return value
 
     @model_validator(mode="after")
-    def _complete(self) -> Self:
-        if self.condition == "rows":
-            return self.model_copy(update={"column": None, "value": None})
-        if not self.column:
-            raise _invalid(f"say which column of {self.query} to watch")
-        if self.value is None or not math.isfinite(self.value):
-            raise _invalid("give the threshold as a number" if self.condition != "change" else _SHARE)
-        if self.condition == "change" and self.value <= 0:
-            raise _invalid(_SHARE)
+    def _holds(self) -> Self:
+        _checked(self.alert)
         return self
 
-
-_SHARE = "give the change as a percentage above 0"
+    def alert(self) -> Alert:
+        return Alert.of(self.model_dump(exclude={"query"}))
 
 
 class ScheduleRequest(_Strict):
-    """A schedule made from an answer (`run_id`), or the changes to one (without it)."""
+    """A schedule made from an answer (`run_id`), or an edit of one (without it)."""
 
     run_id: str | None = Field(None, max_length=64)
-    name: str = Field(min_length=1, max_length=200)
-    kind: Literal["schedule", "alert"] = "schedule"
-    when: When
-    where: Where
-    how: Literal["rerun", "afresh"] = "rerun"
-    alert: AlertCondition | None = None
+    title: str = Field("", max_length=200)
+    kind: Literal["question", "alert"] = "question"
+    cadence: CadenceIn
+    destination: Destination
+    how: Literal["rerun", "ask"] = "rerun"
+    alert: AlertIn | None = None
 
     @model_validator(mode="after")
     def _alert_fits_kind(self) -> Self:
@@ -134,17 +103,20 @@ class ScheduleRequest(_Strict):
         return self
 
 
+def _checked(build: Callable[[], object]) -> None:
+    """The kit's own check of what `build` makes; its refusal, under the field it is about."""
+    try:
+        build()
+    except (ScheduleError, ValueError) as exc:  # CadenceError, croniter's refusals: ValueErrors that say why
+        raise _invalid(str(exc)) from None
+
+
 def _invalid(message: str) -> PydanticCustomError:
     """A refusal that reads as written (pydantic would prefix a ValueError's words with "Value error, ")."""
     return PydanticCustomError("invalid", message)
 
 
-@cache
-def _time_zones() -> frozenset[str]:
-    return frozenset(available_timezones())
-
-
 EXAMPLE = (
-    '{"run_id": "...", "name": "...", "kind": "schedule", "when": {"every": "day", "time": "09:00", '
-    '"time_zone": "UTC"}, "where": {"to": "inbox"}, "how": "rerun"}'
+    '{"run_id": "...", "title": "...", "kind": "question", "cadence": {"kind": "daily", "at": "09:00", '
+    '"timezone": "UTC"}, "destination": {"to": "inbox"}, "how": "rerun"}'
 )

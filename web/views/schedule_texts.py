@@ -1,0 +1,54 @@
+"""A schedule as the web shows it: the kit's JSON (chats/schedules.py `Schedule.as_json`) with a line in
+words for the list ("every day at 09:00 (Europe/Paris), to your inbox, re-running its SQL") and its alert's
+condition in words; and where in Slack the person may have it post."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from starlette.requests import Request
+
+from chats.people import channel_owner
+from chats.schedules import Alert, Schedule, slack_destination, slack_of
+from web.context import web_context
+from web.identity import require_identity
+
+HOW = {"rerun": "re-running its SQL", "ask": "asking afresh"}
+
+
+def described(schedule: Schedule) -> dict[str, Any]:
+    shown = schedule.as_json()
+    draft = schedule.draft
+    watched = draft.queries[0].label if draft.queries else ""
+    alert = {**shown["alert"], "query": watched, "text": alert_text(draft.alert, watched)} if draft.alert else None
+    how = "checking its SQL" if draft.kind == "alert" else HOW[draft.how]
+    return {**shown, "alert": alert, "summary": f"{shown['when']}, {where_text(draft.destination)}, {how}"}
+
+
+def where_text(destination: str) -> str:
+    slack = slack_of(destination)
+    return f"to Slack channel {slack[1]}" if slack else "to your inbox"
+
+
+def alert_text(alert: Alert, query: str) -> str:
+    """ "n of Q1 is above 1,000", "n of Q1 changes by more than 10%", "Q1 returns any rows"."""
+    if alert.kind == "rows":
+        return f"{query} returns any rows"
+    if alert.kind == "change":
+        return f"{alert.column} of {query} changes by more than {_number((alert.share or 0) * 100)}%"
+    return f"{alert.column} of {query} is {alert.kind} {_number(alert.threshold or 0)}"
+
+
+def _number(value: float) -> str:
+    return f"{value:,.0f}" if float(value).is_integer() else f"{value:,.4g}"
+
+
+async def destination_of(request: Request, channel: str) -> str | None:
+    """The Slack destination of `channel` when the person is one of its members now (Slack says so, by their
+    verified email: chats/audiences.py), else None."""
+    web = web_context(request)
+    team = web.audiences.slack_team()
+    person = (await require_identity(request)).person
+    if team is None or not await web.audiences.includes(person, channel_owner(team, channel)):
+        return None
+    return slack_destination(team, channel)

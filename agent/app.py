@@ -11,7 +11,7 @@ from agent.access.check import problems_of
 from agent.access.files import AccessFileError, PolicyFile, load_policy_file
 from agent.access.policy import Asker, Policies, Policy
 from agent.config import Settings
-from agent.db import Database, Export, open_database, started
+from agent.db import Database, Export, QueryResult, open_database, started
 from agent.db.row_filter import row_filter_problem
 from agent.knowledge import KnowledgeBase
 from agent.knowledge.agents_schema import AgentsSchema
@@ -118,6 +118,12 @@ class AgentApp:
         policy it was asked under (`RunResult.policy`, found again by name in the policy file), and
         started: a refusal or an engine error raises here, before any byte is sent."""
         return await started(await self.db.export(sql, max_rows=max_rows, policy=policy))
+
+    async def rerun(self, sql: str, *, label: str, policy: Policy | None = None) -> QueryResult:
+        """A stored query run again (a schedule's fire, an alert's check), checked again as every statement
+        is, under `policy`: at most the usual preview rows. A refusal or an engine error comes back in the
+        result, as for the model's queries."""
+        return await self.db.execute(sql, query_id=label, policy=policy)
 
     async def close(self) -> None:
         await self.examples.close()

@@ -475,6 +475,28 @@ class Settings(BaseSettings):
         "each finished run its outcome and timings). A question's text is logged only at DEBUG.",
     )
 
+    # --- schedules (chats/schedules.py, process/scheduler.py) ---
+    agent_scheduler: bool = Field(
+        True,
+        description="Whether `agent serve` fires scheduled questions and alerts (every worker may: each fire "
+        "is claimed by one). Off: schedules are kept, and fire once a server with it on runs.",
+    )
+    agent_schedule_tick_s: float = Field(
+        30.0, gt=0, description="How often the scheduler looks for schedules whose time has come."
+    )
+    agent_schedule_late_after_s: float = Field(
+        300.0,
+        ge=0,
+        description="A fire that runs more than this after its time (the server was down) runs once and says "
+        "it is late; fires missed meanwhile are not made up one by one.",
+    )
+    agent_schedule_retries: int = Field(
+        4, ge=0, description="Further tries of a delivery that failed, before its owner is told it did not arrive."
+    )
+    agent_schedule_retry_s: float = Field(
+        60.0, gt=0, description="The wait before a failed delivery's first retry; it doubles at each further try."
+    )
+
     # --- serving ---
     agent_shutdown_grace_s: float = Field(
         30.0,

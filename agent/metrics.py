@@ -87,6 +87,11 @@ SLACK_FAILURES = (
 SLACK_DUPLICATES = ("event", "message")
 SLACK_DELIVERIES = ("stream", "update")
 SLACK_FEEDBACK = ("up", "down")
+# process/scheduler.py's: chats/schedules.py's Kind, where a delivery went, why a fire posted nothing, what failed
+SCHEDULE_KINDS = ("question", "alert", "evals")
+SCHEDULE_DESTINATIONS = ("inbox", "slack")
+SCHEDULE_SKIPS = ("condition", "access", "destination", "no_job")
+SCHEDULE_FAILURES = ("run", "delivery", "gave_up")
 
 
 class Metrics:
@@ -172,6 +177,7 @@ class Metrics:
         )
         self._slack(registry)
         self._operations(registry)
+        self._schedules(registry)
         self._start_series()
 
     def _start_series(self) -> None:
@@ -198,6 +204,10 @@ class Metrics:
             (self.slack_answers, (SLACK_DELIVERIES,)),
             (self.slack_errors, (SLACK_FAILURES,)),
             (self.slack_feedback, (SLACK_FEEDBACK,)),
+            (self.schedule_fires, (SCHEDULE_KINDS, ("on_time", "late"))),
+            (self.schedule_deliveries, (SCHEDULE_DESTINATIONS,)),
+            (self.schedule_skips, (SCHEDULE_SKIPS,)),
+            (self.schedule_failures, (SCHEDULE_FAILURES,)),
         ]
         for metric, label_values in series:
             for values in itertools.product(*label_values):
@@ -231,6 +241,34 @@ class Metrics:
         self.figure_corrections = Counter(
             "agent_figure_corrections_total",
             "Answers sent back once to the model because figures matched nothing.",
+            registry=registry,
+        )
+
+    def _schedules(self, registry: CollectorRegistry) -> None:
+        """The scheduler's (process/scheduler.py): labels are its enums, never a schedule, owner or channel."""
+        self.schedule_fires = Counter(
+            "agent_schedule_fires_total",
+            "Schedules fired (each once across workers), by kind and whether it ran late (the server was down).",
+            ["kind", "timing"],
+            registry=registry,
+        )
+        self.schedule_deliveries = Counter(
+            "agent_schedule_deliveries_total",
+            "Scheduled answers and alerts delivered, by where.",
+            ["destination"],
+            registry=registry,
+        )
+        self.schedule_skips = Counter(
+            "agent_schedule_skips_total",
+            "Fires that delivered nothing, by why: an alert's condition did not hold (or still held), the owner "
+            "lost access, the destination no longer takes it, no job for the kind.",
+            ["reason"],
+            registry=registry,
+        )
+        self.schedule_failures = Counter(
+            "agent_schedule_failures_total",
+            "Fires that failed: running the question, delivering it (retried later), or given up on (owner told).",
+            ["stage"],
             registry=registry,
         )
 

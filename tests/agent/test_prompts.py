@@ -42,6 +42,32 @@ VARIABLES = {
         "tables": [{"name": "db.t", "rows": "336,776", "parts": 3, "sorting_key": "id", "partition_key": "d"}],
     },
     **{f"formats/{platform}.md": {} for platform in PLATFORMS},
+    "schedules/rows.md": {
+        "queries": [
+            {"label": "Q1", "question": "n?", "columns": ["n"], "rows": [["7"]], "more": False, "error": None},
+            {
+                "label": "Q2",
+                "question": "",
+                "columns": ["a", "b"],
+                "rows": [["x", "1"], ["y", "2"]],
+                "more": True,
+                "error": None,
+            },
+        ]
+    },
+    "schedules/alert.md": {
+        "title": "t",
+        "kind": "above",
+        "column": "n",
+        "value": "7",
+        "label": "Q1",
+        "threshold": "5",
+        "previous": "none",
+        "share": "10%",
+        "columns": ["n"],
+        "rows": [["7"]],
+        "more": False,
+    },
 }
 
 

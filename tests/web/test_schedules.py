@@ -96,13 +96,15 @@ async def test_a_schedule_made_from_an_answer_is_listed_paused_resumed_edited_an
     assert (await alice.get("/api/schedules")).json()["schedules"] == []
 
 
-async def test_an_alert_is_made_with_its_condition(served: tuple[Served, Served], fake_anthropic: FakeAnthropic) -> None:
+async def test_an_alert_is_made_with_its_condition(
+    served: tuple[Served, Served], fake_anthropic: FakeAnthropic
+) -> None:
     ours, _ = served
     run_id = await alices_run(ours, fake_anthropic)
     alert = {"query": "Q1", "kind": "change", "column": "n", "share": 0.1}
     schedule = await made(ours.client(email=ALICE), daily(run_id, kind="alert", alert=alert, title="Carrier swing"))
     assert schedule["kind"] == "alert" and schedule["alert"]["kind"] == "change"
-    assert schedule["alert"]["text"] == "n of Q1 changes by more than 10%"
+    assert schedule["alert"]["text"] == "Q1, when n changes by more than 10% between checks"
     assert schedule["summary"] == "every day at 09:00 (Europe/Paris), to your inbox, checking its SQL"
 
 
@@ -149,7 +151,10 @@ async def test_a_slack_answer_is_not_the_webs_to_schedule(
         ({"cadence": {"kind": "daily", "at": "9am", "timezone": "UTC"}}, "cadence: A time of day is HH:MM"),
         ({"cadence": {"kind": "daily", "timezone": "Mars/Olympus"}}, "cadence: Unknown time zone 'Mars/Olympus'"),
         ({"cadence": {"kind": "daily", "timezone": "../../etc/passwd"}}, "cadence: Unknown time zone"),
-        ({"cadence": {"kind": "cron", "cron": "every monday", "timezone": "UTC"}}, "cadence: A cron expression has five"),
+        (
+            {"cadence": {"kind": "cron", "cron": "every monday", "timezone": "UTC"}},
+            "cadence: A cron expression has five",
+        ),
         ({"cadence": {"kind": "cron", "cron": "61 * * * *", "timezone": "UTC"}}, "does not read"),
         ({"cadence": {"kind": "cron", "cron": "0 0 30 2 *", "timezone": "UTC"}}, "never fires"),
         ({"cadence": {"kind": "fortnightly", "timezone": "UTC"}}, "cadence.kind:"),

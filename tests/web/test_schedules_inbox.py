@@ -44,7 +44,11 @@ async def test_a_delivery_is_listed_counted_opened_read_and_deleted(
     schedule_id = (await made(alice, daily(run_id)))["id"]
     first = await delivered(ours, schedule_id, "UA flew 58,665 flights [Q1].", run_id=run_id, queries=(f"{run_id}-Q1",))
     second = await delivered(
-        ours, schedule_id, "UA flew 58,665 flights [Q1].", changed="No change since the last delivery.", late="Ran 2 h late."
+        ours,
+        schedule_id,
+        "UA flew 58,665 flights [Q1].",
+        changed="No change since the last delivery.",
+        late="Ran 2 h late.",
     )
     assert (await alice.get("/api/inbox/unread")).json() == {"unread": 2}
     listed = (await alice.get("/api/inbox")).json()
@@ -52,7 +56,9 @@ async def test_a_delivery_is_listed_counted_opened_read_and_deleted(
     assert set(listed["deliveries"][0]) == {"id", "schedule_id", "title", "at", "changed", "late", "read"}
 
     opened = (await alice.get(f"/api/inbox/{second}")).json()
-    assert opened["text"] == "UA flew 58,665 flights [Q1]." and opened["changed"] == "No change since the last delivery."
+    assert (
+        opened["text"] == "UA flew 58,665 flights [Q1]." and opened["changed"] == "No change since the last delivery."
+    )
     assert opened["late"] == "Ran 2 h late." and opened["read"] is False
     assert (await alice.get(f"/api/inbox/{first}")).json()["queries"] == [f"{run_id}-Q1"]
     query = await alice.get(f"/api/queries/{run_id}-Q1")  # its query opens through the door every answer's shares

@@ -265,7 +265,7 @@ function scheduleItem(schedule) {
       el("strong", { class: "schedule-name", text: schedule.title }),
       el("span", { class: "schedule-state", text: status })),
     el("p", { class: "schedule-summary", text: schedule.summary }),
-    schedule.alert ? el("p", { class: "muted", text: `When ${schedule.alert.text}.` }) : null,
+    schedule.alert ? el("p", { class: "muted", text: `Posts on ${schedule.alert.text}.` }) : null,
     schedule.stopped_reason ? el("p", { class: "error-box", text: schedule.stopped_reason }) : null,
     el("p", { class: "muted", text: timesLine(schedule) }),
     el("div", { class: "schedule-actions" },
@@ -347,13 +347,14 @@ async function renderDelivery(delivery) {
   $("#empty-state").hidden = true;
   const head = $("#delivery-head");
   head.hidden = false;
-  head.replaceChildren(
+  head.replaceChildren(...[
     el("h2", { text: delivery.title }),
     el("p", { class: "muted", text: `Delivered ${new Date(delivery.at * 1000).toLocaleString()}` }),
     delivery.changed ? el("p", { class: "changed", role: "note", text: delivery.changed }) : null,
     delivery.late ? el("p", { class: "muted delivery-late", role: "note", text: delivery.late }) : null,
-    el("a", { href: "/schedules", text: "Its schedule" }));
-  const view = new TurnView(delivery.question || delivery.title);
+    el("a", { href: "/schedules", text: "Its schedule" })].filter(Boolean));
+  const view = new TurnView(delivery.title);
+  view.question.remove(); // nobody asked: the heading above names the schedule
   view.runId = delivery.run_id;
   view.noActions = true; // a delivery is not asked again from here, nor thumbed: its schedule is changed instead
   for (const key of delivery.queries || []) {

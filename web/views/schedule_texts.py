@@ -9,6 +9,7 @@ from typing import Any
 from starlette.requests import Request
 
 from chats.people import channel_owner
+from chats.schedule_runs import describe_alert
 from chats.schedules import Alert, Schedule, slack_destination, slack_of
 from web.context import web_context
 from web.identity import require_identity
@@ -31,16 +32,8 @@ def where_text(destination: str) -> str:
 
 
 def alert_text(alert: Alert, query: str) -> str:
-    """ "n of Q1 is above 1,000", "n of Q1 changes by more than 10%", "Q1 returns any rows"."""
-    if alert.kind == "rows":
-        return f"{query} returns any rows"
-    if alert.kind == "change":
-        return f"{alert.column} of {query} changes by more than {_number((alert.share or 0) * 100)}%"
-    return f"{alert.column} of {query} is {alert.kind} {_number(alert.threshold or 0)}"
-
-
-def _number(value: float) -> str:
-    return f"{value:,.0f}" if float(value).is_integer() else f"{value:,.4g}"
+    """ "Q1, when n is above 1,000": the kit's words for the condition, on the query it watches."""
+    return f"{query}, {describe_alert(alert)}"
 
 
 async def destination_of(request: Request, channel: str) -> str | None:

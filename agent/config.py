@@ -322,7 +322,9 @@ class Settings(BaseSettings):
         30, ge=1, description="Thumbs (👍 / 👎 on an answer) per client per minute (a budget of their own)."
     )
     agent_web_schedule_changes_per_minute: int = Field(
-        30, ge=1, description="Schedules made, edited, paused, resumed or deleted, and inbox deliveries marked read "
+        30,
+        ge=1,
+        description="Schedules made, edited, paused, resumed or deleted, and inbox deliveries marked read "
         "or deleted, per client per minute (a budget of their own).",
     )
     agent_web_allowed_hosts: Annotated[list[str], NoDecode] = Field(

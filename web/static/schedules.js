@@ -256,7 +256,7 @@ async function loadSchedules() {
 }
 
 function scheduleItem(schedule) {
-  const paused = schedule.state === "paused";
+  const paused = schedule.state !== "active"; // a stopped one resumes too, once what stopped it is put right
   const act = (label, action) => el("button", { type: "button", class: "small", text: label, onclick: action });
   const status = { active: "Active", paused: "Paused", stopped: "Stopped" }[schedule.state] || schedule.state;
   return el("li", { class: `schedule ${schedule.state}`, "data-id": schedule.id },
@@ -269,7 +269,7 @@ function scheduleItem(schedule) {
     schedule.stopped_reason ? el("p", { class: "error-box", text: schedule.stopped_reason }) : null,
     el("p", { class: "muted", text: timesLine(schedule) }),
     el("div", { class: "schedule-actions" },
-      schedule.state === "stopped" ? null : act(paused ? "Resume" : "Pause", () => changeSchedule(schedule, paused ? "resume" : "pause")),
+      act(paused ? "Resume" : "Pause", () => changeSchedule(schedule, paused ? "resume" : "pause")),
       act("Edit", () => editSchedule(schedule)),
       act("Delete", () => deleteSchedule(schedule))));
 }

@@ -2,7 +2,7 @@
 what they typed when the server refuses it), the scheduler fires it on a clock the test moves, the delivery
 arrives in the inbox (the unread count in the header), is opened as an answer with its figures checked, its
 receipt, its query linked to its page and its line on what changed; then the schedule is paused and deleted
-on the schedules page. No native dialog is ever shown."""
+on the schedules page, after an edit in the same dialog. No native dialog is ever shown."""
 
 from __future__ import annotations
 
@@ -126,6 +126,13 @@ async def test_a_schedule_made_from_an_answer_delivers_to_the_inbox_and_is_pause
             row = page.locator("li.schedule", has_text="Departures by airport")
             await row.locator(".schedule-state", has_text="Active").wait_for()
             await page.screenshot(path=ARTIFACTS / "schedules.png", full_page=True)
+            await row.get_by_role("button", name="Edit").click()  # the same dialog, filled with what it is
+            await dialog.locator("h2", has_text="Edit this schedule").wait_for()
+            assert await page.input_value("#schedule-name") == "Departures by airport"
+            assert await page.input_value("#schedule-zone") == "Europe/Paris"
+            await page.fill("#schedule-time", "10:00")
+            await dialog.get_by_role("button", name="Save changes").click()
+            await row.locator(".schedule-summary", has_text="every day at 10:00 (Europe/Paris)").wait_for()
             await row.get_by_role("button", name="Pause").click()
             await row.locator(".schedule-state", has_text="Paused").wait_for()
             paused = await state.schedules.get(made.id, owner=OWNER)

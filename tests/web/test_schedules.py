@@ -18,7 +18,7 @@ from agent.app import AgentApp
 from tests.fakes.anthropic_api import FakeAnthropic
 from tests.slack_helpers import carriers_script
 from tests.web.people_helpers import PROXY_MODE, Served, said
-from tests.web.test_web_people import slack_answer
+from tests.web.test_web_people import CHANNEL, TEAM, Members, slack_answer
 from tests.web_helpers import chat
 
 ALICE, BOB = "alice@example.com", "bob@example.com"
@@ -226,3 +226,27 @@ async def test_the_pages_are_shells(served: tuple[Served, Served], fake_anthropi
     chat_page = await alice.get("/")
     assert 'id="schedule-dialog"' in chat_page.text and 'id="unread"' in chat_page.text
     assert (await alice.get("/inbox/not-an-id")).status_code == 404
+
+
+async def test_a_slack_destination_is_a_channel_the_person_is_in(
+    make_app: Callable[..., AgentApp], tmp_path: Path, fake_anthropic: FakeAnthropic
+) -> None:
+    """Where the Slack bot runs beside the web, a schedule may post to a channel its maker is a member of now
+    (Slack says so, by their verified email); a channel they are not in is refused, and nothing is kept."""
+    members = Members({(TEAM, CHANNEL): {ALICE}})
+    slack = {"slack_bot_token": "xoxb-test", "slack_signing_secret": "s"}
+    async with Served(make_app, tmp_path, channel_members=members, **slack, **PROXY_MODE) as ours:
+        run_id = await alices_run(ours, fake_anthropic)
+        alice = ours.client(email=ALICE)
+        assert (await alice.get("/api/schedules")).json()["destinations"] == {"inbox": True, "slack": True}
+        outside = await alice.post(
+            "/api/schedules", json=daily(run_id, destination={"to": "slack", "channel": "C0OTHER001"})
+        )
+        schedule = await made(alice, daily(run_id, destination={"to": "slack", "channel": f"#{CHANNEL}"}))
+        kept = await ours.state.schedules.list_for(f"person:email:{ALICE}")
+    assert (
+        outside.status_code == 400
+        and outside.json()["error"] == "destination: you are not a member of C0OTHER001 in Slack"
+    )
+    assert [s.draft.destination for s in kept] == [f"slack:{TEAM}:{CHANNEL}"]
+    assert schedule["summary"] == f"every day at 09:00 (Europe/Paris), to Slack channel {CHANNEL}, re-running its SQL"

@@ -137,12 +137,14 @@ async def test_every_schedule_route_answers_another_persons_id_as_never_seen(
 async def test_a_slack_answer_is_not_the_webs_to_schedule(
     served: tuple[Served, Served], fake_anthropic: FakeAnthropic
 ) -> None:
-    """A run the Slack adapter stored (in a channel) answers as an id never seen, whoever asks."""
+    """A run the Slack adapter stored (in a channel) answers as an id never seen, whoever asks; Alice's own web
+    answer, asked in the same state, is hers to schedule."""
     ours, twin = served
     _, run_id, _ = await slack_answer(ours, fake_anthropic)
     theirs = await ours.client(email=ALICE).post("/api/schedules", json=daily(run_id))
     never = await twin.client(email=ALICE).post("/api/schedules", json=daily(run_id))
     assert theirs.status_code == 404 and said(theirs) == said(never)
+    await made(ours.client(email=ALICE), daily(await alices_run(ours, fake_anthropic)))
 
 
 @pytest.mark.parametrize(

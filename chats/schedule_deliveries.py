@@ -6,10 +6,12 @@ reads the destination (the owner, or a Slack channel's members) and nobody else.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
 from agent.runner import Interface, RunResult
+from chats.audit import AuditLog, Origin, entry_of
 from chats.conversations import ConversationStore, query_key
 from chats.people import channel_owner
 from chats.schedule_runs import is_direct_message
@@ -58,15 +60,25 @@ def audience(schedule: Schedule) -> str:
 
 
 async def store_turn(
-    conversations: ConversationStore, delivered_to: Outlet, schedule: Schedule, run_id: str, result: RunResult
+    conversations: ConversationStore,
+    audit: AuditLog | None,
+    delivered_to: Outlet,
+    schedule: Schedule,
+    run_id: str,
+    result: RunResult,
 ) -> tuple[str, ...]:
     """The answer as a turn of the schedule's conversation (one per destination: its owner is who reads
-    it there); the ids of its queries."""
+    it there), and its audit entry (asked by the schedule's owner, under the policy it ran under); the ids
+    of its queries."""
     key = f"schedule:{schedule.id}:{schedule.draft.destination}"
     conversation = await conversations.create_conversation(
         schedule.title, key=key, interface=delivered_to.interface, owner=audience(schedule)
     )
     await conversations.save_turn(conversation, run_id, result, [])
+    if audit is not None:
+        where = slack_of(schedule.draft.destination)
+        origin = Origin(person=schedule.owner, interface=delivered_to.interface, channel=where[1] if where else "")
+        await audit.record(entry_of(run_id, conversation, origin, result.question, result, time.time()))
     return tuple(query_key(run_id, q.id) for q in result.queries)
 
 

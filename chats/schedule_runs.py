@@ -21,14 +21,14 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, tzinfo
 from typing import Any
 
+from agent import QueryResult
 from agent.access.policy import Policies, Policy
 from agent.app import AgentApp
-from agent.db import QueryResult
 from agent.figures import Evidence, check_answer
 from agent.prompts import PromptLibrary
 from agent.receipts import Receipt
 from agent.runner import Classification, ExecutedQuery, Interface, Outcome, Platform, RunResult
-from chats.schedules import Alert, Schedule, slack_of
+from chats.schedules import Alert, Draft, Schedule, slack_of
 
 SHOWN_ROWS = 5  # rows a scheduled answer lists per query; its query's page has them all
 MAX_CHANGES = 6  # changes the "what changed" line names
@@ -49,11 +49,11 @@ class Made:
     alert_firing: bool | None = None
 
 
-def fire_policy(policies: Policies | None, schedule: Schedule) -> Policy | None:
-    """The policy this fire runs under (None: no policy file, all of the scope); AccessLost otherwise."""
+def fire_policy(policies: Policies | None, draft: Draft) -> Policy | None:
+    """The policy a fire of `draft` runs under (None: no policy file, all of the scope); AccessLost
+    otherwise. Checked as a schedule is made too, so one that could never deliver is refused then."""
     if policies is None:
         return None
-    draft = schedule.draft
     owner_now = policies.for_asker(draft.asker)
     if draft.how == "ask" and draft.kind == "question":
         run = owner_now

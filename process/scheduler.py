@@ -28,6 +28,7 @@ from datetime import datetime
 from agent.access.policy import Policies, Policy
 from agent.config import Settings
 from agent.metrics import Metrics
+from chats.audit import AuditLog
 from chats.conversations import ConversationStore
 from chats.schedule_deliveries import Delivered, Outlet, store_turn
 from chats.schedule_runs import AccessLost, FireMaker, Made, fire_policy
@@ -77,11 +78,13 @@ class Scheduler:
         clock: Callable[[], float] = time.time,
         jobs: Mapping[str, Job] | None = None,
         worker: str | None = None,
+        audit: AuditLog | None = None,
     ) -> None:
         self._store, self._conversations, self._maker = store, conversations, maker
         self._outlets, self._metrics, self._policies = outlets, metrics, policies
         self._timing, self._clock, self._jobs = timing, clock, dict(jobs or {})
         self.worker = worker or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+        self._audit = audit  # every delivered answer's entry, as every question's
 
     async def tick(self) -> int:
         """Fire what is due now and what waits for a retry; the number of fires this worker ran."""
@@ -108,7 +111,7 @@ class Scheduler:
             if schedule.kind == "evals":
                 await self._eval_run(fire, outlet)
                 return
-            policy = fire_policy(self._policies(), schedule)
+            policy = fire_policy(self._policies(), schedule.draft)
             if refused := await outlet.refusal(schedule):
                 self._metrics.schedule_skips.labels("destination").inc()
                 await self._stop(fire, outlet, refused)
@@ -147,7 +150,7 @@ class Scheduler:
     async def _delivered(self, fire: Fire, outlet: Outlet, made: Made) -> Delivered:
         assert made.result is not None
         run_id = uuid.uuid4().hex
-        queries = await store_turn(self._conversations, outlet, fire.schedule, run_id, made.result)
+        queries = await store_turn(self._conversations, self._audit, outlet, fire.schedule, run_id, made.result)
         return Delivered(
             fire.schedule,
             made.result.answer,

@@ -26,7 +26,7 @@ import signal
 import socket
 import sys
 import threading
-from collections.abc import AsyncIterator, Callable, Coroutine
+from collections.abc import AsyncIterator, Callable, Coroutine, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from functools import partial
@@ -43,14 +43,19 @@ from agent.app import AgentApp
 from agent.config import ConfigError, Settings, load_settings
 from agent.logs import announce, configure_logging
 from agent.loop_lag import LoopLag
+from agent.prompts import prompt_library
 from bots.slack import SlackBot
 from bots.slack.app import api_url, check_slack_settings, unreachable
 from chats.audiences import Audiences
 from chats.conversations import ConversationStore
 from chats.retention import Retention
 from chats.runs import STREAM_MARGIN_S, RunRegistry
+from chats.schedule_deliveries import InboxOutlet, Outlet
+from chats.schedule_runs import FireMaker
+from chats.schedules import INBOX
 from chats.state import ChatState, state_path
 from process.running_server import new_key, proving, recorded
+from process.scheduler import Job, Scheduler, Timing
 from process.workers import serve_workers
 from web.app import create_app
 from web.exposure import check_exposure, server_options
@@ -78,6 +83,8 @@ class Service:
     _draining: asyncio.Task[None] | None = None
     _forced: asyncio.Task[None] | None = None
     _retention: asyncio.Task[None] | None = None
+    _scheduler: asyncio.Task[None] | None = None
+    jobs: dict[str, Job] = field(default_factory=dict)  # scheduled jobs by kind ("evals": the lead wires evals here)
     _restore: dict[int, SignalHandler] = field(default_factory=dict)
 
     @property
@@ -133,6 +140,7 @@ class Service:
         self.started = True
         await self.agent.check_access()
         self._retention = start_retention(self.agent, self.state)
+        self._scheduler = start_scheduler(self.agent, self.state, self.bot, self.jobs)
         if self.bot is not None:
             await self.bot.start()
             if self.bot.socket_mode:
@@ -216,9 +224,10 @@ class Service:
         await (self._draining or self._drain(0))
         if self._forced is not None:
             await self._forced
-        if self._retention is not None:
-            self._retention.cancel()
-            await asyncio.gather(self._retention, return_exceptions=True)
+        for task in (self._retention, self._scheduler):
+            if task is not None:
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
         if self.bot is not None:
             await self.bot.close()
         if self.owns_agent:
@@ -235,6 +244,31 @@ def start_retention(agent: AgentApp, state: ChatState) -> asyncio.Task[None] | N
     deleted = agent.metrics.retention_deleted
     retention = Retention(state.file, days, on_deleted=lambda table, rows: deleted.labels(table).inc(rows))
     return asyncio.get_running_loop().create_task(retention.keep_sweeping(), name="retention")
+
+
+def start_scheduler(
+    agent: AgentApp, state: ChatState, bot: SlackBot | None, jobs: Mapping[str, Job]
+) -> asyncio.Task[None] | None:
+    """With AGENT_SCHEDULER (on by default), fire schedules from this worker: each fire is claimed by one
+    worker of all those sharing the state, so every worker may run it."""
+    settings = agent.settings
+    if not settings.agent_scheduler:
+        return None
+    outlets: dict[str, Outlet] = {INBOX: InboxOutlet(state.schedules)}
+    if bot is not None:
+        outlets["slack"] = bot.outlet()
+    scheduler = Scheduler(
+        state.schedules,
+        state.conversations,
+        FireMaker(agent, prompt_library(settings.agent_prompts_dir)),
+        outlets,
+        agent.metrics,
+        policies=lambda: agent.policies,
+        timing=Timing.of(settings),
+        jobs=jobs,
+        audit=state.audit,
+    )
+    return asyncio.get_running_loop().create_task(scheduler.keep_firing(), name="scheduler")
 
 
 class _Chained:

@@ -10,7 +10,7 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
@@ -20,6 +20,9 @@ from bots.slack import blocks, refusals
 from bots.slack.receive import Allowed, Ignore, Question, channel_type_of
 from chats.conversations import ConversationStore
 from chats.proposals import ProposalStore
+
+if TYPE_CHECKING:
+    from bots.slack.schedules import SlackSchedules
 
 log = logging.getLogger(__name__)
 FEEDBACK_VALUES = ("up", "down")
@@ -63,9 +66,10 @@ class Actions:
         proposals: ProposalStore | None = None,
         allowed: Allowed | None = None,
         home_team: str = "",
+        schedules: SlackSchedules | None = None,
     ) -> None:
         self._client, self._store, self._metrics, self._ask = client, store, metrics, ask
-        self._proposals = proposals
+        self._proposals, self._schedules = proposals, schedules
         self._allowed, self._home_team = allowed or Allowed(), home_team
 
     async def handle(self, body: dict[str, Any]) -> None:
@@ -90,6 +94,8 @@ class Actions:
                 await self._follow_up(click)
             elif click.kind == blocks.FEEDBACK:
                 await self._feedback(click)
+            elif click.kind in (blocks.REPEAT, blocks.SCHEDULE) and self._schedules is not None:
+                await self._schedule(click, body)
             elif click.kind == blocks.REASON and self._proposals is not None and click.value.strip():
                 await self._proposals.note_reason(click.block.removeprefix(f"{blocks.REASON}_"), click.value)
                 await self._client.chat_postEphemeral(
@@ -97,6 +103,17 @@ class Actions:
                 )
         except SlackApiError as exc:
             refusals.log_refusal(log, f"answer a button in {click.channel}", exc)
+
+    async def _schedule(self, click: Click, body: dict[str, Any]) -> None:
+        """ "Repeat…" opens the schedule modal; a listed schedule's button pauses, resumes or deletes it."""
+        assert self._schedules is not None
+        where = {"team": click.team, "channel": click.channel, "user": click.user}
+        if click.kind == blocks.REPEAT:
+            await self._schedules.open_modal(body, run_id=click.value, **where)
+            return
+        action = str(((body.get("actions") or [{}])[0]).get("action_id") or "")
+        ts = str((body.get("container") or {}).get("message_ts") or "")
+        await self._schedules.manage(action, click.value, ts=ts, **where)
 
     async def _show_sql(self, click: Click) -> None:
         label = click.value.rsplit("-", 1)[-1]

@@ -33,6 +33,7 @@ from bots.slack.progress import Progress
 from bots.slack.receipt import receipt_blocks
 from bots.slack.receive import Identity, Ignore, Question
 from bots.slack.reply import AnswerWriter, Streaming
+from bots.slack.schedules import repeat_block
 from bots.slack.thread import answer_metadata, part_metadata, read_history, ts_micros
 from chats.audit import Origin, record_refusal
 from chats.conversations import ConversationStore, readable_under
@@ -309,13 +310,19 @@ class Answerer:
             return
         web_url = self._settings.agent_web_url
         cited = self._knowledge.cited(result.answer) if self._knowledge is not None else []
-        buttons = receipt_blocks(result) + blocks.answer_blocks(
-            run_id,
-            list(view.queries),
-            result.followups,
-            web_url,
-            knowledge=cited,
-            feedback_buttons=writer.showing_plan,
+        # An answer that read data can be repeated on a schedule: its button beside the receipt.
+        repeat = [repeat_block(run_id)] if view.queries else []
+        buttons = (
+            receipt_blocks(result)
+            + repeat
+            + blocks.answer_blocks(
+                run_id,
+                list(view.queries),
+                result.followups,
+                web_url,
+                knowledge=cited,
+                feedback_buttons=writer.showing_plan,
+            )
         )
         # The metadata is Slack's wire: each query's id, question and SQL, read back as the thread's history.
         queries = [{"id": q.query_id, "question": q.question, "sql": q.sql} for q in view.queries.values()]

@@ -41,6 +41,7 @@ from bots.slack.people import SlackPeople
 from bots.slack.prompts import PromptsGate, prompts_asker, prompts_place
 from bots.slack.queues import SerialQueues
 from bots.slack.receive import Allowed, Identity, Ignore, Ignored, Question, event_type, read_question
+from bots.slack.schedules import MODAL, SlackOutlet, SlackSchedules, is_keyword
 from chats.runs import RunRegistry
 from chats.state import ChatState
 
@@ -77,6 +78,7 @@ class SlackBot:
             lambda: self.identity.team_id if self.identity is not None else None,
             ttl_s=IDENTITY_TTL_S,
         )
+        self.schedules = SlackSchedules(lambda: self.client, state.schedules, self._store, self.people, self._policies)
         secret = settings.slack_signing_secret.get_secret_value() if settings.slack_signing_secret else ""
 
         async def authorize(enterprise_id: str | None, team_id: str | None) -> AuthorizeResult:
@@ -96,6 +98,7 @@ class SlackBot:
         # Bolt takes only Python's re.Pattern; these two have no nested or adjacent repeats (linear time).
         self.app.event(re.compile(r".+"))(self._on_event)
         self.app.action(re.compile(r"^analyst_"))(self._on_action)
+        self.app.view(MODAL)(self._on_view)
         self._handler = AsyncSlackRequestHandler(self.app)
         self._session: aiohttp.ClientSession | None = None
         self._socket: AsyncSocketModeHandler | None = None
@@ -146,6 +149,7 @@ class SlackBot:
             proposals=self._state.proposals,
             allowed=self._allowed,
             home_team=self.identity.team_id,
+            schedules=self.schedules,
         )
         log.info("Slack bot %s ready in workspace %s", self.identity.user_id, self.identity.team_id)
 
@@ -234,8 +238,21 @@ class SlackBot:
         if self._actions is not None:
             self._queues.add(f"click:{next(self._clicks)}", partial(self._actions.handle, body))
 
+    async def _on_view(self, ack: AsyncAck, body: dict[str, Any]) -> None:
+        """The schedule modal submitted: made, or Slack shows what to fix beside each field."""
+        errors = await self.schedules.submitted(body)
+        await (ack(response_action="errors", errors=errors) if errors else ack())
+
+    def outlet(self) -> SlackOutlet:
+        """Where schedules made in Slack deliver (process/scheduler.py)."""
+        return SlackOutlet(lambda: self.client, self.channel_members, self._settings)
+
     def _ask(self, question: Question) -> None:
         assert self._answerer is not None
+        if question.is_dm and is_keyword(question.text):  # a person's own schedules, in their DM
+            listing = partial(self.schedules.post_list, question.team, question.channel, question.user)
+            self._queues.add(question.message_key, listing)
+            return
         # One process: the thread's queue keeps its order. Several workers: the shared turn does (by
         # message ts), so each message must take its place in line at once, not behind this worker's queue.
         queue = question.message_key if self._pacing.shared else question.conversation_key

@@ -34,6 +34,8 @@ FOLLOWUP = "analyst_followup"
 FEEDBACK = "analyst_feedback"
 FEEDBACK_BLOCK = "analyst_feedback"
 REASON = "analyst_reason"  # what was wrong, typed after a thumbs-down (the block id carries the run)
+REPEAT = "analyst_repeat"  # "Repeat…": make a schedule of the answer (bots/slack/schedules.py)
+SCHEDULE = "analyst_schedule"  # a listed schedule's Pause / Resume / Delete
 
 # Over an answer's table cells, with fullmatch (Python's `re` took quadratic time on a long run of digits).
 _NUMBER = linear_re.compile(r"[-+]?[$€£]?[\d,]*\.?\d+%?")
@@ -322,7 +324,7 @@ def button_label(question: str) -> str:
 
 def action_kind(action_id: str) -> str:
     """`analyst_show_sql_2` -> `analyst_show_sql`."""
-    for kind in (SHOW_SQL, OPEN_QUERY, FOLLOWUP, FEEDBACK, REASON):
+    for kind in (SHOW_SQL, OPEN_QUERY, FOLLOWUP, FEEDBACK, REASON, REPEAT, SCHEDULE):
         if action_id.startswith(kind):
             return kind
     return ""

@@ -59,6 +59,20 @@ class SlackChannelMembers:
             log.warning("Slack did not say who is in %s (%s): the link stays shut", channel, type(exc).__name__)
         return False
 
+    async def has_user(self, channel: str, user: str) -> bool:
+        """Whether the Slack user `user` is in `channel` now (a schedule's owner, before it posts there);
+        False when Slack does not say."""
+        client = self._client()
+        if client is None:
+            return False
+        try:
+            return user in await self._channel(client, channel)
+        except SlackApiError as exc:
+            refusals.log_refusal(log, f"say who is in {channel}", exc)
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            log.warning("Slack did not say who is in %s (%s)", channel, type(exc).__name__)
+        return False
+
     async def _user(self, client: AsyncWebClient, team: str, email: str) -> str:
         """The Slack user id whose confirmed email this is, or NOBODY."""
         key = email_key(email)

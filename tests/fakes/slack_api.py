@@ -72,7 +72,7 @@ __all__ = [
 ]
 
 APP_TOKEN_METHODS = {"apps.connections.open"}
-JSON_ARGS = ("blocks", "attachments", "metadata", "chunks", "prompts", "files", "loading_messages")
+JSON_ARGS = ("blocks", "attachments", "metadata", "chunks", "prompts", "files", "loading_messages", "view")
 
 
 @dataclass

@@ -415,3 +415,42 @@ def feedback_click(
         element="feedback_buttons",
         **options,
     )
+
+
+def view_submission(
+    view: dict[str, Any], choices: dict[str, str] | None = None, *, user: str = HUMAN_ID, team: str = TEAM_ID
+) -> dict[str, Any]:
+    """A modal submitted (`view_submission`, docs.slack.dev/reference/interaction-payloads/view-interactions-payload),
+    as posted to the interactivity Request URL: the opened `view` with `state.values[block_id][action_id]`
+    holding each input's value. `choices`: block id -> the value typed or the option chosen; an input left
+    out keeps its initial value (or none)."""
+    values: dict[str, Any] = {}
+    for block in view.get("blocks") or []:
+        if block.get("type") != "input":
+            continue
+        element, block_id = block["element"], block["block_id"]
+        chosen = (choices or {}).get(block_id)
+        values[block_id] = {element["action_id"]: _input_state(element, chosen)}
+    submitted = {**view, "state": {"values": values}}
+    return {
+        "type": "view_submission",
+        "team": {"id": team, "domain": "test-workspace"},
+        "user": {"id": user, "username": "alice", "name": "alice", "team_id": team},
+        "api_app_id": APP_ID,
+        "token": VERIFICATION_TOKEN,
+        "trigger_id": f"{int(time.time())}.{uuid.uuid4().int % 10**12}.{uuid.uuid4().hex}",
+        "view": submitted,
+        "response_urls": [],
+        "is_enterprise_install": False,
+        "enterprise": None,
+    }
+
+
+def _input_state(element: dict[str, Any], chosen: str | None) -> dict[str, Any]:
+    kind = element["type"]
+    if kind in ("static_select", "radio_buttons"):
+        options = element.get("options") or []
+        option = next((o for o in options if o["value"] == chosen), None) if chosen is not None else None
+        return {"type": kind, "selected_option": option or element.get("initial_option")}
+    value = chosen if chosen is not None else element.get("initial_value")
+    return {"type": kind, "value": value}

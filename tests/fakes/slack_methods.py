@@ -8,8 +8,11 @@ mirrored in smstoslack/slack_kit priv/docs/methods/*.json) and slack_sdk's WebCl
 from __future__ import annotations
 
 import base64
+import json
 import mimetypes
 import re
+import time
+import uuid
 from collections.abc import Callable
 from typing import Any
 
@@ -30,6 +33,8 @@ from tests.fakes.slack_workspace import (
 )
 
 _EMOJI_NAME = re.compile(r"^[a-z0-9_+'-]+(::skin-tone-[2-6])?$")
+_TRIGGER = re.compile(r"^\d+\.\d+\.[0-9a-f]+$")  # "132456.7890123.abcdef" (views.open's reference)
+TRIGGER_LIFE_S = 3
 TRUNCATED = "[WARN] Your message was truncated but still posted. The `text` field accepts up to 40,000 characters."
 
 Method = Callable[[dict[str, Any]], dict[str, Any]]
@@ -72,6 +77,7 @@ class WebApi:
             "files.getUploadURLExternal": self.files_get_upload_url,
             "files.completeUploadExternal": self.files_complete_upload,
             "apps.connections.open": self.apps_connections_open,
+            "views.open": self.views_open,
         }
 
     # --- auth / socket mode ---
@@ -481,6 +487,46 @@ class WebApi:
         }
         return {**view, "alt_txt": file.alt_txt} if file.alt_txt else view
 
+    # --- views ---
+
+    def views_open(self, args: dict[str, Any]) -> dict[str, Any]:
+        """docs.slack.dev/reference/methods/views.open: `view` (required, JSON) opened for the user whose
+        interaction gave `trigger_id`. Errors as its reference lists them: `invalid_trigger_id` ("The expected
+        format for the trigger_id argument is "132456.7890123.abcdef""), `exchanged_trigger_id` ("already
+        exchanged in a previous call"), `expired_trigger_id` (a trigger "expires in three seconds":
+        docs.slack.dev/interactivity/handling-user-interaction), `view_too_large` (over 250 kB). The view's
+        own limits (docs.slack.dev/reference/views/modal-views: title, submit and close up to 24 characters,
+        100 blocks, private_metadata up to 3,000 characters, callback_id up to 255) answer
+        `invalid_arguments`."""
+        trigger = args.get("trigger_id")
+        view = json_arg(args, "view", "invalid_arguments")
+        if not isinstance(view, dict):
+            raise SlackError("invalid_arguments", "missing required field: view")
+        if not isinstance(trigger, str) or not _TRIGGER.fullmatch(trigger):
+            raise SlackError("invalid_trigger_id")
+        if trigger in self.ws.exchanged_triggers:
+            raise SlackError("exchanged_trigger_id")
+        if time.time() - int(trigger.split(".")[0]) > TRIGGER_LIFE_S:
+            raise SlackError("expired_trigger_id")
+        if len(json.dumps(view)) > 250_000:
+            raise SlackError("view_too_large")
+        _check_modal(view)
+        self.ws.exchanged_triggers.add(trigger)
+        opened = {
+            **view,
+            "id": self.ws.new_id("V"),
+            "team_id": self.ws.team_id,
+            "state": {"values": {}},
+            "hash": f"{int(time.time())}.{uuid.uuid4().hex[:8]}",
+            "app_id": self.ws.app_id,
+            "bot_id": self.ws.bot_id,
+            "root_view_id": None,
+            "previous_view_id": None,
+        }
+        opened["root_view_id"] = opened["id"]
+        self.ws.views[opened["id"]] = opened
+        return {"view": opened}
+
     # --- shared checks ---
 
     def _writable(self, value: Any) -> Channel:
@@ -498,6 +544,23 @@ class WebApi:
         if message.get("bot_id") != self.ws.bot_id:
             raise SlackError(not_owned)
         return message
+
+
+def _check_modal(view: dict[str, Any]) -> None:
+    if view.get("type") != "modal":
+        raise SlackError("invalid_arguments", "view.type must be modal")
+    for name in ("title", "submit", "close"):
+        text = (view.get(name) or {}).get("text", "")
+        if (name == "title" and not text) or len(text) > 24:
+            raise SlackError("invalid_arguments", f"view.{name}.text must be 1 to 24 characters")
+    blocks = view.get("blocks")
+    if not isinstance(blocks, list) or not 0 < len(blocks) <= 100:
+        raise SlackError("invalid_arguments", "view.blocks must hold 1 to 100 blocks")
+    if len(view.get("private_metadata") or "") > 3_000 or len(view.get("callback_id") or "") > 255:
+        raise SlackError("invalid_arguments", "view.private_metadata or view.callback_id is too long")
+    for block in blocks:
+        if block.get("type") == "input" and len((block.get("label") or {}).get("text", "")) > 2_000:
+            raise SlackError("invalid_arguments", "an input's label is over 2,000 characters")
 
 
 def _member_cursor(user: str) -> str:

@@ -33,6 +33,7 @@ METHOD_SCOPES: dict[str, tuple[str, ...]] = {
     "assistant.threads.setTitle": ("assistant:write",),  # .../methods/assistant.threads.setTitle
     "files.getUploadURLExternal": ("files:write",),  # .../methods/files.getUploadURLExternal
     "files.completeUploadExternal": ("files:write",),  # .../methods/files.completeUploadExternal
+    "views.open": (),  # .../methods/views.open: "Scopes: No scopes required"
 }
 # conversations.history / conversations.replies need the history scope of the conversation's type, and
 # conversations.info and conversations.members its read scope (.../methods/conversations.replies,

@@ -171,6 +171,8 @@ class Workspace:
         self.streams: dict[tuple[str, str], Stream] = {}
         self.markdown_sent: dict[tuple[str, str], str] = {}  # the markdown blocks' text a message was sent with
         self.pinned_prompts: dict[str, dict[str, Any]] = {}  # agent_view: prompts pinned on a DM, no thread
+        self.views: dict[str, dict[str, Any]] = {}  # modals views.open opened, by view id
+        self.exchanged_triggers: set[str] = set()  # a trigger_id opens one view (views.open)
         self.clock: Callable[[], float] = time.monotonic  # when a status was set; tests move it on
         self.experience = "agent_view"  # the app's AI messaging experience: agent_view, or the legacy assistant_view
         self._last_micros = 0

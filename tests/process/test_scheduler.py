@@ -33,6 +33,7 @@ ANN = "person:email:ann@example.com"
 JFK_SQL = "SELECT count() AS flights FROM nycflights13.flights WHERE origin = 'JFK'"
 JFK_FLIGHTS = "111279"
 BERLIN_9 = Cadence("daily", timezone="Europe/Berlin", at="09:00")
+RETRYING = Timing(retries=2, retry_s=60)  # a failed delivery: tried again after 60 s, then 120 s, then given up
 
 
 def _draft(cadence: Cadence = BERLIN_9, **changes: Any) -> Draft:
@@ -59,7 +60,7 @@ class World:
         self.metrics = [Metrics(CollectorRegistry()) for _ in range(views)]
         self.schedulers = [self.scheduler(i) for i in range(views)]
 
-    def scheduler(self, i: int, outlet: Any = None, timing: Timing = Timing(retries=2, retry_s=60)) -> Scheduler:
+    def scheduler(self, i: int, outlet: Any = None, timing: Timing = RETRYING) -> Scheduler:
         state = self.states[i]
         state.schedules = ScheduleStore(state.file, clock=self.clock)
         outlets = {INBOX: InboxOutlet(state.schedules), **({"slack": outlet} if outlet else {})}
@@ -73,6 +74,7 @@ class World:
             policies=lambda: self.app.policies,
             clock=self.clock,
             timing=timing,
+            audit=state.audit,
         )
 
     @property
@@ -134,6 +136,9 @@ async def test_a_daily_schedule_fires_at_nine_in_berlin_on_both_sides_of_the_clo
     assert stored is not None and stored["sql"] == JFK_SQL
     assert await w.conversations.query_owner(query) == ANN, "the query's page opens to the owner alone"
     assert fake_anthropic.requests == [], "running the stored SQL again asks no model"
+    (audited, _) = await w.states[0].audit.entries()
+    assert (audited.person, audited.interface, audited.question) == (ANN, "web", "How many flights left JFK?")
+    assert [q.sql for q in audited.queries] == [JFK_SQL], "each delivery is audited as any question is"
     assert w.count("agent_schedule_fires_total", kind="question", timing="on_time") == 2
     assert w.count("agent_schedule_deliveries_total", destination="inbox") == 2
     assert (await w.store.get(made.id, owner=ANN)).next_at == utc(2026, 3, 30, 7).timestamp()  # type: ignore[union-attr]
@@ -267,9 +272,57 @@ async def test_a_schedule_whose_owner_lost_access_stops_and_tells_them(
     w.schedulers = [w.scheduler(0)]
     assert await w.tick_at(utc(2026, 3, 29, 7)) == 1
     notice, delivered = await w.store.inbox(ANN)
+    assert JFK_FLIGHTS in delivered.text, "the day before, while Ann held the policy"
     assert notice.text.startswith("Your schedule \u201cJFK departures\u201d stopped: Your access no longer covers")
     assert JFK_FLIGHTS not in notice.text
     stopped = await w.store.get(made.id, owner=ANN)
     assert stopped is not None and stopped.state == "stopped" and stopped.next_at is None
     assert await w.tick_at(utc(2026, 3, 30, 7)) == 0
     assert w.count("agent_schedule_skips_total", reason="access") == 1
+
+
+async def test_asked_afresh_a_schedule_runs_the_question_through_the_runner_under_the_owners_policy(
+    world: Callable[..., World], fake_anthropic: FakeAnthropic
+) -> None:
+    from tests.slack_helpers import carriers_script
+
+    w = world()
+    fake_anthropic.script(*carriers_script()[:2])
+    await w.store.create(ANN, _draft(how="ask", question="Which carrier flew the most?"))
+    assert await w.tick_at(utc(2026, 3, 28, 8)) == 1
+    (item,) = await w.store.inbox(ANN)
+    assert item.text == "UA flew the most flights: 58,665 [Q1]."
+    assert [f["verified"] for f in item.details["figures"]["figures"]] == [True]
+    assert len(fake_anthropic.requests) == 2, "asked afresh: the model answers it, with no follow-ups"
+
+
+async def test_an_eval_run_on_a_schedule_calls_the_wired_job_and_is_skipped_without_one(
+    world: Callable[..., World],
+) -> None:
+    w = world()
+    runs: list[str] = []
+
+    async def evals(schedule: Schedule) -> str | None:
+        runs.append(schedule.id)
+        return "Evals: 18 of 20 passed (90%)."
+
+    made = await w.store.create(ANN, Draft(title="Nightly evals", question="", cadence=BERLIN_9, kind="evals"))
+    assert await w.tick_at(utc(2026, 3, 28, 8)) == 1
+    assert runs == [] and await w.store.inbox(ANN) == []
+    assert w.count("agent_schedule_skips_total", reason="no_job") == 1
+
+    w.schedulers = [
+        Scheduler(
+            w.store,
+            w.conversations,
+            FireMaker(w.app, prompt_library(w.app.settings.agent_prompts_dir)),
+            {INBOX: InboxOutlet(w.store)},
+            w.metrics[0],
+            policies=lambda: w.app.policies,
+            clock=w.clock,
+            jobs={"evals": evals},
+        )
+    ]
+    assert await w.tick_at(utc(2026, 3, 29, 7)) == 1
+    assert runs == [made.id]
+    assert [i.text for i in await w.store.inbox(ANN)] == ["Evals: 18 of 20 passed (90%)."]

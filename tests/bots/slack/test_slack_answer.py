@@ -67,7 +67,7 @@ async def test_a_mention_is_answered_in_its_thread(
     assert answer["metadata"]["event_type"] == ANSWER_EVENT and payload["question"] == "which carrier flew the most?"
     assert payload["queries"][0]["sql"].startswith("SELECT carrier, count() AS n FROM nycflights13.flights")
     buttons = [e["text"]["text"] for b in answer["blocks"] if b["type"] == "actions" for e in b["elements"]]
-    assert buttons == ["Show SQL Q1", "Which carrier was most punctual?", "How did UA do month by month?"]
+    assert buttons == ["Repeat…", "Show SQL Q1", "Which carrier was most punctual?", "How did UA do month by month?"]
     [thumbs] = [e for b in answer["blocks"] if b["type"] == "context_actions" for e in b["elements"]]
     assert (thumbs["type"], thumbs["positive_button"]["value"]) == ("feedback_buttons", f"up:{payload['run_id']}")
     assert "Slack" in fake_anthropic.requests[0]["system"][-1]["text"]  # the Slack format guidance
@@ -403,7 +403,7 @@ async def test_without_streaming_the_answer_is_posted_then_updated(
     answer = answer_message(fake_slack, GENERAL_ID, question)
     assert fake_slack.markdown(GENERAL_ID, answer["ts"]) == "UA flew the most flights: 58,665 [Q1]."
     kinds = [b["type"] for b in answer["blocks"]]
-    assert kinds == ["rich_text", "context", "actions", "actions", "actions"]  # as Slack keeps it
+    assert kinds == ["rich_text", "context", "actions", "actions", "actions", "actions"]  # as Slack keeps it
     receipt = answer["blocks"][1]["elements"][0]["text"]  # the receipt, as a context line
     assert receipt.startswith("claude-sonnet-5-5, claude-haiku-5-5 · 2 rounds · ") and "1 query: 336.8k rows" in receipt
     assert answer["metadata"]["event_payload"]["final"] is True

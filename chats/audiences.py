@@ -14,8 +14,9 @@ class ChannelMembers(Protocol):
         """Whether `person` (a web person, linked to Slack by verified email) is in the channel now."""
         ...
 
-    def team(self) -> str | None:
-        """The workspace whose channels these are (None until the bot knows it)."""
+    async def member(self, channel: str, person: Person) -> tuple[str, str] | None:
+        """(team, Slack user id) of `person` when they are in the channel now: where a schedule they make may
+        post (None: not a member, or Slack does not say)."""
         ...
 
 
@@ -23,9 +24,9 @@ class Audiences:
     def __init__(self, channel_members: ChannelMembers | None = None) -> None:
         self._channel_members = channel_members
 
-    def slack_team(self) -> str | None:
-        """The Slack workspace whose channels a person may be in here (None without Slack)."""
-        return self._channel_members.team() if self._channel_members is not None else None
+    async def slack_member(self, person: Person, channel: str) -> tuple[str, str] | None:
+        """(team, Slack user id) of `person` in a Slack channel they are in now; None without Slack."""
+        return await self._channel_members.member(channel, person) if self._channel_members is not None else None
 
     async def includes(self, person: Person, owner: str) -> bool:
         if owner == person.owner:

@@ -250,5 +250,5 @@ async def test_a_slack_destination_is_a_channel_the_person_is_in(
         outside.status_code == 400
         and outside.json()["error"] == "destination: you are not a member of C0OTHER001 in Slack"
     )
-    assert [s.draft.destination for s in kept] == [f"slack:{TEAM}:{CHANNEL}"]
+    assert [(s.draft.destination, s.draft.asker.slack_user) for s in kept] == [(f"slack:{TEAM}:{CHANNEL}", f"U{ALICE}")]
     assert schedule["summary"] == f"every day at 09:00 (Europe/Paris), to Slack channel {CHANNEL}, re-running its SQL"

@@ -8,7 +8,6 @@ from typing import Any
 
 from starlette.requests import Request
 
-from chats.people import channel_owner
 from chats.schedule_runs import describe_alert
 from chats.schedules import Alert, Schedule, slack_destination, slack_of
 from web.context import web_context
@@ -36,12 +35,10 @@ def alert_text(alert: Alert, query: str) -> str:
     return f"{query}, {describe_alert(alert)}"
 
 
-async def destination_of(request: Request, channel: str) -> str | None:
-    """The Slack destination of `channel` when the person is one of its members now (Slack says so, by their
-    verified email: chats/audiences.py), else None."""
-    web = web_context(request)
-    team = web.audiences.slack_team()
+async def slack_member(request: Request, channel: str) -> tuple[str, str] | None:
+    """(the Slack destination of `channel`, the person's Slack user id) when they are one of its members now
+    (Slack says so, by their verified email: chats/audiences.py); else None. The scheduler checks the user id
+    is still there before each post."""
     person = (await require_identity(request)).person
-    if team is None or not await web.audiences.includes(person, channel_owner(team, channel)):
-        return None
-    return slack_destination(team, channel)
+    found = await web_context(request).audiences.slack_member(person, channel)
+    return (slack_destination(found[0], channel), found[1]) if found is not None else None

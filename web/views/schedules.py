@@ -30,7 +30,7 @@ from web.identity import Identity, asker_key, require_identity
 from web.ownership import check_owned
 from web.views import page
 from web.views.schedule_requests import EXAMPLE, AlertIn, ScheduleRequest
-from web.views.schedule_texts import described, destination_of
+from web.views.schedule_texts import described, slack_member
 
 Handler = Callable[[Request], Awaitable[Response]]
 
@@ -96,14 +96,15 @@ class ScheduleViews:
         store = web_context(request).store
         await check_owned(request, await store.run_owner(body.run_id, interface=WEB), missing)
         person = identity.person
+        destination, slack_user = await _destination(request, body)
         draft = await self._store.draft_from_answer(
             body.run_id,
             cadence=body.cadence.cadence(),
-            destination=await _destination(request, body),
+            destination=destination,
             how=body.how,
             title=body.title,
             alert=body.alert.alert() if body.alert else None,
-            asker=Asker(email=person.email, groups=person.groups),
+            asker=Asker(email=person.email, groups=person.groups, slack_user=slack_user),
         )
         if draft is None:
             raise missing
@@ -118,13 +119,18 @@ class ScheduleViews:
         watched = schedule.draft.queries[0].label if schedule.draft.queries else ""
         if body.alert is not None and body.alert.query != watched:
             raise HttpError(400, f"alert.query: this alert watches {watched}; make a new one to watch another query")
+        destination, slack_user = await _destination(request, body)
+        if slack_user is not None and slack_user != schedule.draft.asker.slack_user:
+            # the kit keeps who made it as they were then (chats/schedules.py `Draft.asker`): a Slack user it
+            # never knew would be refused at its first post
+            raise HttpError(400, "destination: a schedule made for your inbox cannot move to Slack; make a new one")
         edited = await _kit(
             self._store.edit(
                 schedule.id,
                 owner=schedule.owner,
                 title=body.title or None,
                 cadence=body.cadence.cadence(),
-                destination=await _destination(request, body),
+                destination=destination,
                 how=body.how,
                 alert=body.alert.alert() if body.alert else None,
             )
@@ -169,12 +175,13 @@ def destinations(request: Request) -> dict[str, bool]:
     return {"inbox": True, "slack": web_context(request).settings.slack_bot_token is not None}
 
 
-async def _destination(request: Request, body: ScheduleRequest) -> str:
+async def _destination(request: Request, body: ScheduleRequest) -> tuple[str, str | None]:
+    """Where it delivers, and the person's Slack user id when that is a Slack channel they are in now."""
     if body.destination.to == "inbox":
-        return INBOX
+        return INBOX, None
     if not destinations(request)["slack"]:
         raise HttpError(400, "destination: Slack is not configured on this server; deliver to your inbox")
-    found = await destination_of(request, body.destination.channel)
+    found = await slack_member(request, body.destination.channel)
     if found is None:
         raise HttpError(400, f"destination: you are not a member of {body.destination.channel} in Slack")
     return found

@@ -146,3 +146,65 @@ async def test_a_schedule_made_from_an_answer_delivers_to_the_inbox_and_is_pause
         finally:
             await browser.close()
     state.close()
+
+
+async def test_an_alert_made_in_the_dialog_posts_when_its_condition_holds(
+    make_app, fake_anthropic: FakeAnthropic, tmp_path: Path
+) -> None:
+    """The dialog's alert: a column of the answer's query above a threshold. Checked by the scheduler with SQL
+    only (no model call), it holds (EWR's 120,835 departures are above 100,000) and posts once to the inbox."""
+    from playwright.async_api import async_playwright
+
+    script(fake_anthropic)
+    clock = MovedClock(datetime(2026, 3, 27, 12, tzinfo=UTC))
+    state = ChatState(tmp_path / "state.sqlite3")
+    state.schedules = ScheduleStore(state.file, clock=clock)
+    agent = make_app()
+    async with LiveServer(create_app(agent, state)) as server, async_playwright() as playwright:
+        browser = await playwright.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
+        try:
+            page = await browser.new_page(viewport={"width": 1200, "height": 900}, timezone_id="America/New_York")
+            errors: list[str] = []
+            page.on("pageerror", lambda error: errors.append(str(error)))
+            await page.goto(server.url)
+            await page.fill("#question", QUESTION)
+            await page.keyboard.press("Enter")
+            await page.locator("button.repeat").click()
+            dialog = page.locator("#schedule-dialog")
+            await dialog.wait_for()
+            await dialog.get_by_label("An alert: only when a condition holds").check()
+            await page.locator("#schedule-alert").wait_for()
+            assert await page.locator("#schedule-how").is_hidden()
+            assert await page.locator("#alert-query option").all_inner_texts() == ["Q1 · Departures per origin airport"]
+            assert await page.locator("#alert-column option").all_inner_texts() == ["origin", "departures"]
+            await page.select_option("#alert-column", "departures")
+            await page.fill("#alert-value", "")
+            await dialog.get_by_role("button", name="Make the schedule").click()
+            await page.locator("#schedule-error", has_text="needs a threshold").wait_for()  # kept open, as typed
+            await page.fill("#alert-value", "100000")
+            await dialog.get_by_role("button", name="Make the schedule").click()
+            await dialog.wait_for(state="hidden")
+            [made] = await state.schedules.list_for(OWNER)
+            assert made.kind == "alert" and made.draft.alert is not None
+            assert (made.draft.alert.kind, made.draft.alert.column, made.draft.alert.threshold) == (
+                "above",
+                "departures",
+                100000,
+            )
+            assert made.draft.cadence.timezone == "America/New_York"
+
+            asked = len(fake_anthropic.requests)
+            clock.to(datetime(2026, 3, 28, 13, 0, tzinfo=UTC))  # 09:00 in New York
+            assert await scheduler(agent, state, clock).tick() == 1
+            assert len(fake_anthropic.requests) == asked, "checking and posting the alert called no model"
+            await page.goto(f"{server.url}/schedules")
+            row = page.locator("li.schedule", has_text="Alert")
+            await row.locator("p", has_text="Q1, when departures is above 100,000").wait_for()
+            await page.goto(f"{server.url}/inbox")
+            await page.locator("#unread", has_text="1").wait_for()
+            await page.locator("button.delivery").click()
+            await page.locator(".bubble.answer", has_text="120835").wait_for()
+            assert errors == []
+        finally:
+            await browser.close()
+    state.close()

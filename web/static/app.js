@@ -174,13 +174,14 @@ class TurnView {
   on_executing(data) {
     const card = queryCard(this.runId, data);
     this.queries.set(data.query_id, card);
+    this.results.set(data.query_id, { question: data.question });
     this.steps.insertBefore(card, this.status);
   }
 
   on_result(data) {
     const card = this.queries.get(data.query_id);
     if (card) fillResult(card, data);
-    this.results.set(data.query_id, data);
+    this.results.set(data.query_id, { ...this.results.get(data.query_id), ...data }); // its question came with `executing`
   }
 
   on_answer(data) {

@@ -369,9 +369,12 @@ async function renderDelivery(delivery) {
 
 // ---------- wiring ----------
 
+const UNREAD_EVERY_MS = 60_000; // a delivery that arrives while a page is open shows within a minute
+
 document.addEventListener("DOMContentLoaded", () => {
   wireScheduleDialog();
   showUnread();
+  setInterval(() => { if (document.visibilityState === "visible") showUnread(); }, UNREAD_EVERY_MS);
   const page = document.body.dataset.page;
   if (page === "schedules") {
     document.addEventListener("schedule-saved", () => loadSchedules());

@@ -115,6 +115,10 @@ function fillAlert(form, queries, alert) {
   if (alert) {
     field("query").value = alert.query;
     fillColumns(queries, alert.query);
+    const columns = $("#alert-column");
+    if (alert.column && ![...columns.options].some((o) => o.value === alert.column)) {
+      columns.append(el("option", { value: alert.column, text: alert.column })); // its answer is gone: the name stays
+    }
     field("condition").value = alert.kind;
     field("column").value = alert.column || "";
     field("value").value = alert.kind === "change" ? (alert.share ?? 0) * 100 : alert.threshold ?? "";

@@ -39,6 +39,7 @@ from chats.schedule_runs import AccessLost, fire_policy, is_direct_message
 from chats.schedules import (
     INBOX,
     WEEKDAYS,
+    Alert,
     Cadence,
     CadenceError,
     Schedule,
@@ -130,12 +131,17 @@ class SlackSchedules:
         if self._policies is not None and person.asker is None:
             return {"where": "Slack could not say who you are, so no schedule can run under your access."}
         where = slack_destination(team, channel) if values.get("where") != INBOX_CHOICE else INBOX
+        try:
+            alert = alert_of(values)
+        except ScheduleError as exc:
+            return {"column" if "column" in str(exc) else "threshold": str(exc)}
         draft = await self._store.draft_from_answer(
             run_id,
             cadence=cadence,
             destination=where,
-            how="ask" if values.get("how") == "ask" else "rerun",
+            how="ask" if values.get("how") == "ask" and alert is None else "rerun",
             asker=person.asker,
+            alert=alert,
         )
         if draft is None:
             return {"where": "That answer is no longer stored."}
@@ -216,6 +222,13 @@ def modal_view(private_metadata: str) -> dict[str, Any]:
     days = [option(day.capitalize(), str(i)) for i, day in enumerate(WEEKDAYS)]
     where = [option("Here (this conversation)", HERE), option("My web inbox", INBOX_CHOICE)]
     how = [option("Run its SQL again (no model)", "rerun"), option("Ask the question afresh", "ask")]
+    alert = [
+        option("Always post", "none"),
+        option("Only when a column is above…", "above"),
+        option("Only when a column is below…", "below"),
+        option("Only when a column changes by more than a share", "change"),
+        option("Only when it returns any rows", "rows"),
+    ]
     return {
         "type": "modal",
         "callback_id": MODAL,
@@ -233,6 +246,9 @@ def modal_view(private_metadata: str) -> dict[str, Any]:
             field("timezone", "Time zone", {"type": "plain_text_input", "initial_value": "UTC"}),
             field("where", "Where", select(where)),
             field("how", "How", {"type": "radio_buttons", "options": how, "initial_option": how[0]}),
+            field("alert", "Alert (checks with SQL only; posts once until it clears)", select(alert)),
+            field("column", "Column it watches (alerts)", {"type": "plain_text_input"}, optional=True),
+            field("threshold", "Threshold, or share such as 0.1 (alerts)", {"type": "plain_text_input"}, optional=True),
         ],
     }
 
@@ -245,6 +261,23 @@ def _values(view: dict[str, Any]) -> dict[str, str]:
             chosen = state.get("selected_option") or {}
             found[block] = str(state.get("value") or chosen.get("value") or "")
     return found
+
+
+def alert_of(values: dict[str, str]) -> Alert | None:
+    """The modal's alert, if one was asked for: its watched column, and the threshold (above, below) or
+    the share (change) typed in one field."""
+    kind = values.get("alert") or "none"
+    if kind == "none":
+        return None
+    number = values.get("threshold") or None
+    return Alert.of(
+        {
+            "kind": kind,
+            "column": values.get("column") or "",
+            "threshold": number if kind in ("above", "below") else None,
+            "share": number if kind == "change" else None,
+        }
+    )
 
 
 def _field_of(message: str) -> str:
@@ -332,10 +365,9 @@ class SlackOutlet:
 def delivery_blocks(delivered: Delivered, settings: Settings) -> list[dict[str, Any]]:
     """The answer as any answer shows (its receipt, figures' warnings, Show SQL and the queries' pages),
     under the schedule's title, with the lines on lateness and on what changed."""
-    title = f"**{delivered.schedule.title}** ({delivered.schedule.draft.cadence.describe()})"
-    shown: list[dict[str, Any]] = [
-        blocks.markdown_block(blocks.slack_markdown(f"{title}\n\n{delivered.text}", final=True))
-    ]
+    schedule = delivered.schedule
+    title = f"**{schedule.title}** ({schedule.draft.cadence.describe()})\n\n" if schedule.kind != "alert" else ""
+    shown: list[dict[str, Any]] = [blocks.markdown_block(blocks.slack_markdown(f"{title}{delivered.text}", final=True))]
     notes = [line for line in (delivered.late, delivered.changed) if line]
     if notes:
         elements = [{"type": "mrkdwn", "text": blocks.escape(line)} for line in notes]

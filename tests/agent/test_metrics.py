@@ -17,6 +17,8 @@ from agent.runner import Classification, Interface, Outcome
 from bots.slack.actions import FEEDBACK_VALUES
 from bots.slack.failures import Failure
 from bots.slack.receive import KNOWN_EVENTS, Ignore
+from chats.schedule_deliveries import OutletName
+from chats.schedules import Kind as ScheduleKind
 
 
 def test_labelled_counters_start_at_zero_rather_than_missing() -> None:
@@ -44,6 +46,21 @@ def test_each_bounded_label_list_is_its_sources() -> None:
     assert tuple(Ignore) == metrics.SLACK_IGNORED
     assert tuple(Failure) == metrics.SLACK_FAILURES
     assert metrics.SLACK_FEEDBACK == FEEDBACK_VALUES
+    assert get_args(ScheduleKind) == metrics.SCHEDULE_KINDS
+    assert get_args(OutletName) == metrics.SCHEDULE_DESTINATIONS
+
+
+def test_the_schedulers_series_exist_at_zero_from_start_up() -> None:
+    registry = CollectorRegistry()
+    metrics.Metrics(registry)
+    for name, label, values in (
+        ("agent_schedule_deliveries_total", "destination", metrics.SCHEDULE_DESTINATIONS),
+        ("agent_schedule_skips_total", "reason", metrics.SCHEDULE_SKIPS),
+        ("agent_schedule_failures_total", "stage", metrics.SCHEDULE_FAILURES),
+    ):
+        assert [registry.get_sample_value(name, {label: value}) for value in values] == [0.0] * len(values), name
+    fires = {"kind": "alert", "timing": "late"}
+    assert registry.get_sample_value("agent_schedule_fires_total", fires) == 0.0
 
 
 async def test_a_frozen_event_loop_is_recorded_as_lag() -> None:

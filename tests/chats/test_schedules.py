@@ -205,3 +205,23 @@ async def test_a_draft_from_an_answer_keeps_its_question_the_sql_that_ran_and_it
         assert await state.schedules.draft_from_answer("nope", cadence=DAILY_9_BERLIN) is None
     finally:
         state.close()
+
+
+async def test_retention_sweeps_old_deliveries_and_schedules_left_stopped_but_keeps_running_ones(
+    state_location: Path | str,
+) -> None:
+    from chats.retention import DAY_S, Retention
+
+    clock = MovedClock(datetime(2026, 3, 27, 12, tzinfo=UTC))
+    (state,) = _stores(state_location, clock)
+    try:
+        store = state.schedules
+        running = await store.create(ANN, _draft())
+        stopped = await store.create(ANN, _draft(title="old"))
+        await store.stop(stopped.id, "access lost")
+        await store.deliver_to_inbox(running, Delivery("7 [Q1]."))
+        swept = await Retention(state.file, 30, clock=lambda: clock.now + 40 * DAY_S).sweep()
+        assert swept == {"schedule_inbox": 1, "schedules": 1}
+        assert [s.id for s in await store.list_for(ANN)] == [running.id]
+    finally:
+        state.close()

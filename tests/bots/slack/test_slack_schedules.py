@@ -167,3 +167,29 @@ async def test_an_owner_who_left_the_channel_stops_the_schedule_and_is_told(
     (notice,) = await store.inbox(ALICE)
     assert "You are no longer in the channel it posts to" in notice.text
     assert metrics.registry.get_sample_value("agent_schedule_skips_total", {"reason": "destination"}) == 1
+
+
+async def test_an_alert_made_in_the_modal_posts_once_while_it_holds(
+    start_bot: Any, fake_slack: FakeSlack, fake_anthropic: FakeAnthropic
+) -> None:
+    bot = await start_bot(agent_scheduler=False)
+    view = await _repeat(bot, fake_slack, fake_anthropic)
+    no_threshold = await bot.click(events.view_submission(view, {"alert": "above", "column": "n"}))
+    assert no_threshold.json()["errors"] == {"threshold": "An above or below alert needs a threshold."}
+    chosen = {"alert": "above", "column": "n", "threshold": "50000", "timezone": "Europe/Berlin"}
+    assert (await bot.click(events.view_submission(view, chosen))).text == ""
+    assert bot.service is not None
+    (made,) = await bot.service.state.schedules.list_for(ALICE)
+    assert made.kind == "alert" and made.draft.alert is not None and made.draft.alert.threshold == 50_000
+
+    clock = MovedClock(datetime.fromtimestamp(made.next_at or 0, UTC))
+    scheduler, _, metrics = _scheduler(bot, clock)
+    posts = len(fake_slack.calls("chat.postMessage"))
+    assert await scheduler.tick() == 1
+    alert = fake_slack.calls("chat.postMessage")[-1]
+    assert len(fake_slack.calls("chat.postMessage")) == posts + 1
+    assert "n is 58665 [Q1], above the threshold of 50,000." in json.dumps(alert.args["blocks"])
+    clock.forward(24 * 3600)
+    assert await scheduler.tick() == 1
+    assert len(fake_slack.calls("chat.postMessage")) == posts + 1, "still holding: not posted again"
+    assert metrics.registry.get_sample_value("agent_schedule_skips_total", {"reason": "condition"}) == 1

@@ -321,6 +321,12 @@ class Settings(BaseSettings):
     agent_web_thumbs_per_minute: int = Field(
         30, ge=1, description="Thumbs (👍 / 👎 on an answer) per client per minute (a budget of their own)."
     )
+    agent_web_schedule_changes_per_minute: int = Field(
+        30,
+        ge=1,
+        description="Schedules made, edited, paused, resumed or deleted, and inbox deliveries marked read "
+        "or deleted, per client per minute (a budget of their own).",
+    )
     agent_web_allowed_hosts: Annotated[list[str], NoDecode] = Field(
         default_factory=lambda: ["localhost", "127.0.0.1", "[::1]"],
         description="Comma-separated Host header names the server answers (others get 400, which stops DNS "

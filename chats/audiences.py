@@ -14,10 +14,19 @@ class ChannelMembers(Protocol):
         """Whether `person` (a web person, linked to Slack by verified email) is in the channel now."""
         ...
 
+    async def member(self, channel: str, person: Person) -> tuple[str, str] | None:
+        """(team, Slack user id) of `person` when they are in the channel now: where a schedule they make may
+        post (None: not a member, or Slack does not say)."""
+        ...
+
 
 class Audiences:
     def __init__(self, channel_members: ChannelMembers | None = None) -> None:
         self._channel_members = channel_members
+
+    async def slack_member(self, person: Person, channel: str) -> tuple[str, str] | None:
+        """(team, Slack user id) of `person` in a Slack channel they are in now; None without Slack."""
+        return await self._channel_members.member(channel, person) if self._channel_members is not None else None
 
     async def includes(self, person: Person, owner: str) -> bool:
         if owner == person.owner:

@@ -34,7 +34,19 @@ from web.identity import Identities, asker_key, cookie_is_secure, require_identi
 from web.oidc import OidcSignIn
 from web.probes import probe_routes
 from web.request_metrics import RequestMetricsMiddleware
-from web.views import auth, chat, conversations, examples, feedback, knowledge, page, queries, run_events
+from web.views import (
+    auth,
+    chat,
+    conversations,
+    examples,
+    feedback,
+    inbox,
+    knowledge,
+    page,
+    queries,
+    run_events,
+    schedules,
+)
 
 HERE = Path(__file__).parent
 Handler = Callable[[Request], Awaitable[Response]]
@@ -107,6 +119,8 @@ def create_app(
         Route("/api/queries/{query_id}.csv", _api(_limited(_DOWNLOADS, queries.query_csv))),
         Route("/api/queries/{query_id}", _api(queries.query)),
         Route("/api/me", _api(auth.me)),
+        *schedules.routes(_api, state, settings),
+        *inbox.routes(_api, state, settings),
         *_sign_in_routes(settings),
         *probe_routes(agent, registry, token),
         *extra_routes,

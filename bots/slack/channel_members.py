@@ -44,17 +44,20 @@ class SlackChannelMembers:
         self._users: Recent[str, str] = Recent(ttl_s, max_entries)
 
     async def includes(self, team: str, channel: str, person: Person) -> bool:
-        client = self._client()
-        if client is None or not person.email or team != self._team():
-            return False
+        return team == self._team() and await self.member(channel, person) is not None
+
+    async def member(self, channel: str, person: Person) -> tuple[str, str] | None:
+        client, team = self._client(), self._team()
+        if client is None or team is None or not person.email:
+            return None
         try:
             user = await self._user(client, team, person.email)
-            return bool(user) and user in await self._channel(client, channel)
+            return (team, user) if user and user in await self._channel(client, channel) else None
         except SlackApiError as exc:
             refusals.log_refusal(log, f"say who is in {channel}", exc)
         except (aiohttp.ClientError, TimeoutError) as exc:
             log.warning("Slack did not say who is in %s (%s): the link stays shut", channel, type(exc).__name__)
-        return False
+        return None
 
     async def has_user(self, channel: str, user: str) -> bool:
         """Whether the Slack user `user` is in `channel` now (a schedule's owner, before it posts there);

@@ -39,6 +39,11 @@ class Members:
     def __init__(self, members: dict[tuple[str, str], set[str]]) -> None:
         self.members, self.asked = members, 0
 
+    async def member(self, channel: str, person: Person) -> tuple[str, str] | None:
+        self.asked += 1
+        found = [team for (team, there), people in self.members.items() if there == channel and person.email in people]
+        return (found[0], f"U{person.email}") if found else None
+
     async def includes(self, team: str, channel: str, person: Person) -> bool:
         self.asked += 1
         return person.email in self.members.get((team, channel), set())

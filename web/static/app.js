@@ -135,6 +135,7 @@ class TurnView {
     this.answerText = "";
     this.renderScheduled = false;
     this.queries = new Map();
+    this.results = new Map(); // each query's result, by its label: what "Repeat…" may re-run or watch
     this.root = el("article", { class: "turn" },
       (this.question = el("div", { class: "bubble user", text: question })),
       (this.steps = el("div", { class: "steps" })),
@@ -173,12 +174,14 @@ class TurnView {
   on_executing(data) {
     const card = queryCard(this.runId, data);
     this.queries.set(data.query_id, card);
+    this.results.set(data.query_id, { question: data.question });
     this.steps.insertBefore(card, this.status);
   }
 
   on_result(data) {
     const card = this.queries.get(data.query_id);
     if (card) fillResult(card, data);
+    this.results.set(data.query_id, { ...this.results.get(data.query_id), ...data }); // its question came with `executing`
   }
 
   on_answer(data) {
@@ -240,7 +243,11 @@ class TurnView {
       if (result.figures) markFigures(this.answer, result.figures);
       const notes = [unverifiedNote(result.figures), receiptLine(result.receipt)].filter(Boolean);
       this.answer.after(...notes);
-      if (this.runId && result.outcome !== "error") this.footer.append(thumbs(this.runId, feedback));
+      if (this.runId && result.outcome !== "error" && !this.noActions) {
+        this.root.dataset.runId = this.runId;
+        this.footer.append(el("div", { class: "turn-actions" }, thumbs(this.runId, feedback),
+          window.repeatButton && result.outcome !== "cancelled" ? repeatButton(this) : null));
+      }
     }
     quietFixedFailures(this.queries);
     for (const card of this.queries.values()) card.classList.add("downloadable");
@@ -768,10 +775,12 @@ document.addEventListener("DOMContentLoaded", () => {
   for (const button of document.querySelectorAll("dialog [data-close]")) {
     button.addEventListener("click", () => button.closest("dialog").close());
   }
-  if (document.body.dataset.page === "missing") return;
+  const page = document.body.dataset.page;
+  if (page === "missing") return;
   showSignedIn();
-  if (document.body.dataset.page === "query") return showQueryPage();
+  if (page === "query") return showQueryPage();
   if (window.DOMPurify) installSanitizerHooks();
+  if (page === "schedules" || page === "inbox") return; // schedules.js runs those pages
   const input = $("#question");
   $("#composer").addEventListener("submit", (event) => {
     event.preventDefault();

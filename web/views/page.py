@@ -52,6 +52,13 @@ async def query_page(request: Request) -> Response:
     return web_context(request).templates.TemplateResponse(request, "query.html", _auth(request))
 
 
+async def shell(request: Request, template: str, context: dict[str, object] | None = None) -> Response:
+    """A page whose data its script reads from the API (web/views/schedules.py and inbox.py use it)."""
+    if (sign_in := await _sign_in_first(request)) is not None:
+        return sign_in
+    return web_context(request).templates.TemplateResponse(request, template, {**_auth(request), **(context or {})})
+
+
 async def _sign_in_first(request: Request) -> Response | None:
     """Where people sign in with OpenID Connect, a browser that has not goes to sign in, and comes back here."""
     identities: Identities = request.app.state.identities

@@ -33,6 +33,7 @@ TABLES = {
     "audit_entries",
     "audit_queries",
     "web_sessions",
+    "durable_runs",
 }
 
 

@@ -45,7 +45,7 @@ async def test_resume_continues_a_partial_report_without_running_its_queries_aga
     counting = CountingDatabase(db)
     runs = RunRegistry(make_app(database=counting).runner, state.conversations)
     conversation = await state.conversations.create_conversation(QUESTION, owner=OWNER)
-    fake_anthropic.script(Reply(tool_calls=[sql(MONTHS, ORIGINS)]), Reply(text=PARTIAL))
+    fake_anthropic.script(Reply(tool_calls=[sql(MONTHS, ORIGINS, RAIN)]), Reply(text=PARTIAL))
     request = ReportRequest(budget=ReportBudget(queries=2))
     first = runs.start(conversation, QUESTION, [], platform="web", interface="web", report=request)
     await finished(runs, first)

@@ -12,6 +12,7 @@ from benchmarks import (
     bench_policies,
     bench_preflight,
     bench_render,
+    bench_report,
     bench_retrieval_real,
     bench_sign_in,
     bench_slack,
@@ -28,6 +29,7 @@ if __name__ == "__main__":
     bench_llm.report(bench_llm.run())
     bench_fallback.report(bench_fallback.run())
     bench_pipeline.report(bench_pipeline.run())
+    bench_report.report(bench_report.run())
     bench_web.report(bench_web.run())
     bench_slack.report(bench_slack.run())
     bench_pacing.report(bench_pacing.run())

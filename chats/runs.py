@@ -26,7 +26,7 @@ from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any
+from typing import Any, cast
 
 from pydantic import ValidationError
 
@@ -35,8 +35,11 @@ from agent.limits import Limits, json_size
 from agent.logs import log_context
 from agent.runner import (
     WIRE_EVENT,
+    AnswerEvent,
+    Checkpoint,
     ErrorEvent,
     Event,
+    EventSink,
     FinalAnswer,
     FinishedEvent,
     Interface,
@@ -50,12 +53,14 @@ from agent.runner import (
 )
 from chats.audit import AuditLog, Origin, entry_of
 from chats.conversations import ConversationStore
+from chats.durable import DurableRun, DurableRuns, lost_message
 from chats.shared_runs import BEAT_S, SharedRunLog
 
 log = logging.getLogger(__name__)
 SHARED_FLUSH_S = 0.15  # how often a run's new events are copied for readers in other processes
 SHARED_POLL_S = 0.25  # how often a reader in another process looks for them
 SHARED_APPEARS_S = 1.0  # how long a reader waits for a run started a moment ago to be shared
+DURABLE_INTERFACES = ("web", "slack")  # the runs kept for a takeover: a CLI or eval run has nobody to deliver to
 STREAM_MARGIN_S = 2.0  # on shutdown, after the grace period: for cancelled runs' last events to reach readers
 
 
@@ -116,6 +121,9 @@ class RunHandle:
     shared_upto: int = 0  # events copied to the shared log so far
     origin: Origin = field(default_factory=Origin)  # who asked, where, under which policy: for the audit
     policy: str = ""  # the name of the policy it runs under (its rows go again only to a reader covering it)
+    sharing: asyncio.Lock = field(default_factory=asyncio.Lock)  # one copy to the shared log at a time
+    durable: bool = False  # kept for a takeover (chats/durable.py) while it runs
+    superseded: bool = False  # another host took it over (this one lost its lease): this copy ends silently
 
 
 class RunRegistry:
@@ -128,8 +136,12 @@ class RunRegistry:
         shared: SharedRunLog | None = None,
         max_event_bytes: int = Limits.max_event_bytes,
         audit: AuditLog | None = None,
+        durable: DurableRuns | None = None,
     ):
+        """`durable`: runs of the web and Slack are kept there as they go, so another host takes one over
+        when this one dies (`take_over`)."""
         self._runner = runner
+        self._durable = durable
         self._store = store
         self._audit = audit or AuditLog(store.file)  # every run leaves an entry, whoever built the registry
         self._max_event_bytes = max_event_bytes
@@ -166,10 +178,13 @@ class RunRegistry:
         on_done: Callable[[RunResult], Awaitable[None]] | None = None,
         policy: Policy | None = None,
         origin: Origin | None = None,
+        delivery: dict[str, Any] | None = None,
     ) -> RunHandle:
         """Register the run with its first event, `started`, already in its log (so a reader sees
         something before the model's first reply, and a replay shows the same), then drive it.
         `origin` is who asked and where, for the audit (without it: the conversation's owner).
+        `delivery`: what the adapter of another host needs to deliver the answer should it take the run
+        over (Slack's thread); kept with the run when the registry keeps runs durable.
         Raises ShuttingDown once `drain` has begun."""
         if not self.accepting:
             raise ShuttingDown(ShuttingDown.message)
@@ -184,38 +199,148 @@ class RunRegistry:
         )
         handle.events.append(RunEvent(1, handle.run_id, conversation_id, StartedEvent(question=question)))
         self._runs[handle.run_id] = handle
-        run = self._drive(handle, question, history, platform, interface, followups, on_done, policy)
-        with log_context(run_id=handle.run_id, interface=interface):  # the task copies the context
-            handle.task = asyncio.create_task(run, name=f"run-{handle.run_id}")
+        kept = None
+        if self._durable is not None and interface in DURABLE_INTERFACES:
+            kept = DurableRun(
+                run_id=handle.run_id,
+                conversation_id=conversation_id,
+                interface=interface,
+                platform=platform,
+                question=question,
+                policy=handle.policy,
+                origin=origin,
+                delivery=delivery or {},
+                followups=followups,
+                abandon_after_s=abandon_after_s,
+            )
+        run = self._run_of(handle, question, history, platform, followups, policy, kept=kept)
+        self._launch(handle, self._drive(handle, question, run, on_done))
         return handle
 
-    async def _drive(
+    def _launch(self, handle: RunHandle, drive: Awaitable[None]) -> None:
+        with log_context(run_id=handle.run_id, interface=handle.interface):  # the task copies the context
+            handle.task = asyncio.create_task(drive, name=f"run-{handle.run_id}")  # type: ignore[arg-type]
+
+    def _run_of(
         self,
         handle: RunHandle,
         question: str,
         history: list[Turn],
         platform: Platform,
-        interface: Interface,
         followups: bool,
+        policy: Policy | None,
+        *,
+        kept: DurableRun | None = None,
+        resume: Checkpoint | None = None,
+    ) -> Callable[[EventSink], Awaitable[RunResult]]:
+        """The Runner's call for this run; a durable one (`kept`, new; `resume`, taken over) checkpoints."""
+
+        async def run(publish: EventSink) -> RunResult:
+            durable: dict[str, Any] = {}
+            if kept is not None or resume is not None:
+                if kept is not None:
+                    await self._keep(handle, kept)
+                if handle.durable or resume is not None:
+                    durable = {"checkpoint": partial(self._checkpointed, handle), "resume": resume}
+            return await self._runner.run(
+                question,
+                history=history,
+                platform=platform,
+                interface=handle.interface,
+                on_event=publish,
+                followups=followups,
+                policy=policy,
+                **durable,
+            )
+
+        return run
+
+    async def take_over(
+        self,
+        kept: DurableRun,
+        policy: Policy | None,
+        *,
+        refused: str | None = None,
         on_done: Callable[[RunResult], Awaitable[None]] | None = None,
-        policy: Policy | None = None,
+    ) -> RunHandle | None:
+        """Go on with a run another host started and stopped holding (it died): under the same id, its event
+        log continued from the shared log (event numbers go on, so a reader following it gets the rest), its
+        queries and rounds resumed from its checkpoint under the policy it ran under. With `refused` (why it
+        may not be resumed), or with no checkpoint to resume from, it ends with that message instead, stored
+        as failed: never silence. None when it had in fact ended (its turn is stored)."""
+        assert self._durable is not None
+        if await self._store.run_events(kept.run_id) is not None:  # stored, then its host died
+            await self._durable.finish(kept.run_id)
+            return None
+        handle = RunHandle(
+            kept.run_id,
+            kept.conversation_id,
+            cast(Interface, kept.interface),
+            abandon_after_s=kept.abandon_after_s,
+            origin=kept.origin,
+            policy=kept.policy,
+            durable=True,
+        )
+        await self._events_so_far(handle, kept.question)
+        if _answer_shown(handle.events):  # the lost round's words: readers discard them
+            handle.events.append(self._next(handle, AnswerEvent(text="", restart=True)))
+        self._runs[handle.run_id] = handle
+        saved = kept.saved()
+        message = refused or (None if saved is not None else lost_message("it had not begun"))
+        if message is not None or saved is None:
+            log.warning("run %s is not resumed: %s", handle.run_id, message)
+            run = _ended_with(kept.question, message or "")
+        else:
+            platform = cast(Platform, kept.platform)
+            run = self._run_of(handle, kept.question, [], platform, kept.followups, policy, resume=saved)
+        self._launch(handle, self._drive(handle, kept.question, run, on_done))
+        return handle
+
+    async def _events_so_far(self, handle: RunHandle, question: str) -> None:
+        """The log of a run taken over, as the shared log has it (every event up to its last checkpoint at
+        least); just `started` where there is none."""
+        rows = await self._shared.events_after(handle.run_id, 0) if self._shared is not None else []
+        events = [e for row in rows if (e := RunEvent.from_dict({"id": row[0], "event": row[1], "data": row[2]}))]
+        handle.events = [e for e in events if e.name != "done"]
+        handle.shared_upto = len(handle.events)
+        if not handle.events:
+            handle.events = [RunEvent(1, handle.run_id, handle.conversation_id, StartedEvent(question=question))]
+
+    async def _keep(self, handle: RunHandle, kept: DurableRun) -> None:
+        assert self._durable is not None
+        try:
+            await self._durable.begin(kept)
+            handle.durable = True
+        except Exception:  # the run goes on; only a takeover is lost
+            log.exception("could not keep run %s for a takeover", handle.run_id)
+
+    async def _checkpointed(self, handle: RunHandle, checkpoint: Checkpoint) -> None:
+        """The run's progress kept, after its events so far are in the shared log: a host taking it over
+        goes on from both."""
+        assert self._durable is not None
+        await self._flush_shared(handle)
+        if not await self._durable.save(handle.run_id, checkpoint):
+            log.error("run %s lost its lease to another host; this copy stops", handle.run_id)
+            handle.superseded = True
+            if handle.task is not None:
+                handle.task.cancel()
+
+    async def _drive(
+        self,
+        handle: RunHandle,
+        question: str,
+        run: Callable[[EventSink], Awaitable[RunResult]],
+        on_done: Callable[[RunResult], Awaitable[None]] | None = None,
     ) -> None:
         async def publish(event: Event) -> None:
-            await self._publish(handle, event)
+            if not handle.superseded:
+                await self._publish(handle, event)
 
         sharing = asyncio.create_task(self._share(handle)) if self._shared is not None else None
         result: RunResult | None = None
         try:
             try:
-                result = await self._runner.run(
-                    question,
-                    history=history,
-                    platform=platform,
-                    interface=interface,
-                    on_event=publish,
-                    followups=followups,
-                    policy=policy,
-                )
+                result = await run(publish)
             except Exception:  # the runner turns its failures into a result; this is the rest (a bug)
                 log.exception("run %s failed", handle.run_id)
                 await self._publish(handle, ErrorEvent(message="Something went wrong on the server; try again."))
@@ -246,7 +371,9 @@ class RunRegistry:
     ) -> None:
         """The run's end: its turn stored (with the log as it will be), `on_done` told once whatever happened
         (a daily budget's hold ends with it), then `done` published. No result (the runner raised): nothing
-        to store, and `done` says so."""
+        to store, and `done` says so. A copy superseded by another host's takeover ends here, silently."""
+        if handle.superseded:
+            return
         done = [self._next(handle, done_event(result))]
         if (size := json_size(done[0].data)) > self._max_event_bytes:
             log.error("a done event of %d bytes was not sent (the cap is %d)", size, self._max_event_bytes)
@@ -258,6 +385,7 @@ class RunRegistry:
         except Exception:
             log.exception("could not store run %s", handle.run_id)
             done = self._failed_end(handle, "Something went wrong on the server; try again.")
+        await self._forget_durable(handle)
         if on_done is not None:  # e.g. the asker's daily budget settles to the answer's receipt
             try:
                 await on_done(result or RunResult(question=question))
@@ -278,6 +406,15 @@ class RunRegistry:
         except Exception:
             log.exception("could not write the audit entry of run %s", handle.run_id)
 
+    async def _forget_durable(self, handle: RunHandle) -> None:
+        """The run ended and is stored: no host is to take it over."""
+        if self._durable is None or not handle.durable:
+            return
+        try:
+            await self._durable.finish(handle.run_id)
+        except Exception:
+            log.exception("could not forget durable run %s", handle.run_id)
+
     def _failed_end(self, handle: RunHandle, message: str) -> list[RunEvent]:
         error = self._next(handle, ErrorEvent(message=message))
         return [error, RunEvent(error.id + 1, handle.run_id, handle.conversation_id, done_event(None))]
@@ -285,19 +422,16 @@ class RunRegistry:
     async def _share(self, handle: RunHandle) -> None:
         """Copy the run's events to the shared log until it is done, beating meanwhile; then take them out
         again (by then the stored turn has them all). Whatever fails, the shared copy does not outlive
-        the run, so no reader waits on it."""
+        the run, so no reader waits on it; a copy superseded by another host's takeover leaves the log to it."""
         assert self._shared is not None
         try:
             await self._shared.open(handle.run_id, handle.conversation_id)
             beaten = time.monotonic()
-            while True:
+            while not handle.superseded:
                 ended = handle.done
-                fresh = handle.events[handle.shared_upto :]
                 beat = time.monotonic() - beaten >= BEAT_S
-                if fresh or beat:
-                    await self._shared.add(handle.run_id, [(e.id, e.name, e.data) for e in fresh], beat=beat)
-                    handle.shared_upto += len(fresh)
-                    beaten = time.monotonic() if beat else beaten
+                await self._flush_shared(handle, beat=beat)
+                beaten = time.monotonic() if beat else beaten
                 if ended:
                     break
                 await asyncio.sleep(SHARED_FLUSH_S)
@@ -305,13 +439,25 @@ class RunRegistry:
             log.exception("could not share run %s with other workers", handle.run_id)
         finally:
             try:
-                await asyncio.shield(self._shared.close(handle.run_id))
+                if not handle.superseded:
+                    await asyncio.shield(self._shared.close(handle.run_id))
             except Exception:
                 log.exception("could not take run %s out of the shared log", handle.run_id)
 
+    async def _flush_shared(self, handle: RunHandle, *, beat: bool = False) -> None:
+        """The run's events not yet in the shared log, copied (with `beat`, a heartbeat too)."""
+        if self._shared is None:
+            return
+        async with handle.sharing:
+            fresh = handle.events[handle.shared_upto :]
+            if fresh or beat:
+                await self._shared.add(handle.run_id, [(e.id, e.name, e.data) for e in fresh], beat=beat)
+                handle.shared_upto += len(fresh)
+
     @staticmethod
     def _next(handle: RunHandle, body: WireEvent) -> RunEvent:
-        return RunEvent(len(handle.events) + 1, handle.run_id, handle.conversation_id, body)
+        number = handle.events[-1].id + 1 if handle.events else 1  # a log taken over may skip one it could not read
+        return RunEvent(number, handle.run_id, handle.conversation_id, body)
 
     async def _append(self, handle: RunHandle, event: RunEvent) -> None:
         async with handle.changed:
@@ -450,12 +596,22 @@ class RunRegistry:
                         for offset, body in enumerate(_lost("This answer was lost on the server; ask again."), 1):
                             yield RunEvent(position + offset, run_id, "", body)
                     return
-                if not live.owner_alive:
+                if not live.owner_alive and not await self._taken_over_soon(run_id):
                     for offset, body in enumerate(_lost("The server process answering this stopped; ask again."), 1):
                         yield RunEvent(position + offset, run_id, live.conversation_id, body)
                     return
             await self._shared.touch(run_id)
             await asyncio.sleep(SHARED_POLL_S)
+
+    async def _taken_over_soon(self, run_id: str) -> bool:
+        """A run whose host died but that another host will take over (chats/durable.py): its reader waits."""
+        if self._durable is None:
+            return False
+        try:
+            return await self._durable.holds(run_id)
+        except Exception:
+            log.exception("could not tell whether run %s will be taken over", run_id)
+            return False
 
     def _forget_old_runs(self) -> None:
         finished = [run_id for run_id, h in self._runs.items() if h.done]
@@ -480,6 +636,27 @@ class RunRegistry:
 
     async def shutdown(self) -> None:
         await self.drain(0)
+
+
+def _ended_with(question: str, message: str) -> Callable[[EventSink], Awaitable[RunResult]]:
+    """A run that ends at once with `message` as its error: a run taken over that may not be resumed."""
+
+    async def run(publish: EventSink) -> RunResult:
+        await publish(ErrorEvent(message=message))
+        return RunResult(question=question, outcome=Outcome.ERROR, error=message)
+
+    return run
+
+
+def _answer_shown(events: list[RunEvent]) -> bool:
+    """Whether readers of this log hold answer text (since its last restart)."""
+    for event in reversed(events):
+        if isinstance(event.body, AnswerEvent):
+            if event.body.restart:
+                return False
+            if event.body.text:
+                return True
+    return False
 
 
 def _lost(message: str) -> tuple[WireEvent, WireEvent]:

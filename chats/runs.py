@@ -19,6 +19,7 @@ not there for it.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 import uuid
@@ -58,7 +59,9 @@ from chats.shared_runs import BEAT_S, SharedRunLog
 
 log = logging.getLogger(__name__)
 SHARED_FLUSH_S = 0.15  # how often a run's new events are copied for readers in other processes
-SHARED_POLL_S = 0.25  # how often a reader in another process looks for them
+SHARED_POLL_S = 0.25  # how often a reader in another process looks for them (SQLite)
+PUSH_COALESCE_S = 0.005  # on PostgreSQL, events that come this close together are copied in one write
+PUSHED_CHECK_S = 1.0  # on PostgreSQL, how often a reader woken by nothing checks on the run's owner
 SHARED_APPEARS_S = 1.0  # how long a reader waits for a run started a moment ago to be shared
 DURABLE_INTERFACES = ("web", "slack")  # the runs kept for a takeover: a CLI or eval run has nobody to deliver to
 STREAM_MARGIN_S = 2.0  # on shutdown, after the grace period: for cancelled runs' last events to reach readers
@@ -434,7 +437,7 @@ class RunRegistry:
                 beaten = time.monotonic() if beat else beaten
                 if ended:
                     break
-                await asyncio.sleep(SHARED_FLUSH_S)
+                await self._until_fresh(handle)
         except Exception:  # the run goes on; readers in other processes fall back to the stored turn
             log.exception("could not share run %s with other workers", handle.run_id)
         finally:
@@ -453,6 +456,17 @@ class RunRegistry:
             if fresh or beat:
                 await self._shared.add(handle.run_id, [(e.id, e.name, e.data) for e in fresh], beat=beat)
                 handle.shared_upto += len(fresh)
+
+    async def _until_fresh(self, handle: RunHandle) -> None:
+        """Until the next copy: a fixed interval on SQLite; on PostgreSQL, whose readers are pushed to, as
+        soon as there is something new (a few milliseconds later, so a burst goes in one write), or a beat."""
+        assert self._shared is not None
+        if not self._shared.pushes:
+            await asyncio.sleep(SHARED_FLUSH_S)
+            return
+        async with handle.changed:
+            await _wait_for(handle.changed, partial(_fresh_or_done, handle), BEAT_S)
+        await asyncio.sleep(PUSH_COALESCE_S)
 
     @staticmethod
     def _next(handle: RunHandle, body: WireEvent) -> RunEvent:
@@ -564,10 +578,11 @@ class RunRegistry:
         if self._shared is None:
             return None
         deadline = time.monotonic() + SHARED_APPEARS_S
-        while (live := await self._shared.find(run_id)) is None:
-            if time.monotonic() >= deadline:
-                return None
-            await asyncio.sleep(SHARED_POLL_S)
+        with self._shared.waiting(run_id) as woken:  # its owner's first write wakes it on PostgreSQL
+            while (live := await self._shared.find(run_id)) is None:
+                if time.monotonic() >= deadline:
+                    return None
+                await _woken_or_after(woken, min(SHARED_POLL_S, deadline - time.monotonic()))
         readable = interface is None or await self._store.exists(live.conversation_id, interface=interface)
         if not readable or (may_read is not None and not await may_read(live.conversation_id)):
             await asyncio.sleep(max(0.0, deadline - time.monotonic()))  # not told apart from a run never seen
@@ -576,8 +591,18 @@ class RunRegistry:
 
     async def _poll_shared(self, run_id: str, after: int) -> AsyncIterator[RunEvent]:
         assert self._shared is not None
-        position = after
+        with self._shared.waiting(run_id) as woken:
+            async for event in self._read_shared(run_id, after, woken):
+                yield event
+
+    async def _read_shared(self, run_id: str, after: int, woken: asyncio.Event) -> AsyncIterator[RunEvent]:
+        """The run's events from the shared log, read again whenever `woken` (PostgreSQL's push) or, unwoken,
+        every SHARED_POLL_S on SQLite (PUSHED_CHECK_S on PostgreSQL, to check on the owner)."""
+        assert self._shared is not None
+        position, patience = after, PUSHED_CHECK_S if self._shared.pushes else SHARED_POLL_S
+        touched = float("-inf")
         while True:
+            woken.clear()  # before the read: news during it wakes the next wait at once
             fresh = await self._shared.events_after(run_id, position)
             for number, name, data in fresh:
                 if (event := RunEvent.from_dict({"id": number, "event": name, "data": data})) is not None:
@@ -600,8 +625,10 @@ class RunRegistry:
                     for offset, body in enumerate(_lost("The server process answering this stopped; ask again."), 1):
                         yield RunEvent(position + offset, run_id, live.conversation_id, body)
                     return
-            await self._shared.touch(run_id)
-            await asyncio.sleep(SHARED_POLL_S)
+            if time.monotonic() - touched >= patience:  # the owner must not cancel it as abandoned
+                await self._shared.touch(run_id)
+                touched = time.monotonic()
+            await _woken_or_after(woken, patience)
 
     async def _taken_over_soon(self, run_id: str) -> bool:
         """A run whose host died but that another host will take over (chats/durable.py): its reader waits."""
@@ -657,6 +684,21 @@ def _answer_shown(events: list[RunEvent]) -> bool:
             if event.body.text:
                 return True
     return False
+
+
+def _fresh_or_done(handle: RunHandle) -> bool:
+    return len(handle.events) > handle.shared_upto or handle.done
+
+
+async def _wait_for(changed: asyncio.Condition, ready: Callable[[], bool], timeout_s: float) -> None:
+    """`changed.wait_for(ready)` (the condition held), giving up after `timeout_s`."""
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(changed.wait_for(ready), timeout_s)
+
+
+async def _woken_or_after(woken: asyncio.Event, timeout_s: float) -> None:
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(woken.wait(), max(0.0, timeout_s))
 
 
 def _lost(message: str) -> tuple[WireEvent, WireEvent]:

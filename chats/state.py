@@ -61,6 +61,8 @@ class ChatState:
         return cls(where, limits=Limits.of(settings), workers=workers)
 
     def close(self) -> None:
+        if self.shared_runs is not None:
+            self.shared_runs.stop_listening()
         self.file.close()
 
 

@@ -208,13 +208,20 @@ class DurableRuns:
         )
         return row is not None
 
-    async def watch(self, take_over: Callable[[DurableRun], Awaitable[None]], interfaces: Collection[str]) -> None:
-        """Until cancelled: renew this host's leases, and take over each run whose lease lapsed, a third of
-        a lease apart. A failure (the database away for a moment) is logged and tried again."""
+    async def watch(
+        self,
+        take_over: Callable[[DurableRun], Awaitable[None]],
+        interfaces: Collection[str],
+        *,
+        taking: Callable[[], bool] = lambda: True,
+    ) -> None:
+        """Until cancelled: renew this host's leases, and take over each run whose lease lapsed (while
+        `taking` says so: not once this host drains), a third of a lease apart. A failure (the database away
+        for a moment) is logged and tried again."""
         while True:
             try:
                 await self.renew()
-                while (run := await self.claim_lapsed(interfaces)) is not None:
+                while taking() and (run := await self.claim_lapsed(interfaces)) is not None:
                     log.info("taking over run %s (its host stopped renewing its lease)", run.run_id)
                     await take_over(run)
             except asyncio.CancelledError:

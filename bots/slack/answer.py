@@ -9,8 +9,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Awaitable, Callable
 from contextlib import suppress
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, replace
 from functools import partial
 from typing import Any
 
@@ -21,7 +22,7 @@ from agent.access.policy import Policies
 from agent.config import Settings
 from agent.knowledge import KnowledgeBase
 from agent.metrics import Metrics
-from agent.runner import AnswerEvent, Outcome, Turn
+from agent.runner import AnswerEvent, Outcome, RunResult, Turn
 from bots.slack import blocks, refusals
 from bots.slack.access import NO_POLICY_FILE, Access, access_for
 from bots.slack.api_tiers import CallBudget
@@ -181,18 +182,7 @@ class Answerer:
 
     async def _answer(self, question: Question, hold: _Hold) -> None:
         view = RunView()  # the run as its events tell it: the plan, the progress and the outcome read it
-        progress = Progress(
-            self._client,
-            question.channel,
-            question.thread_ts,
-            assistant=question.assistant_thread,
-            interval_s=self._interval_s,
-            refresh_s=self._settings.slack_status_refresh_s,
-            on_first=partial(self._first_progress, question),
-            budget=self.budget,
-            team=question.team,
-            view=view,
-        )
+        progress = self._progress(question, view)
         history, access = await self._prepare(question, progress)
         if question.assistant_thread and not history:
             await self._set_title(question)
@@ -208,8 +198,27 @@ class Answerer:
             on_done=lambda result: self._budget.settle(hold.reservation, result.receipt),
             policy=access.policy if self._policies is not None else None,
             origin=Origin(access.asker, "slack", question.channel),
+            delivery=delivery_of(question, hold.reservation),
         )
         hold.run_started = True
+        await self._post(question, handle, view, progress)
+
+    def _progress(self, question: Question, view: RunView) -> Progress:
+        return Progress(
+            self._client,
+            question.channel,
+            question.thread_ts,
+            assistant=question.assistant_thread,
+            interval_s=self._interval_s,
+            refresh_s=self._settings.slack_status_refresh_s,
+            on_first=partial(self._first_progress, question),
+            budget=self.budget,
+            team=question.team,
+            view=view,
+        )
+
+    async def _post(self, question: Question, handle: RunHandle, view: RunView, progress: Progress) -> None:
+        """Follow the run's log from its start, streaming its plan and answer into the thread, then finish."""
         writer = AnswerWriter(
             self._client,
             question.channel,
@@ -232,6 +241,31 @@ class Answerer:
         finally:  # after a failure or a shutdown, no painter outlives its job
             progress.cancel()
             writer.cancel()
+
+    async def deliver_resumed(self, handle: RunHandle, delivery: dict[str, Any]) -> None:
+        """A run another host started in a thread, taken over by this host when that one died: its answer (or
+        why there is none) posted in the thread, as the first host would have. Never raises."""
+        question = question_of(delivery)
+        if question is None:
+            log.error("run %s was taken over without a thread to answer in", handle.run_id)
+            return
+        try:
+            progress = self._progress(question, view := RunView())
+            await progress.begin()
+            await self._post(question, handle, view, progress)
+        except SlackApiError as exc:
+            await self._refused(question, exc)
+        except Exception:
+            log.exception("answering a Slack question taken over from another host failed")
+            await self._tell(question, Failure.INTERNAL)
+
+    def settle_resumed(self, delivery: dict[str, Any]) -> Callable[[RunResult], Awaitable[None]] | None:
+        """How a run taken over settles its asker's daily budget (the hold the first host made)."""
+        try:
+            reservation = Reservation(**delivery["reservation"])
+        except (KeyError, TypeError):
+            return None
+        return lambda result: self._budget.settle(reservation, result.receipt)
 
     async def _prepare(self, question: Question, progress: Progress) -> tuple[list[Turn], Access]:
         """The progress shown, and meanwhile the thread's history read and the asker named: then the policy
@@ -374,3 +408,16 @@ class Answerer:
 
     def _first_progress(self, question: Question) -> None:
         self._metrics.slack_first_progress_seconds.observe(time.perf_counter() - question.received_at)
+
+
+def delivery_of(question: Question, reservation: Reservation) -> dict[str, Any]:
+    """What another host's bot needs to answer `question` if it takes the run over (chats/durable.py)."""
+    return {"question": asdict(question), "reservation": asdict(reservation)}
+
+
+def question_of(delivery: dict[str, Any]) -> Question | None:
+    """The question a delivery context names, received now (its first host's clock means nothing here)."""
+    try:
+        return replace(Question(**delivery["question"]), received_at=time.perf_counter())
+    except (KeyError, TypeError):
+        return None

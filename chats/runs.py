@@ -309,6 +309,16 @@ class RunRegistry:
         if not handle.events:
             handle.events = [RunEvent(1, handle.run_id, handle.conversation_id, StartedEvent(question=question))]
 
+    async def update_delivery(self, handle: RunHandle, delivery: dict[str, Any]) -> None:
+        """What the adapter knows now of where its answer goes (say, the messages it posted), for a host
+        that takes the run over. Nothing for a run not kept; a failure is logged."""
+        if self._durable is None or not handle.durable:
+            return
+        try:
+            await self._durable.update_delivery(handle.run_id, delivery)
+        except Exception:
+            log.exception("could not keep the delivery of run %s", handle.run_id)
+
     async def _keep(self, handle: RunHandle, kept: DurableRun) -> None:
         assert self._durable is not None
         try:

@@ -210,6 +210,12 @@ async def test_a_host_killed_mid_run_the_other_posts_the_answer_in_the_slack_thr
 
     answered = _answers(fake_slack, channel, ts, "1,458 airports")
     assert len(answered) == 1, answered
+    # The first host's progress message and its unfinished stream (Q1's plan) were taken back: the thread
+    # shows one plan, the answer's, and no progress left saying it is still thinking.
+    thread = fake_slack.replies(channel, ts)
+    plans = [m for m in thread if any(block.get("type") == "plan" for block in m.get("blocks") or [])]
+    assert len(plans) == 1 and plans[0] is not None and "1,458" in plans[0]["text"], thread
+    assert not [m for m in thread if "Thinking" in (m.get("text") or "")], thread
     assert ran_on_survivor == 1, "Q1, completed before the kill, was not run again"
     receipts = _answers(fake_slack, channel, ts, "resumed after a host stopped")
     assert len(receipts) == 1, "the receipt says it was resumed"

@@ -8,10 +8,12 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Callable, Sequence
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 import pytest
 
+from agent.access.policy import Policy
 from agent.runner import (
     AnswerEvent,
     Checkpoint,
@@ -29,6 +31,7 @@ from chats.runs import RunHandle, RunRegistry
 from chats.state import ChatState
 
 LEASE_S = 30.0
+OPS = Policy("ops", MappingProxyType({"nycflights13.airlines": None}))
 
 
 class StoppingRunner:
@@ -39,6 +42,7 @@ class StoppingRunner:
         self.checkpointed = asyncio.Event()
         self.more = asyncio.Event()
         self.resumed_from: list[Checkpoint] = []
+        self.policies: list[str | None] = []
 
     async def run(
         self,
@@ -54,6 +58,7 @@ class StoppingRunner:
         resume: Checkpoint | None = None,
     ) -> RunResult:
         assert checkpoint is not None
+        self.policies.append(policy.name if policy is not None else None)
         if resume is not None:
             self.resumed_from.append(resume)
             await on_event(AnswerEvent(text="EWR [Q1]."))
@@ -97,7 +102,14 @@ async def _started_and_stopped(a: RunRegistry, runner: StoppingRunner) -> RunHan
     conversation = await a._store.create_conversation("Which airport?", owner="person:ann")
     origin = Origin("person:ann", "web", "", "")
     handle = a.start(
-        conversation, "Which airport?", [], platform="web", interface="web", origin=origin, delivery={"k": "v"}
+        conversation,
+        "Which airport?",
+        [],
+        platform="web",
+        interface="web",
+        origin=origin,
+        delivery={"k": "v"},
+        policy=OPS,
     )
     await asyncio.wait_for(runner.checkpointed.wait(), 10)
     await asyncio.sleep(0.5)  # its last events reach the shared log too (the checkpoint's are there already)
@@ -116,8 +128,10 @@ async def test_a_run_taken_over_goes_on_under_its_id_its_log_continued_and_is_st
     lapse(a)
     kept = await b._durable.claim_lapsed({"web"})
     assert kept is not None and kept.run_id == first.run_id and kept.delivery == {"k": "v"}
-    handle = await b.take_over(kept, None, refused=ResumeLimits(2, 900).why_not(kept))
-    assert handle is not None and handle.run_id == first.run_id
+    assert kept.policy == "ops" and kept.origin == Origin("person:ann", "web", "", "")
+    handle = await b.take_over(kept, OPS, refused=ResumeLimits(2, 900).why_not(kept))
+    assert handle is not None and handle.run_id == first.run_id and handle.policy == "ops"
+    assert handle.origin.person == "person:ann"
     events = await _all(b, handle)
     assert [e.id for e in events] == list(range(1, len(events) + 1))  # one log, its numbers going on
     names = [e.name for e in events]
@@ -125,6 +139,7 @@ async def test_a_run_taken_over_goes_on_under_its_id_its_log_continued_and_is_st
     assert events[3].body.restart and events[4].body.text == "EWR [Q1]."  # the lost round's words discarded
     assert events[-1].body.result.answer == "EWR [Q1]." and events[-1].body.result.resumed == 1
     assert [c.rounds for c in runner_b.resumed_from] == [1] and runner_b.resumed_from[0].query_ids_taken == 1
+    assert runner_a.policies == runner_b.policies == ["ops"]  # the resumed run keeps its policy
     _, stored = await b._store.run_events(first.run_id)
     assert [row["event"] for row in stored] == names
     assert not await b._durable.holds(first.run_id)  # a normal end forgets it

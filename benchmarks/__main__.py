@@ -16,6 +16,7 @@ from benchmarks import (
     bench_retrieval_real,
     bench_sign_in,
     bench_slack,
+    bench_takeover,
     bench_text,
     bench_truncation,
     bench_web,
@@ -42,3 +43,4 @@ if __name__ == "__main__":
     bench_preflight.report(bench_preflight.run())
     bench_policies.report(bench_policies.run())
     bench_sign_in.report(bench_sign_in.run())
+    bench_takeover.report(bench_takeover.run())

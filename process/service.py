@@ -49,6 +49,7 @@ from bots.slack.app import api_url, check_slack_settings, unreachable
 from chats.audiences import Audiences
 from chats.conversations import ConversationStore
 from chats.durable import DurableRun, ResumeLimits, lost_message
+from chats.report_runs import ReportRuns
 from chats.retention import Retention
 from chats.runs import STREAM_MARGIN_S, RunRegistry
 from chats.state import ChatState, state_path
@@ -145,6 +146,8 @@ class Service:
         if self.state.durable is not None:
             takeovers = self.state.durable.watch(self._take_over, self.interfaces, taking=lambda: self.runs.accepting)
             self._takeovers = asyncio.get_running_loop().create_task(takeovers, name="takeovers")
+        elif self.state.workers == 1:  # this process alone keeps the state: the reports it was writing go on
+            await ReportRuns(self.runs).resume_unfinished(self.agent.policy_named, interfaces=self.interfaces)
         if self.bot is not None:
             await self.bot.start()
             if self.bot.socket_mode:

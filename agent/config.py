@@ -206,6 +206,20 @@ class Settings(BaseSettings):
         description="Estimated dollars (agent/pricing.yaml) one web client or Slack user may spend per UTC day.",
     )
 
+    # --- reports (agent/reports; asked for explicitly: `agent report`, Slack `report:`, the web's Report) ---
+    agent_report_max_steps: int = Field(16, ge=2, description="Model round trips one report run may make.")
+    agent_report_max_tool_calls: int = Field(24, ge=1, description="Tool calls one report run may make.")
+    agent_report_max_queries: int = Field(
+        15, ge=1, description="Queries one report run may execute (a reused result is free); past it, it ends partial."
+    )
+    agent_report_max_minutes: float = Field(10.0, gt=0, description="Minutes one report run may take.")
+    agent_report_max_tokens: int | None = Field(
+        500_000, ge=1, description="Tokens (input, output, cache) one report run may spend. Unset: no limit."
+    )
+    agent_report_max_cost_usd: float | None = Field(
+        2.0, gt=0, description="Estimated dollars (agent/pricing.yaml) one report run may spend. Unset: no limit."
+    )
+
     # --- query limits (set on the connection, enforced by the engine) ---
     max_rows: int = Field(50, ge=1, description="Rows the model sees per query (N+1 fetched).")
     max_cell_chars: int = Field(200, ge=10, description="Longer cells are cut with a marker.")
@@ -506,6 +520,26 @@ class Settings(BaseSettings):
         description="On SIGTERM, how long answers already running get to finish (and be stored) before they are "
         "cancelled; new questions are refused meanwhile. Keep it below the orchestrator's kill timeout "
         "(docker compose: stop_grace_period).",
+    )
+    agent_run_lease_s: float = Field(
+        15.0,
+        gt=0,
+        le=3600,
+        description="On PostgreSQL (several hosts), how long a host's hold on a running answer lasts unless it "
+        "renews it (it does, three times a lease): a host that dies has its answers taken over by another once "
+        "this lapses, which bounds how long the takeover takes.",
+    )
+    agent_run_max_resumes: int = Field(
+        2,
+        ge=0,
+        description="How many times one answer may be taken over after its host died; past it (or past "
+        "AGENT_RUN_RESUME_MAX_AGE_S) it ends with a message asking to ask again.",
+    )
+    agent_run_resume_max_age_s: float = Field(
+        900.0,
+        gt=0,
+        description="An answer started longer ago than this is not taken over when its host dies: it ends with "
+        "a message asking to ask again.",
     )
 
     @field_validator("agent_model", "agent_followup_model", "agent_judge_model")

@@ -4,6 +4,11 @@ An adapter calls `Runner.run(question, history=..., platform=..., on_event=...)`
 progress events as they happen, and gets a `RunResult` back: the one account of how the run ended
 (the run registry stores it, then tells readers with the one `done` event). Cancelling the awaiting task stops the model
 call and kills running queries; the run then returns a partial result marked cancelled.
+
+A run can be made durable: with `checkpoint=`, the runner hands a `Checkpoint` (everything the run has
+gathered, as JSON-ready data) to that callable when it starts and after every completed round; a later
+`run(..., resume=that_checkpoint)`, in this process or another, goes on at the next round without running
+again any query it holds. Its result and receipt count the times it was resumed.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from agent.db import QueryResult
 from agent.figures import FigureReport
 from agent.limits import json_size
 from agent.receipts import Receipt
+from agent.reports.model import Report, ReportBudget, ReportRequest, ReportStatus, ReportUsage
 
 Platform = Literal["slack", "web", "cli"]
 Interface = Literal["slack", "web", "cli", "eval"]
@@ -96,6 +102,8 @@ class RunResult(BaseModel):
     figures: FigureReport | None = None  # the final answer's figures checked against its queries
     receipt: Receipt | None = None
     policy: str | None = None  # the name of the policy its queries ran under (None: no policy, all of the scope)
+    report: Report | None = None  # a report run's report (Runner.run(report=...)); None for an answer
+    resumed: int = 0  # times the run went on from a checkpoint (another host took it over)
     # The API messages of this turn (question to answer), so the next question can carry it whole.
     # Internal: left out of serialised results and events.
     transcript: list[dict[str, Any]] = Field(default_factory=list, repr=False, exclude=True)
@@ -117,6 +125,7 @@ class RunResult(BaseModel):
             "figures": self.figures.model_dump() if self.figures else None,
             "receipt": self.receipt.model_dump() if self.receipt else None,
             "metrics": self.metrics.model_dump(),
+            **({"report": self.report.model_dump(mode="json")} if self.report is not None else {}),
         }
 
 
@@ -253,6 +262,20 @@ class ErrorEvent(_Event):
     message: str
 
 
+class StepEvent(_Event):
+    """A report's live plan: one step of its loop (a model round and the tools it called), sent when the
+    step starts its tools (`running`) and again when they are done (`done`), with what the report has
+    spent of its budget so far. Answers send none."""
+
+    type: Literal["step"] = "step"
+    number: int  # 1, 2, ... across the report (a Resume goes on from the last)
+    title: str  # what the step does, in words (its think, else its queries' questions)
+    state: Literal["running", "done"]
+    queries: list[str] = Field(default_factory=list)  # the Q ids it ran
+    used: ReportUsage
+    budget: ReportBudget
+
+
 class FinalAnswer(BaseModel):
     """What the `done` event carries on the wire: the answer and how the run ended. Queries and charts
     went out as their own events (`executing`, `result`, `chart`), once each."""
@@ -268,10 +291,14 @@ class FinalAnswer(BaseModel):
     model: str = ""
     figures: FigureReport | None = None
     receipt: Receipt | None = None
+    report: ReportStatus | None = None  # a report run's: the whole report is in the kit's store (chats/reports.py)
+    resumed: int = 0
 
     @classmethod
     def of(cls, result: RunResult) -> FinalAnswer:
-        return cls.model_validate(result.model_dump(include=set(cls.model_fields)))
+        final = cls.model_validate(result.model_dump(include=set(cls.model_fields) - {"report"}))
+        final.report = result.report.status() if result.report is not None else None
+        return final
 
 
 def fit_rows(rows: list[list[Any]], max_bytes: int) -> list[list[Any]]:
@@ -296,6 +323,7 @@ Progress = (
     | FollowupsEvent
     | FallbackEvent
     | ErrorEvent
+    | StepEvent
 )
 Event = Annotated[Progress, Field(discriminator="type")]
 
@@ -323,6 +351,59 @@ WIRE_EVENT: TypeAdapter[WireEvent] = TypeAdapter(WireEvent)
 EventSink = Callable[[Event], Awaitable[None]]
 
 
+# --- durable runs ---
+
+CHECKPOINT_VERSION: Literal[1] = 1
+
+
+class ModelCalls(BaseModel):
+    """One model's calls and tokens so far, for the receipt."""
+
+    model: str
+    calls: int
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_read_tokens: int = 0
+    cache_creation_tokens: int = 0
+
+
+class Checkpoint(BaseModel):
+    """A run's progress at a round's end: what `run(..., resume=)` needs to go on at the next round, in
+    another process too, running no query again. `model_dump(mode="json")` is its stored form; a stored one
+    of another `version` is not to be resumed (`Checkpoint.model_validate` refuses it).
+
+    `rounds` is the model rounds completed (0: none yet, taken when the run starts); `messages` every message
+    the next model call is sent (the history the run was given included, so a resume needs no history);
+    `turn_start` the index of the question's own message in them."""
+
+    version: Literal[1] = CHECKPOINT_VERSION
+    question: str
+    policy: str | None = None  # the name of the policy it runs under; a resume must pass the same
+    rounds: int = 0
+    messages: list[dict[str, Any]] = Field(default_factory=list, repr=False)
+    turn_start: int = 0
+    queries: list[ExecutedQuery] = Field(default_factory=list)
+    charts: list[Chart] = Field(default_factory=list)
+    thinking: list[str] = Field(default_factory=list)
+    answer: str = ""  # an answer a correction round sent back (the next round replaces it)
+    metrics: RunMetrics = Field(default_factory=RunMetrics)
+    model_calls: list[ModelCalls] = Field(default_factory=list)  # the receipt's accumulator
+    model: str = ""
+    query_ids_taken: int = 0  # the Q-number counter: the next query is Q<query_ids_taken + 1>
+    executions_claimed: int = 0
+    charts_claimed: int = 0
+    think_only_rounds: int = 0
+    citation_retries: int = 0
+    figures_corrected: bool = False
+    unverified_before_correction: int = 0
+    started_at: float = 0.0  # wall-clock start (time.time()): a resumed run's times include the takeover
+    first_event_ms: int | None = None
+    resumed: int = 0  # times resumed before this checkpoint was taken
+
+
+CheckpointSink = Callable[[Checkpoint], Awaitable[None]]
+
+
 async def ignore_events(event: Event) -> None:
     return None
 
@@ -338,9 +419,21 @@ class Runner(Protocol):
         on_event: EventSink = ignore_events,
         followups: bool = True,
         policy: Policy | None = None,
+        checkpoint: CheckpointSink | None = None,
+        resume: Checkpoint | None = None,
+        report: ReportRequest | None = None,
     ) -> RunResult:
         """Answer one question, emitting its progress as it happens; returns how it ended (a cancelled run
         returns its partial result, marked cancelled). No event says it ended: the caller says so.
         Every query it runs reads only `policy`'s tables and rows (None: everything in scope); the
-        result names the policy, so a later re-run of one of its queries can run under it again."""
+        result names the policy, so a later re-run of one of its queries can run under it again.
+
+        `checkpoint` is given the run's progress when it starts and after every completed round (a sink
+        that fails is logged; the run goes on). `resume` goes on from such a checkpoint at its next round
+        (`history` is then unused: the checkpoint holds the messages); the question and policy must be
+        the checkpoint's, or ValueError. Events continue from there; a reader's partial answer text from
+        before is the caller's to discard.
+
+        With `report`, the run writes a report (`RunResult.report`) within that request's budget, its steps
+        sent as `StepEvent`s; without it, an answer. Only an explicit request makes a report."""
         ...

@@ -78,6 +78,7 @@ SWEEPS: tuple[tuple[str, Sweep], ...] = (
         _older("DELETE FROM audit_queries WHERE run_id IN (SELECT run_id FROM audit_entries WHERE at < ?)"),
     ),
     ("audit_entries", _older("DELETE FROM audit_entries WHERE at < ?")),
+    ("reports", _older("DELETE FROM reports WHERE updated_at < ? AND state <> 'running'")),
     ("handled_events", _older("DELETE FROM handled_events WHERE seen_at < ?")),
     ("pace_takes", _older("DELETE FROM pace_takes WHERE at < ?")),
     ("budget_spend", _old_budget_days),
@@ -87,6 +88,8 @@ SWEEPS: tuple[tuple[str, Sweep], ...] = (
     ("schedule_inbox", _older("DELETE FROM schedule_inbox WHERE at < ?")),
     ("schedule_fires", _older("DELETE FROM schedule_fires WHERE status != 'running' AND due_at < ?")),
     ("schedules", _older("DELETE FROM schedules WHERE state != 'active' AND updated_at < ?")),
+    # A run kept for a takeover that no host took over (every host gone, or none that can deliver it).
+    ("durable_runs", _older("DELETE FROM durable_runs WHERE created_at < ?")),
 )
 TABLES = tuple(table for table, _ in SWEEPS)  # the metric's label values
 

@@ -204,6 +204,32 @@ def _turn_policy(conn: sqlite3.Connection) -> None:
         conn.execute("ALTER TABLE turns ADD COLUMN policy TEXT NOT NULL DEFAULT ''")
 
 
+def _reports(conn: sqlite3.Connection) -> None:
+    """Reports (chats/reports.py): each with its owner, where it was asked, the run writing it and how it
+    stands; the report itself, the request its run was given and the run's latest checkpoint (the durable
+    runs' `Checkpoint`, from which Resume and a restarted host go on) as JSON. The same on both backends."""
+    conn.execute(
+        """CREATE TABLE IF NOT EXISTS reports (
+            id TEXT PRIMARY KEY,
+            owner TEXT NOT NULL,
+            interface TEXT NOT NULL,
+            conversation_id TEXT NOT NULL DEFAULT '',
+            question TEXT NOT NULL,
+            state TEXT NOT NULL,
+            run_id TEXT NOT NULL,
+            policy TEXT NOT NULL DEFAULT '',
+            report TEXT NOT NULL DEFAULT 'null',
+            request TEXT NOT NULL DEFAULT 'null',
+            checkpoint TEXT,
+            created_at REAL NOT NULL,
+            updated_at REAL NOT NULL
+        )"""
+    )
+    conn.execute("CREATE INDEX IF NOT EXISTS reports_by_owner ON reports(owner, updated_at)")
+    conn.execute("CREATE INDEX IF NOT EXISTS reports_by_state ON reports(state, updated_at)")
+    conn.execute("CREATE INDEX IF NOT EXISTS reports_by_run ON reports(run_id)")
+
+
 def _postgres_tables(conn: sqlite3.Connection) -> None:
     """Version 1 on PostgreSQL, which never held a release without versions: every table as it is now.
     SQLite's implicit rowid orders a conversation's queries and a line's tickets by insertion; here an
@@ -335,6 +361,33 @@ def _schedules(conn: sqlite3.Connection) -> None:
     conn.execute("CREATE INDEX IF NOT EXISTS schedule_inbox_by_owner ON schedule_inbox(owner, at)")
 
 
+def _durable_runs(conn: sqlite3.Connection) -> None:
+    """Runs kept while they last, so another host takes one over when its host dies (chats/durable.py):
+    what each needs to go on, its latest checkpoint, and the lease of the host holding it. The same on
+    both backends."""
+    conn.execute(
+        """CREATE TABLE IF NOT EXISTS durable_runs (
+            run_id TEXT PRIMARY KEY,
+            conversation_id TEXT NOT NULL,
+            interface TEXT NOT NULL,
+            platform TEXT NOT NULL,
+            question TEXT NOT NULL,
+            policy TEXT NOT NULL DEFAULT '',
+            origin TEXT NOT NULL,
+            delivery TEXT NOT NULL,
+            followups INTEGER NOT NULL,
+            abandon_after_s REAL,
+            checkpoint TEXT,
+            holder TEXT NOT NULL,
+            lease_until REAL NOT NULL,
+            takeovers INTEGER NOT NULL DEFAULT 0,
+            created_at REAL NOT NULL
+        )"""
+    )
+    conn.execute("CREATE INDEX IF NOT EXISTS durable_runs_by_lease ON durable_runs (lease_until)")
+    conn.execute("CREATE INDEX IF NOT EXISTS durable_runs_by_holder ON durable_runs (holder)")
+
+
 Step = Callable[[sqlite3.Connection], None]
 
 # Step n brings a file at version n - 1 to version n. A release that changes a table appends a step,
@@ -347,6 +400,8 @@ STEPS: tuple[Step, ...] = (
     _turn_policy,
     _schedules,
     _eval_runs,
+    _durable_runs,
+    _reports,
 )
 POSTGRES_STEPS: tuple[Step, ...] = (
     _postgres_tables,
@@ -356,6 +411,8 @@ POSTGRES_STEPS: tuple[Step, ...] = (
     _postgres_turn_policy,
     _schedules,
     _postgres_eval_runs,
+    _durable_runs,
+    _reports,
 )
 VERSION = len(STEPS)
 

@@ -1,6 +1,7 @@
 """The kit's state: one object that opens the one state file once, brings its schema to this release
 (`chats/schema.py`), and hands every store the same connection: conversations, proposals, web sessions,
-schedules, the run log other workers read, rate limits, daily budgets and each conversation's turn.
+schedules, reports, the run log other workers read, rate limits, daily budgets, each conversation's turn
+and, on PostgreSQL, the runs other hosts take over when theirs dies (chats/durable.py).
 
 `AGENT_STATE_URL` says where: unset, the file `$AGENT_DATA_DIR/state.sqlite3`; a path, that SQLite
 file; `postgresql://...`, a PostgreSQL database (chats/state_postgres.py), which several hosts can
@@ -21,9 +22,11 @@ from agent.limits import Limits
 from chats import schema
 from chats.audit import AuditLog
 from chats.conversations import ConversationStore
+from chats.durable import DurableRuns
 from chats.eval_runs import EvalRunStore
 from chats.pacing import Pacing
 from chats.proposals import ProposalStore
+from chats.reports import ReportStore
 from chats.schedules import ScheduleStore
 from chats.sessions import SessionStore
 from chats.shared_runs import SharedRunLog
@@ -40,7 +43,9 @@ class ChatState:
     sharing the state: rate limits, budgets and turns are counted in it, and runs in progress are copied
     to it; alone, those live in memory. PostgreSQL is always shared: other hosts may open it."""
 
-    def __init__(self, path: Path | str, *, limits: Limits | None = None, workers: int = 1) -> None:
+    def __init__(
+        self, path: Path | str, *, limits: Limits | None = None, workers: int = 1, lease_s: float = 15.0
+    ) -> None:
         self.path, self.workers = redacted_url(path) if isinstance(path, str) else path, workers
         self.file: StateFile = PostgresFile(path) if is_postgres_url(path) else SqliteFile(Path(path))
         try:
@@ -51,20 +56,25 @@ class ChatState:
         self.conversations = ConversationStore(self.file, limits)
         self.proposals = ProposalStore(self.file)
         self.audit = AuditLog(self.file)
+        self.reports = ReportStore(self.file)  # reports and the runs writing them (agent/reports)
         self.sessions = SessionStore(self.file)  # who signed in to the web chat
         self.eval_runs = EvalRunStore(self.file)  # `agent evals` runs a schedule made (process/evals_job.py)
         self.schedules = ScheduleStore(self.file)  # scheduled questions, alerts, the web inbox
         shared = self.file if workers > 1 or isinstance(self.file, PostgresFile) else None
         self.shared_runs = SharedRunLog(shared) if shared is not None else None
         self.pacing = Pacing(shared, workers=workers)
+        # On PostgreSQL other hosts may take over a run whose host died (chats/durable.py), under leases of lease_s.
+        self.durable = DurableRuns(self.file, lease_s=lease_s) if isinstance(self.file, PostgresFile) else None
 
     @classmethod
     def of(cls, settings: Settings, *, workers: int = 1) -> ChatState:
         """The state at the settings' `AGENT_STATE_URL`, by default in their data folder."""
         where = settings.agent_state_url or state_path(settings.agent_data_dir)
-        return cls(where, limits=Limits.of(settings), workers=workers)
+        return cls(where, limits=Limits.of(settings), workers=workers, lease_s=settings.agent_run_lease_s)
 
     def close(self) -> None:
+        if self.shared_runs is not None:
+            self.shared_runs.stop_listening()
         self.file.close()
 
 

@@ -31,6 +31,7 @@ TABLES = {
     "budget_reserved",
     "thread_turns",
     "audit_entries",
+    "reports",
     "audit_queries",
     "web_sessions",
     "eval_runs",
@@ -38,6 +39,7 @@ TABLES = {
     "schedules",
     "schedule_fires",
     "schedule_inbox",
+    "durable_runs",
 }
 
 

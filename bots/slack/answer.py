@@ -194,6 +194,14 @@ class Answerer:
             view=view,
         )
         history, access = await self._prepare(question, progress)
+        request = None
+        if question.report:
+            found = await self._reports.request(question)
+            if isinstance(found, str):  # a Resume that cannot go on: say why
+                await progress.finish("Stopped")
+                await self._post(question, found)
+                return
+            question, request = found
         if question.assistant_thread and not history:
             await self._set_title(question)
         conversation_id = await self._store.create_conversation(
@@ -208,6 +216,7 @@ class Answerer:
             on_done=lambda result: self._budget.settle(hold.reservation, result.receipt),
             policy=access.policy if self._policies is not None else None,
             origin=Origin(access.asker, "slack", question.channel),
+            report=request,
         )
         hold.run_started = True
         writer = AnswerWriter(
@@ -223,12 +232,15 @@ class Answerer:
             on_posted=progress.replied,
             on_withdrawn=progress.reply_withdrawn,
             budget=self.budget,
-            plan=Plan(handle.run_id, view, self._settings.agent_web_url),
+            plan=Plan(handle.run_id, view, self._settings.agent_web_url, report=question.report),
         )
         progress.plan_shown = lambda: writer.showing_plan
         try:
-            await self._follow(handle, view, progress, writer)
-            await self._deliver(question, handle.run_id, view, progress, writer)
+            await self._follow(handle, view, progress, writer, report=question.report)
+            if question.report:
+                await self._reports.deliver(question, handle, view, progress, writer)
+            else:
+                await self._deliver(question, handle.run_id, view, progress, writer)
         finally:  # after a failure or a shutdown, no painter outlives its job
             progress.cancel()
             writer.cancel()
@@ -285,10 +297,14 @@ class Answerer:
         except SlackApiError:
             log.info("no title for thread %s", question.thread_ts)
 
-    async def _follow(self, handle: RunHandle, view: RunView, progress: Progress, writer: AnswerWriter) -> None:
+    async def _follow(
+        self, handle: RunHandle, view: RunView, progress: Progress, writer: AnswerWriter, *, report: bool = False
+    ) -> None:
+        """The run's events as they come: the plan and the progress follow them; an answer's text streams
+        (a report is posted in parts once it is done)."""
         async for event in self._runs.follow(handle):
             view.apply(event.body)
-            if isinstance(event.body, AnswerEvent):  # the writer streams the text as it comes
+            if isinstance(event.body, AnswerEvent) and not report:  # the writer streams the text as it comes
                 writer.restart() if event.body.restart else writer.add(event.body.text)
             writer.follow(event.body)
             progress.update(event.body)
@@ -316,6 +332,7 @@ class Answerer:
             web_url,
             knowledge=cited,
             feedback_buttons=writer.showing_plan,
+            dig_deeper=result.outcome in (Outcome.ANSWERED, Outcome.CAPPED),
         )
         # The metadata is Slack's wire: each query's id, question and SQL, read back as the thread's history.
         queries = [{"id": q.query_id, "question": q.question, "sql": q.sql} for q in view.queries.values()]
@@ -348,15 +365,16 @@ class Answerer:
 
     async def _tell(self, question: Question, kind: Failure, **facts: Any) -> None:
         self._metrics.slack_errors.labels(kind.value).inc()
+        await self._post(question, explain(kind, **facts), doing=f"tell {question.channel} about a failure ({kind})")
+
+    async def _post(self, question: Question, text: str, *, doing: str = "post in the thread") -> None:
+        """`text` (plain, escaped here) in the question's thread; a refusal is logged."""
         try:
             await self._client.chat_postMessage(
-                channel=question.channel,
-                thread_ts=question.thread_ts,
-                text=blocks.escape(explain(kind, **facts)),
-                **blocks.NO_PREVIEWS,
+                channel=question.channel, thread_ts=question.thread_ts, text=blocks.escape(text), **blocks.NO_PREVIEWS
             )
         except SlackApiError as exc:
-            refusals.log_refusal(log, f"tell {question.channel} about a failure ({kind})", exc, self._me.user_id)
+            refusals.log_refusal(log, doing, exc, self._me.user_id)
 
     async def _refused(self, question: Question, exc: SlackApiError) -> None:
         """Slack refused a call: a routine refusal is one log line saying what to do, and a message to the

@@ -172,6 +172,8 @@ class Workspace:
         self.markdown_sent: dict[tuple[str, str], str] = {}  # the markdown blocks' text a message was sent with
         self.pinned_prompts: dict[str, dict[str, Any]] = {}  # agent_view: prompts pinned on a DM, no thread
         self.clock: Callable[[], float] = time.monotonic  # when a status was set; tests move it on
+        # The team's file upload preference: "all", "images" (only images) or "none" (uploads disabled).
+        self.file_uploads = "all"
         self.experience = "agent_view"  # the app's AI messaging experience: agent_view, or the legacy assistant_view
         self._last_micros = 0
         self._ids = itertools.count(1)

@@ -1,0 +1,154 @@
+"""Reports asked for in Slack: a `report:` message or a Dig deeper button starts one, a Resume button goes on
+with a partial one, and the finished report lands in the thread (bots/slack/report.py shapes it).
+
+The run itself is the answerer's (answer.py: the same turn, rate limits, budget and live plan); this module
+decides what the run is asked (its budget from Settings, the report a Resume continues) and, once `done` is
+published, reads the report from the kit's store and posts it: its parts, its charts, its files.
+
+A Resume names a report by the id its button carries. It goes on only from the thread the report was
+written in (the button's thread is the report's conversation), so a value sent from anywhere else is
+answered as a report never seen.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import time
+from functools import partial
+
+from slack_sdk.errors import SlackApiError
+from slack_sdk.web.async_client import AsyncWebClient
+
+from agent.config import Settings
+from agent.metrics import Metrics
+from agent.reports.model import Report, ReportBudget, ReportOutcome, ReportRequest
+from agent.runner import Outcome
+from bots.slack import blocks, refusals
+from bots.slack.api_tiers import CallBudget
+from bots.slack.charts import upload_charts
+from bots.slack.failures import classify, explain
+from bots.slack.progress import Progress
+from bots.slack.receive import Question
+from bots.slack.reply import AnswerWriter
+from bots.slack.report import ReportFiles, attach_files, cannot_attach, post_parts, report_parts
+from bots.slack.thread import answer_metadata
+from chats.conversations import ConversationStore
+from chats.reports import ReportStore
+from chats.run_view import RunView
+from chats.runs import RunHandle
+
+log = logging.getLogger(__name__)
+NOT_RESUMABLE = "There is no partial report of this thread to resume (it may have been resumed already)."
+RUNNING_ELSEWHERE = "This report is already being written; it will be posted here when it is done."
+
+
+class SlackReports:
+    def __init__(
+        self,
+        *,
+        client: AsyncWebClient,
+        store: ConversationStore,
+        reports: ReportStore,
+        settings: Settings,
+        metrics: Metrics,
+        budget: CallBudget,
+    ) -> None:
+        self._client, self._store, self._reports = client, store, reports
+        self._settings, self._metrics, self._budget = settings, metrics, budget
+
+    async def request(self, question: Question) -> tuple[Question, ReportRequest] | str:
+        """What the run is asked: a new report on the question, or (Resume) the rest of a partial report of
+        this thread, with the report's own question. A Resume that cannot go on: what to tell the person."""
+        budget = ReportBudget.of(self._settings)
+        if question.resume is None:
+            return question, ReportRequest(budget=budget)
+        stored = await self._reports.get(question.resume, interface="slack")
+        conversation_id = await self._store.find(question.conversation_key)
+        if stored is None or conversation_id is None or stored.conversation_id != conversation_id:
+            return NOT_RESUMABLE  # another thread's report, or none: as a report never seen
+        if stored.running:
+            return RUNNING_ELSEWHERE
+        if stored.report is None or not stored.report.resumable:
+            return NOT_RESUMABLE
+        asked = dataclasses.replace(question, text=stored.question)
+        return asked, ReportRequest(budget=budget, report_id=stored.id)
+
+    async def deliver(
+        self, question: Question, handle: RunHandle, view: RunView, progress: Progress, writer: AnswerWriter
+    ) -> None:
+        """The finished report in the thread: its first part where the plan was shown, the rest below it, the
+        charts, the files. A run that failed, or ended with no report, says so."""
+        result = view.result
+        stored = await self._reports.get(handle.report_id) if handle.report_id else None
+        report = stored.report if stored is not None else None
+        if writer.stopped_by_user:
+            await writer.abandon()
+            await progress.finish("Stopped")
+            return
+        if result is None or result.outcome is Outcome.ERROR or report is None:
+            await writer.abandon()
+            await progress.finish("Stopped")
+            kind = classify(view.error or (result.error if result else None), list(view.queries.values()))
+            await self._say(question, explain(kind, seconds=self._settings.max_execution_time))
+            return
+        parts = report_parts(report, self._settings.agent_web_url)
+        queries = [{"id": q.id, "question": q.question, "sql": q.sql} for q in report.queries]
+        metadata = partial(answer_metadata, handle.run_id, question=question.text, asked_ts=question.ts, queries=queries)
+        first, rest = parts[0], parts[1:]
+        # The first part goes into the message that showed the plan (given as if streamed, so nothing shown is
+        # taken back); the closing lines ride with it when it is the only part.
+        writer.add(first.markdown)
+        await writer.finish(first.markdown, first.extra, metadata)
+        await post_parts(
+            self._client, self._budget, team=question.team, channel=question.channel, thread_ts=question.thread_ts,
+            parts=rest,
+        )  # fmt: skip
+        await self._charts_and_files(question, report)
+        seconds = time.perf_counter() - question.received_at
+        await progress.finish(f"Report written in {seconds:.1f} s")
+        self._metrics.slack_answers.labels("report").inc()
+
+    async def _charts_and_files(self, question: Question, report: Report) -> None:
+        try:
+            if report.charts:
+                await upload_charts(
+                    self._client, self._metrics, channel=question.channel, thread_ts=question.thread_ts,
+                    charts=report.charts, timeout_s=self._settings.chart_render_timeout_s,
+                )  # fmt: skip
+            if report.outcome is not ReportOutcome.CANNOT_ANSWER:
+                files = await render_files(report)
+                await attach_files(
+                    self._client, channel=question.channel, thread_ts=question.thread_ts, report=report, files=files
+                )
+        except SlackApiError as exc:  # the report stands above; the person is told what is missing
+            if not refusals.routine(exc):
+                raise
+            refusals.log_refusal(log, f"attach a report's files in {question.channel}", exc)
+            await self._say(question, cannot_attach(exc), escaped=True)
+
+    async def _say(self, question: Question, text: str, *, escaped: bool = False) -> None:
+        try:
+            await self._client.chat_postMessage(
+                channel=question.channel,
+                thread_ts=question.thread_ts,
+                text=text if escaped else blocks.escape(text),
+                **blocks.NO_PREVIEWS,
+            )
+        except SlackApiError as exc:
+            refusals.log_refusal(log, f"tell {question.channel} about a report", exc)
+
+
+async def render_files(report: Report) -> ReportFiles:
+    """The report as Markdown and PDF (agent/reports' renderers), off the event loop: a PDF takes a while.
+    A PDF that cannot be rendered is logged, and the Markdown goes alone."""
+    from agent.reports import render_markdown, render_pdf
+
+    markdown = await asyncio.to_thread(render_markdown, report)
+    try:
+        pdf: bytes | None = await asyncio.to_thread(render_pdf, report)
+    except Exception:
+        log.warning("the PDF of report %s could not be rendered", report.id, exc_info=True)
+        pdf = None
+    return ReportFiles(markdown=markdown, pdf=pdf)

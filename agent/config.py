@@ -206,6 +206,20 @@ class Settings(BaseSettings):
         description="Estimated dollars (agent/pricing.yaml) one web client or Slack user may spend per UTC day.",
     )
 
+    # --- reports (agent/reports; asked for explicitly: `agent report`, Slack `report:`, the web's Report) ---
+    agent_report_max_steps: int = Field(16, ge=2, description="Model round trips one report run may make.")
+    agent_report_max_tool_calls: int = Field(24, ge=1, description="Tool calls one report run may make.")
+    agent_report_max_queries: int = Field(
+        15, ge=1, description="Queries one report run may execute (a reused result is free); past it, it ends partial."
+    )
+    agent_report_max_minutes: float = Field(10.0, gt=0, description="Minutes one report run may take.")
+    agent_report_max_tokens: int | None = Field(
+        500_000, ge=1, description="Tokens (input, output, cache) one report run may spend. Unset: no limit."
+    )
+    agent_report_max_cost_usd: float | None = Field(
+        2.0, gt=0, description="Estimated dollars (agent/pricing.yaml) one report run may spend. Unset: no limit."
+    )
+
     # --- query limits (set on the connection, enforced by the engine) ---
     max_rows: int = Field(50, ge=1, description="Rows the model sees per query (N+1 fetched).")
     max_cell_chars: int = Field(200, ge=10, description="Longer cells are cut with a marker.")

@@ -20,6 +20,7 @@ from agent.db import QueryResult
 from agent.figures import FigureReport
 from agent.limits import json_size
 from agent.receipts import Receipt
+from agent.reports.model import Report, ReportBudget, ReportRequest, ReportStatus, ReportUsage
 
 Platform = Literal["slack", "web", "cli"]
 Interface = Literal["slack", "web", "cli", "eval"]
@@ -96,6 +97,7 @@ class RunResult(BaseModel):
     figures: FigureReport | None = None  # the final answer's figures checked against its queries
     receipt: Receipt | None = None
     policy: str | None = None  # the name of the policy its queries ran under (None: no policy, all of the scope)
+    report: Report | None = None  # a report run's report (Runner.run(report=...)); None for an answer
     # The API messages of this turn (question to answer), so the next question can carry it whole.
     # Internal: left out of serialised results and events.
     transcript: list[dict[str, Any]] = Field(default_factory=list, repr=False, exclude=True)
@@ -117,6 +119,7 @@ class RunResult(BaseModel):
             "figures": self.figures.model_dump() if self.figures else None,
             "receipt": self.receipt.model_dump() if self.receipt else None,
             "metrics": self.metrics.model_dump(),
+            **({"report": self.report.model_dump(mode="json")} if self.report is not None else {}),
         }
 
 
@@ -253,6 +256,20 @@ class ErrorEvent(_Event):
     message: str
 
 
+class StepEvent(_Event):
+    """A report's live plan: one step of its loop (a model round and the tools it called), sent when the
+    step starts its tools (`running`) and again when they are done (`done`), with what the report has
+    spent of its budget so far. Answers send none."""
+
+    type: Literal["step"] = "step"
+    number: int  # 1, 2, ... across the report (a Resume goes on from the last)
+    title: str  # what the step does, in words (its think, else its queries' questions)
+    state: Literal["running", "done"]
+    queries: list[str] = Field(default_factory=list)  # the Q ids it ran
+    used: ReportUsage
+    budget: ReportBudget
+
+
 class FinalAnswer(BaseModel):
     """What the `done` event carries on the wire: the answer and how the run ended. Queries and charts
     went out as their own events (`executing`, `result`, `chart`), once each."""
@@ -268,10 +285,13 @@ class FinalAnswer(BaseModel):
     model: str = ""
     figures: FigureReport | None = None
     receipt: Receipt | None = None
+    report: ReportStatus | None = None  # a report run's: the whole report is in the kit's store (chats/reports.py)
 
     @classmethod
     def of(cls, result: RunResult) -> FinalAnswer:
-        return cls.model_validate(result.model_dump(include=set(cls.model_fields)))
+        final = cls.model_validate(result.model_dump(include=set(cls.model_fields) - {"report"}))
+        final.report = result.report.status() if result.report is not None else None
+        return final
 
 
 def fit_rows(rows: list[list[Any]], max_bytes: int) -> list[list[Any]]:
@@ -296,6 +316,7 @@ Progress = (
     | FollowupsEvent
     | FallbackEvent
     | ErrorEvent
+    | StepEvent
 )
 Event = Annotated[Progress, Field(discriminator="type")]
 
@@ -338,9 +359,12 @@ class Runner(Protocol):
         on_event: EventSink = ignore_events,
         followups: bool = True,
         policy: Policy | None = None,
+        report: ReportRequest | None = None,
     ) -> RunResult:
         """Answer one question, emitting its progress as it happens; returns how it ended (a cancelled run
         returns its partial result, marked cancelled). No event says it ended: the caller says so.
         Every query it runs reads only `policy`'s tables and rows (None: everything in scope); the
-        result names the policy, so a later re-run of one of its queries can run under it again."""
+        result names the policy, so a later re-run of one of its queries can run under it again.
+        With `report`, the run writes a report (`RunResult.report`) within that request's budget, its steps
+        sent as `StepEvent`s; without it, an answer. Only an explicit request makes a report."""
         ...

@@ -78,6 +78,7 @@ SWEEPS: tuple[tuple[str, Sweep], ...] = (
         _older("DELETE FROM audit_queries WHERE run_id IN (SELECT run_id FROM audit_entries WHERE at < ?)"),
     ),
     ("audit_entries", _older("DELETE FROM audit_entries WHERE at < ?")),
+    ("reports", _older("DELETE FROM reports WHERE updated_at < ? AND state <> 'running'")),
     ("handled_events", _older("DELETE FROM handled_events WHERE seen_at < ?")),
     ("pace_takes", _older("DELETE FROM pace_takes WHERE at < ?")),
     ("budget_spend", _old_budget_days),

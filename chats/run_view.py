@@ -25,6 +25,7 @@ from agent.runner import (
     ResultEvent,
     RunResult,
     StartedEvent,
+    StepEvent,
     WireEvent,
 )
 
@@ -77,6 +78,7 @@ class RunView:
     error: str | None = None  # the last `error` event's message
     result: FinalAnswer | None = None  # `done`'s: None while running, and when the run failed on the server
     done: bool = False
+    steps: dict[int, StepEvent] = field(default_factory=dict)  # a report's live plan: each step as it last stood
 
     def apply(self, event: WireEvent) -> None:
         match event:
@@ -94,6 +96,8 @@ class RunView:
                 self.followups = list(questions)
             case ErrorEvent(message=message):
                 self.error = message
+            case StepEvent(number=number):
+                self.steps[number] = event
             case FinishedEvent(result=result):
                 self.done, self.result = True, result
                 self.answer = result.answer if result is not None else self.answer

@@ -33,6 +33,7 @@ from pydantic import ValidationError
 from agent.access.policy import Policy
 from agent.limits import Limits, json_size
 from agent.logs import log_context
+from agent.reports.model import ReportRequest
 from agent.runner import (
     WIRE_EVENT,
     ErrorEvent,
@@ -50,6 +51,7 @@ from agent.runner import (
 )
 from chats.audit import AuditLog, Origin, entry_of
 from chats.conversations import ConversationStore
+from chats.reports import ReportStore
 from chats.shared_runs import BEAT_S, SharedRunLog
 
 log = logging.getLogger(__name__)
@@ -116,6 +118,7 @@ class RunHandle:
     shared_upto: int = 0  # events copied to the shared log so far
     origin: Origin = field(default_factory=Origin)  # who asked, where, under which policy: for the audit
     policy: str = ""  # the name of the policy it runs under (its rows go again only to a reader covering it)
+    report_id: str = ""  # a report run's report (chats/reports.py): its own id, or the one a Resume continues
 
 
 class RunRegistry:
@@ -128,10 +131,12 @@ class RunRegistry:
         shared: SharedRunLog | None = None,
         max_event_bytes: int = Limits.max_event_bytes,
         audit: AuditLog | None = None,
+        reports: ReportStore | None = None,
     ):
         self._runner = runner
         self._store = store
         self._audit = audit or AuditLog(store.file)  # every run leaves an entry, whoever built the registry
+        self._reports = reports or ReportStore(store.file)  # a report run's report, stored before `done`
         self._max_event_bytes = max_event_bytes
         self._keep_finished = keep_finished
         self._shared = shared
@@ -143,6 +148,11 @@ class RunRegistry:
     def audit(self) -> AuditLog:
         """Where every question's entry goes: an adapter records its refusals here (audit.record_refusal)."""
         return self._audit
+
+    @property
+    def reports(self) -> ReportStore:
+        """Where report runs keep their reports (an adapter reads one by `RunHandle.report_id` after `done`)."""
+        return self._reports
 
     @property
     def running(self) -> int:
@@ -166,11 +176,14 @@ class RunRegistry:
         on_done: Callable[[RunResult], Awaitable[None]] | None = None,
         policy: Policy | None = None,
         origin: Origin | None = None,
+        report: ReportRequest | None = None,
     ) -> RunHandle:
         """Register the run with its first event, `started`, already in its log (so a reader sees
         something before the model's first reply, and a replay shows the same), then drive it.
         `origin` is who asked and where, for the audit (without it: the conversation's owner).
-        Raises ShuttingDown once `drain` has begun."""
+        With `report`, the run writes a report: under `report.report_id` when it resumes one, else under
+        the run's own id (`RunHandle.report_id`, known at once); it is stored as running before the runner
+        starts and as it ended before `done` (chats/reports.py). Raises ShuttingDown once `drain` has begun."""
         if not self.accepting:
             raise ShuttingDown(ShuttingDown.message)
         origin = origin or Origin(interface=interface)
@@ -182,9 +195,12 @@ class RunRegistry:
             origin=origin,
             policy=policy.name if policy is not None else "",
         )
+        if report is not None:
+            handle.report_id = report.report_id or handle.run_id
+            report = report.model_copy(update={"report_id": handle.report_id})
         handle.events.append(RunEvent(1, handle.run_id, conversation_id, StartedEvent(question=question)))
         self._runs[handle.run_id] = handle
-        run = self._drive(handle, question, history, platform, interface, followups, on_done, policy)
+        run = self._drive(handle, question, history, platform, interface, followups, on_done, policy, report)
         with log_context(run_id=handle.run_id, interface=interface):  # the task copies the context
             handle.task = asyncio.create_task(run, name=f"run-{handle.run_id}")
         return handle
@@ -199,6 +215,7 @@ class RunRegistry:
         followups: bool,
         on_done: Callable[[RunResult], Awaitable[None]] | None = None,
         policy: Policy | None = None,
+        report: ReportRequest | None = None,
     ) -> None:
         async def publish(event: Event) -> None:
             await self._publish(handle, event)
@@ -207,6 +224,8 @@ class RunRegistry:
         result: RunResult | None = None
         try:
             try:
+                if report is not None:
+                    await self._begin_report(handle, question)
                 result = await self._runner.run(
                     question,
                     history=history,
@@ -215,6 +234,7 @@ class RunRegistry:
                     on_event=publish,
                     followups=followups,
                     policy=policy,
+                    **({"report": report} if report is not None else {}),  # Runners that write no reports work on
                 )
             except Exception:  # the runner turns its failures into a result; this is the rest (a bug)
                 log.exception("run %s failed", handle.run_id)
@@ -263,9 +283,35 @@ class RunRegistry:
                 await on_done(result or RunResult(question=question))
             except Exception:
                 log.exception("could not finish run %s", handle.run_id)
+        if handle.report_id:
+            await self._end_report(handle, result)
         await self._record_audit(handle, question, result)
         for event in done:
             await self._append(handle, event)
+
+    async def _begin_report(self, handle: RunHandle, question: str) -> None:
+        """The report is `running` by this run before the runner starts: a restart finds it to resume."""
+        owner = await self._store.owner_of(handle.conversation_id) or handle.origin.person  # its audience, as the chat's
+        await self._reports.begin(
+            handle.report_id,
+            run_id=handle.run_id,
+            owner=owner,
+            interface=handle.interface,
+            question=question,
+            conversation_id=handle.conversation_id,
+            policy=handle.policy,
+        )
+
+    async def _end_report(self, handle: RunHandle, result: RunResult | None) -> None:
+        """The run's report as it ended, stored before `done` so a reader of `done` finds it; a run that
+        ended without one (it raised, or was cancelled first) leaves the report `failed`."""
+        try:
+            if result is not None and result.report is not None:
+                await self._reports.save(result.report, run_id=handle.run_id)
+            else:
+                await self._reports.fail(handle.report_id, run_id=handle.run_id)
+        except Exception:
+            log.exception("could not store the report of run %s", handle.run_id)
 
     async def _record_audit(self, handle: RunHandle, question: str, result: RunResult | None) -> None:
         """The run's audit entry, once, however it ended; a run cancelled before the runner could make

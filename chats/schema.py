@@ -204,6 +204,28 @@ def _turn_policy(conn: sqlite3.Connection) -> None:
         conn.execute("ALTER TABLE turns ADD COLUMN policy TEXT NOT NULL DEFAULT ''")
 
 
+def _reports(conn: sqlite3.Connection) -> None:
+    """Reports (chats/reports.py): each with its owner, where it was asked, the run writing it and how it
+    stands; the report itself as JSON (agent/reports/model.py). The same on both backends."""
+    conn.execute(
+        """CREATE TABLE IF NOT EXISTS reports (
+            id TEXT PRIMARY KEY,
+            owner TEXT NOT NULL,
+            interface TEXT NOT NULL,
+            conversation_id TEXT NOT NULL DEFAULT '',
+            question TEXT NOT NULL,
+            state TEXT NOT NULL,
+            run_id TEXT NOT NULL,
+            policy TEXT NOT NULL DEFAULT '',
+            report TEXT NOT NULL DEFAULT 'null',
+            created_at REAL NOT NULL,
+            updated_at REAL NOT NULL
+        )"""
+    )
+    conn.execute("CREATE INDEX IF NOT EXISTS reports_by_owner ON reports(owner, updated_at)")
+    conn.execute("CREATE INDEX IF NOT EXISTS reports_by_state ON reports(state, updated_at)")
+
+
 def _postgres_tables(conn: sqlite3.Connection) -> None:
     """Version 1 on PostgreSQL, which never held a release without versions: every table as it is now.
     SQLite's implicit rowid orders a conversation's queries and a line's tickets by insertion; here an
@@ -228,13 +250,15 @@ Step = Callable[[sqlite3.Connection], None]
 
 # Step n brings a file at version n - 1 to version n. A release that changes a table appends a step,
 # to both lists: the same version means the same tables on either backend.
-STEPS: tuple[Step, ...] = (_version_1, _version_2, _audit_tables, _web_sessions, _turn_policy)
+# Step 6 is the durable runs' (branch s35-durable); reports are step 7 once it is merged.
+STEPS: tuple[Step, ...] = (_version_1, _version_2, _audit_tables, _web_sessions, _turn_policy, _reports)
 POSTGRES_STEPS: tuple[Step, ...] = (
     _postgres_tables,
     _postgres_owners,
     _audit_tables,
     _web_sessions,
     _postgres_turn_policy,
+    _reports,
 )
 VERSION = len(STEPS)
 

@@ -23,6 +23,7 @@ from chats.audit import AuditLog
 from chats.conversations import ConversationStore
 from chats.pacing import Pacing
 from chats.proposals import ProposalStore
+from chats.reports import ReportStore
 from chats.sessions import SessionStore
 from chats.shared_runs import SharedRunLog
 from chats.state_file import SqliteFile, StateFile
@@ -49,6 +50,7 @@ class ChatState:
         self.conversations = ConversationStore(self.file, limits)
         self.proposals = ProposalStore(self.file)
         self.audit = AuditLog(self.file)
+        self.reports = ReportStore(self.file)  # reports and the runs writing them (agent/reports)
         self.sessions = SessionStore(self.file)  # who signed in to the web chat
         shared = self.file if workers > 1 or isinstance(self.file, PostgresFile) else None
         self.shared_runs = SharedRunLog(shared) if shared is not None else None

@@ -31,6 +31,7 @@ TABLES = {
     "budget_reserved",
     "thread_turns",
     "audit_entries",
+    "reports",
     "audit_queries",
     "web_sessions",
 }

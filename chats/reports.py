@@ -1,0 +1,166 @@
+"""The kit's store of reports (agent/reports/model.py): each report with who it belongs to, where it was
+asked, which run is building it and how it stands, so a Slack thread, the web's `/reports/<id>` page and
+`agent report --resume` find it again, and a host that restarts finds the reports it was writing.
+
+A report belongs to someone as a conversation does (chats/people.py owner strings): a person, or the
+Slack channel it was asked in. A lookup that names no audience is the kit's own (the run registry, a
+process resuming its reports); an adapter asks `readable`, which answers anyone outside the audience as
+it answers an id never seen: None.
+
+Its state: `running` from the moment a run starts writing it (a restart finds it there), then the report's
+own outcome (`complete`, `partial`, `cannot_answer`) once a run ends, or `failed` when a run ended without
+one. A Resume starts another run of the same report: `running` again, the latest run named.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Literal
+
+from agent.reports.model import Report
+from chats.audiences import Audiences
+from chats.people import Person
+from chats.state_file import StateFile, write_transaction
+
+RUNNING = "running"
+FAILED = "failed"  # a run ended without a report (it raised, or was cancelled before it had one)
+ReportState = Literal["running", "complete", "partial", "cannot_answer", "failed"]
+_IN_INTERFACE = "(CAST(:interface AS TEXT) IS NULL OR interface = :interface)"
+
+
+@dataclass(frozen=True)
+class StoredReport:
+    id: str
+    owner: str  # chats/people.py: "person:<id>" or "slack-channel:<team>:<channel>"
+    interface: str  # where it was asked: web, slack, cli, eval
+    conversation_id: str  # the conversation (web chat, Slack thread) it was asked in; '' for none
+    question: str
+    state: str  # ReportState
+    run_id: str  # the run writing it now, or the last that did
+    policy: str  # the access policy its queries run under ('' for none)
+    report: Report | None  # None until a run has written it
+    created_at: float
+    updated_at: float
+
+    @property
+    def running(self) -> bool:
+        return self.state == RUNNING
+
+
+class ReportStore:
+    def __init__(self, file: StateFile, *, clock: Callable[[], float] = time.time) -> None:
+        self._file = file  # the kit's state (chats/state.py), which makes the table
+        self._clock = clock
+
+    async def begin(
+        self,
+        report_id: str,
+        *,
+        run_id: str,
+        owner: str,
+        interface: str,
+        question: str,
+        conversation_id: str = "",
+        policy: str = "",
+    ) -> None:
+        """A run starts writing the report (a new one, or a Resume of `report_id`): it is `running`, by
+        `run_id`. A Resume keeps its owner, question and what was written so far."""
+        now = self._clock()
+
+        def write(c: sqlite3.Connection) -> None:
+            with write_transaction(c):
+                c.execute(
+                    "INSERT INTO reports (id, owner, interface, conversation_id, question, state, run_id, policy, "
+                    "report, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'null', ?, ?) "
+                    "ON CONFLICT (id) DO UPDATE SET state = excluded.state, run_id = excluded.run_id, "
+                    "updated_at = excluded.updated_at",
+                    (report_id, owner, interface, conversation_id, question, RUNNING, run_id, policy, now, now),
+                )
+
+        await self._file.run(write)
+
+    async def save(self, report: Report, *, run_id: str) -> bool:
+        """A run's report, as it ended (its outcome becomes the state). False when no run began it."""
+        now = self._clock()
+        cursor = await self._file.run(
+            lambda c: c.execute(
+                "UPDATE reports SET state = ?, run_id = ?, report = ?, updated_at = ? WHERE id = ?",
+                (report.outcome.value, run_id, report.model_dump_json(), now, report.id),
+            )
+        )
+        return cursor.rowcount > 0
+
+    async def fail(self, report_id: str, *, run_id: str) -> None:
+        """The run `run_id` ended without a report: what an earlier run wrote (a Resume's) stays."""
+        now = self._clock()
+        await self._file.run(
+            lambda c: c.execute(
+                "UPDATE reports SET state = ?, updated_at = ? WHERE id = ? AND run_id = ? AND state = ?",
+                (FAILED, now, report_id, run_id, RUNNING),
+            )
+        )
+
+    async def get(self, report_id: str, *, interface: str | None = None) -> StoredReport | None:
+        """The report under `report_id` (in `interface`), whoever owns it: for the kit's own use."""
+        row = await self._file.run(
+            lambda c: c.execute(
+                f"SELECT * FROM reports WHERE id = :id AND {_IN_INTERFACE}", {"id": report_id, "interface": interface}
+            ).fetchone()
+        )
+        return _stored(row) if row else None
+
+    async def owner_of(self, report_id: str, *, interface: str | None = None) -> str | None:
+        """Who the report belongs to; None when there is none (in `interface`)."""
+        found = await self.get(report_id, interface=interface)
+        return found.owner if found else None
+
+    async def readable(
+        self, report_id: str, person: Person, audiences: Audiences, *, interface: str | None = None
+    ) -> StoredReport | None:
+        """The report when `person` is in its audience; None otherwise, exactly as for an id never seen."""
+        found = await self.get(report_id, interface=interface)
+        if found is None or not await audiences.includes(person, found.owner):
+            return None
+        return found
+
+    async def list(self, *, owner: str, limit: int = 100) -> list[StoredReport]:
+        """`owner`'s reports, newest first."""
+        rows = await self._file.run(
+            lambda c: c.execute(
+                "SELECT * FROM reports WHERE owner = ? ORDER BY updated_at DESC LIMIT ?", (owner, limit)
+            ).fetchall()
+        )
+        return [_stored(row) for row in rows]
+
+    async def running(self) -> list[StoredReport]:
+        """Reports a run was writing when it last said: after a restart, the ones to resume."""
+        rows = await self._file.run(
+            lambda c: c.execute("SELECT * FROM reports WHERE state = ? ORDER BY updated_at", (RUNNING,)).fetchall()
+        )
+        return [_stored(row) for row in rows]
+
+    async def delete(self, report_id: str, *, owner: str) -> bool:
+        cursor = await self._file.run(
+            lambda c: c.execute("DELETE FROM reports WHERE id = ? AND owner = ?", (report_id, owner))
+        )
+        return cursor.rowcount > 0
+
+
+def _stored(row: sqlite3.Row) -> StoredReport:
+    text = row["report"]
+    return StoredReport(
+        id=row["id"],
+        owner=row["owner"],
+        interface=row["interface"],
+        conversation_id=row["conversation_id"],
+        question=row["question"],
+        state=row["state"],
+        run_id=row["run_id"],
+        policy=row["policy"],
+        report=None if text in ("", "null") else Report.model_validate_json(text),
+        created_at=row["created_at"],
+        updated_at=row["updated_at"],
+    )

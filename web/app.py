@@ -34,7 +34,7 @@ from web.identity import Identities, asker_key, cookie_is_secure, require_identi
 from web.oidc import OidcSignIn
 from web.probes import probe_routes
 from web.request_metrics import RequestMetricsMiddleware
-from web.views import auth, chat, conversations, examples, feedback, knowledge, page, queries, run_events
+from web.views import auth, chat, conversations, examples, feedback, knowledge, page, queries, reports, run_events
 
 HERE = Path(__file__).parent
 Handler = Callable[[Request], Awaitable[Response]]
@@ -106,6 +106,12 @@ def create_app(
         # The CSV route first: `{query_id}` would match "<id>.csv" too.
         Route("/api/queries/{query_id}.csv", _api(_limited(_DOWNLOADS, queries.query_csv))),
         Route("/api/queries/{query_id}", _api(queries.query)),
+        Route("/reports/{report_id}", page.report_page),
+        Route("/api/reports", _api(_limited(_QUESTIONS, reports.start_report)), methods=["POST"]),
+        # The downloads first: `{report_id}` would match "<id>.md" too.
+        Route("/api/reports/{report_id}.md", _api(_limited(_DOWNLOADS, reports.report_markdown))),
+        Route("/api/reports/{report_id}.pdf", _api(_limited(_DOWNLOADS, reports.report_pdf))),
+        Route("/api/reports/{report_id}", _api(reports.report)),
         Route("/api/me", _api(auth.me)),
         *_sign_in_routes(settings),
         *probe_routes(agent, registry, token),

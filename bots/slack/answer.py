@@ -33,6 +33,7 @@ from bots.slack.progress import Progress
 from bots.slack.receipt import receipt_blocks
 from bots.slack.receive import Identity, Ignore, Question
 from bots.slack.reply import AnswerWriter, Streaming
+from bots.slack.reports import SlackReports
 from bots.slack.thread import answer_metadata, part_metadata, read_history, ts_micros
 from chats.audit import Origin, record_refusal
 from chats.conversations import ConversationStore, readable_under
@@ -81,6 +82,9 @@ class Answerer:
         self._budget = pacing.asker_budget(settings)
         self.streaming = Streaming()
         self.budget = CallBudget(workers=pacing.workers)  # every answer's writes, against Slack's tiers
+        self._reports = SlackReports(
+            client=client, store=store, reports=runs.reports, settings=settings, metrics=metrics, budget=self.budget
+        )
         self._interval_s = settings.slack_progress_interval_s
 
     async def handle(self, question: Question) -> None:

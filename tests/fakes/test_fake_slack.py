@@ -567,7 +567,7 @@ async def test_upload_errors(client: AsyncWebClient, slack: FakeSlack) -> None:
 
 
 async def test_a_report_and_its_files_share_one_message_in_the_thread(client: AsyncWebClient, slack: FakeSlack) -> None:
-    """files_upload_v2 with `file_uploads`: one getUploadURLExternal and one upload per file, then one
+    """files_upload_v2 with `file_uploads`: a getUploadURLExternal per file, an upload per file, then one
     completeUploadExternal that shares them all in the thread under the initial comment."""
     thread = slack.add_message(GENERAL_ID, "report: why did delays rise in July?")
     uploads = [
@@ -576,7 +576,7 @@ async def test_a_report_and_its_files_share_one_message_in_the_thread(client: As
     ]
     await client.files_upload_v2(file_uploads=uploads, channel=GENERAL_ID, thread_ts=thread, initial_comment="The report")
     assert [c.method for c in slack.calls() if c.method.startswith("files.") or c.method == "upload"] == [
-        "files.getUploadURLExternal", "upload", "files.getUploadURLExternal", "upload", "files.completeUploadExternal",
+        "files.getUploadURLExternal", "files.getUploadURLExternal", "upload", "upload", "files.completeUploadExternal",
     ]  # fmt: skip
     [share] = slack.replies(GENERAL_ID, thread)
     assert share["text"] == "The report" and [f["name"] for f in share["files"]] == ["report.pdf", "report.md"]
@@ -603,9 +603,9 @@ async def test_completing_an_upload_follows_the_documented_rules(client: AsyncWe
     }
     await assert_errors(errors)
     blocks = [{"type": "section", "text": {"type": "mrkdwn", "text": "*Report*"}}]
-    await client.files_completeUploadExternal(files=[{"id": await uploaded()}], channel_id=GENERAL_ID, thread_ts=thread, blocks=blocks)
+    await client.files_completeUploadExternal(files=[{"id": await uploaded()}], channel_id=GENERAL_ID, thread_ts=thread, blocks=json.dumps(blocks))
     await client.files_completeUploadExternal(
-        files=[{"id": await uploaded()}], channel_id=GENERAL_ID, thread_ts=thread, blocks=blocks, initial_comment="Hi"
+        files=[{"id": await uploaded()}], channel_id=GENERAL_ID, thread_ts=thread, blocks=json.dumps(blocks), initial_comment="Hi"
     )
     with_blocks, with_comment = slack.replies(GENERAL_ID, thread)
     assert with_blocks["blocks"] == blocks, "without initial_comment, the blocks are the share's message"

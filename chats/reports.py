@@ -126,7 +126,7 @@ class ReportStore:
             return None
         return found
 
-    async def list(self, *, owner: str, limit: int = 100) -> list[StoredReport]:
+    async def of_owner(self, owner: str, *, limit: int = 100) -> list[StoredReport]:
         """`owner`'s reports, newest first."""
         rows = await self._file.run(
             lambda c: c.execute(

@@ -291,7 +291,8 @@ class RunRegistry:
 
     async def _begin_report(self, handle: RunHandle, question: str) -> None:
         """The report is `running` by this run before the runner starts: a restart finds it to resume."""
-        owner = await self._store.owner_of(handle.conversation_id) or handle.origin.person  # its audience, as the chat's
+        # Its audience is the chat's (a Slack channel's thread belongs to the channel), else who asked.
+        owner = await self._store.owner_of(handle.conversation_id) or handle.origin.person
         await self._reports.begin(
             handle.report_id,
             run_id=handle.run_id,

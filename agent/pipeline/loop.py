@@ -29,6 +29,7 @@ from agent.pipeline.context import (
 )
 from agent.pipeline.figures import FigureReview
 from agent.pipeline.question_budget import QuestionBudget
+from agent.pipeline.reporting import ReportRun
 from agent.pipeline.request import RequestPrefix
 from agent.pipeline.state import RunState
 from agent.pipeline.tools import (
@@ -50,6 +51,7 @@ from agent.runner import (
     Interface,
     Outcome,
     Platform,
+    ReportRequest,
     RunResult,
     ThinkingEvent,
     Turn,
@@ -110,6 +112,7 @@ class Pipeline:
         on_event: EventSink = ignore_events,
         followups: bool = True,
         policy: Policy | None = None,
+        report: ReportRequest | None = None,
     ) -> RunResult:
         # An adapter's registry names the run; a run started directly (CLI, evals) gets a name here.
         run_id = context_fields().get("run_id") or uuid.uuid4().hex
@@ -124,6 +127,10 @@ class Pipeline:
                 policy=policy,
             )
             state.prices = self._prices
+            if report is not None:  # asked for explicitly; its own part of the loop is agent/pipeline/reporting.py
+                state.report = ReportRun(report, self._prompts)
+                state.report.attach(state)
+                followups = False
             if policy is not None and policy.reads_nothing:
                 return await self._no_access(state, policy)
             return await self._run(state, history, platform, on_event, followups)
@@ -149,6 +156,8 @@ class Pipeline:
         )
         first_of_turn = len(messages)
         messages.append(user_text(question))
+        if state.report is not None:
+            append_text(messages[-1], state.report.request_text())
         try:
             if retrieved := await self._prefix.retrieved(question, policy=state.policy):
                 append_text(messages[-1], retrieved)
@@ -194,17 +203,21 @@ class Pipeline:
                 await on_event(ErrorEvent(message=state.error))
         result = state.to_result()
         result.transcript = _transcript(messages[first_of_turn:], result)
+        if state.report is not None:
+            result.report = state.report.build(state, result)
         state.record_finished(result)
         return result  # how it ended is the caller's to tell (chats/runs.py publishes `done`)
 
     async def _loop(self, state: RunState, request: dict[str, Any], messages: list[Message]) -> None:
-        max_rounds = self._settings.max_rounds
+        report, budget = state.report, state.report or self._budget
+        max_rounds = report.max_rounds if report else self._settings.max_rounds
         for round_number in range(1, max_rounds + 1):
-            state.budget_spent = self._budget.spent(state)  # before every call, not only after tools
+            state.budget_spent = budget.spent(state)  # before every call, not only after tools
             if state.budget_spent:
                 break
             if round_number == max_rounds - 1:
-                append_text(messages[-1], self._prompts.render("loop/penultimate.md"))
+                wrap_up = report.penultimate_text() if report else self._prompts.render("loop/penultimate.md")
+                append_text(messages[-1], wrap_up)
             turn = await self._model_turn(state, request, messages, role="main")
             messages.append(assistant(turn.content or [{"type": "text", "text": "(no reply)"}]))
             if not turn.tool_calls:
@@ -212,11 +225,15 @@ class Pipeline:
                     messages.append(user_text(correction))
                     continue
                 return
+            if report:
+                await report.step_started(state, turn.tool_calls, turn)
             messages.append(await self._run_tools(state, turn.tool_calls))
+            if report:
+                await report.step_done(state)
             if state.clarification:
                 return await self._ask_back(state)
         else:
-            state.budget_spent = self._budget.spent(state)
+            state.budget_spent = budget.spent(state)
         await self._synthesize(state, request, messages)
 
     async def _model_turn(
@@ -334,6 +351,15 @@ class Pipeline:
         """At the round cap or past the rows budget: one call with tools disabled answers from what was
         gathered. Same tools and system prefix, so the cache still hits. Past the token budget no call is
         made: the answer says what was gathered and why it stopped."""
+        if state.report is not None:
+
+            async def write(prompt: str) -> ModelTurn:
+                append_text(messages[-1], prompt)
+                turn = await self._model_turn(state, request, messages, role="synthesis", tool_choice={"type": "none"})
+                messages.append(assistant(turn.content or [{"type": "text", "text": "(no reply)"}]))
+                return turn
+
+            return await state.report.synthesize(state, write, _gathered(state))
         state.outcome = Outcome.CAPPED
         if state.budget_spent and state.budget_spent.kind == "tokens":
             state.answer = state.note = QuestionBudget.stopped(self._prompts, state.budget_spent, _gathered(state))

@@ -19,9 +19,9 @@ from agent.prompts import PromptLibrary
 class Overspent:
     """Which of the question's budgets it reached, how much it spent and what the limit was."""
 
-    kind: Literal["tokens", "rows_read"]
-    spent: int
-    limit: int
+    kind: str  # "tokens" or "rows_read"; a report's own limits (agent/pipeline/reporting.py) name theirs
+    spent: float
+    limit: float
 
 
 @dataclass(frozen=True)

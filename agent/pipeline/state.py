@@ -18,6 +18,7 @@ from agent.receipts import Receipt
 
 if TYPE_CHECKING:
     from agent.pipeline.question_budget import Overspent
+    from agent.pipeline.reporting import ReportRun
 
 from agent.runner import (
     Classification,
@@ -65,6 +66,8 @@ class RunState:
     model_usage: dict[str, tuple[int, Usage]] = field(default_factory=dict)  # calls and tokens by model
     answered_s: float | None = None
     budget_spent: Overspent | None = None  # why the question stopped at its budget
+    report: ReportRun | None = None  # a report run's own part (agent/pipeline/reporting.py); None: an answer
+    max_queries: int | None = None  # queries the run may execute (a report's budget); None: MAX_QUERIES_PER_RUN
     note: str = ""  # what the program added at the end of the answer (not the model's: its figures are not checked)
     figures_corrected: bool = False
     unverified_before_correction: int = 0

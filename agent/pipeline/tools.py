@@ -142,11 +142,12 @@ class SqlExecutor:
         # its ids and its part of the run's budget before any of them awaits.
         planned: list[tuple[ExecutedQuery | None, str, QueryRequest]] = []
         by_sql = {normalized(q.sql): q for q in state.queries if not q.reused_from}
+        most = self._per_run(state)
         for request in requests[: self._limits.max_queries_per_call]:
-            if state.query_ids_taken >= 2 * self._limits.max_queries_per_run:
+            if state.query_ids_taken >= 2 * most:
                 break  # reused results cost no engine time, but each is one more result to send and store
             earlier = by_sql.get(normalized(request.sql))
-            if earlier is None and not state.claim_execution(self._limits.max_queries_per_run):
+            if earlier is None and not state.claim_execution(most):
                 continue
             query_id = state.take_query_id()
             reused = None
@@ -161,15 +162,18 @@ class SqlExecutor:
             planned.append((reused, query_id, request))
         return planned
 
+    def _per_run(self, state: RunState) -> int:
+        """Queries the run may execute: a report's own budget, else MAX_QUERIES_PER_RUN."""
+        return state.max_queries if state.max_queries is not None else self._limits.max_queries_per_run
+
     def _skipped_note(self, skipped: int, state: RunState) -> str:
-        limits = self._limits
+        most = self._per_run(state)
         return self._prompts.render(
             "loop/queries_skipped.md",
             skipped=skipped,
-            per_call=limits.max_queries_per_call,
-            per_run=limits.max_queries_per_run,
-            run_spent=state.executions_claimed >= limits.max_queries_per_run
-            or state.query_ids_taken >= 2 * limits.max_queries_per_run,
+            per_call=self._limits.max_queries_per_call,
+            per_run=most,
+            run_spent=state.executions_claimed >= most or state.query_ids_taken >= 2 * most,
         )
 
     async def _one(

@@ -4,6 +4,7 @@ the Runner contract carries a report."""
 
 from agent.reports.model import (
     LIMITS,
+    FigureMark,
     Finding,
     Report,
     ReportBudget,
@@ -16,6 +17,7 @@ from agent.reports.model import (
 
 __all__ = [
     "LIMITS",
+    "FigureMark",
     "Finding",
     "Report",
     "ReportBudget",

@@ -80,10 +80,21 @@ class ReportRequest(BaseModel):
     report_id: str = ""  # '' for a new report (the run id names it); a Resume names the report it continues
 
 
+class FigureMark(BaseModel):
+    """A figure of a section that the check could not verify against its cited cells, marked where it
+    stands: `start`/`end` are offsets in that section's (or finding's) text."""
+
+    text: str
+    start: int
+    end: int
+    reason: str = ""
+
+
 class Finding(BaseModel):
     text: str  # Markdown, with its [Qn] citations
     citations: list[str] = Field(default_factory=list)  # the Q ids it cites, in order of first mention
     chart: str | None = None  # the id (C1, ...) of a chart of the run shown with it
+    marks: list[FigureMark] = Field(default_factory=list)  # its figures still unverified
 
 
 class ReportQuery(BaseModel):
@@ -109,10 +120,11 @@ class Report(BaseModel):
     caveats: str = ""  # caveats, and what remains uncertain
     unanswered: str = ""  # what could not be answered, and why (for cannot_answer: what data is missing)
     remaining: str = ""  # partial only: what is left to do
-    stopped_by: str | None = None  # partial only: which limit of LIMITS ran out
+    stopped_by: str | None = None  # partial only: which limit of LIMITS ran out, or "cancelled", "error"
     queries: list[ReportQuery] = Field(default_factory=list)
     charts: list[Chart] = Field(default_factory=list)
     figures: FigureReport | None = None  # the whole report's figures, checked against their cited cells
+    marks: dict[str, list[FigureMark]] = Field(default_factory=dict)  # unverified figures, by section name
     receipt: Receipt | None = None
     budget: ReportBudget = Field(default_factory=ReportBudget)
     used: ReportUsage = Field(default_factory=ReportUsage)

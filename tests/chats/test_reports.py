@@ -14,7 +14,7 @@ import pytest
 from agent.reports import Finding, Report, ReportOutcome, ReportRequest, ReportStatus
 from agent.runner import EventSink, RunResult, Turn, ignore_events
 from chats.audiences import Audiences
-from chats.people import Person, person_owner
+from chats.people import Person
 from chats.reports import FAILED, RUNNING
 from chats.runs import RunRegistry
 from chats.state import ChatState
@@ -60,7 +60,7 @@ async def test_a_report_is_stored_running_then_as_it_ended_and_only_its_audience
     resumed = await reports.get("r1")
     assert resumed is not None and resumed.state == FAILED and resumed.owner == ALICE.owner
     assert resumed.question == "why?" and resumed.report is not None and resumed.report.outcome == "partial"
-    assert [r.id for r in await reports.list(owner=ALICE.owner)] == ["r1"] and await reports.list(owner=BOB.owner) == []
+    assert [r.id for r in await reports.of_owner(ALICE.owner)] == ["r1"] and await reports.of_owner(BOB.owner) == []
 
 
 class ReportingRunner:

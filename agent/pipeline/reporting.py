@@ -1,0 +1,318 @@
+"""A report run's own part of the loop (`Runner.run(report=...)`): the same single iterative loop as an
+answer, which calls these hooks when `RunState.report` is set, and nothing else of a report's lives in it.
+
+- Its request: the question goes with prompts/report/request.md (headings, budget), after the cached
+  prefix, so the prefix an answer caches is the report's too.
+- Its budget (agent/reports/model.py `ReportBudget`): steps are the loop's rounds, queries its engine
+  executions (`RunState.max_queries`), and before every model call the tool calls, minutes, tokens and cost
+  are checked. Past any of them one call with no tools writes the report from what was gathered, with what
+  remains (prompts/report/partial.md); past the tokens or the cost, no call: the program says what was
+  gathered. A report spends at most its budget plus one call, as a question does.
+- Its live plan: a `StepEvent` as each step starts its tools and when they are done.
+- Its report: the model's text read back into sections (agent/reports/sections.py); the figure check has
+  run over the whole of it, with its one correction round, and what still fails is marked in the section
+  that holds it. A finding that cites no query that returned a result is left out (evidence only); a
+  report with no such finding, that no limit stopped, cannot answer.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from agent.figures import FigureReport
+from agent.llm import ModelTurn
+from agent.pipeline.question_budget import Overspent
+from agent.pipeline.state import RunState
+from agent.prompts import PromptLibrary
+from agent.reports.model import (
+    FigureMark,
+    Finding,
+    Report,
+    ReportOutcome,
+    ReportQuery,
+    ReportRequest,
+    ReportUsage,
+)
+from agent.reports.sections import Span, WrittenReport, read_report
+from agent.runner import AnswerEvent, ExecutedQuery, Outcome, RunResult, StepEvent
+
+PREVIEW_ROWS = 5  # of each query, in the stored report (the query's page has all of it)
+TITLE_CHARS = 160
+
+
+@dataclass
+class _Start:
+    """Where the run's counters stood when this run began (a Resume restores a run part way through)."""
+
+    clock: float
+    executions: int
+    tokens: int
+    cost: float
+
+
+class ReportRun:
+    def __init__(self, request: ReportRequest, prompts: PromptLibrary, *, earlier: Report | None = None) -> None:
+        self.request, self.budget, self._prompts = request, request.budget, prompts
+        self.earlier = earlier  # the report a Resume continues: its usage and runs carry on
+        self.steps = self.tool_calls = 0  # this run's
+        self.stopped_by: str | None = None
+        self._start: _Start | None = None
+        self._step_queries_from = 0
+
+    # --- the loop's hooks ---
+
+    def attach(self, state: RunState) -> None:
+        """The run begins (or resumes from a checkpoint): its budget counts from here."""
+        self._start = _Start(time.perf_counter(), state.executions_claimed, _tokens(state), _cost(state))
+        state.max_queries = state.executions_claimed + self.budget.queries
+
+    @property
+    def max_rounds(self) -> int:
+        return self.budget.steps
+
+    def request_text(self) -> str:
+        return self._prompts.render("report/request.md", budget=self.budget)
+
+    def penultimate_text(self) -> str:
+        return self._prompts.render("report/penultimate.md")
+
+    def tokens_spent(self, state: RunState) -> bool:
+        """No model call may be made (the synthesis neither): the tokens or the cost are spent."""
+        over = self._over(state)
+        return over is not None and over.kind in ("tokens", "cost")
+
+    def spent(self, state: RunState) -> Overspent | None:
+        """The first limit this run has reached; None while none is. Checked before every model call."""
+        over = self._over(state)
+        if over is not None:
+            self.stopped_by = over.kind
+            state.metrics.budget_stops.labels(f"report_{over.kind}").inc()
+        return over
+
+    def _over(self, state: RunState) -> Overspent | None:
+        start, budget = self._begun(), self.budget
+        checks: list[tuple[str, float, float | None]] = [
+            ("tool_calls", self.tool_calls, budget.tool_calls),
+            ("queries", state.executions_claimed - start.executions, budget.queries),
+            ("minutes", (time.perf_counter() - start.clock) / 60, budget.minutes),
+            ("tokens", _tokens(state) - start.tokens, budget.tokens),
+            ("cost", _cost(state) - start.cost, budget.cost_usd),
+        ]
+        for kind, spent, limit in checks:
+            if limit is not None and spent >= limit:
+                return Overspent(kind, spent, limit)
+        return None
+
+    async def step_started(self, state: RunState, calls: Sequence[dict[str, Any]], turn: ModelTurn) -> None:
+        self.steps += 1
+        self.tool_calls += len(calls)
+        self._step_queries_from = state.query_ids_taken
+        self._step_title = _title(calls, turn.text)
+        await state.emit(self._step(state, "running"))
+
+    async def step_done(self, state: RunState) -> None:
+        await state.emit(self._step(state, "done"))
+
+    def _step(self, state: RunState, step_state: str) -> StepEvent:
+        ran = [f"Q{n}" for n in range(self._step_queries_from + 1, state.query_ids_taken + 1)]
+        before = self.earlier.used.steps if self.earlier is not None else 0
+        return StepEvent(
+            number=before + self.steps,
+            title=self._step_title,
+            state="running" if step_state == "running" else "done",
+            queries=ran if step_state == "done" else [],
+            used=self.used(state),
+            budget=self.budget,
+        )
+
+    async def synthesize(self, state: RunState, write: Callable[[str], Awaitable[ModelTurn]], gathered: str) -> None:
+        """At a limit: one call with no tools writes the report from what was gathered (`write` makes it
+        with the prompt added), or, past the tokens or the cost, the program says what was gathered."""
+        state.outcome = Outcome.CAPPED
+        self.stopped_by = self.stopped_by or "steps"
+        over = state.budget_spent if isinstance(state.budget_spent, Overspent) else None
+        if over is not None and over.kind in ("tokens", "cost"):
+            state.answer = self.stopped_text(f"it reached its budget of {_limit_words(over)}", gathered)
+            await state.emit(AnswerEvent(text=state.answer, restart=bool(state.streamed_text)))
+            return
+        kind, spent, allowed = (over.kind, over.spent, over.limit) if over else ("steps", self.steps, self.budget.steps)
+        limit = kind.replace("_", " ")
+        prompt = self._prompts.render("report/partial.md", limit=limit, spent=_n(spent), allowed=_n(allowed))
+        turn = await write(prompt)
+        state.answer = turn.text or self.stopped_text("the model wrote nothing at its last step", gathered)
+
+    def stopped_text(self, why: str, gathered: str) -> str:
+        return self._prompts.render("report/stopped.md", why=why, gathered=gathered)
+
+    # --- the report ---
+
+    def used(self, state: RunState) -> ReportUsage:
+        start, before = self._begun(), (self.earlier.used if self.earlier is not None else ReportUsage())
+        return ReportUsage(
+            steps=before.steps + self.steps,
+            tool_calls=before.tool_calls + self.tool_calls,
+            queries=before.queries + state.executions_claimed - start.executions,
+            seconds=round(before.seconds + time.perf_counter() - start.clock, 3),
+            tokens=before.tokens + _tokens(state) - start.tokens,
+            cost_usd=round(before.cost_usd + _cost(state) - start.cost, 6),
+        )
+
+    def build(self, state: RunState, result: RunResult) -> Report:
+        """The run's report, from the text it ended with, its queries and the figure check."""
+        if result.outcome is Outcome.CANCELLED:
+            self.stopped_by = "cancelled"
+        elif result.outcome is Outcome.ERROR:
+            self.stopped_by = "error"
+        text = state.answer[: len(state.answer) - len(state.note)] if state.note else state.answer
+        written = read_report(text)
+        answered = {q.id for q in state.queries if q.result.ok}
+        charts = {chart.id for chart in state.charts}
+        marks = _unverified(state.figures)
+        findings = [
+            Finding(
+                text=f.span.text,
+                citations=f.citations,
+                chart=f.chart if f.chart in charts else None,
+                marks=_marks_in(f.span, marks),
+            )
+            for f in written.findings
+            if answered.intersection(f.citations)
+        ]
+        outcome = (
+            ReportOutcome.PARTIAL
+            if self.stopped_by
+            else (ReportOutcome.COMPLETE if findings else ReportOutcome.CANNOT_ANSWER)
+        )
+        sections = self._sections(written, outcome, len(written.findings) - len(findings), state, result)
+        return Report(
+            id=self.request.report_id or state.run_id,
+            question=state.question,
+            outcome=outcome,
+            findings=findings,
+            stopped_by=self.stopped_by if outcome is ReportOutcome.PARTIAL else None,
+            queries=[_query(q) for q in state.queries],
+            charts=state.charts,
+            figures=state.figures,
+            receipt=result.receipt,
+            budget=self.budget,
+            used=self.used(state),
+            runs=[*(self.earlier.runs if self.earlier is not None else []), state.run_id],
+            policy=result.policy,
+            marks={name: found for name in sections if (found := _marks_in(written.sections.get(name), marks))},
+            **sections,
+        )
+
+    def _sections(
+        self, written: WrittenReport, outcome: ReportOutcome, dropped: int, state: RunState, result: RunResult
+    ) -> dict[str, str]:
+        sections = {name: written.text_of(name) for name in ("summary", "method", "caveats", "unanswered")}
+        if dropped:
+            note = f"{dropped} finding(s) citing no query with a result were left out (evidence only)."
+            sections["caveats"] = f"{sections['caveats']}\n\n{note}".strip()
+        if outcome is ReportOutcome.CANNOT_ANSWER and not sections["unanswered"]:
+            sections["unanswered"] = "None of the queries returned what the question needs."
+        if outcome is ReportOutcome.PARTIAL:
+            done = sum(1 for q in state.queries if q.result.ok and not q.reused_from)
+            sections["remaining"] = written.text_of("remaining") or (
+                f"It stopped at its {(self.stopped_by or 'steps').replace('_', ' ')} limit; Resume goes on from the "
+                f"{done} queries that returned results, without running them again."
+            )
+        return sections
+
+    def _begun(self) -> _Start:
+        if self._start is None:
+            raise RuntimeError("a report run is attached to its state before the loop starts")
+        return self._start
+
+
+def _title(calls: Sequence[dict[str, Any]], narration: str) -> str:
+    """A step in words: its reasoning, else the questions of its queries, else what its tools do."""
+    for call in calls:
+        content = call["input"].get("content") if call["name"] == "think" and isinstance(call["input"], dict) else None
+        if isinstance(content, str) and content.strip():
+            return _short(content)
+    questions = [
+        q["question"]
+        for call in calls
+        if call["name"] == "execute_sql" and isinstance(call["input"], dict)
+        for q in call["input"].get("queries") or []
+        if isinstance(q, dict) and isinstance(q.get("question"), str)
+    ]
+    if questions:
+        return _short("; ".join(questions))
+    if narration.strip():
+        return _short(narration)
+    names = {"chart": "Drawing a chart", "lookup_schema": "Looking up the schema"}
+    return next((names[c["name"]] for c in calls if c["name"] in names), "Working")
+
+
+def _short(text: str) -> str:
+    line = " ".join(text.split())
+    return line if len(line) <= TITLE_CHARS else line[: TITLE_CHARS - 1] + "…"
+
+
+def _unverified(figures: FigureReport | None) -> list[FigureMark]:
+    if figures is None:
+        return []
+    return [FigureMark(text=f.text, start=f.start, end=f.end, reason=f.reason or "") for f in figures.failures()]
+
+
+def _marks_in(span: Span | None, marks: list[FigureMark]) -> list[FigureMark]:
+    """The marks inside `span`, as offsets in its own text (found again by their text where a finding's
+    chart name was taken out before them)."""
+    if span is None:
+        return []
+    found = []
+    for mark in marks:
+        if span.start <= mark.start < span.end:
+            at = span.text.find(mark.text, max(0, mark.start - span.start - 40))
+            if at >= 0:
+                found.append(mark.model_copy(update={"start": at, "end": at + len(mark.text)}))
+    return found
+
+
+def _query(query: ExecutedQuery) -> ReportQuery:
+    result = query.result
+    return ReportQuery(
+        id=query.id,
+        question=query.question,
+        sql=query.sql,
+        columns=result.columns,
+        rows=result.json_rows(PREVIEW_ROWS),
+        row_count=result.row_count,
+        error=result.error,
+        reused_from=query.reused_from,
+    )
+
+
+def _tokens(state: RunState) -> int:
+    return sum(usage.total for _, usage in state.model_usage.values())
+
+
+def _cost(state: RunState) -> float:
+    if state.prices is None:
+        return 0.0
+    priced = (state.prices.cost(model, _by_kind(usage)) for model, (_, usage) in state.model_usage.items())
+    return sum(cost for cost in priced if cost is not None)
+
+
+def _by_kind(usage: Any) -> dict[str, int]:
+    return {
+        "input": usage.input_tokens,
+        "output": usage.output_tokens,
+        "cache_read": usage.cache_read_tokens,
+        "cache_creation": usage.cache_creation_tokens,
+    }
+
+
+def _limit_words(over: Overspent) -> str:
+    if over.kind == "cost":
+        return f"${over.limit:,.2f} of estimated cost"
+    return f"{_n(over.limit)} {over.kind.replace('_', ' ')}"
+
+
+def _n(value: float) -> str:
+    return f"{value:,.0f}" if float(value).is_integer() else f"{value:,.1f}"

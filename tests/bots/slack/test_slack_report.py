@@ -12,49 +12,11 @@ from agent.reports.model import Finding, Report, ReportOutcome, ReportQuery
 from bots.slack import blocks
 from bots.slack.report import MAX_BLOCKS, report_parts
 from tests.fakes import slack_events as events
-from tests.fakes.anthropic_api import FakeAnthropic, Reply
+from tests.fakes.anthropic_api import FakeAnthropic
 from tests.fakes.slack_api import BOT_USER_ID, GENERAL_ID, HUMAN_ID, FakeSlack
 from tests.fakes.slack_rules import MAX_MARKDOWN_BLOCK_CHARS, check_blocks
-from tests.slack_helpers import bot_replies, carriers_script, sql_call
-
-MONTHLY = (
-    "SELECT month, round(avg(dep_delay), 1) AS avg_dep_delay FROM nycflights13.flights GROUP BY month ORDER BY month"
-)
-JULY_BY_ORIGIN = (
-    "SELECT origin, round(avg(dep_delay), 1) AS avg_dep_delay FROM nycflights13.flights WHERE month = 7 "
-    "GROUP BY origin ORDER BY origin"
-)
-CHART = {"query_id": "Q1", "kind": "line", "x": "month", "y": "avg_dep_delay", "title": "Delay by month"}
-# 21.7 is July's cell of Q1 (verified); 9.2 is no cell nor derivation of Q1: marked as unverified.
-REPORT = """## Summary
-Departure delays peaked in July at 21.7 minutes on average [Q1].
-
-## Findings
-- July had the highest average departure delay, 21.7 minutes [Q1] (chart C1)
-- Every origin airport was late in July, EWR most of all [Q2]
-- Delays were 9.2 minutes lower in the spring [Q1]
-
-## How this was found
-Q1 averaged the departure delay per month; Q2 split July by origin airport.
-
-## Caveats
-The data covers flights from New York in 2013 only.
-
-## What could not be answered
-Nothing."""
-
-
-def report_script(text: str = REPORT) -> list[Any]:
-    """Three steps (two queries and a chart), the report, its figure correction round (the wrong figure stays),
-    and follow-ups."""
-    return [
-        Reply(tool_calls=[sql_call("Average departure delay per month", MONTHLY)]),
-        Reply(tool_calls=[sql_call("July's delays per origin airport", JULY_BY_ORIGIN)]),
-        Reply(tool_calls=[("chart", CHART)]),
-        Reply(text=text),
-        Reply(text=text),
-        Reply(text="[]"),
-    ]
+from tests.report_helpers import report_script
+from tests.slack_helpers import bot_replies, carriers_script
 
 
 def report_blocks(fake: FakeSlack, thread: str) -> list[dict[str, Any]]:
@@ -91,13 +53,14 @@ async def test_a_report_asked_in_a_mention_lands_in_the_thread_with_its_plan_par
 
     first = fake_anthropic.requests[0]
     asked = first["messages"][-1]["content"]
-    assert asked[0]["text"] == "why did delays rise in July?", "the prefix asks for the report; the question is the rest"
+    assert asked[0]["text"] == "why did delays rise in July?", "the prefix asks for a report; the rest is the question"
     assert any("this is a report request" in part.get("text", "") for part in asked), "the report's own prompt"
 
     # The live plan: the report's steps as Slack's plan, each done, in the message that then holds the report.
     [plan] = [b for b in report_blocks(fake_slack, thread) if b["type"] == "plan"]
     assert plan["title"] == "Writing the report"
-    assert [(t["task_id"], t["status"]) for t in plan["tasks"]] == [("S1", "complete"), ("S2", "complete"), ("S3", "complete")]
+    tasks = [(t["task_id"], t["status"]) for t in plan["tasks"]]
+    assert tasks == [("S1", "complete"), ("S2", "complete"), ("S3", "complete")]
     starts = [c for c in fake_slack.calls("chat.startStream") if c.ok]
     assert starts and starts[0].args["task_display_mode"] == "plan"
 
@@ -137,7 +100,8 @@ async def test_a_question_without_the_prefix_gets_an_answer_and_a_dig_deeper_but
     bot = await start_bot(chart_render_timeout_s=120)
     fake_anthropic.script(*carriers_script())
     thread = await ask_report(bot, fake_slack, "which carrier flew the most?")
-    assert not any("this is a report request" in p.get("text", "") for p in fake_anthropic.requests[0]["messages"][-1]["content"])
+    question = fake_anthropic.requests[0]["messages"][-1]["content"]
+    assert not any("this is a report request" in p.get("text", "") for p in question), "no prefix: an answer"
     [(answer, dig)] = [
         (m, b) for m in bot_replies(fake_slack, GENERAL_ID, thread) for b in m.get("blocks") or []
         if b.get("block_id") == blocks.DIG_DEEPER

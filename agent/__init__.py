@@ -27,6 +27,8 @@ if TYPE_CHECKING:
     from agent.runner import (
         AnswerEvent,
         ChartEvent,
+        Checkpoint,
+        CheckpointSink,
         Classification,
         ErrorEvent,
         Event,
@@ -56,6 +58,8 @@ _FACE = {
     "runner": (
         "AnswerEvent",
         "ChartEvent",
+        "Checkpoint",
+        "CheckpointSink",
         "Classification",
         "ErrorEvent",
         "Event",
@@ -82,6 +86,8 @@ __all__ = [
     "AnswerEvent",
     "Chart",
     "ChartEvent",
+    "Checkpoint",
+    "CheckpointSink",
     "Classification",
     "ConfigError",
     "Database",

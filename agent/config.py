@@ -493,6 +493,26 @@ class Settings(BaseSettings):
         "cancelled; new questions are refused meanwhile. Keep it below the orchestrator's kill timeout "
         "(docker compose: stop_grace_period).",
     )
+    agent_run_lease_s: float = Field(
+        15.0,
+        gt=0,
+        le=3600,
+        description="On PostgreSQL (several hosts), how long a host's hold on a running answer lasts unless it "
+        "renews it (it does, three times a lease): a host that dies has its answers taken over by another once "
+        "this lapses, which bounds how long the takeover takes.",
+    )
+    agent_run_max_resumes: int = Field(
+        2,
+        ge=0,
+        description="How many times one answer may be taken over after its host died; past it (or past "
+        "AGENT_RUN_RESUME_MAX_AGE_S) it ends with a message asking to ask again.",
+    )
+    agent_run_resume_max_age_s: float = Field(
+        900.0,
+        gt=0,
+        description="An answer started longer ago than this is not taken over when its host dies: it ends with "
+        "a message asking to ask again.",
+    )
 
     @field_validator("agent_model", "agent_followup_model", "agent_judge_model")
     @classmethod

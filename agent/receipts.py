@@ -48,6 +48,7 @@ class Receipt(BaseModel):
     unmeasured_queries: int = 0  # queries whose engine did not say what they read
     first_event_ms: int | None = None
     answer_ms: int = 0
+    resumed: int = 0  # times another host took the run over and went on from its checkpoint
 
     @classmethod
     def build(
@@ -60,6 +61,7 @@ class Receipt(BaseModel):
         first_event_ms: int | None,
         answer_ms: int,
         answered: bool = True,
+        resumed: int = 0,
     ) -> Receipt:
         """`usage`: calls and tokens by model; `reads`: (rows, bytes) each query read, None unknown;
         `answered`: False when the run ended without an answer (`answer_ms` is then when it ended)."""
@@ -87,6 +89,7 @@ class Receipt(BaseModel):
             answer_ms=answer_ms,
             answers=int(answered),
             answered=answered,
+            resumed=resumed,
         )
         return receipt._totalled()
 
@@ -131,6 +134,7 @@ class Receipt(BaseModel):
             first_event_ms=None,  # a sum of first-event times means nothing; the answers' times are summed
             answer_ms=sum(r.answer_ms for r in listed),
             answered=any(r.answered for r in listed),
+            resumed=sum(r.resumed for r in listed),
         )
         return summed._totalled()
 
@@ -160,6 +164,8 @@ class Receipt(BaseModel):
         first = f"first event {self.first_event_ms / 1000:.1f} s, " if self.first_event_ms is not None else ""
         seconds = f"{self.answer_ms / 1000:.1f} s"
         parts.append(f"{first}answer {seconds}" if self.answered else f"{first}no answer (ended after {seconds})")
+        if self.resumed:
+            parts.append("resumed after a host stopped" + (f" ({self.resumed} times)" if self.resumed > 1 else ""))
         return parts
 
     def cost_text(self) -> str:

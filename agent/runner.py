@@ -4,6 +4,11 @@ An adapter calls `Runner.run(question, history=..., platform=..., on_event=...)`
 progress events as they happen, and gets a `RunResult` back: the one account of how the run ended
 (the run registry stores it, then tells readers with the one `done` event). Cancelling the awaiting task stops the model
 call and kills running queries; the run then returns a partial result marked cancelled.
+
+A run can be made durable: with `checkpoint=`, the runner hands a `Checkpoint` (everything the run has
+gathered, as JSON-ready data) to that callable when it starts and after every completed round; a later
+`run(..., resume=that_checkpoint)`, in this process or another, goes on at the next round without running
+again any query it holds. Its result and receipt count the times it was resumed.
 """
 
 from __future__ import annotations
@@ -98,6 +103,7 @@ class RunResult(BaseModel):
     receipt: Receipt | None = None
     policy: str | None = None  # the name of the policy its queries ran under (None: no policy, all of the scope)
     report: Report | None = None  # a report run's report (Runner.run(report=...)); None for an answer
+    resumed: int = 0  # times the run went on from a checkpoint (another host took it over)
     # The API messages of this turn (question to answer), so the next question can carry it whole.
     # Internal: left out of serialised results and events.
     transcript: list[dict[str, Any]] = Field(default_factory=list, repr=False, exclude=True)
@@ -286,6 +292,7 @@ class FinalAnswer(BaseModel):
     figures: FigureReport | None = None
     receipt: Receipt | None = None
     report: ReportStatus | None = None  # a report run's: the whole report is in the kit's store (chats/reports.py)
+    resumed: int = 0
 
     @classmethod
     def of(cls, result: RunResult) -> FinalAnswer:
@@ -344,6 +351,59 @@ WIRE_EVENT: TypeAdapter[WireEvent] = TypeAdapter(WireEvent)
 EventSink = Callable[[Event], Awaitable[None]]
 
 
+# --- durable runs ---
+
+CHECKPOINT_VERSION: Literal[1] = 1
+
+
+class ModelCalls(BaseModel):
+    """One model's calls and tokens so far, for the receipt."""
+
+    model: str
+    calls: int
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_read_tokens: int = 0
+    cache_creation_tokens: int = 0
+
+
+class Checkpoint(BaseModel):
+    """A run's progress at a round's end: what `run(..., resume=)` needs to go on at the next round, in
+    another process too, running no query again. `model_dump(mode="json")` is its stored form; a stored one
+    of another `version` is not to be resumed (`Checkpoint.model_validate` refuses it).
+
+    `rounds` is the model rounds completed (0: none yet, taken when the run starts); `messages` every message
+    the next model call is sent (the history the run was given included, so a resume needs no history);
+    `turn_start` the index of the question's own message in them."""
+
+    version: Literal[1] = CHECKPOINT_VERSION
+    question: str
+    policy: str | None = None  # the name of the policy it runs under; a resume must pass the same
+    rounds: int = 0
+    messages: list[dict[str, Any]] = Field(default_factory=list, repr=False)
+    turn_start: int = 0
+    queries: list[ExecutedQuery] = Field(default_factory=list)
+    charts: list[Chart] = Field(default_factory=list)
+    thinking: list[str] = Field(default_factory=list)
+    answer: str = ""  # an answer a correction round sent back (the next round replaces it)
+    metrics: RunMetrics = Field(default_factory=RunMetrics)
+    model_calls: list[ModelCalls] = Field(default_factory=list)  # the receipt's accumulator
+    model: str = ""
+    query_ids_taken: int = 0  # the Q-number counter: the next query is Q<query_ids_taken + 1>
+    executions_claimed: int = 0
+    charts_claimed: int = 0
+    think_only_rounds: int = 0
+    citation_retries: int = 0
+    figures_corrected: bool = False
+    unverified_before_correction: int = 0
+    started_at: float = 0.0  # wall-clock start (time.time()): a resumed run's times include the takeover
+    first_event_ms: int | None = None
+    resumed: int = 0  # times resumed before this checkpoint was taken
+
+
+CheckpointSink = Callable[[Checkpoint], Awaitable[None]]
+
+
 async def ignore_events(event: Event) -> None:
     return None
 
@@ -359,12 +419,21 @@ class Runner(Protocol):
         on_event: EventSink = ignore_events,
         followups: bool = True,
         policy: Policy | None = None,
+        checkpoint: CheckpointSink | None = None,
+        resume: Checkpoint | None = None,
         report: ReportRequest | None = None,
     ) -> RunResult:
         """Answer one question, emitting its progress as it happens; returns how it ended (a cancelled run
         returns its partial result, marked cancelled). No event says it ended: the caller says so.
         Every query it runs reads only `policy`'s tables and rows (None: everything in scope); the
         result names the policy, so a later re-run of one of its queries can run under it again.
+
+        `checkpoint` is given the run's progress when it starts and after every completed round (a sink
+        that fails is logged; the run goes on). `resume` goes on from such a checkpoint at its next round
+        (`history` is then unused: the checkpoint holds the messages); the question and policy must be
+        the checkpoint's, or ValueError. Events continue from there; a reader's partial answer text from
+        before is the caller's to discard.
+
         With `report`, the run writes a report (`RunResult.report`) within that request's budget, its steps
         sent as `StepEvent`s; without it, an answer. Only an explicit request makes a report."""
         ...

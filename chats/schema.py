@@ -246,18 +246,53 @@ def _postgres_turn_policy(conn: sqlite3.Connection) -> None:
     conn.execute("ALTER TABLE turns ADD COLUMN IF NOT EXISTS policy TEXT NOT NULL DEFAULT ''")
 
 
+def _durable_runs(conn: sqlite3.Connection) -> None:
+    """Runs kept while they last, so another host takes one over when its host dies (chats/durable.py):
+    what each needs to go on, its latest checkpoint, and the lease of the host holding it. The same on
+    both backends."""
+    conn.execute(
+        """CREATE TABLE IF NOT EXISTS durable_runs (
+            run_id TEXT PRIMARY KEY,
+            conversation_id TEXT NOT NULL,
+            interface TEXT NOT NULL,
+            platform TEXT NOT NULL,
+            question TEXT NOT NULL,
+            policy TEXT NOT NULL DEFAULT '',
+            origin TEXT NOT NULL,
+            delivery TEXT NOT NULL,
+            followups INTEGER NOT NULL,
+            abandon_after_s REAL,
+            checkpoint TEXT,
+            holder TEXT NOT NULL,
+            lease_until REAL NOT NULL,
+            takeovers INTEGER NOT NULL DEFAULT 0,
+            created_at REAL NOT NULL
+        )"""
+    )
+    conn.execute("CREATE INDEX IF NOT EXISTS durable_runs_by_lease ON durable_runs (lease_until)")
+    conn.execute("CREATE INDEX IF NOT EXISTS durable_runs_by_holder ON durable_runs (holder)")
+
+
 Step = Callable[[sqlite3.Connection], None]
 
 # Step n brings a file at version n - 1 to version n. A release that changes a table appends a step,
 # to both lists: the same version means the same tables on either backend.
-# Step 6 is the durable runs' (branch s35-durable); reports are step 7 once it is merged.
-STEPS: tuple[Step, ...] = (_version_1, _version_2, _audit_tables, _web_sessions, _turn_policy, _reports)
+STEPS: tuple[Step, ...] = (
+    _version_1,
+    _version_2,
+    _audit_tables,
+    _web_sessions,
+    _turn_policy,
+    _durable_runs,
+    _reports,
+)
 POSTGRES_STEPS: tuple[Step, ...] = (
     _postgres_tables,
     _postgres_owners,
     _audit_tables,
     _web_sessions,
     _postgres_turn_policy,
+    _durable_runs,
     _reports,
 )
 VERSION = len(STEPS)

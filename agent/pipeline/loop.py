@@ -45,6 +45,8 @@ from agent.pricing import PriceList
 from agent.prompts import PromptError, PromptLibrary
 from agent.runner import (
     AnswerEvent,
+    Checkpoint,
+    CheckpointSink,
     ErrorEvent,
     EventSink,
     FollowupsEvent,
@@ -112,8 +114,12 @@ class Pipeline:
         on_event: EventSink = ignore_events,
         followups: bool = True,
         policy: Policy | None = None,
+        checkpoint: CheckpointSink | None = None,
+        resume: Checkpoint | None = None,
         report: ReportRequest | None = None,
     ) -> RunResult:
+        if resume is not None:
+            _check_resumable(resume, question, policy)
         # An adapter's registry names the run; a run started directly (CLI, evals) gets a name here.
         run_id = context_fields().get("run_id") or uuid.uuid4().hex
         with log_context(run_id=run_id, interface=interface):
@@ -129,11 +135,11 @@ class Pipeline:
             state.prices = self._prices
             if report is not None:  # asked for explicitly; its own part of the loop is agent/pipeline/reporting.py
                 state.report = ReportRun(report, self._prompts)
-                state.report.attach(state)
                 followups = False
             if policy is not None and policy.reads_nothing:
                 return await self._no_access(state, policy)
-            return await self._run(state, history, platform, on_event, followups)
+            durable = _Durable(checkpoint, resume)
+            return await self._run(state, history, platform, on_event, followups, durable)
 
     async def _no_access(self, state: RunState, policy: Policy) -> RunResult:
         """A policy that reads nothing (the default's "no data"): a polite answer naming who to ask for
@@ -146,21 +152,43 @@ class Pipeline:
         state.record_finished(result)
         return result
 
-    async def _run(
-        self, state: RunState, history: Sequence[Turn], platform: Platform, on_event: EventSink, followups: bool
-    ) -> RunResult:
-        question = state.question
+    async def _opening(self, state: RunState, history: Sequence[Turn], durable: _Durable) -> list[Message]:
+        """The messages of the first model call (history, then the question with what was retrieved for
+        it), or, resumed, the checkpoint's: then the run's state is the checkpoint's too."""
+        if durable.resume is not None:
+            state.restore(durable.resume)
+            durable.turn_start = durable.resume.turn_start
+            log.info("run resumed after round %d", durable.resume.rounds, extra={"resumed": state.resumed})
+            return list(durable.resume.messages)
         s = self._settings
         messages = history_messages(
             history, max_turns=s.history_turns, full_turns=s.history_full_turns, max_chars=s.history_chars
         )
-        first_of_turn = len(messages)
-        messages.append(user_text(question))
+        durable.turn_start = len(messages)
+        messages.append(user_text(state.question))
         if state.report is not None:
             append_text(messages[-1], state.report.request_text())
+        if retrieved := await self._prefix.retrieved(state.question, policy=state.policy):
+            append_text(messages[-1], retrieved)
+        await durable.save(state, 0, messages)
+        return messages
+
+    async def _run(
+        self,
+        state: RunState,
+        history: Sequence[Turn],
+        platform: Platform,
+        on_event: EventSink,
+        followups: bool,
+        durable: _Durable,
+    ) -> RunResult:
+        question = state.question
+        s = self._settings
+        messages: list[Message] = []
         try:
-            if retrieved := await self._prefix.retrieved(question, policy=state.policy):
-                append_text(messages[-1], retrieved)
+            messages = await self._opening(state, history, durable)
+            if state.report is not None:  # its budget counts from here (a Resume's from its checkpoint)
+                state.report.attach(state, messages, durable.next_round - 1)
             request = {
                 "model": s.model,
                 "max_tokens": s.max_tokens,
@@ -169,7 +197,7 @@ class Pipeline:
                 "temperature": s.temperature,
                 "thinking_budget": s.thinking_budget,
             }
-            await self._loop(state, request, messages)
+            await self._loop(state, request, messages, durable)
             if not state.clarification:  # a question asked back states no figures
                 await self._figures.settle(state)
             state.mark_answered()
@@ -202,16 +230,16 @@ class Pipeline:
                 state.error = f"Something went wrong on our side ({type(exc).__name__}); the details are in the log."
                 await on_event(ErrorEvent(message=state.error))
         result = state.to_result()
-        result.transcript = _transcript(messages[first_of_turn:], result)
+        result.transcript = _transcript(messages[durable.turn_start :], result)
         if state.report is not None:
             result.report = state.report.build(state, result)
         state.record_finished(result)
         return result  # how it ended is the caller's to tell (chats/runs.py publishes `done`)
 
-    async def _loop(self, state: RunState, request: dict[str, Any], messages: list[Message]) -> None:
+    async def _loop(self, state: RunState, request: dict[str, Any], messages: list[Message], durable: _Durable) -> None:
         report, budget = state.report, state.report or self._budget
         max_rounds = report.max_rounds if report else self._settings.max_rounds
-        for round_number in range(1, max_rounds + 1):
+        for round_number in range(durable.next_round, max_rounds + 1):
             state.budget_spent = budget.spent(state)  # before every call, not only after tools
             if state.budget_spent:
                 break
@@ -223,6 +251,7 @@ class Pipeline:
             if not turn.tool_calls:
                 if correction := self._check_answer(state, turn.text) or await self._figures.correction(state):
                     messages.append(user_text(correction))
+                    await durable.save(state, round_number, messages)
                     continue
                 return
             if report:
@@ -232,6 +261,7 @@ class Pipeline:
                 await report.step_done(state)
             if state.clarification:
                 return await self._ask_back(state)
+            await durable.save(state, round_number, messages)
         else:
             state.budget_spent = budget.spent(state)
         await self._synthesize(state, request, messages)
@@ -385,6 +415,36 @@ class Pipeline:
         partial = state.streamed_text.strip() or _gathered(state)
         state.outcome = Outcome.CANCELLED
         state.answer = self._prompts.render("loop/cancelled.md", partial=partial)
+
+
+@dataclass
+class _Durable:
+    """Where a run's checkpoints go (None: nowhere) and the one it resumed from."""
+
+    sink: CheckpointSink | None
+    resume: Checkpoint | None
+    turn_start: int = 0
+
+    @property
+    def next_round(self) -> int:
+        return 1 if self.resume is None else self.resume.rounds + 1
+
+    async def save(self, state: RunState, rounds: int, messages: list[Message]) -> None:
+        """Hand the run's progress to the sink. A sink that fails costs the run its durability, not its answer."""
+        if self.sink is None:
+            return
+        try:
+            await self.sink(state.checkpoint(rounds, messages, self.turn_start))
+        except Exception:
+            log.exception("could not checkpoint the run after round %d", rounds)
+
+
+def _check_resumable(resume: Checkpoint, question: str, policy: Policy | None) -> None:
+    """A checkpoint goes on only as the run it was taken from: the same question under the same policy."""
+    if resume.question != question:
+        raise ValueError("the checkpoint is another question's")
+    if resume.policy != (policy.name if policy is not None else None):
+        raise ValueError(f"the checkpoint was taken under policy {resume.policy!r}")
 
 
 def _transcript(messages: list[Message], result: RunResult) -> list[Message]:

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from agent.figures import FigureReport
@@ -43,35 +42,34 @@ PREVIEW_ROWS = 5  # of each query, in the stored report (the query's page has al
 TITLE_CHARS = 160
 
 
-@dataclass
-class _Start:
-    """Where the run's counters stood when this run began (a Resume restores a run part way through)."""
-
-    clock: float
-    executions: int
-    tokens: int
-    cost: float
-
-
 class ReportRun:
-    def __init__(self, request: ReportRequest, prompts: PromptLibrary, *, earlier: Report | None = None) -> None:
+    def __init__(self, request: ReportRequest, prompts: PromptLibrary) -> None:
         self.request, self.budget, self._prompts = request, request.budget, prompts
-        self.earlier = earlier  # the report a Resume continues: its usage and runs carry on
-        self.steps = self.tool_calls = 0  # this run's
+        self.grants = request.grants
         self.stopped_by: str | None = None
-        self._start: _Start | None = None
+        self._clock = time.perf_counter()  # minutes are each run's own
+        self._tool_calls = 0  # over the whole report: a resumed run counts its checkpoint's first
+        self._step_title = ""
         self._step_queries_from = 0
 
     # --- the loop's hooks ---
 
-    def attach(self, state: RunState) -> None:
-        """The run begins (or resumes from a checkpoint): its budget counts from here."""
-        self._start = _Start(time.perf_counter(), state.executions_claimed, _tokens(state), _cost(state))
-        state.max_queries = state.executions_claimed + self.budget.queries
+    def attach(self, state: RunState, messages: Sequence[dict[str, Any]], rounds_done: int) -> None:
+        """The run begins, or goes on from a checkpoint (its state restored, `rounds_done` rounds made):
+        what the report has spent is counted from what the state and its messages hold."""
+        self._clock = time.perf_counter()
+        self._tool_calls = sum(
+            1
+            for message in messages
+            if message.get("role") == "assistant" and isinstance(message.get("content"), list)
+            for block in message["content"]
+            if isinstance(block, dict) and block.get("type") == "tool_use"
+        )
+        state.max_queries = self.grants * self.budget.queries
 
     @property
     def max_rounds(self) -> int:
-        return self.budget.steps
+        return self.grants * self.budget.steps
 
     def request_text(self) -> str:
         return self._prompts.render("report/request.md", budget=self.budget)
@@ -85,7 +83,7 @@ class ReportRun:
         return over is not None and over.kind in ("tokens", "cost")
 
     def spent(self, state: RunState) -> Overspent | None:
-        """The first limit this run has reached; None while none is. Checked before every model call."""
+        """The first limit the report has reached; None while none is. Checked before every model call."""
         over = self._over(state)
         if over is not None:
             self.stopped_by = over.kind
@@ -93,13 +91,13 @@ class ReportRun:
         return over
 
     def _over(self, state: RunState) -> Overspent | None:
-        start, budget = self._begun(), self.budget
+        used, budget, times = self.used(state), self.budget, self.grants
         checks: list[tuple[str, float, float | None]] = [
-            ("tool_calls", self.tool_calls, budget.tool_calls),
-            ("queries", state.executions_claimed - start.executions, budget.queries),
-            ("minutes", (time.perf_counter() - start.clock) / 60, budget.minutes),
-            ("tokens", _tokens(state) - start.tokens, budget.tokens),
-            ("cost", _cost(state) - start.cost, budget.cost_usd),
+            ("tool_calls", used.tool_calls, times * budget.tool_calls),
+            ("queries", used.queries, times * budget.queries),
+            ("minutes", used.seconds / 60, budget.minutes),
+            ("tokens", used.tokens, None if budget.tokens is None else times * budget.tokens),
+            ("cost", used.cost_usd, None if budget.cost_usd is None else times * budget.cost_usd),
         ]
         for kind, spent, limit in checks:
             if limit is not None and spent >= limit:
@@ -107,8 +105,7 @@ class ReportRun:
         return None
 
     async def step_started(self, state: RunState, calls: Sequence[dict[str, Any]], turn: ModelTurn) -> None:
-        self.steps += 1
-        self.tool_calls += len(calls)
+        self._tool_calls += len(calls)
         self._step_queries_from = state.query_ids_taken
         self._step_title = _title(calls, turn.text)
         await state.emit(self._step(state, "running"))
@@ -118,9 +115,8 @@ class ReportRun:
 
     def _step(self, state: RunState, step_state: str) -> StepEvent:
         ran = [f"Q{n}" for n in range(self._step_queries_from + 1, state.query_ids_taken + 1)]
-        before = self.earlier.used.steps if self.earlier is not None else 0
         return StepEvent(
-            number=before + self.steps,
+            number=state.run_metrics.rounds,  # the model round that asked for it, counted over the report
             title=self._step_title,
             state="running" if step_state == "running" else "done",
             queries=ran if step_state == "done" else [],
@@ -138,7 +134,9 @@ class ReportRun:
             state.answer = self.stopped_text(f"it reached its budget of {_limit_words(over)}", gathered)
             await state.emit(AnswerEvent(text=state.answer, restart=bool(state.streamed_text)))
             return
-        kind, spent, allowed = (over.kind, over.spent, over.limit) if over else ("steps", self.steps, self.budget.steps)
+        kind, spent, allowed = (
+            (over.kind, over.spent, over.limit) if over else ("steps", state.run_metrics.rounds, self.max_rounds)
+        )
         limit = kind.replace("_", " ")
         prompt = self._prompts.render("report/partial.md", limit=limit, spent=_n(spent), allowed=_n(allowed))
         turn = await write(prompt)
@@ -150,14 +148,13 @@ class ReportRun:
     # --- the report ---
 
     def used(self, state: RunState) -> ReportUsage:
-        start, before = self._begun(), (self.earlier.used if self.earlier is not None else ReportUsage())
         return ReportUsage(
-            steps=before.steps + self.steps,
-            tool_calls=before.tool_calls + self.tool_calls,
-            queries=before.queries + state.executions_claimed - start.executions,
-            seconds=round(before.seconds + time.perf_counter() - start.clock, 3),
-            tokens=before.tokens + _tokens(state) - start.tokens,
-            cost_usd=round(before.cost_usd + _cost(state) - start.cost, 6),
+            steps=state.run_metrics.rounds,
+            tool_calls=self._tool_calls,
+            queries=state.executions_claimed,
+            seconds=round(time.perf_counter() - self._clock, 3),
+            tokens=_tokens(state),
+            cost_usd=round(_cost(state), 6),
         )
 
     def build(self, state: RunState, result: RunResult) -> Report:
@@ -199,7 +196,7 @@ class ReportRun:
             receipt=result.receipt,
             budget=self.budget,
             used=self.used(state),
-            runs=[*(self.earlier.runs if self.earlier is not None else []), state.run_id],
+            runs=[*self.request.runs, state.run_id],
             policy=result.policy,
             marks={name: found for name in sections if (found := _marks_in(written.sections.get(name), marks))},
             **sections,
@@ -221,11 +218,6 @@ class ReportRun:
                 f"{done} queries that returned results, without running them again."
             )
         return sections
-
-    def _begun(self) -> _Start:
-        if self._start is None:
-            raise RuntimeError("a report run is attached to its state before the loop starts")
-        return self._start
 
 
 def _title(calls: Sequence[dict[str, Any]], narration: str) -> str:

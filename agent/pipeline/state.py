@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Any
 
 from agent.access.policy import Policy
 from agent.charts import Chart
@@ -21,12 +21,14 @@ if TYPE_CHECKING:
     from agent.pipeline.reporting import ReportRun
 
 from agent.runner import (
+    Checkpoint,
     Classification,
     Event,
     EventSink,
     ExecutedQuery,
     FallbackEvent,
     Interface,
+    ModelCalls,
     Outcome,
     RunMetrics,
     RunResult,
@@ -44,6 +46,7 @@ class RunState:
     run_id: str = ""  # the owner of the run's share of the engine
     policy: Policy | None = None  # what every query of the run may read (None: all of the scope)
     started: float = field(default_factory=time.perf_counter)
+    started_at: float = field(default_factory=time.time)  # the same moment by the wall clock (a checkpoint's)
     run_metrics: RunMetrics = field(default_factory=RunMetrics)
     queries: list[ExecutedQuery] = field(default_factory=list)
     thinking: list[str] = field(default_factory=list)
@@ -71,6 +74,7 @@ class RunState:
     note: str = ""  # what the program added at the end of the answer (not the model's: its figures are not checked)
     figures_corrected: bool = False
     unverified_before_correction: int = 0
+    resumed: int = 0  # times this run went on from a checkpoint
 
     def __post_init__(self) -> None:
         sink = self.emit
@@ -85,6 +89,54 @@ class RunState:
     def _record_first_event(self) -> None:
         self.first_event_s = time.perf_counter() - self.started
         self.metrics.first_event_seconds.labels(self.interface).observe(self.first_event_s)
+
+    def checkpoint(self, rounds: int, messages: list[dict[str, Any]], turn_start: int) -> Checkpoint:
+        """What the run has gathered after `rounds` model rounds, for `restore` in this or another process.
+        A deep copy: the loop goes on changing its messages (trimming) after the checkpoint is handed on."""
+        return Checkpoint(
+            question=self.question,
+            policy=self.policy.name if self.policy is not None else None,
+            rounds=rounds,
+            messages=messages,
+            turn_start=turn_start,
+            queries=self.queries,
+            charts=self.charts,
+            thinking=self.thinking,
+            answer=self.answer,
+            metrics=self.run_metrics,
+            model_calls=[ModelCalls(model=m, calls=c, **asdict(u)) for m, (c, u) in self.model_usage.items()],
+            model=self.model,
+            query_ids_taken=self.query_ids_taken,
+            executions_claimed=self.executions_claimed,
+            charts_claimed=self.charts_claimed,
+            think_only_rounds=self.think_only_rounds,
+            citation_retries=self.citation_retries,
+            figures_corrected=self.figures_corrected,
+            unverified_before_correction=self.unverified_before_correction,
+            started_at=self.started_at,
+            first_event_ms=None if self.first_event_s is None else round(self.first_event_s * 1000),
+            resumed=self.resumed,
+        ).model_copy(deep=True)
+
+    def restore(self, saved: Checkpoint) -> None:
+        """Go on from `saved`: what it gathered, its counters and its clock (the time the takeover took
+        counts in the answer's time), resumed once more."""
+        saved = saved.model_copy(deep=True)
+        self.queries, self.charts, self.thinking = saved.queries, saved.charts, saved.thinking
+        self.answer = saved.answer
+        self.run_metrics, self.model = saved.metrics, saved.model
+        self.model_usage = {
+            c.model: (c.calls, Usage(**c.model_dump(exclude={"model", "calls"}))) for c in saved.model_calls
+        }
+        self.query_ids_taken, self.executions_claimed = saved.query_ids_taken, saved.executions_claimed
+        self.charts_claimed, self.think_only_rounds = saved.charts_claimed, saved.think_only_rounds
+        self.citation_retries = saved.citation_retries
+        self.figures_corrected = saved.figures_corrected
+        self.unverified_before_correction = saved.unverified_before_correction
+        self.started_at = saved.started_at
+        self.started = time.perf_counter() - max(0.0, time.time() - saved.started_at)
+        self.first_event_s = None if saved.first_event_ms is None else saved.first_event_ms / 1000
+        self.resumed = saved.resumed + 1
 
     def take_query_id(self) -> str:
         """The next Q id, taken before any await: the execute_sql calls of one round run side by side, and
@@ -156,6 +208,7 @@ class RunState:
             first_event_ms=None if self.first_event_s is None else round(self.first_event_s * 1000),
             answer_ms=round(self.answered_s * 1000) if self.answered_s is not None else total_ms,
             answered=self.outcome not in (Outcome.ERROR, Outcome.CANCELLED),  # a cancel after the answer keeps it
+            resumed=self.resumed,
         )
 
     def _shown_read(self, query: ExecutedQuery) -> tuple[int | None, int | None]:
@@ -230,6 +283,7 @@ class RunState:
             figures=self.figures,
             receipt=self.receipt(m.total_ms),
             policy=self.policy.name if self.policy is not None else None,
+            resumed=self.resumed,
         )
 
     def record_finished(self, result: RunResult) -> None:

@@ -38,7 +38,7 @@ LIMITS = ("steps", "tool_calls", "queries", "minutes", "tokens", "cost")
 
 class ReportBudget(BaseModel):
     """What one report run may spend (Settings' AGENT_REPORT_*; None: no limit of that kind). A Resume
-    gets a fresh budget of the same size, counted from where the run stopped."""
+    grants one more budget of the same size (`ReportRequest.grants`)."""
 
     steps: int = 16  # model round trips
     tool_calls: int = 24
@@ -61,7 +61,7 @@ class ReportBudget(BaseModel):
 
 
 class ReportUsage(BaseModel):
-    """What the report has spent so far, over every run that built it."""
+    """What the report has spent so far, over every run that built it (`seconds`: the last run's)."""
 
     steps: int = 0
     tool_calls: int = 0
@@ -78,6 +78,11 @@ class ReportRequest(BaseModel):
 
     budget: ReportBudget = Field(default_factory=ReportBudget)
     report_id: str = ""  # '' for a new report (the run id names it); a Resume names the report it continues
+    # How many budgets the report has been given: 1, and one more per Resume. Its steps, tool calls,
+    # queries, tokens and cost are counted over the whole report (a resumed run's checkpoint carries them),
+    # against `grants` times the budget; minutes are each run's own.
+    grants: int = Field(1, ge=1)
+    runs: list[str] = Field(default_factory=list)  # the runs that wrote it before this one
 
 
 class FigureMark(BaseModel):

@@ -34,6 +34,7 @@ TABLES = {
     "reports",
     "audit_queries",
     "web_sessions",
+    "durable_runs",
 }
 
 

@@ -1,0 +1,228 @@
+"""Durable runs: nothing lost when a host dies.
+
+Several hosts share one PostgreSQL. Each run a host starts is kept here as it goes: what the run needs to
+go on (the question, its conversation, interface, platform, policy and audit origin), the adapter's
+delivery context (for Slack, the thread to post in), and the library's latest `Checkpoint` (agent/runner.py,
+taken when the run starts and after every completed round). The host holds the run under a lease it
+renews; a host that dies stops renewing, and once the lease lapses every other host's watcher may claim
+the run, one winner (`claim_lapsed`, under the state's write lock), and resume it through the Runner under
+the same run id (chats/runs.py `RunRegistry.take_over`). A normal end deletes the row.
+
+A lease, not the shared log's heartbeat, decides: a host slow for a moment keeps its runs until its lease
+lapses, and the lease is what bounds the time a takeover takes (AGENT_RUN_LEASE_S, plus at most a third
+of it for the watcher's next look).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import socket
+import sqlite3
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Collection
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from pydantic import ValidationError
+
+from agent.runner import Checkpoint
+from chats.audit import Origin
+from chats.state_file import StateFile, write_transaction
+
+log = logging.getLogger(__name__)
+RENEWALS_PER_LEASE = 3  # a lease is renewed (and lapsed ones looked for) this many times per lease
+
+
+@dataclass
+class DurableRun:
+    """One run kept for a takeover, as its row holds it."""
+
+    run_id: str
+    conversation_id: str
+    interface: str
+    platform: str
+    question: str
+    policy: str = ""  # the name of the policy it runs under ("": none)
+    origin: Origin = field(default_factory=Origin)
+    delivery: dict[str, Any] = field(default_factory=dict)  # the adapter's, e.g. Slack's thread
+    followups: bool = True
+    abandon_after_s: float | None = None
+    checkpoint: str | None = None  # the latest Checkpoint's JSON (None: none yet)
+    created_at: float = field(default_factory=time.time)
+    takeovers: int = 0  # times another host claimed it
+
+    def saved(self) -> Checkpoint | None:
+        """The checkpoint to resume from; None when there is none, or this release cannot read it."""
+        if self.checkpoint is None:
+            return None
+        try:
+            return Checkpoint.model_validate_json(self.checkpoint)
+        except ValidationError:
+            log.warning("run %s has a checkpoint this release cannot read", self.run_id)
+            return None
+
+
+def host_id() -> str:
+    """This process, among the hosts: its name and pid, and a random part (pids are reused)."""
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+
+class DurableRuns:
+    def __init__(self, file: StateFile, *, lease_s: float, host: str | None = None) -> None:
+        self._file, self.lease_s = file, lease_s
+        self.host = host or host_id()
+
+    async def begin(self, run: DurableRun) -> None:
+        """Keep `run`, held by this host."""
+        until = time.time() + self.lease_s
+        row = (
+            run.run_id, run.conversation_id, run.interface, run.platform, run.question, run.policy,
+            json.dumps(asdict(run.origin)), json.dumps(run.delivery), int(run.followups), run.abandon_after_s,
+            run.checkpoint, self.host, until, run.takeovers, run.created_at,
+        )  # fmt: skip
+
+        def write(c: sqlite3.Connection) -> None:
+            with write_transaction(c):
+                c.execute(f"INSERT INTO durable_runs ({_COLUMNS}) VALUES ({', '.join('?' * 15)})", row)
+
+        await self._file.run(write)
+
+    async def save(self, run_id: str, checkpoint: Checkpoint) -> bool:
+        """The run's latest checkpoint, its lease renewed. False: this host no longer holds it (its lease
+        lapsed and another host took it over)."""
+        data, until = checkpoint.model_dump_json(), time.time() + self.lease_s
+
+        def write(c: sqlite3.Connection) -> int:
+            with write_transaction(c):
+                return c.execute(
+                    "UPDATE durable_runs SET checkpoint = ?, lease_until = ? WHERE run_id = ? AND holder = ?",
+                    (data, until, run_id, self.host),
+                ).rowcount
+
+        return bool(await self._file.run(write))
+
+    async def update_delivery(self, run_id: str, delivery: dict[str, Any]) -> None:
+        """What the adapter knows now of where the answer goes (say, the message it streams into)."""
+        data = json.dumps(delivery)
+
+        def write(c: sqlite3.Connection) -> None:
+            with write_transaction(c):
+                c.execute(
+                    "UPDATE durable_runs SET delivery = ? WHERE run_id = ? AND holder = ?", (data, run_id, self.host)
+                )
+
+        await self._file.run(write)
+
+    async def finish(self, run_id: str) -> None:
+        """The run ended (its turn is stored): nothing to take over."""
+
+        def write(c: sqlite3.Connection) -> None:
+            with write_transaction(c):
+                c.execute("DELETE FROM durable_runs WHERE run_id = ?", (run_id,))
+
+        await self._file.run(write)
+
+    async def renew(self) -> int:
+        """Every lease this host holds, renewed; how many."""
+        until = time.time() + self.lease_s
+
+        def write(c: sqlite3.Connection) -> int:
+            with write_transaction(c):
+                return c.execute(
+                    "UPDATE durable_runs SET lease_until = ? WHERE holder = ?", (until, self.host)
+                ).rowcount
+
+        return int(await self._file.run(write))
+
+    async def release(self, run_ids: Collection[str]) -> None:
+        """Let other hosts take these runs over at once (this host stops without finishing them)."""
+        ids = list(run_ids)
+
+        def write(c: sqlite3.Connection) -> None:
+            with write_transaction(c):
+                c.executemany(
+                    "UPDATE durable_runs SET lease_until = 0 WHERE run_id = ? AND holder = ?",
+                    [(run_id, self.host) for run_id in ids],
+                )
+
+        await self._file.run(write)
+
+    async def claim_lapsed(self, interfaces: Collection[str]) -> DurableRun | None:
+        """One run of these interfaces whose lease lapsed, now held by this host; None when there is none.
+        Under the state's write lock: of the hosts that look at once, one wins each run."""
+        now, kinds = time.time(), sorted(interfaces)
+        marks = ", ".join("?" * len(kinds))
+
+        def claim(c: sqlite3.Connection) -> Any:
+            with write_transaction(c):
+                row = c.execute(
+                    f"SELECT {_COLUMNS} FROM durable_runs WHERE lease_until < ? AND interface IN ({marks}) "
+                    "ORDER BY lease_until LIMIT 1",
+                    (now, *kinds),
+                ).fetchone()
+                if row is None:
+                    return None
+                c.execute(
+                    "UPDATE durable_runs SET holder = ?, lease_until = ?, takeovers = takeovers + 1 WHERE run_id = ?",
+                    (self.host, now + self.lease_s, row[0]),
+                )
+                return tuple(row)
+
+        row = await self._file.run(claim) if kinds else None
+        if row is None:
+            return None
+        run = _run_of(row)
+        run.takeovers += 1
+        return run
+
+    async def holds(self, run_id: str) -> bool:
+        """Whether some host holds the run (it is kept, and will be taken over if its host died)."""
+        row = await self._file.run(
+            lambda c: c.execute("SELECT 1 FROM durable_runs WHERE run_id = ?", (run_id,)).fetchone()
+        )
+        return row is not None
+
+    async def watch(self, take_over: Callable[[DurableRun], Awaitable[None]], interfaces: Collection[str]) -> None:
+        """Until cancelled: renew this host's leases, and take over each run whose lease lapsed, a third of
+        a lease apart. A failure (the database away for a moment) is logged and tried again."""
+        while True:
+            try:
+                await self.renew()
+                while (run := await self.claim_lapsed(interfaces)) is not None:
+                    log.info("taking over run %s (its host stopped renewing its lease)", run.run_id)
+                    await take_over(run)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("could not renew leases or take over runs")
+            await asyncio.sleep(self.lease_s / RENEWALS_PER_LEASE)
+
+
+_COLUMNS = (
+    "run_id, conversation_id, interface, platform, question, policy, origin, delivery, followups, "
+    "abandon_after_s, checkpoint, holder, lease_until, takeovers, created_at"
+)
+
+
+def _run_of(row: tuple[Any, ...]) -> DurableRun:
+    (run_id, conversation_id, interface, platform, question, policy, origin, delivery, followups, abandon, saved,
+     _holder, _until, takeovers, created_at) = row  # fmt: skip
+    return DurableRun(
+        run_id=run_id,
+        conversation_id=conversation_id,
+        interface=interface,
+        platform=platform,
+        question=question,
+        policy=policy,
+        origin=Origin(**json.loads(origin)),
+        delivery=json.loads(delivery),
+        followups=bool(followups),
+        abandon_after_s=abandon,
+        checkpoint=saved,
+        created_at=created_at,
+        takeovers=takeovers,
+    )

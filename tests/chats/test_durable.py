@@ -1,0 +1,97 @@
+"""Durable runs' store (chats/durable.py) on both backends: a run held under a lease its host renews, taken
+over by exactly one other host once the lease lapsed, its checkpoint kept as it goes, deleted at its end."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+
+import pytest
+
+from agent.runner import Checkpoint
+from chats.audit import Origin
+from chats.durable import DurableRun, DurableRuns
+from chats.state_file import StateFile
+
+LEASE_S = 30.0  # long: a test lapses a lease by writing it, never by waiting
+
+
+@pytest.fixture
+def hosts(state_files: Callable[[], StateFile]) -> Callable[[str], DurableRuns]:
+    """Each host's store over its own connection to the one state."""
+    return lambda name: DurableRuns(state_files(), lease_s=LEASE_S, host=name)
+
+
+def run(run_id: str = "r1", interface: str = "slack") -> DurableRun:
+    return DurableRun(
+        run_id=run_id,
+        conversation_id="c1",
+        interface=interface,
+        platform=interface,
+        question="Which airport?",
+        policy="ops",
+        origin=Origin("slack-channel:T1:C1", "slack", "C1", "ops"),
+        delivery={"channel": "C1", "thread_ts": "1.0"},
+    )
+
+
+def lapse(store: DurableRuns, run_id: str) -> None:
+    """The holder stopped renewing long enough ago (its host died)."""
+    store._file.now(lambda c: c.execute("UPDATE durable_runs SET lease_until = 1 WHERE run_id = ?", (run_id,)))
+
+
+async def test_a_run_held_under_a_live_lease_is_not_taken_over_and_one_host_wins_a_lapsed_one(hosts) -> None:
+    a, b, c = hosts("a"), hosts("b"), hosts("c")
+    await a.begin(run())
+    assert await b.claim_lapsed({"slack", "web"}) is None  # a renews it: nobody takes it
+    assert await a.renew() == 1
+    lapse(a, "r1")
+    claims = await asyncio.gather(*(host.claim_lapsed({"slack"}) for host in (b, c, b, c)))
+    won = [claim for claim in claims if claim is not None]
+    assert len(won) == 1 and won[0].run_id == "r1" and won[0].takeovers == 1
+    assert won[0].origin == Origin("slack-channel:T1:C1", "slack", "C1", "ops") and won[0].policy == "ops"
+    assert won[0].delivery == {"channel": "C1", "thread_ts": "1.0"}
+    assert await b.claim_lapsed({"slack"}) is None and await c.claim_lapsed({"slack"}) is None
+    assert await a.renew() == 0  # the dead host, back, holds nothing
+
+
+async def test_the_checkpoint_is_kept_as_it_goes_and_only_by_the_host_holding_the_run(hosts) -> None:
+    a, b = hosts("a"), hosts("b")
+    await a.begin(run())
+    saved = Checkpoint(question="Which airport?", policy="ops", rounds=2, query_ids_taken=3)
+    assert await a.save("r1", saved)
+    lapse(a, "r1")
+    taken = await b.claim_lapsed({"slack"})
+    assert taken is not None and taken.saved() == saved
+    assert not await a.save("r1", saved.model_copy(update={"rounds": 3}))  # a lost it: refused
+    assert await b.save("r1", saved.model_copy(update={"rounds": 3}))
+    lapse(b, "r1")
+    again = await a.claim_lapsed({"slack"})
+    assert again is not None and again.takeovers == 2 and again.saved().rounds == 3
+
+
+async def test_a_host_takes_over_only_the_interfaces_it_can_deliver(hosts) -> None:
+    a, b = hosts("a"), hosts("b")
+    await a.begin(run("slack-run", "slack"))
+    lapse(a, "slack-run")
+    assert await b.claim_lapsed({"web"}) is None  # a host without the Slack bot leaves it
+    assert (await b.claim_lapsed({"web", "slack"})).run_id == "slack-run"
+
+
+async def test_a_finished_run_is_gone_and_a_released_one_is_taken_over_at_once(hosts) -> None:
+    a, b = hosts("a"), hosts("b")
+    await a.begin(run("done"))
+    await a.begin(run("handed", "web"))
+    await a.finish("done")
+    assert not await b.holds("done") and await b.holds("handed")
+    await a.release(["handed"])
+    taken = await b.claim_lapsed({"slack", "web"})
+    assert taken is not None and taken.run_id == "handed" and taken.saved() is None
+
+
+async def test_a_checkpoint_this_release_cannot_read_is_none_not_an_error(hosts) -> None:
+    a = hosts("a")
+    unreadable = run()
+    unreadable.checkpoint = '{"version": 99, "question": "q"}'
+    assert unreadable.saved() is None
+    await a.begin(unreadable)

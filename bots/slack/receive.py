@@ -138,7 +138,8 @@ def read_question(
     report, text = asked_for_report(question_text(raw, me.user_id))
     if not is_dm and allowed.channels and channel not in allowed.channels:
         # A mention there is still a question asked, refused: it is audited (never answered).
-        refused = _question(body, team, channel, text, is_dm, received_at, report) if kind == "app_mention" and text else None
+        asked = kind == "app_mention" and text
+        refused = _question(body, team, channel, text, is_dm, received_at, report) if asked else None
         return Ignored(Ignore.CHANNEL_NOT_ALLOWED, refused)
     mentioned = me.user_id in _MENTION.findall(raw)
     if kind == "message" and mentioned and not is_dm:

@@ -204,5 +204,6 @@ async def post_parts(
 def cannot_attach(exc: SlackApiError) -> str:
     """What the thread is told when Slack refused the files (the report itself stands above)."""
     scope = refusals.needed_scope(exc)
-    why = f"the app lacks the `{escape(scope)}` scope" if scope else f"Slack said `{escape(str(exc.response.get('error')))}`"
+    error = escape(str(exc.response.get("error")))
+    why = f"the app lacks the `{escape(scope)}` scope" if scope else f"Slack said `{error}`"
     return f"The report's PDF and Markdown could not be attached: {why}."

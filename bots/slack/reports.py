@@ -95,7 +95,9 @@ class SlackReports:
             return
         parts = report_parts(report, self._settings.agent_web_url)
         queries = [{"id": q.id, "question": q.question, "sql": q.sql} for q in report.queries]
-        metadata = partial(answer_metadata, handle.run_id, question=question.text, asked_ts=question.ts, queries=queries)
+        metadata = partial(
+            answer_metadata, handle.run_id, question=question.text, asked_ts=question.ts, queries=queries
+        )
         first, rest = parts[0], parts[1:]
         # The first part goes into the message that showed the plan (given as if streamed, so nothing shown is
         # taken back); the closing lines ride with it when it is the only part.

@@ -574,7 +574,9 @@ async def test_a_report_and_its_files_share_one_message_in_the_thread(client: As
         {"content": b"%PDF-1.7 report", "filename": "report.pdf", "title": "Report (PDF)"},
         {"content": "# Report\n", "filename": "report.md", "title": "Report (Markdown)"},
     ]
-    await client.files_upload_v2(file_uploads=uploads, channel=GENERAL_ID, thread_ts=thread, initial_comment="The report")
+    await client.files_upload_v2(
+        file_uploads=uploads, channel=GENERAL_ID, thread_ts=thread, initial_comment="The report"
+    )
     assert [c.method for c in slack.calls() if c.method.startswith("files.") or c.method == "upload"] == [
         "files.getUploadURLExternal", "files.getUploadURLExternal", "upload", "upload", "files.completeUploadExternal",
     ]  # fmt: skip
@@ -598,15 +600,18 @@ async def test_completing_an_upload_follows_the_documented_rules(client: AsyncWe
         "invalid_arguments": client.files_completeUploadExternal(
             files=[{"id": await uploaded()}], channels=f"{GENERAL_ID},{DM_ID}", thread_ts=thread
         ),
-        "channel_not_found": client.files_completeUploadExternal(files=[{"id": await uploaded()}], channel_id="C0NOPE0001"),
-        "snippet_too_large": client.files_getUploadURLExternal(filename="a.py", length=(1 << 20) + 1, snippet_type="python"),
+        "channel_not_found": client.files_completeUploadExternal(
+            files=[{"id": await uploaded()}], channel_id="C0NOPE0001"
+        ),
+        "snippet_too_large": client.files_getUploadURLExternal(
+            filename="a.py", length=(1 << 20) + 1, snippet_type="python"
+        ),
     }
     await assert_errors(errors)
     blocks = [{"type": "section", "text": {"type": "mrkdwn", "text": "*Report*"}}]
-    await client.files_completeUploadExternal(files=[{"id": await uploaded()}], channel_id=GENERAL_ID, thread_ts=thread, blocks=json.dumps(blocks))
-    await client.files_completeUploadExternal(
-        files=[{"id": await uploaded()}], channel_id=GENERAL_ID, thread_ts=thread, blocks=json.dumps(blocks), initial_comment="Hi"
-    )
+    share = {"channel_id": GENERAL_ID, "thread_ts": thread, "blocks": json.dumps(blocks)}
+    await client.files_completeUploadExternal(files=[{"id": await uploaded()}], **share)
+    await client.files_completeUploadExternal(files=[{"id": await uploaded()}], initial_comment="Hi", **share)
     with_blocks, with_comment = slack.replies(GENERAL_ID, thread)
     assert with_blocks["blocks"] == blocks, "without initial_comment, the blocks are the share's message"
     assert with_comment["text"] == "Hi" and with_comment.get("blocks") != blocks, "the comment wins: blocks ignored"

@@ -89,10 +89,8 @@ async def test_a_report_is_its_askers_alone_and_the_webs_alone(
     conversation_id = await store.create_conversation("q", key="slack:T:C:1.0", interface="slack", owner=owner)
     await runs.reports.begin("f" * 32, run_id="f" * 32, owner=owner, interface="slack", question="q",
                              conversation_id=conversation_id)  # fmt: skip
-    for client, at_twin in ((alice, ours.client(email=ALICE)), (bob, bob_at_twin)):
-        theirs, never = await client.get(f"/api/reports/{'f' * 32}"), await twin.client(email=ALICE).get(
-            f"/api/reports/{'f' * 32}"
-        )
+    for client, at_twin in ((alice, twin.client(email=ALICE)), (bob, bob_at_twin)):
+        theirs, never = await client.get(f"/api/reports/{'f' * 32}"), await at_twin.get(f"/api/reports/{'f' * 32}")
         assert theirs.status_code == 404 and said(theirs) == said(never)
     assert (await alice.get(f"/api/reports/{report_id}")).status_code == 200, "Alice still opens hers"
 

@@ -49,6 +49,7 @@ function showReport(stored, report) {
     if (!text || !text.trim()) return null;
     const body = el("div", { class: "markdown" });
     renderReportMarkdown(body, text, stored.query_pages);
+    markUnverified(body, (report.marks || {})[name] || []);
     const section = el("section", { class: `report-section ${name}`, "data-section": name }, el("h3", { text: title }), body);
     sections.append(section);
     return section;
@@ -60,6 +61,7 @@ function showReport(stored, report) {
       const item = el("li", { class: "finding" });
       const body = el("div", { class: "markdown" });
       renderReportMarkdown(body, finding.text, stored.query_pages);
+      markUnverified(body, finding.marks || []);
       item.append(body);
       const chart = report.charts.find((c) => c.id === finding.chart);
       if (chart) item.append(reportChart(chart, stored.query_pages));
@@ -75,11 +77,30 @@ function showReport(stored, report) {
     const limit = LIMIT_NAMES[report.stopped_by] ? `its ${LIMIT_NAMES[report.stopped_by]} limit` : "a limit";
     add("What remains to do", `${report.remaining || ""}\n\n_It stopped at ${limit}._`, "remaining");
   }
-  if (report.figures) markFigures(sections, report.figures);
   const notes = [unverifiedNote(report.figures), receiptLine(report.receipt)];
   if (stored.rows_hidden) notes.push(el("p", { class: "muted", text: stored.rows_hidden }));
   sections.append(...notes.filter(Boolean));
   showActions(stored, report);
+}
+
+// The figures of a section the check could not verify against their cited cells, marked where they stand
+// (the server says which: `marks`, by section and finding), each saying why on hover, as an answer's are.
+function markUnverified(root, marks) {
+  for (const mark of marks) {
+    const walker = document.createTreeWalker(root, NodeFilter.SHOW_TEXT, {
+      acceptNode: (node) => (node.parentElement.closest("a.cite, code, pre, .figure") ? NodeFilter.FILTER_REJECT : NodeFilter.FILTER_ACCEPT),
+    });
+    while (walker.nextNode()) {
+      const node = walker.currentNode;
+      const at = findFigure(node.nodeValue, mark.text, 0);
+      if (at < 0) continue;
+      const rest = node.splitText(at);
+      rest.splitText(mark.text.length);
+      rest.replaceWith(el("span", { class: "figure unverified", tabindex: "0", "data-figure": mark.text,
+        title: `Did not match: ${mark.reason || "no cell of the queries it cites gives it"}`, text: mark.text }));
+      break;
+    }
+  }
 }
 
 // [Qn] opens the query's own page (its SQL, preview and CSV), in this tab.

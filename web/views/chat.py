@@ -75,7 +75,7 @@ async def start_run(
             abandon_after_s=web.reattach_grace_s,
             on_done=lambda result: web.budget.settle(booked, result.receipt),
             policy=policy,
-            **({"report": report} if report is not None else {}),
+            report=report,
         )
     except ShuttingDown:
         await web.budget.settle(booked, None)

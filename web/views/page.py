@@ -1,6 +1,7 @@
 """The pages: the chat (at `/`, and at `/c/<id>` for one conversation), one query's own page (Slack's
-answers link each query there), a report's own page (`/reports/<id>`), and the page a browser gets for an address that leads nowhere. Each page
-is a shell that reads its data from the API with the sign-in cookie, or the access token the browser keeps.
+answers link each query there), a report's own page (`/reports/<id>`), and the page a browser gets for an
+address that leads nowhere. Each page is a shell that reads its data from the API with the sign-in cookie, or
+the access token the browser keeps.
 Where people sign in with OpenID Connect, a browser that has not is sent to sign in first, and back."""
 
 from __future__ import annotations

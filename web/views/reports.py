@@ -83,18 +83,18 @@ async def report(request: Request) -> Response:
 
 
 async def report_markdown(request: Request) -> Response:
+    report = await _written(request)
     from agent.reports import render_markdown
 
-    report = await _written(request)
     text = await asyncio.to_thread(render_markdown, report)
     headers = {"Content-Disposition": attachment(report.question, fallback=f"report-{report.id}", suffix=".md")}
     return Response(text, media_type=MARKDOWN, headers=headers)
 
 
 async def report_pdf(request: Request) -> Response:
+    report = await _written(request)
     from agent.reports import render_pdf
 
-    report = await _written(request)
     pdf = await asyncio.to_thread(render_pdf, report)
     headers = {"Content-Disposition": attachment(report.question, fallback=f"report-{report.id}", suffix=".pdf")}
     return Response(pdf, media_type=PDF, headers=headers)

@@ -5,7 +5,8 @@ A message holds at most 50 blocks ("blocks are limited to 50 per message", docs.
 block-kit/blocks) and at most 12,000 characters of markdown blocks in all ("The cumulative limit for all
 markdown blocks in a single payload is 12,000 characters", docs.slack.dev/reference/block-kit/blocks/
 markdown-block): the sections are packed into as few messages as fit both, a section longer than one
-message going on in the next, cut where a paragraph ends (blocks.cut_point). The first part goes where the
+message going on in the next, cut where a paragraph ends (blocks.cut_point). Past MAX_MESSAGES the thread
+says the rest is in the files. The first part goes where the
 live plan was shown (the answer writer's message); the rest follow, the last one with the figures that did
 not check out, the receipt and, for a partial report, the Resume button. The files go up together through
 Slack's external upload (files_upload_v2: files.getUploadURLExternal, the upload, files.completeUploadExternal).
@@ -29,6 +30,9 @@ from bots.slack.receipt import figure_blocks
 
 log = logging.getLogger(__name__)
 MAX_BLOCKS = 50  # per message (docs.slack.dev/reference/block-kit/blocks)
+# A thread is read, not scrolled past: a report longer than this many messages says the rest is in its files.
+MAX_MESSAGES = 8
+GOES_ON = "_The report goes on in the PDF and Markdown files attached below ({more} more message(s) of it)._"
 FILES_COMMENT = "The full report, as PDF and Markdown."
 SEPARATOR = "\n\n"
 OUTCOME_LINE = {
@@ -135,6 +139,10 @@ def report_parts(report: Report, web_url: str | None = None) -> list[Part]:
             if not parts[-1].fits(piece):
                 parts.append(Part())
             parts[-1].add(written, piece)
+    if len(parts) > MAX_MESSAGES:
+        more = len(parts) - MAX_MESSAGES + 1
+        parts = parts[: MAX_MESSAGES - 1] + [Part()]
+        parts[-1].add(GOES_ON.format(more=more), GOES_ON.format(more=more))
     closing = figure_blocks(report.figures, report.receipt) + report_buttons(report)
     if len(parts[-1].blocks) + len(closing) > MAX_BLOCKS:
         parts.append(Part())

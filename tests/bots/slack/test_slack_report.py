@@ -10,7 +10,7 @@ from typing import Any
 
 from agent.reports.model import Finding, Report, ReportOutcome, ReportQuery
 from bots.slack import blocks
-from bots.slack.report import MAX_BLOCKS, report_parts
+from bots.slack.report import MAX_BLOCKS, MAX_MESSAGES, report_parts
 from tests.fakes import slack_events as events
 from tests.fakes.anthropic_api import FakeAnthropic
 from tests.fakes.slack_api import BOT_USER_ID, GENERAL_ID, HUMAN_ID, FakeSlack
@@ -140,16 +140,24 @@ def long_report(findings: int, chars: int) -> Report:
 
 
 def test_a_long_report_is_cut_into_messages_within_slacks_limits_and_the_last_has_resume() -> None:
-    parts = report_parts(long_report(findings=60, chars=1_500), web_url="https://analyst.example")
-    assert len(parts) > 1
+    parts = report_parts(long_report(findings=30, chars=1_500), web_url="https://analyst.example")
+    assert 1 < len(parts) <= MAX_MESSAGES
     for part in parts:
         check_blocks(part.blocks)  # the fake's own rules: 50 blocks, 12,000 markdown characters, fields' limits
         assert sum(len(b["text"]) for b in part.blocks if b["type"] == "markdown") <= MAX_MARKDOWN_BLOCK_CHARS
     [resume] = [b for b in parts[-1].blocks if b.get("block_id") == blocks.RESUME_REPORT]
     assert resume["elements"][0]["value"] == "r" * 32
     joined = "\n".join(b["text"] for p in parts for b in p.blocks if b["type"] == "markdown")
-    assert joined.count("Delays rose in July [Q1].") == 60 * (1_500 // 26), "nothing lost between the parts"
+    assert joined.count("Delays rose in July [Q1].") == 30 * (1_500 // 26), "nothing lost between the parts"
     assert "https://analyst.example/queries/" + "r" * 32 + "-Q1" in joined
+
+
+def test_a_report_past_what_a_thread_should_hold_says_the_rest_is_in_its_files() -> None:
+    parts = report_parts(long_report(findings=80, chars=3_000))
+    assert len(parts) == MAX_MESSAGES
+    last = [b["text"] for b in parts[-1].blocks if b["type"] == "markdown"]
+    assert last == ["_The report goes on in the PDF and Markdown files attached below (15 more message(s) of it)._"]
+    assert [b for b in parts[-1].blocks if b.get("block_id") == blocks.RESUME_REPORT], "and Resume is still there"
 
 
 def test_a_cannot_answer_report_says_so_and_what_is_missing() -> None:

@@ -67,14 +67,15 @@ async def test_a_report_from_the_chat_opens_on_its_own_page(
             assert await page.locator("#resume").count() == 0, "a complete report has nothing to resume"
             ARTIFACTS.mkdir(exist_ok=True)
             SCREENSHOTS.mkdir(exist_ok=True)
+            await page.set_viewport_size({"width": 1100, "height": 1700})  # the page scrolls inside its main area
             await wrong.hover()
             await page.screenshot(path=SCREENSHOTS / "report.png", full_page=True)
 
             async with page.expect_download() as pdf:
-                await page.click("button.download:text('Download PDF')")
+                await page.click("button.report-download:text('Download PDF')")
             assert (await pdf.value).suggested_filename == "why-did-delays-rise-in-july.pdf"
             async with page.expect_download() as markdown:
-                await page.click("button.download:text('Download Markdown')")
+                await page.click("button.report-download:text('Download Markdown')")
             assert "21.7" in Path(await (await markdown.value).path()).read_text()
 
             cite = report.locator(".finding a.cite", has_text="[Q2]")

@@ -147,8 +147,8 @@ function queryList(report, pages) {
 function showActions(stored, report) {
   const actions = $("#report-actions");
   actions.replaceChildren(
-    el("button", { type: "button", class: "download", text: "Download PDF", onclick: () => download(stored.id, "pdf") }),
-    el("button", { type: "button", class: "download", text: "Download Markdown", onclick: () => download(stored.id, "md") }));
+    el("button", { type: "button", class: "report-download", text: "Download PDF", onclick: () => download(stored.id, "pdf") }),
+    el("button", { type: "button", class: "report-download", text: "Download Markdown", onclick: () => download(stored.id, "md") }));
   if (report.outcome === "partial") {
     actions.prepend(el("button", { type: "button", id: "resume", class: "resume", text: "Resume", onclick: () => resume(stored.id) }));
   }

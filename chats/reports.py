@@ -20,15 +20,20 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
-from agent.reports.model import Report
+from agent.reports.model import Report, ReportRequest
+from agent.runner import Checkpoint
 from chats.audiences import Audiences
 from chats.people import Person
-from chats.state_file import StateFile, write_transaction
+from chats.state_file import StateFile
 
 RUNNING = "running"
 FAILED = "failed"  # a run ended without a report (it raised, or was cancelled before it had one)
 ReportState = Literal["running", "complete", "partial", "cannot_answer", "failed"]
 _IN_INTERFACE = "(CAST(:interface AS TEXT) IS NULL OR interface = :interface)"
+# Every column but the checkpoint, which only a resume reads (it holds every result the run had).
+_COLUMNS = (
+    "id, owner, interface, conversation_id, question, state, run_id, policy, report, request, created_at, updated_at"
+)
 
 
 @dataclass(frozen=True)
@@ -42,6 +47,7 @@ class StoredReport:
     run_id: str  # the run writing it now, or the last that did
     policy: str  # the access policy its queries run under ('' for none)
     report: Report | None  # None until a run has written it
+    request: ReportRequest | None  # what its latest run was asked (its budget, how many it was granted)
     created_at: float
     updated_at: float
 
@@ -63,24 +69,60 @@ class ReportStore:
         owner: str,
         interface: str,
         question: str,
+        request: ReportRequest,
         conversation_id: str = "",
         policy: str = "",
     ) -> None:
         """A run starts writing the report (a new one, or a Resume of `report_id`): it is `running`, by
-        `run_id`. A Resume keeps its owner, question and what was written so far."""
+        `run_id`, asked `request`. A Resume keeps its owner, question, checkpoint and what was written."""
         now = self._clock()
+        asked = request.model_dump_json()
 
         def write(c: sqlite3.Connection) -> None:
-            with write_transaction(c):
-                c.execute(
-                    "INSERT INTO reports (id, owner, interface, conversation_id, question, state, run_id, policy, "
-                    "report, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'null', ?, ?) "
-                    "ON CONFLICT (id) DO UPDATE SET state = excluded.state, run_id = excluded.run_id, "
-                    "updated_at = excluded.updated_at",
-                    (report_id, owner, interface, conversation_id, question, RUNNING, run_id, policy, now, now),
-                )
+            c.execute(
+                "INSERT INTO reports (id, owner, interface, conversation_id, question, state, run_id, policy, "
+                "request, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+                "ON CONFLICT (id) DO UPDATE SET state = excluded.state, run_id = excluded.run_id, "
+                "request = excluded.request, updated_at = excluded.updated_at",
+                (report_id, owner, interface, conversation_id, question, RUNNING, run_id, policy, asked, now, now),
+            )
 
         await self._file.run(write)
+
+    async def keep_checkpoint(self, report_id: str, run_id: str, checkpoint: Checkpoint) -> None:
+        """The latest checkpoint of the run writing the report (a sink for `Runner.run(checkpoint=)`): what a
+        Resume, or a host restarted meanwhile, goes on from. Another run's (one taken over) is not kept."""
+        saved, now = checkpoint.model_dump_json(), self._clock()
+        await self._file.run(
+            lambda c: c.execute(
+                "UPDATE reports SET checkpoint = ?, updated_at = ? WHERE id = ? AND run_id = ?",
+                (saved, now, report_id, run_id),
+            )
+        )
+
+    async def checkpoint(self, report_id: str) -> Checkpoint | None:
+        """The report's latest checkpoint; None when it has none this release can read."""
+        row = await self._file.run(
+            lambda c: c.execute("SELECT checkpoint FROM reports WHERE id = ?", (report_id,)).fetchone()
+        )
+        if row is None or not row["checkpoint"]:
+            return None
+        try:
+            return Checkpoint.model_validate_json(row["checkpoint"])
+        except ValueError:
+            return None
+
+    async def claim(self, report_id: str, *, from_run: str, to_run: str) -> bool:
+        """Take a `running` report over from the run that was writing it (gone with its host): True for the
+        one caller whose claim lands, False when another took it first or it is no longer that run's."""
+        now = self._clock()
+        cursor = await self._file.run(
+            lambda c: c.execute(
+                "UPDATE reports SET run_id = ?, updated_at = ? WHERE id = ? AND run_id = ? AND state = ?",
+                (to_run, now, report_id, from_run, RUNNING),
+            )
+        )
+        return cursor.rowcount > 0
 
     async def save(self, report: Report, *, run_id: str) -> bool:
         """A run's report, as it ended (its outcome becomes the state). False when no run began it."""
@@ -107,7 +149,8 @@ class ReportStore:
         """The report under `report_id` (in `interface`), whoever owns it: for the kit's own use."""
         row = await self._file.run(
             lambda c: c.execute(
-                f"SELECT * FROM reports WHERE id = :id AND {_IN_INTERFACE}", {"id": report_id, "interface": interface}
+                f"SELECT {_COLUMNS} FROM reports WHERE id = :id AND {_IN_INTERFACE}",
+                {"id": report_id, "interface": interface},
             ).fetchone()
         )
         return _stored(row) if row else None
@@ -130,15 +173,20 @@ class ReportStore:
         """`owner`'s reports, newest first."""
         rows = await self._file.run(
             lambda c: c.execute(
-                "SELECT * FROM reports WHERE owner = ? ORDER BY updated_at DESC LIMIT ?", (owner, limit)
+                f"SELECT {_COLUMNS} FROM reports WHERE owner = ? ORDER BY updated_at DESC LIMIT ?", (owner, limit)
             ).fetchall()
         )
         return [_stored(row) for row in rows]
 
-    async def running(self) -> list[StoredReport]:
-        """Reports a run was writing when it last said: after a restart, the ones to resume."""
+    async def running(self, *, quiet_for_s: float = 0.0) -> list[StoredReport]:
+        """Reports a run was writing when it last said, and nothing since `quiet_for_s`: after a restart, the
+        ones to resume."""
+        before = self._clock() - quiet_for_s
         rows = await self._file.run(
-            lambda c: c.execute("SELECT * FROM reports WHERE state = ? ORDER BY updated_at", (RUNNING,)).fetchall()
+            lambda c: c.execute(
+                f"SELECT {_COLUMNS} FROM reports WHERE state = ? AND updated_at <= ? ORDER BY updated_at",
+                (RUNNING, before),
+            ).fetchall()
         )
         return [_stored(row) for row in rows]
 
@@ -150,7 +198,7 @@ class ReportStore:
 
 
 def _stored(row: sqlite3.Row) -> StoredReport:
-    text = row["report"]
+    text, asked = row["report"], row["request"]
     return StoredReport(
         id=row["id"],
         owner=row["owner"],
@@ -161,6 +209,7 @@ def _stored(row: sqlite3.Row) -> StoredReport:
         run_id=row["run_id"],
         policy=row["policy"],
         report=None if text in ("", "null") else Report.model_validate_json(text),
+        request=None if asked in ("", "null") else ReportRequest.model_validate_json(asked),
         created_at=row["created_at"],
         updated_at=row["updated_at"],
     )

@@ -36,6 +36,7 @@ from agent.logs import log_context
 from agent.reports.model import ReportRequest
 from agent.runner import (
     WIRE_EVENT,
+    Checkpoint,
     ErrorEvent,
     Event,
     FinalAnswer,
@@ -177,18 +178,21 @@ class RunRegistry:
         policy: Policy | None = None,
         origin: Origin | None = None,
         report: ReportRequest | None = None,
+        resume: Checkpoint | None = None,
+        run_id: str | None = None,
     ) -> RunHandle:
         """Register the run with its first event, `started`, already in its log (so a reader sees
         something before the model's first reply, and a replay shows the same), then drive it.
         `origin` is who asked and where, for the audit (without it: the conversation's owner).
         With `report`, the run writes a report: under `report.report_id` when it resumes one, else under
         the run's own id (`RunHandle.report_id`, known at once); it is stored as running before the runner
-        starts and as it ended before `done` (chats/reports.py). Raises ShuttingDown once `drain` has begun."""
+        starts and as it ended before `done` (chats/reports.py), its checkpoints kept with it; `resume` goes
+        on from one (`resume_report`, `resume_reports`). Raises ShuttingDown once `drain` has begun."""
         if not self.accepting:
             raise ShuttingDown(ShuttingDown.message)
         origin = origin or Origin(interface=interface)
         handle = RunHandle(
-            uuid.uuid4().hex,
+            run_id or uuid.uuid4().hex,  # a caller names it when it claimed the run's work first
             conversation_id,
             interface,
             abandon_after_s=abandon_after_s,
@@ -200,7 +204,7 @@ class RunRegistry:
             report = report.model_copy(update={"report_id": handle.report_id})
         handle.events.append(RunEvent(1, handle.run_id, conversation_id, StartedEvent(question=question)))
         self._runs[handle.run_id] = handle
-        run = self._drive(handle, question, history, platform, interface, followups, on_done, policy, report)
+        run = self._drive(handle, question, history, platform, interface, followups, on_done, policy, report, resume)
         with log_context(run_id=handle.run_id, interface=interface):  # the task copies the context
             handle.task = asyncio.create_task(run, name=f"run-{handle.run_id}")
         return handle
@@ -216,6 +220,7 @@ class RunRegistry:
         on_done: Callable[[RunResult], Awaitable[None]] | None = None,
         policy: Policy | None = None,
         report: ReportRequest | None = None,
+        resume: Checkpoint | None = None,
     ) -> None:
         async def publish(event: Event) -> None:
             await self._publish(handle, event)
@@ -224,8 +229,11 @@ class RunRegistry:
         result: RunResult | None = None
         try:
             try:
+                reporting: dict[str, Any] = {}  # only for a report: Runners that write none work on unchanged
                 if report is not None:
-                    await self._begin_report(handle, question)
+                    await self._begin_report(handle, question, report)
+                    keep = partial(self._reports.keep_checkpoint, handle.report_id, handle.run_id)
+                    reporting = {"report": report, "checkpoint": keep, "resume": resume}
                 result = await self._runner.run(
                     question,
                     history=history,
@@ -234,7 +242,7 @@ class RunRegistry:
                     on_event=publish,
                     followups=followups,
                     policy=policy,
-                    **({"report": report} if report is not None else {}),  # Runners that write no reports work on
+                    **reporting,
                 )
             except Exception:  # the runner turns its failures into a result; this is the rest (a bug)
                 log.exception("run %s failed", handle.run_id)
@@ -289,7 +297,7 @@ class RunRegistry:
         for event in done:
             await self._append(handle, event)
 
-    async def _begin_report(self, handle: RunHandle, question: str) -> None:
+    async def _begin_report(self, handle: RunHandle, question: str, request: ReportRequest) -> None:
         """The report is `running` by this run before the runner starts: a restart finds it to resume."""
         # Its audience is the chat's (a Slack channel's thread belongs to the channel), else who asked.
         owner = await self._store.owner_of(handle.conversation_id) or handle.origin.person
@@ -299,6 +307,7 @@ class RunRegistry:
             owner=owner,
             interface=handle.interface,
             question=question,
+            request=request,
             conversation_id=handle.conversation_id,
             policy=handle.policy,
         )
@@ -307,6 +316,8 @@ class RunRegistry:
         """The run's report as it ended, stored before `done` so a reader of `done` finds it; a run that
         ended without one (it raised, or was cancelled first) leaves the report `failed`."""
         try:
+            if not self.accepting and result is not None and result.outcome is Outcome.CANCELLED:
+                return  # the host is going down: the report stays running, and goes on from its checkpoint after
             if result is not None and result.report is not None:
                 await self._reports.save(result.report, run_id=handle.run_id)
             else:

@@ -206,7 +206,8 @@ def _turn_policy(conn: sqlite3.Connection) -> None:
 
 def _reports(conn: sqlite3.Connection) -> None:
     """Reports (chats/reports.py): each with its owner, where it was asked, the run writing it and how it
-    stands; the report itself as JSON (agent/reports/model.py). The same on both backends."""
+    stands; the report itself, the request its run was given and the run's latest checkpoint (the durable
+    runs' `Checkpoint`, from which Resume and a restarted host go on) as JSON. The same on both backends."""
     conn.execute(
         """CREATE TABLE IF NOT EXISTS reports (
             id TEXT PRIMARY KEY,
@@ -218,6 +219,8 @@ def _reports(conn: sqlite3.Connection) -> None:
             run_id TEXT NOT NULL,
             policy TEXT NOT NULL DEFAULT '',
             report TEXT NOT NULL DEFAULT 'null',
+            request TEXT NOT NULL DEFAULT 'null',
+            checkpoint TEXT,
             created_at REAL NOT NULL,
             updated_at REAL NOT NULL
         )"""

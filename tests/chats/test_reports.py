@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from agent.reports import Finding, Report, ReportOutcome, ReportRequest, ReportStatus
-from agent.runner import EventSink, RunResult, Turn, ignore_events
+from agent.runner import Checkpoint, EventSink, RunResult, Turn, ignore_events
 from chats.audiences import Audiences
 from chats.people import Person
 from chats.reports import FAILED, RUNNING
@@ -41,9 +41,13 @@ def _report(report_id: str, outcome: ReportOutcome = ReportOutcome.COMPLETE) -> 
 
 async def test_a_report_is_stored_running_then_as_it_ended_and_only_its_audience_reads_it(state: ChatState) -> None:
     reports, audiences = state.reports, Audiences()
-    await reports.begin("r1", run_id="run1", owner=ALICE.owner, interface="web", question="why?", policy="analysts")
+    asked = ReportRequest()
+    await reports.begin(
+        "r1", run_id="run1", owner=ALICE.owner, interface="web", question="why?", request=asked, policy="analysts"
+    )
     found = await reports.get("r1")
     assert found is not None and found.state == RUNNING and found.report is None and found.policy == "analysts"
+    assert found.request == asked and await reports.checkpoint("r1") is None
     assert [r.id for r in await reports.running()] == ["r1"]
 
     assert await reports.save(_report("r1", ReportOutcome.PARTIAL), run_id="run1")
@@ -55,12 +59,25 @@ async def test_a_report_is_stored_running_then_as_it_ended_and_only_its_audience
     assert await reports.get("r1", interface="slack") is None, "another interface's report is not there"
 
     # A Resume: running again by a new run, keeping the owner and what was written; it fails without a report.
-    await reports.begin("r1", run_id="run2", owner=BOB.owner, interface="web", question="changed")
+    await reports.begin("r1", run_id="run2", owner=BOB.owner, interface="web", question="changed", request=asked)
     await reports.fail("r1", run_id="run2")
     resumed = await reports.get("r1")
     assert resumed is not None and resumed.state == FAILED and resumed.owner == ALICE.owner
     assert resumed.question == "why?" and resumed.report is not None and resumed.report.outcome == "partial"
     assert [r.id for r in await reports.of_owner(ALICE.owner)] == ["r1"] and await reports.of_owner(BOB.owner) == []
+
+
+async def test_a_running_report_is_claimed_by_one_host_and_keeps_only_its_own_runs_checkpoints(
+    state: ChatState,
+) -> None:
+    reports = state.reports
+    await reports.begin("r2", run_id="gone", owner=ALICE.owner, interface="web", question="q", request=ReportRequest())
+    await reports.keep_checkpoint("r2", "gone", Checkpoint(question="q", rounds=2))
+    await reports.keep_checkpoint("r2", "another", Checkpoint(question="q", rounds=9))  # not the report's run
+    saved = await reports.checkpoint("r2")
+    assert saved is not None and saved.rounds == 2
+    claims = await asyncio.gather(*(reports.claim("r2", from_run="gone", to_run=f"host{n}") for n in range(3)))
+    assert sorted(claims) == [False, False, True], "exactly one host takes a report over"
 
 
 class ReportingRunner:
@@ -81,6 +98,8 @@ class ReportingRunner:
         on_event: EventSink = ignore_events,
         followups: bool = True,
         policy: Any = None,
+        checkpoint: Any = None,
+        resume: Any = None,
         report: ReportRequest | None = None,
     ) -> RunResult:
         self.requests.append(report)

@@ -1,0 +1,97 @@
+"""Reports that go on: Resume (a person asks a partial report to continue) and a restarted host (the reports
+its runs were writing when it stopped). Both start a run in the registry from the report's latest checkpoint
+(chats/reports.py keeps it; the durable runs' `Checkpoint`, agent/runner.py), so no query that succeeded
+runs again: its result is in the checkpoint.
+
+- Resume grants the report one more budget (`ReportRequest.grants`) and goes on from where it stopped.
+- A restart goes on with the budget the run had: the report was `running` when its host stopped (a drain
+  leaves it so; a crash cannot do otherwise), and exactly one claimant takes it (`ReportStore.claim`).
+
+Who may resume is the adapter's to check first (`ReportStore.readable`); the policy is the adapter's to
+find again by the name the report keeps (a checkpoint goes on only under its own policy).
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Awaitable, Callable
+from typing import Any, cast
+
+from agent.access.policy import Policy
+from agent.reports.model import ReportRequest
+from agent.runner import Checkpoint, Interface, Platform, RunResult
+from chats.audit import Origin
+from chats.reports import ReportStore, StoredReport
+from chats.runs import RunHandle, RunRegistry
+
+log = logging.getLogger(__name__)
+PLATFORM_OF: dict[str, Platform] = {"slack": "slack", "web": "web", "cli": "cli", "eval": "cli"}
+
+
+class NotResumable(Exception):
+    """The report cannot go on: it is still running, ended complete, or has no checkpoint to go on from."""
+
+
+class ReportRuns:
+    def __init__(self, runs: RunRegistry, reports: ReportStore | None = None) -> None:
+        self._runs = runs
+        self._reports = reports or runs.reports
+
+    async def resume(
+        self,
+        report_id: str,
+        *,
+        policy: Policy | None = None,
+        origin: Origin | None = None,
+        on_done: Callable[[RunResult], Awaitable[None]] | None = None,
+    ) -> RunHandle:
+        """Resume: a new run of the report, from its latest checkpoint, with one more budget. Raises
+        NotResumable for a report that is running, complete or cannot answer, or has no checkpoint."""
+        stored = await self._reports.get(report_id)
+        if stored is None or stored.state not in ("partial", "failed"):
+            raise NotResumable(f"the report is {stored.state if stored else 'not there'}")
+        checkpoint = await self._reports.checkpoint(report_id)
+        if checkpoint is None or stored.request is None:
+            raise NotResumable("the report has nothing to go on from")
+        earlier = stored.report.runs if stored.report is not None else [stored.run_id]
+        request = stored.request.model_copy(update={"grants": stored.request.grants + 1, "runs": earlier})
+        return self._start(stored, request, checkpoint, policy=policy, origin=origin, on_done=on_done)
+
+    async def resume_unfinished(
+        self, policy_named: Callable[[str | None], Policy | None], *, quiet_for_s: float = 0.0
+    ) -> list[RunHandle]:
+        """After a restart: every report a run was writing when its host stopped (nothing heard of it for
+        `quiet_for_s`: 0 when this host alone writes reports), each claimed by one host and taken on from
+        its checkpoint with the budget it had."""
+        started = []
+        for stored in await self._reports.running(quiet_for_s=quiet_for_s):
+            if self._runs.get(stored.run_id) is not None:
+                continue  # this process's own, running now
+            checkpoint = await self._reports.checkpoint(stored.id)
+            run_id = uuid.uuid4().hex
+            if stored.request is None or not await self._reports.claim(
+                stored.id, from_run=stored.run_id, to_run=run_id
+            ):
+                continue
+            request = stored.request.model_copy(update={"report_id": stored.id})
+            policy = policy_named(stored.policy or None)
+            log.info("going on with report %s after a restart", stored.id)
+            started.append(self._start(stored, request, checkpoint, policy=policy, run_id=run_id))
+        return started
+
+    def _start(
+        self, stored: StoredReport, request: ReportRequest, checkpoint: Checkpoint | None, **kwargs: Any
+    ) -> RunHandle:
+        interface = cast(Interface, stored.interface)
+        return self._runs.start(
+            stored.conversation_id,
+            stored.question,
+            [],
+            platform=PLATFORM_OF.get(stored.interface, "cli"),
+            interface=interface,
+            followups=False,
+            report=request.model_copy(update={"report_id": stored.id}),
+            resume=checkpoint,
+            **kwargs,
+        )

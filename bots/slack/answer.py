@@ -21,7 +21,7 @@ from agent.access.policy import Policies
 from agent.config import Settings
 from agent.knowledge import KnowledgeBase
 from agent.metrics import Metrics
-from agent.runner import AnswerEvent, Outcome, Turn
+from agent.runner import AnswerEvent, Outcome, RunResult, Turn
 from bots.slack import blocks, refusals
 from bots.slack.access import NO_POLICY_FILE, Access, access_for
 from bots.slack.api_tiers import CallBudget
@@ -83,7 +83,7 @@ class Answerer:
         self.streaming = Streaming()
         self.budget = CallBudget(workers=pacing.workers)  # every answer's writes, against Slack's tiers
         self._reports = SlackReports(
-            client=client, store=store, reports=runs.reports, settings=settings, metrics=metrics, budget=self.budget
+            client=client, store=store, runs=runs, settings=settings, metrics=metrics, budget=self.budget
         )
         self._interval_s = settings.slack_progress_interval_s
 
@@ -211,17 +211,24 @@ class Answerer:
         conversation_id = await self._store.create_conversation(
             question.text, key=question.conversation_key, interface="slack", owner=access.owner
         )
-        handle = self._runs.start(
-            conversation_id,
-            question.text,
-            history,
-            platform="slack",
-            interface="slack",
-            on_done=lambda result: self._budget.settle(hold.reservation, result.receipt),
-            policy=access.policy if self._policies is not None else None,
-            origin=Origin(access.asker, "slack", question.channel),
-            report=request,
-        )
+        policy = access.policy if self._policies is not None else None
+        origin = Origin(access.asker, "slack", question.channel)
+
+        async def settle(result: RunResult) -> None:
+            await self._budget.settle(hold.reservation, result.receipt)
+
+        if question.resume is not None:
+            resumed = await self._reports.resume(question.resume, policy=policy, origin=origin, on_done=settle)
+            if isinstance(resumed, str):
+                await progress.finish("Stopped")
+                await self._post(question, resumed)
+                return
+            handle = resumed
+        else:
+            handle = self._runs.start(
+                conversation_id, question.text, history, platform="slack", interface="slack", on_done=settle,
+                policy=policy, origin=origin, report=request,
+            )  # fmt: skip
         hold.run_started = True
         writer = AnswerWriter(
             self._client,

@@ -141,7 +141,7 @@ def report_parts(report: Report, web_url: str | None = None) -> list[Part]:
             parts[-1].add(written, piece)
     if len(parts) > MAX_MESSAGES:
         more = len(parts) - MAX_MESSAGES + 1
-        parts = parts[: MAX_MESSAGES - 1] + [Part()]
+        parts = [*parts[: MAX_MESSAGES - 1], Part()]
         parts[-1].add(GOES_ON.format(more=more), GOES_ON.format(more=more))
     closing = figure_blocks(report.figures, report.receipt) + report_buttons(report)
     if len(parts[-1].blocks) + len(closing) > MAX_BLOCKS:

@@ -16,15 +16,17 @@ import asyncio
 import dataclasses
 import logging
 import time
+from collections.abc import Awaitable, Callable
 from functools import partial
 
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
+from agent.access.policy import Policy
 from agent.config import Settings
 from agent.metrics import Metrics
 from agent.reports.model import Report, ReportBudget, ReportOutcome, ReportRequest
-from agent.runner import Outcome
+from agent.runner import Outcome, RunResult
 from bots.slack import blocks, refusals
 from bots.slack.api_tiers import CallBudget
 from bots.slack.charts import upload_charts
@@ -34,10 +36,11 @@ from bots.slack.receive import Question
 from bots.slack.reply import AnswerWriter
 from bots.slack.report import ReportFiles, attach_files, cannot_attach, post_parts, report_parts
 from bots.slack.thread import answer_metadata
+from chats.audit import Origin
 from chats.conversations import ConversationStore
-from chats.reports import ReportStore
+from chats.report_runs import NotResumable, ReportRuns
 from chats.run_view import RunView
-from chats.runs import RunHandle
+from chats.runs import RunHandle, RunRegistry
 
 log = logging.getLogger(__name__)
 NOT_RESUMABLE = "There is no partial report of this thread to resume (it may have been resumed already)."
@@ -50,20 +53,21 @@ class SlackReports:
         *,
         client: AsyncWebClient,
         store: ConversationStore,
-        reports: ReportStore,
+        runs: RunRegistry,
         settings: Settings,
         metrics: Metrics,
         budget: CallBudget,
     ) -> None:
-        self._client, self._store, self._reports = client, store, reports
+        self._client, self._store, self._reports = client, store, runs.reports
+        self._report_runs = ReportRuns(runs)
         self._settings, self._metrics, self._budget = settings, metrics, budget
 
-    async def request(self, question: Question) -> tuple[Question, ReportRequest] | str:
-        """What the run is asked: a new report on the question, or (Resume) the rest of a partial report of
-        this thread, with the report's own question. A Resume that cannot go on: what to tell the person."""
-        budget = ReportBudget.of(self._settings)
+    async def request(self, question: Question) -> tuple[Question, ReportRequest | None] | str:
+        """What the run is asked: a new report on the question (its request), or, for a Resume, the rest of a
+        partial report of this thread (None: `resume` starts it), asked as the report's own question. A Resume
+        that cannot go on: what to tell the person."""
         if question.resume is None:
-            return question, ReportRequest(budget=budget)
+            return question, ReportRequest(budget=ReportBudget.of(self._settings), grants=1)
         stored = await self._reports.get(question.resume, interface="slack")
         conversation_id = await self._store.find(question.conversation_key)
         if stored is None or conversation_id is None or stored.conversation_id != conversation_id:
@@ -72,8 +76,22 @@ class SlackReports:
             return RUNNING_ELSEWHERE
         if stored.report is None or not stored.report.resumable:
             return NOT_RESUMABLE
-        asked = dataclasses.replace(question, text=stored.question)
-        return asked, ReportRequest(budget=budget, report_id=stored.id)
+        return dataclasses.replace(question, text=stored.question), None
+
+    async def resume(
+        self,
+        report_id: str,
+        *,
+        policy: Policy | None,
+        origin: Origin,
+        on_done: Callable[[RunResult], Awaitable[None]],
+    ) -> RunHandle | str:
+        """The report's next run, from its latest checkpoint (its queries that succeeded are not run again),
+        with one more budget; what to tell the person when it cannot go on."""
+        try:
+            return await self._report_runs.resume(report_id, policy=policy, origin=origin, on_done=on_done)
+        except NotResumable:
+            return NOT_RESUMABLE
 
     async def deliver(
         self, question: Question, handle: RunHandle, view: RunView, progress: Progress, writer: AnswerWriter

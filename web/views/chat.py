@@ -10,6 +10,7 @@ from agent.reports.model import ReportRequest
 from chats.audit import Origin, record_refusal
 from chats.conversations import readable_under
 from chats.daily_budgets import Refusal
+from chats.report_runs import NotResumable, ReportRuns
 from chats.runs import ShuttingDown
 from web.boundary import HttpError, read_chat_request
 from web.context import WEB, web_context
@@ -44,9 +45,11 @@ async def start_run(
     message: str,
     conversation_id: str | None,
     report: ReportRequest | None = None,
+    resume: str | None = None,
 ) -> Response:
     """Start a run on `message` in the asker's conversation (a new one when None) and stream its events: an
-    answer, or with `report` a report (web/views/reports.py), under the same budget, policy and ownership."""
+    answer, or with `report` a report (web/views/reports.py), under the same budget, policy and ownership.
+    `resume`: the id of a partial report (its owner checked by the caller) whose next run this is."""
     web = web_context(request)
     if not web.runs.accepting:
         await refused(request, identity, "restarting", message)
@@ -59,6 +62,11 @@ async def start_run(
         await refused(request, identity, "over_budget", message)
         raise HttpError(429, booked.message, {"Retry-After": str(booked.retry_after_s)})
     try:
+        if resume is not None:
+            handle = await ReportRuns(web.runs).resume(
+                resume, policy=policy, on_done=lambda result: web.budget.settle(booked, result.receipt)
+            )
+            return event_stream(live(web.runs.follow_batches(handle)), web.stream_grace_s)
         if conversation_id is None:
             conversation_id = await web.store.create_conversation(message, owner=identity.person.owner)
         else:
@@ -80,6 +88,10 @@ async def start_run(
     except ShuttingDown:
         await web.budget.settle(booked, None)
         raise HttpError(503, ShuttingDown.message, {"Retry-After": "5"}) from None
+    except NotResumable:
+        await web.budget.settle(booked, None)
+        why = "This report cannot be resumed: it is not partial, or has nothing to go on from."
+        raise HttpError(409, why) from None
     except BaseException:
         await web.budget.settle(booked, None)  # no run started: nothing is held
         raise

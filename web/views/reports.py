@@ -51,8 +51,7 @@ async def start_report(request: Request) -> Response:
             raise HttpError(409, "This report is being written; its page shows it when it is done.")
         if stored.report is None or not stored.report.resumable:
             raise HttpError(409, "This report is not partial: there is nothing to resume.")
-        request_ = ReportRequest(budget=budget, report_id=stored.id)
-        return await start_run(request, identity, stored.question, stored.conversation_id or None, request_)
+        return await start_run(request, identity, stored.question, stored.conversation_id, resume=stored.id)
     message = body.message.strip()
     limit = web.settings.agent_web_max_message_chars
     if not message:
@@ -60,7 +59,7 @@ async def start_report(request: Request) -> Response:
     if len(body.message) > limit:
         await refused(request, identity, "too_long")
         raise HttpError(413, f"message: longer than {limit} characters ({len(body.message)}).")
-    return await start_run(request, identity, message, body.conversation_id, ReportRequest(budget=budget))
+    return await start_run(request, identity, message, body.conversation_id, ReportRequest(budget=budget, grants=1))
 
 
 async def report(request: Request) -> Response:

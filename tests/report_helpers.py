@@ -47,3 +47,45 @@ def report_script(text: str = REPORT) -> list[Any]:
         Reply(text=text),
         Reply(text="[]"),
     ]
+
+RAIN = (
+    "SELECT month, round(avg(precip), 3) AS precip FROM nycflights13.weather WHERE month IN (6, 7) "
+    "GROUP BY month ORDER BY month"
+)
+PARTIAL = """## Summary
+Departure delays peaked in July at 21.7 minutes on average [Q1].
+
+## Findings
+- Every origin airport was late in July, EWR most of all [Q2]
+
+## How this was found
+Q1 averaged the delay per month; Q2 split July by origin airport.
+
+## What remains
+Whether the weather explains it: precipitation in June and July."""
+
+
+def partial_then_resumed_script() -> tuple[list[Any], list[Any]]:
+    """With a budget of two queries: three asked at once, two run, the third refused; the one call with no tools
+    writes the partial report. Resumed (one more budget): the third query, then the whole report."""
+    first = [
+        Reply(
+            tool_calls=[
+                (
+                    "execute_sql",
+                    {
+                        "queries": [
+                            {"question": "Average departure delay per month", "sql": MONTHLY},
+                            {"question": "July's delays per origin airport", "sql": JULY_BY_ORIGIN},
+                            {"question": "Precipitation in June and July", "sql": RAIN},
+                        ]
+                    },
+                )
+            ]
+        ),
+        Reply(text=PARTIAL),
+        Reply(text="[]"),
+    ]
+    whole = REPORT.replace(" (chart C1)", "").replace("- Delays were 9.2 minutes lower in the spring [Q1]\n", "")
+    resumed = [Reply(tool_calls=[sql_call("Precipitation in June and July", RAIN)]), Reply(text=whole)]
+    return first, resumed

@@ -8,14 +8,16 @@ from __future__ import annotations
 
 from typing import Any
 
+from agent.db import Database
 from agent.reports.model import Finding, Report, ReportOutcome, ReportQuery
 from bots.slack import blocks
 from bots.slack.report import MAX_BLOCKS, MAX_MESSAGES, report_parts
+from tests.agent.pipeline.test_checkpoints import CountingDatabase
 from tests.fakes import slack_events as events
 from tests.fakes.anthropic_api import FakeAnthropic
 from tests.fakes.slack_api import BOT_USER_ID, GENERAL_ID, HUMAN_ID, FakeSlack
 from tests.fakes.slack_rules import MAX_MARKDOWN_BLOCK_CHARS, check_blocks
-from tests.report_helpers import report_script
+from tests.report_helpers import partial_then_resumed_script, report_script
 from tests.slack_helpers import bot_replies, carriers_script
 
 
@@ -118,6 +120,70 @@ async def test_a_question_without_the_prefix_gets_an_answer_and_a_dig_deeper_but
     assert any("this is a report request" in part.get("text", "") for part in asked)
     assert f"<@{HUMAN_ID}> asked for a report: which carrier flew the most?" in shown_text(fake_slack, thread)
     assert {f.filename.rsplit(".", 1)[-1] for f in fake_slack.files} >= {"pdf", "md"}
+
+
+async def test_a_partial_report_has_resume_which_finishes_it_without_running_its_queries_again(
+    start_bot, fake_slack: FakeSlack, fake_anthropic: FakeAnthropic, db: Database
+) -> None:
+    counting = CountingDatabase(db)
+    bot = await start_bot(agent_report_max_queries=2, database=counting)
+    first, resumed = partial_then_resumed_script()
+    fake_anthropic.script(*first)
+    thread = await ask_report(bot, fake_slack, "report: why did delays rise in July?")
+    assert len(counting.executed) == 2, "two of the three queries asked: the budget"
+    text = shown_text(fake_slack, thread)
+    assert "**Partial report:** why did delays rise in July?" in text and "its query limit" in text
+    assert "**What remains to do**" in text and "precipitation in June and July" in text
+    [(message, block)] = [
+        (m, b) for m in bot_replies(fake_slack, GENERAL_ID, thread) for b in m.get("blocks") or []
+        if b.get("block_id") == blocks.RESUME_REPORT
+    ]  # fmt: skip
+    button = block["elements"][0]
+    assert button["text"]["text"] == "Resume"
+
+    fake_anthropic.reset()
+    fake_anthropic.script(*resumed)
+    await bot.click(
+        events.block_actions(button["action_id"], button["value"], message_ts=message["ts"], thread_ts=thread)
+    )
+    await bot.idle()
+    assert len(counting.executed) == 3 and "nycflights13.weather" in counting.executed[2], "Q1 and Q2 not run again"
+    assert f"<@{HUMAN_ID}> resumed the report." in shown_text(fake_slack, thread)
+    stored = await bot.service.state.reports.get(button["value"])
+    assert stored is not None and stored.report is not None and stored.report.outcome is ReportOutcome.COMPLETE
+    assert [q.id for q in stored.report.queries] == ["Q1", "Q2", "Q3"] and len(stored.report.runs) == 2
+    assert shown_text(fake_slack, thread).count("**Report:** why did delays rise in July?") == 1, "the whole report"
+
+    # The same button again: the report is complete, nothing more runs.
+    asked = len(fake_anthropic.requests)
+    await bot.click(
+        events.block_actions(button["action_id"], button["value"], message_ts=message["ts"], thread_ts=thread)
+    )
+    await bot.idle()
+    assert len(
+        fake_anthropic.requests
+    ) == asked and "There is no partial report of this thread to resume" in shown_text(fake_slack, thread)
+
+
+async def test_a_resume_sent_from_another_thread_is_a_report_never_seen(
+    start_bot, fake_slack: FakeSlack, fake_anthropic: FakeAnthropic
+) -> None:
+    bot = await start_bot(agent_report_max_queries=2)
+    first, _ = partial_then_resumed_script()
+    fake_anthropic.script(*first)
+    thread = await ask_report(bot, fake_slack, "report: why did delays rise in July?")
+    [report_id] = [
+        b["elements"][0]["value"]
+        for b in report_blocks(fake_slack, thread)
+        if b.get("block_id") == blocks.RESUME_REPORT
+    ]
+    elsewhere = fake_slack.add_message(GENERAL_ID, "another thread")
+    asked = len(fake_anthropic.requests)
+    forged = events.block_actions(blocks.RESUME_REPORT, report_id, message_ts=elsewhere, thread_ts=elsewhere)
+    await bot.click(forged)
+    await bot.idle()
+    assert len(fake_anthropic.requests) == asked
+    assert "There is no partial report of this thread to resume" in shown_text(fake_slack, elsewhere)
 
 
 # --- the parts, as a unit: Slack's limits hold for a long report ---

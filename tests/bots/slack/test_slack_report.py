@@ -14,7 +14,7 @@ from bots.slack import blocks
 from bots.slack.report import MAX_BLOCKS, MAX_MESSAGES, report_parts
 from tests.agent.pipeline.test_checkpoints import CountingDatabase
 from tests.fakes import slack_events as events
-from tests.fakes.anthropic_api import FakeAnthropic
+from tests.fakes.anthropic_api import FakeAnthropic, Reply
 from tests.fakes.slack_api import BOT_USER_ID, GENERAL_ID, HUMAN_ID, FakeSlack
 from tests.fakes.slack_rules import MAX_MARKDOWN_BLOCK_CHARS, check_blocks
 from tests.report_helpers import partial_then_resumed_script, report_script
@@ -184,6 +184,27 @@ async def test_a_resume_sent_from_another_thread_is_a_report_never_seen(
     await bot.idle()
     assert len(fake_anthropic.requests) == asked
     assert "There is no partial report of this thread to resume" in shown_text(fake_slack, elsewhere)
+
+
+async def test_a_report_the_data_cannot_answer_says_what_is_missing_and_attaches_nothing(
+    start_bot, fake_slack: FakeSlack, fake_anthropic: FakeAnthropic
+) -> None:
+    bot = await start_bot()
+    fake_anthropic.script(
+        Reply(tool_calls=[("think", {"content": "Ticket prices are in no table."})]),
+        Reply(
+            text="## Summary\nThe data cannot say how ticket prices changed.\n\n## What could not be answered\n"
+            "No table holds ticket prices or fares."
+        ),
+        Reply(text="[]"),
+    )
+    thread = await ask_report(bot, fake_slack, "report: how did ticket prices change in July?")
+    text = shown_text(fake_slack, thread)
+    assert "**I cannot answer this from the data:** how did ticket prices change in July?" in text
+    assert "**What could not be answered**" in text and "No table holds ticket prices or fares." in text
+    assert fake_slack.files == [] and not [
+        b for b in report_blocks(fake_slack, thread) if b.get("block_id") == blocks.RESUME_REPORT
+    ]
 
 
 # --- the parts, as a unit: Slack's limits hold for a long report ---

@@ -25,7 +25,9 @@ from slack_sdk.web.async_client import AsyncWebClient
 from agent.access.policy import Policy
 from agent.config import Settings
 from agent.metrics import Metrics
+from agent.reports.markdown import report_markdown
 from agent.reports.model import Report, ReportBudget, ReportOutcome, ReportRequest
+from agent.reports.pdf import report_pdf
 from agent.runner import Outcome, RunResult
 from bots.slack import blocks, refusals
 from bots.slack.api_tiers import CallBudget
@@ -131,14 +133,15 @@ class SlackReports:
         self._metrics.slack_answers.labels("report").inc()
 
     async def _charts_and_files(self, question: Question, report: Report) -> None:
+        images: dict[str, bytes] = {}  # each chart's PNG, drawn once: posted, then in the PDF
         try:
             if report.charts:
                 await upload_charts(
                     self._client, self._metrics, channel=question.channel, thread_ts=question.thread_ts,
-                    charts=report.charts, timeout_s=self._settings.chart_render_timeout_s,
+                    charts=report.charts, timeout_s=self._settings.chart_render_timeout_s, rendered=images,
                 )  # fmt: skip
             if report.outcome is not ReportOutcome.CANNOT_ANSWER:
-                files = await render_files(report)
+                files = await render_files(report, images)
                 await attach_files(
                     self._client, channel=question.channel, thread_ts=question.thread_ts, report=report, files=files
                 )
@@ -160,14 +163,12 @@ class SlackReports:
             refusals.log_refusal(log, f"tell {question.channel} about a report", exc)
 
 
-async def render_files(report: Report) -> ReportFiles:
-    """The report as Markdown and PDF (agent/reports' renderers), off the event loop: a PDF takes a while.
-    A PDF that cannot be rendered is logged, and the Markdown goes alone."""
-    from agent.reports import render_markdown, render_pdf
-
-    markdown = await asyncio.to_thread(render_markdown, report)
+async def render_files(report: Report, images: dict[str, bytes]) -> ReportFiles:
+    """The report as Markdown and PDF (agent/reports' renderers, the PDF with the charts' `images`), off the
+    event loop: a PDF takes a while. A PDF that cannot be rendered is logged, and the Markdown goes alone."""
+    markdown = report_markdown(report)
     try:
-        pdf: bytes | None = await asyncio.to_thread(render_pdf, report)
+        pdf: bytes | None = await asyncio.to_thread(report_pdf, report, chart_images=images)
     except Exception:
         log.warning("the PDF of report %s could not be rendered", report.id, exc_info=True)
         pdf = None

@@ -27,7 +27,6 @@ from agent.config import Settings
 from agent.metrics import Metrics
 from agent.reports.markdown import report_markdown
 from agent.reports.model import Report, ReportBudget, ReportOutcome, ReportRequest
-from agent.reports.pdf import report_pdf
 from agent.runner import Outcome, RunResult
 from bots.slack import blocks, refusals
 from bots.slack.api_tiers import CallBudget
@@ -166,6 +165,8 @@ class SlackReports:
 async def render_files(report: Report, images: dict[str, bytes]) -> ReportFiles:
     """The report as Markdown and PDF (agent/reports' renderers, the PDF with the charts' `images`), off the
     event loop: a PDF takes a while. A PDF that cannot be rendered is logged, and the Markdown goes alone."""
+    from agent.reports.pdf import report_pdf  # fpdf2, loaded by the first report only
+
     markdown = report_markdown(report)
     try:
         pdf: bytes | None = await asyncio.to_thread(report_pdf, report, chart_images=images)

@@ -17,7 +17,7 @@ from pydantic import BaseModel, Field
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from agent.reports import markdown, pdf
+from agent.reports import markdown
 from agent.reports.model import Report, ReportBudget, ReportRequest
 from chats.reports import StoredReport
 from web.boundary import HttpError, read_json_body
@@ -91,7 +91,9 @@ async def report_markdown(request: Request) -> Response:
 
 async def report_pdf(request: Request) -> Response:
     report = await _written(request)
-    document = await asyncio.to_thread(pdf.report_pdf, report)  # its charts named: the web renders no image
+    from agent.reports.pdf import report_pdf  # fpdf2, loaded by the first download only
+
+    document = await asyncio.to_thread(report_pdf, report)  # its charts named: the web renders no image
     headers = {"Content-Disposition": attachment(report.question, fallback=f"report-{report.id}", suffix=".pdf")}
     return Response(document, media_type=PDF, headers=headers)
 

@@ -6,6 +6,7 @@ against the strict fake Slack and the scripted model."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from agent.db import Database
@@ -19,6 +20,9 @@ from tests.fakes.slack_api import BOT_USER_ID, GENERAL_ID, HUMAN_ID, FakeSlack
 from tests.fakes.slack_rules import MAX_MARKDOWN_BLOCK_CHARS, check_blocks
 from tests.report_helpers import partial_then_resumed_script, report_script
 from tests.slack_helpers import bot_replies, carriers_script
+
+
+ARTIFACTS = Path(__file__).parent / "artifacts"
 
 
 def report_blocks(fake: FakeSlack, thread: str) -> list[dict[str, Any]]:
@@ -88,6 +92,8 @@ async def test_a_report_asked_in_a_mention_lands_in_the_thread_with_its_plan_par
     assert all((f.channel, f.thread_ts) == (GENERAL_ID, thread) for f in files.values())
     assert files["png"].data[:8] == b"\x89PNG\r\n\x1a\n"
     assert files["pdf"].data.startswith(b"%PDF-")
+    ARTIFACTS.mkdir(exist_ok=True)  # for a person to open: pdftoppm -png report.pdf page
+    (ARTIFACTS / "report.pdf").write_bytes(files["pdf"].data)
     markdown = files["md"].data.decode()
     assert "21.7" in markdown and "SELECT month" in markdown, "the Markdown file holds the report and its SQL"
     assert [c.method for c in fake_slack.calls() if c.method == "files.completeUploadExternal"].count(

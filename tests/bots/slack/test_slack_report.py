@@ -21,7 +21,6 @@ from tests.fakes.slack_rules import MAX_MARKDOWN_BLOCK_CHARS, check_blocks
 from tests.report_helpers import partial_then_resumed_script, report_script
 from tests.slack_helpers import bot_replies, carriers_script
 
-
 ARTIFACTS = Path(__file__).parent / "artifacts"
 
 

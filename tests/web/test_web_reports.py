@@ -12,6 +12,7 @@ import httpx
 import pytest
 
 from agent.app import AgentApp
+from agent.reports.model import ReportRequest
 from chats.people import channel_owner
 from tests.fakes.anthropic_api import FakeAnthropic
 from tests.report_helpers import report_script
@@ -88,7 +89,7 @@ async def test_a_report_is_its_askers_alone_and_the_webs_alone(
     owner = channel_owner("T0TEAM0001", "C0FINANCE1")
     conversation_id = await store.create_conversation("q", key="slack:T:C:1.0", interface="slack", owner=owner)
     await runs.reports.begin("f" * 32, run_id="f" * 32, owner=owner, interface="slack", question="q",
-                             conversation_id=conversation_id)  # fmt: skip
+                             conversation_id=conversation_id, request=ReportRequest())  # fmt: skip
     for client, at_twin in ((alice, twin.client(email=ALICE)), (bob, bob_at_twin)):
         theirs, never = await client.get(f"/api/reports/{'f' * 32}"), await at_twin.get(f"/api/reports/{'f' * 32}")
         assert theirs.status_code == 404 and said(theirs) == said(never)
@@ -101,4 +102,4 @@ async def test_a_report_page_shell_opens_only_for_a_reports_id(served: tuple[Ser
     shell = await browser.get(f"/reports/{'a' * 32}")
     mistyped = await browser.get("/reports/not-an-id.pdf")
     assert shell.status_code == 200 and 'data-page="report"' in shell.text and "report.js" in shell.text
-    assert mistyped.status_code == 404 and "a report's page is /reports/&lt;id&gt;" in mistyped.text
+    assert mistyped.status_code == 404 and "a report&#39;s page is /reports/&lt;id&gt;" in mistyped.text

@@ -48,6 +48,7 @@ def report_script(text: str = REPORT) -> list[Any]:
         Reply(text="[]"),
     ]
 
+
 RAIN = (
     "SELECT month, round(avg(precip), 3) AS precip FROM nycflights13.weather WHERE month IN (6, 7) "
     "GROUP BY month ORDER BY month"

@@ -10,11 +10,12 @@ from pathlib import Path
 
 import pytest
 
+from agent.db import Database
 from chats.state import ChatState
+from tests.agent.pipeline.test_checkpoints import CountingDatabase
 from tests.end_to_end.test_browser import ARTIFACTS, CHROMIUM, FLAGS, WATCH_CSP
-from tests.fakes.anthropic_api import FakeAnthropic, Reply
-from tests.report_helpers import JULY_BY_ORIGIN, MONTHLY, REPORT, report_script
-from tests.slack_helpers import sql_call
+from tests.fakes.anthropic_api import FakeAnthropic
+from tests.report_helpers import partial_then_resumed_script, report_script
 from tests.web_helpers import LiveServer
 from web.app import create_app
 
@@ -88,23 +89,18 @@ async def test_a_report_from_the_chat_opens_on_its_own_page(
     state.close()
 
 
-async def test_a_partial_report_resumes_from_its_page(make_app, fake_anthropic: FakeAnthropic, tmp_path: Path) -> None:
-    """One query allowed: the report stops after Q1 (partial, its remaining work said). Resume on its page goes
-    on with Q2 and finishes it; Q1 is not run again."""
+async def test_a_partial_report_resumes_from_its_page(
+    make_app, fake_anthropic: FakeAnthropic, tmp_path: Path, db: Database
+) -> None:
+    """Two queries allowed, three asked: the report stops partial, saying what remains. Resume on its page
+    runs the third and finishes it; the first two are not run again."""
     from playwright.async_api import async_playwright
 
-    partial = "## Summary\nJuly was the worst month, 21.7 minutes [Q1].\n\n## Findings\n- July peaked [Q1]"
-    fake_anthropic.script(
-        Reply(tool_calls=[sql_call("Average departure delay per month", MONTHLY)]),
-        Reply(text=partial),  # the call with no tools at the limit writes what it has
-        Reply(text="[]"),
-        Reply(tool_calls=[sql_call("July's delays per origin airport", JULY_BY_ORIGIN)]),
-        Reply(text=REPORT.replace(" (chart C1)", "")),
-        Reply(text=REPORT.replace(" (chart C1)", "")),
-        Reply(text="[]"),
-    )
+    counting = CountingDatabase(db)
+    first, resumed = partial_then_resumed_script()
+    fake_anthropic.script(*first)
     state = ChatState(tmp_path / "state.sqlite3")
-    app = make_app(agent_report_max_queries=1)
+    app = make_app(database=counting, agent_report_max_queries=2)
     async with LiveServer(create_app(app, state)) as server, async_playwright() as playwright:
         browser = await playwright.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
         try:
@@ -120,21 +116,15 @@ async def test_a_partial_report_resumes_from_its_page(make_app, fake_anthropic: 
             resume = page.locator("#resume")
             await resume.wait_for()
             assert (await page.locator("#report-outcome").inner_text()).startswith("Partial report")
-            assert "query limit" in await page.locator(".report-section.remaining").inner_text()
-            ran_before = [r for r in fake_anthropic.requests if r.get("tools")]
+            assert "precipitation in June and July" in await page.locator(".report-section.remaining").inner_text()
+            assert len(counting.executed) == 2
+            fake_anthropic.reset()
+            fake_anthropic.script(*resumed)
             await resume.click()
-            await (
-                page.locator("#report-outcome", has_text="Report")
-                .filter(has_not_text="Partial")
-                .wait_for(timeout=60_000)
-            )
-            assert await page.locator(".finding").count() == 3
-            assert await page.locator("#resume").count() == 0
-            resumed = [r for r in fake_anthropic.requests if r.get("tools")][len(ran_before) :]
-            sent = [b for m in resumed[0]["messages"] for b in m["content"] if b.get("type") == "tool_use"]
-            assert [q["sql"] for b in sent for q in b["input"].get("queries", [])] == [MONTHLY], (
-                "Q1 is carried into the resumed run, not run again"
-            )
+            await page.locator("#report-outcome.complete").wait_for(timeout=60_000)
+            assert await page.locator("#report-outcome").inner_text() == "Report"
+            assert await page.locator(".finding").count() == 2 and await page.locator("#resume").count() == 0
+            assert len(counting.executed) == 3 and "nycflights13.weather" in counting.executed[2], "Q1, Q2 not again"
             assert errors == []
         finally:
             await browser.close()

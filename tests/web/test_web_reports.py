@@ -12,10 +12,12 @@ import httpx
 import pytest
 
 from agent.app import AgentApp
+from agent.db import Database
 from agent.reports.model import ReportRequest
 from chats.people import channel_owner
+from tests.agent.pipeline.test_checkpoints import CountingDatabase
 from tests.fakes.anthropic_api import FakeAnthropic
-from tests.report_helpers import report_script
+from tests.report_helpers import partial_then_resumed_script, report_script
 from tests.web.people_helpers import PROXY_MODE, Served, said
 from tests.web_helpers import read_all
 
@@ -103,3 +105,28 @@ async def test_a_report_page_shell_opens_only_for_a_reports_id(served: tuple[Ser
     mistyped = await browser.get("/reports/not-an-id.pdf")
     assert shell.status_code == 200 and 'data-page="report"' in shell.text and "report.js" in shell.text
     assert mistyped.status_code == 404 and "a report&#39;s page is /reports/&lt;id&gt;" in mistyped.text
+
+
+async def test_a_partial_report_resumes_from_the_web_without_running_its_queries_again(
+    make_app: Callable[..., AgentApp], tmp_path: Path, fake_anthropic: FakeAnthropic, db: Database
+) -> None:
+    counting = CountingDatabase(db)
+    first, resumed = partial_then_resumed_script()
+    fake_anthropic.script(*first)
+    async with Served(make_app, tmp_path, database=counting, agent_report_max_queries=2, **PROXY_MODE) as ours:
+        alice = ours.client(email=ALICE)
+        report = (await ask_report(alice, "why did delays rise in July?"))[-1].data["result"]["report"]
+        assert (report["outcome"], len(counting.executed)) == ("partial", 2)
+        fake_anthropic.reset()
+        fake_anthropic.script(*resumed)
+        async with alice.stream("POST", "/api/reports", json={"resume": report["id"]}) as response:
+            assert response.status_code == 200, await response.aread()
+            events = await read_all(response)
+        assert [e.data["number"] for e in events if e.event == "step"] == [2, 2]
+        assert events[-1].data["result"]["report"]["outcome"] == "complete"
+        assert len(counting.executed) == 3 and "nycflights13.weather" in counting.executed[2], "Q1, Q2 not again"
+        stored = (await alice.get(f"/api/reports/{report['id']}")).json()
+        assert stored["state"] == "complete" and len(stored["report"]["runs"]) == 2
+        assert set(stored["query_pages"]) == {"Q1", "Q2", "Q3"}
+        again = await alice.post("/api/reports", json={"resume": report["id"]})
+        assert again.status_code == 409 and "not partial" in again.json()["error"]

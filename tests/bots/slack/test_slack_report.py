@@ -12,11 +12,12 @@ from typing import Any
 from agent.db import Database
 from agent.reports.model import Finding, Report, ReportOutcome, ReportQuery
 from bots.slack import blocks
+from bots.slack.receive import Allowed, Identity, Question, read_question
 from bots.slack.report import MAX_BLOCKS, MAX_MESSAGES, report_parts
 from tests.agent.pipeline.test_checkpoints import CountingDatabase
 from tests.fakes import slack_events as events
 from tests.fakes.anthropic_api import FakeAnthropic, Reply
-from tests.fakes.slack_api import BOT_USER_ID, GENERAL_ID, HUMAN_ID, FakeSlack
+from tests.fakes.slack_api import BOT_ID, BOT_USER_ID, GENERAL_ID, HUMAN_ID, TEAM_ID, FakeSlack
 from tests.fakes.slack_rules import MAX_MARKDOWN_BLOCK_CHARS, check_blocks
 from tests.report_helpers import partial_then_resumed_script, report_script
 from tests.slack_helpers import bot_replies, carriers_script
@@ -210,6 +211,40 @@ async def test_a_report_the_data_cannot_answer_says_what_is_missing_and_attaches
     assert fake_slack.files == [] and not [
         b for b in report_blocks(fake_slack, thread) if b.get("block_id") == blocks.RESUME_REPORT
     ]
+
+
+async def test_without_files_write_the_report_stands_and_the_thread_says_why_its_files_are_missing(
+    start_bot, fake_slack: FakeSlack, fake_anthropic: FakeAnthropic
+) -> None:
+    fake_slack.scopes = fake_slack.installed_scopes - {"files:write"}  # an app installed from an older manifest
+    bot = await start_bot()
+    fake_anthropic.script(*report_script())
+    thread = await ask_report(bot, fake_slack, "report: why did delays rise in July?")
+    text = shown_text(fake_slack, thread)
+    assert "**Findings**" in text and fake_slack.files == []
+    assert "The report's PDF and Markdown could not be attached: the app lacks the `files:write` scope." in text
+
+
+def test_report_is_asked_only_by_its_prefix_in_a_mention_a_dm_or_the_bots_thread() -> None:
+    me = Identity(team_id=TEAM_ID, user_id=BOT_USER_ID, bot_id=BOT_ID)
+
+    def read(event: dict[str, Any]) -> Question:
+        found = read_question(events.event_callback(event), me, Allowed(), 0.0)
+        assert isinstance(found, Question)
+        return found
+
+    asked = [
+        read(events.app_mention("Report: why did delays rise in July?")),
+        read(events.im_message("report:   why did delays rise in July?")),
+        read(events.message("REPORT: why did delays rise in July?", thread_ts="1700000000.000100")),
+    ]
+    assert [(q.report, q.text) for q in asked] == [(True, "why did delays rise in July?")] * 3
+    plain = [
+        read(events.app_mention("why did delays rise in July? a report would help")),
+        read(events.im_message("a report: why did delays rise?")),
+        read(events.app_mention("reports of delays in July?")),
+    ]
+    assert [q.report for q in plain] == [False, False, False], "never guessed: only the prefix asks for one"
 
 
 # --- the parts, as a unit: Slack's limits hold for a long report ---

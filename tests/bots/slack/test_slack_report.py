@@ -42,6 +42,27 @@ def shown_text(fake: FakeSlack, thread: str) -> str:
     return "\n".join(out)
 
 
+def thread_dump(fake: FakeSlack, thread: str) -> str:
+    """The thread as a person reads it: each message of the bot, its plan, text, blocks and files."""
+    lines: list[str] = []
+    for message in bot_replies(fake, GENERAL_ID, thread):
+        lines.append("--- message")
+        stream = fake.stream(GENERAL_ID, message["ts"])
+        if stream is not None and stream.tasks:
+            lines.append(f"  plan: {stream.plan_title}")
+            lines += [f"    [{t['status']}] {t['title']} ({t.get('output', '')})" for t in stream.tasks.values()]
+        markdown = [b["text"] for b in message.get("blocks") or [] if b["type"] == "markdown"]
+        for text in markdown or [message.get("text") or ""]:
+            lines += [f"  {line}" for line in text.splitlines()]
+        for block in message.get("blocks") or []:
+            if block["type"] == "context":
+                lines += [f"  ({block['block_id']}) {e['text']}" for e in block["elements"]]
+            elif block["type"] == "actions":
+                lines.append(f"  [{'] ['.join(e['text']['text'] for e in block['elements'])}]")
+        lines += [f"  file: {f['name']} ({f['mimetype']})" for f in message.get("files") or []]
+    return "\n".join(lines) + "\n"
+
+
 async def ask_report(bot: Any, fake: FakeSlack, text: str) -> str:
     ts = fake.add_message(GENERAL_ID, f"<@{BOT_USER_ID}> {text}")
     response = await bot.event(events.app_mention(text, ts=ts))
@@ -94,6 +115,7 @@ async def test_a_report_asked_in_a_mention_lands_in_the_thread_with_its_plan_par
     assert files["pdf"].data.startswith(b"%PDF-")
     ARTIFACTS.mkdir(exist_ok=True)  # for a person to open: pdftoppm -png report.pdf page
     (ARTIFACTS / "report.pdf").write_bytes(files["pdf"].data)
+    (ARTIFACTS / "slack-report.txt").write_text(thread_dump(fake_slack, thread), encoding="utf-8")
     markdown = files["md"].data.decode()
     assert "21.7" in markdown and "SELECT month" in markdown, "the Markdown file holds the report and its SQL"
     assert [c.method for c in fake_slack.calls() if c.method == "files.completeUploadExternal"].count(

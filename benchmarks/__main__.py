@@ -12,9 +12,11 @@ from benchmarks import (
     bench_policies,
     bench_preflight,
     bench_render,
+    bench_report,
     bench_retrieval_real,
     bench_sign_in,
     bench_slack,
+    bench_takeover,
     bench_text,
     bench_truncation,
     bench_web,
@@ -28,6 +30,7 @@ if __name__ == "__main__":
     bench_llm.report(bench_llm.run())
     bench_fallback.report(bench_fallback.run())
     bench_pipeline.report(bench_pipeline.run())
+    bench_report.report(bench_report.run())
     bench_web.report(bench_web.run())
     bench_slack.report(bench_slack.run())
     bench_pacing.report(bench_pacing.run())
@@ -40,3 +43,4 @@ if __name__ == "__main__":
     bench_preflight.report(bench_preflight.run())
     bench_policies.report(bench_policies.run())
     bench_sign_in.report(bench_sign_in.run())
+    bench_takeover.report(bench_takeover.run())

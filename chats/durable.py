@@ -66,6 +66,28 @@ class DurableRun:
             return None
 
 
+@dataclass(frozen=True)
+class ResumeLimits:
+    """How far a run taken over may go on: at most `max_resumes` takeovers, started at most `max_age_s`
+    ago. Past either, its lost step (a model call) is not made again: the run ends with a message."""
+
+    max_resumes: int
+    max_age_s: float
+
+    def why_not(self, run: DurableRun, now: float | None = None) -> str | None:
+        """What its reader is told when `run` may not be resumed; None when it may."""
+        if run.takeovers > self.max_resumes:
+            return lost_message(f"its servers stopped {run.takeovers} times")
+        if (now if now is not None else time.time()) - run.created_at > self.max_age_s:
+            return lost_message(f"it had been running for over {round(self.max_age_s / 60)} minutes")
+        return None
+
+
+def lost_message(why: str) -> str:
+    """What a reader is told of a run whose host died and that is not resumed (`why`: what stopped it)."""
+    return f"The server answering this stopped and the answer could not be picked up again ({why}); please ask again."
+
+
 def host_id() -> str:
     """This process, among the hosts: its name and pid, and a random part (pids are reused)."""
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
@@ -186,13 +208,20 @@ class DurableRuns:
         )
         return row is not None
 
-    async def watch(self, take_over: Callable[[DurableRun], Awaitable[None]], interfaces: Collection[str]) -> None:
-        """Until cancelled: renew this host's leases, and take over each run whose lease lapsed, a third of
-        a lease apart. A failure (the database away for a moment) is logged and tried again."""
+    async def watch(
+        self,
+        take_over: Callable[[DurableRun], Awaitable[None]],
+        interfaces: Collection[str],
+        *,
+        taking: Callable[[], bool] = lambda: True,
+    ) -> None:
+        """Until cancelled: renew this host's leases, and take over each run whose lease lapsed (while
+        `taking` says so: not once this host drains), a third of a lease apart. A failure (the database away
+        for a moment) is logged and tried again."""
         while True:
             try:
                 await self.renew()
-                while (run := await self.claim_lapsed(interfaces)) is not None:
+                while taking() and (run := await self.claim_lapsed(interfaces)) is not None:
                     log.info("taking over run %s (its host stopped renewing its lease)", run.run_id)
                     await take_over(run)
             except asyncio.CancelledError:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Collection
 from typing import Any, cast
 
 from agent.access.policy import Policy
@@ -59,15 +59,20 @@ class ReportRuns:
         return self._start(stored, request, checkpoint, policy=policy, origin=origin, on_done=on_done)
 
     async def resume_unfinished(
-        self, policy_named: Callable[[str | None], Policy | None], *, quiet_for_s: float = 0.0
+        self,
+        policy_named: Callable[[str | None], Policy | None],
+        *,
+        interfaces: Collection[str] = ("web", "slack", "cli", "eval"),
+        quiet_for_s: float = 0.0,
     ) -> list[RunHandle]:
-        """After a restart: every report a run was writing when its host stopped (nothing heard of it for
-        `quiet_for_s`: 0 when this host alone writes reports), each claimed by one host and taken on from
-        its checkpoint with the budget it had."""
+        """After a restart of a host that alone keeps the state (a SQLite file; with PostgreSQL the durable
+        runs' takeover carries reports on): every report of `interfaces` a run was writing when the host
+        stopped (nothing heard of it for `quiet_for_s`), each claimed once and taken on from its checkpoint
+        with the budget it had."""
         started = []
         for stored in await self._reports.running(quiet_for_s=quiet_for_s):
-            if self._runs.get(stored.run_id) is not None:
-                continue  # this process's own, running now
+            if self._runs.get(stored.run_id) is not None or stored.interface not in interfaces:
+                continue  # this process's own, running now; or another interface's to take on
             checkpoint = await self._reports.checkpoint(stored.id)
             run_id = uuid.uuid4().hex
             if stored.request is None or not await self._reports.claim(

@@ -155,6 +155,15 @@ class ReportStore:
         )
         return _stored(row) if row else None
 
+    async def of_run(self, run_id: str) -> StoredReport | None:
+        """The report the run `run_id` is writing (a run another host takes over, say); None for an answer's."""
+        row = await self._file.run(
+            lambda c: c.execute(
+                f"SELECT {_COLUMNS} FROM reports WHERE run_id = ? AND state = ?", (run_id, RUNNING)
+            ).fetchone()
+        )
+        return _stored(row) if row else None
+
     async def owner_of(self, report_id: str, *, interface: str | None = None) -> str | None:
         """Who the report belongs to; None when there is none (in `interface`)."""
         found = await self.get(report_id, interface=interface)

@@ -83,6 +83,8 @@ SWEEPS: tuple[tuple[str, Sweep], ...] = (
     ("pace_takes", _older("DELETE FROM pace_takes WHERE at < ?")),
     ("budget_spend", _old_budget_days),
     ("web_sessions", _expired_sessions),
+    # A run kept for a takeover that no host took over (every host gone, or none that can deliver it).
+    ("durable_runs", _older("DELETE FROM durable_runs WHERE created_at < ?")),
 )
 TABLES = tuple(table for table, _ in SWEEPS)  # the metric's label values
 

@@ -19,14 +19,15 @@ not there for it.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any
+from typing import Any, cast
 
 from pydantic import ValidationError
 
@@ -36,9 +37,11 @@ from agent.logs import log_context
 from agent.reports.model import ReportRequest
 from agent.runner import (
     WIRE_EVENT,
+    AnswerEvent,
     Checkpoint,
     ErrorEvent,
     Event,
+    EventSink,
     FinalAnswer,
     FinishedEvent,
     Interface,
@@ -52,13 +55,17 @@ from agent.runner import (
 )
 from chats.audit import AuditLog, Origin, entry_of
 from chats.conversations import ConversationStore
+from chats.durable import DurableRun, DurableRuns, lost_message
 from chats.reports import ReportStore
 from chats.shared_runs import BEAT_S, SharedRunLog
 
 log = logging.getLogger(__name__)
 SHARED_FLUSH_S = 0.15  # how often a run's new events are copied for readers in other processes
-SHARED_POLL_S = 0.25  # how often a reader in another process looks for them
+SHARED_POLL_S = 0.25  # how often a reader in another process looks for them (SQLite)
+PUSH_COALESCE_S = 0.005  # on PostgreSQL, events that come this close together are copied in one write
+PUSHED_CHECK_S = 1.0  # on PostgreSQL, how often a reader woken by nothing checks on the run's owner
 SHARED_APPEARS_S = 1.0  # how long a reader waits for a run started a moment ago to be shared
+DURABLE_INTERFACES = ("web", "slack")  # the runs kept for a takeover: a CLI or eval run has nobody to deliver to
 STREAM_MARGIN_S = 2.0  # on shutdown, after the grace period: for cancelled runs' last events to reach readers
 
 
@@ -119,6 +126,9 @@ class RunHandle:
     shared_upto: int = 0  # events copied to the shared log so far
     origin: Origin = field(default_factory=Origin)  # who asked, where, under which policy: for the audit
     policy: str = ""  # the name of the policy it runs under (its rows go again only to a reader covering it)
+    sharing: asyncio.Lock = field(default_factory=asyncio.Lock)  # one copy to the shared log at a time
+    durable: bool = False  # kept for a takeover (chats/durable.py) while it runs
+    superseded: bool = False  # another host took it over (this one lost its lease): this copy ends silently
     report_id: str = ""  # a report run's report (chats/reports.py): its own id, or the one a Resume continues
 
 
@@ -132,9 +142,13 @@ class RunRegistry:
         shared: SharedRunLog | None = None,
         max_event_bytes: int = Limits.max_event_bytes,
         audit: AuditLog | None = None,
+        durable: DurableRuns | None = None,
         reports: ReportStore | None = None,
     ):
+        """`durable`: runs of the web and Slack are kept there as they go, so another host takes one over
+        when this one dies (`take_over`)."""
         self._runner = runner
+        self._durable = durable
         self._store = store
         self._audit = audit or AuditLog(store.file)  # every run leaves an entry, whoever built the registry
         self._reports = reports or ReportStore(store.file)  # a report run's report, stored before `done`
@@ -177,6 +191,7 @@ class RunRegistry:
         on_done: Callable[[RunResult], Awaitable[None]] | None = None,
         policy: Policy | None = None,
         origin: Origin | None = None,
+        delivery: dict[str, Any] | None = None,
         report: ReportRequest | None = None,
         resume: Checkpoint | None = None,
         run_id: str | None = None,
@@ -184,10 +199,12 @@ class RunRegistry:
         """Register the run with its first event, `started`, already in its log (so a reader sees
         something before the model's first reply, and a replay shows the same), then drive it.
         `origin` is who asked and where, for the audit (without it: the conversation's owner).
+        `delivery`: what the adapter of another host needs to deliver the answer should it take the run
+        over (Slack's thread); kept with the run when the registry keeps runs durable.
         With `report`, the run writes a report: under `report.report_id` when it resumes one, else under
         the run's own id (`RunHandle.report_id`, known at once); it is stored as running before the runner
         starts and as it ended before `done` (chats/reports.py), its checkpoints kept with it; `resume` goes
-        on from one (`resume_report`, `resume_reports`). Raises ShuttingDown once `drain` has begun."""
+        on from one (chats/report_runs.py). Raises ShuttingDown once `drain` has begun."""
         if not self.accepting:
             raise ShuttingDown(ShuttingDown.message)
         origin = origin or Origin(interface=interface)
@@ -204,46 +221,169 @@ class RunRegistry:
             report = report.model_copy(update={"report_id": handle.report_id})
         handle.events.append(RunEvent(1, handle.run_id, conversation_id, StartedEvent(question=question)))
         self._runs[handle.run_id] = handle
-        run = self._drive(handle, question, history, platform, interface, followups, on_done, policy, report, resume)
-        with log_context(run_id=handle.run_id, interface=interface):  # the task copies the context
-            handle.task = asyncio.create_task(run, name=f"run-{handle.run_id}")
+        kept = None
+        if self._durable is not None and interface in DURABLE_INTERFACES:
+            kept = DurableRun(
+                run_id=handle.run_id,
+                conversation_id=conversation_id,
+                interface=interface,
+                platform=platform,
+                question=question,
+                policy=handle.policy,
+                origin=origin,
+                delivery=delivery or {},
+                followups=followups,
+                abandon_after_s=abandon_after_s,
+            )
+        run = self._run_of(
+            handle, question, history, platform, followups, policy, kept=kept, report=report, resume=resume
+        )
+        self._launch(handle, self._drive(handle, question, run, on_done))
         return handle
 
-    async def _drive(
+    def _launch(self, handle: RunHandle, drive: Awaitable[None]) -> None:
+        with log_context(run_id=handle.run_id, interface=handle.interface):  # the task copies the context
+            handle.task = asyncio.create_task(drive, name=f"run-{handle.run_id}")  # type: ignore[arg-type]
+
+    def _run_of(
         self,
         handle: RunHandle,
         question: str,
         history: list[Turn],
         platform: Platform,
-        interface: Interface,
         followups: bool,
-        on_done: Callable[[RunResult], Awaitable[None]] | None = None,
-        policy: Policy | None = None,
-        report: ReportRequest | None = None,
+        policy: Policy | None,
+        *,
+        kept: DurableRun | None = None,
         resume: Checkpoint | None = None,
+        report: ReportRequest | None = None,
+    ) -> Callable[[EventSink], Awaitable[RunResult]]:
+        """The Runner's call for this run; a durable one (`kept`, new; `resume`, taken over) checkpoints, and
+        a report run (`report`) keeps its checkpoints with its report too (Resume goes on from them)."""
+
+        async def run(publish: EventSink) -> RunResult:
+            durable: dict[str, Any] = {}
+            if kept is not None or resume is not None:
+                if kept is not None:
+                    await self._keep(handle, kept)
+                if handle.durable or resume is not None:
+                    durable = {"checkpoint": partial(self._checkpointed, handle), "resume": resume}
+            if report is not None:  # only for a report: Runners that write none work on unchanged
+                await self._begin_report(handle, question, report)
+                sinks = [partial(self._reports.keep_checkpoint, handle.report_id, handle.run_id)]
+                if handle.durable:
+                    sinks.append(partial(self._checkpointed, handle))
+                durable = {"checkpoint": partial(_each, sinks), "resume": resume, "report": report}
+            return await self._runner.run(
+                question,
+                history=history,
+                platform=platform,
+                interface=handle.interface,
+                on_event=publish,
+                followups=followups,
+                policy=policy,
+                **durable,
+            )
+
+        return run
+
+    async def take_over(
+        self,
+        kept: DurableRun,
+        policy: Policy | None,
+        *,
+        refused: str | None = None,
+        on_done: Callable[[RunResult], Awaitable[None]] | None = None,
+    ) -> RunHandle | None:
+        """Go on with a run another host started and stopped holding (it died): under the same id, its event
+        log continued from the shared log (event numbers go on, so a reader following it gets the rest), its
+        queries and rounds resumed from its checkpoint under the policy it ran under. With `refused` (why it
+        may not be resumed), or with no checkpoint to resume from, it ends with that message instead, stored
+        as failed: never silence. None when it had in fact ended (its turn is stored)."""
+        assert self._durable is not None
+        if await self._store.run_events(kept.run_id) is not None:  # stored, then its host died
+            await self._durable.finish(kept.run_id)
+            return None
+        handle = RunHandle(
+            kept.run_id,
+            kept.conversation_id,
+            cast(Interface, kept.interface),
+            abandon_after_s=kept.abandon_after_s,
+            origin=kept.origin,
+            policy=kept.policy,
+            durable=True,
+        )
+        await self._events_so_far(handle, kept.question)
+        if _answer_shown(handle.events):  # the lost round's words: readers discard them
+            handle.events.append(self._next(handle, AnswerEvent(text="", restart=True)))
+        self._runs[handle.run_id] = handle
+        report = await self._report_of(handle)  # a report run goes on writing its report
+        saved = kept.saved()
+        message = refused or (None if saved is not None else lost_message("it had not begun"))
+        if message is not None or saved is None:
+            log.warning("run %s is not resumed: %s", handle.run_id, message)
+            run = _ended_with(kept.question, message or "")
+        else:
+            platform = cast(Platform, kept.platform)
+            run = self._run_of(handle, kept.question, [], platform, kept.followups, policy, resume=saved, report=report)
+        self._launch(handle, self._drive(handle, kept.question, run, on_done))
+        return handle
+
+    async def _events_so_far(self, handle: RunHandle, question: str) -> None:
+        """The log of a run taken over, as the shared log has it (every event up to its last checkpoint at
+        least); just `started` where there is none."""
+        rows = await self._shared.events_after(handle.run_id, 0) if self._shared is not None else []
+        events = [e for row in rows if (e := RunEvent.from_dict({"id": row[0], "event": row[1], "data": row[2]}))]
+        handle.events = [e for e in events if e.name != "done"]
+        handle.shared_upto = len(handle.events)
+        if not handle.events:
+            handle.events = [RunEvent(1, handle.run_id, handle.conversation_id, StartedEvent(question=question))]
+
+    async def update_delivery(self, handle: RunHandle, delivery: dict[str, Any]) -> None:
+        """What the adapter knows now of where its answer goes (say, the messages it posted), for a host
+        that takes the run over. Nothing for a run not kept; a failure is logged."""
+        if self._durable is None or not handle.durable:
+            return
+        try:
+            await self._durable.update_delivery(handle.run_id, delivery)
+        except Exception:
+            log.exception("could not keep the delivery of run %s", handle.run_id)
+
+    async def _keep(self, handle: RunHandle, kept: DurableRun) -> None:
+        assert self._durable is not None
+        try:
+            await self._durable.begin(kept)
+            handle.durable = True
+        except Exception:  # the run goes on; only a takeover is lost
+            log.exception("could not keep run %s for a takeover", handle.run_id)
+
+    async def _checkpointed(self, handle: RunHandle, checkpoint: Checkpoint) -> None:
+        """The run's progress kept, after its events so far are in the shared log: a host taking it over
+        goes on from both."""
+        assert self._durable is not None
+        await self._flush_shared(handle)
+        if not await self._durable.save(handle.run_id, checkpoint):
+            log.error("run %s lost its lease to another host; this copy stops", handle.run_id)
+            handle.superseded = True
+            if handle.task is not None:
+                handle.task.cancel()
+
+    async def _drive(
+        self,
+        handle: RunHandle,
+        question: str,
+        run: Callable[[EventSink], Awaitable[RunResult]],
+        on_done: Callable[[RunResult], Awaitable[None]] | None = None,
     ) -> None:
         async def publish(event: Event) -> None:
-            await self._publish(handle, event)
+            if not handle.superseded:
+                await self._publish(handle, event)
 
         sharing = asyncio.create_task(self._share(handle)) if self._shared is not None else None
         result: RunResult | None = None
         try:
             try:
-                reporting: dict[str, Any] = {}  # only for a report: Runners that write none work on unchanged
-                if report is not None:
-                    await self._begin_report(handle, question, report)
-                    keep = partial(self._reports.keep_checkpoint, handle.report_id, handle.run_id)
-                    reporting = {"report": report, "checkpoint": keep, "resume": resume}
-                result = await self._runner.run(
-                    question,
-                    history=history,
-                    platform=platform,
-                    interface=interface,
-                    on_event=publish,
-                    followups=followups,
-                    policy=policy,
-                    **reporting,
-                )
+                result = await run(publish)
             except Exception:  # the runner turns its failures into a result; this is the rest (a bug)
                 log.exception("run %s failed", handle.run_id)
                 await self._publish(handle, ErrorEvent(message="Something went wrong on the server; try again."))
@@ -274,7 +414,9 @@ class RunRegistry:
     ) -> None:
         """The run's end: its turn stored (with the log as it will be), `on_done` told once whatever happened
         (a daily budget's hold ends with it), then `done` published. No result (the runner raised): nothing
-        to store, and `done` says so."""
+        to store, and `done` says so. A copy superseded by another host's takeover ends here, silently."""
+        if handle.superseded:
+            return
         done = [self._next(handle, done_event(result))]
         if (size := json_size(done[0].data)) > self._max_event_bytes:
             log.error("a done event of %d bytes was not sent (the cap is %d)", size, self._max_event_bytes)
@@ -286,6 +428,7 @@ class RunRegistry:
         except Exception:
             log.exception("could not store run %s", handle.run_id)
             done = self._failed_end(handle, "Something went wrong on the server; try again.")
+        await self._forget_durable(handle)
         if on_done is not None:  # e.g. the asker's daily budget settles to the answer's receipt
             try:
                 await on_done(result or RunResult(question=question))
@@ -296,6 +439,14 @@ class RunRegistry:
         await self._record_audit(handle, question, result)
         for event in done:
             await self._append(handle, event)
+
+    async def _report_of(self, handle: RunHandle) -> ReportRequest | None:
+        """The report a run taken over was writing (its request, naming the report), if it was one."""
+        stored = await self._reports.of_run(handle.run_id)
+        if stored is None or stored.request is None:
+            return None
+        handle.report_id = stored.id
+        return stored.request.model_copy(update={"report_id": stored.id})
 
     async def _begin_report(self, handle: RunHandle, question: str, request: ReportRequest) -> None:
         """The report is `running` by this run before the runner starts: a restart finds it to resume."""
@@ -336,6 +487,15 @@ class RunRegistry:
         except Exception:
             log.exception("could not write the audit entry of run %s", handle.run_id)
 
+    async def _forget_durable(self, handle: RunHandle) -> None:
+        """The run ended and is stored: no host is to take it over."""
+        if self._durable is None or not handle.durable:
+            return
+        try:
+            await self._durable.finish(handle.run_id)
+        except Exception:
+            log.exception("could not forget durable run %s", handle.run_id)
+
     def _failed_end(self, handle: RunHandle, message: str) -> list[RunEvent]:
         error = self._next(handle, ErrorEvent(message=message))
         return [error, RunEvent(error.id + 1, handle.run_id, handle.conversation_id, done_event(None))]
@@ -343,33 +503,53 @@ class RunRegistry:
     async def _share(self, handle: RunHandle) -> None:
         """Copy the run's events to the shared log until it is done, beating meanwhile; then take them out
         again (by then the stored turn has them all). Whatever fails, the shared copy does not outlive
-        the run, so no reader waits on it."""
+        the run, so no reader waits on it; a copy superseded by another host's takeover leaves the log to it."""
         assert self._shared is not None
         try:
             await self._shared.open(handle.run_id, handle.conversation_id)
             beaten = time.monotonic()
-            while True:
+            while not handle.superseded:
                 ended = handle.done
-                fresh = handle.events[handle.shared_upto :]
                 beat = time.monotonic() - beaten >= BEAT_S
-                if fresh or beat:
-                    await self._shared.add(handle.run_id, [(e.id, e.name, e.data) for e in fresh], beat=beat)
-                    handle.shared_upto += len(fresh)
-                    beaten = time.monotonic() if beat else beaten
+                await self._flush_shared(handle, beat=beat)
+                beaten = time.monotonic() if beat else beaten
                 if ended:
                     break
-                await asyncio.sleep(SHARED_FLUSH_S)
+                await self._until_fresh(handle)
         except Exception:  # the run goes on; readers in other processes fall back to the stored turn
             log.exception("could not share run %s with other workers", handle.run_id)
         finally:
             try:
-                await asyncio.shield(self._shared.close(handle.run_id))
+                if not handle.superseded:
+                    await asyncio.shield(self._shared.close(handle.run_id))
             except Exception:
                 log.exception("could not take run %s out of the shared log", handle.run_id)
 
+    async def _flush_shared(self, handle: RunHandle, *, beat: bool = False) -> None:
+        """The run's events not yet in the shared log, copied (with `beat`, a heartbeat too)."""
+        if self._shared is None:
+            return
+        async with handle.sharing:
+            fresh = handle.events[handle.shared_upto :]
+            if fresh or beat:
+                await self._shared.add(handle.run_id, [(e.id, e.name, e.data) for e in fresh], beat=beat)
+                handle.shared_upto += len(fresh)
+
+    async def _until_fresh(self, handle: RunHandle) -> None:
+        """Until the next copy: a fixed interval on SQLite; on PostgreSQL, whose readers are pushed to, as
+        soon as there is something new (a few milliseconds later, so a burst goes in one write), or a beat."""
+        assert self._shared is not None
+        if not self._shared.pushes:
+            await asyncio.sleep(SHARED_FLUSH_S)
+            return
+        async with handle.changed:
+            await _wait_for(handle.changed, partial(_fresh_or_done, handle), BEAT_S)
+        await asyncio.sleep(PUSH_COALESCE_S)
+
     @staticmethod
     def _next(handle: RunHandle, body: WireEvent) -> RunEvent:
-        return RunEvent(len(handle.events) + 1, handle.run_id, handle.conversation_id, body)
+        number = handle.events[-1].id + 1 if handle.events else 1  # a log taken over may skip one it could not read
+        return RunEvent(number, handle.run_id, handle.conversation_id, body)
 
     async def _append(self, handle: RunHandle, event: RunEvent) -> None:
         async with handle.changed:
@@ -476,10 +656,11 @@ class RunRegistry:
         if self._shared is None:
             return None
         deadline = time.monotonic() + SHARED_APPEARS_S
-        while (live := await self._shared.find(run_id)) is None:
-            if time.monotonic() >= deadline:
-                return None
-            await asyncio.sleep(SHARED_POLL_S)
+        with self._shared.waiting(run_id) as woken:  # its owner's first write wakes it on PostgreSQL
+            while (live := await self._shared.find(run_id)) is None:
+                if time.monotonic() >= deadline:
+                    return None
+                await _woken_or_after(woken, min(SHARED_POLL_S, deadline - time.monotonic()))
         readable = interface is None or await self._store.exists(live.conversation_id, interface=interface)
         if not readable or (may_read is not None and not await may_read(live.conversation_id)):
             await asyncio.sleep(max(0.0, deadline - time.monotonic()))  # not told apart from a run never seen
@@ -488,8 +669,18 @@ class RunRegistry:
 
     async def _poll_shared(self, run_id: str, after: int) -> AsyncIterator[RunEvent]:
         assert self._shared is not None
-        position = after
+        with self._shared.waiting(run_id) as woken:
+            async for event in self._read_shared(run_id, after, woken):
+                yield event
+
+    async def _read_shared(self, run_id: str, after: int, woken: asyncio.Event) -> AsyncIterator[RunEvent]:
+        """The run's events from the shared log, read again whenever `woken` (PostgreSQL's push) or, unwoken,
+        every SHARED_POLL_S on SQLite (PUSHED_CHECK_S on PostgreSQL, to check on the owner)."""
+        assert self._shared is not None
+        position, patience = after, PUSHED_CHECK_S if self._shared.pushes else SHARED_POLL_S
+        touched = float("-inf")
         while True:
+            woken.clear()  # before the read: news during it wakes the next wait at once
             fresh = await self._shared.events_after(run_id, position)
             for number, name, data in fresh:
                 if (event := RunEvent.from_dict({"id": number, "event": name, "data": data})) is not None:
@@ -508,12 +699,24 @@ class RunRegistry:
                         for offset, body in enumerate(_lost("This answer was lost on the server; ask again."), 1):
                             yield RunEvent(position + offset, run_id, "", body)
                     return
-                if not live.owner_alive:
+                if not live.owner_alive and not await self._taken_over_soon(run_id):
                     for offset, body in enumerate(_lost("The server process answering this stopped; ask again."), 1):
                         yield RunEvent(position + offset, run_id, live.conversation_id, body)
                     return
-            await self._shared.touch(run_id)
-            await asyncio.sleep(SHARED_POLL_S)
+            if time.monotonic() - touched >= patience:  # the owner must not cancel it as abandoned
+                await self._shared.touch(run_id)
+                touched = time.monotonic()
+            await _woken_or_after(woken, patience)
+
+    async def _taken_over_soon(self, run_id: str) -> bool:
+        """A run whose host died but that another host will take over (chats/durable.py): its reader waits."""
+        if self._durable is None:
+            return False
+        try:
+            return await self._durable.holds(run_id)
+        except Exception:
+            log.exception("could not tell whether run %s will be taken over", run_id)
+            return False
 
     def _forget_old_runs(self) -> None:
         finished = [run_id for run_id, h in self._runs.items() if h.done]
@@ -538,6 +741,48 @@ class RunRegistry:
 
     async def shutdown(self) -> None:
         await self.drain(0)
+
+
+def _ended_with(question: str, message: str) -> Callable[[EventSink], Awaitable[RunResult]]:
+    """A run that ends at once with `message` as its error: a run taken over that may not be resumed."""
+
+    async def run(publish: EventSink) -> RunResult:
+        await publish(ErrorEvent(message=message))
+        return RunResult(question=question, outcome=Outcome.ERROR, error=message)
+
+    return run
+
+
+def _answer_shown(events: list[RunEvent]) -> bool:
+    """Whether readers of this log hold answer text (since its last restart)."""
+    for event in reversed(events):
+        if isinstance(event.body, AnswerEvent):
+            if event.body.restart:
+                return False
+            if event.body.text:
+                return True
+    return False
+
+
+def _fresh_or_done(handle: RunHandle) -> bool:
+    return len(handle.events) > handle.shared_upto or handle.done
+
+
+async def _wait_for(changed: asyncio.Condition, ready: Callable[[], bool], timeout_s: float) -> None:
+    """`changed.wait_for(ready)` (the condition held), giving up after `timeout_s`."""
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(changed.wait_for(ready), timeout_s)
+
+
+async def _woken_or_after(woken: asyncio.Event, timeout_s: float) -> None:
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(woken.wait(), max(0.0, timeout_s))
+
+
+async def _each(sinks: Sequence[Callable[[Checkpoint], Awaitable[None]]], checkpoint: Checkpoint) -> None:
+    """A checkpoint handed to every sink that keeps it (the report's row, the durable run's)."""
+    for sink in sinks:
+        await sink(checkpoint)
 
 
 def _lost(message: str) -> tuple[WireEvent, WireEvent]:

@@ -227,6 +227,7 @@ def _reports(conn: sqlite3.Connection) -> None:
     )
     conn.execute("CREATE INDEX IF NOT EXISTS reports_by_owner ON reports(owner, updated_at)")
     conn.execute("CREATE INDEX IF NOT EXISTS reports_by_state ON reports(state, updated_at)")
+    conn.execute("CREATE INDEX IF NOT EXISTS reports_by_run ON reports(run_id)")
 
 
 def _postgres_tables(conn: sqlite3.Connection) -> None:

@@ -7,24 +7,34 @@ time it refreshes every second). Another worker follows by polling, and marks th
 the owner does not cancel it as abandoned. A run whose owner stopped beating (it crashed, or was
 killed) ends with an error for its readers, not a wait that never ends. Liveness is the heartbeat, not
 a pid: pids are reused, above all in a container restarted on the same volume.
+
+On PostgreSQL (several hosts) a reader is pushed to, not left to poll: each write of a run's events
+NOTIFYs its id, and `waiting(run_id)` is woken by it through the one listening connection of the
+process (chats/state_postgres.py Notices). The owner then copies as events come (`pushes`), not on a
+timer. SQLite's workers keep polling: they share one machine and the file has no such signal.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import sqlite3
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
 from chats.state_file import StateFile, write_transaction
+from chats.state_postgres import Notices, PostgresFile
 
 log = logging.getLogger(__name__)
 
 
 BEAT_S = 1.0  # how often the owner of a run says it is alive
 DEAD_AFTER_S = 10.0  # a run whose owner has not beaten for this long is dead
+CHANNEL = "agent_runs"  # PostgreSQL's channel for "this run has news"; the payload is the run's id
 
 
 @dataclass
@@ -41,18 +51,36 @@ class LiveRun:
 class SharedRunLog:
     def __init__(self, file: StateFile) -> None:
         self._file = file  # the kit's state file (chats/state.py)
+        self._notices: Notices | None = file.notices(CHANNEL) if isinstance(file, PostgresFile) else None
         self._file.now(_forget_dead_owners)
+
+    @property
+    def pushes(self) -> bool:
+        """Whether readers are woken by each write (PostgreSQL), so the owner should write as events come."""
+        return self._notices is not None
+
+    @contextmanager
+    def waiting(self, run_id: str) -> Iterator[asyncio.Event]:
+        """An event set when the run has news for its readers (never, on SQLite: there they poll)."""
+        if self._notices is None:
+            yield asyncio.Event()
+            return
+        with self._notices.waiting(run_id) as woken:
+            yield woken
 
     async def open(self, run_id: str, conversation_id: str) -> None:
         now = time.time()
-        await self._file.run(
-            lambda c: c.execute(
+
+        def write(c: sqlite3.Connection) -> None:
+            c.execute(
                 "INSERT INTO live_runs VALUES (?, ?, ?, ?) ON CONFLICT (run_id) DO UPDATE SET "
                 "conversation_id = excluded.conversation_id, beat_at = excluded.beat_at, "
                 "watched_at = excluded.watched_at",
                 (run_id, conversation_id, now, now),
             )
-        )
+            self._notify(c, run_id)
+
+        await self._file.run(write)
 
     async def add(self, run_id: str, events: list[tuple[int, str, dict[str, Any]]], *, beat: bool) -> None:
         """New events of a run (possibly none), and with `beat`, a heartbeat, in one transaction."""
@@ -63,11 +91,26 @@ class SharedRunLog:
                 c.executemany("INSERT INTO live_events VALUES (?, ?, ?, ?) ON CONFLICT DO NOTHING", rows)
                 if beat:
                     c.execute("UPDATE live_runs SET beat_at = ? WHERE run_id = ?", (time.time(), run_id))
+                if rows:
+                    self._notify(c, run_id)  # sent as the transaction commits
 
         await self._file.run(write)
 
     async def close(self, run_id: str) -> None:
-        await self._file.run(lambda c: _delete(c, run_id))
+        def write(c: sqlite3.Connection) -> None:
+            _delete(c, run_id)
+            self._notify(c, run_id)  # readers look for the stored turn now
+
+        await self._file.run(write)
+
+    def _notify(self, c: sqlite3.Connection, run_id: str) -> None:
+        if self._notices is not None:
+            c.execute("SELECT pg_notify(?, ?)", (CHANNEL, run_id))
+
+    def stop_listening(self) -> None:
+        """The process's state is closing."""
+        if self._notices is not None:
+            self._notices.close()
 
     async def find(self, run_id: str) -> LiveRun | None:
         row = await self._file.run(
@@ -93,7 +136,11 @@ class SharedRunLog:
 
 
 def _forget_dead_owners(c: sqlite3.Connection) -> None:
-    dead = c.execute("SELECT run_id FROM live_runs WHERE beat_at < ?", (time.time() - DEAD_AFTER_S,)).fetchall()
+    # A run kept for a takeover (chats/durable.py) keeps its log: the host taking it over goes on with it.
+    dead = c.execute(
+        "SELECT run_id FROM live_runs WHERE beat_at < ? AND run_id NOT IN (SELECT run_id FROM durable_runs)",
+        (time.time() - DEAD_AFTER_S,),
+    ).fetchall()
     for (run_id,) in dead:
         _delete(c, run_id)
 

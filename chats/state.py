@@ -1,6 +1,7 @@
 """The kit's state: one object that opens the one state file once, brings its schema to this release
 (`chats/schema.py`), and hands every store the same connection: conversations, proposals, web sessions, the run log
-other workers read, rate limits, daily budgets and each conversation's turn.
+other workers read, rate limits, daily budgets, each conversation's turn and, on PostgreSQL, the runs other hosts
+take over when theirs dies (chats/durable.py).
 
 `AGENT_STATE_URL` says where: unset, the file `$AGENT_DATA_DIR/state.sqlite3`; a path, that SQLite
 file; `postgresql://...`, a PostgreSQL database (chats/state_postgres.py), which several hosts can
@@ -21,6 +22,7 @@ from agent.limits import Limits
 from chats import schema
 from chats.audit import AuditLog
 from chats.conversations import ConversationStore
+from chats.durable import DurableRuns
 from chats.pacing import Pacing
 from chats.proposals import ProposalStore
 from chats.reports import ReportStore
@@ -39,7 +41,9 @@ class ChatState:
     sharing the state: rate limits, budgets and turns are counted in it, and runs in progress are copied
     to it; alone, those live in memory. PostgreSQL is always shared: other hosts may open it."""
 
-    def __init__(self, path: Path | str, *, limits: Limits | None = None, workers: int = 1) -> None:
+    def __init__(
+        self, path: Path | str, *, limits: Limits | None = None, workers: int = 1, lease_s: float = 15.0
+    ) -> None:
         self.path, self.workers = redacted_url(path) if isinstance(path, str) else path, workers
         self.file: StateFile = PostgresFile(path) if is_postgres_url(path) else SqliteFile(Path(path))
         try:
@@ -55,14 +59,18 @@ class ChatState:
         shared = self.file if workers > 1 or isinstance(self.file, PostgresFile) else None
         self.shared_runs = SharedRunLog(shared) if shared is not None else None
         self.pacing = Pacing(shared, workers=workers)
+        # On PostgreSQL other hosts may take over a run whose host died (chats/durable.py), under leases of lease_s.
+        self.durable = DurableRuns(self.file, lease_s=lease_s) if isinstance(self.file, PostgresFile) else None
 
     @classmethod
     def of(cls, settings: Settings, *, workers: int = 1) -> ChatState:
         """The state at the settings' `AGENT_STATE_URL`, by default in their data folder."""
         where = settings.agent_state_url or state_path(settings.agent_data_dir)
-        return cls(where, limits=Limits.of(settings), workers=workers)
+        return cls(where, limits=Limits.of(settings), workers=workers, lease_s=settings.agent_run_lease_s)
 
     def close(self) -> None:
+        if self.shared_runs is not None:
+            self.shared_runs.stop_listening()
         self.file.close()
 
 

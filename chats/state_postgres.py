@@ -12,11 +12,17 @@ conversation's turn keep exactly the guarantees they have on SQLite, across host
 
 The pool is psycopg_pool's synchronous one: the stores' functions are synchronous (SQLite has no async
 driver) and run in worker threads as on SQLite; an async pool would need every store written twice.
+
+`Notices` is the push side: one connection per process that LISTENs on a channel and wakes the tasks
+waiting on a key (a run's id) when another host NOTIFYs it, so a reader on another host follows a run
+without polling. A notice is only a nudge to re-read the table: one sent while the connection was down
+is not lost, since every waiter is woken (and re-reads) when it is back.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import re
 import sqlite3
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -25,18 +31,23 @@ from functools import lru_cache
 from typing import Any, TypeGuard, TypeVar, cast
 
 import psycopg
+from psycopg.conninfo import make_conninfo
 from psycopg.rows import RowMaker
 from psycopg_pool import ConnectionPool
 
 from agent.config import ConfigError, redacted_url
 
 T = TypeVar("T")
+log = logging.getLogger(__name__)
 
 # Every write transaction of the kit takes this lock (an arbitrary constant: "chats" in ASCII).
 WRITE_LOCK = 0x6368617473
 LOCK_WAIT = "10s"  # as SQLite's busy timeout (chats/state_file.py): then the write fails, as there
 POOL_SIZE = 8
 CONNECT_WAIT_S = 10
+LISTEN_CHECK_S = 30.0  # a listening connection idle this long is asked whether it is still there
+RECONNECT_S = (0.1, 5.0)  # the first and the longest pause before listening again after a lost connection
+KEEPALIVE = {"keepalives": 1, "keepalives_idle": 10, "keepalives_interval": 5, "keepalives_count": 3}
 
 
 def is_postgres_url(location: object) -> TypeGuard[str]:
@@ -94,6 +105,7 @@ class PostgresFile:
 
     def __init__(self, url: str) -> None:
         _reach(url)
+        self._url = url
         self._pool: ConnectionPool[psycopg.Connection[Row]] = ConnectionPool(
             url,
             min_size=1,
@@ -111,8 +123,85 @@ class PostgresFile:
     async def run(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         return await asyncio.to_thread(self.now, fn)
 
+    def notices(self, channel: str) -> Notices:
+        """Wake-ups on `channel` (a name of letters and underscores), from any host."""
+        return Notices(self._url, channel)
+
     def close(self) -> None:
         self._pool.close()
+
+
+class Notices:
+    """LISTEN on one channel over one connection of this process's own, fanning each notice out to the
+    tasks waiting on its payload. The connection is opened by the first waiter, in its event loop."""
+
+    def __init__(self, url: str, channel: str) -> None:
+        if not re.fullmatch(r"[a-z_]+", channel):
+            raise ValueError(f"not a channel name: {channel!r}")
+        self._url, self.channel = url, channel
+        self._waiting: dict[str, set[asyncio.Event]] = {}
+        self._task: asyncio.Task[None] | None = None
+        self.listening = asyncio.Event()  # set while LISTEN is in effect (for tests and benchmarks)
+
+    @contextmanager
+    def waiting(self, key: str) -> Iterator[asyncio.Event]:
+        """An event set whenever `key` is notified (or the connection came back), from now until the block
+        ends. Register before reading what the notice is about, and clear the event before each read, so a
+        notice between the read and the wait is not missed."""
+        self._listen_in_background()
+        woken = asyncio.Event()
+        self._waiting.setdefault(key, set()).add(woken)
+        try:
+            yield woken
+        finally:
+            waiters = self._waiting.get(key, set())
+            waiters.discard(woken)
+            if not waiters:
+                self._waiting.pop(key, None)
+
+    def _listen_in_background(self) -> None:
+        loop = asyncio.get_running_loop()
+        if self._task is None or self._task.done() or self._task.get_loop() is not loop:
+            self.listening = asyncio.Event()
+            self._task = loop.create_task(self._listen(), name=f"listen-{self.channel}")
+
+    async def _listen(self) -> None:
+        pause = RECONNECT_S[0]
+        while True:
+            try:
+                await self._listen_once()
+            except (psycopg.Error, OSError) as exc:
+                log.warning("lost the connection listening for %s (%s); listening again", self.channel, exc)
+            if self.listening.is_set():  # it had worked: the first pause again
+                pause = RECONNECT_S[0]
+            self.listening.clear()
+            self._wake_all()  # whatever the lost connection would have said: read again
+            await asyncio.sleep(pause)
+            pause = min(pause * 2, RECONNECT_S[1])
+
+    async def _listen_once(self) -> None:
+        where = make_conninfo(self._url, connect_timeout=CONNECT_WAIT_S, **KEEPALIVE)
+        conn = await psycopg.AsyncConnection.connect(where, autocommit=True)
+        async with conn:
+            await conn.execute(f"LISTEN {self.channel}")
+            self.listening.set()
+            self._wake_all()  # anything notified before LISTEN took effect: read again
+            while True:
+                async for notice in conn.notifies(timeout=LISTEN_CHECK_S):
+                    for woken in self._waiting.get(notice.payload, ()):
+                        woken.set()
+                await conn.execute("SELECT 1")  # quiet for a while: is the server still there?
+
+    def _wake_all(self) -> None:
+        for waiters in self._waiting.values():
+            for woken in waiters:
+                woken.set()
+
+    def close(self) -> None:
+        """Stop listening: the connection closes as its task ends, on its loop."""
+        if self._task is not None and not self._task.done() and not self._task.get_loop().is_closed():
+            self._task.cancel()
+        self._task = None
 
 
 class StateUnreachable(ConfigError):

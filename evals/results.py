@@ -48,7 +48,7 @@ class Check(BaseModel):
     """One deterministic check of a case; `reason` says why it failed (None when it passed)."""
 
     # run, contains, not_contains, classification, max_queries, refused, missing, refuses, figures_verified,
-    # gold_sql, judge (the judge could not grade the case)
+    # report (a report case's outcome, sections and findings), gold_sql, judge (the judge could not grade it)
     name: str
     passed: bool
     reason: str | None = None
@@ -96,6 +96,7 @@ class CaseResult(BaseModel):
     fallbacks: int = 0
     figures_checked: int = 0  # the final answer's figures (agent/figures), after the correction round
     figures_verified: int = 0
+    report_outcome: str | None = None  # a report case's: complete, partial or cannot_answer
 
     @model_validator(mode="after")
     def _ungraded_is_failed(self) -> CaseResult:

@@ -10,6 +10,7 @@ import time
 from collections.abc import Callable, Sequence
 
 from agent.db import Database
+from agent.reports import ReportRequest
 from agent.runner import Runner, RunResult
 from evals.judge import Judge
 from evals.results import CaseResult, Check, JudgeVerdict, QueryRecord, Tokens
@@ -81,9 +82,7 @@ async def run_case(
 ) -> CaseResult:
     started = time.perf_counter()
     try:
-        result = await runner.run(
-            case.question, history=case.history_turns, platform="cli", interface="eval", followups=False
-        )
+        result = await _run(runner, case)
         checks = score(case, result, gold)
     except Exception as exc:  # a case that errors is a failed case
         log.debug("eval case %s/%s raised", suite.name, case.id, exc_info=True)
@@ -102,6 +101,15 @@ async def run_case(
         )
     verdict = await judge.grade(case.question, case.judge, result) if judge and case.judge else None
     return _case_result(suite, case, attempt, result, checks, verdict)
+
+
+async def _run(runner: Runner, case: Case) -> RunResult:
+    history = case.history_turns
+    if case.report:  # asked for explicitly, as a person would
+        return await runner.run(
+            case.question, history=history, platform="cli", interface="eval", followups=False, report=ReportRequest()
+        )
+    return await runner.run(case.question, history=history, platform="cli", interface="eval", followups=False)
 
 
 def _case_result(
@@ -139,4 +147,5 @@ def _case_result(
         fallbacks=result.metrics.fallbacks,
         figures_checked=result.figures.checked if result.figures else 0,
         figures_verified=result.figures.verified if result.figures else 0,
+        report_outcome=result.report.outcome.value if result.report is not None else None,
     )

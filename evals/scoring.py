@@ -29,9 +29,10 @@ from decimal import Decimal, InvalidOperation
 
 from agent import linear_re
 from agent.db import QueryResult
+from agent.reports.markdown import section_texts
 from agent.runner import Outcome, RunResult
 from evals.results import Check
-from evals.suite import Case, Expect, Mention
+from evals.suite import Case, Expect, Mention, ReportExpect
 
 RESULT_REL_TOL = 1e-6
 MAX_COLUMN_MAPPINGS = 5_000
@@ -383,6 +384,8 @@ def _answer_checks(expect: Expect, result: RunResult) -> Iterator[Check]:
         unsaid = unnamed(answer, expect.refuses)
         why = f"the answer does not name what it declines: {quoted(unsaid)}" if unsaid else "it does not decline"
         yield _check("refuses", declines(answer) and not unsaid, why)
+    if expect.report is not None:
+        yield _report_check(expect.report, result)
     if expect.figures_verified:
         if result.figures is not None and result.figures.unchecked:  # the check ran out of time: not verified
             yield _check("figures_verified", False, f"figures not checked ({result.figures.unchecked})")
@@ -390,6 +393,22 @@ def _answer_checks(expect: Expect, result: RunResult) -> Iterator[Check]:
         failures = result.figures.failures() if result.figures else []
         named = "; ".join(f"{f.text}: {f.reason}" for f in failures[:3])
         yield _check("figures_verified", not failures, f"{len(failures)} figure(s) unverified ({named})")
+
+
+def _report_check(expect: ReportExpect, result: RunResult) -> Check:
+    """The case's report ends as expected, with text in the sections named and at least its findings."""
+    report = result.report
+    if report is None:
+        return _check("report", False, "the run wrote no report")
+    problems = []
+    if expect.outcome is not None and report.outcome is not expect.outcome:
+        problems.append(f"it is {report.outcome.value}, expected {expect.outcome.value}")
+    texts = {**section_texts(report), **({"findings": "yes"} if report.findings else {})}
+    if empty := [name for name in expect.sections if name not in texts]:
+        problems.append(f"no {', '.join(empty)} section")
+    if expect.min_findings is not None and len(report.findings) < expect.min_findings:
+        problems.append(f"{len(report.findings)} finding(s), at least {expect.min_findings} expected")
+    return _check("report", not problems, "the report: " + "; ".join(problems))
 
 
 def _missing_check(missing: list[Mention], answer: str) -> Check:

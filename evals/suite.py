@@ -16,6 +16,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from agent import linear_re, safe_yaml
 from agent.knowledge.writer import append_to_list
+from agent.reports import ReportOutcome
+from agent.reports.sections import SECTIONS
 from agent.runner import Classification, Turn, TurnQuery
 
 SUITES_DIR = Path(__file__).resolve().parent / "suites"
@@ -34,6 +36,22 @@ class _Strict(BaseModel):
 Mention = str | list[str]
 
 
+class ReportExpect(_Strict):
+    """What a report case (`report: true`) expects of its report: how it ends, which sections have text
+    (summary, findings, method, caveats, unanswered, remaining) and at least how many findings."""
+
+    outcome: ReportOutcome | None = None
+    sections: list[str] = Field(default_factory=list)
+    min_findings: Annotated[int | None, Field(ge=0)] = None
+
+    @field_validator("sections")
+    @classmethod
+    def _known_sections(cls, names: list[str]) -> list[str]:
+        if unknown := [name for name in names if name not in SECTIONS]:
+            raise ValueError(f"unknown section {unknown[0]!r}; use {', '.join(SECTIONS)}")
+        return names
+
+
 class Expect(_Strict):
     contains: list[Mention] = Field(default_factory=list)
     not_contains: list[str] = Field(default_factory=list)
@@ -45,6 +63,7 @@ class Expect(_Strict):
     # What the answer must decline: it declines, and names each (not just "I can't help with that").
     refuses: list[Mention] = Field(default_factory=list)
     figures_verified: bool | None = None  # true: every figure of the answer checks out against its queries
+    report: ReportExpect | None = None  # a report case's report (the case has `report: true`)
 
     @field_validator("contains", "not_contains", "missing", "refuses")
     @classmethod
@@ -75,6 +94,13 @@ class Case(_Strict):
     gold_sql: str | None = None
     expect: Expect = Expect()
     judge: str | None = None  # a rubric for the model judge
+    report: bool = False  # asked as a report (Runner.run(report=...)), never guessed from the question
+
+    @model_validator(mode="after")
+    def _report_expectations_need_a_report(self) -> Case:
+        if self.expect.report is not None and not self.report:
+            raise ValueError("expect.report needs `report: true` (a report is asked for explicitly)")
+        return self
 
     @property
     def history_turns(self) -> list[Turn]:

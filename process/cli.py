@@ -141,8 +141,10 @@ def _parser(*, evals: bool = False) -> argparse.ArgumentParser:
     slack.set_defaults(handler=partial(_serve, web=False, slack=True), serving=True)
 
     from process.audit_cli import add_audit_command
+    from process.report_cli import add_report_command
 
     add_audit_command(commands)
+    add_report_command(commands)
 
     if evals:  # the evals commands import the model SDKs: only for `agent evals ...`
         from process.evals_cli import add_evals_commands

@@ -39,6 +39,7 @@ from slack_sdk.errors import SlackApiError
 from starlette.applications import Starlette
 from starlette.routing import BaseRoute
 
+from agent.access.policy import Policy
 from agent.app import AgentApp
 from agent.config import ConfigError, Settings, load_settings
 from agent.logs import announce, configure_logging
@@ -47,6 +48,8 @@ from bots.slack import SlackBot
 from bots.slack.app import api_url, check_slack_settings, unreachable
 from chats.audiences import Audiences
 from chats.conversations import ConversationStore
+from chats.durable import DurableRun, ResumeLimits, lost_message
+from chats.report_runs import ReportRuns
 from chats.retention import Retention
 from chats.runs import STREAM_MARGIN_S, RunRegistry
 from chats.state import ChatState, state_path
@@ -78,6 +81,8 @@ class Service:
     _draining: asyncio.Task[None] | None = None
     _forced: asyncio.Task[None] | None = None
     _retention: asyncio.Task[None] | None = None
+    _takeovers: asyncio.Task[None] | None = None  # renews this host's leases, takes over dead hosts' runs
+    interfaces: tuple[str, ...] = ()  # the runs this host can deliver, so may take over
     _restore: dict[int, SignalHandler] = field(default_factory=dict)
 
     @property
@@ -97,11 +102,16 @@ class Service:
         owns_agent = agent is None
         agent = agent or AgentApp.start(settings)
         runs = RunRegistry(
-            agent.runner, state.conversations, shared=state.shared_runs, max_event_bytes=settings.max_event_bytes
+            agent.runner,
+            state.conversations,
+            shared=state.shared_runs,
+            max_event_bytes=settings.max_event_bytes,
+            durable=state.durable,
         )
         bot = SlackBot(agent, state, runs) if slack else None
         audiences = Audiences(bot.channel_members if bot is not None else None)  # for the web's links
         service = cls(agent=agent, state=state, runs=runs, bot=bot, owns_agent=owns_agent, audiences=audiences)
+        service.interfaces = (*(("web",) if web else ()), *(("slack",) if bot is not None else ()))
         routes = bot.routes() if bot is not None and not bot.socket_mode else []
         if web:
             service.app = create_app(
@@ -133,6 +143,11 @@ class Service:
         self.started = True
         await self.agent.check_access()
         self._retention = start_retention(self.agent, self.state)
+        if self.state.durable is not None:
+            takeovers = self.state.durable.watch(self._take_over, self.interfaces, taking=lambda: self.runs.accepting)
+            self._takeovers = asyncio.get_running_loop().create_task(takeovers, name="takeovers")
+        elif self.state.workers == 1:  # this process alone keeps the state: the reports it was writing go on
+            await ReportRuns(self.runs).resume_unfinished(self.agent.policy_named, interfaces=self.interfaces)
         if self.bot is not None:
             await self.bot.start()
             if self.bot.socket_mode:
@@ -140,6 +155,19 @@ class Service:
                     await self.bot.connect_socket_mode()
                 except SlackApiError as exc:
                     raise ConfigError(f"SLACK_APP_TOKEN: Slack refused it ({exc.response.get('error')}).") from None
+
+    async def _take_over(self, kept: DurableRun) -> None:
+        """A run whose host died, claimed by this host: resumed under its policy (or ended with a message when
+        it may not be), and for Slack, its answer posted in its thread by this host's bot."""
+        settings = self.agent.settings
+        policy, gone = resumed_policy(self.agent, kept.policy)
+        limits = ResumeLimits(settings.agent_run_max_resumes, settings.agent_run_resume_max_age_s)
+        refused = limits.why_not(kept) or (lost_message("its access policy is gone") if gone else None)
+        slack = self.bot if kept.interface == "slack" else None
+        on_done = slack.settle_resumed(kept.delivery) if slack is not None else None
+        handle = await self.runs.take_over(kept, policy, refused=refused, on_done=on_done)
+        if handle is not None and slack is not None:
+            slack.deliver_resumed(handle, kept.delivery)
 
     @property
     def slack_mode(self) -> str:
@@ -216,14 +244,24 @@ class Service:
         await (self._draining or self._drain(0))
         if self._forced is not None:
             await self._forced
-        if self._retention is not None:
-            self._retention.cancel()
-            await asyncio.gather(self._retention, return_exceptions=True)
+        for task in (self._retention, self._takeovers):
+            if task is not None:
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
         if self.bot is not None:
             await self.bot.close()
         if self.owns_agent:
             await self.agent.close()
         self.state.close()
+
+
+def resumed_policy(agent: AgentApp, name: str) -> tuple[Policy | None, bool]:
+    """The policy a run taken over ran under, by its name ("" none), and whether it is gone (the policy file
+    no longer has it: the run is not resumed under another)."""
+    if not name:
+        return None, False
+    policy = agent.policies.named(name) if agent.policies is not None else None
+    return policy, policy is None
 
 
 def start_retention(agent: AgentApp, state: ChatState) -> asyncio.Task[None] | None:

@@ -51,6 +51,7 @@ class ReportRun:
         self._tool_calls = 0  # over the whole report: a resumed run counts its checkpoint's first
         self._step_title = ""
         self._step_queries_from = 0
+        self._refused_before = 0  # queries refused for the budget before this run
 
     # --- the loop's hooks ---
 
@@ -66,6 +67,7 @@ class ReportRun:
             if isinstance(block, dict) and block.get("type") == "tool_use"
         )
         state.max_queries = self.grants * self.budget.queries
+        self._refused_before = state.run_metrics.guard_interventions.get("query_cap", 0)
 
     @property
     def max_rounds(self) -> int:
@@ -92,9 +94,12 @@ class ReportRun:
 
     def _over(self, state: RunState) -> Overspent | None:
         used, budget, times = self.used(state), self.budget, self.grants
+        # Its queries are spent when one was refused for the budget: a report that ran exactly its budget and
+        # then writes itself is complete.
+        refused = state.run_metrics.guard_interventions.get("query_cap", 0) > self._refused_before
         checks: list[tuple[str, float, float | None]] = [
             ("tool_calls", used.tool_calls, times * budget.tool_calls),
-            ("queries", used.queries, times * budget.queries),
+            ("queries", used.queries, times * budget.queries if refused else None),
             ("minutes", used.seconds / 60, budget.minutes),
             ("tokens", used.tokens, None if budget.tokens is None else times * budget.tokens),
             ("cost", used.cost_usd, None if budget.cost_usd is None else times * budget.cost_usd),

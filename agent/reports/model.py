@@ -81,7 +81,7 @@ class ReportRequest(BaseModel):
     # How many budgets the report has been given: 1, and one more per Resume. Its steps, tool calls,
     # queries, tokens and cost are counted over the whole report (a resumed run's checkpoint carries them),
     # against `grants` times the budget; minutes are each run's own.
-    grants: int = Field(1, ge=1)
+    grants: int = Field(default=1, ge=1)
     runs: list[str] = Field(default_factory=list)  # the runs that wrote it before this one
 
 

@@ -98,7 +98,7 @@ def _heading(pdf: _Document, text: str, *, size: float = 13) -> None:
 def _paragraph(pdf: _Document, text: str, *, size: float = 10.5, colour: tuple[int, int, int] = INK) -> None:
     pdf.set_font(pdf.family, "", size)
     pdf.set_text_color(*colour)
-    pdf.multi_cell(0, LINE_MM, pdf.text_of(text), new_x="LMARGIN", new_y="NEXT")
+    pdf.multi_cell(0, LINE_MM, pdf.text_of(text), new_x="LMARGIN", new_y="NEXT", align="L")
     pdf.ln(1)
 
 

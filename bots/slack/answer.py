@@ -9,8 +9,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Awaitable, Callable
 from contextlib import suppress
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, replace
 from functools import partial
 from typing import Any
 
@@ -81,6 +82,7 @@ class Answerer:
         self._limit = pacing.rate_limit("slack:questions", settings.slack_rate_per_minute)
         self._budget = pacing.asker_budget(settings)
         self.streaming = Streaming()
+        self._remembering: set[asyncio.Task[None]] = set()  # messages posted, being kept for a takeover
         self.budget = CallBudget(workers=pacing.workers)  # every answer's writes, against Slack's tiers
         self._reports = SlackReports(
             client=client, store=store, runs=runs, settings=settings, metrics=metrics, budget=self.budget
@@ -185,7 +187,45 @@ class Answerer:
 
     async def _answer(self, question: Question, hold: _Hold) -> None:
         view = RunView()  # the run as its events tell it: the plan, the progress and the outcome read it
-        progress = Progress(
+        progress = self._progress(question, view)
+        history, access = await self._prepare(question, progress)
+        request = None
+        if question.report:
+            found = await self._reports.request(question)
+            if isinstance(found, str):  # a Resume that cannot go on: say why
+                await progress.finish("Stopped")
+                await self._say(question, found)
+                return
+            question, request = found
+        if question.assistant_thread and not history:
+            await self._set_title(question)
+        conversation_id = await self._store.create_conversation(
+            question.text, key=question.conversation_key, interface="slack", owner=access.owner
+        )
+        policy = access.policy if self._policies is not None else None
+        origin = Origin(access.asker, "slack", question.channel)
+        delivery = delivery_of(question, hold.reservation, [progress.message_ts])
+
+        async def settle(result: RunResult) -> None:
+            await self._budget.settle(hold.reservation, result.receipt)
+
+        if question.resume is not None:  # the report's next run (kept for no takeover: ReportRuns takes none)
+            resumed = await self._reports.resume(question.resume, policy=policy, origin=origin, on_done=settle)
+            if isinstance(resumed, str):
+                await progress.finish("Stopped")
+                await self._say(question, resumed)
+                return
+            handle = resumed
+        else:
+            handle = self._runs.start(
+                conversation_id, question.text, history, platform="slack", interface="slack", on_done=settle,
+                policy=policy, origin=origin, report=request, delivery=delivery,
+            )  # fmt: skip
+        hold.run_started = True
+        await self._post(question, handle, view, progress, delivery)
+
+    def _progress(self, question: Question, view: RunView) -> Progress:
+        return Progress(
             self._client,
             question.channel,
             question.thread_ts,
@@ -197,39 +237,12 @@ class Answerer:
             team=question.team,
             view=view,
         )
-        history, access = await self._prepare(question, progress)
-        request = None
-        if question.report:
-            found = await self._reports.request(question)
-            if isinstance(found, str):  # a Resume that cannot go on: say why
-                await progress.finish("Stopped")
-                await self._post(question, found)
-                return
-            question, request = found
-        if question.assistant_thread and not history:
-            await self._set_title(question)
-        conversation_id = await self._store.create_conversation(
-            question.text, key=question.conversation_key, interface="slack", owner=access.owner
-        )
-        policy = access.policy if self._policies is not None else None
-        origin = Origin(access.asker, "slack", question.channel)
 
-        async def settle(result: RunResult) -> None:
-            await self._budget.settle(hold.reservation, result.receipt)
-
-        if question.resume is not None:
-            resumed = await self._reports.resume(question.resume, policy=policy, origin=origin, on_done=settle)
-            if isinstance(resumed, str):
-                await progress.finish("Stopped")
-                await self._post(question, resumed)
-                return
-            handle = resumed
-        else:
-            handle = self._runs.start(
-                conversation_id, question.text, history, platform="slack", interface="slack", on_done=settle,
-                policy=policy, origin=origin, report=request,
-            )  # fmt: skip
-        hold.run_started = True
+    async def _post(
+        self, question: Question, handle: RunHandle, view: RunView, progress: Progress, delivery: dict[str, Any]
+    ) -> None:
+        """Follow the run's log from its start, streaming its plan and answer into the thread, then finish.
+        The messages it posts are added to `delivery`, kept with the run for a host that takes it over."""
         writer = AnswerWriter(
             self._client,
             question.channel,
@@ -240,7 +253,7 @@ class Answerer:
             interval_s=self._interval_s,
             part_metadata=partial(part_metadata, handle.run_id),
             on_stopped=partial(self._runs.cancel, handle, "its reader stopped it in Slack"),
-            on_posted=progress.replied,
+            on_posted=lambda: self._posted(handle, delivery, progress, writer),
             on_withdrawn=progress.reply_withdrawn,
             budget=self.budget,
             plan=Plan(handle.run_id, view, self._settings.agent_web_url, report=question.report),
@@ -255,6 +268,42 @@ class Answerer:
         finally:  # after a failure or a shutdown, no painter outlives its job
             progress.cancel()
             writer.cancel()
+
+    async def deliver_resumed(self, handle: RunHandle, delivery: dict[str, Any]) -> None:
+        """A run another host started in a thread, taken over by this host when that one died: its answer (or
+        why there is none) posted in the thread, as the first host would have. Never raises."""
+        question = question_of(delivery)
+        if question is None:
+            log.error("run %s was taken over without a thread to answer in", handle.run_id)
+            return
+        try:
+            await self._withdraw(question, delivery.get("messages") or [])
+            progress = self._progress(question, view := RunView())
+            await progress.begin()
+            await self._post(question, handle, view, progress, {**delivery, "messages": []})
+        except SlackApiError as exc:
+            await self._refused(question, exc)
+        except Exception:
+            log.exception("answering a Slack question taken over from another host failed")
+            await self._tell(question, Failure.INTERNAL)
+
+    async def _withdraw(self, question: Question, messages: list[str]) -> None:
+        """The first host's messages for this answer (its progress, a stream it never finished), taken out of
+        the thread: the answer is posted whole again, once."""
+        for ts in messages:
+            await self.budget.take(question.team, "chat.delete", question.channel)
+            try:
+                await self._client.chat_delete(channel=question.channel, ts=ts)
+            except SlackApiError as exc:  # already gone, say: the answer still goes out
+                refusals.log_refusal(log, f"take back a message of a run taken over in {question.channel}", exc)
+
+    def settle_resumed(self, delivery: dict[str, Any]) -> Callable[[RunResult], Awaitable[None]] | None:
+        """How a run taken over settles its asker's daily budget (the hold the first host made)."""
+        try:
+            reservation = Reservation(**delivery["reservation"])
+        except (KeyError, TypeError):
+            return None
+        return lambda result: self._budget.settle(reservation, result.receipt)
 
     async def _prepare(self, question: Question, progress: Progress) -> tuple[list[Turn], Access]:
         """The progress shown, and meanwhile the thread's history read and the asker named: then the policy
@@ -320,6 +369,21 @@ class Answerer:
             writer.follow(event.body)
             progress.update(event.body)
 
+    def _posted(self, handle: RunHandle, delivery: dict[str, Any], progress: Progress, writer: AnswerWriter) -> None:
+        """A message of the answer was posted: the progress told, and the message kept in the run's delivery
+        context (once the writer has it), so a host taking the run over takes it back."""
+        progress.replied()
+
+        async def remember() -> None:
+            posted = [ts for ts in [progress.message_ts, *writer.posted] if ts]
+            if posted != delivery.get("messages"):
+                delivery["messages"] = posted
+                await self._runs.update_delivery(handle, dict(delivery))
+
+        task = asyncio.create_task(remember())
+        self._remembering.add(task)
+        task.add_done_callback(self._remembering.discard)
+
     async def _deliver(
         self, question: Question, run_id: str, view: RunView, progress: Progress, writer: AnswerWriter
     ) -> None:
@@ -376,9 +440,9 @@ class Answerer:
 
     async def _tell(self, question: Question, kind: Failure, **facts: Any) -> None:
         self._metrics.slack_errors.labels(kind.value).inc()
-        await self._post(question, explain(kind, **facts), doing=f"tell {question.channel} about a failure ({kind})")
+        await self._say(question, explain(kind, **facts), doing=f"tell {question.channel} about a failure ({kind})")
 
-    async def _post(self, question: Question, text: str, *, doing: str = "post in the thread") -> None:
+    async def _say(self, question: Question, text: str, *, doing: str = "post in the thread") -> None:
         """`text` (plain, escaped here) in the question's thread; a refusal is logged."""
         try:
             await self._client.chat_postMessage(
@@ -403,3 +467,17 @@ class Answerer:
 
     def _first_progress(self, question: Question) -> None:
         self._metrics.slack_first_progress_seconds.observe(time.perf_counter() - question.received_at)
+
+
+def delivery_of(question: Question, reservation: Reservation, messages: list[str | None]) -> dict[str, Any]:
+    """What another host's bot needs to answer `question` if it takes the run over (chats/durable.py): the
+    thread, the asker's budget hold, and the messages posted so far (the bot there takes them back)."""
+    return {"question": asdict(question), "reservation": asdict(reservation), "messages": [m for m in messages if m]}
+
+
+def question_of(delivery: dict[str, Any]) -> Question | None:
+    """The question a delivery context names, received now (its first host's clock means nothing here)."""
+    try:
+        return replace(Question(**delivery["question"]), received_at=time.perf_counter())
+    except (KeyError, TypeError):
+        return None

@@ -14,6 +14,7 @@ import itertools
 import logging
 import re
 import time
+from collections.abc import Awaitable, Callable
 from functools import partial
 from typing import Any
 
@@ -32,6 +33,7 @@ from starlette.routing import BaseRoute, Route
 
 from agent.app import AgentApp
 from agent.config import ConfigError, Settings
+from agent.runner import RunResult
 from bots.slack import blocks, refusals
 from bots.slack.access import dm_policy, wants_groups
 from bots.slack.actions import Actions
@@ -41,7 +43,7 @@ from bots.slack.people import SlackPeople
 from bots.slack.prompts import PromptsGate, prompts_asker, prompts_place
 from bots.slack.queues import SerialQueues
 from bots.slack.receive import Allowed, Identity, Ignore, Ignored, Question, event_type, read_question
-from chats.runs import RunRegistry
+from chats.runs import RunHandle, RunRegistry
 from chats.state import ChatState
 
 log = logging.getLogger(__name__)
@@ -240,6 +242,16 @@ class SlackBot:
         # message ts), so each message must take its place in line at once, not behind this worker's queue.
         queue = question.message_key if self._pacing.shared else question.conversation_key
         self._queues.add(queue, partial(self._answerer.handle, question))
+
+    def deliver_resumed(self, handle: RunHandle, delivery: dict[str, Any]) -> None:
+        """A run another host started in a thread, taken over by this one (its host died): its answer posted
+        there by this bot, as a job of its own (a shutdown drains it like the others)."""
+        assert self._answerer is not None
+        self._queues.add(f"resumed:{handle.run_id}", partial(self._answerer.deliver_resumed, handle, delivery))
+
+    def settle_resumed(self, delivery: dict[str, Any]) -> Callable[[RunResult], Awaitable[None]] | None:
+        """How such a run settles its asker's daily budget when it ends."""
+        return self._answerer.settle_resumed(delivery) if self._answerer is not None else None
 
     async def _suggest(self, channel: str, thread_ts: str | None, *, asker: tuple[str, str]) -> None:
         """Offer example questions as suggested prompts: on a new assistant thread (legacy), or pinned on the

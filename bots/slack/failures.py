@@ -29,10 +29,12 @@ class Failure(StrEnum):
     SLACK_SCOPE = "slack_scope"  # Slack refused: the app lacks a scope
     SLACK_BUSY = "slack_busy"  # Slack kept rate limiting after the retries
     ASKER_UNKNOWN = "asker_unknown"  # Slack could not say who asks in a DM: the default policy applies
+    LOST = "lost"  # the server answering stopped and the answer could not be picked up (chats/durable.py)
     INTERNAL = "internal"
 
 
 _PATTERNS = (  # (a phrase of the Runner's message, lower-cased, and what it means), first match wins
+    ("could not be picked up again", Failure.LOST),  # chats/durable.py lost_message: said before the rest
     ("overloaded or rate limited", Failure.MODEL_BUSY),
     ("could not reach the model", Failure.MODEL_BUSY),
     ("prompt is too long", Failure.THREAD_TOO_LONG),
@@ -109,6 +111,11 @@ def explain(kind: Failure, **facts: Any) -> str:
         return "Slack is limiting how fast I can post right now, so I couldn't finish. Please ask again in a minute."
     if kind is Failure.RESTARTING:
         return "I'm restarting right now, so I can't take this question. Please ask again in a minute."
+    if kind is Failure.LOST:
+        return (
+            "The server answering this stopped, and I couldn't pick your question up again where it left off. "
+            "Please ask it again."
+        )
     return "Something went wrong on my side and I couldn't finish. Please try again."
 
 

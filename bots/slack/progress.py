@@ -153,6 +153,11 @@ class Progress:
                 except Exception as exc:  # a dropped connection: the next refresh tries again, the loop stays
                     log.warning("could not refresh the status in %s: %s", self._channel, type(exc).__name__)
 
+    @property
+    def message_ts(self) -> str | None:
+        """The progress message's, once posted (None: none, or the assistant thread's status shows it)."""
+        return self._message_ts
+
     def replied(self) -> None:
         """The answer's first message is in the thread. "The status will be automatically cleared when the app
         sends a reply" (.../assistant.threads.setStatus): while a message of the answer shows, it shows the

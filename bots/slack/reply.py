@@ -106,6 +106,11 @@ class AnswerWriter:
             self._painter.request()
 
     @property
+    def posted(self) -> list[str]:
+        """The ts of each message of the answer so far."""
+        return [message.ts for message in self._messages]
+
+    @property
     def showing_plan(self) -> bool:
         """The run's queries are (to be) shown as Slack's plan in the stream, not by the progress display."""
         return self._plan is not None

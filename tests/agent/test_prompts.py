@@ -41,6 +41,10 @@ VARIABLES = {
         "limit": "100,000",
         "tables": [{"name": "db.t", "rows": "336,776", "parts": 3, "sorting_key": "id", "partition_key": "d"}],
     },
+    "report/request.md": {"budget": {"steps": 16, "tool_calls": 24, "queries": 15, "minutes": 10.0}},
+    "report/penultimate.md": {},
+    "report/partial.md": {"limit": "queries", "spent": "15", "allowed": "15"},
+    "report/stopped.md": {"why": "it reached its budget of 500,000 tokens", "gathered": "Q1: x (3 rows)"},
     **{f"formats/{platform}.md": {} for platform in PLATFORMS},
 }
 

@@ -10,7 +10,7 @@ import pytest
 
 from agent.runner import Checkpoint
 from chats.audit import Origin
-from chats.durable import DurableRun, DurableRuns
+from chats.durable import DurableRun, DurableRuns, ResumeLimits
 from chats.state_file import StateFile
 
 LEASE_S = 30.0  # long: a test lapses a lease by writing it, never by waiting
@@ -95,3 +95,15 @@ async def test_a_checkpoint_this_release_cannot_read_is_none_not_an_error(hosts)
     unreadable.checkpoint = '{"version": 99, "question": "q"}'
     assert unreadable.saved() is None
     await a.begin(unreadable)
+
+
+def test_a_run_may_be_resumed_so_many_times_and_so_young() -> None:
+    limits = ResumeLimits(max_resumes=2, max_age_s=900)
+    young = run()
+    young.takeovers = 2
+    assert limits.why_not(young, now=young.created_at + 899) is None
+    young.takeovers = 3
+    assert "stopped 3 times" in (limits.why_not(young) or "")
+    young.takeovers = 1
+    said = limits.why_not(young, now=young.created_at + 901) or ""
+    assert "over 15 minutes" in said and "ask again" in said

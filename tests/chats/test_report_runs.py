@@ -12,6 +12,7 @@ import pytest
 
 from agent.db import Database
 from agent.reports import ReportBudget, ReportRequest
+from chats.durable import DurableRuns
 from chats.report_runs import NotResumable, ReportRuns
 from chats.reports import RUNNING
 from chats.runs import RunHandle, RunRegistry
@@ -45,7 +46,7 @@ async def test_resume_continues_a_partial_report_without_running_its_queries_aga
     counting = CountingDatabase(db)
     runs = RunRegistry(make_app(database=counting).runner, state.conversations)
     conversation = await state.conversations.create_conversation(QUESTION, owner=OWNER)
-    fake_anthropic.script(Reply(tool_calls=[sql(MONTHS, ORIGINS)]), Reply(text=PARTIAL))
+    fake_anthropic.script(Reply(tool_calls=[sql(MONTHS, ORIGINS, RAIN)]), Reply(text=PARTIAL))
     request = ReportRequest(budget=ReportBudget(queries=2))
     first = runs.start(conversation, QUESTION, [], platform="web", interface="web", report=request)
     await finished(runs, first)
@@ -95,3 +96,50 @@ async def test_a_report_whose_host_restarts_mid_run_is_taken_on_by_the_next_host
     assert len(counting.executed) == 2 and "month = 7" in counting.executed[1], "Q1 did not run again"
     assert [q.id for q in done.report.queries] == ["Q1", "Q2"] and done.run_id == taken[0].run_id
     assert await ReportRuns(next_host).resume_unfinished(lambda name: None) == []
+
+
+async def test_a_report_whose_host_dies_is_taken_over_by_another_host_writing_the_same_report(
+    make_app, fake_anthropic: FakeAnthropic, db: Database, state_location: Path | str
+) -> None:
+    """The durable runs' takeover (chats/durable.py, RunRegistry.take_over) carries a report run on: the
+    second host writes the same report from the first host's checkpoint, running no query again."""
+    hang = Hang()
+    fake_anthropic.script(Reply(tool_calls=[sql(MONTHS)]), hang)
+    counting = CountingDatabase(db)
+    states = [ChatState(state_location, workers=2) for _ in range(2)]
+    a, b = (
+        RunRegistry(
+            make_app(database=counting).runner,
+            s.conversations,
+            shared=s.shared_runs,
+            durable=DurableRuns(s.file, lease_s=30, host=f"host-{n}"),
+        )
+        for n, s in enumerate(states)
+    )
+    try:
+        conversation = await states[0].conversations.create_conversation(QUESTION, owner=OWNER)
+        first = a.start(conversation, QUESTION, [], platform="web", interface="web", report=ReportRequest())
+        while (saved := await states[0].reports.checkpoint(first.report_id)) is None or saved.rounds < 1:
+            await asyncio.sleep(0.05)
+        assert b._durable is not None and a._durable is not None
+        a._durable._file.now(lambda c: c.execute("UPDATE durable_runs SET lease_until = 1"))  # host a is gone
+        kept = await b._durable.claim_lapsed({"web"})
+        assert kept is not None and kept.run_id == first.run_id
+
+        fake_anthropic.reset()
+        fake_anthropic.script(Reply(tool_calls=[sql(ORIGINS)]), Reply(text=WRITTEN))
+        handle = await b.take_over(kept, None)
+        assert handle is not None and handle.report_id == first.report_id
+        await finished(b, handle)
+        done = await states[1].reports.get(first.report_id)
+        assert done is not None and done.state == "complete" and done.report is not None
+        assert len(counting.executed) == 2 and "month = 7" in counting.executed[1], "Q1 did not run again"
+        assert [q.id for q in done.report.queries] == ["Q1", "Q2"]
+    finally:
+        hang.release.set()
+        if first.task is not None:
+            first.task.cancel()
+        for registry in (a, b):
+            await registry.shutdown()
+        for s in states:
+            s.close()

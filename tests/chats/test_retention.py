@@ -12,6 +12,7 @@ import pytest
 
 from agent.db.result import QueryResult
 from agent.runner import ExecutedQuery, RunResult
+from chats.durable import DurableRun, DurableRuns
 from chats.people import Person
 from chats.retention import DAY_S, SWEEPS, TABLES, Retention
 from chats.runs import RunRegistry
@@ -138,6 +139,15 @@ async def test_expired_sessions_go_and_live_ones_stay(state: ChatState) -> None:
     assert await Retention(state.file, 30, clock=lambda: now + 120).sweep() == {"web_sessions": 1}
     assert await state.sessions.person(live) == alice and await state.sessions.person(expired) is None
     assert state.file.now(lambda c: c.execute("SELECT count(*) FROM web_sessions").fetchone()[0]) == 1
+
+
+async def test_a_run_kept_for_a_takeover_nobody_took_over_is_swept_past_the_period(state: ChatState) -> None:
+    durable = DurableRuns(state.file, lease_s=30, host="gone")
+    for run_id, age_days in (("old", 40), ("young", 1)):
+        kept = DurableRun(run_id, "c1", "slack", "slack", "Which airport?", created_at=time.time() - age_days * DAY_S)
+        await durable.begin(kept)
+    assert await Retention(state.file, 30).sweep() == {"durable_runs": 1}
+    assert not await durable.holds("old") and await durable.holds("young")
 
 
 def test_every_table_that_keeps_what_people_asked_is_swept() -> None:

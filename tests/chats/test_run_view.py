@@ -109,3 +109,17 @@ def test_a_query_has_the_names_the_web_reads() -> None:
     fields = {f.name for f in dataclasses.fields(QueryView)}
     assert {"query_id", "row_count", "has_more", "elapsed_ms", "reused_from"} <= read
     assert read <= fields, read - fields
+
+
+def test_a_reports_steps_are_folded_each_as_it_last_stood_and_survive_the_wire() -> None:
+    from agent.reports import ReportBudget, ReportUsage
+    from agent.runner import WIRE_EVENT, StepEvent
+
+    budget = ReportBudget()
+    running = StepEvent(number=1, title="Compare months", state="running", used=ReportUsage(), budget=budget)
+    done = running.model_copy(update={"state": "done", "queries": ["Q1"], "used": ReportUsage(queries=1)})
+    second = StepEvent(number=2, title="By airport", state="running", used=ReportUsage(queries=1), budget=budget)
+    wired = [WIRE_EVENT.validate_python({**e.wire(), "type": e.type}) for e in (running, done, second)]
+    view = RunView().apply_all(wired)
+    assert [(s.number, s.state, s.queries) for s in view.steps.values()] == [(1, "done", ["Q1"]), (2, "running", [])]
+    assert view.steps[1].used.queries == 1 and view.steps[2].title == "By airport"

@@ -56,7 +56,19 @@ class GoldReplay:
                     tool_calls=[("think", {"content": "Run the query."}), ("execute_sql", {"queries": [query]})]
                 )
             return Reply(text=scripted(case))
+        if case.report:  # a report: its sections, a finding per row of the result
+            return Reply(text=report_of(result_tables(after[-1])))
         return Reply(text=f"Here is what the data shows [Q1]:\n\n{result_tables(after[-1])}")
+
+
+def report_of(table: str) -> str:
+    """A report written from one result table: each data row a finding citing it."""
+    rows = [line for line in table.splitlines()[2:] if line.strip()]
+    findings = "\n".join(f"- {' '.join(row.strip('|').split('|'))} [Q1]" for row in rows)
+    return (
+        f"## Summary\nHere is what the data shows [Q1].\n\n## Findings\n{findings}\n\n"
+        "## How this was found\nQ1 ran the query.\n\n## Caveats\nA replay, not an analysis."
+    )
 
 
 def result_tables(message: dict[str, Any]) -> str:

@@ -182,7 +182,7 @@ async def test_resume_grants_one_more_budget_and_runs_no_query_that_succeeded_ag
 ) -> None:
     counting = CountingDatabase(db)
     sink = Checkpoints()
-    fake_anthropic.script(Reply(tool_calls=[sql(MONTHS, ORIGINS)]), Reply(text=PARTIAL))
+    fake_anthropic.script(Reply(tool_calls=[sql(MONTHS, ORIGINS, RAIN)]), Reply(text=PARTIAL))
     request = ReportRequest(budget=ReportBudget(queries=2))
     first, _ = await report_of(make_app(database=counting), report=request, checkpoint=sink)
     assert first.report is not None and first.report.outcome is ReportOutcome.PARTIAL and len(counting.executed) == 2
@@ -222,3 +222,15 @@ async def test_a_report_whose_host_stops_mid_run_goes_on_from_its_checkpoint(
     assert len(counting.executed) == 2 and "month = 7" in counting.executed[1], "Q1 did not run again"
     assert [e.number for e in events.of("step")] == [2, 2] and result.resumed == 1
     assert report.used.tool_calls == 2 and report.used.queries == 2
+
+
+async def test_a_report_that_runs_exactly_its_queries_and_writes_itself_is_complete(
+    make_app, fake_anthropic: FakeAnthropic
+) -> None:
+    """A limit is hit when the report wanted more than it allowed (a query refused), not when it used it all."""
+    fake_anthropic.script(
+        Reply(tool_calls=[sql(MONTHS, ORIGINS)]), Reply(text=REPORT.replace("25 minutes", "19 minutes"))
+    )
+    result, _ = await report_of(make_app(), report=ReportRequest(budget=ReportBudget(queries=2)))
+    assert result.report is not None and result.report.outcome is ReportOutcome.COMPLETE
+    assert "tool_choice" not in fake_anthropic.requests[1] and result.report.used.queries == 2

@@ -47,6 +47,8 @@ STOPPED_BY = {
     "minutes": "its time limit",
     "tokens": "its token limit",
     "cost": "its cost limit",
+    "error": "an error",
+    "cancelled": "a stop",
 }
 
 

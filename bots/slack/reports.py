@@ -27,7 +27,7 @@ from agent.config import Settings
 from agent.metrics import Metrics
 from agent.reports.markdown import report_markdown
 from agent.reports.model import Report, ReportBudget, ReportOutcome, ReportRequest
-from agent.runner import Outcome, RunResult
+from agent.runner import RunResult
 from bots.slack import blocks, refusals
 from bots.slack.api_tiers import CallBudget
 from bots.slack.charts import upload_charts
@@ -40,6 +40,7 @@ from bots.slack.thread import answer_metadata
 from chats.audit import Origin
 from chats.conversations import ConversationStore
 from chats.report_runs import NotResumable, ReportRuns
+from chats.reports import FAILED, RUNNING
 from chats.run_view import RunView
 from chats.runs import RunHandle, RunRegistry
 
@@ -100,13 +101,12 @@ class SlackReports:
         """The finished report in the thread: its first part where the plan was shown, the rest below it, the
         charts, the files. A run that failed, or ended with no report, says so."""
         result = view.result
-        stored = await self._reports.get(handle.report_id) if handle.report_id else None
-        report = stored.report if stored is not None else None
+        report = await self._written(handle)
         if writer.stopped_by_user:
             await writer.abandon()
             await progress.finish("Stopped")
             return
-        if result is None or result.outcome is Outcome.ERROR or report is None:
+        if result is None or report is None:  # a run that failed with a report ends partial: Resume goes on
             await writer.abandon()
             await progress.finish("Stopped")
             kind = classify(view.error or (result.error if result else None), list(view.queries.values()))
@@ -130,6 +130,14 @@ class SlackReports:
         seconds = time.perf_counter() - question.received_at
         await progress.finish(f"Report written in {seconds:.1f} s")
         self._metrics.slack_answers.labels("report").inc()
+
+    async def _written(self, handle: RunHandle) -> Report | None:
+        """The report as this run left it (None: it wrote none; a failed Resume leaves the earlier one, not
+        this run's)."""
+        stored = await self._reports.get(handle.report_id) if handle.report_id else None
+        if stored is None or stored.run_id != handle.run_id or stored.state in (RUNNING, FAILED):
+            return None
+        return stored.report
 
     async def _charts_and_files(self, question: Question, report: Report) -> None:
         images: dict[str, bytes] = {}  # each chart's PNG, drawn once: posted, then in the PDF

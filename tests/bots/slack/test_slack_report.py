@@ -16,7 +16,7 @@ from bots.slack.receive import Allowed, Identity, Question, read_question
 from bots.slack.report import MAX_BLOCKS, MAX_MESSAGES, report_parts
 from tests.agent.pipeline.test_checkpoints import CountingDatabase
 from tests.fakes import slack_events as events
-from tests.fakes.anthropic_api import FakeAnthropic, Reply
+from tests.fakes.anthropic_api import Failure, FakeAnthropic, Reply
 from tests.fakes.slack_api import BOT_ID, BOT_USER_ID, GENERAL_ID, HUMAN_ID, TEAM_ID, FakeSlack
 from tests.fakes.slack_rules import MAX_MARKDOWN_BLOCK_CHARS, check_blocks
 from tests.report_helpers import partial_then_resumed_script, report_script
@@ -191,6 +191,18 @@ async def test_a_partial_report_has_resume_which_finishes_it_without_running_its
     assert len(
         fake_anthropic.requests
     ) == asked and "There is no partial report of this thread to resume" in shown_text(fake_slack, thread)
+
+
+async def test_a_report_whose_model_fails_part_way_is_posted_partial_with_resume(
+    start_bot, fake_slack: FakeSlack, fake_anthropic: FakeAnthropic
+) -> None:
+    bot = await start_bot()
+    first, _ = partial_then_resumed_script()
+    fake_anthropic.script(first[0], Failure(400, "invalid_request_error", "the request was refused"))
+    thread = await ask_report(bot, fake_slack, "report: why did delays rise in July?")
+    text = shown_text(fake_slack, thread)
+    assert "**Partial report:** why did delays rise in July?" in text and "It stopped at an error" in text
+    assert [b for b in report_blocks(fake_slack, thread) if b.get("block_id") == blocks.RESUME_REPORT]
 
 
 async def test_a_resume_sent_from_another_thread_is_a_report_never_seen(

@@ -270,9 +270,8 @@ class RunRegistry:
                     durable = {"checkpoint": partial(self._checkpointed, handle), "resume": resume}
             if report is not None:  # only for a report: Runners that write none work on unchanged
                 await self._begin_report(handle, question, report)
-                sinks = [partial(self._reports.keep_checkpoint, handle.report_id, handle.run_id)]
-                if handle.durable:
-                    sinks.append(partial(self._checkpointed, handle))
+                sinks = [partial(self._checkpointed, handle)] if handle.durable else []  # the takeover's first
+                sinks.append(partial(self._reports.keep_checkpoint, handle.report_id, handle.run_id))
                 durable = {"checkpoint": partial(_each, sinks), "resume": resume, "report": report}
             return await self._runner.run(
                 question,

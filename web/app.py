@@ -44,6 +44,7 @@ from web.views import (
     knowledge,
     page,
     queries,
+    reports,
     run_events,
     schedules,
 )
@@ -118,6 +119,12 @@ def create_app(
         # The CSV route first: `{query_id}` would match "<id>.csv" too.
         Route("/api/queries/{query_id}.csv", _api(_limited(_DOWNLOADS, queries.query_csv))),
         Route("/api/queries/{query_id}", _api(queries.query)),
+        Route("/reports/{report_id}", page.report_page),
+        Route("/api/reports", _api(_limited(_QUESTIONS, reports.start_report)), methods=["POST"]),
+        # The downloads first: `{report_id}` would match "<id>.md" too.
+        Route("/api/reports/{report_id}.md", _api(_limited(_DOWNLOADS, reports.report_markdown))),
+        Route("/api/reports/{report_id}.pdf", _api(_limited(_DOWNLOADS, reports.report_pdf))),
+        Route("/api/reports/{report_id}", _api(reports.report)),
         Route("/api/me", _api(auth.me)),
         *schedules.routes(_api, state, settings),
         *inbox.routes(_api, state, settings),

@@ -1,5 +1,6 @@
 """The buttons under an answer: Show SQL (posts it in the thread), a follow-up (asks it in the
-thread), thumbs up / down (stored with the turn; a thumbs-down asks what was wrong, for the eval case it
+thread), Dig deeper (asks for a report on the answer's question, in the thread), Resume under a partial
+report (continues it), thumbs up / down (stored with the turn; a thumbs-down asks what was wrong, for the eval case it
 proposes), and the CSV link (Slack reports the click; the
 browser does the rest)."""
 
@@ -17,7 +18,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from agent.metrics import Metrics
 from bots.slack import blocks, refusals
-from bots.slack.receive import Allowed, Ignore, Question, channel_type_of
+from bots.slack.receive import Allowed, Ignore, Question, channel_type_of, conversation_key
 from chats.conversations import ConversationStore
 from chats.proposals import ProposalStore
 
@@ -92,6 +93,10 @@ class Actions:
                 await self._show_sql(click)
             elif click.kind == blocks.FOLLOWUP and click.value.strip():
                 await self._follow_up(click)
+            elif click.kind == blocks.DIG_DEEPER and click.value.strip():
+                await self._dig_deeper(click)
+            elif click.kind == blocks.RESUME_REPORT and click.value.strip():
+                await self._resume(click)
             elif click.kind == blocks.FEEDBACK:
                 await self._feedback(click)
             elif click.kind in (blocks.REPEAT, blocks.SCHEDULE) and self._schedules is not None:
@@ -129,13 +134,33 @@ class Actions:
 
     async def _follow_up(self, click: Click) -> None:
         """Say who asked what in the thread, then ask it as if they had typed it there."""
-        clicked_at = time.perf_counter()
         question = " ".join(click.value.split())
+        await self._ask_in_thread(click, f"<@{click.user}> asked: {blocks.escape(question)}", question)
+
+    async def _dig_deeper(self, click: Click) -> None:
+        """A report on the question the answer above was to (read from the store by its run, in this thread's
+        conversation only): said in the thread, then asked as if typed there with `report:`."""
+        key = conversation_key(click.team, click.channel, click.thread_ts)
+        turn = (await self._store.turns_by_run([click.value], key=key)).get(click.value)
+        if turn is None:
+            await self._client.chat_postEphemeral(
+                channel=click.channel, user=click.user, thread_ts=click.thread_ts,
+                text="I no longer have that answer's question; ask with `report: <your question>`.",
+            )  # fmt: skip
+            return
+        said = f"<@{click.user}> asked for a report: {blocks.escape(turn.question)}"
+        await self._ask_in_thread(click, said, turn.question, report=True)
+
+    async def _resume(self, click: Click) -> None:
+        """Continue a partial report where it stopped (its queries that succeeded are not run again)."""
+        await self._ask_in_thread(click, f"<@{click.user}> resumed the report.", "", report=True, resume=click.value)
+
+    async def _ask_in_thread(
+        self, click: Click, said: str, question: str, *, report: bool = False, resume: str | None = None
+    ) -> None:
+        clicked_at = time.perf_counter()
         posted = await self._client.chat_postMessage(
-            channel=click.channel,
-            thread_ts=click.thread_ts,
-            text=f"<@{click.user}> asked: {blocks.escape(question)}",
-            **blocks.NO_PREVIEWS,
+            channel=click.channel, thread_ts=click.thread_ts, text=said, **blocks.NO_PREVIEWS
         )
         is_dm = click.channel.startswith("D")
         self._ask(
@@ -153,6 +178,8 @@ class Actions:
                 addressed=True,
                 parent_user_id=None,
                 received_at=clicked_at,
+                report=report,
+                resume=resume,
             )
         )
 

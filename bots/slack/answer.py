@@ -36,6 +36,7 @@ from bots.slack.progress import Progress
 from bots.slack.receipt import receipt_blocks
 from bots.slack.receive import Identity, Ignore, Question
 from bots.slack.reply import AnswerWriter, Streaming
+from bots.slack.reports import SlackReports
 from bots.slack.schedules import repeat_block
 from bots.slack.thread import answer_metadata, part_metadata, read_history, ts_micros
 from chats.audit import Origin, record_refusal
@@ -86,6 +87,9 @@ class Answerer:
         self.streaming = Streaming()
         self._remembering: set[asyncio.Task[None]] = set()  # messages posted, being kept for a takeover
         self.budget = CallBudget(workers=pacing.workers)  # every answer's writes, against Slack's tiers
+        self._reports = SlackReports(
+            client=client, store=store, runs=runs, settings=settings, metrics=metrics, budget=self.budget
+        )
         self._interval_s = settings.slack_progress_interval_s
 
     async def handle(self, question: Question) -> None:
@@ -193,22 +197,38 @@ class Answerer:
         view = RunView()  # the run as its events tell it: the plan, the progress and the outcome read it
         progress = self._progress(question, view)
         history, access = await self._prepare(question, progress)
+        request = None
+        if question.report:
+            found = await self._reports.request(question)
+            if isinstance(found, str):  # a Resume that cannot go on: say why
+                await progress.finish("Stopped")
+                await self._say(question, found)
+                return
+            question, request = found
         if question.assistant_thread and not history:
             await self._set_title(question)
         conversation_id = await self._store.create_conversation(
             question.text, key=question.conversation_key, interface="slack", owner=access.owner
         )
-        handle = self._runs.start(
-            conversation_id,
-            question.text,
-            history,
-            platform="slack",
-            interface="slack",
-            on_done=lambda result: self._budget.settle(hold.reservation, result.receipt),
-            policy=access.policy if self._policies is not None else None,
-            origin=Origin(access.asker, "slack", question.channel),
-            delivery=(delivery := delivery_of(question, hold.reservation, [progress.message_ts])),
-        )
+        policy = access.policy if self._policies is not None else None
+        origin = Origin(access.asker, "slack", question.channel)
+        delivery = delivery_of(question, hold.reservation, [progress.message_ts])
+
+        async def settle(result: RunResult) -> None:
+            await self._budget.settle(hold.reservation, result.receipt)
+
+        if question.resume is not None:  # the report's next run (kept for no takeover: ReportRuns takes none)
+            resumed = await self._reports.resume(question.resume, policy=policy, origin=origin, on_done=settle)
+            if isinstance(resumed, str):
+                await progress.finish("Stopped")
+                await self._say(question, resumed)
+                return
+            handle = resumed
+        else:
+            handle = self._runs.start(
+                conversation_id, question.text, history, platform="slack", interface="slack", on_done=settle,
+                policy=policy, origin=origin, report=request, delivery=delivery,
+            )  # fmt: skip
         hold.run_started = True
         traced.set(agent__run_id=handle.run_id)
         await self._post(question, handle, view, progress, delivery)
@@ -245,12 +265,15 @@ class Answerer:
             on_posted=lambda: self._posted(handle, delivery, progress, writer),
             on_withdrawn=progress.reply_withdrawn,
             budget=self.budget,
-            plan=Plan(handle.run_id, view, self._settings.agent_web_url),
+            plan=Plan(handle.run_id, view, self._settings.agent_web_url, report=question.report),
         )
         progress.plan_shown = lambda: writer.showing_plan
         try:
             with log_context(run_id=handle.run_id, interface="slack"):  # its log lines and spans name the run
-                await self._follow(handle, view, progress, writer)
+                await self._follow(handle, view, progress, writer, report=question.report)
+                if question.report:
+                    await self._reports.deliver(question, handle, view, progress, writer)
+                    return
                 await self._deliver(question, handle.run_id, view, progress, writer)
         finally:  # after a failure or a shutdown, no painter outlives its job
             progress.cancel()
@@ -344,10 +367,14 @@ class Answerer:
         except SlackApiError:
             log.info("no title for thread %s", question.thread_ts)
 
-    async def _follow(self, handle: RunHandle, view: RunView, progress: Progress, writer: AnswerWriter) -> None:
+    async def _follow(
+        self, handle: RunHandle, view: RunView, progress: Progress, writer: AnswerWriter, *, report: bool = False
+    ) -> None:
+        """The run's events as they come: the plan and the progress follow them; an answer's text streams
+        (a report is posted in parts once it is done)."""
         async for event in self._runs.follow(handle):
             view.apply(event.body)
-            if isinstance(event.body, AnswerEvent):  # the writer streams the text as it comes
+            if isinstance(event.body, AnswerEvent) and not report:  # the writer streams the text as it comes
                 writer.restart() if event.body.restart else writer.add(event.body.text)
             writer.follow(event.body)
             progress.update(event.body)
@@ -395,6 +422,7 @@ class Answerer:
                 web_url,
                 knowledge=cited,
                 feedback_buttons=writer.showing_plan,
+                dig_deeper=result.outcome in (Outcome.ANSWERED, Outcome.CAPPED),
             )
         )
         # The metadata is Slack's wire: each query's id, question and SQL, read back as the thread's history.
@@ -428,15 +456,16 @@ class Answerer:
 
     async def _tell(self, question: Question, kind: Failure, **facts: Any) -> None:
         self._metrics.slack_errors.labels(kind.value).inc()
+        await self._say(question, explain(kind, **facts), doing=f"tell {question.channel} about a failure ({kind})")
+
+    async def _say(self, question: Question, text: str, *, doing: str = "post in the thread") -> None:
+        """`text` (plain, escaped here) in the question's thread; a refusal is logged."""
         try:
             await self._client.chat_postMessage(
-                channel=question.channel,
-                thread_ts=question.thread_ts,
-                text=blocks.escape(explain(kind, **facts)),
-                **blocks.NO_PREVIEWS,
+                channel=question.channel, thread_ts=question.thread_ts, text=blocks.escape(text), **blocks.NO_PREVIEWS
             )
         except SlackApiError as exc:
-            refusals.log_refusal(log, f"tell {question.channel} about a failure ({kind})", exc, self._me.user_id)
+            refusals.log_refusal(log, doing, exc, self._me.user_id)
 
     async def _refused(self, question: Question, exc: SlackApiError) -> None:
         """Slack refused a call: a routine refusal is one log line saying what to do, and a message to the

@@ -36,6 +36,8 @@ FEEDBACK_BLOCK = "analyst_feedback"
 REASON = "analyst_reason"  # what was wrong, typed after a thumbs-down (the block id carries the run)
 REPEAT = "analyst_repeat"  # "Repeat…": make a schedule of the answer (bots/slack/schedules.py)
 SCHEDULE = "analyst_schedule"  # a listed schedule's Pause / Resume / Delete
+DIG_DEEPER = "analyst_dig_deeper"  # under an answer: a report on the same question (the value is its run)
+RESUME_REPORT = "analyst_resume_report"  # under a partial report: go on from where it stopped (its id)
 
 # Over an answer's table cells, with fullmatch (Python's `re` took quadratic time on a long run of digits).
 _NUMBER = linear_re.compile(r"[-+]?[$€£]?[\d,]*\.?\d+%?")
@@ -219,10 +221,12 @@ def answer_blocks(
     knowledge: Sequence[dict[str, str]] = (),
     *,
     feedback_buttons: bool = False,
+    dig_deeper: bool = False,
 ) -> list[dict[str, Any]]:
     """Under an answer: the team's knowledge it cites (each entry's text and where it is kept), Show SQL
-    per query (and its page in the web UI), follow-ups, thumbs: Slack's own feedback buttons where the
-    answer streams (`feedback_buttons`), else two buttons."""
+    per query (and its page in the web UI), follow-ups, Dig deeper (a report on the same question, asked
+    only by that click), thumbs: Slack's own feedback buttons where the answer streams (`feedback_buttons`),
+    else two buttons."""
     blocks: list[dict[str, Any]] = []
     if knowledge:
         cited = [
@@ -245,6 +249,9 @@ def answer_blocks(
     if followups:
         elements = [_button(button_label(q), f"{FOLLOWUP}_{i}", q[:MAX_BUTTON_VALUE]) for i, q in enumerate(followups)]
         blocks.append({"type": "actions", "block_id": "analyst_followups", "elements": elements})
+    if dig_deeper:
+        button = _button("Dig deeper: a report", DIG_DEEPER, run_id)
+        blocks.append({"type": "actions", "block_id": DIG_DEEPER, "elements": [button]})
     blocks.append(_feedback_buttons(run_id) if feedback_buttons else _thumbs(run_id))
     return blocks
 
@@ -324,7 +331,7 @@ def button_label(question: str) -> str:
 
 def action_kind(action_id: str) -> str:
     """`analyst_show_sql_2` -> `analyst_show_sql`."""
-    for kind in (SHOW_SQL, OPEN_QUERY, FOLLOWUP, FEEDBACK, REASON, REPEAT, SCHEDULE):
+    for kind in (SHOW_SQL, OPEN_QUERY, FOLLOWUP, FEEDBACK, REASON, REPEAT, SCHEDULE, DIG_DEEPER, RESUME_REPORT):
         if action_id.startswith(kind):
             return kind
     return ""

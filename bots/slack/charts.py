@@ -25,14 +25,17 @@ async def upload_charts(
     thread_ts: str,
     charts: list[Chart],
     timeout_s: float,
+    rendered: dict[str, bytes] | None = None,
 ) -> int:
     """Upload every chart; a chart that fails is logged and counted, never a failed answer. Slack's
     routine refusals (bots/slack/refusals.py: a missing scope, rate limiting) are raised, for the caller
-    to tell the person."""
+    to tell the person. `rendered` gets each chart's PNG by its id (a report's PDF draws them again)."""
     uploaded = 0
     for chart in charts:
         try:
             png = await render_png(chart.spec, timeout_s=timeout_s)
+            if rendered is not None:
+                rendered[chart.id] = png
             await client.files_upload_v2(
                 channel=channel,
                 thread_ts=thread_ts,

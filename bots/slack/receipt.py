@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from agent.figures import FigureReport
+from agent.receipts import Receipt
 from agent.runner import FinalAnswer
 from bots.slack.blocks import escape
 
@@ -13,8 +15,12 @@ MAX_LISTED = 5  # unverified figures named; the rest are counted
 
 
 def receipt_blocks(result: FinalAnswer) -> list[dict[str, Any]]:
+    return figure_blocks(result.figures, result.receipt)
+
+
+def figure_blocks(figures: FigureReport | None, receipt: Receipt | None) -> list[dict[str, Any]]:
+    """The context lines of an answer or a report: what did not check out, then the receipt."""
     blocks: list[dict[str, Any]] = []
-    figures = result.figures
     if figures is not None and figures.unchecked:
         blocks.append(_context("analyst_unverified", f":warning: Figures not checked: {escape(figures.unchecked)}"))
     elif figures is not None and figures.unverified:
@@ -27,8 +33,8 @@ def receipt_blocks(result: FinalAnswer) -> list[dict[str, Any]]:
         blocks.append(
             _context("analyst_partly_checked", f":warning: Not every figure was checked: {escape(figures.partly)}")
         )
-    if result.receipt is not None:
-        blocks.append(_context("analyst_receipt", escape(result.receipt.line())))
+    if receipt is not None:
+        blocks.append(_context("analyst_receipt", escape(receipt.line())))
     return blocks
 
 

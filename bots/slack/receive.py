@@ -1,7 +1,8 @@
 """Which Slack events are questions, and why the rest are not. Pure: reads a payload and decides.
 
 Answered: a mention (top level or in a thread), a direct message, and a reply in a thread the bot is
-already part of (the caller checks that one; `Question.addressed` is False for it). Ignored, with a
+already part of (the caller checks that one; `Question.addressed` is False for it). One that starts with
+`report:` asks for a report (a deeper analysis, bots/slack/report.py), never guessed from anything else. Ignored, with a
 reason: edits, deletions, other bots, the bot's own messages, empty text, places not allowed, and a
 channel message's `message` event when it mentions the bot (its `app_mention` answers it).
 """
@@ -24,6 +25,7 @@ KNOWN_EVENTS = (
     "assistant_thread_context_changed",
 )
 ANSWERED_SUBTYPES = (None, "thread_broadcast", "file_share")
+REPORT_PREFIX = "report:"  # what asks for a report, at the start of the question (any case)
 _MENTION = linear_re.compile(r"<@([UW][A-Z0-9]+)(?:\|[^>]*)?>")  # over a message's text
 
 
@@ -85,6 +87,8 @@ class Question:
     parent_user_id: str | None
     received_at: float  # time.perf_counter() when it arrived
     asker_team: str | None = None  # the asker's own team (Slack Connect: another organisation's); None: `team`
+    report: bool = False  # asked for a report ("report: ...", or a Dig deeper button), not an answer
+    resume: str | None = None  # a partial report's id, to continue (its Resume button)
 
     @property
     def conversation_key(self) -> str:
@@ -131,10 +135,11 @@ def read_question(
     channel = str(event.get("channel") or "")
     is_dm = is_direct_message(event.get("channel_type"), channel)
     raw = str(event.get("text") or "")
-    text = question_text(raw, me.user_id)
+    report, text = asked_for_report(question_text(raw, me.user_id))
     if not is_dm and allowed.channels and channel not in allowed.channels:
         # A mention there is still a question asked, refused: it is audited (never answered).
-        refused = _question(body, team, channel, text, is_dm, received_at) if kind == "app_mention" and text else None
+        asked = kind == "app_mention" and text
+        refused = _question(body, team, channel, text, is_dm, received_at, report) if asked else None
         return Ignored(Ignore.CHANNEL_NOT_ALLOWED, refused)
     mentioned = me.user_id in _MENTION.findall(raw)
     if kind == "message" and mentioned and not is_dm:
@@ -143,10 +148,19 @@ def read_question(
         return Ignored(Ignore.EMPTY)
     if kind == "message" and not is_dm and not event.get("thread_ts"):
         return Ignored(Ignore.NOT_ADDRESSED)
-    return _question(body, team, channel, text, is_dm, received_at)
+    return _question(body, team, channel, text, is_dm, received_at, report)
 
 
-def _question(body: dict[str, Any], team: str, channel: str, text: str, is_dm: bool, received_at: float) -> Question:
+def asked_for_report(text: str) -> tuple[bool, str]:
+    """Whether `text` asks for a report (it starts with `report:`), and the question without the prefix."""
+    if text[: len(REPORT_PREFIX)].casefold() == REPORT_PREFIX:
+        return True, text[len(REPORT_PREFIX) :].strip()
+    return False, text
+
+
+def _question(
+    body: dict[str, Any], team: str, channel: str, text: str, is_dm: bool, received_at: float, report: bool = False
+) -> Question:
     event: dict[str, Any] = body["event"]
     kind = event.get("type")
     return Question(
@@ -166,6 +180,7 @@ def _question(body: dict[str, Any], team: str, channel: str, text: str, is_dm: b
         parent_user_id=event.get("parent_user_id"),
         received_at=received_at,
         asker_team=asker_team(body),
+        report=report,
     )
 
 

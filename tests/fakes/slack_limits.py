@@ -48,6 +48,10 @@ METHOD_TIERS = {
     "users.lookupByEmail": 3,
     "usergroups.list": 2,
     "usergroups.users.list": 2,
+    # files_upload_v2's two methods: "Tier 4: 100+ per minute" (.../methods/files.getUploadURLExternal,
+    # .../methods/files.completeUploadExternal).
+    "files.getUploadURLExternal": 4,
+    "files.completeUploadExternal": 4,
 }
 PER_CHANNEL = {"chat.postMessage": 60}  # one per second per channel, as 60 in the window: bursts pass
 SENT_AT_HEADER = "X-Fake-Sent-At"  # time.monotonic() when the client made the call (same process only)

@@ -429,20 +429,32 @@ class WebApi:
     # --- files (files_upload_v2) ---
 
     def files_get_upload_url(self, args: dict[str, Any]) -> dict[str, Any]:
-        filename = required(args, "filename")
+        """docs.slack.dev/reference/methods/files.getUploadURLExternal (its errors as slack_kit's
+        priv/docs/methods/files.getUploadURLExternal.json mirrors them): `filename` and `length` required,
+        "missing_argument: ... Typically only occurs when the `length` provided is 0", `alt_txt_too_large` past
+        1,000 characters, "snippet_too_large: ... snippets, which are limited to 1MB", and the team's upload
+        preference (`file_uploads_disabled`, `file_uploads_except_images_disabled`)."""
+        filename = str(required(args, "filename"))
         length = integer({"length": required(args, "length")}, "length", 0)
         if length <= 0:
-            raise SlackError("missing_argument")  # "Typically only occurs when the length provided is 0"
+            raise SlackError("missing_argument")
         alt_txt = args.get("alt_txt")
         if alt_txt is not None and len(str(alt_txt)) > rules.MAX_ALT_TXT:
             raise SlackError("alt_txt_too_large")
-        file = UploadedFile(
-            self.ws.new_id("F"), upload_ticket(), str(filename), length, alt_txt, args.get("snippet_type")
-        )
+        if args.get("snippet_type") and length > rules.MAX_SNIPPET_BYTES:
+            raise SlackError("snippet_too_large")
+        self._uploads_allowed(filename)
+        file = UploadedFile(self.ws.new_id("F"), upload_ticket(), filename, length, alt_txt, args.get("snippet_type"))
         self.ws.files[file.id] = file
         return {"ok": True, "upload_url": self.upload_url(file.ticket), "file_id": file.id}
 
     def files_complete_upload(self, args: dict[str, Any]) -> dict[str, Any]:
+        """docs.slack.dev/reference/methods/files.completeUploadExternal: `files` (ids and optional titles)
+        required; shared in `channel_id` and/or `channels` ("channels_limit_exceeded: ... A maximum of 100
+        channels is allowed per request"), in `thread_ts`'s thread ("make sure to provide only one channel when
+        using 'thread_ts'": more is refused here with invalid_arguments, a code the page does not name), with
+        `initial_comment` as the share's text, else `blocks` ("If the `initial_comment` field is provided, the
+        `blocks` field is ignored"). No channel: the file stays private, and no message is posted."""
         entries = json_arg({"files": required(args, "files")}, "files", "invalid_arguments")
         if not isinstance(entries, list) or not entries or not all(isinstance(e, dict) and "id" in e for e in entries):
             raise SlackError("invalid_arguments", "files must be an array of objects with id [json-pointer:/files]")
@@ -452,8 +464,16 @@ class WebApi:
         channel_ids = [c for c in str(args.get("channels") or "").split(",") if c]
         if args.get("channel_id"):
             channel_ids.insert(0, str(args["channel_id"]))
-        channels = [self._writable(c) for c in channel_ids]
+        if len(channel_ids) > rules.MAX_SHARE_CHANNELS:
+            raise SlackError("channels_limit_exceeded")
         thread_ts = _thread_ts(args)
+        if thread_ts and len(channel_ids) > 1:
+            raise SlackError("invalid_arguments", "provide only one channel when using thread_ts")
+        channels = [self._writable(c) for c in channel_ids]
+        for file in files:
+            assert file is not None
+            self._uploads_allowed(file.filename)
+        comment = args.get("initial_comment") or ""
         blocks = json_arg(args, "blocks", "invalid_blocks")
         if blocks is not None:
             rules.check_blocks(blocks)
@@ -462,13 +482,23 @@ class WebApi:
             assert file is not None
             file.title = entry.get("title") or file.filename
             file.channel = channels[0].id if channels else None
-            file.thread_ts, file.initial_comment, file.completed = thread_ts, args.get("initial_comment"), True
+            file.thread_ts, file.initial_comment, file.completed = thread_ts, comment or None, True
             shared.append(file)
         for channel in channels:
             views = [self._file_view(f, [channel.id]) for f in shared]
-            message = self.ws.bot_message(args.get("initial_comment") or "", files=views, upload=True)
+            message = self.ws.bot_message(comment, files=views, upload=True)
+            if blocks and not comment:
+                message["blocks"] = blocks
             self.ws.add_message(channel.id, message, thread_ts)
         return {"ok": True, "files": [self._file_view(f, [c.id for c in channels]) for f in shared]}
+
+    def _uploads_allowed(self, filename: str) -> None:
+        """The team's file upload preference (Workspace.file_uploads): all, images only, or none."""
+        if self.ws.file_uploads == "none":
+            raise SlackError("file_uploads_disabled")
+        is_image = (mimetypes.guess_type(filename)[0] or "").startswith("image/")
+        if self.ws.file_uploads == "images" and not is_image:
+            raise SlackError("file_uploads_except_images_disabled")
 
     def _file_view(self, file: UploadedFile, channels: list[str]) -> dict[str, Any]:
         mimetype = mimetypes.guess_type(file.filename)[0] or "application/octet-stream"

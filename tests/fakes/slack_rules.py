@@ -44,6 +44,10 @@ MAX_LOADING_MESSAGES = 10
 MAX_SUGGESTED_PROMPTS = 4
 # files.getUploadURLExternal alt_txt_too_large: "longer than the limit of 1000 character".
 MAX_ALT_TXT = 1_000
+# files.getUploadURLExternal snippet_too_large: "snippets, which are limited to 1MB".
+MAX_SNIPPET_BYTES = 1 << 20
+# files.completeUploadExternal channels_limit_exceeded: "A maximum of 100 channels is allowed per request".
+MAX_SHARE_CHANNELS = 100
 
 TS = re.compile(r"^\d+\.\d+$")
 TEXT_TYPES = ("plain_text", "mrkdwn")

@@ -174,6 +174,8 @@ class Workspace:
         self.views: dict[str, dict[str, Any]] = {}  # modals views.open opened, by view id
         self.exchanged_triggers: set[str] = set()  # a trigger_id opens one view (views.open)
         self.clock: Callable[[], float] = time.monotonic  # when a status was set; tests move it on
+        # The team's file upload preference: "all", "images" (only images) or "none" (uploads disabled).
+        self.file_uploads = "all"
         self.experience = "agent_view"  # the app's AI messaging experience: agent_view, or the legacy assistant_view
         self._last_micros = 0
         self._ids = itertools.count(1)

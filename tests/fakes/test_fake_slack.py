@@ -566,6 +566,79 @@ async def test_upload_errors(client: AsyncWebClient, slack: FakeSlack) -> None:
     assert (await slack_error(not_uploaded)).response["error"] == "file_not_found"
 
 
+async def test_a_report_and_its_files_share_one_message_in_the_thread(client: AsyncWebClient, slack: FakeSlack) -> None:
+    """files_upload_v2 with `file_uploads`: a getUploadURLExternal per file, an upload per file, then one
+    completeUploadExternal that shares them all in the thread under the initial comment."""
+    thread = slack.add_message(GENERAL_ID, "report: why did delays rise in July?")
+    uploads = [
+        {"content": b"%PDF-1.7 report", "filename": "report.pdf", "title": "Report (PDF)"},
+        {"content": "# Report\n", "filename": "report.md", "title": "Report (Markdown)"},
+    ]
+    await client.files_upload_v2(
+        file_uploads=uploads, channel=GENERAL_ID, thread_ts=thread, initial_comment="The report"
+    )
+    assert [c.method for c in slack.calls() if c.method.startswith("files.") or c.method == "upload"] == [
+        "files.getUploadURLExternal", "files.getUploadURLExternal", "upload", "upload", "files.completeUploadExternal",
+    ]  # fmt: skip
+    [share] = slack.replies(GENERAL_ID, thread)
+    assert share["text"] == "The report" and [f["name"] for f in share["files"]] == ["report.pdf", "report.md"]
+    assert [f["mimetype"] for f in share["files"]] == ["application/pdf", "text/markdown"]
+
+
+async def test_completing_an_upload_follows_the_documented_rules(client: AsyncWebClient, slack: FakeSlack) -> None:
+    thread = slack.add_message(GENERAL_ID, "a thread")
+
+    async def uploaded(name: str = "r.md") -> str:
+        declared = await client.files_getUploadURLExternal(filename=name, length=2)
+        async with httpx.AsyncClient() as http:
+            assert (await http.post(declared["upload_url"], content=b"ok")).status_code == 200
+        return str(declared["file_id"])
+
+    many = ",".join(f"C{n:010d}" for n in range(101))
+    errors = {
+        "channels_limit_exceeded": client.files_completeUploadExternal(files=[{"id": await uploaded()}], channels=many),
+        "invalid_arguments": client.files_completeUploadExternal(
+            files=[{"id": await uploaded()}], channels=f"{GENERAL_ID},{DM_ID}", thread_ts=thread
+        ),
+        "channel_not_found": client.files_completeUploadExternal(
+            files=[{"id": await uploaded()}], channel_id="C0NOPE0001"
+        ),
+        "snippet_too_large": client.files_getUploadURLExternal(
+            filename="a.py", length=(1 << 20) + 1, snippet_type="python"
+        ),
+    }
+    await assert_errors(errors)
+    blocks = [{"type": "section", "text": {"type": "mrkdwn", "text": "*Report*"}}]
+    share = {"channel_id": GENERAL_ID, "thread_ts": thread, "blocks": json.dumps(blocks)}
+    await client.files_completeUploadExternal(files=[{"id": await uploaded()}], **share)
+    await client.files_completeUploadExternal(files=[{"id": await uploaded()}], initial_comment="Hi", **share)
+    with_blocks, with_comment = slack.replies(GENERAL_ID, thread)
+    assert with_blocks["blocks"] == blocks, "without initial_comment, the blocks are the share's message"
+    assert with_comment["text"] == "Hi" and with_comment.get("blocks") != blocks, "the comment wins: blocks ignored"
+    private = await client.files_completeUploadExternal(files=[{"id": await uploaded()}])
+    assert private["files"][0]["channels"] == [], "no channel: the file stays private"
+
+
+async def test_a_teams_upload_preference_is_enforced(client: AsyncWebClient, slack: FakeSlack) -> None:
+    slack.workspace.file_uploads = "images"
+    assert (await slack_error(client.files_getUploadURLExternal(filename="r.pdf", length=3))).response[
+        "error"
+    ] == "file_uploads_except_images_disabled"
+    assert (await client.files_getUploadURLExternal(filename="chart.png", length=3))["ok"]
+    slack.workspace.file_uploads = "none"
+    assert (await slack_error(client.files_getUploadURLExternal(filename="chart.png", length=3))).response[
+        "error"
+    ] == "file_uploads_disabled"
+
+
+async def test_upload_methods_are_held_to_tier_4(slack: FakeSlack) -> None:
+    client = AsyncWebClient(token=slack.bot_token, base_url=slack.base_url)
+    for _ in range(100):
+        await client.files_getUploadURLExternal(filename="c.png", length=1)
+    refused = await slack_error(client.files_getUploadURLExternal(filename="c.png", length=1))
+    assert refused.response.status_code == 429 and slack.rate_limits.refused == ["files.getUploadURLExternal"]
+
+
 # --- streaming ---
 
 

@@ -171,6 +171,19 @@ class TurnView {
       el("span", { text: data.note })), this.status);
   }
 
+  // A report's live plan: each step of its loop, running then done, with what it has spent of its budget.
+  on_step(data) {
+    this.stepLines = this.stepLines || new Map();
+    let line = this.stepLines.get(data.number);
+    if (!line) {
+      line = el("div", { class: "step report-step" });
+      this.stepLines.set(data.number, line);
+      this.steps.insertBefore(line, this.status);
+    }
+    line.className = `step report-step ${data.state}`;
+    line.textContent = `${data.number}. ${data.title} · ${data.used.queries} of ${data.budget.queries} queries`;
+  }
+
   on_executing(data) {
     const card = queryCard(this.runId, data);
     this.queries.set(data.query_id, card);
@@ -230,6 +243,12 @@ class TurnView {
 
   on_done(data) {
     this.finish(data.result);
+    const report = data.result && data.result.report;
+    if (report) {
+      this.footer.prepend(el("p", { class: "report-link" },
+        el("a", { href: `/reports/${report.id}`, text: "Open the report" }),
+        el("span", { class: "muted", text: ` (${report.outcome.replace("_", " ")}, ${report.findings} finding${report.findings === 1 ? "" : "s"})` })));
+    }
   }
 
   finish(result, feedback = null) {
@@ -567,7 +586,8 @@ function showBanner(message) {
 
 // ---------- asking and following a run ----------
 
-async function ask(question) {
+// `report`: a report on the question (its Report choice), not an answer: POST /api/reports.
+async function ask(question, { report = false } = {}) {
   question = question.trim();
   if (!question || state.busy) return;
   setBusy(true);
@@ -578,7 +598,7 @@ async function ask(question) {
   // and the question is back in the box when it returns (restoreUnsent).
   sessionStorage.setItem("unsentQuestion", question);
   try {
-    const response = await api("/api/chat", {
+    const response = await api(report ? "/api/reports" : "/api/chat", {
       method: "POST",
       headers: { "Content-Type": "application/json" },
       body: JSON.stringify({ message: question, conversation_id: state.conversationId }),
@@ -647,6 +667,7 @@ function setBusy(busy) {
   state.busy = busy;
   $("#send").disabled = busy;
   $("#send").textContent = busy ? "Working…" : "Ask";
+  $("#send-report").disabled = busy;
 }
 
 // ---------- conversations ----------
@@ -779,6 +800,10 @@ document.addEventListener("DOMContentLoaded", () => {
   if (page === "missing") return;
   showSignedIn();
   if (page === "query") return showQueryPage();
+  if (page === "report") {
+    if (window.DOMPurify) installSanitizerHooks();
+    return window.showReportPage();
+  }
   if (window.DOMPurify) installSanitizerHooks();
   if (page === "schedules" || page === "inbox") return; // schedules.js runs those pages
   const input = $("#question");
@@ -793,6 +818,12 @@ document.addEventListener("DOMContentLoaded", () => {
       event.preventDefault();
       $("#composer").requestSubmit();
     }
+  });
+  $("#send-report").addEventListener("click", () => {
+    const question = input.value;
+    if (!question.trim()) return input.focus();
+    input.value = "";
+    ask(question, { report: true });
   });
   $("#new-chat").addEventListener("click", () => newChat());
   $("#toggle-sidebar").addEventListener("click", () => {

@@ -6,9 +6,11 @@ from __future__ import annotations
 from starlette.requests import Request
 from starlette.responses import Response
 
+from agent.reports.model import ReportRequest
 from chats.audit import Origin, record_refusal
 from chats.conversations import readable_under
 from chats.daily_budgets import Refusal
+from chats.report_runs import NotResumable, ReportRuns
 from chats.runs import ShuttingDown
 from web.boundary import HttpError, read_chat_request
 from web.context import WEB, web_context
@@ -34,38 +36,62 @@ async def chat(request: Request) -> Response:
         if exc.status == 413:  # a question too long (its text is not kept: it is what was too long)
             await refused(request, identity, "too_long")
         raise
+    return await start_run(request, identity, body.message, body.conversation_id)
+
+
+async def start_run(
+    request: Request,
+    identity: Identity,
+    message: str,
+    conversation_id: str | None,
+    report: ReportRequest | None = None,
+    resume: str | None = None,
+) -> Response:
+    """Start a run on `message` in the asker's conversation (a new one when None) and stream its events: an
+    answer, or with `report` a report (web/views/reports.py), under the same budget, policy and ownership.
+    `resume`: the id of a partial report (its owner checked by the caller) whose next run this is."""
+    web = web_context(request)
     if not web.runs.accepting:
-        await refused(request, identity, "restarting", body.message)
+        await refused(request, identity, "restarting", message)
         raise HttpError(503, ShuttingDown.message, {"Retry-After": "5"})
     client = asker_key(request, identity)
     policy = policy_of(request, identity)  # its queries read only this policy's tables and rows
     booked = await web.budget.reserve(client)  # held from the start: questions asked at once share what is left
     if isinstance(booked, Refusal):  # the day's budget is spent, or the running questions may spend the rest
         web.agent.metrics.budget_refusals.labels("web").inc()
-        await refused(request, identity, "over_budget", body.message)
+        await refused(request, identity, "over_budget", message)
         raise HttpError(429, booked.message, {"Retry-After": str(booked.retry_after_s)})
     try:
-        if body.conversation_id is None:
-            conversation_id = await web.store.create_conversation(body.message, owner=identity.person.owner)
+        if resume is not None:
+            handle = await ReportRuns(web.runs).resume(
+                resume, policy=policy, on_done=lambda result: web.budget.settle(booked, result.receipt)
+            )
+            return event_stream(live(web.runs.follow_batches(handle)), web.stream_grace_s)
+        if conversation_id is None:
+            conversation_id = await web.store.create_conversation(message, owner=identity.person.owner)
         else:
-            owner = await web.store.owner_of(body.conversation_id, interface=WEB)
-            await check_owned(request, owner, HttpError(404, f"No conversation {body.conversation_id}."))
-            conversation_id = body.conversation_id
+            owner = await web.store.owner_of(conversation_id, interface=WEB)
+            await check_owned(request, owner, HttpError(404, f"No conversation {conversation_id}."))
         # earlier turns asked under a policy this one does not cover reach the model as their question alone
         history = await web.store.history(conversation_id, may_read=readable_under(web.agent.policies, policy))
         handle = web.runs.start(
             conversation_id,
-            body.message,
+            message,
             history,
             platform="web",
             interface="web",
             abandon_after_s=web.reattach_grace_s,
             on_done=lambda result: web.budget.settle(booked, result.receipt),
             policy=policy,
+            report=report,
         )
     except ShuttingDown:
         await web.budget.settle(booked, None)
         raise HttpError(503, ShuttingDown.message, {"Retry-After": "5"}) from None
+    except NotResumable:
+        await web.budget.settle(booked, None)
+        why = "This report cannot be resumed: it is not partial, or has nothing to go on from."
+        raise HttpError(409, why) from None
     except BaseException:
         await web.budget.settle(booked, None)  # no run started: nothing is held
         raise

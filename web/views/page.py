@@ -1,6 +1,7 @@
 """The pages: the chat (at `/`, and at `/c/<id>` for one conversation), one query's own page (Slack's
-answers link each query there), and the page a browser gets for an address that leads nowhere. Each page
-is a shell that reads its data from the API with the sign-in cookie, or the access token the browser keeps.
+answers link each query there), a report's own page (`/reports/<id>`), and the page a browser gets for an
+address that leads nowhere. Each page is a shell that reads its data from the API with the sign-in cookie, or
+the access token the browser keeps.
 Where people sign in with OpenID Connect, a browser that has not is sent to sign in first, and back."""
 
 from __future__ import annotations
@@ -16,7 +17,8 @@ from chats.conversations import QUERY_KEY
 from web.context import web_context
 from web.identity import Identities, identify
 
-# A conversation's id as the store makes it (uuid4's hex): anything else in a chat URL is a mistyped one.
+# A conversation's id as the store makes it (uuid4's hex), and a report's (its first run's, the same shape):
+# anything else in a chat or report URL is a mistyped one.
 CONVERSATION_ID = re.compile(r"[0-9a-f]{32}")
 
 
@@ -57,6 +59,15 @@ async def shell(request: Request, template: str, context: dict[str, object] | No
     if (sign_in := await _sign_in_first(request)) is not None:
         return sign_in
     return web_context(request).templates.TemplateResponse(request, template, {**_auth(request), **(context or {})})
+
+
+async def report_page(request: Request) -> Response:
+    """A report's own page (web/views/reports.py reads it): only a report's id opens it."""
+    if not CONVERSATION_ID.fullmatch(request.path_params["report_id"]):
+        return missing_page(request, 404, "This is not a link to a report: a report's page is /reports/<id>.")
+    if (sign_in := await _sign_in_first(request)) is not None:
+        return sign_in
+    return web_context(request).templates.TemplateResponse(request, "report.html", _auth(request))
 
 
 async def _sign_in_first(request: Request) -> Response | None:

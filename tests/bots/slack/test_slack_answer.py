@@ -67,7 +67,10 @@ async def test_a_mention_is_answered_in_its_thread(
     assert answer["metadata"]["event_type"] == ANSWER_EVENT and payload["question"] == "which carrier flew the most?"
     assert payload["queries"][0]["sql"].startswith("SELECT carrier, count() AS n FROM nycflights13.flights")
     buttons = [e["text"]["text"] for b in answer["blocks"] if b["type"] == "actions" for e in b["elements"]]
-    assert buttons == ["Repeat…", "Show SQL Q1", "Which carrier was most punctual?", "How did UA do month by month?"]
+    assert buttons == [
+        "Repeat…", "Show SQL Q1", "Which carrier was most punctual?", "How did UA do month by month?",
+        "Dig deeper: a report",
+    ]  # fmt: skip
     [thumbs] = [e for b in answer["blocks"] if b["type"] == "context_actions" for e in b["elements"]]
     assert (thumbs["type"], thumbs["positive_button"]["value"]) == ("feedback_buttons", f"up:{payload['run_id']}")
     assert "Slack" in fake_anthropic.requests[0]["system"][-1]["text"]  # the Slack format guidance
@@ -345,7 +348,7 @@ async def test_show_sql_posts_the_query_in_the_thread(start_bot, fake_slack: Fak
     fake_anthropic.script(*carriers_script())
     question = await bot.ask("which carrier flew the most?")
     answer = answer_message(fake_slack, GENERAL_ID, question)
-    show, page = answer["blocks"][-3]["elements"]
+    show, page = answer["blocks"][-4]["elements"]
     run_id = answer["metadata"]["event_payload"]["run_id"]
     assert page["url"] == f"https://analyst.example.com/queries/{run_id}-Q1"  # the web UI's page of the query
     click = events.block_actions(show["action_id"], show["value"], message_ts=answer["ts"], thread_ts=question)
@@ -360,7 +363,7 @@ async def test_a_follow_up_button_asks_it_in_the_thread(start_bot, fake_slack: F
     fake_anthropic.script(*carriers_script())
     question = await bot.ask("which carrier flew the most?")
     answer = answer_message(fake_slack, GENERAL_ID, question)
-    follow_up = answer["blocks"][-2]["elements"][0]
+    follow_up = answer["blocks"][-3]["elements"][0]
     fake_anthropic.script(Reply(text="HA was most punctual."), Reply(text="[]"))
     await bot.click(
         events.block_actions(follow_up["action_id"], follow_up["value"], message_ts=answer["ts"], thread_ts=question)

@@ -307,7 +307,8 @@ async def test_an_answer_whose_buttons_slack_refuses_stands_and_its_buttons_foll
     assert answer["text"] == "UA flew the most flights: 58,665 [Q1]."
     assert answer["metadata"]["event_payload"]["final"] is True, "the thread's history keeps this turn"
     assert [b["block_id"] for b in buttons["blocks"]] == [
-        "analyst_receipt", "analyst_repeat", "analyst_sql_0", "analyst_followups", "analyst_feedback"
+        "analyst_receipt", "analyst_repeat", "analyst_sql_0", "analyst_followups", "analyst_dig_deeper",
+        "analyst_feedback"
     ]  # fmt: skip
     assert not any("Something went wrong" in c.args.get("text", "") for c in fake_slack.calls("chat.postMessage"))
 

@@ -26,7 +26,7 @@ import signal
 import socket
 import sys
 import threading
-from collections.abc import AsyncIterator, Callable, Coroutine
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from functools import partial
@@ -44,10 +44,12 @@ from agent.app import AgentApp
 from agent.config import ConfigError, Settings, load_settings
 from agent.logs import announce, configure_logging
 from agent.loop_lag import LoopLag
+from agent.runner import RunResult
 from bots.slack import SlackBot
 from bots.slack.app import api_url, check_slack_settings, unreachable
 from chats.audiences import Audiences
 from chats.conversations import ConversationStore
+from chats.daily_budgets import DailyBudget, Reservation
 from chats.durable import DurableRun, ResumeLimits, lost_message
 from chats.retention import Retention
 from chats.runs import STREAM_MARGIN_S, RunRegistry
@@ -82,6 +84,7 @@ class Service:
     _retention: asyncio.Task[None] | None = None
     _takeovers: asyncio.Task[None] | None = None  # renews this host's leases, takes over dead hosts' runs
     interfaces: tuple[str, ...] = ()  # the runs this host can deliver, so may take over
+    _budget: DailyBudget | None = None  # settles the runs taken over
     _restore: dict[int, SignalHandler] = field(default_factory=dict)
 
     @property
@@ -161,10 +164,22 @@ class Service:
         limits = ResumeLimits(settings.agent_run_max_resumes, settings.agent_run_resume_max_age_s)
         refused = limits.why_not(kept) or (lost_message("its access policy is gone") if gone else None)
         slack = self.bot if kept.interface == "slack" else None
-        on_done = slack.settle_resumed(kept.delivery) if slack is not None else None
+        on_done = self._settle_resumed(kept.delivery)
         handle = await self.runs.take_over(kept, policy, refused=refused, on_done=on_done)
         if handle is not None and slack is not None:
             slack.deliver_resumed(handle, kept.delivery)
+
+    def _settle_resumed(self, delivery: dict[str, Any]) -> Callable[[RunResult], Awaitable[None]] | None:
+        """How a run taken over settles its asker's daily budget: the hold its first host made (web and Slack
+        keep it in the run's delivery context), counted as the first host would have."""
+        try:
+            reservation = Reservation(**delivery["reservation"])
+        except (KeyError, TypeError):
+            return None
+        if self._budget is None:
+            self._budget = self.state.pacing.asker_budget(self.agent.settings)
+        budget = self._budget
+        return lambda result: budget.settle(reservation, result.receipt)
 
     @property
     def slack_mode(self) -> str:

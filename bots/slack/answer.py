@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable
 from contextlib import suppress
 from dataclasses import asdict, dataclass, replace
 from functools import partial
@@ -22,7 +21,7 @@ from agent.access.policy import Policies
 from agent.config import Settings
 from agent.knowledge import KnowledgeBase
 from agent.metrics import Metrics
-from agent.runner import AnswerEvent, Outcome, RunResult, Turn
+from agent.runner import AnswerEvent, Outcome, Turn
 from bots.slack import blocks, refusals
 from bots.slack.access import NO_POLICY_FILE, Access, access_for
 from bots.slack.api_tiers import CallBudget
@@ -273,14 +272,6 @@ class Answerer:
                 await self._client.chat_delete(channel=question.channel, ts=ts)
             except SlackApiError as exc:  # already gone, say: the answer still goes out
                 refusals.log_refusal(log, f"take back a message of a run taken over in {question.channel}", exc)
-
-    def settle_resumed(self, delivery: dict[str, Any]) -> Callable[[RunResult], Awaitable[None]] | None:
-        """How a run taken over settles its asker's daily budget (the hold the first host made)."""
-        try:
-            reservation = Reservation(**delivery["reservation"])
-        except (KeyError, TypeError):
-            return None
-        return lambda result: self._budget.settle(reservation, result.receipt)
 
     async def _prepare(self, question: Question, progress: Progress) -> tuple[list[Turn], Access]:
         """The progress shown, and meanwhile the thread's history read and the asker named: then the policy

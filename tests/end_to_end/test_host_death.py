@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import psycopg
 import pytest
 
 from tests.fakes import slack_events as events
@@ -128,7 +129,8 @@ async def test_a_host_killed_mid_run_the_other_finishes_it_for_the_web_reader_wh
     tmp_path: Path,
 ) -> None:
     fake, held = model
-    with running_hosts(tmp_path, _environment(postgres_server, clickhouse_fake, fake)) as hosts:
+    env = _environment(postgres_server, clickhouse_fake, fake, agent_daily_user_tokens="10000000")
+    with running_hosts(tmp_path, env) as hosts:
         await hosts.ready()
         seen = await _ask_and_hold(hosts.pinned(0), held)
         run_id = seen[0].data["run_id"]
@@ -152,6 +154,14 @@ async def test_a_host_killed_mid_run_the_other_finishes_it_for_the_web_reader_wh
     resumed_call = held.second_rounds[1]["messages"]  # the model got Q1's result back from the checkpoint
     assert "| 16 |" in str(resumed_call[-1]["content"])
     assert f'"run_id": "{run_id}"' in said and "taking over run" in said
+    with psycopg.connect(env["AGENT_STATE_URL"]) as conn:
+        kept = conn.execute("SELECT count(*) FROM durable_runs").fetchone()[0]
+        held_back = conn.execute("SELECT count(*) FROM budget_reserved").fetchone()[0]
+        spent = conn.execute("SELECT coalesce(sum(tokens), 0) FROM budget_spend").fetchone()[0]
+    assert kept == 0, "a finished run is no longer kept for a takeover"
+    receipt = result["receipt"]
+    counted = sum(receipt[f"{kind}_tokens"] for kind in ("input", "output", "cache_read", "cache_creation"))
+    assert held_back == 0 and spent == counted > 0, "the asker's hold settled to the resumed run's receipt"
 
 
 def _ask_in_slack(hosts: Hosts, fake: FakeSlack) -> tuple[str, str]:

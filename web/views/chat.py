@@ -3,6 +3,8 @@ the person asking; one continued must be theirs (anyone else's answers as one ne
 
 from __future__ import annotations
 
+from dataclasses import asdict
+
 from starlette.requests import Request
 from starlette.responses import Response
 
@@ -62,6 +64,7 @@ async def chat(request: Request) -> Response:
             abandon_after_s=web.reattach_grace_s,
             on_done=lambda result: web.budget.settle(booked, result.receipt),
             policy=policy,
+            delivery={"reservation": asdict(booked)},  # settled by the host that takes the run over, if one does
         )
     except ShuttingDown:
         await web.budget.settle(booked, None)

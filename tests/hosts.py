@@ -12,8 +12,9 @@ round-robins each request over the hosts that are up, as a load balancer in fron
 
 The proxy forwards by streaming both ways (SSE goes through as it is written), on a new connection per
 request (as nginx does by default), and, like deploy/nginx.conf's `proxy_next_upstream error http_503
-non_idempotent`, tries the next host when a connection cannot be made or a host answers 503 (a draining
-host refuses a question before doing anything with it). `proxy.served` counts requests answered per host.
+non_idempotent`, tries the next host when a connection cannot be made or fails before the answer begins,
+or a host answers 503 (a draining host refuses a question before doing anything with it). `proxy.served`
+counts requests answered per host.
 """
 
 from __future__ import annotations
@@ -196,8 +197,8 @@ class Proxy:
             outgoing = self._client.build_request(request.method, url, headers=headers, content=body)
             try:
                 upstream = await self._client.send(outgoing, stream=True)
-            except httpx.ConnectError:
-                continue  # nothing was sent: the next host may take it
+            except httpx.TransportError:  # no connection, or it closed before an answer began (a host
+                continue  # stopping drops what it had not accepted yet): the next host may take it
             if upstream.status_code == 503 and tried < len(order):  # refused before anything was done
                 self.refused[index] += 1
                 await upstream.aclose()

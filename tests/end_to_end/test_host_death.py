@@ -93,8 +93,9 @@ async def _metric(url: str, name: str) -> float:
     return sum(float(value) for value in re.findall(rf"^{name}(?:{{[^}}]*}})? (\S+)$", text, re.MULTILINE))
 
 
-async def _ask_and_hold(url: str, held: HeldModel) -> list[Any]:
-    """Ask at `url`; the events read until round 2's model call is held (Q1 has run), the stream then cut."""
+async def _ask_and_hold(url: str, held: HeldModel) -> tuple[list[Any], asyncio.Task[None]]:
+    """Ask at `url` until round 2's model call is held (Q1 has run): the events read so far (more may come
+    until the host dies) and the reading, which ends when it does."""
     seen: list[Any] = []
 
     async def read() -> None:
@@ -110,7 +111,7 @@ async def _ask_and_hold(url: str, held: HeldModel) -> list[Any]:
     assert await asyncio.to_thread(held.holding.wait, 120), "round 2 was never asked"
     while "result" not in [event.event for event in seen]:
         await asyncio.sleep(0.05)
-    return seen if not reading.done() else seen  # the task ends when the host dies
+    return seen, reading
 
 
 async def _follow(url: str, run_id: str, after: int) -> list[Any]:
@@ -132,10 +133,11 @@ async def test_a_host_killed_mid_run_the_other_finishes_it_for_the_web_reader_wh
     env = _environment(postgres_server, clickhouse_fake, fake, agent_daily_user_tokens="10000000")
     with running_hosts(tmp_path, env) as hosts:
         await hosts.ready()
-        seen = await _ask_and_hold(hosts.pinned(0), held)
+        seen, reading = await _ask_and_hold(hosts.pinned(0), held)
         run_id = seen[0].data["run_id"]
         hosts[0].kill()
         assert await asyncio.to_thread(hosts[0].wait, 30) == -9
+        await asyncio.gather(reading, return_exceptions=True)  # its stream ends with its host
         rest = await _follow(hosts.pinned(1), run_id, int(seen[-1].id))  # the page reconnects, reaching host 1
         ran_on_survivor = await _metric(hosts[1].url, "agent_sql_queries_total")
         said = hosts.said(1)

@@ -655,21 +655,42 @@ class RunRegistry:
         for run_id in finished[: max(0, len(finished) - self._keep_finished)]:
             del self._runs[run_id]
 
-    async def drain(self, timeout_s: float) -> tuple[int, int]:
+    async def drain(self, timeout_s: float, *, hand_over: bool = False) -> tuple[int, int]:
         """Take no new runs; wait up to `timeout_s` for the running ones to finish (each is stored as it
-        ends), then cancel the rest, which are stored as cancelled. Returns (finished, cancelled)."""
+        ends), then cancel the rest, which are stored as cancelled. With `hand_over` (the host is going away,
+        SIGTERM), a durable run left is handed to another host instead: its lease released, this copy ends
+        silently, and another host resumes it from its checkpoint at once. Returns (finished, cancelled or
+        handed over)."""
         self.accepting = False
         tasks = [h.task for h in self._runs.values() if h.task is not None and not h.task.done()]
         if not tasks:
             return 0, 0
         log.info("waiting up to %.0f s for %d answer(s) still running", timeout_s, len(tasks))
         _, pending = await asyncio.wait(tasks, timeout=timeout_s) if timeout_s > 0 else (set(), set(tasks))
+        handed = await self._hand_over([h for h in self._runs.values() if h.task in pending]) if hand_over else 0
         for task in pending:
             task.cancel()
         await asyncio.gather(*pending, return_exceptions=True)
-        finished, cancelled = len(tasks) - len(pending), len(pending)
-        log.info("shutdown: %d answer(s) finished, %d cancelled", finished, cancelled)
-        return finished, cancelled
+        finished, cancelled = len(tasks) - len(pending), len(pending) - handed
+        log.info("shutdown: %d answer(s) finished, %d handed over, %d cancelled", finished, handed, cancelled)
+        return finished, len(pending)
+
+    async def _hand_over(self, handles: list[RunHandle]) -> int:
+        """The durable runs among `handles` released for another host to take over at once (their events so
+        far in the shared log first); how many. Those that cannot be are cancelled as usual."""
+        durable = [h for h in handles if h.durable and not h.done]
+        if self._durable is None or not durable:
+            return 0
+        try:
+            for handle in durable:
+                await self._flush_shared(handle)
+            await self._durable.release([h.run_id for h in durable])
+        except Exception:
+            log.exception("could not hand %d answer(s) over to another host; cancelling them", len(durable))
+            return 0
+        for handle in durable:
+            handle.superseded = True
+        return len(durable)
 
     async def shutdown(self) -> None:
         await self.drain(0)

@@ -79,6 +79,7 @@ class Service:
     started: bool = False
     closed: bool = False
     interrupted: bool = False  # stopped by Ctrl-C (SIGINT): the command exits 130
+    terminated: bool = False  # stopped by SIGTERM: the host goes away (its durable runs are handed over)
     _draining: asyncio.Task[None] | None = None
     _forced: asyncio.Task[None] | None = None
     _retention: asyncio.Task[None] | None = None
@@ -216,7 +217,10 @@ class Service:
 
     async def _drain(self, grace_s: float) -> None:
         self.runs.accepting = False
-        waits: list[Coroutine[Any, Any, object]] = [self.runs.drain(grace_s)]
+        # SIGTERM: the host goes away, so what outlasts the grace is handed to another host (on PostgreSQL);
+        # Ctrl-C is a person cancelling what runs.
+        hand_over = self.terminated and not self.interrupted
+        waits: list[Coroutine[Any, Any, object]] = [self.runs.drain(grace_s, hand_over=hand_over)]
         if self.bot is not None:  # its jobs post the answers, cancelled ones too: they get the margin
             waits.append(self.bot.drain(grace_s + STREAM_MARGIN_S))
         await asyncio.gather(*waits)
@@ -237,6 +241,8 @@ class Service:
     def _on_signal(self, loop: asyncio.AbstractEventLoop, sig: int) -> None:
         if sig == signal.SIGINT:
             self.interrupted = True
+        elif sig == signal.SIGTERM:
+            self.terminated = True
         loop.call_soon_threadsafe(partial(self.begin_drain, at_once=sig == signal.SIGINT))
 
     def _release_signals(self) -> None:

@@ -240,6 +240,8 @@ class Answerer:
         progress.plan_shown = lambda: writer.showing_plan
         try:
             await self._follow(handle, view, progress, writer)
+            if handle.superseded:  # another host took the run over: its bot posts the answer
+                return
             await self._deliver(question, handle.run_id, view, progress, writer)
         finally:  # after a failure or a shutdown, no painter outlives its job
             progress.cancel()

@@ -186,3 +186,25 @@ async def test_a_reader_on_a_third_host_follows_the_run_across_the_takeover(host
     assert rest[-1].name == "done" and rest[-1].body.result.answer == "EWR [Q1]."
     await asyncio.gather(handle.task)
     runner_a.more.set()
+
+
+async def test_a_host_going_away_hands_its_run_over_to_be_taken_at_once(hosts) -> None:
+    runner_a, runner_b = StoppingRunner(), StoppingRunner()
+    a, b = hosts(runner_a), hosts(runner_b)
+    first = await _started_and_stopped(a, runner_a)
+    assert await a.drain(0.1, hand_over=True) == (0, 1)
+    assert first.superseded and "done" not in [e.name for e in first.events]  # this copy ended silently
+    assert await a._store.run_events(first.run_id) is None  # not stored as cancelled
+    kept = await b._durable.claim_lapsed({"web"})  # at once: no lease to wait out
+    assert kept is not None and kept.run_id == first.run_id
+    events = await _all(b, await b.take_over(kept, OPS))
+    assert events[-1].body.result.answer == "EWR [Q1]." and events[-1].body.result.resumed == 1
+
+
+async def test_without_hand_over_a_drained_run_is_cancelled_and_stored_as_before(hosts) -> None:
+    runner_a = StoppingRunner()
+    a, b = hosts(runner_a), hosts(StoppingRunner())
+    first = await _started_and_stopped(a, runner_a)
+    assert await a.drain(0.1) == (0, 1)
+    assert first.events[-1].name == "done" and not first.superseded
+    assert not await b._durable.holds(first.run_id)  # it ended here: nothing to take over

@@ -166,6 +166,35 @@ async def test_a_host_killed_mid_run_the_other_finishes_it_for_the_web_reader_wh
     assert held_back == 0 and spent == counted > 0, "the asker's hold settled to the resumed run's receipt"
 
 
+async def test_a_host_stopped_by_sigterm_hands_a_run_outlasting_its_grace_to_the_other_at_once(
+    postgres_server: PostgresServer,
+    clickhouse_fake: FakeClickHouse,
+    model: tuple[FakeAnthropic, HeldModel],
+    tmp_path: Path,
+) -> None:
+    """A rolling restart with a run longer than the grace: not cancelled, but resumed on the other host, whose
+    lease to wait out was released (a lease of a minute would otherwise hold it that long)."""
+    fake, held = model
+    env = _environment(postgres_server, clickhouse_fake, fake) | {
+        "AGENT_SHUTDOWN_GRACE_S": "1",
+        "AGENT_RUN_LEASE_S": "60",
+    }
+    with running_hosts(tmp_path, env) as hosts:
+        await hosts.ready()
+        seen, reading = await _ask_and_hold(hosts.pinned(0), held)
+        run_id = seen[0].data["run_id"]
+        hosts[0].terminate()
+        await asyncio.gather(reading, return_exceptions=True)
+        rest = await _follow(hosts.pinned(1), run_id, int(seen[-1].id))
+        assert await asyncio.to_thread(hosts[0].wait, 60) == 0
+        said = hosts.said(0)
+    log = seen + rest
+    assert [int(event.id) for event in log] == list(range(1, len(log) + 1)), "one log, nothing lost or repeated"
+    result = log[-1].data["result"]
+    assert result["outcome"] == "answered" and result["answer"] == ANSWER and result["resumed"] == 1
+    assert "1 handed over, 0 cancelled" in said
+
+
 def _ask_in_slack(hosts: Hosts, fake: FakeSlack) -> tuple[str, str]:
     fake.add_channel(CHANNEL, "durable", members={HUMAN_ID, BOT_USER_ID})
     ts = fake.add_message(CHANNEL, f"<@{BOT_USER_ID}> {QUESTION}")

@@ -39,6 +39,7 @@ from benchmarks.bench_workers import (
     measure,
     percentile,
     process_tree,
+    profiled,
     question,
     top_frames,
 )
@@ -172,7 +173,7 @@ async def one_followed(owner: httpx.AsyncClient, reader: httpx.AsyncClient, numb
             delays.delays_ms.append((at - at_owner[number_]) * 1000)
 
 
-async def measure_delays(env: dict[str, str], folder: Path, count: int) -> Delays:
+async def measure_delays(env: dict[str, str], folder: Path, count: int, profile: Path | None = None) -> Delays:
     delays = Delays(chats=count)
     with running_hosts(folder, env) as hosts:
         await hosts.ready()
@@ -183,15 +184,25 @@ async def measure_delays(env: dict[str, str], folder: Path, count: int) -> Delay
         ):
             warm = Delays()
             await asyncio.gather(*(one_followed(owner, reader, count + 1 + i, warm) for i in range(2)))
-            await asyncio.gather(*(one_followed(owner, reader, number, delays) for number in range(1, count + 1)))
+            paths = [profile / f"delay-host-{i}.txt" if profile else None for i in range(2)]
+            with profiled(hosts[0].pid, paths[0]), profiled(hosts[1].pid, paths[1]):
+                await asyncio.gather(*(one_followed(owner, reader, number, delays) for number in range(1, count + 1)))
+    for name, path in zip(("owner", "reader"), paths, strict=True):
+        if path is not None:
+            print(f"\nprofile of the {name}'s host while delays were timed ({path}): self time")
+            for share, frame in top_frames(path):
+                print(f"  {share:6.1%}  {frame}")
     return delays
 
 
 # --- the run ---
 
 
-def run(chats: int = CHATS, rounds: int = 1, profile: Path | None = None) -> tuple[CpuFigures, Delays]:
+def run(
+    chats: int = CHATS, rounds: int = 1, profile: Path | None = None, parts: str = "cpu,delays"
+) -> tuple[CpuFigures | None, Delays | None]:
     args = argparse.Namespace(chats=chats, rounds=rounds, profile=profile)
+    cpu, delays = None, None
     with tempfile.TemporaryDirectory() as scratch, running_postgres() as database:
         root = Path(scratch)
         load_demo_elsewhere(root / "server")
@@ -208,16 +219,26 @@ def run(chats: int = CHATS, rounds: int = 1, profile: Path | None = None) -> tup
                 "AGENT_WEB_RATE_PER_MINUTE": "100000",
                 "LOG_LEVEL": "WARNING",
             }
-            cpu = cpu_per_chat(root, env, database.new_database, database.port, args)
+            if "cpu" in parts:
+                cpu = cpu_per_chat(root, env, database.new_database, database.port, args)
             hosts_env = host_environment(
                 database.new_database(), where, model_url=model_url, agent_web_rate_per_minute="100000"
             )
-            delays = asyncio.run(measure_delays({**hosts_env, "LOG_LEVEL": "WARNING"}, root / "hosts", chats))
+            if "delays" in parts:
+                hosts_env |= {"LOG_LEVEL": "WARNING"}
+                delays = asyncio.run(measure_delays(hosts_env, root / "hosts", chats, profile))
     return cpu, delays
 
 
-def report(figures: tuple[CpuFigures, Delays]) -> None:
+def report(figures: tuple[CpuFigures | None, Delays | None]) -> None:
     cpu, delays = figures
+    if cpu is not None:
+        report_cpu(cpu)
+    if delays is not None:
+        report_delays(delays)
+
+
+def report_cpu(cpu: CpuFigures) -> None:
     print()
     print(f"Several hosts on one PostgreSQL: {len(cpu.sqlite.rounds[0].chats)} concurrent web chats a round, "
           f"{len(cpu.sqlite.rounds)} round(s); the fake model answers each call after {LATENCY_S:g} s.")  # fmt: skip
@@ -233,6 +254,9 @@ def report(figures: tuple[CpuFigures, Delays]) -> None:
     for name, pooled in (("SQLite", cpu.sqlite), ("PostgreSQL", cpu.postgres)):
         if pooled.failures:
             print(f"  {name} failures by kind: {pooled.failures}")
+
+
+def report_delays(delays: Delays) -> None:
     print()
     p50, p95 = percentile(delays.delays_ms, 0.5), percentile(delays.delays_ms, 0.95)
     print(f"An event reaching a reader on the other host, {delays.chats} concurrent chats: "
@@ -248,11 +272,12 @@ def main(argv: list[str]) -> None:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.bench_hosts")
     parser.add_argument("--chats", type=int, default=CHATS, help="concurrent chats")
     parser.add_argument("--rounds", type=int, default=1, help="rounds of the CPU comparison, pooled")
-    parser.add_argument("--profile", type=Path, help="a folder for py-spy's profiles of the CPU rounds")
+    parser.add_argument("--profile", type=Path, help="a folder for py-spy's profiles of the hosts")
+    parser.add_argument("--parts", default="cpu,delays", help="what to measure: cpu, delays or both (the default)")
     args = parser.parse_args(argv)
     if args.profile:
         args.profile.mkdir(parents=True, exist_ok=True)
-    report(run(args.chats, args.rounds, args.profile))
+    report(run(args.chats, args.rounds, args.profile, args.parts))
 
 
 if __name__ == "__main__":

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import json
 import re
-from ipaddress import ip_address, ip_network
 import subprocess
 import sys
+from ipaddress import ip_address, ip_network
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit

@@ -1,7 +1,7 @@
-"""docker-compose.yml and everything it mounts, without Docker: its services (two app hosts on one PostgreSQL
-behind nginx), each mounted file parsing as its type, container paths that agree with one another, secrets from .env only, a slim
-non-root app image with a health check, and the ClickHouse init SQL loading the demo data (run in the
-embedded engine, which reads FROM INFILE like clickhouse-client does)."""
+"""docker-compose.yml and everything it mounts, without Docker: its services (two app hosts on one
+PostgreSQL behind nginx), each mounted file parsing as its type, container paths that agree with one
+another, secrets from .env only, a slim non-root app image with a health check, and the ClickHouse init
+SQL loading the demo data (run in the embedded engine, which reads FROM INFILE like clickhouse-client does)."""
 
 from __future__ import annotations
 

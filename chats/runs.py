@@ -55,7 +55,7 @@ from agent.runner import (
 from chats.audit import AuditLog, Origin, entry_of
 from chats.conversations import ConversationStore
 from chats.durable import DurableRun, DurableRuns, lost_message
-from chats.shared_runs import BEAT_S, SharedRunLog
+from chats.shared_runs import BEAT_S, LiveRun, SharedRunLog
 
 log = logging.getLogger(__name__)
 SHARED_FLUSH_S = 0.15  # how often a run's new events are copied for readers in other processes
@@ -620,20 +620,12 @@ class RunRegistry:
                 position = number
                 if name == "done":
                     return
-            if not fresh:
-                stored = await self._store.run_events(run_id)
+            if not fresh:  # while the run's owner is alive its shared log is whole: no need of the stored turn
                 live = await self._shared.find(run_id)
-                if stored is not None or live is None:  # done and stored (and taken out of the shared log)
-                    for row in stored[1] if stored else []:
-                        if row["id"] > position and (event := RunEvent.from_dict(row)) is not None:
-                            yield event
-                    if stored is None:
-                        for offset, body in enumerate(_lost("This answer was lost on the server; ask again."), 1):
-                            yield RunEvent(position + offset, run_id, "", body)
-                    return
-                if not live.owner_alive and not await self._taken_over_soon(run_id):
-                    for offset, body in enumerate(_lost("The server process answering this stopped; ask again."), 1):
-                        yield RunEvent(position + offset, run_id, live.conversation_id, body)
+                # done and taken out of the shared log, or its owner died and no host will take the run over
+                if live is None or (not live.owner_alive and not await self._taken_over_soon(run_id)):
+                    async for event in self._rest_of(run_id, position, live):
+                        yield event
                     return
             if time.monotonic() - touched >= patience:  # the owner must not cancel it as abandoned
                 await self._shared.touch(run_id)
@@ -649,6 +641,18 @@ class RunRegistry:
         except Exception:
             log.exception("could not tell whether run %s will be taken over", run_id)
             return False
+
+    async def _rest_of(self, run_id: str, position: int, live: LiveRun | None) -> AsyncIterator[RunEvent]:
+        """A run no longer followed in the shared log: the rest of its stored turn, or an error and `done`."""
+        stored = await self._store.run_events(run_id)
+        if stored is not None:
+            for row in stored[1]:
+                if row["id"] > position and (event := RunEvent.from_dict(row)) is not None:
+                    yield event
+            return
+        lost = "This answer was lost on the server" if live is None else "The server process answering this stopped"
+        for offset, body in enumerate(_lost(f"{lost}; ask again."), 1):
+            yield RunEvent(position + offset, run_id, live.conversation_id if live else "", body)
 
     def _forget_old_runs(self) -> None:
         finished = [run_id for run_id, h in self._runs.items() if h.done]

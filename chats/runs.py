@@ -468,11 +468,13 @@ class RunRegistry:
                 handle.shared_upto += len(fresh)
 
     async def _until_fresh(self, handle: RunHandle) -> None:
-        """Until the next copy: a fixed interval on SQLite; on PostgreSQL, whose readers are pushed to, as
-        soon as there is something new (a few milliseconds later, so a burst goes in one write), or a beat."""
+        """Until the next copy: a fixed interval on SQLite, and on PostgreSQL while no reader on another host
+        follows the run; once one does (it is pushed to), as soon as there is something new (a few
+        milliseconds later, so a burst goes in one write), or a beat."""
         assert self._shared is not None
-        if not self._shared.pushes:
-            await asyncio.sleep(SHARED_FLUSH_S)
+        watched = self._shared.watched(handle.run_id)
+        if watched is None or not watched.is_set():
+            await (asyncio.sleep(SHARED_FLUSH_S) if watched is None else _woken_or_after(watched, SHARED_FLUSH_S))
             return
         async with handle.changed:
             await _wait_for(handle.changed, partial(_fresh_or_done, handle), BEAT_S)

@@ -10,8 +10,10 @@ a pid: pids are reused, above all in a container restarted on the same volume.
 
 On PostgreSQL (several hosts) a reader is pushed to, not left to poll: each write of a run's events
 NOTIFYs its id, and `waiting(run_id)` is woken by it through the one listening connection of the
-process (chats/state_postgres.py Notices). The owner then copies as events come (`pushes`), not on a
-timer. SQLite's workers keep polling: they share one machine and the file has no such signal.
+process (chats/state_postgres.py Notices). A reader's heartbeat (`touch`) also NOTIFYs that the run is
+watched: from then on its owner copies events as they come (`watched`), not on its timer, which it
+keeps while nobody elsewhere watches. SQLite's workers keep polling: they share one machine and the
+file has no such signal.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ import logging
 import sqlite3
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
@@ -36,6 +38,7 @@ log = logging.getLogger(__name__)
 BEAT_S = 1.0  # how often the owner of a run says it is alive
 DEAD_AFTER_S = 10.0  # a run whose owner has not beaten for this long is dead
 CHANNEL = "agent_runs"  # PostgreSQL's channel for "this run has news"; the payload is the run's id
+WATCHED = "watched:"  # the payload's prefix for "a reader on another host follows this run"
 
 
 @dataclass
@@ -53,6 +56,7 @@ class SharedRunLog:
     def __init__(self, file: StateFile) -> None:
         self._file = file  # the kit's state file (chats/state.py)
         self._notices: Notices | None = file.notices(CHANNEL) if isinstance(file, PostgresFile) else None
+        self._watches: dict[str, tuple[ExitStack, asyncio.Event]] = {}  # this process's runs, on PostgreSQL
         self._file.now(_forget_dead_owners)
 
     @property
@@ -69,7 +73,15 @@ class SharedRunLog:
         with self._notices.waiting(run_id) as woken:
             yield woken
 
+    def watched(self, run_id: str) -> asyncio.Event | None:
+        """For the owner of an open run: set once a reader on another host follows it (None on SQLite)."""
+        found = self._watches.get(run_id)
+        return found[1] if found is not None else None
+
     async def open(self, run_id: str, conversation_id: str) -> None:
+        if self._notices is not None:  # listening before any reader can find the run
+            stack = ExitStack()
+            self._watches[run_id] = (stack, stack.enter_context(self._notices.waiting(WATCHED + run_id)))
         now = time.time()
 
         def write(c: sqlite3.Connection) -> None:
@@ -99,15 +111,18 @@ class SharedRunLog:
         await self._file.run(write)
 
     async def close(self, run_id: str) -> None:
+        if (watch := self._watches.pop(run_id, None)) is not None:
+            watch[0].close()
+
         def write(c: sqlite3.Connection) -> None:
             _delete(c, run_id)
             self._notify(c, run_id)  # readers look for the stored turn now
 
         await self._file.run(write)
 
-    def _notify(self, c: sqlite3.Connection, run_id: str) -> None:
+    def _notify(self, c: sqlite3.Connection, payload: str) -> None:
         if self._notices is not None:
-            c.execute("SELECT pg_notify(?, ?)", (CHANNEL, run_id))
+            c.execute("SELECT pg_notify(?, ?)", (CHANNEL, payload))
 
     def stop_listening(self) -> None:
         """The process's state is closing."""
@@ -132,9 +147,12 @@ class SharedRunLog:
 
     async def touch(self, run_id: str) -> None:
         """A reader in another process is watching: the owner must not cancel the run as abandoned."""
-        await self._file.run(
-            lambda c: c.execute("UPDATE live_runs SET watched_at = ? WHERE run_id = ?", (time.time(), run_id))
-        )
+
+        def write(c: sqlite3.Connection) -> None:
+            c.execute("UPDATE live_runs SET watched_at = ? WHERE run_id = ?", (time.time(), run_id))
+            self._notify(c, WATCHED + run_id)  # its owner copies as events come from now on
+
+        await self._file.run(write)
 
 
 def _add_and_notify(run_id: str, rows: list[tuple[str, int, str, str]], beat_at: float | None, c: Any) -> None:

@@ -384,8 +384,10 @@ class RunRegistry:
     ) -> None:
         """The run's end: its turn stored (with the log as it will be), `on_done` told once whatever happened
         (a daily budget's hold ends with it), then `done` published. No result (the runner raised): nothing
-        to store, and `done` says so. A copy superseded by another host's takeover ends here, silently."""
-        if handle.superseded:
+        to store, and `done` says so. A copy superseded by another host's takeover ends here, silently (a host
+        that froze past its lease finds so here if no checkpoint told it before)."""
+        if handle.superseded or not await self._still_held(handle):
+            handle.superseded = True
             return
         done = [self._next(handle, done_event(result))]
         if (size := json_size(done[0].data)) > self._max_event_bytes:
@@ -418,6 +420,17 @@ class RunRegistry:
             await self._audit.record(entry)
         except Exception:
             log.exception("could not write the audit entry of run %s", handle.run_id)
+
+    async def _still_held(self, handle: RunHandle) -> bool:
+        """Whether this host still holds the run it is about to end (True when it is not kept, or cannot tell:
+        an answer is not dropped for a database away for a moment)."""
+        if self._durable is None or not handle.durable:
+            return True
+        try:
+            return await self._durable.held_here(handle.run_id)
+        except Exception:
+            log.exception("could not tell whether this host still holds run %s", handle.run_id)
+            return True
 
     async def _forget_durable(self, handle: RunHandle) -> None:
         """The run ended and is stored: no host is to take it over."""

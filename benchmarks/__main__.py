@@ -6,6 +6,7 @@ from benchmarks import (
     bench_fallback,
     bench_figures,
     bench_floor,
+    bench_hosts,
     bench_llm,
     bench_pacing,
     bench_pipeline,
@@ -35,6 +36,7 @@ if __name__ == "__main__":
     bench_slack.report(bench_slack.run())
     bench_pacing.report(bench_pacing.run())
     bench_workers.report(bench_workers.run())
+    bench_hosts.report(bench_hosts.run())
     bench_floor.report(bench_floor.run())
     bench_bounded.report(bench_bounded.run())
     bench_catalog.report(bench_catalog.run())

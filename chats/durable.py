@@ -201,6 +201,15 @@ class DurableRuns:
         run.takeovers += 1
         return run
 
+    async def held_here(self, run_id: str) -> bool:
+        """Whether this host holds the run (another may have taken it over after this one froze)."""
+        row = await self._file.run(
+            lambda c: c.execute(
+                "SELECT 1 FROM durable_runs WHERE run_id = ? AND holder = ?", (run_id, self.host)
+            ).fetchone()
+        )
+        return row is not None
+
     async def holds(self, run_id: str) -> bool:
         """Whether some host holds the run (it is kept, and will be taken over if its host died)."""
         row = await self._file.run(

@@ -57,7 +57,7 @@ from chats.audit import AuditLog, Origin, entry_of
 from chats.conversations import ConversationStore
 from chats.durable import DurableRun, DurableRuns, lost_message
 from chats.reports import ReportStore
-from chats.shared_runs import BEAT_S, SharedRunLog
+from chats.shared_runs import BEAT_S, LiveRun, SharedRunLog
 
 log = logging.getLogger(__name__)
 SHARED_FLUSH_S = 0.15  # how often a run's new events are copied for readers in other processes
@@ -413,8 +413,10 @@ class RunRegistry:
     ) -> None:
         """The run's end: its turn stored (with the log as it will be), `on_done` told once whatever happened
         (a daily budget's hold ends with it), then `done` published. No result (the runner raised): nothing
-        to store, and `done` says so. A copy superseded by another host's takeover ends here, silently."""
-        if handle.superseded:
+        to store, and `done` says so. A copy superseded by another host's takeover ends here, silently (a host
+        that froze past its lease finds so here if no checkpoint told it before)."""
+        if handle.superseded or not await self._still_held(handle):
+            handle.superseded = True
             return
         done = [self._next(handle, done_event(result))]
         if (size := json_size(done[0].data)) > self._max_event_bytes:
@@ -486,6 +488,17 @@ class RunRegistry:
         except Exception:
             log.exception("could not write the audit entry of run %s", handle.run_id)
 
+    async def _still_held(self, handle: RunHandle) -> bool:
+        """Whether this host still holds the run it is about to end (True when it is not kept, or cannot tell:
+        an answer is not dropped for a database away for a moment)."""
+        if self._durable is None or not handle.durable:
+            return True
+        try:
+            return await self._durable.held_here(handle.run_id)
+        except Exception:
+            log.exception("could not tell whether this host still holds run %s", handle.run_id)
+            return True
+
     async def _forget_durable(self, handle: RunHandle) -> None:
         """The run ended and is stored: no host is to take it over."""
         if self._durable is None or not handle.durable:
@@ -535,11 +548,13 @@ class RunRegistry:
                 handle.shared_upto += len(fresh)
 
     async def _until_fresh(self, handle: RunHandle) -> None:
-        """Until the next copy: a fixed interval on SQLite; on PostgreSQL, whose readers are pushed to, as
-        soon as there is something new (a few milliseconds later, so a burst goes in one write), or a beat."""
+        """Until the next copy: a fixed interval on SQLite, and on PostgreSQL while no reader on another host
+        follows the run; once one does (it is pushed to), as soon as there is something new (a few
+        milliseconds later, so a burst goes in one write), or a beat."""
         assert self._shared is not None
-        if not self._shared.pushes:
-            await asyncio.sleep(SHARED_FLUSH_S)
+        watched = self._shared.watched(handle.run_id)
+        if watched is None or not watched.is_set():
+            await (asyncio.sleep(SHARED_FLUSH_S) if watched is None else _woken_or_after(watched, SHARED_FLUSH_S))
             return
         async with handle.changed:
             await _wait_for(handle.changed, partial(_fresh_or_done, handle), BEAT_S)
@@ -687,20 +702,12 @@ class RunRegistry:
                 position = number
                 if name == "done":
                     return
-            if not fresh:
-                stored = await self._store.run_events(run_id)
+            if not fresh:  # while the run's owner is alive its shared log is whole: no need of the stored turn
                 live = await self._shared.find(run_id)
-                if stored is not None or live is None:  # done and stored (and taken out of the shared log)
-                    for row in stored[1] if stored else []:
-                        if row["id"] > position and (event := RunEvent.from_dict(row)) is not None:
-                            yield event
-                    if stored is None:
-                        for offset, body in enumerate(_lost("This answer was lost on the server; ask again."), 1):
-                            yield RunEvent(position + offset, run_id, "", body)
-                    return
-                if not live.owner_alive and not await self._taken_over_soon(run_id):
-                    for offset, body in enumerate(_lost("The server process answering this stopped; ask again."), 1):
-                        yield RunEvent(position + offset, run_id, live.conversation_id, body)
+                # done and taken out of the shared log, or its owner died and no host will take the run over
+                if live is None or (not live.owner_alive and not await self._taken_over_soon(run_id)):
+                    async for event in self._rest_of(run_id, position, live):
+                        yield event
                     return
             if time.monotonic() - touched >= patience:  # the owner must not cancel it as abandoned
                 await self._shared.touch(run_id)
@@ -717,26 +724,59 @@ class RunRegistry:
             log.exception("could not tell whether run %s will be taken over", run_id)
             return False
 
+    async def _rest_of(self, run_id: str, position: int, live: LiveRun | None) -> AsyncIterator[RunEvent]:
+        """A run no longer followed in the shared log: the rest of its stored turn, or an error and `done`."""
+        stored = await self._store.run_events(run_id)
+        if stored is not None:
+            for row in stored[1]:
+                if row["id"] > position and (event := RunEvent.from_dict(row)) is not None:
+                    yield event
+            return
+        lost = "This answer was lost on the server" if live is None else "The server process answering this stopped"
+        for offset, body in enumerate(_lost(f"{lost}; ask again."), 1):
+            yield RunEvent(position + offset, run_id, live.conversation_id if live else "", body)
+
     def _forget_old_runs(self) -> None:
         finished = [run_id for run_id, h in self._runs.items() if h.done]
         for run_id in finished[: max(0, len(finished) - self._keep_finished)]:
             del self._runs[run_id]
 
-    async def drain(self, timeout_s: float) -> tuple[int, int]:
+    async def drain(self, timeout_s: float, *, hand_over: bool = False) -> tuple[int, int]:
         """Take no new runs; wait up to `timeout_s` for the running ones to finish (each is stored as it
-        ends), then cancel the rest, which are stored as cancelled. Returns (finished, cancelled)."""
+        ends), then cancel the rest, which are stored as cancelled. With `hand_over` (the host is going away,
+        SIGTERM), a durable run left is handed to another host instead: its lease released, this copy ends
+        silently, and another host resumes it from its checkpoint at once. Returns (finished, cancelled or
+        handed over)."""
         self.accepting = False
         tasks = [h.task for h in self._runs.values() if h.task is not None and not h.task.done()]
         if not tasks:
             return 0, 0
         log.info("waiting up to %.0f s for %d answer(s) still running", timeout_s, len(tasks))
         _, pending = await asyncio.wait(tasks, timeout=timeout_s) if timeout_s > 0 else (set(), set(tasks))
+        handed = await self._hand_over([h for h in self._runs.values() if h.task in pending]) if hand_over else 0
         for task in pending:
             task.cancel()
         await asyncio.gather(*pending, return_exceptions=True)
-        finished, cancelled = len(tasks) - len(pending), len(pending)
-        log.info("shutdown: %d answer(s) finished, %d cancelled", finished, cancelled)
-        return finished, cancelled
+        finished, cancelled = len(tasks) - len(pending), len(pending) - handed
+        log.info("shutdown: %d answer(s) finished, %d handed over, %d cancelled", finished, handed, cancelled)
+        return finished, len(pending)
+
+    async def _hand_over(self, handles: list[RunHandle]) -> int:
+        """The durable runs among `handles` released for another host to take over at once (their events so
+        far in the shared log first); how many. Those that cannot be are cancelled as usual."""
+        durable = [h for h in handles if h.durable and not h.done]
+        if self._durable is None or not durable:
+            return 0
+        try:
+            for handle in durable:
+                await self._flush_shared(handle)
+            await self._durable.release([h.run_id for h in durable])
+        except Exception:
+            log.exception("could not hand %d answer(s) over to another host; cancelling them", len(durable))
+            return 0
+        for handle in durable:
+            handle.superseded = True
+        return len(durable)
 
     async def shutdown(self) -> None:
         await self.drain(0)

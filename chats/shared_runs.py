@@ -10,8 +10,10 @@ a pid: pids are reused, above all in a container restarted on the same volume.
 
 On PostgreSQL (several hosts) a reader is pushed to, not left to poll: each write of a run's events
 NOTIFYs its id, and `waiting(run_id)` is woken by it through the one listening connection of the
-process (chats/state_postgres.py Notices). The owner then copies as events come (`pushes`), not on a
-timer. SQLite's workers keep polling: they share one machine and the file has no such signal.
+process (chats/state_postgres.py Notices). A reader's heartbeat (`touch`) also NOTIFYs that the run is
+watched: from then on its owner copies events as they come (`watched`), not on its timer, which it
+keeps while nobody elsewhere watches. SQLite's workers keep polling: they share one machine and the
+file has no such signal.
 """
 
 from __future__ import annotations
@@ -22,8 +24,9 @@ import logging
 import sqlite3
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from chats.state_file import StateFile, write_transaction
@@ -35,6 +38,7 @@ log = logging.getLogger(__name__)
 BEAT_S = 1.0  # how often the owner of a run says it is alive
 DEAD_AFTER_S = 10.0  # a run whose owner has not beaten for this long is dead
 CHANNEL = "agent_runs"  # PostgreSQL's channel for "this run has news"; the payload is the run's id
+WATCHED = "watched:"  # the payload's prefix for "a reader on another host follows this run"
 
 
 @dataclass
@@ -52,6 +56,7 @@ class SharedRunLog:
     def __init__(self, file: StateFile) -> None:
         self._file = file  # the kit's state file (chats/state.py)
         self._notices: Notices | None = file.notices(CHANNEL) if isinstance(file, PostgresFile) else None
+        self._watches: dict[str, tuple[ExitStack, asyncio.Event]] = {}  # this process's runs, on PostgreSQL
         self._file.now(_forget_dead_owners)
 
     @property
@@ -68,7 +73,15 @@ class SharedRunLog:
         with self._notices.waiting(run_id) as woken:
             yield woken
 
+    def watched(self, run_id: str) -> asyncio.Event | None:
+        """For the owner of an open run: set once a reader on another host follows it (None on SQLite)."""
+        found = self._watches.get(run_id)
+        return found[1] if found is not None else None
+
     async def open(self, run_id: str, conversation_id: str) -> None:
+        if self._notices is not None:  # listening before any reader can find the run
+            stack = ExitStack()
+            self._watches[run_id] = (stack, stack.enter_context(self._notices.waiting(WATCHED + run_id)))
         now = time.time()
 
         def write(c: sqlite3.Connection) -> None:
@@ -85,27 +98,31 @@ class SharedRunLog:
     async def add(self, run_id: str, events: list[tuple[int, str, dict[str, Any]]], *, beat: bool) -> None:
         """New events of a run (possibly none), and with `beat`, a heartbeat, in one transaction."""
         rows = [(run_id, number, name, json.dumps(data, ensure_ascii=False)) for number, name, data in events]
+        if self._notices is not None:
+            await self._file.run(partial(_add_and_notify, run_id, rows, time.time() if beat else None))
+            return
 
         def write(c: sqlite3.Connection) -> None:
             with write_transaction(c):
                 c.executemany("INSERT INTO live_events VALUES (?, ?, ?, ?) ON CONFLICT DO NOTHING", rows)
                 if beat:
                     c.execute("UPDATE live_runs SET beat_at = ? WHERE run_id = ?", (time.time(), run_id))
-                if rows:
-                    self._notify(c, run_id)  # sent as the transaction commits
 
         await self._file.run(write)
 
     async def close(self, run_id: str) -> None:
+        if (watch := self._watches.pop(run_id, None)) is not None:
+            watch[0].close()
+
         def write(c: sqlite3.Connection) -> None:
             _delete(c, run_id)
             self._notify(c, run_id)  # readers look for the stored turn now
 
         await self._file.run(write)
 
-    def _notify(self, c: sqlite3.Connection, run_id: str) -> None:
+    def _notify(self, c: sqlite3.Connection, payload: str) -> None:
         if self._notices is not None:
-            c.execute("SELECT pg_notify(?, ?)", (CHANNEL, run_id))
+            c.execute("SELECT pg_notify(?, ?)", (CHANNEL, payload))
 
     def stop_listening(self) -> None:
         """The process's state is closing."""
@@ -130,9 +147,31 @@ class SharedRunLog:
 
     async def touch(self, run_id: str) -> None:
         """A reader in another process is watching: the owner must not cancel the run as abandoned."""
-        await self._file.run(
-            lambda c: c.execute("UPDATE live_runs SET watched_at = ? WHERE run_id = ?", (time.time(), run_id))
-        )
+
+        def write(c: sqlite3.Connection) -> None:
+            c.execute("UPDATE live_runs SET watched_at = ? WHERE run_id = ?", (time.time(), run_id))
+            self._notify(c, WATCHED + run_id)  # its owner copies as events come from now on
+
+        await self._file.run(write)
+
+
+def _add_and_notify(run_id: str, rows: list[tuple[str, int, str, str]], beat_at: float | None, c: Any) -> None:
+    """PostgreSQL: the events, the beat and the notice in one statement, so one round trip. Only the run's
+    owner writes its rows, so this takes no write lock (the kit's one lock would queue every run's copy
+    behind every other write of every host)."""
+    parts: list[str] = []
+    params: list[object] = []
+    if rows:
+        parts.append(f"added AS (INSERT INTO live_events VALUES {', '.join(['(?, ?, ?, ?)'] * len(rows))} "
+                     "ON CONFLICT DO NOTHING)")  # fmt: skip
+        params += [value for row in rows for value in row]
+    if beat_at is not None:
+        parts.append("beaten AS (UPDATE live_runs SET beat_at = ? WHERE run_id = ?)")
+        params += [beat_at, run_id]
+    if not parts:
+        return
+    notify = "SELECT pg_notify(?, ?)" if rows else "SELECT 1"  # a beat alone is no news for the readers
+    c.execute(f"WITH {', '.join(parts)} {notify}", [*params, *((CHANNEL, run_id) if rows else ())])
 
 
 def _forget_dead_owners(c: sqlite3.Connection) -> None:

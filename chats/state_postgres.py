@@ -26,8 +26,9 @@ import logging
 import re
 import sqlite3
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from functools import lru_cache
+from functools import lru_cache, partial
 from typing import Any, TypeGuard, TypeVar, cast
 
 import psycopg
@@ -43,7 +44,7 @@ log = logging.getLogger(__name__)
 # Every write transaction of the kit takes this lock (an arbitrary constant: "chats" in ASCII).
 WRITE_LOCK = 0x6368617473
 LOCK_WAIT = "10s"  # as SQLite's busy timeout (chats/state_file.py): then the write fails, as there
-POOL_SIZE = 8
+POOL_SIZE = 16  # connections per process, and the threads that use them
 CONNECT_WAIT_S = 10
 LISTEN_CHECK_S = 30.0  # a listening connection idle this long is asked whether it is still there
 RECONNECT_S = (0.1, 5.0)  # the first and the longest pause before listening again after a lost connection
@@ -115,19 +116,23 @@ class PostgresFile:
             open=False,
         )
         self._pool.open(wait=True, timeout=CONNECT_WAIT_S)
+        self._threads = ThreadPoolExecutor(POOL_SIZE, thread_name_prefix="state")
 
     def now(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         with self._pool.connection() as conn:
             return fn(cast(sqlite3.Connection, PostgresConnection(conn)))
 
     async def run(self, fn: Callable[[sqlite3.Connection], T]) -> T:
-        return await asyncio.to_thread(self.now, fn)
+        # Threads of its own, one per connection: asyncio's default executor has a handful (cores + 4), so
+        # a host following a hundred runs would queue their reads behind one another's round trips.
+        return await asyncio.get_running_loop().run_in_executor(self._threads, partial(self.now, fn))
 
     def notices(self, channel: str) -> Notices:
         """Wake-ups on `channel` (a name of letters and underscores), from any host."""
         return Notices(self._url, channel)
 
     def close(self) -> None:
+        self._threads.shutdown(wait=False)
         self._pool.close()
 
 

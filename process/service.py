@@ -26,7 +26,7 @@ import signal
 import socket
 import sys
 import threading
-from collections.abc import AsyncIterator, Callable, Coroutine, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from functools import partial
@@ -45,11 +45,13 @@ from agent.config import ConfigError, Settings, load_settings
 from agent.logs import announce, configure_logging
 from agent.loop_lag import LoopLag
 from agent.prompts import prompt_library
+from agent.runner import RunResult
 from agent.tracing_setup import configure_tracing
 from bots.slack import SlackBot
 from bots.slack.app import api_url, check_slack_settings, unreachable
 from chats.audiences import Audiences
 from chats.conversations import ConversationStore
+from chats.daily_budgets import DailyBudget, Reservation
 from chats.durable import DurableRun, ResumeLimits, lost_message
 from chats.report_runs import ReportRuns
 from chats.retention import Retention
@@ -85,6 +87,7 @@ class Service:
     started: bool = False
     closed: bool = False
     interrupted: bool = False  # stopped by Ctrl-C (SIGINT): the command exits 130
+    terminated: bool = False  # stopped by SIGTERM: the host goes away (its durable runs are handed over)
     _draining: asyncio.Task[None] | None = None
     _forced: asyncio.Task[None] | None = None
     _retention: asyncio.Task[None] | None = None
@@ -92,6 +95,7 @@ class Service:
     jobs: dict[str, Job] = field(default_factory=dict)  # scheduled jobs by kind ("evals": the lead wires evals here)
     _takeovers: asyncio.Task[None] | None = None  # renews this host's leases, takes over dead hosts' runs
     interfaces: tuple[str, ...] = ()  # the runs this host can deliver, so may take over
+    _budget: DailyBudget | None = None  # settles the runs taken over
     _restore: dict[int, SignalHandler] = field(default_factory=dict)
 
     @property
@@ -175,10 +179,22 @@ class Service:
         limits = ResumeLimits(settings.agent_run_max_resumes, settings.agent_run_resume_max_age_s)
         refused = limits.why_not(kept) or (lost_message("its access policy is gone") if gone else None)
         slack = self.bot if kept.interface == "slack" else None
-        on_done = slack.settle_resumed(kept.delivery) if slack is not None else None
+        on_done = self._settle_resumed(kept.delivery)
         handle = await self.runs.take_over(kept, policy, refused=refused, on_done=on_done)
         if handle is not None and slack is not None:
             slack.deliver_resumed(handle, kept.delivery)
+
+    def _settle_resumed(self, delivery: dict[str, Any]) -> Callable[[RunResult], Awaitable[None]] | None:
+        """How a run taken over settles its asker's daily budget: the hold its first host made (web and Slack
+        keep it in the run's delivery context), counted as the first host would have."""
+        try:
+            reservation = Reservation(**delivery["reservation"])
+        except (KeyError, TypeError):
+            return None
+        if self._budget is None:
+            self._budget = self.state.pacing.asker_budget(self.agent.settings)
+        budget = self._budget
+        return lambda result: budget.settle(reservation, result.receipt)
 
     @property
     def slack_mode(self) -> str:
@@ -215,7 +231,10 @@ class Service:
 
     async def _drain(self, grace_s: float) -> None:
         self.runs.accepting = False
-        waits: list[Coroutine[Any, Any, object]] = [self.runs.drain(grace_s)]
+        # SIGTERM: the host goes away, so what outlasts the grace is handed to another host (on PostgreSQL);
+        # Ctrl-C is a person cancelling what runs.
+        hand_over = self.terminated and not self.interrupted
+        waits: list[Coroutine[Any, Any, object]] = [self.runs.drain(grace_s, hand_over=hand_over)]
         if self.bot is not None:  # its jobs post the answers, cancelled ones too: they get the margin
             waits.append(self.bot.drain(grace_s + STREAM_MARGIN_S))
         await asyncio.gather(*waits)
@@ -236,6 +255,8 @@ class Service:
     def _on_signal(self, loop: asyncio.AbstractEventLoop, sig: int) -> None:
         if sig == signal.SIGINT:
             self.interrupted = True
+        elif sig == signal.SIGTERM:
+            self.terminated = True
         loop.call_soon_threadsafe(partial(self.begin_drain, at_once=sig == signal.SIGINT))
 
     def _release_signals(self) -> None:

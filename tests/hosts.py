@@ -10,9 +10,11 @@ round-robins each request over the hosts that are up, as a load balancer in fron
         hosts[0].terminate()           # SIGTERM (drain); hosts[0].kill() is kill -9
         await hosts.restart(0)         # a new process for host 0 on the same port, once ready
 
-The proxy forwards by streaming both ways (SSE goes through as it is written) and, like nginx's
-`proxy_next_upstream error`, tries the next host only when a connection cannot be made, the request not
-yet sent. `proxy.served` counts requests per host, so a test can see that both hosts answered.
+The proxy forwards by streaming both ways (SSE goes through as it is written), on a new connection per
+request (as nginx does by default), and, like deploy/nginx.conf's `proxy_next_upstream error http_503
+non_idempotent`, tries the next host when a connection cannot be made or fails before the answer begins,
+or a host answers 503 (a draining host refuses a question before doing anything with it). `proxy.served`
+counts requests answered per host.
 """
 
 from __future__ import annotations
@@ -137,7 +139,8 @@ class Proxy:
         self.hosts = hosts
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        self.served: Counter[int] = Counter()  # requests forwarded, per host index
+        self.served: Counter[int] = Counter()  # requests answered, per host index
+        self.refused: Counter[int] = Counter()  # 503s passed on to the next host, per host index
         self._turn = itertools.count()
         self._client: httpx.AsyncClient | None = None
         config = uvicorn.Config(
@@ -163,7 +166,9 @@ class Proxy:
     async def _app(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] == "lifespan":  # the client to the hosts lives on the proxy's own loop
             while (await receive())["type"] != "lifespan.shutdown":
-                self._client = httpx.AsyncClient(timeout=httpx.Timeout(300, connect=5))
+                self._client = httpx.AsyncClient(
+                    timeout=httpx.Timeout(300, connect=5), limits=httpx.Limits(max_keepalive_connections=0)
+                )
                 await send({"type": "lifespan.startup.complete"})
             if self._client is not None:
                 await self._client.aclose()
@@ -186,14 +191,18 @@ class Proxy:
         order, path = self._order(request.url.path)
         body = await request.body()
         headers = {k: v for k, v in request.headers.items() if k.lower() not in HOP_BY_HOP}
-        for index in order:
+        for tried, index in enumerate(order, 1):
             host = self.hosts[index]
             url = httpx.URL(host.url + path, query=request.url.query.encode())
             outgoing = self._client.build_request(request.method, url, headers=headers, content=body)
             try:
                 upstream = await self._client.send(outgoing, stream=True)
-            except httpx.ConnectError:
-                continue  # nothing was sent: the next host may take it
+            except httpx.TransportError:  # no connection, or it closed before an answer began (a host
+                continue  # stopping drops what it had not accepted yet): the next host may take it
+            if upstream.status_code == 503 and tried < len(order):  # refused before anything was done
+                self.refused[index] += 1
+                await upstream.aclose()
+                continue
             self.served[index] += 1
             kept = {k: v for k, v in upstream.headers.items() if k.lower() not in HOP_BY_HOP}
             return StreamingResponse(

@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable
 from contextlib import suppress
 from dataclasses import asdict, dataclass, replace
 from functools import partial
@@ -271,6 +270,8 @@ class Answerer:
         try:
             with log_context(run_id=handle.run_id, interface="slack"):  # its log lines and spans name the run
                 await self._follow(handle, view, progress, writer, report=question.report)
+                if handle.superseded:  # another host took the run over: its bot posts the answer
+                    return
                 if question.report:
                     await self._reports.deliver(question, handle, view, progress, writer)
                     return
@@ -306,14 +307,6 @@ class Answerer:
                 await self._client.chat_delete(channel=question.channel, ts=ts)
             except SlackApiError as exc:  # already gone, say: the answer still goes out
                 refusals.log_refusal(log, f"take back a message of a run taken over in {question.channel}", exc)
-
-    def settle_resumed(self, delivery: dict[str, Any]) -> Callable[[RunResult], Awaitable[None]] | None:
-        """How a run taken over settles its asker's daily budget (the hold the first host made)."""
-        try:
-            reservation = Reservation(**delivery["reservation"])
-        except (KeyError, TypeError):
-            return None
-        return lambda result: self._budget.settle(reservation, result.receipt)
 
     async def _prepare(self, question: Question, progress: Progress) -> tuple[list[Turn], Access]:
         """The progress shown, and meanwhile the thread's history read and the asker named: then the policy

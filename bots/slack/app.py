@@ -14,7 +14,6 @@ import itertools
 import logging
 import re
 import time
-from collections.abc import Awaitable, Callable
 from functools import partial
 from typing import Any
 
@@ -33,7 +32,6 @@ from starlette.routing import BaseRoute, Route
 
 from agent.app import AgentApp
 from agent.config import ConfigError, Settings
-from agent.runner import RunResult
 from bots.slack import blocks, refusals
 from bots.slack.access import dm_policy, wants_groups
 from bots.slack.actions import Actions
@@ -266,10 +264,6 @@ class SlackBot:
         there by this bot, as a job of its own (a shutdown drains it like the others)."""
         assert self._answerer is not None
         self._queues.add(f"resumed:{handle.run_id}", partial(self._answerer.deliver_resumed, handle, delivery))
-
-    def settle_resumed(self, delivery: dict[str, Any]) -> Callable[[RunResult], Awaitable[None]] | None:
-        """How such a run settles its asker's daily budget when it ends."""
-        return self._answerer.settle_resumed(delivery) if self._answerer is not None else None
 
     async def _suggest(self, channel: str, thread_ts: str | None, *, asker: tuple[str, str]) -> None:
         """Offer example questions as suggested prompts: on a new assistant thread (legacy), or pinned on the

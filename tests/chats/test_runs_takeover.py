@@ -38,7 +38,8 @@ class StoppingRunner:
     """Round one (Q1, a checkpoint, some answer text), then it stops as a dead host's run does: never
     returns. Resumed, it answers. `more` releases a stopped run to checkpoint once more."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, answers_when_released: bool = False) -> None:
+        self.answers_when_released = answers_when_released  # released, it answers with no checkpoint first
         self.checkpointed = asyncio.Event()
         self.more = asyncio.Event()
         self.resumed_from: list[Checkpoint] = []
@@ -68,6 +69,8 @@ class StoppingRunner:
         await on_event(AnswerEvent(text="Half an ans"))
         self.checkpointed.set()
         await self.more.wait()
+        if self.answers_when_released:
+            return RunResult(question=question, answer="A late answer.")
         await checkpoint(Checkpoint(question=question, rounds=2, query_ids_taken=1))
         await asyncio.Event().wait()
         raise AssertionError("unreachable")
@@ -186,3 +189,42 @@ async def test_a_reader_on_a_third_host_follows_the_run_across_the_takeover(host
     assert rest[-1].name == "done" and rest[-1].body.result.answer == "EWR [Q1]."
     await asyncio.gather(handle.task)
     runner_a.more.set()
+
+
+async def test_a_host_going_away_hands_its_run_over_to_be_taken_at_once(hosts) -> None:
+    runner_a, runner_b = StoppingRunner(), StoppingRunner()
+    a, b = hosts(runner_a), hosts(runner_b)
+    first = await _started_and_stopped(a, runner_a)
+    assert await a.drain(0.1, hand_over=True) == (0, 1)
+    assert first.superseded and "done" not in [e.name for e in first.events]  # this copy ended silently
+    assert await a._store.run_events(first.run_id) is None  # not stored as cancelled
+    kept = await b._durable.claim_lapsed({"web"})  # at once: no lease to wait out
+    assert kept is not None and kept.run_id == first.run_id
+    events = await _all(b, await b.take_over(kept, OPS))
+    assert events[-1].body.result.answer == "EWR [Q1]." and events[-1].body.result.resumed == 1
+
+
+async def test_without_hand_over_a_drained_run_is_cancelled_and_stored_as_before(hosts) -> None:
+    runner_a = StoppingRunner()
+    a, b = hosts(runner_a), hosts(StoppingRunner())
+    first = await _started_and_stopped(a, runner_a)
+    assert await a.drain(0.1) == (0, 1)
+    assert first.events[-1].name == "done" and not first.superseded
+    assert not await b._durable.holds(first.run_id)  # it ended here: nothing to take over
+
+
+async def test_a_host_that_froze_past_its_lease_and_then_answers_leaves_the_run_to_the_one_that_took_it(
+    hosts,
+) -> None:
+    runner_a, runner_b = StoppingRunner(answers_when_released=True), StoppingRunner()
+    a, b = hosts(runner_a), hosts(runner_b)
+    first = await _started_and_stopped(a, runner_a)
+    lapse(a)
+    handle = await b.take_over(await b._durable.claim_lapsed({"web"}), OPS)
+    events = await _all(b, handle)
+    runner_a.more.set()  # the first host wakes and answers before any checkpoint could tell it
+    await asyncio.wait_for(asyncio.gather(first.task), 10)
+    assert first.superseded and "done" not in [e.name for e in first.events]
+    _, stored = await b._store.run_events(first.run_id)
+    assert [row["event"] for row in stored] == [e.name for e in events]  # the taker's turn, stored once
+    assert "A late answer." not in str(stored)

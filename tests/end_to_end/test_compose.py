@@ -1,7 +1,7 @@
-"""docker-compose.yml and everything it mounts, without Docker: the four services, each mounted file
-parsing as its type, container paths that agree with one another, secrets from .env only, a slim
-non-root app image with a health check, and the ClickHouse init SQL loading the demo data (run in the
-embedded engine, which reads FROM INFILE like clickhouse-client does)."""
+"""docker-compose.yml and everything it mounts, without Docker: its services (two app hosts on one
+PostgreSQL behind nginx), each mounted file parsing as its type, container paths that agree with one
+another, secrets from .env only, a slim non-root app image with a health check, and the ClickHouse init
+SQL loading the demo data (run in the embedded engine, which reads FROM INFILE like clickhouse-client does)."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import json
 import re
 import subprocess
 import sys
+from ipaddress import ip_address, ip_network
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -25,7 +26,9 @@ COMPOSE = ROOT / "docker-compose.yml"
 INIT_SQL = ROOT / "docker" / "clickhouse" / "init" / "nycflights13.sql"
 # what tests/agent/db/test_db_server_fake.py connects as
 AGENT_USER_XML = ROOT / "docker" / "clickhouse" / "agent-user.xml"
-SERVICES = {"clickhouse", "app", "prometheus", "grafana"}
+SERVICES = {"clickhouse", "postgres", "app-1", "app-2", "proxy", "prometheus", "grafana"}
+APPS = ("app-1", "app-2")
+NGINX_CONF = ROOT / "deploy" / "nginx" / "nginx.conf"
 SECRET = re.compile(r"(PASSWORD|SECRET|API_KEY|(?<!_NO)_TOKEN)$")  # not AGENT_WEB_ALLOW_NO_TOKEN, a switch
 # ${VAR}, ${VAR:-default}, ${VAR-default}, ${VAR:?message}, ${VAR?message}
 INTERPOLATION = re.compile(r"\$\{(\w+)(?:(:?[-?])([^}]*))?\}")
@@ -63,6 +66,16 @@ def parse(path: Path) -> Any:
         return ElementTree.fromstring(text)
     if path.suffix == ".sql":
         return text
+    if path.suffix == ".conf":  # nginx: balanced blocks, each directive ended by `;`
+        body = re.sub(r"#.*", "", text)
+        depth = 0
+        for char in body:
+            depth += {"{": 1, "}": -1}.get(char, 0)
+            assert depth >= 0, f"{path}: a block closed that was never opened"
+        assert depth == 0, f"{path}: a block left open"
+        for line in filter(None, (line.strip() for line in body.splitlines())):
+            assert line.endswith((";", "{", "}")), f"{path}: {line!r} does not end a directive"
+        return text
     raise AssertionError(f"{path}: a mounted file of a type this test does not know")
 
 
@@ -82,12 +95,15 @@ def mounted_file(service: str, target: str) -> Path:
     raise AssertionError(f"{target} is not mounted into {service}")
 
 
-def test_the_stack_has_its_four_services() -> None:
+def test_the_stack_has_its_services() -> None:
     found = services()
     assert set(found) >= SERVICES
-    assert found["app"]["command"][:2] == ["agent", "serve"] and found["app"]["build"] == "."
-    assert found["app"]["depends_on"]["clickhouse"] == {"condition": "service_healthy"}
-    for name in ("prometheus", "grafana"):
+    for app in APPS:
+        assert found[app]["command"][:2] == ["agent", "serve"] and found[app]["build"] == "."
+        assert found[app]["depends_on"]["clickhouse"] == {"condition": "service_healthy"}
+        assert found[app]["depends_on"]["postgres"] == {"condition": "service_healthy"}
+    assert found["app-1"]["volumes"] != found["app-2"]["volumes"], "each host its own data folder"
+    for name in ("prometheus", "grafana", "postgres", "proxy"):
         image = found[name]["image"]
         assert ":" in image and not image.endswith(":latest"), f"{name}: pin the image ({image})"
     clickhouse = (ROOT / found["clickhouse"]["build"] / "Dockerfile").read_text()
@@ -114,11 +130,13 @@ def test_container_paths_and_names_agree() -> None:
     for rules in prometheus["rule_files"]:
         assert parse(mounted_file("prometheus", rules))["groups"], rules
     (job,) = prometheus["scrape_configs"]
-    (target,) = job["static_configs"][0]["targets"]
-    host, port = target.split(":")
-    app = found["app"]
-    assert host in found and port == app["command"][app["command"].index("--port") + 1]
-    assert host in default_of(environment(app)["AGENT_WEB_ALLOWED_HOSTS"]).split(",")  # else the scrape gets 400
+    targets = job["static_configs"][0]["targets"]
+    assert sorted(target.split(":")[0] for target in targets) == list(APPS), "every host is scraped"
+    for target in targets:
+        host, port = target.split(":")
+        app = found[host]
+        assert port == app["command"][app["command"].index("--port") + 1]
+        assert host in default_of(environment(app)["AGENT_WEB_ALLOWED_HOSTS"]).split(",")  # else the scrape gets 400
     # With AGENT_WEB_TOKEN set, /metrics needs it: Prometheus reads it from the secret compose makes of it.
     assert job["authorization"]["type"] == "Bearer"
     secret = job["authorization"]["credentials_file"].removeprefix("/run/secrets/")
@@ -134,6 +152,7 @@ def test_container_paths_and_names_agree() -> None:
     assert [p.name for p in dashboards.glob("*.json")] == ["agent.json"]
     assert mounted_file("grafana", environment(grafana)["GF_DASHBOARDS_DEFAULT_HOME_DASHBOARD_PATH"]).exists()
 
+    app = found["app-1"]
     url = urlsplit(default_of(environment(app)["CLICKHOUSE_URL"]))
     assert (url.hostname, url.username, url.path) == ("clickhouse", "agent", "/nycflights13")
     user = ElementTree.parse(AGENT_USER_XML).getroot()
@@ -224,8 +243,54 @@ def test_an_optional_secret_left_unset_in_dot_env_is_unset_in_the_app() -> None:
     """Compose passes `VAR=` for `${VAR:-}` when .env leaves it out; the app must read that as not set
     (an empty AGENT_WEB_TOKEN would otherwise demand an empty bearer token)."""
     optional = [
-        name for name, value in environment(services()["app"]).items() if SECRET.search(name) and ":-}" in value
+        name for name, value in environment(services()["app-1"]).items() if SECRET.search(name) and ":-}" in value
     ]
     assert "AGENT_WEB_TOKEN" in optional and "SLACK_BOT_TOKEN" in optional
     settings = make_settings(**{name.lower(): "" for name in optional})
     assert all(getattr(settings, name.lower()) is None for name in optional)
+
+
+def _nginx() -> str:
+    return mounted_file("proxy", "/etc/nginx/nginx.conf").read_text()
+
+
+def test_the_app_hosts_share_one_postgresql_and_differ_only_in_their_data_folder() -> None:
+    found = services()
+    one, two = found["app-1"], found["app-2"]
+    assert {k: v for k, v in one.items() if k != "volumes"} == {k: v for k, v in two.items() if k != "volumes"}
+    postgres = environment(found["postgres"])
+    state = urlsplit(default_of(environment(one)["AGENT_STATE_URL"]))
+    assert state.scheme == "postgresql" and (state.hostname, state.port) == ("postgres", 5432)
+    assert (state.username, state.path) == (postgres["POSTGRES_USER"], "/" + postgres["POSTGRES_DB"])
+    assert INTERPOLATION.findall(environment(one)["AGENT_STATE_URL"])[0][0] == "POSTGRES_PASSWORD"
+    assert "POSTGRES_PASSWORD" in INTERPOLATION.findall(postgres["POSTGRES_PASSWORD"])[0]
+    assert any(volume.endswith(":/var/lib/postgresql/data") for volume in found["postgres"]["volumes"])
+    assert "ports" not in one, "the hosts are reached through the proxy only"
+
+
+def test_the_proxy_spreads_requests_over_every_host_and_streams_events() -> None:
+    found = services()
+    conf = _nginx()
+    upstream = re.search(r"upstream (\w+) \{(.*?)\}", conf, re.DOTALL)
+    assert upstream is not None and f"proxy_pass http://{upstream.group(1)};" in conf
+    servers = re.findall(r"server ([\w-]+):(\d+)", upstream.group(2))
+    assert sorted(host for host, _ in servers) == list(APPS)
+    for host, port in servers:
+        assert port == found[host]["command"][found[host]["command"].index("--port") + 1]
+    (published,) = found["proxy"]["ports"]
+    assert published == "127.0.0.1:8000:8000" and re.search(r"listen 8000;", conf)
+    assert "proxy_buffering off;" in conf, "server-sent events pass as they are written"
+    assert re.search(r"proxy_next_upstream [^;]*\bhttp_503\b[^;]*\bnon_idempotent\b", conf), (
+        "a draining host's refusal goes to the other host"
+    )
+    assert "proxy_set_header Host $host;" in conf  # the hosts check it against AGENT_WEB_ALLOWED_HOSTS
+
+
+def test_the_hosts_believe_forwarded_addresses_from_the_proxy_alone() -> None:
+    found = services()
+    address = found["proxy"]["networks"]["default"]["ipv4_address"]
+    (subnet,) = stack()["networks"]["default"]["ipam"]["config"]
+    assert ip_address(address) in ip_network(subnet["subnet"])
+    for app in APPS:
+        assert environment(found[app])["AGENT_WEB_TRUSTED_PROXIES"] == address
+    assert "X-Forwarded-For $proxy_add_x_forwarded_for" in _nginx()

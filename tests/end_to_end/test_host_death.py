@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import psycopg
 import pytest
 
 from tests.fakes import slack_events as events
@@ -92,8 +93,9 @@ async def _metric(url: str, name: str) -> float:
     return sum(float(value) for value in re.findall(rf"^{name}(?:{{[^}}]*}})? (\S+)$", text, re.MULTILINE))
 
 
-async def _ask_and_hold(url: str, held: HeldModel) -> list[Any]:
-    """Ask at `url`; the events read until round 2's model call is held (Q1 has run), the stream then cut."""
+async def _ask_and_hold(url: str, held: HeldModel) -> tuple[list[Any], asyncio.Task[None]]:
+    """Ask at `url` until round 2's model call is held (Q1 has run): the events read so far (more may come
+    until the host dies) and the reading, which ends when it does."""
     seen: list[Any] = []
 
     async def read() -> None:
@@ -109,7 +111,7 @@ async def _ask_and_hold(url: str, held: HeldModel) -> list[Any]:
     assert await asyncio.to_thread(held.holding.wait, 120), "round 2 was never asked"
     while "result" not in [event.event for event in seen]:
         await asyncio.sleep(0.05)
-    return seen if not reading.done() else seen  # the task ends when the host dies
+    return seen, reading
 
 
 async def _follow(url: str, run_id: str, after: int) -> list[Any]:
@@ -128,12 +130,14 @@ async def test_a_host_killed_mid_run_the_other_finishes_it_for_the_web_reader_wh
     tmp_path: Path,
 ) -> None:
     fake, held = model
-    with running_hosts(tmp_path, _environment(postgres_server, clickhouse_fake, fake)) as hosts:
+    env = _environment(postgres_server, clickhouse_fake, fake, agent_daily_user_tokens="10000000")
+    with running_hosts(tmp_path, env) as hosts:
         await hosts.ready()
-        seen = await _ask_and_hold(hosts.pinned(0), held)
+        seen, reading = await _ask_and_hold(hosts.pinned(0), held)
         run_id = seen[0].data["run_id"]
         hosts[0].kill()
         assert await asyncio.to_thread(hosts[0].wait, 30) == -9
+        await asyncio.gather(reading, return_exceptions=True)  # its stream ends with its host
         rest = await _follow(hosts.pinned(1), run_id, int(seen[-1].id))  # the page reconnects, reaching host 1
         ran_on_survivor = await _metric(hosts[1].url, "agent_sql_queries_total")
         said = hosts.said(1)
@@ -152,6 +156,43 @@ async def test_a_host_killed_mid_run_the_other_finishes_it_for_the_web_reader_wh
     resumed_call = held.second_rounds[1]["messages"]  # the model got Q1's result back from the checkpoint
     assert "| 16 |" in str(resumed_call[-1]["content"])
     assert f'"run_id": "{run_id}"' in said and "taking over run" in said
+    with psycopg.connect(env["AGENT_STATE_URL"]) as conn:
+        kept = conn.execute("SELECT count(*) FROM durable_runs").fetchone()[0]
+        held_back = conn.execute("SELECT count(*) FROM budget_reserved").fetchone()[0]
+        spent = conn.execute("SELECT coalesce(sum(tokens), 0) FROM budget_spend").fetchone()[0]
+    assert kept == 0, "a finished run is no longer kept for a takeover"
+    receipt = result["receipt"]
+    counted = sum(receipt[f"{kind}_tokens"] for kind in ("input", "output", "cache_read", "cache_creation"))
+    assert held_back == 0 and spent == counted > 0, "the asker's hold settled to the resumed run's receipt"
+
+
+async def test_a_host_stopped_by_sigterm_hands_a_run_outlasting_its_grace_to_the_other_at_once(
+    postgres_server: PostgresServer,
+    clickhouse_fake: FakeClickHouse,
+    model: tuple[FakeAnthropic, HeldModel],
+    tmp_path: Path,
+) -> None:
+    """A rolling restart with a run longer than the grace: not cancelled, but resumed on the other host, whose
+    lease to wait out was released (a lease of a minute would otherwise hold it that long)."""
+    fake, held = model
+    env = _environment(postgres_server, clickhouse_fake, fake) | {
+        "AGENT_SHUTDOWN_GRACE_S": "1",
+        "AGENT_RUN_LEASE_S": "60",
+    }
+    with running_hosts(tmp_path, env) as hosts:
+        await hosts.ready()
+        seen, reading = await _ask_and_hold(hosts.pinned(0), held)
+        run_id = seen[0].data["run_id"]
+        hosts[0].terminate()
+        await asyncio.gather(reading, return_exceptions=True)
+        rest = await _follow(hosts.pinned(1), run_id, int(seen[-1].id))
+        assert await asyncio.to_thread(hosts[0].wait, 60) == 0
+        said = hosts.said(0)
+    log = seen + rest
+    assert [int(event.id) for event in log] == list(range(1, len(log) + 1)), "one log, nothing lost or repeated"
+    result = log[-1].data["result"]
+    assert result["outcome"] == "answered" and result["answer"] == ANSWER and result["resumed"] == 1
+    assert "1 handed over, 0 cancelled" in said
 
 
 def _ask_in_slack(hosts: Hosts, fake: FakeSlack) -> tuple[str, str]:

@@ -3,6 +3,8 @@ the person asking; one continued must be theirs (anyone else's answers as one ne
 
 from __future__ import annotations
 
+from dataclasses import asdict
+
 from starlette.requests import Request
 from starlette.responses import Response
 
@@ -84,6 +86,7 @@ async def start_run(
             on_done=lambda result: web.budget.settle(booked, result.receipt),
             policy=policy,
             report=report,
+            delivery={"reservation": asdict(booked)},  # settled by the host that takes the run over, if one does
         )
     except ShuttingDown:
         await web.budget.settle(booked, None)

@@ -1,0 +1,25 @@
+"""A run another host takes over keeps the policy it ran under, found again by its name in this host's
+policy file; one the file no longer has is not resumed under another (process/service.py)."""
+
+from __future__ import annotations
+
+from types import MappingProxyType, SimpleNamespace
+from typing import Any
+
+from agent.access.policy import Policies, Policy
+from process.service import resumed_policy
+
+OPS = Policy("ops", MappingProxyType({"nycflights13.airlines": None}))
+
+
+def agent_with(policies: Policies | None) -> Any:
+    return SimpleNamespace(policies=policies)  # all resumed_policy reads of the agent
+
+
+def test_a_run_taken_over_keeps_its_policy_and_one_the_file_lost_is_not_resumed() -> None:
+    policies = Policies((OPS,), Policy("default"))
+    assert resumed_policy(agent_with(policies), "ops") == (OPS, False)
+    assert resumed_policy(agent_with(policies), "default") == (policies.default, False)
+    assert resumed_policy(agent_with(policies), "") == (None, False)  # it ran under none
+    assert resumed_policy(agent_with(policies), "finance") == (None, True)
+    assert resumed_policy(agent_with(None), "ops") == (None, True)  # the file is gone from this host

@@ -84,8 +84,14 @@ def cli_data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
+# A chart's PNG renders in a process of its own, which a loaded 2-core machine may hold for a minute: the
+# tests' limit is generous unless a test is about the limit itself (what they assert is never the time).
+TEST_CHART_RENDER_TIMEOUT_S = 150.0
+
+
 def make_settings(**values: Any) -> Settings:
     """Settings from these values only: no environment (cleared above), no .env file."""
+    values.setdefault("chart_render_timeout_s", TEST_CHART_RENDER_TIMEOUT_S)
     return Settings(_env_file=None, **values)  # type: ignore[call-arg]
 
 

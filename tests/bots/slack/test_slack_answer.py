@@ -406,7 +406,7 @@ async def test_without_streaming_the_answer_is_posted_then_updated(
     answer = answer_message(fake_slack, GENERAL_ID, question)
     assert fake_slack.markdown(GENERAL_ID, answer["ts"]) == "UA flew the most flights: 58,665 [Q1]."
     kinds = [b["type"] for b in answer["blocks"]]
-    assert kinds == ["rich_text", "context", "actions", "actions", "actions", "actions"]  # as Slack keeps it
+    assert kinds == ["rich_text", "context", "actions", "actions", "actions", "actions", "actions"]  # as Slack keeps it
     receipt = answer["blocks"][1]["elements"][0]["text"]  # the receipt, as a context line
     assert receipt.startswith("claude-sonnet-5-5, claude-haiku-5-5 · 2 rounds · ") and "1 query: 336.8k rows" in receipt
     assert answer["metadata"]["event_payload"]["final"] is True

@@ -12,6 +12,7 @@ from process import errors
 from process.cli import main
 
 README = Path(__file__).resolve().parents[2] / "README.md"
+KNOWLEDGE = README.parent / "knowledge"  # several entries, checked side by side
 
 
 def test_the_readme_table_is_the_exit_codes_the_code_defines() -> None:
@@ -25,7 +26,9 @@ def test_the_readme_table_is_the_exit_codes_the_code_defines() -> None:
 
 
 @pytest.mark.parametrize(
-    "command", [["sql", "SELECT 1"], ["schema"], ["ask", "How many flights?"]], ids=["sql", "schema", "ask"]
+    "command",
+    [["sql", "SELECT 1"], ["schema"], ["ask", "How many flights?"], ["knowledge", "check", str(KNOWLEDGE)]],
+    ids=["sql", "schema", "ask", "knowledge-check"],
 )
 def test_an_unreachable_clickhouse_exits_2_in_every_command(
     command: list[str], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]

@@ -196,7 +196,8 @@ def _spec_with_labels(count: int, length: int) -> dict[str, Any]:
 
 async def test_a_chart_image_renders_in_its_own_process_without_holding_the_loop() -> None:
     started = time.perf_counter()
-    png, lag = await worst_lag_during(render_png(_spec_with_labels(3, 5_000), timeout_s=150))  # generous: the loop, not the time, is the point
+    # A generous time limit: the loop, not the time, is the point.
+    png, lag = await worst_lag_during(render_png(_spec_with_labels(3, 5_000), timeout_s=150))
     took = time.perf_counter() - started
     # Rendered on the loop, the loop would be held about as long as the render took.
     assert png.startswith(b"\x89PNG") and lag < took / 3, f"the loop was held {lag:.3f} s of {took:.3f} s"

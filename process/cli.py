@@ -264,6 +264,7 @@ async def _knowledge_check(args: argparse.Namespace, settings: Settings) -> int:
         return EXIT_FAILED
     db = open_database(settings)
     try:
+        await db.ping()  # one line for a ClickHouse out of reach, before the entries are checked side by side
         problems = await check_entries(db, entries)
     finally:
         await db.close()

@@ -166,6 +166,11 @@ async def _run_cases(
     except DatasetError as exc:
         raise UsageError(str(exc)) from None
     app = AgentApp.start(settings, db=db, metrics=Metrics(CollectorRegistry()))
+    try:
+        await app.ping()  # a ClickHouse out of reach is one line (exit 2), as in every command, not 0% passed
+    except BaseException:
+        await app.close()
+        raise
     prompts = prompt_library(settings.agent_prompts_dir)
     # AGENT_TEMPERATURE, when set, goes to the judge too; unset sends none (see agent/config.py).
     judge = Judge(app.llm, prompts, judge_model, temperature=settings.agent_temperature) if judge_model else None

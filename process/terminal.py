@@ -109,7 +109,8 @@ class TerminalPrinter:
             return
         more = "+" if event.has_more else ""
         reused = f", same as {event.reused_from}" if event.reused_from else ""
-        self._line(f"   ✓ {event.query_id}: {event.row_count}{more} rows in {event.elapsed_ms} ms{reused}")
+        rows = f"{event.row_count}{more} row{'' if event.row_count == 1 and not more else 's'}"
+        self._line(f"   ✓ {event.query_id}: {rows} in {event.elapsed_ms} ms{reused}")
 
     def _chart(self, event: ChartEvent) -> None:
         self._line(f"📈 {event.chart.id}: {event.chart.describe()} (the spec is in --json; the web chat draws it)")

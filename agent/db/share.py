@@ -77,6 +77,9 @@ class EngineShare:
 
     def _grant(self) -> None:
         """Free slots go to the owners holding the fewest, the longest-waiting first."""
+        # A waiter cancelled but not yet run (every task cancelled at once, as at asyncio.run's end) has
+        # no one left to take its slot.
+        self._waiting = [w for w in self._waiting if not w.ready.done()]
         while self.in_use < self.total:
             eligible = [w for w in self._waiting if self._held.get(w.owner, 0) < self.per_owner]
             if not eligible:

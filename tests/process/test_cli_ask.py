@@ -46,7 +46,7 @@ def test_ask_streams_steps_to_the_terminal(cli_env: FakeAnthropic, capsys: pytes
     # Not a terminal: the answer alone on stdout (`> answer.md` holds it), the steps on stderr.
     assert captured.out == "There are 16 airlines [Q1].\n"
     err = captured.err
-    assert err.index("🧠 Count the airlines.") < err.index("⚡ Q1 Airlines") < err.index("✓ Q1: 1 rows")
+    assert err.index("🧠 Count the airlines.") < err.index("⚡ Q1 Airlines") < err.index("✓ Q1: 1 row in")
     assert "  1. Which airline flew the most?" in err
     # Plain text, the preview rows tab-separated, the receipt.
     assert "\x1b[" not in err and "\nQ1 Airlines\nn\n16\n" in err

@@ -108,3 +108,19 @@ def test_ask_after_a_clarification_says_how_to_answer_it(
     captured = capsys.readouterr()
     assert captured.out.count("Departure delay") == 1 and "Departure delay" not in captured.err
     assert 'agent ask --continue "<one of the 2 options, or your own>"' in captured.err
+
+
+def test_chat_picks_a_follow_up_by_number_and_asks_it_in_the_same_conversation(
+    cli_env: FakeAnthropic, cli_data_dir: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    followups = Reply(text='["Which airline flew the most?", "Which airline was most delayed?"]')
+    cli_env.script(*_airlines(), followups, Reply(text="United flew the most."), Reply(text="[]"))
+    monkeypatch.setattr("sys.stdin", io.StringIO("How many airlines are there?\n2\nexit\n"))
+    assert main(["chat"]) == 0
+    err = capsys.readouterr().err
+    assert "  2. Which airline was most delayed?" in err and "› Which airline was most delayed?" in err
+    conversation = (cli_data_dir / "cli-conversation").read_text().strip()
+    assert [q for q, _ in _turns(cli_data_dir, conversation)] == [
+        "How many airlines are there?",
+        "Which airline was most delayed?",  # the number picked the follow-up, not a question "2"
+    ]

@@ -12,6 +12,8 @@ from process import errors
 from process.cli import main
 
 README = Path(__file__).resolve().parents[2] / "README.md"
+KNOWLEDGE = README.parent / "knowledge"  # several entries, checked side by side
+SAFETY = README.parent / "evals" / "suites" / "safety.yaml"
 
 
 def test_the_readme_table_is_the_exit_codes_the_code_defines() -> None:
@@ -25,11 +27,20 @@ def test_the_readme_table_is_the_exit_codes_the_code_defines() -> None:
 
 
 @pytest.mark.parametrize(
-    "command", [["sql", "SELECT 1"], ["schema"], ["ask", "How many flights?"]], ids=["sql", "schema", "ask"]
+    "command",
+    [
+        ["sql", "SELECT 1"],
+        ["schema"],
+        ["ask", "How many flights?"],
+        ["knowledge", "check", str(KNOWLEDGE)],
+        ["evals", "run", "--suite", str(SAFETY)],
+    ],
+    ids=["sql", "schema", "ask", "knowledge-check", "evals-run"],
 )
 def test_an_unreachable_clickhouse_exits_2_in_every_command(
-    command: list[str], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    command: list[str], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
+    monkeypatch.setenv("AGENT_DATA_DIR", str(tmp_path))  # an evals run writes its results there
     monkeypatch.setenv("CLICKHOUSE_URL", "http://127.0.0.1:9/default")  # the discard port: nothing listens
     monkeypatch.setenv("ANTHROPIC_API_KEY", "test-key")
     monkeypatch.setenv("ANTHROPIC_BASE_URL", "http://127.0.0.1:9")  # never asked: the database is checked first

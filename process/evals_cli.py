@@ -180,10 +180,11 @@ async def _destination(to: str, settings: Settings) -> str:
 
 async def _slack_team(settings: Settings, to: str) -> str:
     """The bot's workspace, as Slack says it (auth.test)."""
+    import aiohttp
     from slack_sdk.errors import SlackApiError
     from slack_sdk.web.async_client import AsyncWebClient
 
-    from bots.slack.app import api_url
+    from bots.slack.app import api_url, unreachable
 
     if settings.slack_bot_token is None:
         raise UsageError(f"--to {to}: set SLACK_BOT_TOKEN, or name the workspace (slack:TEAM:CHANNEL).")
@@ -192,6 +193,8 @@ async def _slack_team(settings: Settings, to: str) -> str:
         said = await AsyncWebClient(token=token, base_url=api_url(settings.slack_api_url)).auth_test()
     except SlackApiError as exc:
         raise UsageError(f"--to {to}: Slack refused SLACK_BOT_TOKEN ({exc.response.get('error')}).") from None
+    except (aiohttp.ClientError, TimeoutError) as exc:
+        raise unreachable(api_url(settings.slack_api_url), exc) from None
     return str(said["team_id"])
 
 

@@ -88,15 +88,17 @@ class Scheduler:
         self._audit = audit  # every delivered answer's entry, as every question's
         # Kinds whose fires run beside the ticks rather than in them (an eval run takes minutes; the other
         # schedules' fires must not wait for it). `settled` waits for them.
-        self._beside, self._running = frozenset(beside), set[asyncio.Task[None]]()
+        self._beside, self._running = frozenset(beside), dict[asyncio.Task[None], Fire]()
 
     async def tick(self) -> int:
         """Fire what is due now and what waits for a retry; the number of fires this worker ran."""
+        if self._running:  # still ours: their leases must not run out while each tick comes
+            await self._store.hold(list(self._running.values()), self.worker)
         fires = await self._store.claim_due(self.worker) + await self._store.claim_retries(self.worker)
         for fire in (f for f in fires if f.schedule.kind in self._beside):
             task = asyncio.get_running_loop().create_task(self._fire(fire), name=f"fire {fire.schedule.kind}")
-            self._running.add(task)
-            task.add_done_callback(self._running.discard)
+            self._running[task] = fire
+            task.add_done_callback(self._running.pop)
         await asyncio.gather(*(self._fire(fire) for fire in fires if fire.schedule.kind not in self._beside))
         return len(fires)
 

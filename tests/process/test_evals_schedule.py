@@ -2,7 +2,7 @@
 on the serving process's own engine and model client (never a second engine), its results are recorded
 and served at /metrics, its line says the pass rate, cases, cost and the change from the previous run; a
 knowledge-change schedule runs once after the knowledge files change and not again until they change;
-a long eval run holds up no other schedule's fire."""
+a long eval run holds up no other schedule's fire, and keeps its lease while it runs."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ import pytest
 
 from agent.app import AgentApp
 from agent.config import DEMO_KNOWLEDGE_DIR
-from chats.schedules import Cadence, Draft, SavedQuery, Schedule, ScheduleStore
+from chats.schedules import LEASE_S, Cadence, Draft, SavedQuery, Schedule, ScheduleStore
 from process.evals_schedule import EvalSpec
 from process.service import Service
 from tests.evals_helpers import HALF_WRONG, RIGHT, SUITE, answer_cases, write_suite
@@ -142,14 +142,16 @@ async def test_a_long_eval_run_does_not_hold_up_another_schedules_fire(
     service = _service(make_app, tmp_path, clock, agent_knowledge_dir="none")
     store = service.state.schedules
     release, started = asyncio.Event(), asyncio.Event()
+    calls: list[str] = []
 
     async def slow_evals(schedule: Schedule) -> str | None:
+        calls.append(schedule.id)
         started.set()
         await release.wait()
         return "Evals: done."
 
     service.jobs["evals"] = slow_evals
-    await store.create(ANN, EvalSpec().draft(EVERY_15_MIN))
+    evals = await store.create(ANN, EvalSpec().draft(EVERY_15_MIN))
     jfk = SavedQuery("Q1", "SELECT count() AS flights FROM nycflights13.flights WHERE origin = 'JFK'")
     question = Draft(title="JFK", question="JFK flights?", cadence=EVERY_15_MIN, queries=(jfk,))
     await service.start()
@@ -161,9 +163,17 @@ async def test_a_long_eval_run_does_not_hold_up_another_schedules_fire(
         assert await asyncio.wait_for(service.scheduler.tick(), 60) == 2, "the tick returns; the eval run goes on"
         await asyncio.wait_for(started.wait(), 60)
         assert [i.title for i in await store.inbox(ANN)] == ["JFK"]
+
+        clock.forward(15 * 60)  # past the lease (LEASE_S) of the eval run still running: each tick holds it
+        assert 15 * 60 > LEASE_S
+        await service.scheduler.tick()
+        first = (await store.fires(evals.id))[0]
+        assert (first["status"], first["attempts"], first["worker"]) == ("running", 1, service.scheduler.worker)
         release.set()
         await service.scheduler.settled()
-        assert {i.title for i in await store.inbox(ANN)} == {"JFK", "Evals (all suites)"}
+        assert [(f["status"], f["attempts"]) for f in await store.fires(evals.id)] == [("done", 1), ("done", 1)]
+        assert len(calls) == 2, "the next due time fired; the running one was not taken for dead and run again"
+        assert sorted(i.title for i in await store.inbox(ANN)) == ["Evals (all suites)"] * 2 + ["JFK"] * 2
     finally:
         release.set()
         await service.close()

@@ -99,7 +99,9 @@ def _schedule_command(group: argparse._SubParsersAction[argparse.ArgumentParser]
     schedule.add_argument(
         "--to", default="inbox", metavar="WHERE", help="inbox (default), or slack:CHANNEL (slack:TEAM:CHANNEL)"
     )
-    schedule.add_argument("--as", dest="owner_email", metavar="EMAIL", help="whose schedule (default: the local person)")
+    schedule.add_argument(
+        "--as", dest="owner_email", metavar="EMAIL", help="whose schedule (default: the local person)"
+    )
     schedule.add_argument("--list", action="store_true", help="list the eval schedules")
     schedule.add_argument("--delete", metavar="ID", help="delete an eval schedule")
     schedule.set_defaults(handler=lambda args, settings: asyncio.run(_schedule(args, settings)))

@@ -55,7 +55,7 @@ class EvalSpec:
         rest = words[len(COMMAND) :]
         knowledge = KNOWLEDGE_FLAG in rest
         rest = [w for w in rest if w != KNOWLEDGE_FLAG]
-        if rest and rest[0] != "--suite" or rest[:1] == ["--suite"] and len(rest) == 1:
+        if rest and (rest[0] != "--suite" or len(rest) == 1):
             raise ScheduleError(f"An eval schedule's options are --suite PATH... and {KNOWLEDGE_FLAG}.")
         return cls(tuple(rest[1:]), knowledge)
 
@@ -90,7 +90,7 @@ def eval_job(agent: AgentApp, state: ChatState) -> Job:
 
 
 def result_line(run: EvalRun, previous: EvalRun | None) -> str:
-    """"Evals: pass rate 90.0% (18 of 20 cases), cost $0.0421; up 5.0 points from 85.0% (Mon 28 Mar)."""
+    """ "Evals: pass rate 90.0% (18 of 20 cases), cost $0.0421; up 5.0 points from 85.0% (Mon 28 Mar)."""
     cost = f"${run.cost_usd:.4f}" if run.cost_usd is not None else "cost not priced"
     line = f"Evals: pass rate {100 * run.pass_rate:.1f}% ({run.passed} of {run.total} cases), {cost}"
     if previous is None:

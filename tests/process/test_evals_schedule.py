@@ -47,9 +47,7 @@ def _no_second_engine(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def _service(make_app: Callable[..., AgentApp], tmp_path: Path, clock: MovedClock, **settings: Any) -> Service:
     """The real Service, its schedules on the moved clock; its own ticks a real hour apart (the test ticks)."""
-    agent = make_app(
-        agent_data_dir=tmp_path, anthropic_api_key="test-key", agent_schedule_tick_s=3600, **settings
-    )
+    agent = make_app(agent_data_dir=tmp_path, anthropic_api_key="test-key", agent_schedule_tick_s=3600, **settings)
     service = Service.build(agent.settings, web=True, slack=False, agent=agent)
     service.state.schedules = ScheduleStore(service.state.file, clock=clock)
     return service
@@ -95,9 +93,10 @@ async def test_a_scheduled_eval_run_is_recorded_served_at_metrics_and_delivered_
         latest = (await store.inbox(ANN))[0]
         assert "pass rate 100.0% (2 of 2 cases)" in latest.text and "up 50.0 points from 50.0%" in latest.text
         assert f'agent_eval_pass_rate{{suite="{SUITE}"}} 1.0' in (await client.get("/metrics")).text
-        assert service.agent.metrics.registry.get_sample_value(
-            "agent_schedule_deliveries_total", {"destination": "inbox"}
-        ) == 2
+        assert (
+            service.agent.metrics.registry.get_sample_value("agent_schedule_deliveries_total", {"destination": "inbox"})
+            == 2
+        )
 
 
 async def test_a_knowledge_change_schedule_runs_once_after_each_change_and_delivers_nothing_between(
@@ -165,7 +164,7 @@ async def test_a_long_eval_run_does_not_hold_up_another_schedules_fire(
         assert [i.title for i in await store.inbox(ANN)] == ["JFK"]
 
         clock.forward(15 * 60)  # past the lease (LEASE_S) of the eval run still running: each tick holds it
-        assert 15 * 60 > LEASE_S
+        assert LEASE_S < 15 * 60
         await service.scheduler.tick()
         first = (await store.fires(evals.id))[0]
         assert (first["status"], first["attempts"], first["worker"]) == ("running", 1, service.scheduler.worker)

@@ -37,8 +37,8 @@ from chats.schedules import INBOX, Fire, Schedule, ScheduleStore, slack_of
 log = logging.getLogger(__name__)
 
 # An eval run on a schedule (kind "evals"): given the schedule, runs the suite and returns the line to
-# deliver (its pass rate and where its metrics are), or None to deliver nothing. The lead wires
-# evals' job here (`Scheduler(jobs={"evals": ...})`); without one such a fire is skipped and counted.
+# deliver (its pass rate and where its metrics are), or None to deliver nothing. `agent serve` wires
+# process/evals_schedule.py's (`Scheduler(jobs={"evals": ...})`); without one such a fire is skipped and counted.
 Job = Callable[[Schedule], Awaitable[str | None]]
 
 

@@ -19,11 +19,13 @@ import pytest
 from agent.app import AgentApp
 from agent.config import DEMO_KNOWLEDGE_DIR
 from chats.schedules import LEASE_S, Cadence, Draft, SavedQuery, Schedule, ScheduleStore
+from chats.state import ChatState
 from process.evals_schedule import EvalSpec
 from process.service import Service
 from tests.evals_helpers import HALF_WRONG, RIGHT, SUITE, answer_cases, write_suite
 from tests.fakes.anthropic_api import FakeAnthropic
 from tests.moved_clock import MovedClock
+from tests.postgres import PostgresServer
 from tests.web_helpers import LiveServer
 
 ANN = "person:email:ann@example.com"
@@ -176,3 +178,31 @@ async def test_a_long_eval_run_does_not_hold_up_another_schedules_fire(
     finally:
         release.set()
         await service.close()
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
+async def test_a_held_lease_is_not_taken_for_dead_and_only_its_worker_holds_it(
+    backend: str, request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    location: Path | str = tmp_path / "shared.sqlite3"
+    if backend == "postgres":
+        server: PostgresServer = request.getfixturevalue("postgres_server")
+        location = server.new_database()
+    clock = MovedClock(utc(2026, 3, 30, 8))
+    state = ChatState(location, workers=2)
+    try:
+        store = ScheduleStore(state.file, clock=clock)
+        await store.create(ANN, EvalSpec().draft(EVERY_15_MIN))
+        clock.forward(15 * 60)
+        [fire] = await store.claim_due("w1")
+        clock.forward(LEASE_S - 1)
+        await store.hold([fire], "w1")
+        clock.forward(2)
+        assert await store.claim_retries("w2") == [], "w1 renewed its lease"
+        clock.forward(LEASE_S - 3)
+        await store.hold([fire], "w2")  # not w2's fire: nothing is renewed
+        clock.forward(2)
+        [taken] = await store.claim_retries("w2")
+        assert (taken.due_at, taken.attempt) == (fire.due_at, 2), "a lease nobody holds runs out and is taken over"
+    finally:
+        state.close()

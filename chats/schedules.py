@@ -535,6 +535,22 @@ class ScheduleStore:
                 fires.append(fire)
         return fires
 
+    async def hold(self, fires: list[Fire], worker: str) -> None:
+        """Renew the leases of fires `worker` still runs (an eval run can outlast LEASE_S), so no worker,
+        this one included, takes them for dead."""
+        until = self._clock() + LEASE_S
+
+        def write(c: sqlite3.Connection) -> None:
+            with write_transaction(c):
+                for fire in fires:
+                    c.execute(
+                        "UPDATE schedule_fires SET lease_until = ? "
+                        "WHERE schedule_id = ? AND due_at = ? AND worker = ? AND status = 'running'",
+                        (until, fire.schedule.id, fire.due_at, worker),
+                    )
+
+        await self._run(write)
+
     async def finish(self, fire: Fire, *, status: Literal["done", "skipped", "failed"], note: str = "") -> None:
         await self._end_fire(fire, status, note, None)
 

@@ -10,6 +10,7 @@ import sys
 import time
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry
 from tqdm import tqdm
@@ -21,6 +22,10 @@ from agent.metrics import Metrics
 from evals.results import CaseResult, ResultsError, load_record
 from evals.suite import Case, Suite, SuiteError, default_suite_paths, load_suite, load_suites, select_cases
 from process.errors import EXIT_FAILED, EXIT_OK, UsageError
+
+if TYPE_CHECKING:
+    from chats.schedules import Draft, Schedule
+    from chats.state import ChatState
 
 
 def add_evals_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -67,6 +72,8 @@ def add_evals_commands(commands: argparse._SubParsersAction[argparse.ArgumentPar
     job.add_argument("--no-judge", action="store_true", help="skip the rubric judge")
     job.set_defaults(handler=lambda args, settings: asyncio.run(_job(args, settings)))
 
+    _schedule_command(group)
+
     trend = group.add_parser("trend", help="the recorded eval runs, newest first: when, why, pass rate, cost")
     trend.add_argument("--limit", type=int, default=20, metavar="N", help="how many runs (default 20)")
     trend.set_defaults(handler=lambda args, settings: asyncio.run(_trend(args, settings)))
@@ -75,6 +82,122 @@ def add_evals_commands(commands: argparse._SubParsersAction[argparse.ArgumentPar
     compare.add_argument("old", type=Path, metavar="OLD.json")
     compare.add_argument("new", type=Path, metavar="NEW.json")
     compare.set_defaults(handler=_compare)
+
+
+def _schedule_command(group: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    schedule = group.add_parser(
+        "schedule", help="run the eval job on a schedule (or when the knowledge changes); --list, --delete ID"
+    )
+    schedule.add_argument("--cron", metavar="EXPR", help='when, five cron fields in --tz ("0 6 * * 1": Mondays 06:00)')
+    schedule.add_argument("--tz", default="UTC", metavar="ZONE", help="the time zone of --cron (default UTC)")
+    schedule.add_argument(
+        "--when-knowledge-changes",
+        action="store_true",
+        help="at each --cron time, run only if the knowledge files changed since the last recorded run",
+    )
+    _suite_option(schedule)
+    schedule.add_argument(
+        "--to", default="inbox", metavar="WHERE", help="inbox (default), or slack:CHANNEL (slack:TEAM:CHANNEL)"
+    )
+    schedule.add_argument(
+        "--as", dest="owner_email", metavar="EMAIL", help="whose schedule (default: the local person)"
+    )
+    schedule.add_argument("--list", action="store_true", help="list the eval schedules")
+    schedule.add_argument("--delete", metavar="ID", help="delete an eval schedule")
+    schedule.set_defaults(handler=lambda args, settings: asyncio.run(_schedule(args, settings)))
+
+
+async def _schedule(args: argparse.Namespace, settings: Settings) -> int:
+    from chats.people import LOCAL, person_id, person_owner
+    from chats.state import ChatState
+
+    owner = person_owner(person_id(email=args.owner_email, fallback=LOCAL))
+    if args.list + (args.delete is not None) + (args.cron is not None) != 1:
+        raise UsageError('Say one of --cron "0 6 * * 1" (a new schedule), --list or --delete ID.')
+    draft = await _eval_draft(args, settings) if args.cron is not None else None
+    state = ChatState.of(settings)
+    try:
+        return await _schedule_in(state, owner, args, draft)
+    finally:
+        state.close()
+
+
+async def _schedule_in(state: ChatState, owner: str, args: argparse.Namespace, draft: Draft | None) -> int:
+    from chats.schedules import ScheduleError
+
+    store = state.schedules
+    if args.delete is not None:
+        found = await store.get(args.delete, owner=owner)
+        if found is None or found.kind != "evals" or not await store.delete(args.delete, owner=owner):
+            raise UsageError(f"No eval schedule {args.delete} of yours: `agent evals schedule --list` shows them.")
+        print(f"deleted: {args.delete}")
+        return EXIT_OK
+    if draft is None:
+        mine = [s for s in await store.list_for(owner) if s.kind == "evals"]
+        if not mine:
+            print('No eval schedule yet: agent evals schedule --cron "0 6 * * 1" --tz Europe/Berlin')
+        for made in mine:
+            print(_schedule_line(made))
+        return EXIT_OK
+    try:
+        made = await store.create(owner, draft)
+    except ScheduleError as exc:
+        raise UsageError(str(exc)) from None
+    print(f"scheduled: {_schedule_line(made)}")
+    return EXIT_OK
+
+
+def _schedule_line(made: Schedule) -> str:
+    nxt = datetime.fromtimestamp(made.next_at, UTC).strftime("%Y-%m-%d %H:%M UTC") if made.next_at else made.state
+    return f"{made.id}  {made.draft.cadence.describe()}  next {nxt}  to {made.draft.destination}  {made.draft.question}"
+
+
+async def _eval_draft(args: argparse.Namespace, settings: Settings) -> Draft:
+    """The new schedule as asked; one line (UsageError) for a bad cron, zone, suite or destination."""
+    from chats.schedules import Cadence, CadenceError
+    from process.evals_schedule import EvalSpec
+
+    try:
+        cadence = Cadence("cron", timezone=args.tz, cron=args.cron)
+    except CadenceError as exc:
+        raise UsageError(f"--cron {args.cron!r} --tz {args.tz}: {exc}") from None
+    suites = [path.resolve() for path in args.suite or []]
+    _load(suites or None)  # a suite that does not load is refused now, not at 06:00 on Monday
+    spec = EvalSpec(tuple(str(p) for p in suites), args.when_knowledge_changes)
+    return spec.draft(cadence, await _destination(args.to, settings))
+
+
+async def _destination(to: str, settings: Settings) -> str:
+    from chats.schedules import INBOX, slack_destination
+
+    if to == INBOX:
+        return INBOX
+    parts = to.split(":")
+    if parts[0] != "slack" or len(parts) not in (2, 3) or not all(parts[1:]):
+        raise UsageError(f"--to {to!r}: say inbox, slack:CHANNEL or slack:TEAM:CHANNEL.")
+    if len(parts) == 3:
+        return slack_destination(parts[1], parts[2])
+    return slack_destination(await _slack_team(settings, to), parts[1])
+
+
+async def _slack_team(settings: Settings, to: str) -> str:
+    """The bot's workspace, as Slack says it (auth.test)."""
+    import aiohttp
+    from slack_sdk.errors import SlackApiError
+    from slack_sdk.web.async_client import AsyncWebClient
+
+    from bots.slack.app import api_url, unreachable
+
+    if settings.slack_bot_token is None:
+        raise UsageError(f"--to {to}: set SLACK_BOT_TOKEN, or name the workspace (slack:TEAM:CHANNEL).")
+    token = settings.slack_bot_token.get_secret_value()
+    try:
+        said = await AsyncWebClient(token=token, base_url=api_url(settings.slack_api_url)).auth_test()
+    except SlackApiError as exc:
+        raise UsageError(f"--to {to}: Slack refused SLACK_BOT_TOKEN ({exc.response.get('error')}).") from None
+    except (aiohttp.ClientError, TimeoutError) as exc:
+        raise unreachable(api_url(settings.slack_api_url), exc) from None
+    return str(said["team_id"])
 
 
 def _suite_option(parser: argparse.ArgumentParser) -> None:

@@ -21,7 +21,7 @@ import os
 import socket
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Collection, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -37,8 +37,8 @@ from chats.schedules import INBOX, Fire, Schedule, ScheduleStore, slack_of
 log = logging.getLogger(__name__)
 
 # An eval run on a schedule (kind "evals"): given the schedule, runs the suite and returns the line to
-# deliver (its pass rate and where its metrics are), or None to deliver nothing. The lead wires
-# evals' job here (`Scheduler(jobs={"evals": ...})`); without one such a fire is skipped and counted.
+# deliver (its pass rate and where its metrics are), or None to deliver nothing. `agent serve` wires
+# process/evals_schedule.py's (`Scheduler(jobs={"evals": ...})`); without one such a fire is skipped and counted.
 Job = Callable[[Schedule], Awaitable[str | None]]
 
 
@@ -79,27 +79,47 @@ class Scheduler:
         jobs: Mapping[str, Job] | None = None,
         worker: str | None = None,
         audit: AuditLog | None = None,
+        beside: Collection[str] = (),
     ) -> None:
         self._store, self._conversations, self._maker = store, conversations, maker
         self._outlets, self._metrics, self._policies = outlets, metrics, policies
         self._timing, self._clock, self._jobs = timing, clock, dict(jobs or {})
         self.worker = worker or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
         self._audit = audit  # every delivered answer's entry, as every question's
+        # Kinds whose fires run beside the ticks rather than in them (an eval run takes minutes; the other
+        # schedules' fires must not wait for it). `settled` waits for them.
+        self._beside, self._running = frozenset(beside), dict[asyncio.Task[None], Fire]()
 
     async def tick(self) -> int:
         """Fire what is due now and what waits for a retry; the number of fires this worker ran."""
+        if self._running:  # still ours: their leases must not run out while each tick comes
+            await self._store.hold(list(self._running.values()), self.worker)
         fires = await self._store.claim_due(self.worker) + await self._store.claim_retries(self.worker)
-        await asyncio.gather(*(self._fire(fire) for fire in fires))
+        for fire in (f for f in fires if f.schedule.kind in self._beside):
+            task = asyncio.get_running_loop().create_task(self._fire(fire), name=f"fire {fire.schedule.kind}")
+            self._running[task] = fire
+            task.add_done_callback(self._running.pop)
+        await asyncio.gather(*(self._fire(fire) for fire in fires if fire.schedule.kind not in self._beside))
         return len(fires)
+
+    async def settled(self) -> None:
+        """Wait for the fires running beside the ticks."""
+        while self._running:
+            await asyncio.gather(*self._running, return_exceptions=True)
 
     async def keep_firing(self) -> None:
         """Tick every `tick_s` until cancelled; a failed tick is logged and the next one goes on."""
-        while True:
-            try:
-                await self.tick()
-            except Exception:
-                log.exception("scheduler: a tick failed; the next one is in %.0f s", self._timing.tick_s)
-            await asyncio.sleep(self._timing.tick_s)
+        try:
+            while True:
+                try:
+                    await self.tick()
+                except Exception:
+                    log.exception("scheduler: a tick failed; the next one is in %.0f s", self._timing.tick_s)
+                await asyncio.sleep(self._timing.tick_s)
+        finally:  # a fire cut short keeps its lease row: another worker takes it over when the lease runs out
+            for task in self._running:
+                task.cancel()
+            await asyncio.gather(*self._running, return_exceptions=True)
 
     async def _fire(self, fire: Fire) -> None:
         schedule = fire.schedule

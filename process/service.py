@@ -61,6 +61,7 @@ from chats.schedule_runs import FireMaker
 from chats.schedules import INBOX
 from chats.state import ChatState, state_path
 from evals.metrics import export_eval_metrics
+from process.evals_schedule import eval_job
 from process.running_server import new_key, proving, recorded
 from process.scheduler import Job, Scheduler, Timing
 from process.workers import serve_workers
@@ -92,7 +93,8 @@ class Service:
     _forced: asyncio.Task[None] | None = None
     _retention: asyncio.Task[None] | None = None
     _scheduler: asyncio.Task[None] | None = None
-    jobs: dict[str, Job] = field(default_factory=dict)  # scheduled jobs by kind ("evals": the lead wires evals here)
+    scheduler: Scheduler | None = None  # while it fires (AGENT_SCHEDULER)
+    jobs: dict[str, Job] = field(default_factory=dict)  # scheduled jobs by kind ("evals": process/evals_schedule.py)
     _takeovers: asyncio.Task[None] | None = None  # renews this host's leases, takes over dead hosts' runs
     interfaces: tuple[str, ...] = ()  # the runs this host can deliver, so may take over
     _budget: DailyBudget | None = None  # settles the runs taken over
@@ -126,6 +128,7 @@ class Service:
         service = cls(agent=agent, state=state, runs=runs, bot=bot, owns_agent=owns_agent, audiences=audiences)
         export_eval_metrics(agent.metrics, state.eval_runs)  # the scheduled eval runs' figures, at /metrics
         service.interfaces = (*(("web",) if web else ()), *(("slack",) if bot is not None else ()))
+        service.jobs["evals"] = eval_job(agent, state)  # on this process's own engine and model client
         routes = bot.routes() if bot is not None and not bot.socket_mode else []
         if web:
             service.app = create_app(
@@ -157,7 +160,9 @@ class Service:
         self.started = True
         await self.agent.check_access()
         self._retention = start_retention(self.agent, self.state)
-        self._scheduler = start_scheduler(self.agent, self.state, self.bot, self.jobs)
+        self.scheduler = make_scheduler(self.agent, self.state, self.bot, self.jobs)
+        if self.scheduler is not None:
+            self._scheduler = asyncio.get_running_loop().create_task(self.scheduler.keep_firing(), name="scheduler")
         if self.state.durable is not None:
             takeovers = self.state.durable.watch(self._take_over, self.interfaces, taking=lambda: self.runs.accepting)
             self._takeovers = asyncio.get_running_loop().create_task(takeovers, name="takeovers")
@@ -307,18 +312,19 @@ def start_retention(agent: AgentApp, state: ChatState) -> asyncio.Task[None] | N
     return asyncio.get_running_loop().create_task(retention.keep_sweeping(), name="retention")
 
 
-def start_scheduler(
+def make_scheduler(
     agent: AgentApp, state: ChatState, bot: SlackBot | None, jobs: Mapping[str, Job]
-) -> asyncio.Task[None] | None:
+) -> Scheduler | None:
     """With AGENT_SCHEDULER (on by default), fire schedules from this worker: each fire is claimed by one
-    worker of all those sharing the state, so every worker may run it."""
+    worker of all those sharing the state, so every worker may run it. Eval runs fire beside the ticks:
+    one that takes minutes holds up no other schedule."""
     settings = agent.settings
     if not settings.agent_scheduler:
         return None
     outlets: dict[str, Outlet] = {INBOX: InboxOutlet(state.schedules)}
     if bot is not None:
         outlets["slack"] = bot.outlet()
-    scheduler = Scheduler(
+    return Scheduler(
         state.schedules,
         state.conversations,
         FireMaker(agent, prompt_library(settings.agent_prompts_dir)),
@@ -328,8 +334,8 @@ def start_scheduler(
         timing=Timing.of(settings),
         jobs=jobs,
         audit=state.audit,
+        beside=("evals",),
     )
-    return asyncio.get_running_loop().create_task(scheduler.keep_firing(), name="scheduler")
 
 
 class _Chained:

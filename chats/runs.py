@@ -554,7 +554,8 @@ class RunRegistry:
         assert self._shared is not None
         watched = self._shared.watched(handle.run_id)
         if watched is None or not watched.is_set():
-            await (asyncio.sleep(SHARED_FLUSH_S) if watched is None else _woken_or_after(watched, SHARED_FLUSH_S))
+            pause = min(SHARED_FLUSH_S, BEAT_S)  # a beat is due every BEAT_S whatever the cadence
+            await (asyncio.sleep(pause) if watched is None else _woken_or_after(watched, pause))
             return
         async with handle.changed:
             await _wait_for(handle.changed, partial(_fresh_or_done, handle), BEAT_S)

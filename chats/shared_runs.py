@@ -56,7 +56,7 @@ class SharedRunLog:
     def __init__(self, file: StateFile) -> None:
         self._file = file  # the kit's state file (chats/state.py)
         self._notices: Notices | None = file.notices(CHANNEL) if isinstance(file, PostgresFile) else None
-        self._watches: dict[str, tuple[ExitStack, asyncio.Event]] = {}  # this process's runs, on PostgreSQL
+        self._watches: dict[str, tuple[ExitStack, asyncio.Event, float]] = {}  # this process's runs, opened when
         self._file.now(_forget_dead_owners)
 
     @property
@@ -78,11 +78,19 @@ class SharedRunLog:
         found = self._watches.get(run_id)
         return found[1] if found is not None else None
 
+    def _seen_watched(self, run_id: str, watched_at: float | None) -> None:
+        """A beat read the run's `watched_at`: past its opening, a reader elsewhere follows it (its notice may
+        have been sent before this process listened)."""
+        found = self._watches.get(run_id)
+        if found is not None and watched_at is not None and watched_at > found[2]:
+            found[1].set()
+
     async def open(self, run_id: str, conversation_id: str) -> None:
+        now = time.time()
         if self._notices is not None:  # listening before any reader can find the run
             stack = ExitStack()
-            self._watches[run_id] = (stack, stack.enter_context(self._notices.waiting(WATCHED + run_id)))
-        now = time.time()
+            watched = stack.enter_context(self._notices.waiting(WATCHED + run_id, on_reconnect=False))
+            self._watches[run_id] = (stack, watched, now)
 
         def write(c: sqlite3.Connection) -> None:
             c.execute(
@@ -99,7 +107,8 @@ class SharedRunLog:
         """New events of a run (possibly none), and with `beat`, a heartbeat, in one transaction."""
         rows = [(run_id, number, name, json.dumps(data, ensure_ascii=False)) for number, name, data in events]
         if self._notices is not None:
-            await self._file.run(partial(_add_and_notify, run_id, rows, time.time() if beat else None))
+            watched_at = await self._file.run(partial(_add_and_notify, run_id, rows, time.time() if beat else None))
+            self._seen_watched(run_id, watched_at)
             return
 
         def write(c: sqlite3.Connection) -> None:
@@ -155,10 +164,10 @@ class SharedRunLog:
         await self._file.run(write)
 
 
-def _add_and_notify(run_id: str, rows: list[tuple[str, int, str, str]], beat_at: float | None, c: Any) -> None:
-    """PostgreSQL: the events, the beat and the notice in one statement, so one round trip. Only the run's
-    owner writes its rows, so this takes no write lock (the kit's one lock would queue every run's copy
-    behind every other write of every host)."""
+def _add_and_notify(run_id: str, rows: list[tuple[str, int, str, str]], beat_at: float | None, c: Any) -> float | None:
+    """PostgreSQL: the events, the beat and the notice in one statement, so one round trip; with a beat, the
+    run's `watched_at`. Only the run's owner writes its rows, so this takes no write lock (the kit's one lock
+    would queue every run's copy behind every other write of every host)."""
     parts: list[str] = []
     params: list[object] = []
     if rows:
@@ -166,12 +175,15 @@ def _add_and_notify(run_id: str, rows: list[tuple[str, int, str, str]], beat_at:
                      "ON CONFLICT DO NOTHING)")  # fmt: skip
         params += [value for row in rows for value in row]
     if beat_at is not None:
-        parts.append("beaten AS (UPDATE live_runs SET beat_at = ? WHERE run_id = ?)")
+        parts.append("beaten AS (UPDATE live_runs SET beat_at = ? WHERE run_id = ? RETURNING watched_at)")
         params += [beat_at, run_id]
     if not parts:
-        return
-    notify = "SELECT pg_notify(?, ?)" if rows else "SELECT 1"  # a beat alone is no news for the readers
-    c.execute(f"WITH {', '.join(parts)} {notify}", [*params, *((CHANNEL, run_id) if rows else ())])
+        return None
+    notify = "pg_notify(?, ?)" if rows else "NULL"  # a beat alone is no news for the readers
+    watched = "(SELECT watched_at FROM beaten)" if beat_at is not None else "NULL"
+    params += [CHANNEL, run_id] if rows else []
+    row = c.execute(f"WITH {', '.join(parts)} SELECT {notify}, {watched}", params).fetchone()
+    return float(row[1]) if row is not None and row[1] is not None else None
 
 
 def _forget_dead_owners(c: sqlite3.Connection) -> None:

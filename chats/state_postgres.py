@@ -145,24 +145,27 @@ class Notices:
             raise ValueError(f"not a channel name: {channel!r}")
         self._url, self.channel = url, channel
         self._waiting: dict[str, set[asyncio.Event]] = {}
+        self._waiting_quietly: dict[str, set[asyncio.Event]] = {}  # not woken when the connection comes back
         self._task: asyncio.Task[None] | None = None
         self.listening = asyncio.Event()  # set while LISTEN is in effect (for tests and benchmarks)
 
     @contextmanager
-    def waiting(self, key: str) -> Iterator[asyncio.Event]:
-        """An event set whenever `key` is notified (or the connection came back), from now until the block
-        ends. Register before reading what the notice is about, and clear the event before each read, so a
-        notice between the read and the wait is not missed."""
+    def waiting(self, key: str, *, on_reconnect: bool = True) -> Iterator[asyncio.Event]:
+        """An event set whenever `key` is notified (and, with `on_reconnect`, when the connection came back:
+        what it would have said meanwhile is unknown), from now until the block ends. Register before reading
+        what the notice is about, and clear the event before each read, so a notice between the read and the
+        wait is not missed. Without `on_reconnect`, a notice sent while the connection was down is lost."""
         self._listen_in_background()
         woken = asyncio.Event()
-        self._waiting.setdefault(key, set()).add(woken)
+        waiting = self._waiting if on_reconnect else self._waiting_quietly
+        waiting.setdefault(key, set()).add(woken)
         try:
             yield woken
         finally:
-            waiters = self._waiting.get(key, set())
+            waiters = waiting.get(key, set())
             waiters.discard(woken)
             if not waiters:
-                self._waiting.pop(key, None)
+                waiting.pop(key, None)
 
     def _listen_in_background(self) -> None:
         loop = asyncio.get_running_loop()
@@ -193,8 +196,9 @@ class Notices:
             self._wake_all()  # anything notified before LISTEN took effect: read again
             while True:
                 async for notice in conn.notifies(timeout=LISTEN_CHECK_S):
-                    for woken in self._waiting.get(notice.payload, ()):
-                        woken.set()
+                    for waiting in (self._waiting, self._waiting_quietly):
+                        for woken in waiting.get(notice.payload, ()):
+                            woken.set()
                 await conn.execute("SELECT 1")  # quiet for a while: is the server still there?
 
     def _wake_all(self) -> None:

@@ -131,3 +131,30 @@ def _end_listeners(url: str) -> None:
             "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE query = %s", (f"LISTEN {CHANNEL}",)
         ).fetchall()
     assert ended, "a listening connection was there to end"
+
+
+@pytest.mark.usefixtures("no_timers")
+async def test_a_run_nobody_elsewhere_follows_is_copied_on_the_owners_timer_until_someone_does(
+    hosts: tuple[ChatState, ChatState], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(runs_module, "BEAT_S", NEVER_S)  # no heartbeat's copy in between either
+    owner, reader = hosts
+    runner = SteppedRunner(3)
+    registry, run_id = await _started(owner, runner)
+    handle, shared = registry.get(run_id), owner.shared_runs
+    assert handle is not None and shared is not None and shared._notices is not None
+    while not await shared.events_after(run_id, 0):  # the first copy: `started`, as the run opens
+        await asyncio.sleep(0.01)
+    await asyncio.wait_for(shared._notices.listening.wait(), WITHIN_S)  # the owner hears of a reader
+    for _ in range(2):
+        runner.step.put_nowait(None)
+    while len(handle.events) < 3:  # two pieces published by the owner...
+        await asyncio.sleep(0.01)
+    await asyncio.sleep(0.2)
+    copied = await shared.events_after(run_id, 0)
+    assert [name for _, name, _ in copied] == ["started"], "... not yet copied: nobody elsewhere reads them"
+
+    followed = await _follow_elsewhere(reader, run_id)  # a reader on another host: now they are pushed
+    assert [(await _next(followed)).name for _ in range(3)] == ["started", "answer", "answer"]
+    runner.step.put_nowait(None)
+    assert [(await _next(followed)).name for _ in range(2)] == ["answer", "done"]

@@ -61,6 +61,10 @@ async def test_a_report_from_the_chat_streams_its_steps_and_its_page_reads_it_ba
     assert done["report"]["outcome"] == "complete" and done["report"]["unverified"] == 1
     report_id, run_id = done["report"]["id"], events[0].data["run_id"]
 
+    conversation_id = events[0].data["conversation_id"]
+    [turn] = (await alice.get(f"/api/conversations/{conversation_id}")).json()["turns"]
+    assert turn["report"] == done["report"] and turn["report"]["findings"] == 3, "a reopened chat links it"
+
     stored = (await alice.get(f"/api/reports/{report_id}")).json()
     report = stored["report"]
     assert (stored["state"], stored["question"]) == ("complete", "why did delays rise in July?")
@@ -138,5 +142,7 @@ async def test_a_partial_report_resumes_from_the_web_without_running_its_queries
         stored = (await alice.get(f"/api/reports/{report['id']}")).json()
         assert stored["state"] == "complete" and len(stored["report"]["runs"]) == 2
         assert set(stored["query_pages"]) == {"Q1", "Q2", "Q3"}
+        turns = (await alice.get(f"/api/conversations/{events[0].data['conversation_id']}")).json()["turns"]
+        assert [t["report"]["id"] for t in turns] == [report["id"]] * 2, "both runs' turns link the report"
         again = await alice.post("/api/reports", json={"resume": report["id"]})
         assert again.status_code == 409 and "not partial" in again.json()["error"]

@@ -15,9 +15,9 @@ import os
 import resource
 import sys
 import weakref
+from collections.abc import Iterable
 from contextlib import suppress
 from pathlib import Path
-from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:

@@ -83,16 +83,19 @@ class ReportStore:
         `run_id`, asked `request`, delivered by `delivery` (the run's delivery context). A Resume keeps its
         owner, question, checkpoint and what was written; its delivery is the Resume's when it has one."""
         now = self._clock()
-        asked, sent = request.model_dump_json(), json.dumps(delivery or {})
+        row = {"id": report_id, "owner": owner, "interface": interface, "conversation_id": conversation_id,
+               "question": question, "state": RUNNING, "run_id": run_id, "policy": policy,
+               "request": request.model_dump_json(), "delivery": json.dumps(delivery or {}), "now": now}  # fmt: skip
 
         def write(c: sqlite3.Connection) -> None:
             c.execute(
                 "INSERT INTO reports (id, owner, interface, conversation_id, question, state, run_id, policy, "
-                "request, delivery, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+                "request, delivery, created_at, updated_at) VALUES (:id, :owner, :interface, :conversation_id, "
+                ":question, :state, :run_id, :policy, :request, :delivery, :now, :now) "
                 "ON CONFLICT (id) DO UPDATE SET state = excluded.state, run_id = excluded.run_id, "
                 "request = excluded.request, updated_at = excluded.updated_at, delivery = CASE "
                 "WHEN excluded.delivery = '{}' THEN reports.delivery ELSE excluded.delivery END",
-                (report_id, owner, interface, conversation_id, question, RUNNING, run_id, policy, asked, sent, now, now),
+                row,
             )
 
         await self._file.run(write)

@@ -171,13 +171,12 @@ class Service:
         if self.state.durable is None and self.state.workers == 1:  # alone with the state: its reports go on
             await ReportRuns(self.runs).resume_unfinished(
                 self.agent.policy_named, interfaces=self.interfaces, deliver=self._deliver_resumed
-            )
-        if self.bot is not None:
-            if self.bot.socket_mode:
-                try:
-                    await self.bot.connect_socket_mode()
-                except SlackApiError as exc:
-                    raise ConfigError(f"SLACK_APP_TOKEN: Slack refused it ({exc.response.get('error')}).") from None
+            )  # after the bot starts: it posts the Slack ones in their threads
+        if self.bot is not None and self.bot.socket_mode:
+            try:
+                await self.bot.connect_socket_mode()
+            except SlackApiError as exc:
+                raise ConfigError(f"SLACK_APP_TOKEN: Slack refused it ({exc.response.get('error')}).") from None
 
     async def _take_over(self, kept: DurableRun) -> None:
         """A run whose host died, claimed by this host: resumed under its policy (or ended with a message when

@@ -9,10 +9,10 @@ import logging
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
+from agent.chart_images import ChartRenderError, render_png
 from agent.charts import Chart
 from agent.metrics import Metrics
 from bots.slack import refusals
-from agent.chart_images import ChartRenderError, render_png
 
 log = logging.getLogger(__name__)
 

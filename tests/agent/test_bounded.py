@@ -25,11 +25,11 @@ import httpx
 import pytest
 
 from agent.app import AgentApp
+from agent.chart_images import ChartRenderError, render_png
 from agent.db import Database, Scope
 from agent.limits import Limits, json_size
 from agent.loop_lag import worst_lag_during
 from agent.runner import Outcome
-from agent.chart_images import ChartRenderError, render_png
 from chats.run_view import QueryView
 from chats.state import ChatState
 from tests.conftest import HEAVY, Recorder, until_running

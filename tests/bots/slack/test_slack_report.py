@@ -364,4 +364,5 @@ async def test_a_report_a_restarted_server_goes_on_with_is_posted_in_its_thread(
     stored = await bot.service.state.reports.get(running.id)
     assert stored is not None and stored.state == "complete"
     assert shown_text(fake_slack, ts).count("**Report:** why did delays rise in July?") == 1
-    assert any(f["name"].endswith(".pdf") for m in bot_replies(fake_slack, GENERAL_ID, ts) for f in m.get("files") or [])
+    files = [f["name"] for m in bot_replies(fake_slack, GENERAL_ID, ts) for f in m.get("files") or []]
+    assert any(name.endswith(".pdf") for name in files), "its files attached too"

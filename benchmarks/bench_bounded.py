@@ -25,13 +25,13 @@ from typing import Any
 from prometheus_client import CollectorRegistry
 
 from agent.app import AgentApp
+from agent.chart_images import ChartRenderError, render_png
 from agent.config import Settings
 from agent.db import csv_chunks
 from agent.llm import LLMClient, ModelTurn, Usage
 from agent.loop_lag import worst_lag_during
 from agent.metrics import Metrics
 from benchmarks.demo_data import load_demo_elsewhere
-from bots.slack.chart_images import ChartRenderError, render_png
 
 # Types must be literal strings, so a statement's names are bounded by its own 60,000 characters.
 HUGE_NAMES = "SELECT t.* FROM (SELECT CAST(tuple(1, 2), 'Tuple({} UInt8, {} UInt8)') AS t)".format(

@@ -7,6 +7,10 @@ runs again: its result is in the checkpoint.
 - A restart goes on with the budget the run had: the report was `running` when its host stopped (a drain
   leaves it so; a crash cannot do otherwise), and exactly one claimant takes it (`ReportStore.claim`).
 
+Each run is started with its delivery context (a durable run's: Slack's thread, the asker's budget hold), kept
+with the report and with the durable run: whichever host goes on with it (a restart, a takeover) delivers it
+where it was asked.
+
 Who may resume is the adapter's to check first (`ReportStore.readable`); the policy is the adapter's to
 find again by the name the report keeps (a checkpoint goes on only under its own policy).
 """
@@ -45,9 +49,12 @@ class ReportRuns:
         policy: Policy | None = None,
         origin: Origin | None = None,
         on_done: Callable[[RunResult], Awaitable[None]] | None = None,
+        delivery: dict[str, Any] | None = None,
     ) -> RunHandle:
-        """Resume: a new run of the report, from its latest checkpoint, with one more budget. Raises
-        NotResumable for a report that is running, complete or cannot answer, or has no checkpoint."""
+        """Resume: a new run of the report, from its latest checkpoint, with one more budget, delivered by
+        `delivery` (the adapter's, as for `RunRegistry.start`: another host taking the run over delivers it
+        there). Raises NotResumable for a report that is running, complete or cannot answer, or has no
+        checkpoint."""
         stored = await self._reports.get(report_id)
         if stored is None or stored.state not in ("partial", "failed"):
             raise NotResumable(f"the report is {stored.state if stored else 'not there'}")
@@ -56,7 +63,9 @@ class ReportRuns:
             raise NotResumable("the report has nothing to go on from")
         earlier = stored.report.runs if stored.report is not None else [stored.run_id]
         request = stored.request.model_copy(update={"grants": stored.request.grants + 1, "runs": earlier})
-        return self._start(stored, request, checkpoint, policy=policy, origin=origin, on_done=on_done)
+        return self._start(
+            stored, request, checkpoint, policy=policy, origin=origin, on_done=on_done, delivery=delivery
+        )
 
     async def resume_unfinished(
         self,
@@ -64,11 +73,13 @@ class ReportRuns:
         *,
         interfaces: Collection[str] = ("web", "slack", "cli", "eval"),
         quiet_for_s: float = 0.0,
+        deliver: Callable[[RunHandle, dict[str, Any]], None] | None = None,
     ) -> list[RunHandle]:
         """After a restart of a host that alone keeps the state (a SQLite file; with PostgreSQL the durable
         runs' takeover carries reports on): every report of `interfaces` a run was writing when the host
         stopped (nothing heard of it for `quiet_for_s`), each claimed once and taken on from its checkpoint
-        with the budget it had."""
+        with the budget it had, and handed to `deliver` with the delivery context it kept (Slack's bot posts
+        it in its thread)."""
         started = []
         for stored in await self._reports.running(quiet_for_s=quiet_for_s):
             if self._runs.get(stored.run_id) is not None or stored.interface not in interfaces:
@@ -82,7 +93,10 @@ class ReportRuns:
             request = stored.request.model_copy(update={"report_id": stored.id})
             policy = policy_named(stored.policy or None)
             log.info("going on with report %s after a restart", stored.id)
-            started.append(self._start(stored, request, checkpoint, policy=policy, run_id=run_id))
+            handle = self._start(stored, request, checkpoint, policy=policy, run_id=run_id, delivery=stored.delivery)
+            if deliver is not None:
+                deliver(handle, stored.delivery)
+            started.append(handle)
         return started
 
     def _start(

@@ -14,11 +14,12 @@ one. A Resume starts another run of the same report: `running` again, the latest
 
 from __future__ import annotations
 
+import json
 import sqlite3
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Literal
+from dataclasses import dataclass, field
+from typing import Any, Literal
 
 from agent.reports.model import Report, ReportRequest
 from agent.runner import Checkpoint
@@ -32,7 +33,8 @@ ReportState = Literal["running", "complete", "partial", "cannot_answer", "failed
 _IN_INTERFACE = "(CAST(:interface AS TEXT) IS NULL OR interface = :interface)"
 # Every column but the checkpoint, which only a resume reads (it holds every result the run had).
 _COLUMNS = (
-    "id, owner, interface, conversation_id, question, state, run_id, policy, report, request, created_at, updated_at"
+    "id, owner, interface, conversation_id, question, state, run_id, policy, report, request, delivery, created_at, "
+    "updated_at"
 )
 
 
@@ -50,6 +52,9 @@ class StoredReport:
     request: ReportRequest | None  # what its latest run was asked (its budget, how many it was granted)
     created_at: float
     updated_at: float
+    # Where its adapter delivers it (a durable run's delivery context: Slack's thread, the asker's budget hold),
+    # for a host that goes on with it after a restart; {} for none.
+    delivery: dict[str, Any] = field(default_factory=dict)
 
     @property
     def running(self) -> bool:
@@ -72,19 +77,25 @@ class ReportStore:
         request: ReportRequest,
         conversation_id: str = "",
         policy: str = "",
+        delivery: dict[str, Any] | None = None,
     ) -> None:
         """A run starts writing the report (a new one, or a Resume of `report_id`): it is `running`, by
-        `run_id`, asked `request`. A Resume keeps its owner, question, checkpoint and what was written."""
+        `run_id`, asked `request`, delivered by `delivery` (the run's delivery context). A Resume keeps its
+        owner, question, checkpoint and what was written; its delivery is the Resume's when it has one."""
         now = self._clock()
-        asked = request.model_dump_json()
+        row = {"id": report_id, "owner": owner, "interface": interface, "conversation_id": conversation_id,
+               "question": question, "state": RUNNING, "run_id": run_id, "policy": policy,
+               "request": request.model_dump_json(), "delivery": json.dumps(delivery or {}), "now": now}  # fmt: skip
 
         def write(c: sqlite3.Connection) -> None:
             c.execute(
                 "INSERT INTO reports (id, owner, interface, conversation_id, question, state, run_id, policy, "
-                "request, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+                "request, delivery, created_at, updated_at) VALUES (:id, :owner, :interface, :conversation_id, "
+                ":question, :state, :run_id, :policy, :request, :delivery, :now, :now) "
                 "ON CONFLICT (id) DO UPDATE SET state = excluded.state, run_id = excluded.run_id, "
-                "request = excluded.request, updated_at = excluded.updated_at",
-                (report_id, owner, interface, conversation_id, question, RUNNING, run_id, policy, asked, now, now),
+                "request = excluded.request, updated_at = excluded.updated_at, delivery = CASE "
+                "WHEN excluded.delivery = '{}' THEN reports.delivery ELSE excluded.delivery END",
+                row,
             )
 
         await self._file.run(write)
@@ -97,6 +108,16 @@ class ReportStore:
             lambda c: c.execute(
                 "UPDATE reports SET checkpoint = ?, updated_at = ? WHERE id = ? AND run_id = ?",
                 (saved, now, report_id, run_id),
+            )
+        )
+
+    async def keep_delivery(self, report_id: str, run_id: str, delivery: dict[str, Any]) -> None:
+        """What the adapter knows now of where the report goes (the messages it posted, say), while `run_id`
+        writes it: a host restarted meanwhile takes those messages back and posts the report once."""
+        sent = json.dumps(delivery)
+        await self._file.run(
+            lambda c: c.execute(
+                "UPDATE reports SET delivery = ? WHERE id = ? AND run_id = ?", (sent, report_id, run_id)
             )
         )
 
@@ -187,6 +208,15 @@ class ReportStore:
         )
         return [_stored(row) for row in rows]
 
+    async def in_conversation(self, conversation_id: str) -> list[StoredReport]:
+        """The reports asked in a conversation (a reopened chat shows each turn's link to its report)."""
+        rows = await self._file.run(
+            lambda c: c.execute(
+                f"SELECT {_COLUMNS} FROM reports WHERE conversation_id = ? ORDER BY created_at", (conversation_id,)
+            ).fetchall()
+        )
+        return [_stored(row) for row in rows]
+
     async def running(self, *, quiet_for_s: float = 0.0) -> list[StoredReport]:
         """Reports a run was writing when it last said, and nothing since `quiet_for_s`: after a restart, the
         ones to resume."""
@@ -221,4 +251,5 @@ def _stored(row: sqlite3.Row) -> StoredReport:
         request=None if asked in ("", "null") else ReportRequest.model_validate_json(asked),
         created_at=row["created_at"],
         updated_at=row["updated_at"],
+        delivery=json.loads(row["delivery"] or "{}"),
     )

@@ -236,8 +236,9 @@ class RunRegistry:
                 abandon_after_s=abandon_after_s,
             )
         run = self._run_of(
-            handle, question, history, platform, followups, policy, kept=kept, report=report, resume=resume
-        )
+            handle, question, history, platform, followups, policy, kept=kept, report=report, resume=resume,
+            delivery=delivery,
+        )  # fmt: skip
         self._launch(handle, self._drive(handle, question, run, on_done))
         return handle
 
@@ -257,9 +258,11 @@ class RunRegistry:
         kept: DurableRun | None = None,
         resume: Checkpoint | None = None,
         report: ReportRequest | None = None,
+        delivery: dict[str, Any] | None = None,
     ) -> Callable[[EventSink], Awaitable[RunResult]]:
         """The Runner's call for this run; a durable one (`kept`, new; `resume`, taken over) checkpoints, and
-        a report run (`report`) keeps its checkpoints with its report too (Resume goes on from them)."""
+        a report run (`report`) keeps its checkpoints with its report too (Resume goes on from them), and its
+        `delivery` (a host restarted without durable runs delivers it from there)."""
 
         async def run(publish: EventSink) -> RunResult:
             durable: dict[str, Any] = {}
@@ -269,7 +272,7 @@ class RunRegistry:
                 if handle.durable or resume is not None:
                     durable = {"checkpoint": partial(self._checkpointed, handle), "resume": resume}
             if report is not None:  # only for a report: Runners that write none work on unchanged
-                await self._begin_report(handle, question, report)
+                await self._begin_report(handle, question, report, delivery)
                 sinks = [partial(self._checkpointed, handle)] if handle.durable else []  # the takeover's first
                 sinks.append(partial(self._reports.keep_checkpoint, handle.report_id, handle.run_id))
                 durable = {"checkpoint": partial(_each, sinks), "resume": resume, "report": report}
@@ -324,7 +327,10 @@ class RunRegistry:
             run = _ended_with(kept.question, message or "")
         else:
             platform = cast(Platform, kept.platform)
-            run = self._run_of(handle, kept.question, [], platform, kept.followups, policy, resume=saved, report=report)
+            run = self._run_of(
+                handle, kept.question, [], platform, kept.followups, policy, resume=saved, report=report,
+                delivery=kept.delivery,
+            )  # fmt: skip
         self._launch(handle, self._drive(handle, kept.question, run, on_done))
         return handle
 
@@ -340,11 +346,13 @@ class RunRegistry:
 
     async def update_delivery(self, handle: RunHandle, delivery: dict[str, Any]) -> None:
         """What the adapter knows now of where its answer goes (say, the messages it posted), for a host
-        that takes the run over. Nothing for a run not kept; a failure is logged."""
-        if self._durable is None or not handle.durable:
-            return
+        that takes the run over (a report's, with the report too: a restart on SQLite keeps no runs). Nothing
+        for a run not kept; a failure is logged."""
         try:
-            await self._durable.update_delivery(handle.run_id, delivery)
+            if handle.report_id:
+                await self._reports.keep_delivery(handle.report_id, handle.run_id, delivery)
+            if self._durable is not None and handle.durable:
+                await self._durable.update_delivery(handle.run_id, delivery)
         except Exception:
             log.exception("could not keep the delivery of run %s", handle.run_id)
 
@@ -449,7 +457,9 @@ class RunRegistry:
         handle.report_id = stored.id
         return stored.request.model_copy(update={"report_id": stored.id})
 
-    async def _begin_report(self, handle: RunHandle, question: str, request: ReportRequest) -> None:
+    async def _begin_report(
+        self, handle: RunHandle, question: str, request: ReportRequest, delivery: dict[str, Any] | None
+    ) -> None:
         """The report is `running` by this run before the runner starts: a restart finds it to resume."""
         # Its audience is the chat's (a Slack channel's thread belongs to the channel), else who asked.
         owner = await self._store.owner_of(handle.conversation_id) or handle.origin.person
@@ -462,6 +472,7 @@ class RunRegistry:
             request=request,
             conversation_id=handle.conversation_id,
             policy=handle.policy,
+            delivery=delivery,
         )
 
     async def _end_report(self, handle: RunHandle, result: RunResult | None) -> None:

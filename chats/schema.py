@@ -230,6 +230,19 @@ def _reports(conn: sqlite3.Connection) -> None:
     conn.execute("CREATE INDEX IF NOT EXISTS reports_by_run ON reports(run_id)")
 
 
+def _report_delivery(conn: sqlite3.Connection) -> None:
+    """A report keeps what its adapter needs to deliver it (Slack's thread and the asker's budget hold: a
+    durable run's delivery context, chats/durable.py), so a host restarted on SQLite, which keeps no durable
+    runs, still posts a report it goes on with where it was asked. '{}' for one stored before this step."""
+    if "delivery" not in {row[1] for row in conn.execute("PRAGMA table_info(reports)")}:
+        conn.execute("ALTER TABLE reports ADD COLUMN delivery TEXT NOT NULL DEFAULT '{}'")
+
+
+def _postgres_report_delivery(conn: sqlite3.Connection) -> None:
+    """As `_report_delivery`."""
+    conn.execute("ALTER TABLE reports ADD COLUMN IF NOT EXISTS delivery TEXT NOT NULL DEFAULT '{}'")
+
+
 def _postgres_tables(conn: sqlite3.Connection) -> None:
     """Version 1 on PostgreSQL, which never held a release without versions: every table as it is now.
     SQLite's implicit rowid orders a conversation's queries and a line's tickets by insertion; here an
@@ -402,6 +415,7 @@ STEPS: tuple[Step, ...] = (
     _eval_runs,
     _durable_runs,
     _reports,
+    _report_delivery,
 )
 POSTGRES_STEPS: tuple[Step, ...] = (
     _postgres_tables,
@@ -413,6 +427,7 @@ POSTGRES_STEPS: tuple[Step, ...] = (
     _postgres_eval_runs,
     _durable_runs,
     _reports,
+    _postgres_report_delivery,
 )
 VERSION = len(STEPS)
 

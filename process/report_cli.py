@@ -154,13 +154,8 @@ async def _deliver(args: argparse.Namespace, report: Report, settings: Settings)
 async def pdf_of(report: Report, settings: Settings) -> bytes:
     """The report's PDF, its charts rendered as Slack's are (a process of their own, with a time limit); a
     chart that cannot be rendered is named instead."""
+    from agent.chart_images import render_pngs
     from agent.reports.pdf import report_pdf
-    from bots.slack.chart_images import ChartRenderError, render_png
 
-    images: dict[str, bytes] = {}
-    for chart in report.charts:
-        try:
-            images[chart.id] = await render_png(chart.spec, timeout_s=settings.chart_render_timeout_s)
-        except ChartRenderError:
-            continue
+    images = await render_pngs(report.charts, timeout_s=settings.chart_render_timeout_s)
     return report_pdf(report, chart_images=images)

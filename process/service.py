@@ -55,7 +55,7 @@ from chats.daily_budgets import DailyBudget, Reservation
 from chats.durable import DurableRun, ResumeLimits, lost_message
 from chats.report_runs import ReportRuns
 from chats.retention import Retention
-from chats.runs import STREAM_MARGIN_S, RunRegistry
+from chats.runs import STREAM_MARGIN_S, RunHandle, RunRegistry
 from chats.schedule_deliveries import InboxOutlet, Outlet
 from chats.schedule_runs import FireMaker
 from chats.schedules import INBOX
@@ -166,15 +166,17 @@ class Service:
         if self.state.durable is not None:
             takeovers = self.state.durable.watch(self._take_over, self.interfaces, taking=lambda: self.runs.accepting)
             self._takeovers = asyncio.get_running_loop().create_task(takeovers, name="takeovers")
-        elif self.state.workers == 1:  # this process alone keeps the state: the reports it was writing go on
-            await ReportRuns(self.runs).resume_unfinished(self.agent.policy_named, interfaces=self.interfaces)
         if self.bot is not None:
             await self.bot.start()
-            if self.bot.socket_mode:
-                try:
-                    await self.bot.connect_socket_mode()
-                except SlackApiError as exc:
-                    raise ConfigError(f"SLACK_APP_TOKEN: Slack refused it ({exc.response.get('error')}).") from None
+        if self.state.durable is None and self.state.workers == 1:  # alone with the state: its reports go on
+            await ReportRuns(self.runs).resume_unfinished(
+                self.agent.policy_named, interfaces=self.interfaces, deliver=self._deliver_resumed
+            )  # after the bot starts: it posts the Slack ones in their threads
+        if self.bot is not None and self.bot.socket_mode:
+            try:
+                await self.bot.connect_socket_mode()
+            except SlackApiError as exc:
+                raise ConfigError(f"SLACK_APP_TOKEN: Slack refused it ({exc.response.get('error')}).") from None
 
     async def _take_over(self, kept: DurableRun) -> None:
         """A run whose host died, claimed by this host: resumed under its policy (or ended with a message when
@@ -188,6 +190,11 @@ class Service:
         handle = await self.runs.take_over(kept, policy, refused=refused, on_done=on_done)
         if handle is not None and slack is not None:
             slack.deliver_resumed(handle, kept.delivery)
+
+    def _deliver_resumed(self, handle: RunHandle, delivery: dict[str, Any]) -> None:
+        """A report this host goes on with after its restart: in Slack, posted in its thread by the bot."""
+        if handle.interface == "slack" and self.bot is not None:
+            self.bot.deliver_resumed(handle, delivery)
 
     def _settle_resumed(self, delivery: dict[str, Any]) -> Callable[[RunResult], Awaitable[None]] | None:
         """How a run taken over settles its asker's daily budget: the hold its first host made (web and Slack

@@ -216,8 +216,10 @@ class Answerer:
         async def settle(result: RunResult) -> None:
             await self._budget.settle(hold.reservation, result.receipt)
 
-        if question.resume is not None:  # the report's next run (kept for no takeover: ReportRuns takes none)
-            resumed = await self._reports.resume(question.resume, policy=policy, origin=origin, on_done=settle)
+        if question.resume is not None:  # the report's next run, delivered here by whichever host ends it
+            resumed = await self._reports.resume(
+                question.resume, policy=policy, origin=origin, on_done=settle, delivery=delivery
+            )
             if isinstance(resumed, str):
                 await progress.finish("Stopped")
                 await self._say(question, resumed)

@@ -1,5 +1,5 @@
 """Charts in Slack: each chart the answer drew is rendered to PNG on the server (vl-convert, no
-browser, in a process of its own with a time limit: bots/slack/chart_images.py) and uploaded in the thread
+browser, in a process of its own with a time limit: agent/chart_images.py) and uploaded in the thread
 with files.uploadV2, its alt text saying what it shows."""
 
 from __future__ import annotations
@@ -9,10 +9,10 @@ import logging
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
+from agent.chart_images import ChartRenderError, render_png
 from agent.charts import Chart
 from agent.metrics import Metrics
 from bots.slack import refusals
-from bots.slack.chart_images import ChartRenderError, render_png
 
 log = logging.getLogger(__name__)
 

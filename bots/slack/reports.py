@@ -18,6 +18,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from functools import partial
+from typing import Any
 
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
@@ -87,11 +88,15 @@ class SlackReports:
         policy: Policy | None,
         origin: Origin,
         on_done: Callable[[RunResult], Awaitable[None]],
+        delivery: dict[str, Any],
     ) -> RunHandle | str:
         """The report's next run, from its latest checkpoint (its queries that succeeded are not run again),
-        with one more budget; what to tell the person when it cannot go on."""
+        with one more budget, and `delivery` (this thread: a host that takes the run over, or this one
+        restarted, posts it here); what to tell the person when it cannot go on."""
         try:
-            return await self._report_runs.resume(report_id, policy=policy, origin=origin, on_done=on_done)
+            return await self._report_runs.resume(
+                report_id, policy=policy, origin=origin, on_done=on_done, delivery=delivery
+            )
         except NotResumable:
             return NOT_RESUMABLE
 

@@ -25,11 +25,11 @@ import httpx
 import pytest
 
 from agent.app import AgentApp
+from agent.chart_images import ChartRenderError, render_png
 from agent.db import Database, Scope
 from agent.limits import Limits, json_size
 from agent.loop_lag import worst_lag_during
 from agent.runner import Outcome
-from bots.slack.chart_images import ChartRenderError, render_png
 from chats.run_view import QueryView
 from chats.state import ChatState
 from tests.conftest import HEAVY, Recorder, until_running
@@ -209,7 +209,7 @@ def _renderers() -> list[int]:
     for entry in Path("/proc").iterdir():
         with contextlib.suppress(OSError):
             parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1]) if entry.name.isdigit() else 0
-            if parent == os.getpid() and b"bots.slack.chart_images" in (entry / "cmdline").read_bytes():
+            if parent == os.getpid() and b"agent.chart_images" in (entry / "cmdline").read_bytes():
                 found.append(int(entry.name))
     return found
 

@@ -143,3 +143,75 @@ async def test_a_report_whose_host_dies_is_taken_over_by_another_host_writing_th
             await registry.shutdown()
         for s in states:
             s.close()
+
+
+async def test_a_resumed_report_whose_host_dies_is_delivered_by_the_host_that_takes_it_over(
+    make_app, fake_anthropic: FakeAnthropic, db: Database, state_location: Path | str
+) -> None:
+    """Resume passes the adapter's delivery context (the Slack thread, the web's budget hold) on with the run:
+    another host taking the resumed run over knows where to deliver it."""
+    states = [ChatState(state_location, workers=2) for _ in range(2)]
+    a, b = (
+        RunRegistry(
+            make_app(database=db).runner,
+            s.conversations,
+            shared=s.shared_runs,
+            durable=DurableRuns(s.file, lease_s=30, host=f"host-{n}"),
+        )
+        for n, s in enumerate(states)
+    )
+    hang = Hang()
+    delivery = {"question": {"channel": "C1", "thread_ts": "1.5"}, "reservation": {"key": "k"}}
+    try:
+        conversation = await states[0].conversations.create_conversation(QUESTION, owner=OWNER)
+        fake_anthropic.script(Reply(tool_calls=[sql(MONTHS, ORIGINS, RAIN)]), Reply(text=PARTIAL))
+        request = ReportRequest(budget=ReportBudget(queries=2))
+        first = a.start(conversation, QUESTION, [], platform="web", interface="web", report=request)
+        await finished(a, first)
+        fake_anthropic.reset()
+        fake_anthropic.script(Reply(tool_calls=[sql(RAIN)]), hang)
+        again = await ReportRuns(a).resume(first.report_id, delivery=delivery)
+        while (saved := await states[0].reports.checkpoint(first.report_id)) is None or saved.rounds < 2:
+            await asyncio.sleep(0.05)
+        assert a._durable is not None and b._durable is not None
+        a._durable._file.now(lambda c: c.execute("UPDATE durable_runs SET lease_until = 1"))  # host a is gone
+        kept = await b._durable.claim_lapsed({"web"})
+        assert kept is not None and kept.run_id == again.run_id and kept.delivery == delivery
+        stored = await states[1].reports.get(first.report_id)
+        assert stored is not None and stored.delivery == delivery, "kept with the report too"
+    finally:
+        hang.release.set()
+        for registry in (a, b):
+            await registry.shutdown()
+        for s in states:
+            s.close()
+
+
+async def test_a_restarted_host_hands_each_report_it_goes_on_with_to_its_delivery(
+    make_app, fake_anthropic: FakeAnthropic, db: Database, state: ChatState
+) -> None:
+    """Without durable runs (one host, SQLite) the report's own record keeps where it goes: the next host gets
+    it back with the run it starts, the messages the first host posted included."""
+    hang = Hang()
+    fake_anthropic.script(Reply(tool_calls=[sql(MONTHS)]), hang)
+    runs = RunRegistry(make_app(database=db).runner, state.conversations)
+    conversation = await state.conversations.create_conversation(QUESTION, owner=OWNER)
+    delivery = {"question": {"channel": "C1", "thread_ts": "1.5"}, "messages": []}
+    handle = runs.start(
+        conversation, QUESTION, [], platform="slack", interface="slack", report=ReportRequest(), delivery=delivery
+    )
+    while (saved := await state.reports.checkpoint(handle.report_id)) is None or saved.rounds < 1:
+        await asyncio.sleep(0.05)
+    await runs.update_delivery(handle, {**delivery, "messages": ["1.6"]})
+    await runs.drain(0)
+    hang.release.set()
+
+    fake_anthropic.reset()
+    fake_anthropic.script(Reply(text=WRITTEN))
+    next_host = RunRegistry(make_app(database=db).runner, state.conversations)
+    handed: list[tuple[str, dict[str, object]]] = []
+    taken = await ReportRuns(next_host).resume_unfinished(
+        lambda name: None, deliver=lambda h, d: handed.append((h.run_id, d))
+    )
+    assert handed == [(taken[0].run_id, {**delivery, "messages": ["1.6"]})]
+    await finished(next_host, taken[0])

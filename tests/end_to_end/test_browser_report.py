@@ -47,6 +47,9 @@ async def test_a_report_from_the_chat_opens_on_its_own_page(
             link = page.locator(".report-link a", has_text="Open the report")
             await link.wait_for(timeout=60_000)
             assert await page.locator(".turn .report-step.done").count() == 3, "the live plan's three steps, done"
+            await page.reload()  # the conversation reopened from the store: its report turn keeps the link
+            await page.locator(".turn").first.wait_for()
+            await link.wait_for(timeout=10_000)
             await link.click()
             await page.wait_for_url(re.compile(r"/reports/[0-9a-f]{32}$"))
             report = page.locator("#report")

@@ -23,7 +23,7 @@ import httpx
 import pytest
 
 from agent.app import AgentApp
-from bots.slack.chart_images import render_png
+from agent.chart_images import render_png
 from tests.agent.test_bounded import HUGE_NAMES, HUGE_TYPE, LONG_LABELS, WHITESPACE_ERROR, _spec_with_labels, chart, sql
 from tests.fakes.anthropic_api import FakeAnthropic, Reply
 from tests.timing import LoopSteps

@@ -5,6 +5,7 @@ report asked in Slack, answer byte for byte as an id never seen."""
 
 from __future__ import annotations
 
+import subprocess
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
@@ -39,8 +40,16 @@ async def ask_report(client: httpx.AsyncClient, message: str) -> list:
         return await read_all(response)
 
 
+def images_in(pdf: bytes, tmp_path: Path) -> int:
+    """How many images the PDF holds, as poppler's pdfimages lists them."""
+    path = tmp_path / "report.pdf"
+    path.write_bytes(pdf)
+    listed = subprocess.run(["pdfimages", "-list", str(path)], capture_output=True, text=True, check=True, timeout=60)
+    return len(listed.stdout.splitlines()[2:])  # after its two header lines, one line an image
+
+
 async def test_a_report_from_the_chat_streams_its_steps_and_its_page_reads_it_back(
-    served: tuple[Served, Served], fake_anthropic: FakeAnthropic
+    served: tuple[Served, Served], fake_anthropic: FakeAnthropic, tmp_path: Path
 ) -> None:
     ours, _ = served
     fake_anthropic.script(*report_script())
@@ -51,6 +60,10 @@ async def test_a_report_from_the_chat_streams_its_steps_and_its_page_reads_it_ba
     done = events[-1].data["result"]
     assert done["report"]["outcome"] == "complete" and done["report"]["unverified"] == 1
     report_id, run_id = done["report"]["id"], events[0].data["run_id"]
+
+    conversation_id = events[0].data["conversation_id"]
+    [turn] = (await alice.get(f"/api/conversations/{conversation_id}")).json()["turns"]
+    assert turn["report"] == done["report"] and turn["report"]["findings"] == 3, "a reopened chat links it"
 
     stored = (await alice.get(f"/api/reports/{report_id}")).json()
     report = stored["report"]
@@ -68,6 +81,7 @@ async def test_a_report_from_the_chat_streams_its_steps_and_its_page_reads_it_ba
     assert 'filename="why-did-delays-rise-in-july.md"' in markdown.headers["content-disposition"]
     assert "21.7" in markdown.text and "SELECT month" in markdown.text
     assert pdf.headers["content-type"] == "application/pdf" and pdf.content.startswith(b"%PDF-")
+    assert images_in(pdf.content, tmp_path) == 1, "the chart C1 drawn in the PDF, not only named"
 
 
 async def test_a_report_is_its_askers_alone_and_the_webs_alone(
@@ -128,5 +142,7 @@ async def test_a_partial_report_resumes_from_the_web_without_running_its_queries
         stored = (await alice.get(f"/api/reports/{report['id']}")).json()
         assert stored["state"] == "complete" and len(stored["report"]["runs"]) == 2
         assert set(stored["query_pages"]) == {"Q1", "Q2", "Q3"}
+        turns = (await alice.get(f"/api/conversations/{events[0].data['conversation_id']}")).json()["turns"]
+        assert [t["report"]["id"] for t in turns] == [report["id"]] * 2, "both runs' turns link the report"
         again = await alice.post("/api/reports", json={"resume": report["id"]})
         assert again.status_code == 409 and "not partial" in again.json()["error"]

@@ -243,12 +243,14 @@ class TurnView {
 
   on_done(data) {
     this.finish(data.result);
-    const report = data.result && data.result.report;
-    if (report) {
-      this.footer.prepend(el("p", { class: "report-link" },
-        el("a", { href: `/reports/${report.id}`, text: "Open the report" }),
-        el("span", { class: "muted", text: ` (${report.outcome.replace("_", " ")}, ${report.findings} finding${report.findings === 1 ? "" : "s"})` })));
-    }
+    if (data.result && data.result.report) this.linkReport(data.result.report);
+  }
+
+  // The way to a report's page (`done`'s report, or a stored turn's): how it ended and what it found.
+  linkReport(report) {
+    this.footer.prepend(el("p", { class: "report-link" },
+      el("a", { href: `/reports/${report.id}`, text: "Open the report" }),
+      el("span", { class: "muted", text: ` (${report.outcome.replace("_", " ")}, ${report.findings} finding${report.findings === 1 ? "" : "s"})` })));
   }
 
   finish(result, feedback = null) {
@@ -718,6 +720,7 @@ async function openConversation(id, { push = true } = {}) {
     if (turn.outcome === "error") view.on_error({ message: "This question got no answer: the run failed." });
     for (const chart of turn.charts || []) view.on_chart({ chart });
     if (turn.followups.length) view.on_followups({ questions: turn.followups });
+    if (turn.report) view.linkReport(turn.report); // a report turn, reopened: its link as when it ran
   }
   if (conversation.receipt && conversation.turns.length > 1) {
     messages.append(el("p", { class: "conversation-receipt", text: `This conversation: ${conversation.receipt.text}` }));

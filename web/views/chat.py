@@ -66,7 +66,10 @@ async def start_run(
     try:
         if resume is not None:
             handle = await ReportRuns(web.runs).resume(
-                resume, policy=policy, on_done=lambda result: web.budget.settle(booked, result.receipt)
+                resume,
+                policy=policy,
+                on_done=lambda result: web.budget.settle(booked, result.receipt),
+                delivery={"reservation": asdict(booked)},  # as for a new run: a host taking it over settles it
             )
             return event_stream(live(web.runs.follow_batches(handle)), web.stream_grace_s)
         if conversation_id is None:

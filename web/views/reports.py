@@ -17,6 +17,7 @@ from pydantic import BaseModel, Field
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
+from agent.chart_images import render_pngs
 from agent.reports import markdown
 from agent.reports.model import Report, ReportBudget, ReportRequest
 from chats.reports import StoredReport
@@ -93,7 +94,10 @@ async def report_pdf(request: Request) -> Response:
     report = await _written(request)
     from agent.reports.pdf import report_pdf  # fpdf2, loaded by the first download only
 
-    document = await asyncio.to_thread(report_pdf, report)  # its charts named: the web renders no image
+    # Its charts drawn as Slack's are (a process of their own, with a time limit); one that is not is named.
+    timeout_s = web_context(request).settings.chart_render_timeout_s
+    images = await render_pngs(report.charts, timeout_s=timeout_s)
+    document = await asyncio.to_thread(report_pdf, report, chart_images=images)
     headers = {"Content-Disposition": attachment(report.question, fallback=f"report-{report.id}", suffix=".pdf")}
     return Response(document, media_type=PDF, headers=headers)
 

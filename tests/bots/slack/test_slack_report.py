@@ -6,6 +6,7 @@ against the strict fake Slack and the scripted model."""
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +17,7 @@ from bots.slack.receive import Allowed, Identity, Question, read_question
 from bots.slack.report import MAX_BLOCKS, MAX_MESSAGES, report_parts
 from tests.agent.pipeline.test_checkpoints import CountingDatabase
 from tests.fakes import slack_events as events
-from tests.fakes.anthropic_api import Failure, FakeAnthropic, Reply
+from tests.fakes.anthropic_api import Failure, FakeAnthropic, Hang, Reply
 from tests.fakes.slack_api import BOT_ID, BOT_USER_ID, GENERAL_ID, HUMAN_ID, TEAM_ID, FakeSlack
 from tests.fakes.slack_rules import MAX_MARKDOWN_BLOCK_CHARS, check_blocks
 from tests.report_helpers import partial_then_resumed_script, report_script
@@ -334,3 +335,34 @@ def test_a_cannot_answer_report_says_so_and_what_is_missing() -> None:
     assert text.startswith("**I cannot answer this from the data:** what did passengers pay?")
     assert "**What could not be answered**\n\nFares: no table holds ticket prices." in text
     assert not [b for b in part.blocks if b.get("block_id") == blocks.RESUME_REPORT]
+
+
+async def test_a_report_a_restarted_server_goes_on_with_is_posted_in_its_thread(
+    start_bot, fake_slack: FakeSlack, fake_anthropic: FakeAnthropic
+) -> None:
+    """One server on SQLite (no durable runs): the report it was writing when it stopped goes on after its
+    restart from the report's own record, and lands in the thread it was asked in."""
+    bot = await start_bot(chart_render_timeout_s=120)
+    hang = Hang()
+    first, *rest = report_script()
+    fake_anthropic.script(first, hang)
+    ts = fake_slack.add_message(GENERAL_ID, f"<@{BOT_USER_ID}> report: why did delays rise in July?")
+    assert (await bot.event(events.app_mention("report: why did delays rise in July?", ts=ts))).status_code == 200
+    reports = bot.service.state.reports
+    for _ in range(600):
+        [running] = await reports.running() or [None]
+        if running is not None and (saved := await reports.checkpoint(running.id)) is not None and saved.rounds:
+            break
+        await asyncio.sleep(0.05)
+    assert running is not None and running.delivery["question"]["thread_ts"] == ts
+
+    fake_anthropic.reset()
+    fake_anthropic.script(*rest)
+    await bot.restart()  # the first server stops mid-report (it stays running); the next goes on with it
+    hang.release.set()
+    await bot.idle()
+    stored = await bot.service.state.reports.get(running.id)
+    assert stored is not None and stored.state == "complete"
+    assert shown_text(fake_slack, ts).count("**Report:** why did delays rise in July?") == 1
+    files = [f["name"] for m in bot_replies(fake_slack, GENERAL_ID, ts) for f in m.get("files") or []]
+    assert any(name.endswith(".pdf") for name in files), "its files attached too"

@@ -1,8 +1,9 @@
-"""Chart images (the PNGs Slack shows), rendered in a process of their own.
+"""Chart images (the PNGs Slack shows and the reports' PDFs hold, in Slack and the web), rendered in a process
+of their own.
 
 vl-convert holds the GIL while it renders, so a chart rendered in a thread of the app freezes every
 request the process serves; a chart over long labels can take minutes. Each image is rendered by a
-short-lived child process (`python -m bots.slack.chart_images`) with a time limit and a scrubbed
+short-lived child process (`python -m agent.chart_images`) with a time limit and a scrubbed
 environment: a render that runs over is killed, and the app's event loop never waits on it.
 """
 
@@ -14,9 +15,13 @@ import os
 import resource
 import sys
 import weakref
+from collections.abc import Iterable
 from contextlib import suppress
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from agent.charts import Chart
 
 MAX_PNG_BYTES = 20 << 20
 # The renderer's writable memory. RLIMIT_AS cannot be used: V8 reserves address space for its heap
@@ -50,11 +55,23 @@ async def render_png(spec: dict[str, Any], *, timeout_s: float, scale: float = 2
         turn.release()
 
 
+async def render_pngs(charts: Iterable[Chart], *, timeout_s: float) -> dict[str, bytes]:
+    """Each chart's PNG by its id (a report's PDF holds them, agent/reports/pdf.py); a chart that cannot be
+    rendered in time is left out (the PDF names it instead)."""
+    images: dict[str, bytes] = {}
+    for chart in charts:
+        try:
+            images[chart.id] = await render_png(chart.spec, timeout_s=timeout_s)
+        except ChartRenderError:
+            continue
+    return images
+
+
 async def _render(spec: dict[str, Any], *, timeout_s: float, scale: float) -> bytes:
     process = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
-        "bots.slack.chart_images",
+        "agent.chart_images",
         str(scale),
         str(max(1, int(timeout_s) + 1)),
         stdin=asyncio.subprocess.PIPE,

@@ -26,6 +26,7 @@ from process.scheduler import Scheduler
 from tests.fakes.anthropic_api import FakeAnthropic
 from tests.web.people_helpers import GROUPS_HEADER, PROXY_MODE, Served
 from tests.web.test_schedules import ALICE, alices_run, daily, made
+from tests.web.test_web_people import CHANNEL, TEAM, Members
 from tests.slack_helpers import carriers_script
 from tests.web_helpers import chat
 
@@ -178,3 +179,69 @@ async def test_a_schedule_is_not_made_for_a_days_old_delivery_of_someone_elses(
         refused = await bob.post("/api/schedules", json=daily(item.run_id))
         bobs_view = await bob.get(f"/api/queries/{item.queries[0]}")
     assert refused.status_code == 404 and bobs_view.status_code == 404
+
+
+CHANNEL_POLICY = """
+contact: "#data-help"
+policies:
+  - name: all-flights
+    members:
+      - email: alice@example.com
+    tables:
+      nycflights13.flights:
+  - name: jfk
+    members:
+      - email: nobody@example.com
+    tables:
+      nycflights13.flights: origin = 'JFK'
+channels:
+  C0FINANCE1: jfk
+"""
+
+
+async def test_a_schedule_posting_rows_a_channels_policy_does_not_cover_is_refused_when_made(
+    make_app: Callable[..., AgentApp], tmp_path: Path, fake_anthropic: FakeAnthropic
+) -> None:
+    """FINDING (low): Slack's modal runs `fire_policy` before it makes a schedule (chats/schedule_runs.py:
+    "Checked as a schedule is made too, so one that could never deliver is refused then"); the web does not.
+    Alice, who reads every flight, makes a schedule of her answer into a channel whose policy reads only
+    JFK's: it is made (201, active), and only its first fire stops it. No row leaks (the fire checks), but
+    the person is told "scheduled" for something that can never deliver; a fix runs the same check in
+    web/views/schedules.py `_make` and `_edit` and answers 400 on `destination`."""
+    access = tmp_path / "access.yaml"
+    access.write_text(CHANNEL_POLICY, encoding="utf-8")
+    members = Members({(TEAM, CHANNEL): {ALICE}})
+    slack = {"slack_bot_token": "xoxb-test", "slack_signing_secret": "s"}
+    async with Served(
+        make_app, tmp_path, channel_members=members, agent_access_file=str(access), **slack, **PROXY_MODE
+    ) as ours:
+        run_id = await alices_run(ours, fake_anthropic)
+        alice = ours.client(email=ALICE)
+        to_channel = daily(run_id, destination={"to": "slack", "channel": CHANNEL})
+        response = await alice.post("/api/schedules", json=to_channel)
+        kept = await ours.state.schedules.list_for(ALICE_OWNER)
+    assert response.status_code == 400 and "destination" in response.json()["error"], response.text
+    assert kept == []
+
+
+async def test_an_owner_can_open_and_delete_a_delivery_older_than_the_newest_thousand(
+    make_app: Callable[..., AgentApp], tmp_path: Path, fake_anthropic: FakeAnthropic
+) -> None:
+    """FINDING (low): web/views/inbox.py finds a delivery by reading the owner's newest FOUND_AMONG (1,000)
+    deliveries whole (text, figures, receipt) and searching them in Python: every GET of any id, however
+    made-up, reads up to 1,000 answers, and a delivery older than the newest 1,000 (a day and a half of an
+    hourly-or-faster schedule's deliveries; retention keeps them for the retention period) can no longer be
+    opened, marked read or deleted by its owner: it answers 404 as if it did not exist, while it is still
+    counted unread in every page's header. A fix looks one up by (id, owner) in the store."""
+    async with Served(make_app, tmp_path, **PROXY_MODE) as ours:
+        run_id = await alices_run(ours, fake_anthropic)
+        alice = ours.client(email=ALICE)
+        schedule = await ours.state.schedules.get((await made(alice, daily(run_id)))["id"], owner=ALICE_OWNER)
+        assert schedule is not None
+        oldest = await ours.state.schedules.deliver_to_inbox(schedule, Delivery(text="the oldest"))
+        for n in range(1_000):
+            await ours.state.schedules.deliver_to_inbox(schedule, Delivery(text=f"delivery {n}"))
+        opened = await alice.get(f"/api/inbox/{oldest.id}")
+        deleted = await alice.delete(f"/api/inbox/{oldest.id}")
+    assert opened.status_code == 200 and opened.json()["text"] == "the oldest"
+    assert deleted.status_code == 200

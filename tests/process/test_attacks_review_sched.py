@@ -11,15 +11,23 @@ skips or repeats fires once that day."""
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import Callable
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 import pytest
 
 from agent.app import AgentApp
 from chats.schedules import Alert, Cadence, Delivery, ScheduleError
 from tests.fakes.anthropic_api import FakeAnthropic
-from tests.process.test_scheduler import ANN, JFK_SQL, World, _draft, utc, world  # noqa: F401  (the fixture)
+from tests.process.test_scheduler import (  # noqa: F401 (the fixture)
+    ANN,
+    JFK_SQL,
+    World,
+    _draft,
+    utc,
+    world,
+)
 from tests.slack_helpers import carriers_script
 
 EVE = "person:email:eve@example.com"
@@ -29,8 +37,8 @@ async def _corrupt_zone(w: World, schedule_id: str, zone: str) -> None:
     """The schedule's stored time zone becomes `zone`: what a tzdata upgrade that drops a zone does to a
     schedule made under the old data (US/Pacific-New was dropped in 2020b, for one)."""
 
-    def write(c: object) -> None:
-        c.execute(  # type: ignore[attr-defined]
+    def write(c: sqlite3.Connection) -> None:
+        c.execute(
             "UPDATE schedules SET cadence = ? WHERE id = ?",
             (f'{{"kind": "daily", "timezone": "{zone}", "at": "08:00", "weekday": 0, "cron": ""}}', schedule_id),
         )
@@ -42,7 +50,7 @@ async def _corrupt_zone(w: World, schedule_id: str, zone: str) -> None:
 
 
 async def test_a_schedule_that_no_longer_reads_does_not_stop_everyone_elses_fires(
-    world: Callable[..., World],
+    world: Callable[..., World],  # noqa: F811
 ) -> None:
     """FINDING: `claim_due` reads each due row with `_schedule`, which raises on a stored cadence whose zone
     no longer exists; the exception leaves `claim_due`, so the tick fails before any fire, and since the
@@ -57,7 +65,9 @@ async def test_a_schedule_that_no_longer_reads_does_not_stop_everyone_elses_fire
     assert len(await w.store.inbox(ANN)) == 1, "Ann's schedule fires although Eve's cannot"
 
 
-async def test_a_schedule_cannot_fire_every_minute(world: Callable[..., World]) -> None:
+async def test_a_schedule_cannot_fire_every_minute(
+    world: Callable[..., World],  # noqa: F811
+) -> None:
     """FINDING: any five-field cron is taken, `* * * * *` too: with MAX_PER_OWNER = 100 one person makes
     100 fires a minute (each a query on ClickHouse, or with how "ask" a model call), more than the
     scheduler's 20 claims per 30 s tick, so the backlog grows without end. A fix refuses cadences firing
@@ -69,7 +79,9 @@ async def test_a_schedule_cannot_fire_every_minute(world: Callable[..., World]) 
 
 
 async def test_a_scheduled_ask_counts_against_its_owners_daily_budget(
-    world: Callable[..., World], make_app: Callable[..., AgentApp], fake_anthropic: FakeAnthropic
+    world: Callable[..., World],  # noqa: F811
+    make_app: Callable[..., AgentApp],
+    fake_anthropic: FakeAnthropic,
 ) -> None:
     """FINDING: a schedule asked afresh (how "ask") runs the Runner with no asker, so AGENT_DAILY_USER_TOKENS
     never sees it: a person whose budget is spent keeps the model busy through schedules. With a budget of
@@ -86,7 +98,9 @@ async def test_a_scheduled_ask_counts_against_its_owners_daily_budget(
 # --- attacks that held ----------------------------------------------------------------------------
 
 
-async def test_another_owners_ids_change_nothing_and_read_nothing_in_the_store(world: Callable[..., World]) -> None:
+async def test_another_owners_ids_change_nothing_and_read_nothing_in_the_store(
+    world: Callable[..., World],  # noqa: F811
+) -> None:
     w = world()
     anns = await w.store.create(ANN, _draft())
     item = await w.store.deliver_to_inbox(anns, Delivery(text="Ann's rows"))
@@ -105,7 +119,8 @@ async def test_another_owners_ids_change_nothing_and_read_nothing_in_the_store(w
 
 
 async def test_an_alerts_column_is_a_name_read_from_the_rows_never_sql(
-    world: Callable[..., World], fake_anthropic: FakeAnthropic
+    world: Callable[..., World],  # noqa: F811
+    fake_anthropic: FakeAnthropic,
 ) -> None:
     w = world()
     column = "flights') OR 1=1; DROP TABLE nycflights13.flights; --"
@@ -125,14 +140,16 @@ async def test_an_alerts_column_is_a_name_read_from_the_rows_never_sql(
     ],
 )
 async def test_a_time_in_the_hour_a_clock_change_skips_or_repeats_fires_once_that_day(
-    world: Callable[..., World], day: object, fires_at: object
+    world: Callable[..., World],  # noqa: F811
+    day: datetime,
+    fires_at: datetime,
 ) -> None:
     w = world()
-    w.clock.to(day - timedelta(hours=3))  # type: ignore[operator]
+    w.clock.to(day - timedelta(hours=3))
     await w.store.create(ANN, _draft(cadence=Cadence("cron", timezone="Europe/Berlin", cron="30 2 * * *")))
     fired = []
-    at = day - timedelta(hours=2)  # type: ignore[operator]
-    while at < day + timedelta(hours=6):  # type: ignore[operator]
+    at = day - timedelta(hours=2)
+    while at < day + timedelta(hours=6):
         if await w.tick_at(at):
             fired.append(at)
         at += timedelta(minutes=15)

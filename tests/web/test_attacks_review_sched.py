@@ -4,10 +4,12 @@ trusted proxy, and the scheduler (process/scheduler.py) firing over the same sta
 
 Findings (these fail on the code as reviewed): a schedule keeps the OIDC groups its owner had when they
 made it, so taking a person out of the group that grants a policy does not stop their schedules, which go
-on delivering that policy's rows; the web takes a cadence that fires every minute. Attacks that held (these
-pass): the inbox page's address is never reflected into the page; a delivery's text (data values, a
-question) reaches the browser only as JSON, never as HTML the server wrote; schedules' changes need JSON of
-a bounded size."""
+on delivering that policy's rows; the web takes a cadence that fires every minute; the web makes a schedule
+into a Slack channel whose policy does not cover its rows (Slack's modal refuses it); a delivery older than
+the newest 1,000 cannot be opened or deleted by its owner. Attacks that held (these pass): the inbox page's
+address is never reflected into the page; a delivery's text (data values, a question) reaches the browser
+only as JSON, never as HTML the server wrote; schedules' changes need JSON of a bounded size; the turn a
+delivery is stored as is its owner's alone."""
 
 from __future__ import annotations
 
@@ -24,10 +26,10 @@ from chats.schedule_runs import FireMaker
 from chats.schedules import INBOX, Delivery, ScheduleStore
 from process.scheduler import Scheduler
 from tests.fakes.anthropic_api import FakeAnthropic
+from tests.slack_helpers import carriers_script
 from tests.web.people_helpers import GROUPS_HEADER, PROXY_MODE, Served
 from tests.web.test_schedules import ALICE, alices_run, daily, made
 from tests.web.test_web_people import CHANNEL, TEAM, Members
-from tests.slack_helpers import carriers_script
 from tests.web_helpers import chat
 
 ALICE_OWNER = f"person:email:{ALICE}"
@@ -128,7 +130,7 @@ async def test_a_deliverys_html_and_script_reach_the_browser_only_as_json_text(
     """A delivered answer quotes data values and the question: the server never writes them into a page
     (the inbox page is a shell; the API answers JSON), so what the browser shows is the Markdown renderer's
     (marked, then DOMPurify, in app.js's TurnView), never HTML the server made from data."""
-    hostile = '<script>alert(1)</script><img src=x onerror=alert(2)>'
+    hostile = "<script>alert(1)</script><img src=x onerror=alert(2)>"
     async with Served(make_app, tmp_path, **PROXY_MODE) as ours:
         run_id = await alices_run(ours, fake_anthropic)
         alice = ours.client(email=ALICE)

@@ -104,4 +104,3 @@ async def test_another_persons_click_on_ones_buttons_changes_nothing(
         await bot.idle()
     kept = await bot.service.state.schedules.get(made.id, owner=ALICE)
     assert kept is not None and kept.state == "active"
-

@@ -2,7 +2,8 @@
 chats/schedules.py, chats/schedule_runs.py, chats/schedule_times.py), on the moved clock of
 tests/process/test_scheduler.py.
 
-Findings (these fail on the code as reviewed): one schedule that no longer reads stops every other
+Findings (these fail on the code as reviewed): a data value becomes a live link in the inbox; one
+schedule that no longer reads stops every other
 schedule's fire, for everyone, at every tick; a schedule may fire every minute (and, asked afresh, call
 the model every minute); a schedule asked afresh spends its owner's model budget without counting against
 it. Attacks that held (these pass): another owner's ids change nothing and read nothing in the store; an
@@ -18,7 +19,7 @@ from datetime import datetime, timedelta
 import pytest
 
 from agent.app import AgentApp
-from chats.schedules import Alert, Cadence, Delivery, ScheduleError
+from chats.schedules import Alert, Cadence, Delivery, SavedQuery, ScheduleError
 from tests.fakes.anthropic_api import FakeAnthropic
 from tests.process.test_scheduler import (  # noqa: F401 (the fixture)
     ANN,
@@ -93,6 +94,30 @@ async def test_a_scheduled_ask_counts_against_its_owners_daily_budget(
     await w.tick_at(utc(2026, 3, 28, 8))
     await w.tick_at(utc(2026, 3, 28, 9))
     assert len(fake_anthropic.requests) == 2, "the second fire, over its owner's budget, calls no model"
+
+
+async def test_a_data_value_cannot_become_a_live_link_in_the_inbox(world: Callable[..., World]) -> None:  # noqa: F811
+    """FINDING (low, phishing): a rerun delivery writes each cell verbatim into Markdown (prompts/schedules/
+    rows.md), with no model between the data and the page; the inbox renders it with marked and DOMPurify
+    (web/static/app.js), which keep <a href> and Markdown links to https. So whoever can write a value into
+    a table a schedule reads (a customer's name, a ticket's subject) puts a disguised link into its owner's
+    inbox, with our page's trust. Slack's delivery breaks the same syntax (bots/slack/blocks.py `no_pings`);
+    the inbox does not. Rendered here with markdown-it (CommonMark, raw HTML passed, as marked does). A fix
+    escapes Markdown and HTML in cells (the template) or renders cells as text."""
+    from markdown_it import MarkdownIt
+
+    w = world()
+    sql = (
+        "SELECT '[Reset your password](https://evil.example/login)' AS note, "
+        "'<a href=\"https://evil.example/x\">open</a>' AS html"
+    )
+    hostile = (SavedQuery("Q1", sql, "Notes"),)
+    await w.store.create(ANN, _draft(queries=hostile))
+    assert await w.tick_at(utc(2026, 3, 28, 8)) == 1
+    (item,) = await w.store.inbox(ANN)
+    assert "evil.example" in item.text, "the values are delivered"
+    shown = MarkdownIt("commonmark").render(item.text)
+    assert "href" not in shown, shown
 
 
 # --- attacks that held ----------------------------------------------------------------------------

@@ -3,12 +3,12 @@ chats/schedules.py, chats/schedule_runs.py, chats/schedule_times.py), on the mov
 tests/process/test_scheduler.py.
 
 Findings (these fail on the code as reviewed): a data value becomes a live link in the inbox; one
-schedule that no longer reads stops every other
-schedule's fire, for everyone, at every tick; a schedule may fire every minute (and, asked afresh, call
-the model every minute); a schedule asked afresh spends its owner's model budget without counting against
-it. Attacks that held (these pass): another owner's ids change nothing and read nothing in the store; an
-alert's column is a name read from the rows, never SQL; a cron time in the hour a daylight-saving change
-skips or repeats fires once that day."""
+schedule that no longer reads (a stored zone tzdata dropped), or a cron inside a two-hour clock change,
+stops every other schedule's fire, for everyone, at every tick; a schedule may fire every minute (and,
+asked afresh, call the model every minute); a schedule asked afresh spends its owner's model budget
+without counting against it. Attacks that held (these pass): another owner's ids change nothing and read
+nothing in the store; an alert's column is a name read from the rows, never SQL; a cron time in the hour a
+daylight-saving change skips or repeats fires once that day."""
 
 from __future__ import annotations
 
@@ -64,6 +64,24 @@ async def test_a_schedule_that_no_longer_reads_does_not_stop_everyone_elses_fire
 
     await w.tick_at(utc(2026, 3, 28, 8, 0))  # Ann's 09:00 CET; Eve's poison has been due since 07:00 UTC
     assert len(await w.store.inbox(ANN)) == 1, "Ann's schedule fires although Eve's cannot"
+
+
+async def test_a_cron_inside_a_two_hour_clock_change_does_not_stop_the_scheduler(
+    world: Callable[..., World],  # noqa: F811
+) -> None:
+    """FINDING (the same crash, reached with a cadence anyone may make): Antarctica/Troll turns its clocks
+    back two hours (03:00 +02 to 01:00 +00, 2026-10-25 01:00 UTC). With "* 1-2 * * *" there, a tick in the
+    repeated hours asks `next_after` for a time whose local minutes up to 02:59 all map to instants already
+    past: more than `_MAX_STEPS` (64) of them, so it raises CadenceError("... never fires") inside
+    `_claim`, out of `claim_due`, and every tick fails for every schedule until the local clock passes
+    about 01:56. A fix isolates each claim (a schedule that cannot be claimed is stopped with its reason,
+    the others fire) and walks past the repeated hours instead of counting steps."""
+    w = world()
+    w.clock.to(utc(2026, 10, 24, 12))
+    await w.store.create(EVE, _draft(cadence=Cadence("cron", timezone="Antarctica/Troll", cron="* 1-2 * * *")))
+    await w.store.create(ANN, _draft(cadence=Cadence("daily", timezone="UTC", at="01:05")))
+    await w.tick_at(utc(2026, 10, 25, 1, 10))  # 01:10 in Troll, the second time; Ann's 01:05 UTC is due
+    assert len(await w.store.inbox(ANN)) == 1, "Ann's schedule fires"
 
 
 async def test_a_schedule_cannot_fire_every_minute(

@@ -16,6 +16,7 @@ rows too, since everyone in it reads them. Otherwise `AccessLost` says why, and 
 from __future__ import annotations
 
 import math
+import re
 import time
 from dataclasses import dataclass
 from datetime import UTC, datetime, tzinfo
@@ -140,7 +141,7 @@ class FireMaker:
             "schedules/alert.md",
             title=schedule.title,
             kind=alert.kind,
-            column=alert.column,
+            column=as_text(alert.column),
             value=_cell(query.result, alert.column),
             label=first.label,
             threshold=_number(alert.threshold),
@@ -179,13 +180,29 @@ def _answer(question: str, answer: str, ran: list[ExecutedQuery], policy: Policy
     )
 
 
+# What Markdown (and GFM's autolinks, and HTML) would make live in a cell: data anyone who writes a table
+# may have put there, written into an answer with no model between, so never a link in its owner's inbox.
+_LIVE = re.compile(r"[\[\]()<>`*_\\!&|#~@]|://|www\.", re.IGNORECASE)
+
+
+def as_text(cell: Any) -> str:
+    """A cell or column name as Markdown shows it verbatim and never as a link: plain when it has nothing
+    Markdown or HTML reads (numbers, dates, most names, so the figure check finds them as printed), else
+    a code span fenced by more backticks than it holds."""
+    text = " ".join(str(cell).split())
+    if not _LIVE.search(text):
+        return text
+    fence = "`" * (max((len(run) for run in re.findall(r"`+", text)), default=0) + 1)
+    return f"{fence} {text} {fence}"
+
+
 def _shown(query: ExecutedQuery) -> dict[str, Any]:
     result = query.result
     return {
         "label": query.id,
         "question": query.question,
-        "columns": result.columns,
-        "rows": result.rows[:SHOWN_ROWS],
+        "columns": [as_text(c) for c in result.columns],
+        "rows": [[as_text(cell) for cell in row] for row in result.rows[:SHOWN_ROWS]],
         "more": result.row_count > SHOWN_ROWS or result.has_more,
         "error": result.error,
     }
@@ -240,7 +257,7 @@ def watched(result: QueryResult, column: str) -> float | None:
 def _cell(result: QueryResult, column: str) -> str:
     if not result.rows or column not in result.columns:
         return ""
-    return str(result.rows[0][result.columns.index(column)])
+    return as_text(result.rows[0][result.columns.index(column)])
 
 
 def condition_holds(alert: Alert, result: QueryResult, value: float | None, previous: Any) -> bool:

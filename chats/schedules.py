@@ -19,6 +19,7 @@ Web deliveries land in `schedule_inbox`, the owner's inbox, read by the web.
 from __future__ import annotations
 
 import json
+import logging
 import sqlite3
 import time
 import uuid
@@ -27,7 +28,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Literal, TypeVar
 
 from agent.access.policy import Asker
-from chats.schedule_times import WEEKDAYS, Cadence, CadenceError
+from chats.schedule_times import MIN_INTERVAL_S, WEEKDAYS, Cadence, CadenceError
 from chats.state_file import StateFile, write_transaction
 
 __all__ = [
@@ -47,6 +48,8 @@ __all__ = [
     "slack_destination",
     "slack_of",
 ]
+
+log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 Kind = Literal["question", "alert", "evals"]
@@ -284,8 +287,21 @@ class Delivery:
 
 
 class ScheduleStore:
-    def __init__(self, file: StateFile, *, clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self, file: StateFile, *, clock: Callable[[], float] = time.time, min_interval_s: float = MIN_INTERVAL_S
+    ) -> None:
         self._file, self._clock = file, clock
+        self.min_interval_s = min_interval_s  # AGENT_SCHEDULE_MIN_INTERVAL_S: the web, Slack and the CLI all make here
+
+    def _next_fire(self, cadence: Cadence) -> float:
+        """The cadence's next fire after now; ScheduleError (naming the cadence) when it fires too often."""
+        now = self._clock()
+        if cadence.shortest_gap(now) < self.min_interval_s:
+            raise ScheduleError(
+                f"The cadence {cadence.describe()} fires too often: at most once every "
+                f"{self.min_interval_s / 60:.0f} minutes."
+            )
+        return cadence.next_after(now)
 
     async def _run(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         return await self._file.run(fn)
@@ -296,7 +312,7 @@ class ScheduleStore:
         """A new active schedule of `owner`'s; ScheduleError when the draft cannot run or they have too many."""
         checked, now = draft.checked(), self._clock()
         key = uuid.uuid4().hex
-        next_at = checked.cadence.next_after(now)
+        next_at = self._next_fire(checked.cadence)
 
         def write(c: sqlite3.Connection) -> None:
             with write_transaction(c):
@@ -409,7 +425,8 @@ class ScheduleStore:
             "alert": alert,
         }
         draft = replace(found.draft, **{k: v for k, v in changes.items() if v is not None}).checked()
-        next_at = draft.cadence.next_after(self._clock()) if found.state == "active" else None
+        next_at = self._next_fire(draft.cadence)
+        next_at = next_at if found.state == "active" else None
 
         def write(c: sqlite3.Connection) -> int:
             return c.execute(
@@ -454,6 +471,13 @@ class ScheduleStore:
             ).fetchall()
         )
         return [_inbox_item(row) for row in rows]
+
+    async def inbox_item(self, item_id: str, *, owner: str) -> InboxItem | None:
+        """One of `owner`'s deliveries by id (its primary key); None when it is not theirs or not there."""
+        row = await self._run(
+            lambda c: c.execute("SELECT * FROM schedule_inbox WHERE id = ? AND owner = ?", (item_id, owner)).fetchone()
+        )
+        return _inbox_item(row) if row else None
 
     async def unread(self, owner: str) -> int:
         row = await self._run(
@@ -511,7 +535,12 @@ class ScheduleStore:
         )
         fires = []
         for row in due:
-            fire = await self._run(lambda c, row=row: _claim(c, row["id"], row["next_at"], worker, now))  # type: ignore[misc]
+            try:
+                fire = await self._run(lambda c, row=row: _claim(c, row["id"], row["next_at"], worker, now))  # type: ignore[misc]
+            except ValueError as exc:  # it no longer reads (a zone tzdata dropped) or never fires: it alone stops
+                log.warning("schedules: a schedule could not be claimed and stops: %s", type(exc).__name__)
+                await self.stop(row["id"], f"This schedule can no longer be worked out ({exc}); edit it to resume.")
+                continue
             if fire is not None:
                 fires.append(fire)
         return fires
@@ -698,7 +727,7 @@ def _schedule(row: sqlite3.Row) -> Schedule:
     draft = Draft(
         title=row["title"],
         question=row["question"],
-        cadence=Cadence.of(json.loads(row["cadence"])),
+        cadence=_cadence(json.loads(row["cadence"])),
         destination=row["destination"],
         how=row["how"],
         kind=row["kind"],
@@ -721,6 +750,19 @@ def _schedule(row: sqlite3.Row) -> Schedule:
         created_at=row["created_at"],
         updated_at=row["updated_at"],
     )
+
+
+def _cadence(data: dict[str, Any]) -> Cadence:
+    """A stored cadence; one that no longer reads (its zone dropped from tzdata) is kept as stored, so the
+    schedule still lists and can be edited or deleted, while working out its fires raises CadenceError."""
+    try:
+        return Cadence.of(data)
+    except CadenceError:
+        kept = object.__new__(Cadence)
+        fields = {"kind": "daily", "timezone": "UTC", "at": "09:00", "weekday": 0, "cron": ""}
+        for name, default in fields.items():
+            object.__setattr__(kept, name, data.get(name, default))
+        return kept
 
 
 def _inbox_item(row: sqlite3.Row) -> InboxItem:

@@ -78,6 +78,7 @@ async def test_a_cron_inside_a_two_hour_clock_change_does_not_stop_the_scheduler
     the others fire) and walks past the repeated hours instead of counting steps."""
     w = world()
     w.clock.to(utc(2026, 10, 24, 12))
+    w.store.min_interval_s = 60  # made before the floor existed, or under a lower AGENT_SCHEDULE_MIN_INTERVAL_S
     await w.store.create(EVE, _draft(cadence=Cadence("cron", timezone="Antarctica/Troll", cron="* 1-2 * * *")))
     await w.store.create(ANN, _draft(cadence=Cadence("daily", timezone="UTC", at="01:05")))
     await w.tick_at(utc(2026, 10, 25, 1, 10))  # 01:10 in Troll, the second time; Ann's 01:05 UTC is due
@@ -135,7 +136,8 @@ async def test_a_data_value_cannot_become_a_live_link_in_the_inbox(world: Callab
     (item,) = await w.store.inbox(ANN)
     assert "evil.example" in item.text, "the values are delivered"
     shown = MarkdownIt("commonmark").render(item.text)
-    assert "href" not in shown, shown
+    # No link element (a value shown as the text it is may read "href": the escaped tag is text, not a link)
+    assert "<a " not in shown and "evil.example" in shown, shown
 
 
 # --- attacks that held ----------------------------------------------------------------------------

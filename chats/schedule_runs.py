@@ -29,6 +29,8 @@ from agent.figures import Evidence, check_answer
 from agent.prompts import PromptLibrary
 from agent.receipts import Receipt
 from agent.runner import Classification, ExecutedQuery, Interface, Outcome, Platform, RunResult
+from chats.daily_budgets import DailyBudget, Refusal
+from chats.pacing import Pacing
 from chats.schedules import Alert, Draft, Schedule, slack_of
 
 SHOWN_ROWS = 5  # rows a scheduled answer lists per query; its query's page has them all
@@ -37,6 +39,19 @@ MAX_CHANGES = 6  # changes the "what changed" line names
 
 class AccessLost(Exception):
     """The schedule may no longer run or deliver as made; the message is for its owner."""
+
+
+class OverBudget(Exception):
+    """Its owner's daily budget is spent: this fire asks no model; the message (when it resets) is for them."""
+
+
+def budget_key(schedule: Schedule) -> str:
+    """The key its owner's questions count under: Slack's (team:user) for one made in Slack and posting
+    there, else the web's (the person's id, the owner string without its prefix)."""
+    where = slack_of(schedule.draft.destination)
+    if where is not None and schedule.draft.asker.slack_user:
+        return f"{where[0]}:{schedule.draft.asker.slack_user}"
+    return schedule.owner.removeprefix("person:")
 
 
 @dataclass(frozen=True)
@@ -84,8 +99,11 @@ def is_direct_message(channel: str) -> bool:
 class FireMaker:
     """Makes each fire's answer or alert through the library (the agent's queries and runner)."""
 
-    def __init__(self, agent: AgentApp, prompts: PromptLibrary) -> None:
+    def __init__(self, agent: AgentApp, prompts: PromptLibrary, *, budget: DailyBudget | None = None) -> None:
         self._agent, self._prompts = agent, prompts
+        # Asked afresh, a fire spends its owner's daily budget as their questions do; `agent serve` passes
+        # the state's (shared across workers), else one of this process's.
+        self._budget = budget or Pacing().asker_budget(agent.settings)
 
     async def make(self, schedule: Schedule, policy: Policy | None, *, interface: Interface) -> Made:
         if schedule.kind == "alert":
@@ -109,9 +127,17 @@ class FireMaker:
 
     async def ask(self, schedule: Schedule, policy: Policy | None, *, interface: Interface) -> Made:
         platform: Platform = "slack" if interface == "slack" else "web"
-        result = await self._agent.runner.run(
-            schedule.draft.question, platform=platform, interface=interface, followups=False, policy=policy
-        )
+        booked = await self._budget.reserve(budget_key(schedule))
+        if isinstance(booked, Refusal):
+            raise OverBudget(booked.message)
+        receipt = None
+        try:
+            result = await self._agent.runner.run(
+                schedule.draft.question, platform=platform, interface=interface, followups=False, policy=policy
+            )
+            receipt = result.receipt
+        finally:
+            await self._budget.settle(booked, receipt)
         if result.outcome is Outcome.ERROR:
             raise RuntimeError(result.error or "the question failed")
         values = values_of(result.queries)

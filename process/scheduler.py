@@ -31,7 +31,7 @@ from agent.metrics import Metrics
 from chats.audit import AuditLog
 from chats.conversations import ConversationStore
 from chats.schedule_deliveries import Delivered, Outlet, store_turn
-from chats.schedule_runs import AccessLost, FireMaker, Made, fire_policy
+from chats.schedule_runs import AccessLost, FireMaker, Made, OverBudget, fire_policy
 from chats.schedules import INBOX, Fire, Schedule, ScheduleStore, slack_of
 
 log = logging.getLogger(__name__)
@@ -149,6 +149,13 @@ class Scheduler:
         schedule = fire.schedule
         try:
             made = await self._maker.make(schedule, policy, interface=outlet.interface)
+        except OverBudget as spent:  # this fire only: the next one asks again, once the budget has reset
+            self._metrics.schedule_skips.labels("budget").inc()
+            await self._store.finish(fire, status="skipped", note="its owner's daily budget is spent")
+            await self._tell(
+                schedule, outlet, f"Your schedule \u201c{schedule.title}\u201d was not asked this time: {spent}"
+            )
+            return
         except Exception as exc:
             await self._failed(fire, outlet, "run", exc)
             return

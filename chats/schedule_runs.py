@@ -38,7 +38,12 @@ MAX_CHANGES = 6  # changes the "what changed" line names
 
 
 class AccessLost(Exception):
-    """The schedule may no longer run or deliver as made; the message is for its owner."""
+    """The schedule may no longer run or deliver as made; the message is for its owner, and `reason` is
+    why, for refusing one as it is made."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(f"{reason}, so this schedule has stopped.")
+        self.reason = reason
 
 
 class OverBudget(Exception):
@@ -74,19 +79,17 @@ def fire_policy(policies: Policies | None, draft: Draft) -> Policy | None:
     if draft.how == "ask" and draft.kind == "question":
         run = owner_now
         if run.reads_nothing:
-            raise AccessLost("The access policy no longer gives you any data, so this schedule has stopped.")
+            raise AccessLost("The access policy no longer gives you any data")
     else:
         asked = policies.named(draft.policy) if draft.policy else None
         if asked is None or not owner_now.covers(asked):
-            raise AccessLost(
-                "Your access no longer covers the rows of the answer this schedule repeats, so it has stopped."
-            )
+            raise AccessLost("Your access no longer covers the rows of the answer this schedule repeats")
         run = asked
     where = slack_of(draft.destination)
     if where is not None and not is_direct_message(where[1]) and not policies.for_channel(where[1]).covers(run):
         raise AccessLost(
             "Not everyone in the channel it posts to may read these rows (the channel's access policy does not "
-            "cover them), so this schedule has stopped."
+            "cover them)"
         )
     return run
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import sqlite3
 import time
 import uuid
@@ -64,6 +65,7 @@ MAX_QUESTION_CHARS = 2_000
 MAX_TITLE_CHARS = 200
 MAX_QUERIES = 10
 MAX_PER_OWNER = 100  # a person's schedules: each fires SQL on its own, so not without end
+MAX_SEEN = 10_000  # owners whose latest sighting a process remembers, to skip writing it again
 LEASE_S = 300.0  # a fire's claim: a worker that has not finished by then is taken to have died
 
 
@@ -122,9 +124,12 @@ class Alert:
             if value is None or value == "":
                 return None
             try:
-                return float(value)
+                number = float(value)
             except (TypeError, ValueError):
-                raise ScheduleError(f"The alert's {key} is a number, not {value!r}.") from None
+                number = math.nan
+            if not math.isfinite(number):  # "nan" and "inf" read as floats, and no value is ever above nan
+                raise ScheduleError(f"The alert's {key} is a number, not {value!r}.")
+            return number
 
         return cls(
             kind=str(data.get("kind", "")),  # type: ignore[arg-type]
@@ -292,6 +297,7 @@ class ScheduleStore:
     ) -> None:
         self._file, self._clock = file, clock
         self.min_interval_s = min_interval_s  # AGENT_SCHEDULE_MIN_INTERVAL_S: the web, Slack and the CLI all make here
+        self._last_seen: dict[str, tuple[Any, ...]] = {}  # each owner's latest sighting this process wrote
 
     def _next_fire(self, cadence: Cadence) -> float:
         """The cadence's next fire after now; ScheduleError (naming the cadence) when it fires too often."""
@@ -459,6 +465,42 @@ class ScheduleStore:
             ).rowcount
 
         return bool(await self._run(write))
+
+    async def seen(
+        self,
+        owner: str,
+        *,
+        email: str | None = None,
+        groups: frozenset[str] | None = None,
+        slack_user: str | None = None,
+        slack_usergroups: frozenset[str] | None = None,
+    ) -> None:
+        """Who `owner` is now, as a sign-in or request (the web: email, OIDC groups) or a question (Slack:
+        its user and user groups) shows them: their schedules' `asker` takes it, so each fire picks their
+        policy from who they are now, not from who they were when they made it. None leaves a part as
+        last seen (the web cannot see Slack's user groups, nor Slack the identity provider's)."""
+        given = (email, groups, slack_user, slack_usergroups)
+        if self._last_seen.get(owner) == given:  # unchanged since this process last wrote it
+            return
+
+        def write(c: sqlite3.Connection) -> None:
+            with write_transaction(c):
+                for row in c.execute("SELECT id, asker FROM schedules WHERE owner = ?", (owner,)).fetchall():
+                    was = json.loads(row["asker"])
+                    now = {
+                        **was,
+                        **({"email": email} if email is not None else {}),
+                        **({"groups": sorted(groups)} if groups is not None else {}),
+                        **({"slack_user": slack_user} if slack_user is not None else {}),
+                        **({"slack_usergroups": sorted(slack_usergroups)} if slack_usergroups is not None else {}),
+                    }
+                    if now != was:
+                        c.execute("UPDATE schedules SET asker = ? WHERE id = ?", (json.dumps(now), row["id"]))
+
+        await self._run(write)
+        if len(self._last_seen) >= MAX_SEEN:
+            self._last_seen.clear()
+        self._last_seen[owner] = given
 
     # --- the web inbox ---------------------------------------------------------------------------
 

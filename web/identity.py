@@ -150,8 +150,11 @@ async def identify(request: HTTPConnection) -> Identity | None:
     """The request's identity, found once and kept on the request."""
     if _IDENTITY not in request.scope:
         identities: Identities = request.app.state.identities
-        request.scope[_IDENTITY] = await identities.of(request)
-    found: Identity | None = request.scope[_IDENTITY]
+        request.scope[_IDENTITY] = found = await identities.of(request)
+        if found is not None and found.signed_in and (schedules := getattr(request.app.state, "schedules", None)):
+            # who they are now picks the policy their schedules fire under (chats/schedules.py `seen`)
+            await schedules.seen(found.person.owner, email=found.person.email, groups=found.person.groups)
+    found = request.scope[_IDENTITY]
     return found
 
 

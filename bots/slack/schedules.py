@@ -149,7 +149,7 @@ class SlackSchedules:
             fire_policy(self._policies, draft)
             made = await self._store.create(person.person.owner, draft)
         except (AccessLost, ScheduleError) as exc:
-            return {"where": str(exc)}
+            return {_field_of(str(exc)) if "cadence" in str(exc).lower() else "where": str(exc)}
         await self._say(
             channel,
             user,

@@ -30,6 +30,7 @@ from agent.config import Settings
 from agent.metrics import Metrics
 from chats.audit import AuditLog
 from chats.conversations import ConversationStore
+from chats.people import channel_of
 from chats.schedule_deliveries import Delivered, Outlet, store_turn
 from chats.schedule_runs import AccessLost, FireMaker, Made, OverBudget, fire_policy
 from chats.schedules import INBOX, Fire, Schedule, ScheduleStore, slack_of
@@ -132,7 +133,7 @@ class Scheduler:
                 await self._eval_run(fire, outlet)
                 return
             policy = fire_policy(self._policies(), schedule.draft)
-            if refused := await outlet.refusal(schedule):
+            if refused := await outlet.refusal(schedule) or await self._source_refusal(schedule):
                 self._metrics.schedule_skips.labels("destination").inc()
                 await self._stop(fire, outlet, refused)
                 return
@@ -144,6 +145,17 @@ class Scheduler:
             await self._failed(fire, outlet, "run", exc)
             return
         await self._answer(fire, outlet, policy)
+
+    async def _source_refusal(self, schedule: Schedule) -> str | None:
+        """A Slack channel's answer taken elsewhere (one's inbox, a DM) goes on only while its owner is still
+        in that channel, as its page does (chats/audiences.py); posted into the channel, the outlet checks."""
+        source = channel_of(await self._conversations.run_owner(schedule.draft.source_run_id) or "")
+        if source is None or slack_of(schedule.draft.destination) == source:
+            return None
+        reads = getattr(self._outlets.get("slack"), "reads", None)  # SlackOutlet's; none without the bot
+        if reads is not None and await reads(schedule, *source):
+            return None
+        return "You are no longer in the Slack channel its answer was asked in (or Slack could not say), so it has stopped."
 
     async def _answer(self, fire: Fire, outlet: Outlet, policy: Policy | None) -> None:
         schedule = fire.schedule

@@ -335,6 +335,11 @@ class SlackOutlet:
             return "You are no longer in the channel it posts to, so this schedule has stopped."
         return None
 
+    async def reads(self, schedule: Schedule, team: str, channel: str) -> bool:
+        """Whether the schedule's owner is in `channel` now (the one its answer was asked in)."""
+        user = schedule.draft.asker.slack_user
+        return bool(user) and await self._members.has_user(channel, user)
+
     async def deliver(self, delivered: Delivered) -> None:
         client, where = self._client(), slack_of(delivered.schedule.draft.destination)
         if client is None or where is None:

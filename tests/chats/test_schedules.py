@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from agent.access.policy import Asker
 from chats.schedules import (
     INBOX,
     Alert,
@@ -223,5 +224,88 @@ async def test_retention_sweeps_old_deliveries_and_schedules_left_stopped_but_ke
         swept = await Retention(state.file, 30, clock=lambda: clock.now + 40 * DAY_S).sweep()
         assert swept == {"schedule_inbox": 1, "schedules": 1}
         assert [s.id for s in await store.list_for(ANN)] == [running.id]
+    finally:
+        state.close()
+
+
+async def test_a_schedule_whose_cadence_no_longer_reads_still_lists_and_stops_alone_when_due(
+    state_location: Path | str,
+) -> None:
+    """A stored zone tzdata dropped: the schedule lists (to be edited or deleted), and claiming it stops it
+    with its reason while every other due schedule is claimed."""
+    clock = MovedClock(datetime(2026, 3, 27, 12, tzinfo=UTC))
+    (state,) = _stores(state_location, clock)
+    try:
+        store = state.schedules
+        broken = await store.create(BOB, _draft())
+        await store.create(ANN, _draft())
+        await state.file.run(
+            lambda c: c.execute(
+                "UPDATE schedules SET cadence = ? WHERE id = ?",
+                ('{"kind": "daily", "timezone": "Mars/Olympus_Mons", "at": "09:00"}', broken.id),
+            )
+        )
+        (listed,) = await store.list_for(BOB)
+        assert listed.as_json()["when"] == "every day at 09:00 (Mars/Olympus_Mons)"
+        clock.to(datetime(2026, 3, 28, 8, tzinfo=UTC))
+        (fire,) = await store.claim_due("w1")
+        assert fire.schedule.owner == ANN
+        stopped = await store.get(broken.id, owner=BOB)
+        assert stopped is not None and stopped.state == "stopped" and "Mars/Olympus_Mons" in stopped.stopped_reason
+    finally:
+        state.close()
+
+
+async def test_who_an_owner_is_now_replaces_who_they_were_in_their_schedules_alone(
+    state_location: Path | str,
+) -> None:
+    clock = MovedClock(datetime(2026, 3, 27, 12, tzinfo=UTC))
+    (state,) = _stores(state_location, clock)
+    try:
+        store = state.schedules
+        made = await store.create(
+            ANN, _draft(asker=Asker(email="ann@example.com", groups=frozenset({"finance"}), slack_user="U1"))
+        )
+        bobs = await store.create(BOB, _draft(asker=Asker(email="bob@example.com", groups=frozenset({"finance"}))))
+        await store.seen(ANN, email="ann@example.com", groups=frozenset())  # the web: no longer in finance
+        now = await store.get(made.id, owner=ANN)
+        assert now is not None and now.draft.asker.groups == frozenset() and now.draft.asker.slack_user == "U1"
+        await store.seen(ANN, slack_user="U1", slack_usergroups=frozenset({"S1"}))  # Slack keeps the web's part
+        now = await store.get(made.id, owner=ANN)
+        assert now is not None and now.draft.asker.slack_usergroups == frozenset({"S1"})
+        assert now.draft.asker.email == "ann@example.com" and now.draft.asker.groups == frozenset()
+        kept = await store.get(bobs.id, owner=BOB)
+        assert kept is not None and kept.draft.asker.groups == frozenset({"finance"})
+    finally:
+        state.close()
+
+
+async def test_a_delivery_is_found_by_its_id_for_its_owner_alone(state_location: Path | str) -> None:
+    clock = MovedClock(datetime(2026, 3, 27, 12, tzinfo=UTC))
+    (state,) = _stores(state_location, clock)
+    try:
+        store = state.schedules
+        made = await store.create(ANN, _draft())
+        item = await store.deliver_to_inbox(made, Delivery("the rows"))
+        found = await store.inbox_item(item.id, owner=ANN)
+        assert found is not None and found.text == "the rows"
+        assert await store.inbox_item(item.id, owner=BOB) is None
+    finally:
+        state.close()
+
+
+async def test_a_cadence_firing_more_often_than_the_floor_is_refused_by_the_store(
+    state_location: Path | str,
+) -> None:
+    assert Cadence("cron", cron="*/15 * * * *").shortest_gap(0) == 15 * 60
+    clock = MovedClock(datetime(2026, 3, 27, 12, tzinfo=UTC))
+    (state,) = _stores(state_location, clock)
+    try:
+        with pytest.raises(ScheduleError, match="cadence"):
+            await state.schedules.create(ANN, _draft(cadence=Cadence("cron", cron="*/5 * * * *")))
+        made = await state.schedules.create(ANN, _draft(cadence=Cadence("cron", cron="*/15 * * * *")))
+        with pytest.raises(ScheduleError, match="cadence"):
+            await state.schedules.edit(made.id, owner=ANN, cadence=Cadence("cron", cron="* 9 * * *"))
+        assert [s.draft.cadence.cron for s in await state.schedules.list_for(ANN)] == ["*/15 * * * *"]
     finally:
         state.close()

@@ -431,8 +431,8 @@ class ScheduleStore:
             "alert": alert,
         }
         draft = replace(found.draft, **{k: v for k, v in changes.items() if v is not None}).checked()
-        next_at = self._next_fire(draft.cadence)
-        next_at = next_at if found.state == "active" else None
+        following = self._next_fire(draft.cadence)  # checked whatever its state: it fires once resumed
+        next_at = following if found.state == "active" else None
 
         def write(c: sqlite3.Connection) -> int:
             return c.execute(

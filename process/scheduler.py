@@ -155,7 +155,7 @@ class Scheduler:
         reads = getattr(self._outlets.get("slack"), "reads", None)  # SlackOutlet's; none without the bot
         if reads is not None and await reads(schedule, *source):
             return None
-        return "You are no longer in the Slack channel its answer was asked in (or Slack could not say), so it has stopped."
+        return "You are no longer in the Slack channel its answer was asked in (or Slack could not say), so it stopped."
 
     async def _answer(self, fire: Fire, outlet: Outlet, policy: Policy | None) -> None:
         schedule = fire.schedule

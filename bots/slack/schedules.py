@@ -338,7 +338,7 @@ class SlackOutlet:
     async def reads(self, schedule: Schedule, team: str, channel: str) -> bool:
         """Whether the schedule's owner is in `channel` now (the one its answer was asked in)."""
         user = schedule.draft.asker.slack_user
-        return bool(user) and await self._members.has_user(channel, user)
+        return user is not None and await self._members.has_user(channel, user)
 
     async def deliver(self, delivered: Delivered) -> None:
         client, where = self._client(), slack_of(delivered.schedule.draft.destination)

@@ -7,7 +7,8 @@ SQL and the policy it was asked under), when it fires (chats/schedule_times.py),
 owner's web inbox, or a Slack channel or DM), how (run the stored SQL again, or ask afresh), and for an
 alert its condition and whether it is firing now.
 
-Firing is the scheduler's (process/scheduler.py): `claim_due` turns each due schedule into one fire row
+Firing is the scheduler's (process/scheduler.py): `claim_due` turns each due schedule into one fire row (one
+that no longer reads or steps, such as a zone tzdata dropped, is stopped with its reason, alone)
 in `schedule_fires`, whose primary key (schedule, due time) is the lease: on SQLite or PostgreSQL, with
 any number of workers and hosts, one insert wins and the others find it taken. A fire row also carries
 its attempts and the time of its next try, so a failed delivery is retried by whichever worker is free,
@@ -163,9 +164,9 @@ class Draft:
     source_run_id: str = ""
     policy: str = ""  # the policy the answer was asked under (RunResult.policy)
     alert: Alert | None = None
-    # Who the owner was when they made it, as the policy file picks a policy by (their verified email, OIDC
-    # groups, Slack ids): each fire picks the owner's policy again with it, so a file that no longer names
-    # them stops the schedule.
+    # Who the owner is, as the policy file picks a policy by (their verified email, OIDC groups, Slack ids):
+    # as they made it, then as `seen` last found them (each web request, each Slack question). Each fire picks
+    # the owner's policy again with it, so a file, or groups, that no longer name them stop the schedule.
     asker: Asker = field(default_factory=Asker)
 
     def checked(self) -> Draft:

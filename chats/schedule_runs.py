@@ -9,8 +9,8 @@ and evaluates its condition on the rows, with no model at all; it posts only whe
 
 Every query goes through the library (`AgentApp.rerun`, the Runner), under the policy `fire_policy` picks:
 the policy the answer was asked under, while the owner's own policy (picked again now, from who they are
-as last seen: chats/schedules.py `seen`) still covers it; and for a Slack channel, only when the channel's policy covers those
-rows too, since everyone in it reads them. Otherwise `AccessLost` says why, and the schedule stops.
+as last seen: chats/schedules.py `seen`) still covers it; and for a Slack channel, only when the channel's
+policy covers those rows too, since everyone in it reads them. Otherwise `AccessLost` says why, and the schedule stops.
 """
 
 from __future__ import annotations

@@ -407,7 +407,11 @@ class ScheduleStore:
         found = await self.get(schedule_id, owner=owner)
         if found is None:
             return False
-        return await self._set_state(schedule_id, owner, "active", found.draft.cadence.next_after(self._clock()), "")
+        try:
+            next_at = found.draft.cadence.next_after(self._clock())
+        except CadenceError:  # it no longer reads (its zone dropped): it stays stopped, with why, until edited
+            return False
+        return await self._set_state(schedule_id, owner, "active", next_at, "")
 
     async def edit(
         self,

@@ -252,6 +252,9 @@ async def test_a_schedule_whose_cadence_no_longer_reads_still_lists_and_stops_al
         assert fire.schedule.owner == ANN
         stopped = await store.get(broken.id, owner=BOB)
         assert stopped is not None and stopped.state == "stopped" and "Mars/Olympus_Mons" in stopped.stopped_reason
+        assert not await store.resume(broken.id, owner=BOB), "it resumes once its owner gives it a cadence that reads"
+        assert await store.edit(broken.id, owner=BOB, cadence=DAILY_9_BERLIN) is not None
+        assert await store.resume(broken.id, owner=BOB)
     finally:
         state.close()
 

@@ -312,3 +312,12 @@ async def test_a_cadence_firing_more_often_than_the_floor_is_refused_by_the_stor
         assert [s.draft.cadence.cron for s in await state.schedules.list_for(ANN)] == ["*/15 * * * *"]
     finally:
         state.close()
+
+
+def test_asked_in_the_second_pass_of_a_two_hour_repeat_the_next_fire_is_the_next_days_first() -> None:
+    """Antarctica/Troll sets its clocks back two hours (03:00 +02 to 01:00 +00, 2026-10-25 01:00 UTC): at
+    01:10 of the second pass every minute up to 02:59 fired on the first pass; the walk steps past them
+    (it used to give up after 64 and call the cadence one that never fires)."""
+    troll = Cadence("cron", timezone="Antarctica/Troll", cron="* 1-2 * * *")
+    asked = datetime(2026, 10, 25, 1, 10, tzinfo=UTC).timestamp()
+    assert troll.next_after(asked) == datetime(2026, 10, 26, 1, 0, tzinfo=UTC).timestamp()

@@ -509,6 +509,12 @@ class Settings(BaseSettings):
     agent_schedule_retries: int = Field(
         4, ge=0, description="Further tries of a delivery that failed, before its owner is told it did not arrive."
     )
+    agent_schedule_min_interval_s: float = Field(
+        900.0,
+        ge=0,
+        description="The shortest time between two fires a schedule's cadence may have (checked as it is made "
+        "or edited, on the web, in Slack and the CLI): each fire runs queries, or asked afresh a model call.",
+    )
     agent_schedule_retry_s: float = Field(
         60.0, gt=0, description="The wait before a failed delivery's first retry; it doubles at each further try."
     )

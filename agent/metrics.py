@@ -91,7 +91,7 @@ SLACK_FEEDBACK = ("up", "down")
 # process/scheduler.py's: chats/schedules.py's Kind, where a delivery went, why a fire posted nothing, what failed
 SCHEDULE_KINDS = ("question", "alert", "evals")
 SCHEDULE_DESTINATIONS = ("inbox", "slack")
-SCHEDULE_SKIPS = ("condition", "access", "destination", "no_job")
+SCHEDULE_SKIPS = ("condition", "access", "destination", "no_job", "budget")
 SCHEDULE_FAILURES = ("run", "delivery", "gave_up")
 
 

@@ -8,14 +8,15 @@ the figure check finds each one), or asks the question afresh through the Runner
 and evaluates its condition on the rows, with no model at all; it posts only when the condition holds.
 
 Every query goes through the library (`AgentApp.rerun`, the Runner), under the policy `fire_policy` picks:
-the policy the answer was asked under, while the owner's own policy (picked again now, from who they were
-when they made it) still covers it; and for a Slack channel, only when the channel's policy covers those
-rows too, since everyone in it reads them. Otherwise `AccessLost` says why, and the schedule stops.
+the policy the answer was asked under, while the owner's own policy (picked again now, from who they are
+as last seen: chats/schedules.py `seen`) still covers it; and for a Slack channel, only when the channel's
+policy covers those rows too, since everyone in it reads them. Otherwise `AccessLost` says why, and the schedule stops.
 """
 
 from __future__ import annotations
 
 import math
+import re
 import time
 from dataclasses import dataclass
 from datetime import UTC, datetime, tzinfo
@@ -28,6 +29,8 @@ from agent.figures import Evidence, check_answer
 from agent.prompts import PromptLibrary
 from agent.receipts import Receipt
 from agent.runner import Classification, ExecutedQuery, Interface, Outcome, Platform, RunResult
+from chats.daily_budgets import DailyBudget, Refusal
+from chats.pacing import Pacing
 from chats.schedules import Alert, Draft, Schedule, slack_of
 
 SHOWN_ROWS = 5  # rows a scheduled answer lists per query; its query's page has them all
@@ -35,7 +38,25 @@ MAX_CHANGES = 6  # changes the "what changed" line names
 
 
 class AccessLost(Exception):
-    """The schedule may no longer run or deliver as made; the message is for its owner."""
+    """The schedule may no longer run or deliver as made; the message is for its owner, and `reason` is
+    why, for refusing one as it is made."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(f"{reason}, so this schedule has stopped.")
+        self.reason = reason
+
+
+class OverBudget(Exception):
+    """Its owner's daily budget is spent: this fire asks no model; the message (when it resets) is for them."""
+
+
+def budget_key(schedule: Schedule) -> str:
+    """The key its owner's questions count under: Slack's (team:user) for one made in Slack and posting
+    there, else the web's (the person's id, the owner string without its prefix)."""
+    where = slack_of(schedule.draft.destination)
+    if where is not None and schedule.draft.asker.slack_user:
+        return f"{where[0]}:{schedule.draft.asker.slack_user}"
+    return schedule.owner.removeprefix("person:")
 
 
 @dataclass(frozen=True)
@@ -58,19 +79,17 @@ def fire_policy(policies: Policies | None, draft: Draft) -> Policy | None:
     if draft.how == "ask" and draft.kind == "question":
         run = owner_now
         if run.reads_nothing:
-            raise AccessLost("The access policy no longer gives you any data, so this schedule has stopped.")
+            raise AccessLost("The access policy no longer gives you any data")
     else:
         asked = policies.named(draft.policy) if draft.policy else None
         if asked is None or not owner_now.covers(asked):
-            raise AccessLost(
-                "Your access no longer covers the rows of the answer this schedule repeats, so it has stopped."
-            )
+            raise AccessLost("Your access no longer covers the rows of the answer this schedule repeats")
         run = asked
     where = slack_of(draft.destination)
     if where is not None and not is_direct_message(where[1]) and not policies.for_channel(where[1]).covers(run):
         raise AccessLost(
             "Not everyone in the channel it posts to may read these rows (the channel's access policy does not "
-            "cover them), so this schedule has stopped."
+            "cover them)"
         )
     return run
 
@@ -83,8 +102,11 @@ def is_direct_message(channel: str) -> bool:
 class FireMaker:
     """Makes each fire's answer or alert through the library (the agent's queries and runner)."""
 
-    def __init__(self, agent: AgentApp, prompts: PromptLibrary) -> None:
+    def __init__(self, agent: AgentApp, prompts: PromptLibrary, *, budget: DailyBudget | None = None) -> None:
         self._agent, self._prompts = agent, prompts
+        # Asked afresh, a fire spends its owner's daily budget as their questions do; `agent serve` passes
+        # the state's (shared across workers), else one of this process's.
+        self._budget = budget or Pacing().asker_budget(agent.settings)
 
     async def make(self, schedule: Schedule, policy: Policy | None, *, interface: Interface) -> Made:
         if schedule.kind == "alert":
@@ -108,9 +130,17 @@ class FireMaker:
 
     async def ask(self, schedule: Schedule, policy: Policy | None, *, interface: Interface) -> Made:
         platform: Platform = "slack" if interface == "slack" else "web"
-        result = await self._agent.runner.run(
-            schedule.draft.question, platform=platform, interface=interface, followups=False, policy=policy
-        )
+        booked = await self._budget.reserve(budget_key(schedule))
+        if isinstance(booked, Refusal):
+            raise OverBudget(booked.message)
+        receipt = None
+        try:
+            result = await self._agent.runner.run(
+                schedule.draft.question, platform=platform, interface=interface, followups=False, policy=policy
+            )
+            receipt = result.receipt
+        finally:
+            await self._budget.settle(booked, receipt)
         if result.outcome is Outcome.ERROR:
             raise RuntimeError(result.error or "the question failed")
         values = values_of(result.queries)
@@ -140,7 +170,7 @@ class FireMaker:
             "schedules/alert.md",
             title=schedule.title,
             kind=alert.kind,
-            column=alert.column,
+            column=as_text(alert.column),
             value=_cell(query.result, alert.column),
             label=first.label,
             threshold=_number(alert.threshold),
@@ -179,13 +209,29 @@ def _answer(question: str, answer: str, ran: list[ExecutedQuery], policy: Policy
     )
 
 
+# What Markdown (and GFM's autolinks, and HTML) would make live in a cell: data anyone who writes a table
+# may have put there, written into an answer with no model between, so never a link in its owner's inbox.
+_LIVE = re.compile(r"[\[\]()<>`*_\\!&|#~@]|://|www\.", re.IGNORECASE)
+
+
+def as_text(cell: Any) -> str:
+    """A cell or column name as Markdown shows it verbatim and never as a link: plain when it has nothing
+    Markdown or HTML reads (numbers, dates, most names, so the figure check finds them as printed), else
+    a code span fenced by more backticks than it holds."""
+    text = " ".join(str(cell).split())
+    if not _LIVE.search(text):
+        return text
+    fence = "`" * (max((len(run) for run in re.findall(r"`+", text)), default=0) + 1)
+    return f"{fence} {text} {fence}"
+
+
 def _shown(query: ExecutedQuery) -> dict[str, Any]:
     result = query.result
     return {
         "label": query.id,
         "question": query.question,
-        "columns": result.columns,
-        "rows": result.rows[:SHOWN_ROWS],
+        "columns": [as_text(c) for c in result.columns],
+        "rows": [[as_text(cell) for cell in row] for row in result.rows[:SHOWN_ROWS]],
         "more": result.row_count > SHOWN_ROWS or result.has_more,
         "error": result.error,
     }
@@ -240,7 +286,7 @@ def watched(result: QueryResult, column: str) -> float | None:
 def _cell(result: QueryResult, column: str) -> str:
     if not result.rows or column not in result.columns:
         return ""
-    return str(result.rows[0][result.columns.index(column)])
+    return as_text(result.rows[0][result.columns.index(column)])
 
 
 def condition_holds(alert: Alert, result: QueryResult, value: float | None, previous: Any) -> bool:

@@ -5,11 +5,17 @@ and in summer, so its UTC instant moves by an hour across a daylight-saving chan
 croniter walks the expression over naive local times, and zoneinfo turns each into an instant: a wall
 time that does not exist (the hour the clocks skip) fires at the same offset it had before, an hour
 later on the clock; one that happens twice (the hour the clocks repeat) fires once, the first time.
-Walking the local calendar rather than UTC is what keeps 09:00 at 09:00 on both sides of a change.
+Walking the local calendar rather than UTC is what keeps 09:00 at 09:00 on both sides of a change. Asked
+during the second pass of a repeated stretch (up to two hours, as in Antarctica/Troll), the walk steps past
+the rest of that stretch at once rather than minute by minute: it has fired there already.
+
+MIN_INTERVAL_S is the shortest gap between two fires a cadence may have (AGENT_SCHEDULE_MIN_INTERVAL_S
+sets the store's): a schedule firing every minute runs a query, or a model call, every minute for nothing.
 """
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -18,12 +24,14 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from croniter import CroniterBadCronError, CroniterBadDateError, croniter
 
-__all__ = ["WEEKDAYS", "Cadence", "CadenceError", "Kind"]
+__all__ = ["MIN_INTERVAL_S", "WEEKDAYS", "Cadence", "CadenceError", "Kind"]
 
 Kind = Literal["daily", "weekly", "cron"]
 WEEKDAYS = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday")
 _CLOCK = re.compile(r"^([01]?\d|2[0-3]):([0-5]\d)$")
-_MAX_STEPS = 64  # local times that all map to an instant not after `after` (the repeated hour): a few at most
+_MAX_STEPS = 64  # cron times that do not fire (the hour a repeat or a gap moves): a few at most
+MIN_INTERVAL_S = 15 * 60.0
+_SAMPLED_FIRES = 96  # consecutive fires of a cadence checked for the shortest gap (a day of every 15 minutes)
 
 
 class CadenceError(ValueError):
@@ -90,12 +98,23 @@ class Cadence:
         walk = croniter(self.expression(), local - timedelta(minutes=1))
         try:
             for _ in range(_MAX_STEPS):
-                instant = walk.get_next(datetime).replace(tzinfo=zone).astimezone(UTC).timestamp()
+                wall = walk.get_next(datetime)
+                instant = wall.replace(tzinfo=zone).astimezone(UTC).timestamp()
                 if instant > after:
                     return instant
+                # A wall time of a repeated stretch that fired on its first pass: skip what is left of it
+                walk = croniter(self.expression(), _repeat_end(zone, wall) - timedelta(seconds=1))
         except CroniterBadDateError:
             pass
         raise CadenceError(f"{self.describe()} never fires.")
+
+    def shortest_gap(self, after: float) -> float:
+        """The shortest time (seconds) between consecutive fires over the next _SAMPLED_FIRES from `after`."""
+        shortest, at = math.inf, self.next_after(after)
+        for _ in range(_SAMPLED_FIRES):
+            following = self.next_after(at)
+            shortest, at = min(shortest, following - at), following
+        return shortest
 
     def describe(self) -> str:
         """In words, for a list of schedules: "every day at 09:00 (Europe/Berlin)"."""
@@ -104,6 +123,24 @@ class Cadence:
         if self.kind == "weekly":
             return f"every {WEEKDAYS[self.weekday].capitalize()} at {self.at} ({self.timezone})"
         return f"on cron {self.cron} ({self.timezone})"
+
+
+def _repeat_end(zone: ZoneInfo, wall: datetime) -> datetime:
+    """The first wall time after the repeated stretch `wall` lies in (a clock set back): found by halving
+    between its first and its second instant, as zoneinfo lists no transitions."""
+    first = int(wall.replace(tzinfo=zone, fold=0).timestamp())
+    second = int(wall.replace(tzinfo=zone, fold=1).timestamp())
+    if second <= first:  # not repeated: a minute on
+        return wall + timedelta(minutes=1)
+    before = datetime.fromtimestamp(first, zone).utcoffset()
+    while second - first > 1:
+        middle = (first + second) // 2
+        if datetime.fromtimestamp(middle, zone).utcoffset() == before:
+            first = middle
+        else:
+            second = middle
+    # `second` is the change's instant: the wall time it ends the repeat at is the one just before it, on
+    return datetime.fromtimestamp(first, zone).replace(tzinfo=None) + timedelta(seconds=1)
 
 
 def _weekday(name: str) -> int:

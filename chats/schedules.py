@@ -7,7 +7,8 @@ SQL and the policy it was asked under), when it fires (chats/schedule_times.py),
 owner's web inbox, or a Slack channel or DM), how (run the stored SQL again, or ask afresh), and for an
 alert its condition and whether it is firing now.
 
-Firing is the scheduler's (process/scheduler.py): `claim_due` turns each due schedule into one fire row
+Firing is the scheduler's (process/scheduler.py): `claim_due` turns each due schedule into one fire row (one
+that no longer reads or steps, such as a zone tzdata dropped, is stopped with its reason, alone)
 in `schedule_fires`, whose primary key (schedule, due time) is the lease: on SQLite or PostgreSQL, with
 any number of workers and hosts, one insert wins and the others find it taken. A fire row also carries
 its attempts and the time of its next try, so a failed delivery is retried by whichever worker is free,
@@ -19,6 +20,8 @@ Web deliveries land in `schedule_inbox`, the owner's inbox, read by the web.
 from __future__ import annotations
 
 import json
+import logging
+import math
 import sqlite3
 import time
 import uuid
@@ -27,7 +30,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Literal, TypeVar
 
 from agent.access.policy import Asker
-from chats.schedule_times import WEEKDAYS, Cadence, CadenceError
+from chats.schedule_times import MIN_INTERVAL_S, WEEKDAYS, Cadence, CadenceError
 from chats.state_file import StateFile, write_transaction
 
 __all__ = [
@@ -48,6 +51,8 @@ __all__ = [
     "slack_of",
 ]
 
+log = logging.getLogger(__name__)
+
 T = TypeVar("T")
 Kind = Literal["question", "alert", "evals"]
 How = Literal["rerun", "ask"]
@@ -61,6 +66,7 @@ MAX_QUESTION_CHARS = 2_000
 MAX_TITLE_CHARS = 200
 MAX_QUERIES = 10
 MAX_PER_OWNER = 100  # a person's schedules: each fires SQL on its own, so not without end
+MAX_SEEN = 10_000  # owners whose latest sighting a process remembers, to skip writing it again
 LEASE_S = 300.0  # a fire's claim: a worker that has not finished by then is taken to have died
 
 
@@ -119,9 +125,12 @@ class Alert:
             if value is None or value == "":
                 return None
             try:
-                return float(value)
+                number = float(value)
             except (TypeError, ValueError):
-                raise ScheduleError(f"The alert's {key} is a number, not {value!r}.") from None
+                number = math.nan
+            if not math.isfinite(number):  # "nan" and "inf" read as floats, and no value is ever above nan
+                raise ScheduleError(f"The alert's {key} is a number, not {value!r}.")
+            return number
 
         return cls(
             kind=str(data.get("kind", "")),  # type: ignore[arg-type]
@@ -155,9 +164,9 @@ class Draft:
     source_run_id: str = ""
     policy: str = ""  # the policy the answer was asked under (RunResult.policy)
     alert: Alert | None = None
-    # Who the owner was when they made it, as the policy file picks a policy by (their verified email, OIDC
-    # groups, Slack ids): each fire picks the owner's policy again with it, so a file that no longer names
-    # them stops the schedule.
+    # Who the owner is, as the policy file picks a policy by (their verified email, OIDC groups, Slack ids):
+    # as they made it, then as `seen` last found them (each web request, each Slack question). Each fire picks
+    # the owner's policy again with it, so a file, or groups, that no longer name them stop the schedule.
     asker: Asker = field(default_factory=Asker)
 
     def checked(self) -> Draft:
@@ -284,8 +293,22 @@ class Delivery:
 
 
 class ScheduleStore:
-    def __init__(self, file: StateFile, *, clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self, file: StateFile, *, clock: Callable[[], float] = time.time, min_interval_s: float = MIN_INTERVAL_S
+    ) -> None:
         self._file, self._clock = file, clock
+        self.min_interval_s = min_interval_s  # AGENT_SCHEDULE_MIN_INTERVAL_S: the web, Slack and the CLI all make here
+        self._last_seen: dict[str, tuple[Any, ...]] = {}  # each owner's latest sighting this process wrote
+
+    def _next_fire(self, cadence: Cadence) -> float:
+        """The cadence's next fire after now; ScheduleError (naming the cadence) when it fires too often."""
+        now = self._clock()
+        if cadence.shortest_gap(now) < self.min_interval_s:
+            raise ScheduleError(
+                f"The cadence {cadence.describe()} fires too often: at most once every "
+                f"{self.min_interval_s / 60:.0f} minutes."
+            )
+        return cadence.next_after(now)
 
     async def _run(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         return await self._file.run(fn)
@@ -296,7 +319,7 @@ class ScheduleStore:
         """A new active schedule of `owner`'s; ScheduleError when the draft cannot run or they have too many."""
         checked, now = draft.checked(), self._clock()
         key = uuid.uuid4().hex
-        next_at = checked.cadence.next_after(now)
+        next_at = self._next_fire(checked.cadence)
 
         def write(c: sqlite3.Connection) -> None:
             with write_transaction(c):
@@ -384,7 +407,11 @@ class ScheduleStore:
         found = await self.get(schedule_id, owner=owner)
         if found is None:
             return False
-        return await self._set_state(schedule_id, owner, "active", found.draft.cadence.next_after(self._clock()), "")
+        try:
+            next_at = found.draft.cadence.next_after(self._clock())
+        except CadenceError:  # it no longer reads (its zone dropped): it stays stopped, with why, until edited
+            return False
+        return await self._set_state(schedule_id, owner, "active", next_at, "")
 
     async def edit(
         self,
@@ -409,7 +436,8 @@ class ScheduleStore:
             "alert": alert,
         }
         draft = replace(found.draft, **{k: v for k, v in changes.items() if v is not None}).checked()
-        next_at = draft.cadence.next_after(self._clock()) if found.state == "active" else None
+        following = self._next_fire(draft.cadence)  # checked whatever its state: it fires once resumed
+        next_at = following if found.state == "active" else None
 
         def write(c: sqlite3.Connection) -> int:
             return c.execute(
@@ -443,6 +471,42 @@ class ScheduleStore:
 
         return bool(await self._run(write))
 
+    async def seen(
+        self,
+        owner: str,
+        *,
+        email: str | None = None,
+        groups: frozenset[str] | None = None,
+        slack_user: str | None = None,
+        slack_usergroups: frozenset[str] | None = None,
+    ) -> None:
+        """Who `owner` is now, as a sign-in or request (the web: email, OIDC groups) or a question (Slack:
+        its user and user groups) shows them: their schedules' `asker` takes it, so each fire picks their
+        policy from who they are now, not from who they were when they made it. None leaves a part as
+        last seen (the web cannot see Slack's user groups, nor Slack the identity provider's)."""
+        given = (email, groups, slack_user, slack_usergroups)
+        if self._last_seen.get(owner) == given:  # unchanged since this process last wrote it
+            return
+
+        def write(c: sqlite3.Connection) -> None:
+            with write_transaction(c):
+                for row in c.execute("SELECT id, asker FROM schedules WHERE owner = ?", (owner,)).fetchall():
+                    was = json.loads(row["asker"])
+                    now = {
+                        **was,
+                        **({"email": email} if email is not None else {}),
+                        **({"groups": sorted(groups)} if groups is not None else {}),
+                        **({"slack_user": slack_user} if slack_user is not None else {}),
+                        **({"slack_usergroups": sorted(slack_usergroups)} if slack_usergroups is not None else {}),
+                    }
+                    if now != was:
+                        c.execute("UPDATE schedules SET asker = ? WHERE id = ?", (json.dumps(now), row["id"]))
+
+        await self._run(write)
+        if len(self._last_seen) >= MAX_SEEN:
+            self._last_seen.clear()
+        self._last_seen[owner] = given
+
     # --- the web inbox ---------------------------------------------------------------------------
 
     async def inbox(self, owner: str, *, limit: int = 50, unread_only: bool = False) -> list[InboxItem]:
@@ -454,6 +518,13 @@ class ScheduleStore:
             ).fetchall()
         )
         return [_inbox_item(row) for row in rows]
+
+    async def inbox_item(self, item_id: str, *, owner: str) -> InboxItem | None:
+        """One of `owner`'s deliveries by id (its primary key); None when it is not theirs or not there."""
+        row = await self._run(
+            lambda c: c.execute("SELECT * FROM schedule_inbox WHERE id = ? AND owner = ?", (item_id, owner)).fetchone()
+        )
+        return _inbox_item(row) if row else None
 
     async def unread(self, owner: str) -> int:
         row = await self._run(
@@ -511,7 +582,12 @@ class ScheduleStore:
         )
         fires = []
         for row in due:
-            fire = await self._run(lambda c, row=row: _claim(c, row["id"], row["next_at"], worker, now))  # type: ignore[misc]
+            try:
+                fire = await self._run(lambda c, row=row: _claim(c, row["id"], row["next_at"], worker, now))  # type: ignore[misc]
+            except ValueError as exc:  # it no longer reads (a zone tzdata dropped) or never fires: it alone stops
+                log.warning("schedules: a schedule could not be claimed and stops: %s", type(exc).__name__)
+                await self.stop(row["id"], f"This schedule can no longer be worked out ({exc}); edit it to resume.")
+                continue
             if fire is not None:
                 fires.append(fire)
         return fires
@@ -698,7 +774,7 @@ def _schedule(row: sqlite3.Row) -> Schedule:
     draft = Draft(
         title=row["title"],
         question=row["question"],
-        cadence=Cadence.of(json.loads(row["cadence"])),
+        cadence=_cadence(json.loads(row["cadence"])),
         destination=row["destination"],
         how=row["how"],
         kind=row["kind"],
@@ -721,6 +797,19 @@ def _schedule(row: sqlite3.Row) -> Schedule:
         created_at=row["created_at"],
         updated_at=row["updated_at"],
     )
+
+
+def _cadence(data: dict[str, Any]) -> Cadence:
+    """A stored cadence; one that no longer reads (its zone dropped from tzdata) is kept as stored, so the
+    schedule still lists and can be edited or deleted, while working out its fires raises CadenceError."""
+    try:
+        return Cadence.of(data)
+    except CadenceError:
+        kept = object.__new__(Cadence)
+        fields = {"kind": "daily", "timezone": "UTC", "at": "09:00", "weekday": 0, "cron": ""}
+        for name, default in fields.items():
+            object.__setattr__(kept, name, data.get(name, default))
+        return kept
 
 
 def _inbox_item(row: sqlite3.Row) -> InboxItem:

@@ -70,7 +70,9 @@ class ChatState:
     def of(cls, settings: Settings, *, workers: int = 1) -> ChatState:
         """The state at the settings' `AGENT_STATE_URL`, by default in their data folder."""
         where = settings.agent_state_url or state_path(settings.agent_data_dir)
-        return cls(where, limits=Limits.of(settings), workers=workers, lease_s=settings.agent_run_lease_s)
+        state = cls(where, limits=Limits.of(settings), workers=workers, lease_s=settings.agent_run_lease_s)
+        state.schedules.min_interval_s = settings.agent_schedule_min_interval_s
+        return state
 
     def close(self) -> None:
         if self.shared_runs is not None:

@@ -30,8 +30,9 @@ from agent.config import Settings
 from agent.metrics import Metrics
 from chats.audit import AuditLog
 from chats.conversations import ConversationStore
+from chats.people import channel_of
 from chats.schedule_deliveries import Delivered, Outlet, store_turn
-from chats.schedule_runs import AccessLost, FireMaker, Made, fire_policy
+from chats.schedule_runs import AccessLost, FireMaker, Made, OverBudget, fire_policy
 from chats.schedules import INBOX, Fire, Schedule, ScheduleStore, slack_of
 
 log = logging.getLogger(__name__)
@@ -132,7 +133,7 @@ class Scheduler:
                 await self._eval_run(fire, outlet)
                 return
             policy = fire_policy(self._policies(), schedule.draft)
-            if refused := await outlet.refusal(schedule):
+            if refused := await outlet.refusal(schedule) or await self._source_refusal(schedule):
                 self._metrics.schedule_skips.labels("destination").inc()
                 await self._stop(fire, outlet, refused)
                 return
@@ -145,10 +146,28 @@ class Scheduler:
             return
         await self._answer(fire, outlet, policy)
 
+    async def _source_refusal(self, schedule: Schedule) -> str | None:
+        """A Slack channel's answer taken elsewhere (one's inbox, a DM) goes on only while its owner is still
+        in that channel, as its page does (chats/audiences.py); posted into the channel, the outlet checks."""
+        source = channel_of(await self._conversations.run_owner(schedule.draft.source_run_id) or "")
+        if source is None or slack_of(schedule.draft.destination) == source:
+            return None
+        reads = getattr(self._outlets.get("slack"), "reads", None)  # SlackOutlet's; none without the bot
+        if reads is not None and await reads(schedule, *source):
+            return None
+        return "You are no longer in the Slack channel its answer was asked in (or Slack could not say), so it stopped."
+
     async def _answer(self, fire: Fire, outlet: Outlet, policy: Policy | None) -> None:
         schedule = fire.schedule
         try:
             made = await self._maker.make(schedule, policy, interface=outlet.interface)
+        except OverBudget as spent:  # this fire only: the next one asks again, once the budget has reset
+            self._metrics.schedule_skips.labels("budget").inc()
+            await self._store.finish(fire, status="skipped", note="its owner's daily budget is spent")
+            await self._tell(
+                schedule, outlet, f"Your schedule \u201c{schedule.title}\u201d was not asked this time: {spent}"
+            )
+            return
         except Exception as exc:
             await self._failed(fire, outlet, "run", exc)
             return

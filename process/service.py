@@ -334,7 +334,7 @@ def make_scheduler(
     return Scheduler(
         state.schedules,
         state.conversations,
-        FireMaker(agent, prompt_library(settings.agent_prompts_dir)),
+        FireMaker(agent, prompt_library(settings.agent_prompts_dir), budget=state.pacing.asker_budget(settings)),
         outlets,
         agent.metrics,
         policies=lambda: agent.policies,

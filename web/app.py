@@ -148,6 +148,7 @@ def create_app(
     app.state.web = web
     app.state.settings = settings
     app.state.identities = Identities(settings, state.sessions)
+    app.state.schedules = state.schedules  # each signed-in request refreshes who owns its schedules
     app.state.oidc = OidcSignIn(settings) if settings.agent_oidc_issuer else None
     return app
 

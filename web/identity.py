@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hmac
 import ipaddress
+import logging
 from dataclasses import dataclass
 from typing import Any, Literal
 from urllib.parse import urlsplit
@@ -30,6 +31,8 @@ from chats.people import LOCAL, MACHINE, Person, person_id
 from chats.sessions import SessionStore
 from web.boundary import HttpError, address_key
 from web.exposure import PEER, is_loopback
+
+log = logging.getLogger(__name__)
 
 SESSION_COOKIE = "agent_session"  # Starlette's signed cookie; it holds the session id (key SESSION_KEY)
 # Served Secure, the name says so: a browser keeps a `__Host-` cookie only when it is Secure, Path=/ and has
@@ -150,8 +153,14 @@ async def identify(request: HTTPConnection) -> Identity | None:
     """The request's identity, found once and kept on the request."""
     if _IDENTITY not in request.scope:
         identities: Identities = request.app.state.identities
-        request.scope[_IDENTITY] = await identities.of(request)
-    found: Identity | None = request.scope[_IDENTITY]
+        request.scope[_IDENTITY] = found = await identities.of(request)
+        if found is not None and found.signed_in and (schedules := getattr(request.app.state, "schedules", None)):
+            # who they are now picks the policy their schedules fire under (chats/schedules.py `seen`)
+            try:
+                await schedules.seen(found.person.owner, email=found.person.email, groups=found.person.groups)
+            except Exception:  # the request goes on; the next one notes it again (nothing was cached)
+                log.warning("web: could not note who a person is now for their schedules")
+    found = request.scope[_IDENTITY]
     return found
 
 

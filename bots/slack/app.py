@@ -30,6 +30,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
+from agent.access.policy import Asker
 from agent.app import AgentApp
 from agent.config import ConfigError, Settings
 from bots.slack import blocks, refusals
@@ -72,7 +73,7 @@ class SlackBot:
         self._pacing = state.pacing
         self._policies = agent.policies
         wants = wants_groups(self._policies) if self._policies is not None else False
-        self.people = SlackPeople(lambda: self.client, wants_groups=wants, ttl_s=IDENTITY_TTL_S)
+        self.people = SlackPeople(lambda: self.client, wants_groups=wants, ttl_s=IDENTITY_TTL_S, seen=self._seen)
         # For the web: whether a signed-in person is in a channel an answer was asked in (chats/audiences.py).
         self.channel_members = SlackChannelMembers(
             lambda: self.client,
@@ -243,6 +244,12 @@ class SlackBot:
         """The schedule modal submitted: made, or Slack shows what to fix beside each field."""
         errors = await self.schedules.submitted(body)
         await (ack(response_action="errors", errors=errors) if errors else ack())
+
+    async def _seen(self, owner: str, asker: Asker) -> None:
+        """Who a person asking in Slack is now: their schedules fire under the policy that picks."""
+        await self._state.schedules.seen(
+            owner, email=asker.email, slack_user=asker.slack_user, slack_usergroups=asker.slack_usergroups
+        )
 
     def outlet(self) -> SlackOutlet:
         """Where schedules made in Slack deliver (process/scheduler.py)."""

@@ -55,8 +55,11 @@ class SlackPeople:
         wants_groups: bool = False,
         ttl_s: float = 60.0,
         max_entries: int = 10_000,
+        seen: Callable[[str, Asker], Awaitable[None]] | None = None,
     ) -> None:
         self._client, self._wants_groups = client, wants_groups
+        # Told who each person looked up is now (the kit's schedules pick their owner's policy from it)
+        self._seen = seen
         self._people: Recent[tuple[str, str], SlackPerson] = Recent(ttl_s, max_entries)
         self._groups: Recent[str, Mapping[str, frozenset[str]]] = Recent(ttl_s, 100)
 
@@ -72,6 +75,11 @@ class SlackPeople:
             return SlackPeople.unlooked(user_team or team, user, unknown.missing_scope)
         # Kept no longer than the groups read it was built from: a group left is lost within the TTL.
         self._people.put((team, user), found, until=groups_until)
+        if self._seen is not None and found.asker is not None:
+            try:
+                await self._seen(found.person.owner, found.asker)
+            except Exception:  # never raises: the question goes on; their schedules keep the last sighting
+                log.warning("slack: could not note who a person is now for their schedules")
         return found
 
     @staticmethod

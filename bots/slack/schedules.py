@@ -149,7 +149,7 @@ class SlackSchedules:
             fire_policy(self._policies, draft)
             made = await self._store.create(person.person.owner, draft)
         except (AccessLost, ScheduleError) as exc:
-            return {"where": str(exc)}
+            return {_field_of(str(exc)) if "cadence" in str(exc).lower() else "where": str(exc)}
         await self._say(
             channel,
             user,
@@ -334,6 +334,11 @@ class SlackOutlet:
         if not user or not await self._members.has_user(where[1], user):
             return "You are no longer in the channel it posts to, so this schedule has stopped."
         return None
+
+    async def reads(self, schedule: Schedule, team: str, channel: str) -> bool:
+        """Whether the schedule's owner is in `channel` now (the one its answer was asked in)."""
+        user = schedule.draft.asker.slack_user
+        return user is not None and await self._members.has_user(channel, user)
 
     async def deliver(self, delivered: Delivered) -> None:
         client, where = self._client(), slack_of(delivered.schedule.draft.destination)

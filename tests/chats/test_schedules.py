@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from agent.access.policy import Asker
 from chats.schedules import (
     INBOX,
     Alert,
@@ -225,3 +226,98 @@ async def test_retention_sweeps_old_deliveries_and_schedules_left_stopped_but_ke
         assert [s.id for s in await store.list_for(ANN)] == [running.id]
     finally:
         state.close()
+
+
+async def test_a_schedule_whose_cadence_no_longer_reads_still_lists_and_stops_alone_when_due(
+    state_location: Path | str,
+) -> None:
+    """A stored zone tzdata dropped: the schedule lists (to be edited or deleted), and claiming it stops it
+    with its reason while every other due schedule is claimed."""
+    clock = MovedClock(datetime(2026, 3, 27, 12, tzinfo=UTC))
+    (state,) = _stores(state_location, clock)
+    try:
+        store = state.schedules
+        broken = await store.create(BOB, _draft())
+        await store.create(ANN, _draft())
+        await state.file.run(
+            lambda c: c.execute(
+                "UPDATE schedules SET cadence = ? WHERE id = ?",
+                ('{"kind": "daily", "timezone": "Mars/Olympus_Mons", "at": "09:00"}', broken.id),
+            )
+        )
+        (listed,) = await store.list_for(BOB)
+        assert listed.as_json()["when"] == "every day at 09:00 (Mars/Olympus_Mons)"
+        clock.to(datetime(2026, 3, 28, 8, tzinfo=UTC))
+        (fire,) = await store.claim_due("w1")
+        assert fire.schedule.owner == ANN
+        stopped = await store.get(broken.id, owner=BOB)
+        assert stopped is not None and stopped.state == "stopped" and "Mars/Olympus_Mons" in stopped.stopped_reason
+        assert not await store.resume(broken.id, owner=BOB), "it resumes once its owner gives it a cadence that reads"
+        assert await store.edit(broken.id, owner=BOB, cadence=DAILY_9_BERLIN) is not None
+        assert await store.resume(broken.id, owner=BOB)
+    finally:
+        state.close()
+
+
+async def test_who_an_owner_is_now_replaces_who_they_were_in_their_schedules_alone(
+    state_location: Path | str,
+) -> None:
+    clock = MovedClock(datetime(2026, 3, 27, 12, tzinfo=UTC))
+    (state,) = _stores(state_location, clock)
+    try:
+        store = state.schedules
+        made = await store.create(
+            ANN, _draft(asker=Asker(email="ann@example.com", groups=frozenset({"finance"}), slack_user="U1"))
+        )
+        bobs = await store.create(BOB, _draft(asker=Asker(email="bob@example.com", groups=frozenset({"finance"}))))
+        await store.seen(ANN, email="ann@example.com", groups=frozenset())  # the web: no longer in finance
+        now = await store.get(made.id, owner=ANN)
+        assert now is not None and now.draft.asker.groups == frozenset() and now.draft.asker.slack_user == "U1"
+        await store.seen(ANN, slack_user="U1", slack_usergroups=frozenset({"S1"}))  # Slack keeps the web's part
+        now = await store.get(made.id, owner=ANN)
+        assert now is not None and now.draft.asker.slack_usergroups == frozenset({"S1"})
+        assert now.draft.asker.email == "ann@example.com" and now.draft.asker.groups == frozenset()
+        kept = await store.get(bobs.id, owner=BOB)
+        assert kept is not None and kept.draft.asker.groups == frozenset({"finance"})
+    finally:
+        state.close()
+
+
+async def test_a_delivery_is_found_by_its_id_for_its_owner_alone(state_location: Path | str) -> None:
+    clock = MovedClock(datetime(2026, 3, 27, 12, tzinfo=UTC))
+    (state,) = _stores(state_location, clock)
+    try:
+        store = state.schedules
+        made = await store.create(ANN, _draft())
+        item = await store.deliver_to_inbox(made, Delivery("the rows"))
+        found = await store.inbox_item(item.id, owner=ANN)
+        assert found is not None and found.text == "the rows"
+        assert await store.inbox_item(item.id, owner=BOB) is None
+    finally:
+        state.close()
+
+
+async def test_a_cadence_firing_more_often_than_the_floor_is_refused_by_the_store(
+    state_location: Path | str,
+) -> None:
+    assert Cadence("cron", cron="*/15 * * * *").shortest_gap(0) == 15 * 60
+    clock = MovedClock(datetime(2026, 3, 27, 12, tzinfo=UTC))
+    (state,) = _stores(state_location, clock)
+    try:
+        with pytest.raises(ScheduleError, match="cadence"):
+            await state.schedules.create(ANN, _draft(cadence=Cadence("cron", cron="*/5 * * * *")))
+        made = await state.schedules.create(ANN, _draft(cadence=Cadence("cron", cron="*/15 * * * *")))
+        with pytest.raises(ScheduleError, match="cadence"):
+            await state.schedules.edit(made.id, owner=ANN, cadence=Cadence("cron", cron="* 9 * * *"))
+        assert [s.draft.cadence.cron for s in await state.schedules.list_for(ANN)] == ["*/15 * * * *"]
+    finally:
+        state.close()
+
+
+def test_asked_in_the_second_pass_of_a_two_hour_repeat_the_next_fire_is_the_next_days_first() -> None:
+    """Antarctica/Troll sets its clocks back two hours (03:00 +02 to 01:00 +00, 2026-10-25 01:00 UTC): at
+    01:10 of the second pass every minute up to 02:59 fired on the first pass; the walk steps past them
+    (it used to give up after 64 and call the cadence one that never fires)."""
+    troll = Cadence("cron", timezone="Antarctica/Troll", cron="* 1-2 * * *")
+    asked = datetime(2026, 10, 25, 1, 10, tzinfo=UTC).timestamp()
+    assert troll.next_after(asked) == datetime(2026, 10, 26, 1, 0, tzinfo=UTC).timestamp()

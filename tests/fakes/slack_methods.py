@@ -555,7 +555,8 @@ class WebApi:
         }
         opened["root_view_id"] = opened["id"]
         self.ws.views[opened["id"]] = opened
-        return {"view": opened}
+        # docs.slack.dev/reference/methods/views.open, "Response": {"ok": true, "view": {...}}
+        return {"ok": True, "view": opened}
 
     # --- shared checks ---
 

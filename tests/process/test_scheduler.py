@@ -28,6 +28,7 @@ from process.scheduler import Scheduler, Timing
 from tests.fakes.anthropic_api import FakeAnthropic
 from tests.moved_clock import MovedClock
 from tests.postgres import PostgresServer
+from tests.slack_helpers import carriers_script
 
 ANN = "person:email:ann@example.com"
 JFK_SQL = "SELECT count() AS flights FROM nycflights13.flights WHERE origin = 'JFK'"
@@ -326,3 +327,22 @@ async def test_an_eval_run_on_a_schedule_calls_the_wired_job_and_is_skipped_with
     assert await w.tick_at(utc(2026, 3, 29, 7)) == 1
     assert runs == [made.id]
     assert [i.text for i in await w.store.inbox(ANN)] == ["Evals: 18 of 20 passed (90%)."]
+
+
+async def test_a_fire_asked_afresh_over_its_owners_spent_budget_is_skipped_and_they_are_told(
+    world: Callable[..., World], make_app: Callable[..., AgentApp], fake_anthropic: FakeAnthropic
+) -> None:
+    """The fire that crosses the budget is answered (as a question is); the next asks no model, ends
+    skipped, is counted under reason "budget", and its owner finds a notice saying when the budget resets."""
+    w = world(app=make_app(agent_daily_user_tokens=1))
+    fake_anthropic.script(*carriers_script()[:2])
+    hourly = Cadence("cron", timezone="UTC", cron="0 * * * *")
+    made = await w.store.create(ANN, _draft(cadence=hourly, how="ask", question="Which carrier flew the most?"))
+    await w.tick_at(utc(2026, 3, 28, 8))
+    await w.tick_at(utc(2026, 3, 28, 9))
+    assert len(fake_anthropic.requests) == 2
+    assert [f["status"] for f in await w.store.fires(made.id)] == ["done", "skipped"]
+    notice, answered = await w.store.inbox(ANN)
+    assert notice.details.get("notice") and "was not asked this time" in notice.text
+    assert not answered.details.get("notice")
+    assert w.metrics[0].registry.get_sample_value("agent_schedule_skips_total", {"reason": "budget"}) == 1

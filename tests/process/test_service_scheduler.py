@@ -21,7 +21,7 @@ async def _due_schedule(folder: Path) -> None:
     try:
         store = ScheduleStore(state.file, clock=lambda: time.time() - 86_400)
         query = SavedQuery("Q1", "SELECT count() AS flights FROM nycflights13.flights WHERE origin = 'JFK'")
-        cadence = Cadence("cron", cron="*/5 * * * *")
+        cadence = Cadence("cron", cron="*/15 * * * *")  # the shortest AGENT_SCHEDULE_MIN_INTERVAL_S allows
         await store.create(ANN, Draft(title="JFK", question="JFK flights?", cadence=cadence, queries=(query,)))
     finally:
         state.close()

@@ -252,3 +252,46 @@ async def test_a_slack_destination_is_a_channel_the_person_is_in(
     )
     assert [(s.draft.destination, s.draft.asker.slack_user) for s in kept] == [(f"slack:{TEAM}:{CHANNEL}", f"U{ALICE}")]
     assert schedule["summary"] == f"every day at 09:00 (Europe/Paris), to Slack channel {CHANNEL}, re-running its SQL"
+
+
+CHANNEL_READS_JFK_ONLY = """
+contact: "#data-help"
+policies:
+  - name: all-flights
+    members:
+      - email: alice@example.com
+    tables:
+      nycflights13.flights:
+  - name: jfk
+    members:
+      - email: nobody@example.com
+    tables:
+      nycflights13.flights: origin = 'JFK'
+channels:
+  C0FINANCE1: jfk
+  C0ALLFLT01: all-flights
+"""
+ALL_FLIGHTS_CHANNEL = "C0ALLFLT01"
+
+
+async def test_an_edit_moving_a_schedule_into_a_channel_whose_policy_does_not_cover_its_rows_is_refused(
+    make_app: Callable[..., AgentApp], tmp_path: Path, fake_anthropic: FakeAnthropic
+) -> None:
+    """As Slack's modal does (chats/schedule_runs.py `fire_policy`): refused on `destination`, the schedule
+    kept as it was."""
+    access = tmp_path / "access.yaml"
+    access.write_text(CHANNEL_READS_JFK_ONLY, encoding="utf-8")
+    members = Members({(TEAM, CHANNEL): {ALICE}, (TEAM, ALL_FLIGHTS_CHANNEL): {ALICE}})
+    slack = {"slack_bot_token": "xoxb-test", "slack_signing_secret": "s"}
+    async with Served(
+        make_app, tmp_path, channel_members=members, agent_access_file=str(access), **slack, **PROXY_MODE
+    ) as ours:
+        run_id = await alices_run(ours, fake_anthropic)
+        alice = ours.client(email=ALICE)
+        schedule = await made(alice, daily(run_id, destination={"to": "slack", "channel": ALL_FLIGHTS_CHANNEL}))
+        moved = await alice.patch(
+            f"/api/schedules/{schedule['id']}", json=daily(destination={"to": "slack", "channel": CHANNEL})
+        )
+        kept = (await alice.get(f"/api/schedules/{schedule['id']}")).json()["schedule"]
+    assert moved.status_code == 400 and moved.json()["error"].startswith("destination:"), moved.text
+    assert kept["destination"] == f"slack:{TEAM}:{ALL_FLIGHTS_CHANNEL}"

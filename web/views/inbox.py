@@ -25,7 +25,6 @@ from web.views import page
 Handler = Callable[[Request], Awaitable[Response]]
 DELIVERY_ID = re.compile(r"[0-9a-f]{32}")  # as the store makes them (uuid4's hex)
 LISTED = 100  # the newest deliveries the inbox lists
-FOUND_AMONG = 1_000  # the newest deliveries one is looked up among (chats/schedules.py has no lookup by id)
 
 
 def routes(api: Callable[[Handler], Handler], state: ChatState, settings: Settings) -> list[BaseRoute]:
@@ -81,10 +80,10 @@ class InboxViews:
     async def _owned(self, request: Request) -> tuple[InboxItem, Identity]:
         delivery_id = request.path_params["delivery_id"]
         identity = await require_identity(request)
-        found = [i for i in await self._store.inbox(identity.person.owner, limit=FOUND_AMONG) if i.id == delivery_id]
-        if not found:
+        found = await self._store.inbox_item(delivery_id, owner=identity.person.owner)
+        if found is None:
             raise _missing(delivery_id)
-        return found[0], identity
+        return found, identity
 
     async def _count_change(self, request: Request, identity: Identity) -> None:
         await check_rate(self._changes, asker_key(request, identity), "changes to the inbox")

@@ -22,6 +22,7 @@ from starlette.routing import BaseRoute, Route
 from agent.access.policy import Asker
 from agent.config import Settings
 from chats.rate_limits import RateLimit
+from chats.schedule_runs import AccessLost, fire_policy
 from chats.schedules import INBOX, Draft, SavedQuery, Schedule, ScheduleError, ScheduleStore, slack_of
 from chats.state import ChatState
 from web.boundary import HttpError, check_json_content_type, check_rate, read_json_body
@@ -110,6 +111,7 @@ class ScheduleViews:
             raise missing
         if body.alert is not None:
             draft = await _watching(request, draft, body.alert)
+        _deliverable(request, draft)
         made = await _kit(self._store.create(person.owner, draft))
         return JSONResponse({"schedule": described(made)}, status_code=201)
 
@@ -124,6 +126,8 @@ class ScheduleViews:
             # the kit keeps who made it as they were then (chats/schedules.py `Draft.asker`): a Slack user it
             # never knew would be refused at its first post
             raise HttpError(400, "destination: a schedule made for your inbox cannot move to Slack; make a new one")
+        if destination != schedule.draft.destination:
+            _deliverable(request, replace(schedule.draft, destination=destination))
         edited = await _kit(
             self._store.edit(
                 schedule.id,
@@ -168,6 +172,17 @@ async def _kit(made: Awaitable[Any]) -> Any:
         return await made
     except (ScheduleError, ValueError) as exc:
         raise HttpError(400, str(exc)) from None
+
+
+def _deliverable(request: Request, draft: Draft) -> None:
+    """Slack's modal's check (chats/schedule_runs.py `fire_policy`) as it is made: a schedule whose rows its
+    destination's readers may not all read would only stop at its first fire, so it is refused now."""
+    policies = web_context(request).agent.policies
+    for checked, field in ((replace(draft, destination=INBOX), ""), (draft, "destination: ")):
+        try:
+            fire_policy(policies, checked)
+        except AccessLost as lost:  # first one's own access, then the destination's readers'
+            raise HttpError(400, f"{field}{lost.reason}; it could not deliver there.") from None
 
 
 def destinations(request: Request) -> dict[str, bool]:

@@ -222,3 +222,23 @@ def test_recent_forgets_after_its_ttl_and_keeps_at_most_its_bound() -> None:
     assert recent.get("k3") == 3
     now[0] = 10.0
     assert recent.get("k3") is None and len(recent) == 2
+
+
+async def test_each_person_looked_up_is_told_to_whoever_keeps_who_they_are_now(
+    fake_slack: FakeSlack, client: AsyncWebClient
+) -> None:
+    """The kit's schedules pick their owner's policy from who they are now (chats/schedules.py `seen`): each
+    fresh lookup (a question) reports the person's owner and asker; one that cannot be reported loses nothing."""
+    told: list[tuple[str, Asker]] = []
+
+    async def seen(owner: str, asker: Asker) -> None:
+        told.append((owner, asker))
+
+    found = await SlackPeople(lambda: client, seen=seen).person(TEAM_ID, HUMAN_ID)
+    assert told == [(person_owner(f"email:{HUMAN_EMAIL}"), Asker(email=HUMAN_EMAIL, slack_user=HUMAN_ID))]
+
+    async def broken(owner: str, asker: Asker) -> None:
+        raise ConnectionError("the state is down")
+
+    again = await SlackPeople(lambda: client, seen=broken).person(TEAM_ID, HUMAN_ID)
+    assert again == found

@@ -7,9 +7,11 @@ the schedule."""
 from __future__ import annotations
 
 import json
+import logging
 from datetime import UTC, datetime
 from typing import Any
 
+import pytest
 from prometheus_client import CollectorRegistry
 
 from agent.metrics import Metrics
@@ -193,3 +195,24 @@ async def test_an_alert_made_in_the_modal_posts_once_while_it_holds(
     assert await scheduler.tick() == 1
     assert len(fake_slack.calls("chat.postMessage")) == posts + 1, "still holding: not posted again"
     assert metrics.registry.get_sample_value("agent_schedule_skips_total", {"reason": "condition"}) == 1
+
+
+async def test_the_modal_opens_without_a_refusal_and_refuses_a_cadence_too_often_or_a_nan_threshold(
+    start_bot: Any, fake_slack: FakeSlack, fake_anthropic: FakeAnthropic, caplog: pytest.LogCaptureFixture
+) -> None:
+    """views.open answers {"ok": true, "view": ...} (docs.slack.dev/reference/methods/views.open), so opening
+    the modal logs no refusal; a cadence firing every minute is refused on its cron field (the store's floor,
+    AGENT_SCHEDULE_MIN_INTERVAL_S), and a threshold of "nan" on the threshold field, as the web refuses both."""
+    bot = await start_bot(agent_scheduler=False)
+    with caplog.at_level(logging.WARNING):
+        view = await _repeat(bot, fake_slack, fake_anthropic)
+    assert not [r for r in caplog.records if "schedule modal" in r.getMessage()], caplog.text
+    every_minute = await bot.click(
+        events.view_submission(view, {"kind": "cron", "cron": "* * * * *", "timezone": "UTC"})
+    )
+    assert set(every_minute.json()["errors"]) == {"cron"}, every_minute.text
+    nan = await bot.click(
+        events.view_submission(view, {"timezone": "UTC", "alert": "above", "column": "n", "threshold": "nan"})
+    )
+    assert set(nan.json()["errors"]) == {"threshold"}, nan.text
+    assert bot.service is not None and await bot.service.state.schedules.list_for(ALICE) == []

@@ -83,6 +83,7 @@ SLACK_FAILURES = (
     "slack_scope",
     "slack_busy",
     "asker_unknown",
+    "lost",
     "internal",
 )
 SLACK_DUPLICATES = ("event", "message")

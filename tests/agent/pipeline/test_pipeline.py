@@ -445,6 +445,7 @@ def test_metric_labels_are_bounded(metrics) -> None:
     labels = {name for family in metrics.registry.collect() for s in family.samples for name in s.labels}
     bounded = {"interface", "classification", "outcome", "role", "status", "type", "guard", "reason", "le"}
     bounded |= {"code", "kind", "value", "delivery"}  # SQL error codes, budget kinds, thumbs, Slack deliveries
+    bounded |= {"timing", "stage", "destination"}  # schedules: on time or late, where a fire failed, inbox or Slack
     assert labels <= bounded
 
 

@@ -66,6 +66,7 @@ PUSH_COALESCE_S = 0.005  # on PostgreSQL, events that come this close together a
 PUSHED_CHECK_S = 1.0  # on PostgreSQL, how often a reader woken by nothing checks on the run's owner
 SHARED_APPEARS_S = 1.0  # how long a reader waits for a run started a moment ago to be shared
 DURABLE_INTERFACES = ("web", "slack")  # the runs kept for a takeover: a CLI or eval run has nobody to deliver to
+STORED_CHECK_S = 1.0  # how often a reader of a quiet shared log looks for the stored turn (a copy left behind)
 STREAM_MARGIN_S = 2.0  # on shutdown, after the grace period: for cancelled runs' last events to reach readers
 
 
@@ -704,7 +705,7 @@ class RunRegistry:
         every SHARED_POLL_S on SQLite (PUSHED_CHECK_S on PostgreSQL, to check on the owner)."""
         assert self._shared is not None
         position, patience = after, PUSHED_CHECK_S if self._shared.pushes else SHARED_POLL_S
-        touched = float("-inf")
+        touched = stored_checked = float("-inf")
         while True:
             woken.clear()  # before the read: news during it wakes the next wait at once
             fresh = await self._shared.events_after(run_id, position)
@@ -714,13 +715,21 @@ class RunRegistry:
                 position = number
                 if name == "done":
                     return
-            if not fresh:  # while the run's owner is alive its shared log is whole: no need of the stored turn
+            if not fresh:
                 live = await self._shared.find(run_id)
                 # done and taken out of the shared log, or its owner died and no host will take the run over
                 if live is None or (not live.owner_alive and not await self._taken_over_soon(run_id)):
                     async for event in self._rest_of(run_id, position, live):
                         yield event
                     return
+                # Its owner is alive but its copy may have been left behind (a failed close): now and then,
+                # look for the stored turn, which ends the run for its readers whatever the copy says.
+                if time.monotonic() - stored_checked >= STORED_CHECK_S:
+                    stored_checked = time.monotonic()
+                    if await self._store.run_events(run_id) is not None:
+                        async for event in self._rest_of(run_id, position, live):
+                            yield event
+                        return
             if time.monotonic() - touched >= patience:  # the owner must not cancel it as abandoned
                 await self._shared.touch(run_id)
                 touched = time.monotonic()

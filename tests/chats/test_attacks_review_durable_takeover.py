@@ -81,3 +81,57 @@ async def test_a_frozen_host_that_wakes_writes_nothing_into_the_log_of_the_run_a
     assert "A late answer from the frozen host." not in str(shared)
     first.task.cancel()
     await asyncio.gather(first.task, return_exceptions=True)
+
+
+async def test_a_run_stored_before_its_host_died_still_settles_its_askers_budget(hosts) -> None:
+    """Finding: the first host stores the turn, then `_end` forgets the durable row and only then calls
+    `on_done` (the asker's daily budget settled to the answer's receipt). A host dying between storing and
+    forgetting leaves the row; the taker finds the turn stored and returns None (chats/runs.py `take_over`)
+    without calling `on_done`: the answer's spending is never counted against the asker's budget (the hold
+    only lapses). Safe: a run found stored still settles (with its stored receipt), once."""
+    runner_a = StoppingRunner()
+    a, b = hosts(runner_a), hosts(StoppingRunner())
+    first = await _started_and_stopped(a, runner_a)
+    answered = RunResult(question="Which airport?", answer="EWR [Q1].")
+    await a._store.save_turn(first.conversation_id, first.run_id, answered, [e.as_dict() for e in first.events])
+    # The host dies right after storing, its row not yet forgotten (its task stays frozen: it never runs on).
+    assert a._durable is not None
+    a._durable._file.now(lambda c: c.execute("UPDATE durable_runs SET lease_until = 1, holder = 'dead'"))
+    assert b._durable is not None
+    kept = await b._durable.claim_lapsed({"web"})
+    assert kept is not None
+    settled: list[RunResult] = []
+
+    async def on_done(result: RunResult) -> None:
+        settled.append(result)
+
+    assert await b.take_over(kept, OPS, on_done=on_done) is None
+    assert len(settled) == 1, "the asker's hold was never settled"
+
+
+async def test_a_takeover_that_fails_to_start_does_not_leave_the_run_held_forever(hosts, monkeypatch) -> None:
+    """Finding: `claim_lapsed` makes this host the holder; when `take_over` then fails (the shared log or the
+    reports away for a moment), `watch` logs it and goes on, renewing the lease of a run nobody drives: no
+    other host may take it, and its readers wait forever. Safe: a claimed run that could not be started is
+    released (its lease lapsed again) or ended with a message."""
+    runner_a = StoppingRunner()
+    a, b = hosts(runner_a), hosts(StoppingRunner())
+    first = await _started_and_stopped(a, runner_a)
+    lapse(a)
+    assert b._durable is not None and b._shared is not None
+
+    async def away(*args: Any) -> Any:
+        raise ConnectionError("the database went away for a moment")
+
+    monkeypatch.setattr(b._shared, "events_after", away)
+    kept = await b._durable.claim_lapsed({"web"})
+    assert kept is not None
+    try:
+        handle = await b.take_over(kept, OPS)
+    except ConnectionError:
+        handle = None
+    monkeypatch.undo()
+    await b._durable.renew()  # the watcher's next pass
+    driven = handle is not None and handle.task is not None
+    assert driven or not await b._durable.held_here(first.run_id), "held and renewed, driven by nobody"
+    runner_a.more.set()

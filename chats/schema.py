@@ -388,6 +388,12 @@ def _durable_runs(conn: sqlite3.Connection) -> None:
     conn.execute("CREATE INDEX IF NOT EXISTS durable_runs_by_holder ON durable_runs (holder)")
 
 
+def _live_run_policy(conn: sqlite3.Connection) -> None:
+    """A run live on a host keeps the name of its policy, so a reader on another host gets its rows only where
+    their policy covers it (web/views/run_events.py). The same on both backends."""
+    conn.execute("ALTER TABLE live_runs ADD COLUMN policy TEXT NOT NULL DEFAULT ''")
+
+
 Step = Callable[[sqlite3.Connection], None]
 
 # Step n brings a file at version n - 1 to version n. A release that changes a table appends a step,
@@ -402,6 +408,7 @@ STEPS: tuple[Step, ...] = (
     _eval_runs,
     _durable_runs,
     _reports,
+    _live_run_policy,
 )
 POSTGRES_STEPS: tuple[Step, ...] = (
     _postgres_tables,
@@ -413,6 +420,7 @@ POSTGRES_STEPS: tuple[Step, ...] = (
     _postgres_eval_runs,
     _durable_runs,
     _reports,
+    _live_run_policy,
 )
 VERSION = len(STEPS)
 

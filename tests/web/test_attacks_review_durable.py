@@ -44,7 +44,9 @@ async def _live_elsewhere(site: Served, run_id: str) -> str:
     assert stored is not None and site.state.shared_runs is not None
     conversation_id, events = stored
     other = uuid.uuid4().hex
-    await site.state.shared_runs.open(other, conversation_id)
+    policy = await site.state.conversations.run_policy(run_id)  # as its host opens it: under the run's policy
+    assert policy
+    await site.state.shared_runs.open(other, conversation_id, policy)
     rows = [(e["id"], e["event"], {**e["data"], "run_id": other}) for e in events]
     await site.state.shared_runs.add(other, rows, beat=True)
     assert EWR_COUNT in json.dumps(rows), "the run's events carry Newark's count"

@@ -312,9 +312,7 @@ class RunRegistry:
             await self._durable.release([kept.run_id])  # held by nobody: another host (or this one) tries again
             raise
 
-    async def _settle_stored(
-        self, kept: DurableRun, on_done: Callable[[RunResult], Awaitable[None]] | None
-    ) -> None:
+    async def _settle_stored(self, kept: DurableRun, on_done: Callable[[RunResult], Awaitable[None]] | None) -> None:
         """A run found stored (its host died between storing it and forgetting it): its asker's hold settled
         to the stored receipt, once (the row is forgotten right after)."""
         assert self._durable is not None

@@ -38,16 +38,18 @@ async def run_events(request: Request) -> Response:
             events = withheld_events(events)  # read under a policy its owner no longer holds whole
         return event_stream(replayed(events, after), web.stream_grace_s)
     identity = await require_identity(request)
-    shown: list[Shown | None] = []  # as for a run live here: rows withheld where the reader's policy falls short
+    showing: list[Shown | None] = []  # as for a run live here: rows withheld where the reader's policy falls short
 
     async def may_read(run: LiveRun) -> bool:
         owner = await web.store.owner_of(run.conversation_id, interface=WEB)
         if owner is None or not await web.audiences.includes(identity.person, owner):
             return False
-        shown.append(None if covered(request, run.policy, reader_policy(request, identity, owner)) else withheld_events)
+        showing.append(
+            None if covered(request, run.policy, reader_policy(request, identity, owner)) else withheld_events
+        )
         return True
 
     elsewhere = await web.runs.follow_elsewhere(run_id, after, interface=WEB, may_read=may_read)  # another worker
     if elsewhere is None:
         raise missing
-    return event_stream(live(singly(elsewhere), shown[-1]), web.stream_grace_s)
+    return event_stream(live(singly(elsewhere), showing[-1]), web.stream_grace_s)

@@ -193,8 +193,8 @@ class DurableRuns:
                     [(run_id, self.host) for run_id in ids],
                 )
 
+        self._driving.difference_update(ids)  # first: should the write fail, the lease still lapses
         await self._file.run(write)
-        self._driving.difference_update(ids)
 
     async def claim_lapsed(self, interfaces: Collection[str]) -> DurableRun | None:
         """One run of these interfaces whose lease lapsed, now held by this host; None when there is none.

@@ -390,8 +390,12 @@ def _durable_runs(conn: sqlite3.Connection) -> None:
 
 def _live_run_policy(conn: sqlite3.Connection) -> None:
     """A run live on a host keeps the name of its policy, so a reader on another host gets its rows only where
-    their policy covers it (web/views/run_events.py). The same on both backends."""
-    conn.execute("ALTER TABLE live_runs ADD COLUMN policy TEXT NOT NULL DEFAULT ''")
+    their policy covers it (web/views/run_events.py). The same on both backends; a file migrated again from an
+    earlier version (one from before versions) may have it already."""
+    if not isinstance(conn, sqlite3.Connection):
+        conn.execute("ALTER TABLE live_runs ADD COLUMN IF NOT EXISTS policy TEXT NOT NULL DEFAULT ''")
+    elif "policy" not in {row[1] for row in conn.execute("PRAGMA table_info(live_runs)")}:
+        conn.execute("ALTER TABLE live_runs ADD COLUMN policy TEXT NOT NULL DEFAULT ''")
 
 
 Step = Callable[[sqlite3.Connection], None]

@@ -31,8 +31,8 @@ from pydantic import ValidationError
 
 from agent.runner import Checkpoint
 from chats.audit import Origin
-from chats.state_file import StateFile, write_transaction
-from chats.state_postgres import PostgresFile
+from chats.state_file import SQLITE_NOW, StateFile, write_transaction
+from chats.state_postgres import POSTGRES_NOW, PostgresFile
 
 log = logging.getLogger(__name__)
 RENEWALS_PER_LEASE = 3  # a lease is renewed (and lapsed ones looked for) this many times per lease
@@ -97,17 +97,13 @@ def host_id() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
 
 
-# The database's clock, in seconds since the epoch: leases are stamped and judged by one clock, whatever the
-# hosts' own clocks say (one running ahead would find every other host's live lease lapsed).
-_POSTGRES_NOW = "CAST(EXTRACT(EPOCH FROM clock_timestamp()) AS DOUBLE PRECISION)"
-_SQLITE_NOW = "((julianday('now') - 2440587.5) * 86400.0)"
-
-
 class DurableRuns:
     def __init__(self, file: StateFile, *, lease_s: float, host: str | None = None) -> None:
         self._file, self.lease_s = file, lease_s
         self.host = host or host_id()
-        self._now = _POSTGRES_NOW if isinstance(file, PostgresFile) else _SQLITE_NOW
+        # Leases are stamped and judged by the database's clock, whatever the hosts' own clocks say (one
+        # running ahead would find every other host's live lease lapsed).
+        self._now = POSTGRES_NOW if isinstance(file, PostgresFile) else SQLITE_NOW
         self._driving: set[str] = set()  # the runs this host drives: the only leases it renews
 
     async def begin(self, run: DurableRun) -> None:

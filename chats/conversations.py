@@ -374,6 +374,13 @@ class ConversationStore:
         )
         return str(row["policy"]) if row else None
 
+    async def run_receipt(self, run_id: str) -> Receipt | None:
+        """What the stored run spent (None: nothing recorded, or no such run)."""
+        row = await self._file.run(
+            lambda c: c.execute("SELECT receipt FROM turns WHERE run_id = ?", (run_id,)).fetchone()
+        )
+        return Receipt.model_validate_json(row["receipt"]) if row and row["receipt"] != "null" else None
+
     async def run_events(
         self, run_id: str, *, interface: Interface | None = None
     ) -> tuple[str, list[dict[str, Any]]] | None:

@@ -24,14 +24,15 @@ import sqlite3
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Collection
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from pydantic import ValidationError
 
 from agent.runner import Checkpoint
 from chats.audit import Origin
-from chats.state_file import StateFile, write_transaction
+from chats.state_file import SQLITE_NOW, StateFile, write_transaction
+from chats.state_postgres import POSTGRES_NOW, PostgresFile
 
 log = logging.getLogger(__name__)
 RENEWALS_PER_LEASE = 3  # a lease is renewed (and lapsed ones looked for) this many times per lease
@@ -54,6 +55,7 @@ class DurableRun:
     checkpoint: str | None = None  # the latest Checkpoint's JSON (None: none yet)
     created_at: float = field(default_factory=time.time)
     takeovers: int = 0  # times another host claimed it
+    unreadable: bool = False  # its row is torn, or another release's this one cannot read: it ends, not resumes
 
     def saved(self) -> Checkpoint | None:
         """The checkpoint to resume from; None when there is none, or this release cannot read it."""
@@ -76,6 +78,8 @@ class ResumeLimits:
 
     def why_not(self, run: DurableRun, now: float | None = None) -> str | None:
         """What its reader is told when `run` may not be resumed; None when it may."""
+        if run.unreadable:
+            return lost_message("this server's release cannot read what was kept of it")
         if run.takeovers > self.max_resumes:
             return lost_message(f"its servers stopped {run.takeovers} times")
         if (now if now is not None else time.time()) - run.created_at > self.max_age_s:
@@ -97,32 +101,38 @@ class DurableRuns:
     def __init__(self, file: StateFile, *, lease_s: float, host: str | None = None) -> None:
         self._file, self.lease_s = file, lease_s
         self.host = host or host_id()
+        # Leases are stamped and judged by the database's clock, whatever the hosts' own clocks say (one
+        # running ahead would find every other host's live lease lapsed).
+        self._now = POSTGRES_NOW if isinstance(file, PostgresFile) else SQLITE_NOW
+        self._driving: set[str] = set()  # the runs this host drives: the only leases it renews
 
     async def begin(self, run: DurableRun) -> None:
         """Keep `run`, held by this host."""
-        until = time.time() + self.lease_s
         row = (
             run.run_id, run.conversation_id, run.interface, run.platform, run.question, run.policy,
             json.dumps(asdict(run.origin)), json.dumps(run.delivery), int(run.followups), run.abandon_after_s,
-            run.checkpoint, self.host, until, run.takeovers, run.created_at,
+            run.checkpoint, self.host, self.lease_s, run.takeovers, run.created_at,
         )  # fmt: skip
+        marks = ", ".join([*"?" * 12, f"{self._now} + ?", "?", "?"])
 
         def write(c: sqlite3.Connection) -> None:
             with write_transaction(c):
-                c.execute(f"INSERT INTO durable_runs ({_COLUMNS}) VALUES ({', '.join('?' * 15)})", row)
+                c.execute(f"INSERT INTO durable_runs ({_COLUMNS}) VALUES ({marks})", row)
 
         await self._file.run(write)
+        self._driving.add(run.run_id)
 
     async def save(self, run_id: str, checkpoint: Checkpoint) -> bool:
         """The run's latest checkpoint, its lease renewed. False: this host no longer holds it (its lease
         lapsed and another host took it over)."""
-        data, until = checkpoint.model_dump_json(), time.time() + self.lease_s
+        data = checkpoint.model_dump_json()
 
         def write(c: sqlite3.Connection) -> int:
             with write_transaction(c):
                 return c.execute(
-                    "UPDATE durable_runs SET checkpoint = ?, lease_until = ? WHERE run_id = ? AND holder = ?",
-                    (data, until, run_id, self.host),
+                    f"UPDATE durable_runs SET checkpoint = ?, lease_until = {self._now} + ? "
+                    "WHERE run_id = ? AND holder = ?",
+                    (data, self.lease_s, run_id, self.host),
                 ).rowcount
 
         return bool(await self._file.run(write))
@@ -147,50 +157,60 @@ class DurableRuns:
                 c.execute("DELETE FROM durable_runs WHERE run_id = ?", (run_id,))
 
         await self._file.run(write)
+        self._driving.discard(run_id)
 
     async def renew(self) -> int:
-        """Every lease this host holds, renewed; how many."""
-        until = time.time() + self.lease_s
+        """The lease of every run this host holds and drives, renewed; how many. A run it holds but does not
+        drive (a takeover that failed to start, a row it could not read) is not renewed: it lapses, and
+        another host takes it."""
+        driving = sorted(self._driving)
+        if not driving:
+            return 0
+        marks = ", ".join("?" * len(driving))
 
         def write(c: sqlite3.Connection) -> int:
             with write_transaction(c):
                 return c.execute(
-                    "UPDATE durable_runs SET lease_until = ? WHERE holder = ?", (until, self.host)
+                    f"UPDATE durable_runs SET lease_until = {self._now} + ? WHERE holder = ? AND run_id IN ({marks})",
+                    (self.lease_s, self.host, *driving),
                 ).rowcount
 
         return int(await self._file.run(write))
 
     async def release(self, run_ids: Collection[str]) -> None:
-        """Let other hosts take these runs over at once (this host stops without finishing them)."""
+        """Let other hosts take these runs over at once (this host stops without finishing them): held by
+        nobody, their leases lapsed."""
         ids = list(run_ids)
 
         def write(c: sqlite3.Connection) -> None:
             with write_transaction(c):
                 c.executemany(
-                    "UPDATE durable_runs SET lease_until = 0 WHERE run_id = ? AND holder = ?",
+                    "UPDATE durable_runs SET lease_until = 0, holder = '' WHERE run_id = ? AND holder = ?",
                     [(run_id, self.host) for run_id in ids],
                 )
 
+        self._driving.difference_update(ids)  # first: should the write fail, the lease still lapses
         await self._file.run(write)
 
     async def claim_lapsed(self, interfaces: Collection[str]) -> DurableRun | None:
         """One run of these interfaces whose lease lapsed, now held by this host; None when there is none.
         Under the state's write lock: of the hosts that look at once, one wins each run."""
-        now, kinds = time.time(), sorted(interfaces)
+        kinds = sorted(interfaces)
         marks = ", ".join("?" * len(kinds))
 
         def claim(c: sqlite3.Connection) -> Any:
             with write_transaction(c):
                 row = c.execute(
-                    f"SELECT {_COLUMNS} FROM durable_runs WHERE lease_until < ? AND interface IN ({marks}) "
+                    f"SELECT {_COLUMNS} FROM durable_runs WHERE lease_until < {self._now} AND interface IN ({marks}) "
                     "ORDER BY lease_until LIMIT 1",
-                    (now, *kinds),
+                    kinds,
                 ).fetchone()
                 if row is None:
                     return None
                 c.execute(
-                    "UPDATE durable_runs SET holder = ?, lease_until = ?, takeovers = takeovers + 1 WHERE run_id = ?",
-                    (self.host, now + self.lease_s, row[0]),
+                    f"UPDATE durable_runs SET holder = ?, lease_until = {self._now} + ?, takeovers = takeovers + 1 "
+                    "WHERE run_id = ?",
+                    (self.host, self.lease_s, row[0]),
                 )
                 return tuple(row)
 
@@ -199,6 +219,7 @@ class DurableRuns:
             return None
         run = _run_of(row)
         run.takeovers += 1
+        self._driving.add(run.run_id)  # the caller takes it over, or releases it (RunRegistry.take_over)
         return run
 
     async def held_here(self, run_id: str) -> bool:
@@ -247,20 +268,34 @@ _COLUMNS = (
 
 
 def _run_of(row: tuple[Any, ...]) -> DurableRun:
+    """The run as its row holds it. A row this release cannot read whole (a torn delivery, another release's
+    origin) is still a run, `unreadable`: it is ended with a message, never held by a host that cannot."""
     (run_id, conversation_id, interface, platform, question, policy, origin, delivery, followups, abandon, saved,
      _holder, _until, takeovers, created_at) = row  # fmt: skip
-    return DurableRun(
+    run = DurableRun(
         run_id=run_id,
         conversation_id=conversation_id,
         interface=interface,
         platform=platform,
         question=question,
         policy=policy,
-        origin=Origin(**json.loads(origin)),
-        delivery=json.loads(delivery),
         followups=bool(followups),
         abandon_after_s=abandon,
         checkpoint=saved,
         created_at=created_at,
         takeovers=takeovers,
     )
+    try:
+        run.origin, run.delivery = _origin_of(json.loads(origin)), json.loads(delivery)
+        if not isinstance(run.delivery, dict):
+            raise TypeError("a delivery context is an object")
+    except (ValueError, TypeError, AttributeError):
+        log.warning("run %s has a row this release cannot read; it is ended, not resumed", run_id)
+        run.unreadable = True
+    return run
+
+
+def _origin_of(stored: dict[str, Any]) -> Origin:
+    """The audit origin as a row keeps it; fields a newer release added are left out (this one has none)."""
+    known = {f.name for f in fields(Origin)}
+    return Origin(**{name: value for name, value in stored.items() if name in known})

@@ -302,11 +302,42 @@ class RunRegistry:
         log continued from the shared log (event numbers go on, so a reader following it gets the rest), its
         queries and rounds resumed from its checkpoint under the policy it ran under. With `refused` (why it
         may not be resumed), or with no checkpoint to resume from, it ends with that message instead, stored
-        as failed: never silence. None when it had in fact ended (its turn is stored)."""
+        as failed: never silence. None when it had in fact ended (its turn is stored; `on_done` is told of its
+        stored receipt, which its host died before it could). A takeover that fails to start (it raises)
+        releases the run for another host."""
         assert self._durable is not None
-        if await self._store.run_events(kept.run_id) is not None:  # stored, then its host died
-            await self._durable.finish(kept.run_id)
-            return None
+        try:
+            if await self._store.run_events(kept.run_id) is not None:  # stored, then its host died
+                await self._settle_stored(kept, on_done)
+                return None
+            return await self._resume(kept, policy, refused, on_done)
+        except Exception:
+            self._runs.pop(kept.run_id, None)
+            await self._durable.release([kept.run_id])  # held by nobody: another host (or this one) tries again
+            raise
+
+    async def _settle_stored(self, kept: DurableRun, on_done: Callable[[RunResult], Awaitable[None]] | None) -> None:
+        """A run found stored (its host died between storing it and forgetting it): its asker's hold settled
+        to the stored receipt, once (the row is forgotten right after)."""
+        assert self._durable is not None
+        if on_done is not None:
+            receipt = await self._store.run_receipt(kept.run_id)
+            try:
+                await on_done(RunResult(question=kept.question, receipt=receipt))
+            except Exception:
+                log.exception("could not finish run %s", kept.run_id)
+        await self._durable.finish(kept.run_id)
+
+    async def _resume(
+        self,
+        kept: DurableRun,
+        policy: Policy | None,
+        refused: str | None,
+        on_done: Callable[[RunResult], Awaitable[None]] | None,
+    ) -> RunHandle:
+        """`take_over`'s run, not yet stored: resumed, or ended with a message."""
+        if kept.unreadable and refused is None:
+            refused = lost_message("this server's release cannot read what was kept of it")
         handle = RunHandle(
             kept.run_id,
             kept.conversation_id,
@@ -371,10 +402,16 @@ class RunRegistry:
         assert self._durable is not None
         await self._flush_shared(handle)
         if not await self._durable.save(handle.run_id, checkpoint):
+            self._lost_lease(handle)
+
+    @staticmethod
+    def _lost_lease(handle: RunHandle) -> None:
+        """Another host took the run over (this one froze past its lease): this copy stops, silently."""
+        if not handle.superseded:
             log.error("run %s lost its lease to another host; this copy stops", handle.run_id)
-            handle.superseded = True
-            if handle.task is not None:
-                handle.task.cancel()
+        handle.superseded = True
+        if handle.task is not None and not handle.task.done():
+            handle.task.cancel()
 
     async def _drive(
         self,
@@ -530,7 +567,7 @@ class RunRegistry:
         the run, so no reader waits on it; a copy superseded by another host's takeover leaves the log to it."""
         assert self._shared is not None
         try:
-            await self._shared.open(handle.run_id, handle.conversation_id)
+            await self._shared.open(handle.run_id, handle.conversation_id, handle.policy)
             beaten = time.monotonic()
             while not handle.superseded:
                 ended = handle.done
@@ -556,7 +593,11 @@ class RunRegistry:
         async with handle.sharing:
             fresh = handle.events[handle.shared_upto :]
             if fresh or beat:
-                await self._shared.add(handle.run_id, [(e.id, e.name, e.data) for e in fresh], beat=beat)
+                rows = [(e.id, e.name, e.data) for e in fresh]
+                holder = self._durable.host if self._durable is not None and handle.durable else None
+                if not await self._shared.add(handle.run_id, rows, beat=beat, holder=holder):
+                    self._lost_lease(handle)  # another host took the run over: its log is that host's now
+                    return
                 handle.shared_upto += len(fresh)
 
     async def _until_fresh(self, handle: RunHandle) -> None:
@@ -674,12 +715,12 @@ class RunRegistry:
         after: int = 0,
         *,
         interface: Interface | None = None,
-        may_read: Callable[[str], Awaitable[bool]] | None = None,
+        may_read: Callable[[LiveRun], Awaitable[bool]] | None = None,
     ) -> AsyncIterator[RunEvent] | None:
         """A run another worker process owns, followed through the shared log; None if there is none
         (or, with `interface`, if its conversation is another interface's, or, with `may_read`, if that
-        says no of its conversation's id). A run started a moment ago may not be shared yet: it is looked
-        for a little while."""
+        says no of it: its conversation, its policy). A run started a moment ago may not be shared yet: it is
+        looked for a little while."""
         if self._shared is None:
             return None
         deadline = time.monotonic() + SHARED_APPEARS_S
@@ -689,7 +730,7 @@ class RunRegistry:
                     return None
                 await _woken_or_after(woken, min(SHARED_POLL_S, deadline - time.monotonic()))
         readable = interface is None or await self._store.exists(live.conversation_id, interface=interface)
-        if not readable or (may_read is not None and not await may_read(live.conversation_id)):
+        if not readable or (may_read is not None and not await may_read(live)):
             await asyncio.sleep(max(0.0, deadline - time.monotonic()))  # not told apart from a run never seen
             return None
         return self._poll_shared(run_id, after)

@@ -401,6 +401,16 @@ def _durable_runs(conn: sqlite3.Connection) -> None:
     conn.execute("CREATE INDEX IF NOT EXISTS durable_runs_by_holder ON durable_runs (holder)")
 
 
+def _live_run_policy(conn: sqlite3.Connection) -> None:
+    """A run live on a host keeps the name of its policy, so a reader on another host gets its rows only where
+    their policy covers it (web/views/run_events.py). The same on both backends; a file migrated again from an
+    earlier version (one from before versions) may have it already."""
+    if not isinstance(conn, sqlite3.Connection):
+        conn.execute("ALTER TABLE live_runs ADD COLUMN IF NOT EXISTS policy TEXT NOT NULL DEFAULT ''")
+    elif "policy" not in {row[1] for row in conn.execute("PRAGMA table_info(live_runs)")}:
+        conn.execute("ALTER TABLE live_runs ADD COLUMN policy TEXT NOT NULL DEFAULT ''")
+
+
 Step = Callable[[sqlite3.Connection], None]
 
 # Step n brings a file at version n - 1 to version n. A release that changes a table appends a step,
@@ -416,6 +426,7 @@ STEPS: tuple[Step, ...] = (
     _durable_runs,
     _reports,
     _report_delivery,
+    _live_run_policy,
 )
 POSTGRES_STEPS: tuple[Step, ...] = (
     _postgres_tables,
@@ -428,6 +439,7 @@ POSTGRES_STEPS: tuple[Step, ...] = (
     _durable_runs,
     _reports,
     _postgres_report_delivery,
+    _live_run_policy,
 )
 VERSION = len(STEPS)
 

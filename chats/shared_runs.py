@@ -46,6 +46,7 @@ class LiveRun:
     conversation_id: str
     beat_at: float
     watched_at: float
+    policy: str = ""  # the name of the policy it runs under ("": none recorded, covered by no reader)
 
     @property
     def owner_alive(self) -> bool:
@@ -85,7 +86,7 @@ class SharedRunLog:
         if found is not None and watched_at is not None and watched_at > found[2]:
             found[1].set()
 
-    async def open(self, run_id: str, conversation_id: str) -> None:
+    async def open(self, run_id: str, conversation_id: str, policy: str = "") -> None:
         now = time.time()
         if self._notices is not None:  # listening before any reader can find the run
             stack = ExitStack()
@@ -94,30 +95,37 @@ class SharedRunLog:
 
         def write(c: sqlite3.Connection) -> None:
             c.execute(
-                "INSERT INTO live_runs VALUES (?, ?, ?, ?) ON CONFLICT (run_id) DO UPDATE SET "
-                "conversation_id = excluded.conversation_id, beat_at = excluded.beat_at, "
-                "watched_at = excluded.watched_at",
-                (run_id, conversation_id, now, now),
+                "INSERT INTO live_runs (run_id, conversation_id, beat_at, watched_at, policy) VALUES (?, ?, ?, ?, ?) "
+                "ON CONFLICT (run_id) DO UPDATE SET conversation_id = excluded.conversation_id, "
+                "beat_at = excluded.beat_at, watched_at = excluded.watched_at, policy = excluded.policy",
+                (run_id, conversation_id, now, now, policy),
             )
             self._notify(c, run_id)
 
         await self._file.run(write)
 
-    async def add(self, run_id: str, events: list[tuple[int, str, dict[str, Any]]], *, beat: bool) -> None:
-        """New events of a run (possibly none), and with `beat`, a heartbeat, in one transaction."""
+    async def add(
+        self, run_id: str, events: list[tuple[int, str, dict[str, Any]]], *, beat: bool, holder: str | None = None
+    ) -> bool:
+        """New events of a run (possibly none), and with `beat`, a heartbeat, in one transaction. With `holder`
+        (a durable run's host, chats/durable.py), nothing is written once another host holds the run: a host
+        that froze past its lease never writes into the log of the host that took it over. False then."""
         rows = [(run_id, number, name, json.dumps(data, ensure_ascii=False)) for number, name, data in events]
         if self._notices is not None:
-            watched_at = await self._file.run(partial(_add_and_notify, run_id, rows, time.time() if beat else None))
-            self._seen_watched(run_id, watched_at)
-            return
+            found = await self._file.run(partial(_add_and_notify, run_id, rows, time.time() if beat else None, holder))
+            self._seen_watched(run_id, found[1])
+            return found[0]
 
-        def write(c: sqlite3.Connection) -> None:
+        def write(c: sqlite3.Connection) -> bool:
             with write_transaction(c):
+                if holder is not None and c.execute(_TAKEN, (run_id, holder)).fetchone() is not None:
+                    return False
                 c.executemany("INSERT INTO live_events VALUES (?, ?, ?, ?) ON CONFLICT DO NOTHING", rows)
                 if beat:
                     c.execute("UPDATE live_runs SET beat_at = ? WHERE run_id = ?", (time.time(), run_id))
+                return True
 
-        await self._file.run(write)
+        return bool(await self._file.run(write))
 
     async def close(self, run_id: str) -> None:
         if (watch := self._watches.pop(run_id, None)) is not None:
@@ -141,10 +149,10 @@ class SharedRunLog:
     async def find(self, run_id: str) -> LiveRun | None:
         row = await self._file.run(
             lambda c: c.execute(
-                "SELECT conversation_id, beat_at, watched_at FROM live_runs WHERE run_id = ?", (run_id,)
+                "SELECT conversation_id, beat_at, watched_at, policy FROM live_runs WHERE run_id = ?", (run_id,)
             ).fetchone()
         )
-        return LiveRun(row[0], row[1], row[2]) if row else None
+        return LiveRun(row[0], row[1], row[2], row[3]) if row else None
 
     async def events_after(self, run_id: str, after: int) -> list[tuple[int, str, dict[str, Any]]]:
         rows = await self._file.run(
@@ -164,26 +172,40 @@ class SharedRunLog:
         await self._file.run(write)
 
 
-def _add_and_notify(run_id: str, rows: list[tuple[str, int, str, str]], beat_at: float | None, c: Any) -> float | None:
-    """PostgreSQL: the events, the beat and the notice in one statement, so one round trip; with a beat, the
-    run's `watched_at`. Only the run's owner writes its rows, so this takes no write lock (the kit's one lock
-    would queue every run's copy behind every other write of every host)."""
+# A durable run another host holds (its holder is not the writer): the writer's copy is fenced out.
+_TAKEN = "SELECT 1 FROM durable_runs WHERE run_id = ? AND holder <> ?"
+
+
+def _add_and_notify(
+    run_id: str, rows: list[tuple[str, int, str, str]], beat_at: float | None, holder: str | None, c: Any
+) -> tuple[bool, float | None]:
+    """PostgreSQL: the events, the beat and the notice in one statement, so one round trip; whether it was
+    written (not fenced out: see `add`) and, with a beat, the run's `watched_at`. Only the run's owner writes
+    its rows, so this takes no write lock (the kit's one lock would queue every run's copy behind every other
+    write of every host)."""
     parts: list[str] = []
     params: list[object] = []
+    if holder is not None:  # the fence, in the same statement (one snapshot) as the writes
+        parts.append(f"fenced AS ({_TAKEN})")
+        params += [run_id, holder]
+    free = " WHERE NOT EXISTS (SELECT 1 FROM fenced)" if holder is not None else ""
     if rows:
-        parts.append(f"added AS (INSERT INTO live_events VALUES {', '.join(['(?, ?, ?, ?)'] * len(rows))} "
+        values = ", ".join(["(?, CAST(? AS INTEGER), ?, ?)"] * len(rows))
+        parts.append(f"added AS (INSERT INTO live_events SELECT * FROM (VALUES {values}) AS v{free} "
                      "ON CONFLICT DO NOTHING)")  # fmt: skip
         params += [value for row in rows for value in row]
     if beat_at is not None:
-        parts.append("beaten AS (UPDATE live_runs SET beat_at = ? WHERE run_id = ? RETURNING watched_at)")
+        parts.append(f"beaten AS (UPDATE live_runs SET beat_at = ? WHERE run_id = ?{free.replace('WHERE', 'AND')} "
+                     "RETURNING watched_at)")  # fmt: skip
         params += [beat_at, run_id]
-    if not parts:
-        return None
+    if not rows and beat_at is None:
+        return True, None
     notify = "pg_notify(?, ?)" if rows else "NULL"  # a beat alone is no news for the readers
     watched = "(SELECT watched_at FROM beaten)" if beat_at is not None else "NULL"
+    taken = "EXISTS (SELECT 1 FROM fenced)" if holder is not None else "FALSE"
     params += [CHANNEL, run_id] if rows else []
-    row = c.execute(f"WITH {', '.join(parts)} SELECT {notify}, {watched}", params).fetchone()
-    return float(row[1]) if row is not None and row[1] is not None else None
+    row = c.execute(f"WITH {', '.join(parts)} SELECT {notify}, {watched}, {taken}", params).fetchone()
+    return not row[2], float(row[1]) if row[1] is not None else None
 
 
 def _forget_dead_owners(c: sqlite3.Connection) -> None:

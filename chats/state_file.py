@@ -32,6 +32,9 @@ STATE_UNAVAILABLE: tuple[type[Exception], ...] = (
     psycopg.ProgrammingError,
 )
 
+# The database's clock in SQL, in seconds since the epoch (chats/durable.py judges leases by it).
+SQLITE_NOW = "((julianday('now') - 2440587.5) * 86400.0)"
+
 
 class StateFile(Protocol):
     """Where the kit's state lives: this SQLite file or a PostgreSQL database."""

@@ -55,6 +55,10 @@ def is_postgres_url(location: object) -> TypeGuard[str]:
     return isinstance(location, str) and location.startswith(("postgresql://", "postgres://"))
 
 
+# The database's clock in SQL, in seconds since the epoch (chats/durable.py judges leases by it).
+POSTGRES_NOW = "CAST(EXTRACT(EPOCH FROM clock_timestamp()) AS DOUBLE PRECISION)"
+
+
 class Row(tuple[Any, ...]):
     """A row by position or by column name, as sqlite3.Row."""
 

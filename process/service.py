@@ -301,9 +301,10 @@ class Service:
 
 def resumed_policy(agent: AgentApp, name: str) -> tuple[Policy | None, bool]:
     """The policy a run taken over ran under, by its name ("" none), and whether it is gone (the policy file
-    no longer has it: the run is not resumed under another)."""
+    no longer has it: the run is not resumed under another). A run of no policy is not resumed on a host with a
+    policy file: it would read unrestricted what this host restricts."""
     if not name:
-        return None, False
+        return None, agent.policies is not None
     policy = agent.policies.named(name) if agent.policies is not None else None
     return policy, policy is None
 

@@ -7,11 +7,12 @@ from __future__ import annotations
 from starlette.requests import Request
 from starlette.responses import Response
 
+from chats.shared_runs import LiveRun
 from web.boundary import HttpError, read_last_event_id
 from web.context import WEB, web_context
 from web.identity import require_identity
 from web.ownership import check_owned
-from web.sse import event_stream, live, replayed, singly
+from web.sse import Shown, event_stream, live, replayed, singly
 from web.withholding import covered, reader_policy, withheld_events
 
 
@@ -37,12 +38,18 @@ async def run_events(request: Request) -> Response:
             events = withheld_events(events)  # read under a policy its owner no longer holds whole
         return event_stream(replayed(events, after), web.stream_grace_s)
     identity = await require_identity(request)
+    showing: list[Shown | None] = []  # as for a run live here: rows withheld where the reader's policy falls short
 
-    async def may_read(conversation_id: str) -> bool:
-        owner = await web.store.owner_of(conversation_id, interface=WEB)
-        return owner is not None and await web.audiences.includes(identity.person, owner)
+    async def may_read(run: LiveRun) -> bool:
+        owner = await web.store.owner_of(run.conversation_id, interface=WEB)
+        if owner is None or not await web.audiences.includes(identity.person, owner):
+            return False
+        showing.append(
+            None if covered(request, run.policy, reader_policy(request, identity, owner)) else withheld_events
+        )
+        return True
 
     elsewhere = await web.runs.follow_elsewhere(run_id, after, interface=WEB, may_read=may_read)  # another worker
     if elsewhere is None:
         raise missing
-    return event_stream(live(singly(elsewhere)), web.stream_grace_s)
+    return event_stream(live(singly(elsewhere), showing[-1]), web.stream_grace_s)

@@ -1,0 +1,51 @@
+"""An outside review's attacks on the library's checkpoints (agent/pipeline/loop.py): how many bytes a run
+of many rounds with big results has its host write, and whether that is bounded.
+
+Measured (8 rounds, each one query of 5,000 rows, the results capped as the model is sent them): checkpoints
+of 0.8, 15.6, 30.2, ... 117.7 KB, one per round, 534 KB written in all; each checkpoint holds every result
+twice (in `messages` as the model was sent it, and in `queries`)."""
+
+from __future__ import annotations
+
+import json
+
+from agent.runner import Checkpoint
+from tests.agent.pipeline.test_checkpoints import Checkpoints, sql
+from tests.fakes.anthropic_api import FakeAnthropic, Reply
+
+ROUNDS = 8
+BIG = "SELECT * FROM nycflights13.flights WHERE month = {m} ORDER BY time_hour, flight LIMIT 5000"
+
+
+async def _checkpoints_of_a_long_run(make_app, fake_anthropic: FakeAnthropic) -> list[str]:
+    fake_anthropic.script(
+        *[Reply(tool_calls=[sql(f"Flights of month {m}", BIG.format(m=m))]) for m in range(1, ROUNDS + 1)],
+        Reply(text="Done [Q1]."),
+    )
+    sink = Checkpoints()
+    await make_app().runner.run("Show me the flights month by month.", checkpoint=sink, followups=False)
+    assert [Checkpoint.model_validate_json(c).rounds for c in sink.stored] == list(range(ROUNDS + 1))
+    return sink.stored
+
+
+async def test_the_bytes_a_run_checkpoints_grow_with_its_rounds_not_their_square(
+    make_app, fake_anthropic: FakeAnthropic
+) -> None:
+    """Finding: every round's checkpoint holds the whole run so far and the store rewrites the row whole
+    (chats/durable.py `save`), so a run of n rounds writes ~n²/2 rounds' worth: 534 KB for 8 rounds whose
+    last checkpoint is 118 KB (4.5x), growing with AGENT_MAX_ROUNDS and a report's rounds. Safe: a round
+    writes what it added (an append-only log of rounds, or only the new messages), so all a run writes stays
+    within a small multiple of its last checkpoint."""
+    stored = await _checkpoints_of_a_long_run(make_app, fake_anthropic)
+    sizes = [len(c.encode()) for c in stored]
+    assert sum(sizes) <= 2.5 * sizes[-1], f"checkpoints of {sizes} bytes: {sum(sizes)} written in all"
+
+
+async def test_a_checkpoint_holds_each_result_once(make_app, fake_anthropic: FakeAnthropic) -> None:
+    """Finding: a checkpoint keeps each query's rows twice, in the messages the model was sent and again in
+    `queries` (their results): half of every checkpoint is a copy. Safe: a result kept once (the other
+    rebuilt from it on resume), so a checkpoint is not much bigger than its messages."""
+    last = Checkpoint.model_validate_json((await _checkpoints_of_a_long_run(make_app, fake_anthropic))[-1])
+    messages = len(json.dumps(last.messages).encode())
+    whole = len(last.model_dump_json().encode())
+    assert whole <= 1.4 * messages, f"a checkpoint of {whole} bytes whose messages are {messages}"

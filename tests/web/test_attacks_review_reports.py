@@ -7,7 +7,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 from agent.app import AgentApp
-from tests.fakes.anthropic_api import FakeAnthropic
+from agent.db import Database
+from tests.agent.pipeline.test_checkpoints import CountingDatabase
+from tests.fakes.anthropic_api import FakeAnthropic, Reply
 from tests.report_helpers import partial_then_resumed_script
 from tests.web.people_helpers import PROXY_MODE, Served
 from tests.web.test_web_reports import ask_report
@@ -81,3 +83,34 @@ async def test_downloads_of_a_hostile_question_are_attachments_with_a_safe_name(
             assert name.endswith(f".{kind}") and not set(name) & set('"/\\\r\n;<>'), name
             assert "set-cookie" not in {k.lower() for k in got.headers}
             assert got.headers.get("x-content-type-options") == "nosniff"
+
+
+async def test_a_report_keeps_the_per_question_rows_read_budget(
+    make_app: Callable[..., AgentApp], tmp_path: Path, fake_anthropic: FakeAnthropic, db: Database
+) -> None:
+    """AGENT_QUESTION_MAX_ROWS_READ (and AGENT_QUESTION_MAX_TOKENS, which the daily budget's reservation holds
+    as one question's worth) bound what one question may spend; the loop swaps them for the report's own
+    budget (`budget = state.report or self._budget`), so asking "report:" instead of a question lifts them.
+    Baseline in the same test: the same two queries asked as a question stop after the first."""
+    from tests.report_helpers import JULY_BY_ORIGIN, MONTHLY, report_script
+    from tests.slack_helpers import sql_call
+    from tests.web_helpers import chat
+
+    counting = CountingDatabase(db)
+    async with Served(make_app, tmp_path, database=counting, agent_question_max_rows_read=1, **PROXY_MODE) as s:
+        ana = s.client(email=ANA)
+        fake_anthropic.script(
+            Reply(tool_calls=[sql_call("Average departure delay per month", MONTHLY)]),
+            Reply(tool_calls=[sql_call("July's delays per origin airport", JULY_BY_ORIGIN)]),
+            Reply(text="Done [Q1]."),
+            Reply(text="[]"),
+        )
+        await chat(ana, "why did delays rise in July?")
+        asked_as_question = len(counting.executed)
+        fake_anthropic.reset()
+        counting.executed.clear()
+        fake_anthropic.script(*report_script())
+        await ask_report(ana, "why did delays rise in July?")
+        asked_as_report = len(counting.executed)
+    assert asked_as_question == 1, "baseline: a question stops at its rows-read budget after one query"
+    assert asked_as_report <= asked_as_question, f"a report ran {asked_as_report} queries past the rows-read budget"

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from agent.app import AgentApp
 from agent.db import Database
@@ -114,3 +115,64 @@ async def test_a_report_keeps_the_per_question_rows_read_budget(
         asked_as_report = len(counting.executed)
     assert asked_as_question == 1, "baseline: a question stops at its rows-read budget after one query"
     assert asked_as_report <= asked_as_question, f"a report ran {asked_as_report} queries past the rows-read budget"
+
+
+WRONG = """## Summary
+Departure delays peaked in July at 21.7 minutes on average [Q1].
+
+## Findings
+- July had the highest average departure delay, 21.7 minutes [Q1] (chart C1)
+- Every origin airport was late in July, EWR most of all [Q2]
+
+## How this was found
+Q1 averaged the departure delay of 77,777 flights per month [Q1].
+
+## Caveats
+About 66,666 flights had no departure time [Q1].
+
+## What could not be answered
+Nothing."""
+
+
+def wrong_everywhere_script(chart_title: str) -> list[Any]:
+    from tests.report_helpers import CHART, JULY_BY_ORIGIN, MONTHLY
+    from tests.slack_helpers import sql_call
+
+    return [
+        Reply(tool_calls=[sql_call("Average departure delay per month", MONTHLY)]),
+        Reply(tool_calls=[sql_call("July's delays per origin airport", JULY_BY_ORIGIN)]),
+        Reply(tool_calls=[("chart", {**CHART, "title": chart_title})]),
+        Reply(text=WRONG),
+        Reply(text=WRONG),
+        Reply(text="[]"),
+    ]
+
+
+async def test_figures_in_the_method_and_caveats_are_marked(
+    make_app: Callable[..., AgentApp], tmp_path: Path, fake_anthropic: FakeAnthropic
+) -> None:
+    """Held: the figure check covers "how this was found" and the caveats, and marks their figures where shown."""
+    fake_anthropic.script(*wrong_everywhere_script("Delay by month"))
+    async with Served(make_app, tmp_path, **PROXY_MODE) as s:
+        ana = s.client(email=ANA)
+        report_id = (await ask_report(ana, "why did delays rise in July?"))[-1].data["result"]["report"]["id"]
+        stored = (await ana.get(f"/api/reports/{report_id}")).json()["report"]
+    marked = {name: [m["text"] for m in marks] for name, marks in stored["marks"].items()}
+    assert any("77,777" in t for t in marked.get("method", [])), marked
+    assert any("66,666" in t for t in marked.get("caveats", [])), marked
+
+
+async def test_a_chart_caption_cannot_carry_a_figure_the_queries_do_not_hold_unmarked(
+    make_app: Callable[..., AgentApp], tmp_path: Path, fake_anthropic: FakeAnthropic
+) -> None:
+    """A chart's title is the model's text, shown as the finding's caption on the page, in the PDF and the
+    Markdown; a figure in it that no cell gives must be checked and marked (or said) like the sections'."""
+    fake_anthropic.script(*wrong_everywhere_script("Delays rose 900% in July"))
+    async with Served(make_app, tmp_path, **PROXY_MODE) as s:
+        ana = s.client(email=ANA)
+        report_id = (await ask_report(ana, "why did delays rise in July?"))[-1].data["result"]["report"]["id"]
+        stored = (await ana.get(f"/api/reports/{report_id}")).json()["report"]
+        markdown = (await ana.get(f"/api/reports/{report_id}.md")).text
+    assert any(c["title"] == "Delays rose 900% in July" for c in stored["charts"]), "the caption is shown as written"
+    failures = [f["text"] for f in (stored["figures"] or {}).get("figures", []) if not f["verified"]]
+    assert any("900" in text for text in failures) or "900%[^" in markdown, (failures, markdown)

@@ -176,3 +176,23 @@ async def test_a_chart_caption_cannot_carry_a_figure_the_queries_do_not_hold_unm
     assert any(c["title"] == "Delays rose 900% in July" for c in stored["charts"]), "the caption is shown as written"
     failures = [f["text"] for f in (stored["figures"] or {}).get("figures", []) if not f["verified"]]
     assert any("900" in text for text in failures) or "900%[^" in markdown, (failures, markdown)
+
+
+async def test_a_report_resting_only_on_empty_results_is_not_complete(
+    make_app: Callable[..., AgentApp], tmp_path: Path, fake_anthropic: FakeAnthropic
+) -> None:
+    """"Never a confident report from nothing": a finding whose only citation is a query that returned no row
+    rests on nothing, yet `answered` counts every query that did not fail, so the report is `complete`."""
+    from tests.slack_helpers import sql_call
+
+    empty = "SELECT origin, count() AS n FROM nycflights13.flights WHERE origin = 'ZZZ' GROUP BY origin"
+    text = "## Summary\nDelays at ZZZ fell sharply [Q1].\n\n## Findings\n- ZZZ is the most punctual airport [Q1]\n"
+    fake_anthropic.script(
+        Reply(tool_calls=[sql_call("Flights from ZZZ", empty)]), Reply(text=text), Reply(text=text), Reply(text="[]")
+    )
+    async with Served(make_app, tmp_path, **PROXY_MODE) as s:
+        ana = s.client(email=ANA)
+        report_id = (await ask_report(ana, "is ZZZ punctual?"))[-1].data["result"]["report"]["id"]
+        stored = (await ana.get(f"/api/reports/{report_id}")).json()
+    assert stored["report"]["queries"][0]["row_count"] == 0
+    assert stored["report"]["outcome"] != "complete", stored["report"]["findings"]

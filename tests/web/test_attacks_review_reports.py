@@ -196,3 +196,35 @@ async def test_a_report_resting_only_on_empty_results_is_not_complete(
         stored = (await ana.get(f"/api/reports/{report_id}")).json()
     assert stored["report"]["queries"][0]["row_count"] == 0
     assert stored["report"]["outcome"] != "complete", stored["report"]["findings"]
+
+
+async def test_one_person_cannot_run_reports_side_by_side_without_bound(
+    make_app: Callable[..., AgentApp], tmp_path: Path, fake_anthropic: FakeAnthropic
+) -> None:
+    """A report may spend up to its whole budget (AGENT_REPORT_MAX_*, default $2 and 500k tokens) yet counts as one
+    question against the per-minute rate, and nothing caps how many one person runs at once: with daily budgets
+    off (the default) 30 a minute, each up to the report budget. While one of Ana's reports is being written, a
+    second must be refused (409 or 429) rather than started."""
+    import asyncio
+    import threading
+
+    held = threading.Event()
+    fake_anthropic.script(
+        Reply(text="## Summary\nStill looking at the data", pauses={1: held}),
+        Reply(text="## Summary\nNothing."),
+        *[Reply(text="[]") for _ in range(4)],
+    )
+    async with Served(make_app, tmp_path, **PROXY_MODE) as s:
+        ana = s.client(email=ANA)
+        first = asyncio.create_task(ask_report(ana, "first report"))
+        try:
+            for _ in range(200):
+                if fake_anthropic.requests:
+                    break
+                await asyncio.sleep(0.05)
+            assert fake_anthropic.requests, "the first report is being written"
+            second = await ana.post("/api/reports", json={"message": "second report"})
+        finally:
+            held.set()
+            await first
+    assert second.status_code in (409, 429), second.text[:300]

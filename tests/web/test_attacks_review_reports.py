@@ -181,7 +181,7 @@ async def test_a_chart_caption_cannot_carry_a_figure_the_queries_do_not_hold_unm
 async def test_a_report_resting_only_on_empty_results_is_not_complete(
     make_app: Callable[..., AgentApp], tmp_path: Path, fake_anthropic: FakeAnthropic
 ) -> None:
-    """"Never a confident report from nothing": a finding whose only citation is a query that returned no row
+    """ "Never a confident report from nothing": a finding whose only citation is a query that returned no row
     rests on nothing, yet `answered` counts every query that did not fail, so the report is `complete`."""
     from tests.slack_helpers import sql_call
 

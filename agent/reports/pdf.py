@@ -16,7 +16,7 @@ from pathlib import Path
 
 from fpdf import FPDF
 
-from agent.reports.markdown import SECTION_TITLES, outcome_line, section_texts
+from agent.reports.markdown import SECTION_TITLES, outcome_line, partly_line, section_texts
 from agent.reports.model import FigureMark, Report
 
 FONT_DIRS = (Path("/usr/share/fonts/truetype/dejavu"), Path("/usr/share/fonts/dejavu"))
@@ -53,6 +53,8 @@ def report_pdf(report: Report, *, chart_images: Mapping[str, bytes] | None = Non
     pdf.add_page()
     _heading(pdf, report.question, size=17)
     _paragraph(pdf, outcome_line(report), size=9, colour=GREY)
+    if partly := partly_line(report):
+        _paragraph(pdf, partly, size=9, colour=RED)
     notes: list[FigureMark] = []
     sections = section_texts(report)
     for name in ("summary", "findings", "method", "caveats", "unanswered", "remaining"):

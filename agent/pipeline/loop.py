@@ -203,6 +203,8 @@ class Pipeline:
             await self._loop(state, request, messages, durable)
             if not state.clarification:  # a question asked back states no figures
                 await self._figures.settle(state)
+            if state.report is not None:
+                await state.report.check_captions(state, self._figures)
             state.mark_answered()
             if state.clarification and state.followups:
                 await on_event(FollowupsEvent(questions=state.followups))  # the options, as buttons

@@ -11,17 +11,20 @@ answer, which calls these hooks when `RunState.report` is set, and nothing else 
 - Its live plan: a `StepEvent` as each step starts its tools and when they are done.
 - Its report: the model's text read back into sections (agent/reports/sections.py); the figure check has
   run over the whole of it, with its one correction round, and what still fails is marked in the section
-  that holds it. A finding that cites no query that returned a result is left out (evidence only); a
-  report with no such finding, that no limit stopped, cannot answer.
+  that holds it, and each chart's title (its caption) is checked against the chart's query. A finding that
+  cites no query that returned a result is left out (evidence only); a report that no limit stopped is
+  complete only when a finding cites a query that returned rows (or a figure verified), else it cannot answer.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from agent.figures import FigureReport
+from agent.charts import is_date_part
+from agent.db import QueryResult
+from agent.figures import Evidence, FigureReport
 from agent.llm import ModelTurn
 from agent.pipeline.question_budget import Overspent
 from agent.pipeline.state import RunState
@@ -38,6 +41,9 @@ from agent.reports.model import (
 from agent.reports.sections import Span, WrittenReport, read_report
 from agent.runner import AnswerEvent, ExecutedQuery, Outcome, RunResult, StepEvent
 
+if TYPE_CHECKING:
+    from agent.pipeline.figures import FigureReview
+
 PREVIEW_ROWS = 5  # of each query, in the stored report (the query's page has all of it)
 TITLE_CHARS = 160
 
@@ -52,6 +58,7 @@ class ReportRun:
         self._step_title = ""
         self._step_queries_from = 0
         self._refused_before = 0  # queries refused for the budget before this run
+        self._caption_marks: dict[str, list[FigureMark]] = {}
 
     # --- the loop's hooks ---
 
@@ -150,6 +157,19 @@ class ReportRun:
     def stopped_text(self, why: str, gathered: str) -> str:
         return self._prompts.render("report/stopped.md", why=why, gathered=gathered)
 
+    async def check_captions(self, state: RunState, review: FigureReview) -> None:
+        """Each chart's title, the model's text shown as a finding's caption: its figures checked against the
+        chart's query, what fails marked (the title is shown as written)."""
+        queries = {q.id: q for q in state.queries}
+        for chart in state.charts:
+            query = queries.get(chart.query_id)
+            if query is None or not chart.title.strip():
+                continue
+            evidence = [Evidence(id=query.id, sql=query.sql, result=_without_date_parts(query.result))]
+            found = await review.check_text(f"{chart.title} [{query.id}]", state.question, evidence)
+            if marks := [m for m in _unverified(found) if m.end <= len(chart.title)]:
+                self._caption_marks[chart.id] = marks
+
     # --- the report ---
 
     def used(self, state: RunState) -> ReportUsage:
@@ -186,7 +206,7 @@ class ReportRun:
         outcome = (
             ReportOutcome.PARTIAL
             if self.stopped_by
-            else (ReportOutcome.COMPLETE if findings else ReportOutcome.CANNOT_ANSWER)
+            else (ReportOutcome.COMPLETE if _rests_on_evidence(findings, state) else ReportOutcome.CANNOT_ANSWER)
         )
         sections = self._sections(written, outcome, len(written.findings) - len(findings), state, result)
         return Report(
@@ -204,6 +224,7 @@ class ReportRun:
             runs=[*self.request.runs, state.run_id],
             policy=result.policy,
             marks={name: found for name in sections if (found := _marks_in(written.sections.get(name), marks))},
+            caption_marks=self._caption_marks,
             **sections,
         )
 
@@ -223,6 +244,35 @@ class ReportRun:
                 f"{done} queries that returned results, without running them again."
             )
         return sections
+
+
+def _without_date_parts(result: QueryResult) -> QueryResult:
+    """A result without its date-part columns (a month's number is a category on an axis, not a measure): a
+    caption's `900%` must not pass as month 9 read as a fraction."""
+    keep = [
+        i
+        for i, (name, kind) in enumerate(zip(result.columns, result.types, strict=False))
+        if not is_date_part(name, kind)
+    ]
+    if len(keep) == len(result.columns):
+        return result
+    return result.model_copy(
+        update={
+            "columns": [result.columns[i] for i in keep],
+            "types": [result.types[i] for i in keep],
+            "rows": [[row[i] for i in keep] for row in result.rows],
+            "totals": None if result.totals is None else [result.totals[i] for i in keep],
+        }
+    )
+
+
+def _rests_on_evidence(findings: Sequence[Finding], state: RunState) -> bool:
+    """Complete needs something to stand on: a finding citing a query that returned rows, or a verified
+    figure. Findings resting only on empty results are kept (an empty result says something) but are no
+    confident answer."""
+    with_rows = {q.id for q in state.queries if q.result.ok and q.result.row_count > 0}
+    verified = state.figures is not None and state.figures.verified > 0
+    return any(with_rows.intersection(f.citations) for f in findings) or (bool(findings) and verified)
 
 
 def _title(calls: Sequence[dict[str, Any]], narration: str) -> str:

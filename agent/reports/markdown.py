@@ -115,7 +115,7 @@ def _findings(report: Report, notes: list[FigureMark], chart_files: Mapping[str,
         lines.append(f"{number}. {body}")
         chart = report.chart(finding.chart)
         if chart is not None:
-            title = chart.title or chart.describe()
+            title = marked(chart.title, report.caption_marks.get(chart.id, []), notes) or chart.describe()
             image = chart_files.get(chart.id)
             lines.append(f"   ![{chart.id}: {title}]({image})" if image else f"   _Chart {chart.id}: {title}_")
     return [*lines, ""]

@@ -65,11 +65,8 @@ def report_pdf(report: Report, *, chart_images: Mapping[str, bytes] | None = Non
                 image = (chart_images or {}).get(finding.chart or "")
                 chart = report.chart(finding.chart)
                 if chart is not None:
-                    _chart(
-                        pdf,
-                        image,
-                        f"{chart.id}: {_caption(chart.title, report.caption_marks.get(chart.id, []), notes) or chart.describe()}",
-                    )
+                    title = _caption(chart.title, report.caption_marks.get(chart.id, []), notes)
+                    _chart(pdf, image, f"{chart.id}: {title or chart.describe()}")
         elif name in sections:
             _heading(pdf, SECTION_TITLES[name])
             _marked(pdf, "", sections[name], report.marks.get(name, []), notes)

@@ -135,7 +135,7 @@ class Pipeline:
             )
             state.prices = self._prices
             if report is not None:  # asked for explicitly; its own part of the loop is agent/pipeline/reporting.py
-                state.report = ReportRun(report, self._prompts)
+                state.report = ReportRun(report, self._prompts, self._budget)
                 followups = False
             if policy is not None and policy.reads_nothing:
                 return await self._no_access(state, policy)

@@ -5,7 +5,8 @@ answer, which calls these hooks when `RunState.report` is set, and nothing else 
   prefix, so the prefix an answer caches is the report's too.
 - Its budget (agent/reports/model.py `ReportBudget`): steps are the loop's rounds, queries its engine
   executions (`RunState.max_queries`), and before every model call the tool calls, minutes, tokens and cost
-  are checked. Past any of them one call with no tools writes the report from what was gathered, with what
+  are checked, with the per-question budgets (AGENT_QUESTION_MAX_TOKENS, _ROWS_READ) over each run: whichever
+  comes first. Past any of them one call with no tools writes the report from what was gathered, with what
   remains (prompts/report/partial.md); past the tokens or the cost, no call: the program says what was
   gathered. A report spends at most its budget plus one call, as a question does.
 - Its live plan: a `StepEvent` as each step starts its tools and when they are done.
@@ -26,7 +27,7 @@ from agent.charts import is_date_part
 from agent.db import QueryResult
 from agent.figures import Evidence, FigureReport
 from agent.llm import ModelTurn
-from agent.pipeline.question_budget import Overspent
+from agent.pipeline.question_budget import Overspent, QuestionBudget
 from agent.pipeline.state import RunState
 from agent.prompts import PromptLibrary
 from agent.reports.model import (
@@ -49,8 +50,11 @@ TITLE_CHARS = 160
 
 
 class ReportRun:
-    def __init__(self, request: ReportRequest, prompts: PromptLibrary) -> None:
+    def __init__(self, request: ReportRequest, prompts: PromptLibrary, question: QuestionBudget | None = None) -> None:
         self.request, self.budget, self._prompts = request, request.budget, prompts
+        # the per-question budgets (AGENT_QUESTION_MAX_*) hold for each run of a report too, whichever comes first
+        self._question = question or QuestionBudget()
+        self._question_from = (0, 0)  # tokens and rows read before this run (a Resume's checkpoint)
         self.grants = request.grants
         self.stopped_by: str | None = None
         self._clock = time.perf_counter()  # minutes are each run's own
@@ -75,6 +79,7 @@ class ReportRun:
         )
         state.max_queries = self.grants * self.budget.queries
         self._refused_before = state.run_metrics.guard_interventions.get("query_cap", 0)
+        self._question_from = (_tokens(state), _rows_read(state))
 
     @property
     def max_rounds(self) -> int:
@@ -110,6 +115,11 @@ class ReportRun:
             ("minutes", used.seconds / 60, budget.minutes),
             ("tokens", used.tokens, None if budget.tokens is None else times * budget.tokens),
             ("cost", used.cost_usd, None if budget.cost_usd is None else times * budget.cost_usd),
+        ]
+        tokens_before, rows_before = self._question_from
+        checks += [
+            ("tokens", used.tokens - tokens_before, self._question.max_tokens),
+            ("rows_read", _rows_read(state) - rows_before, self._question.max_rows_read),
         ]
         for kind, spent, limit in checks:
             if limit is not None and spent >= limit:
@@ -337,6 +347,10 @@ def _query(query: ExecutedQuery) -> ReportQuery:
 
 def _tokens(state: RunState) -> int:
     return sum(usage.total for _, usage in state.model_usage.values())
+
+
+def _rows_read(state: RunState) -> int:
+    return sum(q.result.rows_read or 0 for q in state.queries if not q.reused_from)
 
 
 def _cost(state: RunState) -> float:

@@ -39,7 +39,7 @@ from bots.slack.report import ReportFiles, attach_files, cannot_attach, post_par
 from bots.slack.thread import answer_metadata
 from chats.audit import Origin
 from chats.conversations import ConversationStore
-from chats.report_runs import NotResumable, ReportRuns
+from chats.report_runs import NotResumable, PolicyChanged, ReportRuns
 from chats.reports import FAILED, RUNNING
 from chats.run_view import RunView
 from chats.runs import RunHandle, RunRegistry
@@ -92,6 +92,8 @@ class SlackReports:
         with one more budget; what to tell the person when it cannot go on."""
         try:
             return await self._report_runs.resume(report_id, policy=policy, origin=origin, on_done=on_done)
+        except PolicyChanged as changed:
+            return str(changed)
         except NotResumable:
             return NOT_RESUMABLE
 

@@ -19,11 +19,12 @@ from starlette.responses import JSONResponse, Response
 
 from agent.reports import markdown
 from agent.reports.model import Report, ReportBudget, ReportRequest
+from chats.report_runs import MAX_RESUMES, POLICY_CHANGED, policy_changed
 from chats.reports import StoredReport
 from web.boundary import HttpError, read_json_body
 from web.context import WEB, web_context
 from web.downloads import attachment
-from web.identity import Identity, require_identity
+from web.identity import Identity, policy_of, require_identity
 from web.ownership import check_owned
 from web.views.chat import refused, start_run
 from web.withholding import WITHHELD, covered, reader_policy
@@ -52,6 +53,10 @@ async def start_report(request: Request) -> Response:
             raise HttpError(409, "This report is being written; its page shows it when it is done.")
         if stored.report is None or not stored.report.resumable:
             raise HttpError(409, "This report is not partial: there is nothing to resume.")
+        if policy_changed(stored.policy, policy_of(request, identity)):  # before anything is held or run
+            raise HttpError(409, POLICY_CHANGED)
+        if stored.report.runs and len(stored.report.runs) > MAX_RESUMES:
+            raise HttpError(409, f"This report was resumed {MAX_RESUMES} times already; ask it again as a new report.")
         return await start_run(request, identity, stored.question, stored.conversation_id, resume=stored.id)
     message = body.message.strip()
     limit = web.settings.agent_web_max_message_chars

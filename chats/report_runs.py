@@ -33,6 +33,7 @@ class NotResumable(Exception):
     """The report cannot go on: it is still running, ended complete, or has no checkpoint to go on from."""
 
 
+REPORT_RATE_WEIGHT = 5  # a report counts as this many questions against the asker's per-minute rate
 MAX_RESUMES = 5  # a report is given at most this many more budgets: past them it is asked again, anew
 POLICY_CHANGED = (
     "This report was written under data access you no longer have as it was; it can only go on under that "
@@ -47,6 +48,18 @@ class PolicyChanged(NotResumable):
 def policy_changed(stored_policy: str | None, policy: Policy | None) -> bool:
     """The policy a report was asked under (its stored name, '' or None for none) is not `policy`."""
     return (stored_policy or None) != (policy.name if policy is not None else None)
+
+
+def too_many_running(limit: int) -> str:
+    return (
+        f"You have {limit} report{'s' if limit != 1 else ''} being written already; ask for another when one "
+        "of them is done."
+    )
+
+
+async def running_of(reports: ReportStore, owner: str) -> int:
+    """How many reports `owner` has being written now (checked when another is asked for or resumed)."""
+    return sum(1 for stored in await reports.running() if stored.owner == owner)
 
 
 class ReportRuns:

@@ -33,7 +33,7 @@ class NotResumable(Exception):
     """The report cannot go on: it is still running, ended complete, or has no checkpoint to go on from."""
 
 
-REPORT_RATE_WEIGHT = 5  # a report counts as this many questions against the asker's per-minute rate
+REPORT_RATE_WEIGHT = 3  # a report counts as this many questions against the asker's per-minute rate
 MAX_RESUMES = 5  # a report is given at most this many more budgets: past them it is asked again, anew
 POLICY_CHANGED = (
     "This report was written under data access you no longer have as it was; it can only go on under that "

@@ -108,3 +108,31 @@ def test_pdf_renders_hostile_text_anywhere(hostile: str) -> None:
     )
     document = report_pdf(bad)
     assert document.startswith(b"%PDF")
+
+
+def test_a_caption_figure_that_failed_is_marked_in_the_markdown_and_the_pdf() -> None:
+    """Chart captions are the model's text: what the check could not verify is marked in both downloads."""
+    from agent.charts import Chart
+    from agent.reports.model import FigureMark
+
+    chart = Chart(
+        id="C1",
+        query_id="Q1",
+        kind="bar",
+        title="Delays rose 900% in July",
+        spec={"encoding": {"x": {"title": "origin"}, "y": {"title": "delay"}}},
+        rows=3,
+        capped=False,
+    )
+    mark = FigureMark(text="900%", start=12, end=16, reason="no cell gives it")
+    finding = Finding(text="JFK averaged 23.8 minutes [Q1].", citations=["Q1"], chart="C1")
+    marked = report(findings=[finding], charts=[chart], caption_marks={"C1": [mark]})
+    text = report_markdown(marked)
+    assert "900%[^f1]" in text and '[^f1]: "900%": no cell gives it' in text, text
+    pdftotext = pytest.importorskip("shutil").which("pdftotext")
+    if pdftotext is None:
+        pytest.skip("poppler's pdftotext is not installed")
+    import subprocess
+
+    shown = subprocess.run([pdftotext, "-", "-"], input=report_pdf(marked), capture_output=True, check=True).stdout
+    assert "900% [1]" in " ".join(shown.decode().split())

@@ -334,3 +334,21 @@ def test_a_cannot_answer_report_says_so_and_what_is_missing() -> None:
     assert text.startswith("**I cannot answer this from the data:** what did passengers pay?")
     assert "**What could not be answered**\n\nFares: no table holds ticket prices." in text
     assert not [b for b in part.blocks if b.get("block_id") == blocks.RESUME_REPORT]
+
+
+async def test_a_report_past_the_running_cap_is_refused_in_words_before_any_model_call(
+    start_bot, fake_slack: FakeSlack, fake_anthropic: FakeAnthropic
+) -> None:
+    """AGENT_REPORT_MAX_RUNNING (1 by default): with one report of this channel being written, another asked
+    here is answered with why, and nothing runs. (In a channel a report is the channel's: the cap counts there.)"""
+    from agent.reports.model import ReportRequest
+    from chats.people import channel_owner
+
+    bot = await start_bot()
+    await bot.service.state.reports.begin(
+        "b" * 32, run_id="b" * 32, owner=channel_owner(TEAM_ID, GENERAL_ID), interface="slack",
+        question="the first report", request=ReportRequest(),
+    )  # fmt: skip
+    thread = await ask_report(bot, fake_slack, "report: why did delays rise in July?")
+    assert fake_anthropic.requests == []
+    assert "being written already" in shown_text(fake_slack, thread), thread_dump(fake_slack, thread)

@@ -219,6 +219,9 @@ class Settings(BaseSettings):
     agent_report_max_cost_usd: float | None = Field(
         2.0, gt=0, description="Estimated dollars (agent/pricing.yaml) one report run may spend. Unset: no limit."
     )
+    agent_report_max_running: int = Field(
+        1, ge=1, description="Reports one person may have running at once; another is refused until one ends."
+    )
 
     # --- query limits (set on the connection, enforced by the engine) ---
     max_rows: int = Field(50, ge=1, description="Rows the model sees per query (N+1 fetched).")

@@ -109,21 +109,23 @@ class DailyBudget:
             log.warning("could not read an asker's daily budget; refusing the question", exc_info=True)
             return Refusal(UNREADABLE, BUSY_RETRY_S)
 
-    async def reserve(self, key: str) -> Reservation | Refusal:
+    async def reserve(self, key: str, *, run_tokens: int | None = None) -> Reservation | Refusal:
         """Hold one question's worth of `key`'s budget, or say why not (the day's budget is spent, or the
-        questions still running may spend what is left). Every reservation is settled (`settle`)."""
+        questions still running may spend what is left). Every reservation is settled (`settle`).
+        `run_tokens`: a report's token budget, which bounds it with the per-question one (whichever is less)."""
         if not self.enabled:
             return Reservation(key, None)
+        decide = partial(self._decide, run_tokens=run_tokens)
         held_id, day = uuid.uuid4().hex, self._day()
         reservation = Reservation(key, held_id, day)
         if self._file is None:
-            decision = self._decide(self._local_spent(day, key))
+            decision = decide(self._local_spent(day, key))
             if isinstance(decision, Refusal):
                 return decision
             self._held[held_id] = (day, key, *decision)
             return reservation
         try:
-            booked = await self._file.run(partial(_reserve, reservation, self._clock(), self._decide))
+            booked = await self._file.run(partial(_reserve, reservation, self._clock(), decide))
         except STATE_UNAVAILABLE:  # busy past SQLite's own retrying, or broken: refuse, say so
             log.warning("could not reserve an asker's daily budget; refusing the question", exc_info=True)
             return Refusal(UNREADABLE, BUSY_RETRY_S)
@@ -172,7 +174,7 @@ class DailyBudget:
             today = self._day()
             self._local = {k: v for k, v in self._local.items() if k[0] >= today}
 
-    def _decide(self, spent: _Spent) -> Refusal | tuple[int, float]:
+    def _decide(self, spent: _Spent, run_tokens: int | None = None) -> Refusal | tuple[int, float]:
         """A refusal, or the tokens and cost a question starting now holds."""
         if refusal := self._spent_refusal(spent):
             return refusal
@@ -187,8 +189,9 @@ class DailyBudget:
             )
             return Refusal(message, BUSY_RETRY_S)
         worth = tokens_left
-        if self.question_tokens is not None:
-            worth = min(self.question_tokens + self.call_tokens, tokens_left)
+        bounds = [t for t in (self.question_tokens, run_tokens) if t is not None]
+        if bounds:  # a run spends at most its bound plus one call past the check
+            worth = min(min(bounds) + self.call_tokens, tokens_left)
         return worth, cost_left  # nothing bounds a question's cost: it holds all that is left
 
     def _spent_refusal(self, spent: _Spent) -> Refusal | None:

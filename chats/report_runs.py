@@ -37,6 +37,35 @@ class NotResumable(Exception):
     """The report cannot go on: it is still running, ended complete, or has no checkpoint to go on from."""
 
 
+REPORT_RATE_WEIGHT = 3  # a report counts as this many questions against the asker's per-minute rate
+MAX_RESUMES = 5  # a report is given at most this many more budgets: past them it is asked again, anew
+POLICY_CHANGED = (
+    "This report was written under data access you no longer have as it was; it can only go on under that "
+    "access. Ask it again as a new report."
+)
+
+
+class PolicyChanged(NotResumable):
+    """The asker's policy now is not the one the report's checkpoint was taken under: a run can only fail."""
+
+
+def policy_changed(stored_policy: str | None, policy: Policy | None) -> bool:
+    """The policy a report was asked under (its stored name, '' or None for none) is not `policy`."""
+    return (stored_policy or None) != (policy.name if policy is not None else None)
+
+
+def too_many_running(limit: int) -> str:
+    return (
+        f"You have {limit} report{'s' if limit != 1 else ''} being written already; ask for another when one "
+        "of them is done."
+    )
+
+
+async def running_of(reports: ReportStore, owner: str) -> int:
+    """How many reports `owner` has being written now (checked when another is asked for or resumed)."""
+    return sum(1 for stored in await reports.running() if stored.owner == owner)
+
+
 class ReportRuns:
     def __init__(self, runs: RunRegistry, reports: ReportStore | None = None) -> None:
         self._runs = runs
@@ -61,6 +90,10 @@ class ReportRuns:
         checkpoint = await self._reports.checkpoint(report_id)
         if checkpoint is None or stored.request is None:
             raise NotResumable("the report has nothing to go on from")
+        if policy_changed(checkpoint.policy, policy):  # refused before a run starts that could only fail
+            raise PolicyChanged(POLICY_CHANGED)
+        if stored.request.grants > MAX_RESUMES:
+            raise NotResumable(f"the report was resumed {MAX_RESUMES} times already")
         earlier = stored.report.runs if stored.report is not None else [stored.run_id]
         request = stored.request.model_copy(update={"grants": stored.request.grants + 1, "runs": earlier})
         return self._start(

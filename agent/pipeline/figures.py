@@ -96,6 +96,10 @@ class FigureReview:
                 task.uncancel()
             state.figures = FigureReport(unchecked="the question was cancelled while its figures were being checked")
 
+    async def check_text(self, text: str, question: str, evidence: Sequence[Evidence]) -> FigureReport:
+        """Text a run shows beside its answer (a report's chart captions), checked as an answer is."""
+        return await self._within_time_limit(text, question, evidence)
+
     async def _check(self, state: RunState) -> FigureReport:
         """Off the event loop: an answer of many figures over wide results takes a while to check."""
         started = time.perf_counter()

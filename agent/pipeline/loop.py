@@ -135,7 +135,7 @@ class Pipeline:
             )
             state.prices = self._prices
             if report is not None:  # asked for explicitly; its own part of the loop is agent/pipeline/reporting.py
-                state.report = ReportRun(report, self._prompts)
+                state.report = ReportRun(report, self._prompts, self._budget)
                 followups = False
             if policy is not None and policy.reads_nothing:
                 return await self._no_access(state, policy)
@@ -203,6 +203,8 @@ class Pipeline:
             await self._loop(state, request, messages, durable)
             if not state.clarification:  # a question asked back states no figures
                 await self._figures.settle(state)
+            if state.report is not None:
+                await state.report.check_captions(state, self._figures)
             state.mark_answered()
             if state.clarification and state.followups:
                 await on_event(FollowupsEvent(questions=state.followups))  # the options, as buttons

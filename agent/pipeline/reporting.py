@@ -5,25 +5,29 @@ answer, which calls these hooks when `RunState.report` is set, and nothing else 
   prefix, so the prefix an answer caches is the report's too.
 - Its budget (agent/reports/model.py `ReportBudget`): steps are the loop's rounds, queries its engine
   executions (`RunState.max_queries`), and before every model call the tool calls, minutes, tokens and cost
-  are checked. Past any of them one call with no tools writes the report from what was gathered, with what
+  are checked, with the per-question budgets (AGENT_QUESTION_MAX_TOKENS, _ROWS_READ) over each run: whichever
+  comes first. Past any of them one call with no tools writes the report from what was gathered, with what
   remains (prompts/report/partial.md); past the tokens or the cost, no call: the program says what was
   gathered. A report spends at most its budget plus one call, as a question does.
 - Its live plan: a `StepEvent` as each step starts its tools and when they are done.
 - Its report: the model's text read back into sections (agent/reports/sections.py); the figure check has
   run over the whole of it, with its one correction round, and what still fails is marked in the section
-  that holds it. A finding that cites no query that returned a result is left out (evidence only); a
-  report with no such finding, that no limit stopped, cannot answer.
+  that holds it, and each chart's title (its caption) is checked against the chart's query. A finding that
+  cites no query that returned a result is left out (evidence only); a report that no limit stopped is
+  complete only when a finding cites a query that returned rows (or a figure verified), else it cannot answer.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from agent.figures import FigureReport
+from agent.charts import is_date_part
+from agent.db import QueryResult
+from agent.figures import Evidence, FigureReport
 from agent.llm import ModelTurn
-from agent.pipeline.question_budget import Overspent
+from agent.pipeline.question_budget import Overspent, QuestionBudget
 from agent.pipeline.state import RunState
 from agent.prompts import PromptLibrary
 from agent.reports.model import (
@@ -38,13 +42,19 @@ from agent.reports.model import (
 from agent.reports.sections import Span, WrittenReport, read_report
 from agent.runner import AnswerEvent, ExecutedQuery, Outcome, RunResult, StepEvent
 
+if TYPE_CHECKING:
+    from agent.pipeline.figures import FigureReview
+
 PREVIEW_ROWS = 5  # of each query, in the stored report (the query's page has all of it)
 TITLE_CHARS = 160
 
 
 class ReportRun:
-    def __init__(self, request: ReportRequest, prompts: PromptLibrary) -> None:
+    def __init__(self, request: ReportRequest, prompts: PromptLibrary, question: QuestionBudget | None = None) -> None:
         self.request, self.budget, self._prompts = request, request.budget, prompts
+        # the per-question budgets (AGENT_QUESTION_MAX_*) hold for each run of a report too, whichever comes first
+        self._question = question or QuestionBudget()
+        self._question_from = (0, 0)  # tokens and rows read before this run (a Resume's checkpoint)
         self.grants = request.grants
         self.stopped_by: str | None = None
         self._clock = time.perf_counter()  # minutes are each run's own
@@ -52,6 +62,7 @@ class ReportRun:
         self._step_title = ""
         self._step_queries_from = 0
         self._refused_before = 0  # queries refused for the budget before this run
+        self._caption_marks: dict[str, list[FigureMark]] = {}
 
     # --- the loop's hooks ---
 
@@ -68,6 +79,7 @@ class ReportRun:
         )
         state.max_queries = self.grants * self.budget.queries
         self._refused_before = state.run_metrics.guard_interventions.get("query_cap", 0)
+        self._question_from = (_tokens(state), _rows_read(state))
 
     @property
     def max_rounds(self) -> int:
@@ -103,6 +115,11 @@ class ReportRun:
             ("minutes", used.seconds / 60, budget.minutes),
             ("tokens", used.tokens, None if budget.tokens is None else times * budget.tokens),
             ("cost", used.cost_usd, None if budget.cost_usd is None else times * budget.cost_usd),
+        ]
+        tokens_before, rows_before = self._question_from
+        checks += [
+            ("tokens", used.tokens - tokens_before, self._question.max_tokens),
+            ("rows_read", _rows_read(state) - rows_before, self._question.max_rows_read),
         ]
         for kind, spent, limit in checks:
             if limit is not None and spent >= limit:
@@ -150,6 +167,19 @@ class ReportRun:
     def stopped_text(self, why: str, gathered: str) -> str:
         return self._prompts.render("report/stopped.md", why=why, gathered=gathered)
 
+    async def check_captions(self, state: RunState, review: FigureReview) -> None:
+        """Each chart's title, the model's text shown as a finding's caption: its figures checked against the
+        chart's query, what fails marked (the title is shown as written)."""
+        queries = {q.id: q for q in state.queries}
+        for chart in state.charts:
+            query = queries.get(chart.query_id)
+            if query is None or not chart.title.strip():
+                continue
+            evidence = [Evidence(id=query.id, sql=query.sql, result=_without_date_parts(query.result))]
+            found = await review.check_text(f"{chart.title} [{query.id}]", state.question, evidence)
+            if marks := [m for m in _unverified(found) if m.end <= len(chart.title)]:
+                self._caption_marks[chart.id] = marks
+
     # --- the report ---
 
     def used(self, state: RunState) -> ReportUsage:
@@ -186,7 +216,7 @@ class ReportRun:
         outcome = (
             ReportOutcome.PARTIAL
             if self.stopped_by
-            else (ReportOutcome.COMPLETE if findings else ReportOutcome.CANNOT_ANSWER)
+            else (ReportOutcome.COMPLETE if _rests_on_evidence(findings, state) else ReportOutcome.CANNOT_ANSWER)
         )
         sections = self._sections(written, outcome, len(written.findings) - len(findings), state, result)
         return Report(
@@ -204,6 +234,7 @@ class ReportRun:
             runs=[*self.request.runs, state.run_id],
             policy=result.policy,
             marks={name: found for name in sections if (found := _marks_in(written.sections.get(name), marks))},
+            caption_marks=self._caption_marks,
             **sections,
         )
 
@@ -223,6 +254,35 @@ class ReportRun:
                 f"{done} queries that returned results, without running them again."
             )
         return sections
+
+
+def _without_date_parts(result: QueryResult) -> QueryResult:
+    """A result without its date-part columns (a month's number is a category on an axis, not a measure): a
+    caption's `900%` must not pass as month 9 read as a fraction."""
+    keep = [
+        i
+        for i, (name, kind) in enumerate(zip(result.columns, result.types, strict=False))
+        if not is_date_part(name, kind)
+    ]
+    if len(keep) == len(result.columns):
+        return result
+    return result.model_copy(
+        update={
+            "columns": [result.columns[i] for i in keep],
+            "types": [result.types[i] for i in keep],
+            "rows": [[row[i] for i in keep] for row in result.rows],
+            "totals": None if result.totals is None else [result.totals[i] for i in keep],
+        }
+    )
+
+
+def _rests_on_evidence(findings: Sequence[Finding], state: RunState) -> bool:
+    """Complete needs something to stand on: a finding citing a query that returned rows, or a verified
+    figure. Findings resting only on empty results are kept (an empty result says something) but are no
+    confident answer."""
+    with_rows = {q.id for q in state.queries if q.result.ok and q.result.row_count > 0}
+    verified = state.figures is not None and state.figures.verified > 0
+    return any(with_rows.intersection(f.citations) for f in findings) or (bool(findings) and verified)
 
 
 def _title(calls: Sequence[dict[str, Any]], narration: str) -> str:
@@ -287,6 +347,10 @@ def _query(query: ExecutedQuery) -> ReportQuery:
 
 def _tokens(state: RunState) -> int:
     return sum(usage.total for _, usage in state.model_usage.values())
+
+
+def _rows_read(state: RunState) -> int:
+    return sum(q.result.rows_read or 0 for q in state.queries if not q.reused_from)
 
 
 def _cost(state: RunState) -> float:

@@ -7,6 +7,7 @@ footnotes, the queries) is the program's."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 
 from agent.reports.model import FigureMark, Report, ReportOutcome
@@ -41,6 +42,24 @@ def outcome_line(report: Report) -> str:
     return " · ".join(parts)
 
 
+def partly_line(report: Report) -> str | None:
+    """What the figure check did not reach, when it checked only some figures (`FigureReport.partly`)."""
+    if report.figures is None or not report.figures.partly:
+        return None
+    return f"Not every figure was checked: {report.figures.partly}."
+
+
+def one_line(text: str) -> str:
+    """Text the model or the asker wrote, set in a heading: its newlines would start sections of its own."""
+    return " ".join(text.split())
+
+
+def fence(code: str) -> str:
+    """A backtick fence longer than any run of backticks in `code`, so nothing in it can close it."""
+    longest = max((len(run) for run in re.findall(r"`+", code)), default=0)
+    return "`" * max(3, longest + 1)
+
+
 def section_texts(report: Report) -> dict[str, str]:
     """The sections that have text, by name, in reading order (findings apart: they are a list)."""
     texts = {
@@ -67,7 +86,9 @@ def report_markdown(report: Report, *, chart_files: Mapping[str, str] | None = N
     """The whole report. `chart_files`: a chart's id to the path its image is saved under, for an image
     link; without it a chart is named by its title."""
     notes: list[FigureMark] = []
-    lines = [f"# {report.question}", "", f"_{outcome_line(report)}_", ""]
+    lines = [f"# {one_line(report.question)}", "", f"_{outcome_line(report)}_", ""]
+    if partly := partly_line(report):
+        lines += [f"_{partly}_", ""]
     sections = section_texts(report)
     order = ["summary", "findings", "method", "caveats", "unanswered", "remaining"]
     for name in order:
@@ -94,7 +115,7 @@ def _findings(report: Report, notes: list[FigureMark], chart_files: Mapping[str,
         lines.append(f"{number}. {body}")
         chart = report.chart(finding.chart)
         if chart is not None:
-            title = chart.title or chart.describe()
+            title = marked(chart.title, report.caption_marks.get(chart.id, []), notes) or chart.describe()
             image = chart_files.get(chart.id)
             lines.append(f"   ![{chart.id}: {title}]({image})" if image else f"   _Chart {chart.id}: {title}_")
     return [*lines, ""]
@@ -105,7 +126,8 @@ def _queries(report: Report) -> list[str]:
         return []
     lines = ["## Queries", ""]
     for query in report.queries:
-        lines += [f"### {query.id}: {query.question}", "", "```sql", query.sql.strip(), "```", ""]
+        sql = query.sql.strip()
+        lines += [f"### {query.id}: {one_line(query.question)}", "", f"{fence(sql)}sql", sql, fence(sql), ""]
         if query.reused_from:
             lines += [f"The same as {query.reused_from}.", ""]
         elif query.error:

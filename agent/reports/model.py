@@ -130,6 +130,8 @@ class Report(BaseModel):
     charts: list[Chart] = Field(default_factory=list)
     figures: FigureReport | None = None  # the whole report's figures, checked against their cited cells
     marks: dict[str, list[FigureMark]] = Field(default_factory=dict)  # unverified figures, by section name
+    # a chart's title is the model's text too: its figures checked against the chart's query, by chart id
+    caption_marks: dict[str, list[FigureMark]] = Field(default_factory=dict)
     receipt: Receipt | None = None
     budget: ReportBudget = Field(default_factory=ReportBudget)
     used: ReportUsage = Field(default_factory=ReportUsage)

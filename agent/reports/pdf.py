@@ -16,7 +16,7 @@ from pathlib import Path
 
 from fpdf import FPDF
 
-from agent.reports.markdown import SECTION_TITLES, outcome_line, section_texts
+from agent.reports.markdown import SECTION_TITLES, outcome_line, partly_line, section_texts
 from agent.reports.model import FigureMark, Report
 
 FONT_DIRS = (Path("/usr/share/fonts/truetype/dejavu"), Path("/usr/share/fonts/dejavu"))
@@ -53,6 +53,8 @@ def report_pdf(report: Report, *, chart_images: Mapping[str, bytes] | None = Non
     pdf.add_page()
     _heading(pdf, report.question, size=17)
     _paragraph(pdf, outcome_line(report), size=9, colour=GREY)
+    if partly := partly_line(report):
+        _paragraph(pdf, partly, size=9, colour=RED)
     notes: list[FigureMark] = []
     sections = section_texts(report)
     for name in ("summary", "findings", "method", "caveats", "unanswered", "remaining"):
@@ -63,7 +65,8 @@ def report_pdf(report: Report, *, chart_images: Mapping[str, bytes] | None = Non
                 image = (chart_images or {}).get(finding.chart or "")
                 chart = report.chart(finding.chart)
                 if chart is not None:
-                    _chart(pdf, image, f"{chart.id}: {chart.title or chart.describe()}")
+                    title = _caption(chart.title, report.caption_marks.get(chart.id, []), notes)
+                    _chart(pdf, image, f"{chart.id}: {title or chart.describe()}")
         elif name in sections:
             _heading(pdf, SECTION_TITLES[name])
             _marked(pdf, "", sections[name], report.marks.get(name, []), notes)
@@ -141,6 +144,15 @@ def _queries(pdf: _Document, report: Report) -> None:
         pdf.multi_cell(0, 4, pdf.text_of(query.sql.strip()), new_x="LMARGIN", new_y="NEXT")
         outcome = f"Failed: {query.error}" if query.error else f"{query.row_count:,} rows"
         _paragraph(pdf, f"The same as {query.reused_from}." if query.reused_from else outcome, size=8.5, colour=GREY)
+
+
+def _caption(title: str, marks: list[FigureMark], notes: list[FigureMark]) -> str:
+    """A chart's title with each unverified figure followed by its note's number."""
+    for mark in sorted(marks, key=lambda m: m.start, reverse=True):
+        if title[mark.start : mark.end] == mark.text:
+            notes.append(mark)
+            title = f"{title[: mark.end]} [{len(notes)}]{title[mark.end :]}"
+    return title
 
 
 def _mono(pdf: _Document) -> str:

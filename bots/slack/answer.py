@@ -42,6 +42,7 @@ from chats.audit import Origin, record_refusal
 from chats.conversations import ConversationStore, readable_under
 from chats.daily_budgets import Refusal, Reservation
 from chats.pacing import Pacing
+from chats.report_runs import REPORT_RATE_WEIGHT
 from chats.run_view import RunView
 from chats.runs import RunHandle, RunRegistry, ShuttingDown
 
@@ -126,13 +127,15 @@ class Answerer:
         if len(question.text) > limit:
             await self._refuse(question, Failure.TOO_LONG, length=len(question.text), limit=limit)
             return
-        if (wait_s := await self._limit.take(f"{question.team}:{question.user}")) is not None:
+        if (wait_s := await self._take_rate(question)) is not None:
             await self._refuse(question, Failure.RATE_LIMITED, wait_s=wait_s)
             return
         if not self._runs.accepting:
             await self._refuse(question, Failure.RESTARTING)
             return
-        booked = await self._budget.reserve(f"{question.team}:{question.user}")  # held until the run settles
+        # held until the run settles; a report holds its own budget's worth
+        worth = self._settings.agent_report_max_tokens if question.report else None
+        booked = await self._budget.reserve(f"{question.team}:{question.user}", run_tokens=worth)
         if isinstance(booked, Refusal):
             self._metrics.budget_refusals.labels("slack").inc()
             await self._refuse(question, Failure.OVER_BUDGET, message=booked.message)
@@ -140,10 +143,16 @@ class Answerer:
         hold = _Hold(booked)
         try:
             await self._answer(question, hold)
-        except BaseException:
-            if not hold.run_started:  # a run that started goes on past this failure: its on_done settles
-                await self._budget.settle(booked, None)
-            raise
+        finally:
+            if not hold.run_started:  # a run that started goes on past a failure: its on_done settles
+                await self._budget.settle(booked, None)  # none started (refused, or failed): nothing is held
+
+    async def _take_rate(self, question: Question) -> float | None:
+        """Count the question against its asker's per-minute rate; a report counts as REPORT_RATE_WEIGHT."""
+        for _ in range(REPORT_RATE_WEIGHT if question.report else 1):
+            if (wait_s := await self._limit.take(f"{question.team}:{question.user}")) is not None:
+                return wait_s
+        return None
 
     async def refuse_unheard(self, question: Question, reason: str = Ignore.CHANNEL_NOT_ALLOWED.value) -> None:
         """A question the bot may not answer where it was asked (a channel not allowed): nothing is posted,
@@ -198,7 +207,7 @@ class Answerer:
         history, access = await self._prepare(question, progress)
         request = None
         if question.report:
-            found = await self._reports.request(question)
+            found = await self._reports.request(question, owner=access.owner)
             if isinstance(found, str):  # a Resume that cannot go on: say why
                 await progress.finish("Stopped")
                 await self._say(question, found)

@@ -40,7 +40,7 @@ from bots.slack.report import ReportFiles, attach_files, cannot_attach, post_par
 from bots.slack.thread import answer_metadata
 from chats.audit import Origin
 from chats.conversations import ConversationStore
-from chats.report_runs import NotResumable, ReportRuns
+from chats.report_runs import NotResumable, PolicyChanged, ReportRuns, running_of, too_many_running
 from chats.reports import FAILED, RUNNING
 from chats.run_view import RunView
 from chats.runs import RunHandle, RunRegistry
@@ -65,12 +65,12 @@ class SlackReports:
         self._report_runs = ReportRuns(runs)
         self._settings, self._metrics, self._budget = settings, metrics, budget
 
-    async def request(self, question: Question) -> tuple[Question, ReportRequest | None] | str:
+    async def request(self, question: Question, *, owner: str) -> tuple[Question, ReportRequest | None] | str:
         """What the run is asked: a new report on the question (its request), or, for a Resume, the rest of a
         partial report of this thread (None: `resume` starts it), asked as the report's own question. A Resume
         that cannot go on: what to tell the person."""
         if question.resume is None:
-            return question, ReportRequest(budget=ReportBudget.of(self._settings), grants=1)
+            return await self._too_many(owner) or (question, ReportRequest(budget=ReportBudget.of(self._settings)))
         stored = await self._reports.get(question.resume, interface="slack")
         conversation_id = await self._store.find(question.conversation_key)
         if stored is None or conversation_id is None or stored.conversation_id != conversation_id:
@@ -79,7 +79,12 @@ class SlackReports:
             return RUNNING_ELSEWHERE
         if stored.report is None or not stored.report.resumable:
             return NOT_RESUMABLE
-        return dataclasses.replace(question, text=stored.question), None
+        return await self._too_many(owner) or (dataclasses.replace(question, text=stored.question), None)
+
+    async def _too_many(self, owner: str) -> str | None:
+        """What to tell a person who has AGENT_REPORT_MAX_RUNNING reports being written already."""
+        limit = self._settings.agent_report_max_running
+        return too_many_running(limit) if await running_of(self._reports, owner) >= limit else None
 
     async def resume(
         self,
@@ -97,6 +102,8 @@ class SlackReports:
             return await self._report_runs.resume(
                 report_id, policy=policy, origin=origin, on_done=on_done, delivery=delivery
             )
+        except PolicyChanged as changed:
+            return str(changed)
         except NotResumable:
             return NOT_RESUMABLE
 

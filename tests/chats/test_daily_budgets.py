@@ -156,3 +156,16 @@ async def test_off_means_no_hold() -> None:
     off = DailyBudget(max_tokens=None, max_cost_usd=None)
     booked = [await off.reserve("u") for _ in range(3)]
     assert all(isinstance(b, Reservation) and b.id is None for b in booked)
+
+
+async def test_a_report_holds_its_own_token_budget_whichever_bound_is_less() -> None:
+    """A report run is bounded by its token budget and the per-question one, whichever is less: it holds
+    that (plus one call), not one question's worth nor all that is left."""
+    budget = DailyBudget(max_tokens=20_000, max_cost_usd=None, call_tokens=1_000, clock=lambda: NOON)
+    held = [await budget.reserve("slack:T:U", run_tokens=4_000) for _ in range(5)]
+    assert sum(isinstance(h, Reservation) for h in held) == 4  # 4 x 5,000 fills the 20,000
+    capped = DailyBudget(
+        max_tokens=20_000, max_cost_usd=None, question_tokens=9_000, call_tokens=1_000, clock=lambda: NOON
+    )
+    held = [await capped.reserve("slack:T:U", run_tokens=500_000) for _ in range(3)]
+    assert sum(isinstance(h, Reservation) for h in held) == 2  # the per-question bound is the smaller

@@ -64,7 +64,7 @@ function showReport(stored, report) {
       markUnverified(body, finding.marks || []);
       item.append(body);
       const chart = report.charts.find((c) => c.id === finding.chart);
-      if (chart) item.append(reportChart(chart, stored.query_pages));
+      if (chart) item.append(reportChart(chart, stored.query_pages, (report.caption_marks || {})[chart.id] || []));
       list.append(item);
     }
     sections.append(el("section", { class: "report-section findings", "data-section": "findings" }, el("h3", { text: "Findings" }), list));
@@ -121,11 +121,12 @@ function renderReportMarkdown(target, text, pages) {
   }
 }
 
-function reportChart(chart, pages) {
+function reportChart(chart, pages, marks) {
   const canvas = el("div", { class: "chart-canvas", role: "img", "aria-label": chartLabel(chart) });
   const key = pages[chart.query_id];
   const caption = el("figcaption", {}, el("span", { class: "badge", text: chart.id }), el("span", { text: ` ${chartLabel(chart)} ` }),
     key ? el("a", { class: "open-query", href: `/queries/${key}`, text: `Open ${chart.query_id}` }) : null);
+  markUnverified(caption, marks);  // a figure of its title the chart's query does not give
   if (window.drawChart) {
     window.drawChart(canvas, chart).catch((error) => canvas.replaceChildren(
       el("p", { class: "error-box", text: `The chart could not be drawn: ${error.message}` })));

@@ -48,17 +48,22 @@ async def start_run(
     conversation_id: str | None,
     report: ReportRequest | None = None,
     resume: str | None = None,
+    run_tokens: int | None = None,
 ) -> Response:
     """Start a run on `message` in the asker's conversation (a new one when None) and stream its events: an
     answer, or with `report` a report (web/views/reports.py), under the same budget, policy and ownership.
-    `resume`: the id of a partial report (its owner checked by the caller) whose next run this is."""
+    `resume`: the id of a partial report (its owner checked by the caller) whose next run this is;
+    `run_tokens`: what a resumed report may still spend in tokens (a new report's is its budget's)."""
     web = web_context(request)
     if not web.runs.accepting:
         await refused(request, identity, "restarting", message)
         raise HttpError(503, ShuttingDown.message, {"Retry-After": "5"})
     client = asker_key(request, identity)
     policy = policy_of(request, identity)  # its queries read only this policy's tables and rows
-    booked = await web.budget.reserve(client)  # held from the start: questions asked at once share what is left
+    if report is not None:
+        run_tokens = report.budget.tokens
+    # held from the start: questions asked at once share what is left; a report holds its own budget's worth
+    booked = await web.budget.reserve(client, run_tokens=run_tokens)
     if isinstance(booked, Refusal):  # the day's budget is spent, or the running questions may spend the rest
         web.agent.metrics.budget_refusals.labels("web").inc()
         await refused(request, identity, "over_budget", message)

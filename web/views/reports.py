@@ -20,11 +20,19 @@ from starlette.responses import JSONResponse, Response
 from agent.chart_images import render_pngs
 from agent.reports import markdown
 from agent.reports.model import Report, ReportBudget, ReportRequest
+from chats.report_runs import (
+    MAX_RESUMES,
+    POLICY_CHANGED,
+    REPORT_RATE_WEIGHT,
+    policy_changed,
+    running_of,
+    too_many_running,
+)
 from chats.reports import StoredReport
-from web.boundary import HttpError, read_json_body
+from web.boundary import HttpError, check_rate, read_json_body
 from web.context import WEB, web_context
 from web.downloads import attachment
-from web.identity import Identity, require_identity
+from web.identity import Identity, asker_key, policy_of, require_identity
 from web.ownership import check_owned
 from web.views.chat import refused, start_run
 from web.withholding import WITHHELD, covered, reader_policy
@@ -47,12 +55,17 @@ async def start_report(request: Request) -> Response:
     identity = await require_identity(request)
     body = await read_json_body(request, ReportBody, EXAMPLE)
     budget = ReportBudget.of(web.settings)
+    await _check_pace(request, identity)
     if body.resume is not None:
         stored = await _owned(request, body.resume)
         if stored.running:
             raise HttpError(409, "This report is being written; its page shows it when it is done.")
         if stored.report is None or not stored.report.resumable:
             raise HttpError(409, "This report is not partial: there is nothing to resume.")
+        if policy_changed(stored.policy, policy_of(request, identity)):  # before anything is held or run
+            raise HttpError(409, POLICY_CHANGED)
+        if stored.report.runs and len(stored.report.runs) > MAX_RESUMES:
+            raise HttpError(409, f"This report was resumed {MAX_RESUMES} times already; ask it again as a new report.")
         return await start_run(request, identity, stored.question, stored.conversation_id, resume=stored.id)
     message = body.message.strip()
     limit = web.settings.agent_web_max_message_chars
@@ -62,6 +75,17 @@ async def start_report(request: Request) -> Response:
         await refused(request, identity, "too_long")
         raise HttpError(413, f"message: longer than {limit} characters ({len(body.message)}).")
     return await start_run(request, identity, message, body.conversation_id, ReportRequest(budget=budget, grants=1))
+
+
+async def _check_pace(request: Request, identity: Identity) -> None:
+    """A report may spend many questions' worth: it counts as REPORT_RATE_WEIGHT questions against the
+    per-minute rate (the route took one), and one person has at most AGENT_REPORT_MAX_RUNNING at once."""
+    web = web_context(request)
+    for _ in range(REPORT_RATE_WEIGHT - 1):
+        await check_rate(web.questions, asker_key(request, identity), "questions")
+    limit = web.settings.agent_report_max_running
+    if await running_of(web.runs.reports, identity.person.owner) >= limit:
+        raise HttpError(429, too_many_running(limit), {"Retry-After": "30"})
 
 
 async def report(request: Request) -> Response:

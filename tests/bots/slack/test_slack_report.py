@@ -366,3 +366,21 @@ async def test_a_report_a_restarted_server_goes_on_with_is_posted_in_its_thread(
     assert shown_text(fake_slack, ts).count("**Report:** why did delays rise in July?") == 1
     files = [f["name"] for m in bot_replies(fake_slack, GENERAL_ID, ts) for f in m.get("files") or []]
     assert any(name.endswith(".pdf") for name in files), "its files attached too"
+
+
+async def test_a_report_past_the_running_cap_is_refused_in_words_before_any_model_call(
+    start_bot, fake_slack: FakeSlack, fake_anthropic: FakeAnthropic
+) -> None:
+    """AGENT_REPORT_MAX_RUNNING (1 by default): with one report of this channel being written, another asked
+    here is answered with why, and nothing runs. (In a channel a report is the channel's: the cap counts there.)"""
+    from agent.reports.model import ReportRequest
+    from chats.people import channel_owner
+
+    bot = await start_bot()
+    await bot.service.state.reports.begin(
+        "b" * 32, run_id="b" * 32, owner=channel_owner(TEAM_ID, GENERAL_ID), interface="slack",
+        question="the first report", request=ReportRequest(),
+    )  # fmt: skip
+    thread = await ask_report(bot, fake_slack, "report: why did delays rise in July?")
+    assert fake_anthropic.requests == []
+    assert "being written already" in shown_text(fake_slack, thread), thread_dump(fake_slack, thread)

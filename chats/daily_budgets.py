@@ -24,7 +24,6 @@ is refused: a budget that turns itself off under load is no budget.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import datetime as dt
 import logging
 import math
@@ -164,8 +163,13 @@ class DailyBudget:
         """Keep a running question's hold in the shared file from expiring, until it is settled."""
         while True:
             await asyncio.sleep(self._renew_every_s)
-            with contextlib.suppress(*STATE_UNAVAILABLE):  # the next renewal tries again
+            try:
                 await self._file.run(partial(_renew, held_id, self._clock() + RESERVATION_TTL_S))  # type: ignore[union-attr]
+            except STATE_UNAVAILABLE:  # the next renewal tries again
+                continue
+            except (RuntimeError, sqlite3.ProgrammingError):  # the state was closed (shutting down): the hold expires
+                log.debug("stopped renewing a daily-budget hold: the state is closed")
+                return
 
     def _add_local(self, day: str, key: str, tokens: int, cost: float) -> None:
         spent_tokens, spent_cost = self._local.get((day, key), (0, 0.0))

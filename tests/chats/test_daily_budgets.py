@@ -169,3 +169,15 @@ async def test_a_report_holds_its_own_token_budget_whichever_bound_is_less() -> 
     )
     held = [await capped.reserve("slack:T:U", run_tokens=500_000) for _ in range(3)]
     assert sum(isinstance(h, Reservation) for h in held) == 2  # the per-question bound is the smaller
+
+
+async def test_a_hold_whose_state_is_closed_stops_renewing_quietly(shared: StateFile) -> None:
+    """Shutting down closes the state while a question's hold still renews: its renewal ends by itself (the
+    hold expires), not with an exception asyncio reports as never retrieved, on a later test's output."""
+    budget = DailyBudget(max_tokens=1000, max_cost_usd=None, file=shared, clock=lambda: NOON, renew_every_s=0.05)
+    held = await budget.reserve("u")
+    assert isinstance(held, Reservation)
+    [renewal] = budget._renewing.values()
+    shared.close()
+    await asyncio.wait_for(renewal, 10)  # it ends on its own, without raising
+    assert renewal.exception() is None

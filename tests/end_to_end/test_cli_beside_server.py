@@ -113,7 +113,12 @@ def _outcomes(data_dir: Path) -> list[str]:
 
 def _interrupt(process: subprocess.Popen[str]) -> tuple[str, str]:
     process.send_signal(signal.SIGINT)
-    return process.communicate(timeout=60)
+    try:
+        return process.communicate(timeout=60)
+    except subprocess.TimeoutExpired:  # it did not stop: say what it printed, and leave nothing running behind
+        process.kill()
+        out, err = process.communicate()
+        raise AssertionError(f"still running 60 s after Ctrl-C\n{out}\n{err[-3000:]}") from None
 
 
 class Server:

@@ -76,7 +76,7 @@ async def test_a_report_from_the_chat_streams_its_steps_and_its_page_reads_it_ba
     assert page["question"] == "July's delays per origin airport" and page["row_count"] == 3
 
     markdown = await alice.get(f"/api/reports/{report_id}.md")
-    pdf = await alice.get(f"/api/reports/{report_id}.pdf")
+    pdf = await alice.get(f"/api/reports/{report_id}.pdf", timeout=150)  # its chart renders in a process of its own
     assert markdown.headers["content-type"].startswith("text/markdown")
     assert 'filename="why-did-delays-rise-in-july.md"' in markdown.headers["content-disposition"]
     assert "21.7" in markdown.text and "SELECT month" in markdown.text

@@ -221,6 +221,25 @@ def _answers(fake: FakeSlack, channel: str, ts: str, text: str) -> list[dict[str
     return [m for m in fake.replies(channel, ts) if text in (m.get("text") or "") + str(m.get("blocks") or "")]
 
 
+def _slack_environment(
+    postgres_server: PostgresServer,
+    clickhouse_fake: FakeClickHouse,
+    fake: FakeAnthropic,
+    fake_slack: FakeSlack,
+    **extra: str,
+) -> dict:
+    """Both hosts' environment with the Slack bot on, against the strict fake."""
+    return _environment(
+        postgres_server,
+        clickhouse_fake,
+        fake,
+        slack_api_url=fake_slack.base_url,
+        slack_bot_token=fake_slack.bot_token,
+        slack_signing_secret=events.SIGNING_SECRET,
+        **extra,
+    )
+
+
 async def test_a_host_killed_mid_run_the_other_posts_the_answer_in_the_slack_thread_once(
     postgres_server: PostgresServer,
     clickhouse_fake: FakeClickHouse,
@@ -229,14 +248,7 @@ async def test_a_host_killed_mid_run_the_other_posts_the_answer_in_the_slack_thr
     tmp_path: Path,
 ) -> None:
     fake, held = model
-    env = _environment(
-        postgres_server,
-        clickhouse_fake,
-        fake,
-        slack_api_url=fake_slack.base_url,
-        slack_bot_token=fake_slack.bot_token,
-        slack_signing_secret=events.SIGNING_SECRET,
-    )
+    env = _slack_environment(postgres_server, clickhouse_fake, fake, fake_slack)
     with running_hosts(tmp_path, env) as hosts:
         await hosts.ready()
         ts, channel = _ask_in_slack(hosts, fake_slack)
@@ -270,13 +282,11 @@ async def test_a_run_past_its_resumes_ends_with_a_message_in_its_slack_thread(
     tmp_path: Path,
 ) -> None:
     fake, held = model
-    env = _environment(
+    env = _slack_environment(
         postgres_server,
         clickhouse_fake,
         fake,
-        slack_api_url=fake_slack.base_url,
-        slack_bot_token=fake_slack.bot_token,
-        slack_signing_secret=events.SIGNING_SECRET,
+        fake_slack,
         agent_run_max_resumes="0",  # the lost step is a model call; none may be made again
     )
     with running_hosts(tmp_path, env) as hosts:

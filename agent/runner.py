@@ -13,15 +13,32 @@ again any query it holds. Its result and receipt count the times it was resumed.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from enum import StrEnum
 from typing import Annotated, Any, Literal, Protocol
 
-from pydantic import BaseModel, Field, TypeAdapter, field_validator
+from pydantic import (
+    BaseModel,
+    Field,
+    SerializerFunctionWrapHandler,
+    TypeAdapter,
+    field_validator,
+    model_serializer,
+    model_validator,
+)
 
 from agent.access.policy import Policy
 from agent.charts import Chart
-from agent.db import QueryResult
+from agent.checkpoint_form import (
+    CheckpointPart,
+    fold,
+    has_references,
+    reused_once,
+    reused_restored,
+    with_references,
+    without_references,
+)
+from agent.db import QueryResult, format_for_model
 from agent.figures import FigureReport
 from agent.limits import json_size
 from agent.receipts import Receipt
@@ -353,7 +370,7 @@ EventSink = Callable[[Event], Awaitable[None]]
 
 # --- durable runs ---
 
-CHECKPOINT_VERSION: Literal[1] = 1
+CHECKPOINT_VERSION: Literal[2] = 2  # 2: its stored form holds each result once (agent/checkpoint_form.py)
 
 
 class ModelCalls(BaseModel):
@@ -369,14 +386,17 @@ class ModelCalls(BaseModel):
 
 class Checkpoint(BaseModel):
     """A run's progress at a round's end: what `run(..., resume=)` needs to go on at the next round, in
-    another process too, running no query again. `model_dump(mode="json")` is its stored form; a stored one
-    of another `version` is not to be resumed (`Checkpoint.model_validate` refuses it).
+    another process too, running no query again. `model_dump(mode="json")` is its stored form, which holds
+    each query result once (agent/checkpoint_form.py; a store writes it in parts, `of_parts` reads them
+    back); a stored one of a `version` this release does not know is not to be resumed
+    (`Checkpoint.model_validate` refuses it). Version 1 (results twice) still reads.
 
     `rounds` is the model rounds completed (0: none yet, taken when the run starts); `messages` every message
     the next model call is sent (the history the run was given included, so a resume needs no history);
-    `turn_start` the index of the question's own message in them."""
+    `turn_start` the index of the question's own message in them; `result_chars` the cap the model was sent
+    each result's text at (0: unknown; the stored form then keeps those texts as they are)."""
 
-    version: Literal[1] = CHECKPOINT_VERSION
+    version: Literal[1, 2] = CHECKPOINT_VERSION
     question: str
     policy: str | None = None  # the name of the policy it runs under; a resume must pass the same
     rounds: int = 0
@@ -399,6 +419,42 @@ class Checkpoint(BaseModel):
     started_at: float = 0.0  # wall-clock start (time.time()): a resumed run's times include the takeover
     first_event_ms: int | None = None
     resumed: int = 0  # times resumed before this checkpoint was taken
+    result_chars: int = 0
+
+    @model_serializer(mode="wrap")
+    def _results_once(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        stored: dict[str, Any] = handler(self)
+        if "messages" in stored:
+            stored["messages"] = with_references(stored["messages"], self._result_texts())
+        if "queries" in stored:
+            stored["queries"] = reused_once(stored["queries"])
+        return stored
+
+    @model_validator(mode="before")
+    @classmethod
+    def _reused_results(cls, data: Any) -> Any:
+        if isinstance(data, dict) and isinstance(data.get("queries"), list):
+            return {**data, "queries": reused_restored(data["queries"])}
+        return data
+
+    @model_validator(mode="after")
+    def _rendered_results(self) -> Checkpoint:
+        if has_references(self.messages):
+            self.messages = without_references(self.messages, self._result_texts())
+        return self
+
+    def _result_texts(self) -> dict[str, str]:
+        """Each query's result as the model was sent it, by query id."""
+        if self.result_chars <= 0:
+            return {}
+        return {query.id: format_for_model(query.result, self.result_chars) for query in self.queries}
+
+    @classmethod
+    def of_parts(cls, parts: Iterable[CheckpointPart]) -> Checkpoint | None:
+        """The checkpoint its store's parts make (agent/checkpoint_form.py); None for none. ValueError (a
+        pydantic ValidationError too) when they do not make one this release can read."""
+        form = fold(parts)
+        return None if form is None else cls.model_validate(form)
 
 
 CheckpointSink = Callable[[Checkpoint], Awaitable[None]]

@@ -139,7 +139,7 @@ class Pipeline:
                 followups = False
             if policy is not None and policy.reads_nothing:
                 return await self._no_access(state, policy)
-            durable = _Durable(checkpoint, resume)
+            durable = _Durable(checkpoint, resume, result_chars=self._sql.result_chars)
             result = await self._run(state, history, platform, on_event, followups, durable)
             traced.set(agent__outcome=result.outcome.value, agent__rounds=result.metrics.rounds)
             return result
@@ -429,6 +429,7 @@ class _Durable:
     sink: CheckpointSink | None
     resume: Checkpoint | None
     turn_start: int = 0
+    result_chars: int = 0  # the cap results are sent to the model at: their text's stored form is a reference
 
     @property
     def next_round(self) -> int:
@@ -439,7 +440,7 @@ class _Durable:
         if self.sink is None:
             return
         try:
-            await self.sink(state.checkpoint(rounds, messages, self.turn_start))
+            await self.sink(state.checkpoint(rounds, messages, self.turn_start, self.result_chars))
         except Exception:
             log.exception("could not checkpoint the run after round %d", rounds)
 

@@ -90,9 +90,12 @@ class RunState:
         self.first_event_s = time.perf_counter() - self.started
         self.metrics.first_event_seconds.labels(self.interface).observe(self.first_event_s)
 
-    def checkpoint(self, rounds: int, messages: list[dict[str, Any]], turn_start: int) -> Checkpoint:
-        """What the run has gathered after `rounds` model rounds, for `restore` in this or another process.
-        A deep copy: the loop goes on changing its messages (trimming) after the checkpoint is handed on."""
+    def checkpoint(
+        self, rounds: int, messages: list[dict[str, Any]], turn_start: int, result_chars: int = 0
+    ) -> Checkpoint:
+        """What the run has gathered after `rounds` model rounds, for `restore` in this or another process
+        (`result_chars`: the cap the model is sent results at). A deep copy: the loop goes on changing its
+        messages (trimming) after the checkpoint is handed on."""
         return Checkpoint(
             question=self.question,
             policy=self.policy.name if self.policy is not None else None,
@@ -116,6 +119,7 @@ class RunState:
             started_at=self.started_at,
             first_event_ms=None if self.first_event_s is None else round(self.first_event_s * 1000),
             resumed=self.resumed,
+            result_chars=result_chars,
         ).model_copy(deep=True)
 
     def restore(self, saved: Checkpoint) -> None:

@@ -118,6 +118,11 @@ class SqlExecutor:
         self._limits = limits
         self._preflight = preflight
 
+    @property
+    def result_chars(self) -> int:
+        """The cap each result's text is sent to the model at (agent/db/result.py `format_for_model`)."""
+        return self._max_result_chars
+
     async def run(self, requests: list[QueryRequest], state: RunState) -> str:
         """Run the queries concurrently (within the call's and the run's caps), emitting events as each
         starts and finishes. They share the run's slots of the engine with its other work."""

@@ -10,7 +10,9 @@ from typing import Any
 import pytest
 
 from agent.access.policy import Policy
+from agent.checkpoint_form import CheckpointPart, part_between
 from agent.db import Database
+from agent.pipeline.context import user_text
 from agent.runner import Checkpoint, Outcome
 from tests.conftest import Recorder
 from tests.fakes.anthropic_api import FakeAnthropic, Hang, Reply
@@ -39,18 +41,29 @@ class CountingDatabase:
 
 
 class Checkpoints:
-    """A sink that keeps each checkpoint as the kit would: its JSON."""
+    """A sink that keeps each checkpoint as the kit's store does (chats/durable.py): the JSON of the part it
+    adds to the one before (agent/checkpoint_form.py), read back by folding them."""
 
     def __init__(self) -> None:
-        self.stored: list[str] = []
+        self.stored: list[str] = []  # the parts, as written
+        self.handed: list[Checkpoint] = []  # the checkpoints the run handed over
         self.arrived = asyncio.Event()
+        self._written: dict[str, Any] | None = None
 
     async def __call__(self, checkpoint: Checkpoint) -> None:
-        self.stored.append(checkpoint.model_dump_json())
+        form = checkpoint.model_dump(mode="json")
+        self.stored.append(part_between(self._written, form).model_dump_json())
+        self._written = form
+        self.handed.append(checkpoint)
         self.arrived.set()
 
+    def rounds(self) -> list[int]:
+        return [CheckpointPart.model_validate_json(part).rounds for part in self.stored]
+
     def last(self) -> Checkpoint:
-        return Checkpoint.model_validate_json(self.stored[-1])
+        folded = Checkpoint.of_parts(CheckpointPart.model_validate_json(part) for part in self.stored)
+        assert folded is not None
+        return folded
 
     async def until_round(self, rounds: int) -> None:
         while not self.stored or self.last().rounds < rounds:
@@ -104,8 +117,8 @@ async def test_a_resumed_run_goes_on_at_the_next_round_running_no_completed_quer
     assert result.receipt.queries == 2 and result.metrics.sql_queries == 2
     assert result.metrics.rounds == 3 and result.receipt.models[0].calls == 3  # the lost call is not billed twice
     assert result.thinking == ["Departures first."]
-    assert [Checkpoint.model_validate_json(c).rounds for c in later.stored] == [2]
-    assert Checkpoint.model_validate_json(later.stored[-1]).resumed == 1  # a second takeover counts on from it
+    assert later.rounds() == [2]
+    assert later.last().resumed == 1  # a second takeover counts on from it
     assert result.transcript[0]["content"][0]["text"].startswith("Which")  # the turn for the next question
 
 
@@ -117,8 +130,8 @@ async def test_a_run_checkpoints_when_it_starts_and_after_every_round(make_app, 
     sink = Checkpoints()
     result = await make_app().runner.run("Which airport?", checkpoint=sink, followups=False)
     assert result.outcome is Outcome.ANSWERED and result.resumed == 0 and result.receipt.resumed == 0
-    saved = [Checkpoint.model_validate_json(c) for c in sink.stored]
-    assert [c.rounds for c in saved] == [0, 1]  # the answering round ends the run: nothing left to resume
+    saved = sink.handed
+    assert sink.rounds() == [0, 1] and sink.last() == saved[-1]  # the answering round ends the run: nothing left to resume
     assert saved[0].queries == [] and saved[0].messages[-1]["role"] == "user"
     assert saved[1].messages[-1]["content"][0]["type"] == "tool_result"
 
@@ -132,6 +145,8 @@ async def test_a_checkpoint_goes_on_only_as_its_own_question_under_its_own_polic
         await runner.run("Which airport?", resume=saved, policy=Policy(name="ops", tables={}))
 
 
-def test_a_checkpoint_of_another_format_is_refused() -> None:
+def test_a_checkpoint_of_another_format_is_refused_and_one_of_the_release_before_still_reads() -> None:
     with pytest.raises(ValueError):
-        Checkpoint.model_validate({"version": 2, "question": "q"})
+        Checkpoint.model_validate({"version": 3, "question": "q"})
+    before = {"version": 1, "question": "q", "rounds": 2, "messages": [user_text("q")], "result_chars": 0}
+    assert Checkpoint.model_validate(before).rounds == 2

@@ -6,7 +6,14 @@ delivery context (for Slack, the thread to post in), and the library's latest `C
 taken when the run starts and after every completed round). The host holds the run under a lease it
 renews; a host that dies stops renewing, and once the lease lapses every other host's watcher may claim
 the run, one winner (`claim_lapsed`, under the state's write lock), and resume it through the Runner under
-the same run id (chats/runs.py `RunRegistry.take_over`). A normal end deletes the row.
+the same run id (chats/runs.py `RunRegistry.take_over`). A normal end deletes the row and its parts.
+
+A checkpoint holds the whole run so far; rewritten whole each round, a run of n rounds would write n²/2
+rounds' worth. So each round appends only the part it added (`durable_run_parts`, agent/checkpoint_form.py:
+its new messages and queries, and its counters), in the transaction that checks the host still holds the
+run; a takeover folds the parts back. What a host last wrote is kept in memory to take the next part from;
+when that is unknown (a write that failed, a run it did not write), the next part is whole and the parts
+before it go.
 
 A lease, not the shared log's heartbeat, decides: a host slow for a moment keeps its runs until its lease
 lapses, and the lease is what bounds the time a takeover takes (AGENT_RUN_LEASE_S, plus at most a third
@@ -27,8 +34,8 @@ from collections.abc import Awaitable, Callable, Collection
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
-from pydantic import ValidationError
 
+from agent.checkpoint_form import CheckpointPart, fold, part_between
 from agent.runner import Checkpoint
 from chats.audit import Origin
 from chats.state_file import SQLITE_NOW, StateFile, write_transaction
@@ -52,20 +59,25 @@ class DurableRun:
     delivery: dict[str, Any] = field(default_factory=dict)  # the adapter's, e.g. Slack's thread
     followups: bool = True
     abandon_after_s: float | None = None
-    checkpoint: str | None = None  # the latest Checkpoint's JSON (None: none yet)
+    parts: list[str] = field(default_factory=list)  # its checkpoint, as the parts its rounds wrote (JSON)
+    checkpoint: str | None = None  # a whole Checkpoint's JSON: what the release before kept (it wrote no parts)
     created_at: float = field(default_factory=time.time)
     takeovers: int = 0  # times another host claimed it
     unreadable: bool = False  # its row is torn, or another release's this one cannot read: it ends, not resumes
 
     def saved(self) -> Checkpoint | None:
         """The checkpoint to resume from; None when there is none, or this release cannot read it."""
-        if self.checkpoint is None:
-            return None
         try:
-            return Checkpoint.model_validate_json(self.checkpoint)
-        except ValidationError:
+            if self.parts:
+                return Checkpoint.model_validate(self.parts_form())
+            return None if self.checkpoint is None else Checkpoint.model_validate_json(self.checkpoint)
+        except ValueError:  # a pydantic ValidationError too
             log.warning("run %s has a checkpoint this release cannot read", self.run_id)
             return None
+
+    def parts_form(self) -> dict[str, Any] | None:
+        """The stored form its parts make (None: none). ValueError when they make none."""
+        return fold(CheckpointPart.model_validate_json(part) for part in self.parts)
 
 
 @dataclass(frozen=True)
@@ -105,6 +117,7 @@ class DurableRuns:
         # running ahead would find every other host's live lease lapsed).
         self._now = POSTGRES_NOW if isinstance(file, PostgresFile) else SQLITE_NOW
         self._driving: set[str] = set()  # the runs this host drives: the only leases it renews
+        self._written: dict[str, dict[str, Any]] = {}  # by run, the stored form of its parts so far
 
     async def begin(self, run: DurableRun) -> None:
         """Keep `run`, held by this host."""
@@ -123,19 +136,35 @@ class DurableRuns:
         self._driving.add(run.run_id)
 
     async def save(self, run_id: str, checkpoint: Checkpoint) -> bool:
-        """The run's latest checkpoint, its lease renewed. False: this host no longer holds it (its lease
-        lapsed and another host took it over)."""
-        data = checkpoint.model_dump_json()
+        """The run's latest checkpoint, its lease renewed: the part it adds to what this host wrote of it
+        (all of it when that is unknown: the parts before go), written only while this host holds the run,
+        in the same transaction. False: it no longer does (its lease lapsed and another host took it over),
+        and nothing was written."""
+        form = checkpoint.model_dump(mode="json")
+        before = self._written.pop(run_id, None)  # unknown until this write lands
+        part = part_between(before, form).model_dump_json()
 
-        def write(c: sqlite3.Connection) -> int:
+        def write(c: sqlite3.Connection) -> bool:
             with write_transaction(c):
-                return c.execute(
-                    f"UPDATE durable_runs SET checkpoint = ?, lease_until = {self._now} + ? "
-                    "WHERE run_id = ? AND holder = ?",
-                    (data, self.lease_s, run_id, self.host),
+                held = c.execute(
+                    f"UPDATE durable_runs SET lease_until = {self._now} + ? WHERE run_id = ? AND holder = ?",
+                    (self.lease_s, run_id, self.host),
                 ).rowcount
+                if not held:
+                    return False
+                if before is None:
+                    c.execute("DELETE FROM durable_run_parts WHERE run_id = ?", (run_id,))
+                c.execute(
+                    "INSERT INTO durable_run_parts (run_id, seq, part) VALUES (?, (SELECT COALESCE(MAX(seq), 0) + 1 "
+                    "FROM durable_run_parts WHERE run_id = ?), ?)",
+                    (run_id, run_id, part),
+                )
+                return True
 
-        return bool(await self._file.run(write))
+        held = bool(await self._file.run(write))
+        if held:
+            self._written[run_id] = form
+        return held
 
     async def update_delivery(self, run_id: str, delivery: dict[str, Any]) -> None:
         """What the adapter knows now of where the answer goes (say, the message it streams into)."""
@@ -154,10 +183,12 @@ class DurableRuns:
 
         def write(c: sqlite3.Connection) -> None:
             with write_transaction(c):
+                c.execute("DELETE FROM durable_run_parts WHERE run_id = ?", (run_id,))
                 c.execute("DELETE FROM durable_runs WHERE run_id = ?", (run_id,))
 
         await self._file.run(write)
         self._driving.discard(run_id)
+        self._written.pop(run_id, None)
 
     async def renew(self) -> int:
         """The lease of every run this host holds and drives, renewed; how many. A run it holds but does not
@@ -190,6 +221,8 @@ class DurableRuns:
                 )
 
         self._driving.difference_update(ids)  # first: should the write fail, the lease still lapses
+        for run_id in ids:
+            self._written.pop(run_id, None)  # another host goes on writing it
         await self._file.run(write)
 
     async def claim_lapsed(self, interfaces: Collection[str]) -> DurableRun | None:
@@ -212,15 +245,25 @@ class DurableRuns:
                     "WHERE run_id = ?",
                     (self.host, self.lease_s, row[0]),
                 )
-                return tuple(row)
+                parts = c.execute("SELECT part FROM durable_run_parts WHERE run_id = ? ORDER BY seq", (row[0],))
+                return tuple(row), [part for (part,) in parts.fetchall()]
 
-        row = await self._file.run(claim) if kinds else None
-        if row is None:
+        claimed = await self._file.run(claim) if kinds else None
+        if claimed is None:
             return None
-        run = _run_of(row)
+        run = _run_of(*claimed)
         run.takeovers += 1
         self._driving.add(run.run_id)  # the caller takes it over, or releases it (RunRegistry.take_over)
+        self._go_on_from(run)
         return run
+
+    def _go_on_from(self, run: DurableRun) -> None:
+        """What the run's parts make is what this host, now holding it, writes its next part against."""
+        try:
+            if run.parts and (form := run.parts_form()) is not None:
+                self._written[run.run_id] = form
+        except ValueError:
+            pass  # torn: the run is not resumed (`saved` says so), and a whole part would replace them
 
     async def held_here(self, run_id: str) -> bool:
         """Whether this host holds the run (another may have taken it over after this one froze)."""
@@ -267,7 +310,7 @@ _COLUMNS = (
 )
 
 
-def _run_of(row: tuple[Any, ...]) -> DurableRun:
+def _run_of(row: tuple[Any, ...], parts: list[str]) -> DurableRun:
     """The run as its row holds it. A row this release cannot read whole (a torn delivery, another release's
     origin) is still a run, `unreadable`: it is ended with a message, never held by a host that cannot."""
     (run_id, conversation_id, interface, platform, question, policy, origin, delivery, followups, abandon, saved,
@@ -282,6 +325,7 @@ def _run_of(row: tuple[Any, ...]) -> DurableRun:
         followups=bool(followups),
         abandon_after_s=abandon,
         checkpoint=saved,
+        parts=parts,
         created_at=created_at,
         takeovers=takeovers,
     )

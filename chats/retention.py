@@ -88,7 +88,15 @@ SWEEPS: tuple[tuple[str, Sweep], ...] = (
     ("schedule_inbox", _older("DELETE FROM schedule_inbox WHERE at < ?")),
     ("schedule_fires", _older("DELETE FROM schedule_fires WHERE status != 'running' AND due_at < ?")),
     ("schedules", _older("DELETE FROM schedules WHERE state != 'active' AND updated_at < ?")),
-    # A run kept for a takeover that no host took over (every host gone, or none that can deliver it).
+    # A run kept for a takeover that no host took over (every host gone, or none that can deliver it), its
+    # checkpoint's parts first (and any part whose run is gone).
+    (
+        "durable_run_parts",
+        _older(
+            "DELETE FROM durable_run_parts WHERE run_id IN (SELECT run_id FROM durable_runs WHERE created_at < ?) "
+            "OR run_id NOT IN (SELECT run_id FROM durable_runs)"
+        ),
+    ),
     ("durable_runs", _older("DELETE FROM durable_runs WHERE created_at < ?")),
 )
 TABLES = tuple(table for table, _ in SWEEPS)  # the metric's label values

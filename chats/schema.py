@@ -411,6 +411,21 @@ def _live_run_policy(conn: sqlite3.Connection) -> None:
         conn.execute("ALTER TABLE live_runs ADD COLUMN policy TEXT NOT NULL DEFAULT ''")
 
 
+def _durable_run_parts(conn: sqlite3.Connection) -> None:
+    """A durable run's checkpoint as its rounds wrote it: each round appends the part it added (agent/
+    checkpoint_form.py), so a run writes each message and result once, not its whole progress every round
+    (chats/durable.py). The same on both backends; `durable_runs.checkpoint` stays for rows of the release
+    before."""
+    conn.execute(
+        """CREATE TABLE IF NOT EXISTS durable_run_parts (
+            run_id TEXT NOT NULL,
+            seq INTEGER NOT NULL,
+            part TEXT NOT NULL,
+            PRIMARY KEY (run_id, seq)
+        )"""
+    )
+
+
 Step = Callable[[sqlite3.Connection], None]
 
 # Step n brings a file at version n - 1 to version n. A release that changes a table appends a step,
@@ -427,6 +442,7 @@ STEPS: tuple[Step, ...] = (
     _reports,
     _report_delivery,
     _live_run_policy,
+    _durable_run_parts,
 )
 POSTGRES_STEPS: tuple[Step, ...] = (
     _postgres_tables,
@@ -440,6 +456,7 @@ POSTGRES_STEPS: tuple[Step, ...] = (
     _reports,
     _postgres_report_delivery,
     _live_run_policy,
+    _durable_run_parts,
 )
 VERSION = len(STEPS)
 

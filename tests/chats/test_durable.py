@@ -12,6 +12,7 @@ from agent.runner import Checkpoint
 from chats.audit import Origin
 from chats.durable import DurableRun, DurableRuns, ResumeLimits
 from chats.state_file import StateFile
+from tests.agent.pipeline.test_attacks_review_durable import ROUNDS, long_run
 
 LEASE_S = 30.0  # long: a test lapses a lease by writing it, never by waiting
 
@@ -107,3 +108,95 @@ def test_a_run_may_be_resumed_so_many_times_and_so_young() -> None:
     young.takeovers = 1
     said = limits.why_not(young, now=young.created_at + 901) or ""
     assert "over 15 minutes" in said and "ask again" in said
+
+
+def parts(store: DurableRuns, run_id: str = "r1") -> list[str]:
+    rows = store._file.now(
+        lambda c: c.execute("SELECT part FROM durable_run_parts WHERE run_id = ? ORDER BY seq", (run_id,)).fetchall()
+    )
+    return [part for (part,) in rows]
+
+
+async def test_a_long_run_writes_each_round_once_and_its_taker_reads_back_exactly_its_last_checkpoint(
+    hosts, make_app, fake_anthropic
+) -> None:
+    """The review's 8 rounds of 5,000-row results (tests/agent/pipeline/test_attacks_review_durable.py), kept by
+    the store: it writes what each round added (its last wrap-up note and trimmed old results too), all of it
+    within a small multiple of the last checkpoint, and another host folds it back to that checkpoint exactly."""
+    a, b = hosts("a"), hosts("b")
+    await a.begin(run())
+    handed: list[Checkpoint] = []
+
+    async def keep(checkpoint: Checkpoint) -> None:
+        handed.append(checkpoint)
+        assert await a.save("r1", checkpoint)
+
+    await long_run(make_app, fake_anthropic, keep, agent_max_rounds=ROUNDS, agent_context_tokens=20_000)
+    written = parts(a)
+    assert len(written) == len(handed) == ROUNDS + 1
+    last = len(handed[-1].model_dump_json().encode())
+    assert sum(len(part.encode()) for part in written) <= 1.5 * last
+    assert "characters trimmed" in str(handed[-1].messages)  # old results were cut in place, and kept so
+    lapse(a, "r1")
+    taken = await b.claim_lapsed({"slack"})
+    assert taken is not None and taken.saved() == handed[-1]
+
+
+async def test_a_host_that_lost_the_run_writes_no_part_and_its_taker_goes_on_from_the_parts(hosts) -> None:
+    a, b = hosts("a"), hosts("b")
+    await a.begin(run())
+    first = Checkpoint(question="Which airport?", policy="ops", rounds=1, thinking=["one"])
+    assert await a.save("r1", first)
+    lapse(a, "r1")
+    taken = await b.claim_lapsed({"slack"})
+    assert taken is not None and taken.saved() == first
+    assert not await a.save("r1", first.model_copy(update={"rounds": 2, "thinking": ["one", "frozen"]}))
+    assert len(parts(a)) == 1  # the frozen host, awake, wrote nothing into the run it lost
+    later = first.model_copy(update={"rounds": 2, "thinking": ["one", "two"]})
+    assert await b.save("r1", later)
+    assert len(parts(b)) == 2 and '"one"' not in parts(b)[1]  # b appended only its round's news
+    lapse(b, "r1")
+    again = await a.claim_lapsed({"slack"})
+    assert again is not None and again.saved() == later
+
+
+async def test_a_host_unsure_what_it_wrote_writes_the_whole_checkpoint_and_the_parts_before_it_go(hosts) -> None:
+    a = hosts("a")
+    await a.begin(run())
+    for rounds in range(3):
+        assert await a.save("r1", Checkpoint(question="Which airport?", rounds=rounds, thinking=["t"] * rounds))
+    assert len(parts(a)) == 3
+    restarted = hosts("a")  # the same host, without its memory of what it wrote (a write that failed, say)
+    whole = Checkpoint(question="Which airport?", rounds=3, thinking=["t"] * 3)
+    assert await restarted.save("r1", whole)
+    assert len(parts(a)) == 1
+    lapse(a, "r1")
+    taken = await hosts("b").claim_lapsed({"slack"})
+    assert taken is not None and taken.saved() == whole
+
+
+async def test_a_finished_run_leaves_no_part_and_a_torn_one_ends_the_run_not_the_host(hosts) -> None:
+    a, b = hosts("a"), hosts("b")
+    await a.begin(run("done"))
+    assert await a.save("done", Checkpoint(question="Which airport?", rounds=1))
+    await a.finish("done")
+    assert parts(a, "done") == []
+    await a.begin(run("torn"))
+    assert await a.save("torn", Checkpoint(question="Which airport?", rounds=1))
+    a._file.now(lambda c: c.execute("UPDATE durable_run_parts SET part = '{\"header\": 1' WHERE run_id = 'torn'"))
+    lapse(a, "torn")
+    taken = await b.claim_lapsed({"slack"})
+    assert taken is not None and taken.saved() is None  # the registry ends it with a message
+
+
+async def test_a_run_an_earlier_release_kept_whole_is_still_resumed(hosts) -> None:
+    a, b = hosts("a"), hosts("b")
+    earlier = run()
+    saved = Checkpoint(question="Which airport?", policy="ops", rounds=2, query_ids_taken=3)
+    earlier.checkpoint = saved.model_dump_json().replace('"version":2', '"version":1')
+    await a.begin(earlier)
+    lapse(a, "r1")
+    taken = await b.claim_lapsed({"slack"})
+    assert taken is not None and taken.saved() == saved.model_copy(update={"version": 1})
+    assert await b.save("r1", saved.model_copy(update={"rounds": 3}))  # from here on, in parts
+    assert len(parts(b)) == 1

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from agent.db.result import QueryResult
-from agent.runner import ExecutedQuery, RunResult
+from agent.runner import Checkpoint, ExecutedQuery, RunResult
 from chats.durable import DurableRun, DurableRuns
 from chats.people import Person
 from chats.retention import DAY_S, SWEEPS, TABLES, Retention
@@ -146,8 +146,12 @@ async def test_a_run_kept_for_a_takeover_nobody_took_over_is_swept_past_the_peri
     for run_id, age_days in (("old", 40), ("young", 1)):
         kept = DurableRun(run_id, "c1", "slack", "slack", "Which airport?", created_at=time.time() - age_days * DAY_S)
         await durable.begin(kept)
-    assert await Retention(state.file, 30).sweep() == {"durable_runs": 1}
+        for rounds in range(2):  # its checkpoint, in the parts its rounds wrote
+            assert await durable.save(run_id, Checkpoint(question="Which airport?", rounds=rounds))
+    assert await Retention(state.file, 30).sweep() == {"durable_run_parts": 2, "durable_runs": 1}
     assert not await durable.holds("old") and await durable.holds("young")
+    kept_parts = "SELECT run_id, count(*) FROM durable_run_parts GROUP BY run_id"
+    assert state.file.now(lambda c: [tuple(row) for row in c.execute(kept_parts).fetchall()]) == [("young", 2)]
 
 
 def test_every_table_that_keeps_what_people_asked_is_swept() -> None:

@@ -40,6 +40,7 @@ TABLES = {
     "schedule_fires",
     "schedule_inbox",
     "durable_runs",
+    "durable_run_parts",
 }
 
 

@@ -9,9 +9,7 @@ from __future__ import annotations
 
 import json
 
-import pytest
-
-from agent.runner import Checkpoint
+from agent.runner import CheckpointSink
 from tests.agent.pipeline.test_checkpoints import Checkpoints, sql
 from tests.fakes.anthropic_api import FakeAnthropic, Reply
 
@@ -19,13 +17,18 @@ ROUNDS = 8
 BIG = "SELECT * FROM nycflights13.flights WHERE month = {m} ORDER BY time_hour, flight LIMIT 5000"
 
 
-async def _checkpoints_of_a_long_run(make_app, fake_anthropic: FakeAnthropic) -> Checkpoints:
+async def long_run(make_app, fake_anthropic: FakeAnthropic, sink: CheckpointSink, **settings: object) -> None:
+    """The review's run: ROUNDS rounds of one query of 5,000 rows each, then the answer."""
     fake_anthropic.script(
         *[Reply(tool_calls=[sql(f"Flights of month {m}", BIG.format(m=m))]) for m in range(1, ROUNDS + 1)],
         Reply(text="Done [Q1]."),
     )
+    await make_app(**settings).runner.run("Show me the flights month by month.", checkpoint=sink, followups=False)
+
+
+async def _checkpoints_of_a_long_run(make_app, fake_anthropic: FakeAnthropic) -> Checkpoints:
     sink = Checkpoints()
-    await make_app().runner.run("Show me the flights month by month.", checkpoint=sink, followups=False)
+    await long_run(make_app, fake_anthropic, sink)
     assert sink.rounds() == list(range(ROUNDS + 1))
     assert sink.last() == sink.handed[-1]  # read back exactly as it was handed over
     return sink

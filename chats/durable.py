@@ -34,7 +34,6 @@ from collections.abc import Awaitable, Callable, Collection
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
-
 from agent.checkpoint_form import CheckpointPart, fold, part_between
 from agent.runner import Checkpoint
 from chats.audit import Origin

@@ -131,7 +131,8 @@ async def test_a_run_checkpoints_when_it_starts_and_after_every_round(make_app, 
     result = await make_app().runner.run("Which airport?", checkpoint=sink, followups=False)
     assert result.outcome is Outcome.ANSWERED and result.resumed == 0 and result.receipt.resumed == 0
     saved = sink.handed
-    assert sink.rounds() == [0, 1] and sink.last() == saved[-1]  # the answering round ends the run: nothing left to resume
+    assert sink.rounds() == [0, 1]  # the answering round ends the run: nothing left to resume
+    assert sink.last() == saved[-1]
     assert saved[0].queries == [] and saved[0].messages[-1]["role"] == "user"
     assert saved[1].messages[-1]["content"][0]["type"] == "tool_result"
 

@@ -3,7 +3,11 @@ of many rounds with big results has its host write, and whether that is bounded.
 
 Measured (8 rounds, each one query of 5,000 rows, the results capped as the model is sent them): checkpoints
 of 0.8, 15.6, 30.2, ... 117.7 KB, one per round, 534 KB written in all; each checkpoint holds every result
-twice (in `messages` as the model was sent it, and in `queries`)."""
+twice (in `messages` as the model was sent it, and in `queries`).
+
+Fixed (agent/checkpoint_form.py; chats/durable.py writes the parts): each round's part holds what it added,
+0.9 then about 8.8 KB a round, 72 KB written in all for a last checkpoint of 64 KB, which holds each result
+once. `pytest -s` on this file prints the figures."""
 
 from __future__ import annotations
 

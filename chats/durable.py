@@ -151,8 +151,9 @@ class DurableRuns:
                 ).rowcount
                 if not held:
                     return False
-                if before is None:
+                if before is None:  # a whole part: nothing before it is read again
                     c.execute("DELETE FROM durable_run_parts WHERE run_id = ?", (run_id,))
+                    c.execute("UPDATE durable_runs SET checkpoint = NULL WHERE run_id = ?", (run_id,))
                 c.execute(
                     "INSERT INTO durable_run_parts (run_id, seq, part) VALUES (?, (SELECT COALESCE(MAX(seq), 0) + 1 "
                     "FROM durable_run_parts WHERE run_id = ?), ?)",

@@ -200,3 +200,4 @@ async def test_a_run_an_earlier_release_kept_whole_is_still_resumed(hosts) -> No
     assert taken is not None and taken.saved() == saved.model_copy(update={"version": 1})
     assert await b.save("r1", saved.model_copy(update={"rounds": 3}))  # from here on, in parts
     assert len(parts(b)) == 1
+    assert b._file.now(lambda c: c.execute("SELECT checkpoint FROM durable_runs").fetchone()[0]) is None

@@ -17,6 +17,7 @@ from agent.schema.tables import Table
 
 _KEY = re.compile(r"^(?P<entity>.+?)_?(?:id|key|code|uuid|no|num|number|ref)$", re.IGNORECASE)
 _GENERIC = frozenset({"id", "key", "code", "uuid", "no", "num", "number", "ref"})
+_WORDS = re.compile(r"_+")
 MAX_SHARING = 6  # a key column in more tables than this (`created_by_id`) says nothing about joins
 
 
@@ -46,17 +47,23 @@ class JoinGraph:
             for name in _entity_names(table.name):
                 named.setdefault(name, table.qualified)
         sharing: dict[str, set[str]] = defaultdict(set)
+        naming: dict[str, set[str]] = defaultdict(set)  # a table -> the tables with a plain column naming it
         for table in tables:
-            for column in key_columns(table):
+            keys = key_columns(table)
+            for column in keys:
                 sharing[column].add(table.qualified)
-                match = _KEY.match(column)
-                target = named.get(match.group("entity").lower()) if match else None
-                if target is not None and target != table.qualified:
+            for column in table.columns:
+                target = _target(column.name.lower(), named, table.qualified)
+                if target is None or target == table.qualified:
+                    continue
+                if column.name.lower() in keys:
                     self._connect(table.qualified, target)
-        for holders in sharing.values():
-            if 1 < len(holders) <= MAX_SHARING:
-                for one in holders:
-                    for other in holders - {one}:
+                else:
+                    naming[target].add(table.qualified)
+        for group in [*sharing.values(), *({target, *holders} for target, holders in naming.items())]:
+            if 1 < len(group) <= MAX_SHARING + 1:
+                for one in group:
+                    for other in group - {one}:
                         self._connect(one, other)
 
     def _connect(self, one: str, other: str) -> None:
@@ -65,9 +72,29 @@ class JoinGraph:
 
 
 def _entity_names(name: str) -> set[str]:
-    """What a key column calls this table: `instances` is `instance`, `FCLT_BUILDING` is `fclt_building`."""
+    """What a key column calls this table: `instances` is `instance`, `FCLT_BUILDING` is `fclt_building`,
+    `zip_code` is also `zip`."""
     lowered = name.lower()
     names = {lowered, lowered.rstrip("s")}
     if lowered.endswith("ies"):
         names.add(lowered[:-3] + "y")
+    if (match := _KEY.match(lowered)) is not None:
+        names.add(match.group("entity").rstrip("_"))
     return names
+
+
+def _target(column: str, named: dict[str, str], own: str) -> str | None:
+    """The table a column names: by its whole name less a key suffix (`district_id`, `zip`), else by its
+    last word (`hair_colour_id` -> `colour`, `link_to_event` -> `event`); a key column, else by the one
+    table whose name ends with it (`power_id` -> `superpower`)."""
+    match = _KEY.match(column)
+    entity = match.group("entity").rstrip("_") if match else column
+    if entity in named:
+        return named[entity]
+    last = _WORDS.split(entity)[-1]
+    if last != entity and len(last) >= 3 and last in named:
+        return named[last]
+    if match is None or len(entity) < 4:
+        return None
+    ending = {qualified for name, qualified in named.items() if name.endswith(entity) and qualified != own}  # `hero_id` -> `superhero`
+    return ending.pop() if len(ending) == 1 else None

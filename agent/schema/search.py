@@ -57,7 +57,8 @@ class TableSearch:
 
     def search(self, text: str, limit: int) -> list[str]:
         """Qualified names of the tables (one per family) that best match the text, best first; the
-        last places go to the tables the first two join that are not in the list yet."""
+        last places go to the tables the first two join that are not in the list yet, and the places no
+        table matched to the tables the list joins."""
         text = COMMAND.sub(" ", text)
         hits = self._index.search(text, CANDIDATES)
         if not hits:
@@ -79,7 +80,23 @@ class TableSearch:
         joined = [key for key in order if any(key in self._joins.neighbours(first) for first in firsts)]
         kept = ranked[: max(limit - JOINED_PLACES, 5)]
         shown_joined = [self.families.representative(key, dates) for key in joined]
-        return list(dict.fromkeys(kept + shown_joined + ranked))[:limit]
+        found = list(dict.fromkeys(kept + shown_joined + ranked))[:limit]
+        return found + self._reachable(found, dates, limit - len(found))
+
+    def _reachable(self, found: list[str], dates: list[str], places: int) -> list[str]:
+        """Up to `places` tables joined to the found ones, nearest first (a short list's free places: the
+        link table between two hits, the lookup behind a link table)."""
+        seen, frontier, out = set(found), list(found), []
+        while frontier and len(out) < places:
+            step = []
+            for key in frontier:
+                for neighbour in sorted(self._joins.neighbours(key)):
+                    if (shown := self.families.representative(neighbour, dates)) not in seen:
+                        seen.add(shown)
+                        step.append(shown)
+            out += step
+            frontier = step
+        return out[:places]
 
     def _with_neighbours(self, hits: list[Hit]) -> dict[str, float]:
         scores = {hit.key: hit.score for hit in hits}

@@ -4,6 +4,7 @@ question does not name, and the database a question belongs to."""
 from __future__ import annotations
 
 from agent.schema import Catalog, Column, Table
+from agent.schema.joins import JoinGraph
 
 
 def table(qualified: str, columns: str, comment: str = "") -> Table:
@@ -206,3 +207,39 @@ def test_a_large_database_that_has_every_word_somewhere_does_not_outrank_the_sma
     catalog = Catalog([*university_warehouse(), *club(), *small_databases()], "default")
     found = catalog.search("List the last names of the members who attended the women's soccer event.", 5)
     assert {"student_club.member", "student_club.event", "student_club.attendance"} <= set(found), found
+
+
+def heroes() -> list[Table]:
+    """BIRD's `superhero`: its keys name their tables by a word of them (`eye_colour_id` -> `colour`,
+    `hero_id` -> `superhero`, `power_id` -> `superpower`)."""
+    return [
+        table("superhero.superhero", "id:Int64 superhero_name full_name eye_colour_id:Int64 race_id:Int64"),
+        table("superhero.colour", "id:Int64 colour"),
+        table("superhero.race", "id:Int64 race"),
+        table("superhero.superpower", "id:Int64 power_name"),
+        table("superhero.hero_power", "hero_id:Int64 power_id:Int64"),
+        table("superhero.attribute", "id:Int64 attribute_name"),
+        table("superhero.hero_attribute", "hero_id:Int64 attribute_id:Int64 attribute_value:Int64"),
+    ]
+
+
+def test_a_key_column_joins_the_table_a_word_of_its_name_names() -> None:
+    joins = JoinGraph(heroes())
+    assert "superhero.colour" in joins.neighbours("superhero.superhero")  # eye_colour_id
+    assert "superhero.superhero" in joins.neighbours("superhero.hero_power")  # hero_id
+    assert "superhero.superpower" in joins.neighbours("superhero.hero_power")  # power_id, not hero_power itself
+    found = Catalog(heroes(), "superhero").search("What is Abomination's superpower?", 5)
+    assert {"superhero.superhero", "superhero.hero_power", "superhero.superpower"} <= set(found), found
+
+
+def test_a_link_column_without_a_key_suffix_joins_the_table_it_names() -> None:
+    """`student_club` links by `link_to_member`, `link_to_major`, and `zip` (to `zip_code`)."""
+    tables = [*club(), table("student_club.zip_code", "zip_code type city county state"), table("student_club.x", "zip")]
+    tables[0].columns.append(Column("zip", "Int64", ""))
+    joins = JoinGraph(tables)
+    assert {"student_club.major", "student_club.zip_code"} <= joins.neighbours("student_club.member")
+    assert "student_club.member" in joins.neighbours("student_club.attendance")
+    found = Catalog(tables, "student_club").search("Which college is the vice president of the club from?", 5)
+    assert {"student_club.member", "student_club.major"} <= set(found), found
+    found = Catalog(tables, "student_club").search("What county did Sherri Ramsey grow up in?", 5)
+    assert {"student_club.member", "student_club.zip_code"} <= set(found), found

@@ -25,7 +25,7 @@ import re
 from collections import defaultdict
 from collections.abc import Sequence
 
-from agent.lexical import Hit, LexicalIndex
+from agent.lexical import Hit, LexicalIndex, terms
 from agent.schema.families import Families, question_dates
 from agent.schema.joins import JoinGraph
 from agent.schema.tables import Table
@@ -35,9 +35,13 @@ TABLE_NAME, TABLE_COMMENT, COLUMN_NAME, COLUMN_COMMENT, SAMPLES = 3.0, 2.0, 1.0,
 LENGTH_DISCOUNT = 0.3  # BM25's b: a wide table is discounted, less than a long text would be
 DATABASE_WEIGHT = 2.0  # a table of the best-matching database gains twice the top score
 DATABASE_LENGTH_DISCOUNT = 0.3  # BM25's b over databases: a database of many words is discounted, mildly
+WHOLE_NAME = 0.5  # a table the question names whole gains half its score (`drivers` over `driverStandings`)
 JOIN_WEIGHT = 0.3  # a table gains this share of the score of the best hit it joins
 JOINED_PLACES = 3  # of ten hits, the last three are kept for tables the first two join
 CANDIDATES = 300
+# An id the question quotes (a UUID, a hash: `d052d786`, `bfd50153a2e9...`) names no table, but its pieces
+# of letters and digits match columns by chance (`ab`, `bb`, `A11`).
+VALUES = re.compile(r"\b(?=[0-9a-f-]{8})(?=[0-9a-f-]*\d)(?=[0-9a-f-]*[a-f])[0-9a-f]+(?:-[0-9a-f]+)*\b", re.IGNORECASE)
 # A question's leading command ("List the names...", "Please list...", "Can you show me...") names no table.
 COMMAND = re.compile(
     r"^\W*(?:(?:please|can|could|would|will|you|kindly)\b\W*)*"
@@ -50,6 +54,7 @@ COMMAND = re.compile(
 class TableSearch:
     def __init__(self, tables: Sequence[Table]) -> None:
         self._database = {t.qualified: t.database for t in tables}
+        self._name_terms = {t.qualified: frozenset(w for w in terms(t.name) if not w.isdigit()) for t in tables}
         self._index = LexicalIndex(((t.qualified, fields(t)) for t in tables), best_field=True, b=LENGTH_DISCOUNT)
         self.families = Families(tables)
         self._joins = JoinGraph(tables)
@@ -59,7 +64,7 @@ class TableSearch:
         """Qualified names of the tables (one per family) that best match the text, best first; the
         last places go to the tables the first two join that are not in the list yet, and the places no
         table matched to the tables the list joins."""
-        text = COMMAND.sub(" ", text)
+        text = VALUES.sub(" ", COMMAND.sub(" ", text))
         hits = self._index.search(text, CANDIDATES)
         if not hits:
             return []
@@ -83,6 +88,11 @@ class TableSearch:
         found = list(dict.fromkeys(kept + shown_joined + ranked))[:limit]
         return found + self._reachable(found, dates, limit - len(found))
 
+    def _named(self, hit: Hit) -> bool:
+        """Whether the question names the table whole (`drivers`, not only a word of `driverStandings`)."""
+        name = self._name_terms[hit.key]
+        return bool(name) and name <= hit.matched
+
     def _reachable(self, found: list[str], dates: list[str], places: int) -> list[str]:
         """Up to `places` tables joined to the found ones, nearest first (a short list's free places: the
         link table between two hits, the lookup behind a link table)."""
@@ -99,7 +109,7 @@ class TableSearch:
         return out[:places]
 
     def _with_neighbours(self, hits: list[Hit]) -> dict[str, float]:
-        scores = {hit.key: hit.score for hit in hits}
+        scores = {hit.key: hit.score * (1 + WHOLE_NAME * self._named(hit)) for hit in hits}
         best_neighbour: dict[str, float] = defaultdict(float)
         for hit in hits:
             for neighbour in self._joins.neighbours(hit.key):

@@ -243,3 +243,34 @@ def test_a_link_column_without_a_key_suffix_joins_the_table_it_names() -> None:
     assert {"student_club.member", "student_club.major"} <= set(found), found
     found = Catalog(tables, "student_club").search("What county did Sherri Ramsey grow up in?", 5)
     assert {"student_club.member", "student_club.zip_code"} <= set(found), found
+
+
+def racing() -> list[Table]:
+    """BIRD's `formula_1`, where `driverStandings` is shorter than `drivers` and shares its word."""
+    return [
+        table("formula_1.drivers", "driverId:Int64 driverRef number code forename surname dob:Date nationality url"),
+        table("formula_1.driverStandings", "driverStandingsId:Int64 raceId:Int64 driverId:Int64 points position wins"),
+        table("formula_1.races", "raceId:Int64 year:Int64 round:Int64 circuitId:Int64 name date:Date url"),
+        table("formula_1.circuits", "circuitId:Int64 circuitRef name location country lat lng url"),
+    ]
+
+
+def test_a_table_the_question_names_whole_outranks_one_that_shares_a_word_of_its_name() -> None:
+    found = Catalog(racing(), "formula_1").search("Which drivers were born in 1985?", 1)
+    assert found == ["formula_1.drivers"], found
+
+
+def test_an_id_the_question_quotes_is_not_searched_for_its_pieces() -> None:
+    """A UUID's pieces (`ab`, `bb`, `ef`...) matched a baseball table's columns, pooled beside `nova`."""
+    tables = [
+        table("nova.instances", "id:Int64 uuid hostname vm_state"),
+        table("nova.instance_info_caches", "id:Int64 instance_uuid network_info"),
+        table("nova.security_groups", "id:Int64 name description project_id"),
+        table("baseball.team", "team_id year ab bb cf de ef fe cd ae af ba da"),
+    ]
+    question = (
+        "Provide information (including info caches and security groups) for these VMs "
+        "dae33792-fddf-4ef1-b06f-aca2d8cf90e2, 2eaa5fee-b472-46b0-a79a-9df601646581, 5c1881f2-face-4e2a-aa92-17d9848f2a96"
+    )
+    found = Catalog(tables, "default").search(question, 3)
+    assert "baseball.team" not in found, found

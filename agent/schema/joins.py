@@ -3,8 +3,10 @@
 A question names what it counts and filters by ("accounts in East Bohemia"), rarely the lookup, link
 or concept table its SQL must go through (`disp`, `district`, `security_group_instance_association`).
 Those share key columns with the tables the question does name: `instance_uuid` leads to `instances`,
-and two tables that both have `dlc_key` join on it. The search adds the neighbours of its best hits,
-so a question's tables arrive together.
+two tables that both have `dlc_key` join on it, and a column named by a word of a table's name leads
+to it (`eye_colour_id` to `colour`, `link_to_member` to `member`, `zip` to `zip_code`, `hero_id` to the
+one table ending in `hero`); a table many plain columns name (`status`) is linked to none of them.
+The search adds the neighbours of its best hits, so a question's tables arrive together.
 """
 
 from __future__ import annotations
@@ -27,8 +29,8 @@ def key_columns(table: Table) -> set[str]:
 
 
 class JoinGraph:
-    """Tables of the same database linked by a key column they share, or by a key column that names
-    another table (`district_id` -> `district`)."""
+    """Tables of the same database linked by a key column they share, or by a column that names
+    another table (`district_id` -> `district`, `link_to_event` -> `event`)."""
 
     def __init__(self, tables: Sequence[Table]) -> None:
         self._links: dict[str, set[str]] = defaultdict(set)
@@ -50,13 +52,13 @@ class JoinGraph:
         naming: dict[str, set[str]] = defaultdict(set)  # a table -> the tables with a plain column naming it
         for table in tables:
             keys = key_columns(table)
-            for column in keys:
-                sharing[column].add(table.qualified)
-            for column in table.columns:
-                target = _target(column.name.lower(), named, table.qualified)
+            for key in keys:
+                sharing[key].add(table.qualified)
+            for column in (c.name.lower() for c in table.columns):
+                target = _target(column, named, table.qualified)
                 if target is None or target == table.qualified:
                     continue
-                if column.name.lower() in keys:
+                if column in keys:
                     self._connect(table.qualified, target)
                 else:
                     naming[target].add(table.qualified)
@@ -96,5 +98,6 @@ def _target(column: str, named: dict[str, str], own: str) -> str | None:
         return named[last]
     if match is None or len(entity) < 4:
         return None
-    ending = {qualified for name, qualified in named.items() if name.endswith(entity) and qualified != own}  # `hero_id` -> `superhero`
+    # `hero_id` -> `superhero`: the one other table whose name ends with the key's entity
+    ending = {qualified for name, qualified in named.items() if name.endswith(entity) and qualified != own}
     return ending.pop() if len(ending) == 1 else None

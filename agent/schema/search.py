@@ -11,12 +11,15 @@ table misses in four ways, and each step below answers one:
   plain sum of the words it covers let the largest database (hundreds of tables, every word somewhere)
   win questions about small ones;
 - the lookup, link and concept tables a question never names are missing: a table gains from the
-  best hit it joins (agent/schema/joins.py), and the last places of a list go to the tables the first
-  two hits join;
+  best hit it joins (agent/schema/joins.py), the last places of a list go to the tables the first
+  two hits join, and places no table matched go to the tables the list joins, nearest first;
+- a table named by a word of the question loses to a shorter one that shares the word (`drivers` to
+  `driverStandings`): a table the question names whole gains half its score;
 - a family of split or copied tables fills the list with near-duplicates: it is one hit, and the
   member shown is the one the question's date names, else the newest (agent/schema/families.py).
 
-A question's leading command ("List the...", "Provide information about...") is not searched for.
+A question's leading command ("List the...", "Provide information about...") is not searched for, nor
+the ids it quotes (a UUID's pieces matched a baseball table's `ab` and `bb`).
 """
 
 from __future__ import annotations
@@ -96,7 +99,7 @@ class TableSearch:
     def _reachable(self, found: list[str], dates: list[str], places: int) -> list[str]:
         """Up to `places` tables joined to the found ones, nearest first (a short list's free places: the
         link table between two hits, the lookup behind a link table)."""
-        seen, frontier, out = set(found), list(found), []
+        seen, frontier, out = set(found), list(found), list[str]()
         while frontier and len(out) < places:
             step = []
             for key in frontier:

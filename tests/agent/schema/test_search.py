@@ -234,7 +234,7 @@ def test_a_key_column_joins_the_table_a_word_of_its_name_names() -> None:
 
 def test_a_link_column_without_a_key_suffix_joins_the_table_it_names() -> None:
     """`student_club` links by `link_to_member`, `link_to_major`, and `zip` (to `zip_code`)."""
-    tables = [*club(), table("student_club.zip_code", "zip_code type city county state"), table("student_club.x", "zip")]
+    tables = [*club(), table("student_club.zip_code", "zip_code type city county state")]
     tables[0].columns.append(Column("zip", "Int64", ""))
     joins = JoinGraph(tables)
     assert {"student_club.major", "student_club.zip_code"} <= joins.neighbours("student_club.member")
@@ -270,7 +270,17 @@ def test_an_id_the_question_quotes_is_not_searched_for_its_pieces() -> None:
     ]
     question = (
         "Provide information (including info caches and security groups) for these VMs "
-        "dae33792-fddf-4ef1-b06f-aca2d8cf90e2, 2eaa5fee-b472-46b0-a79a-9df601646581, 5c1881f2-face-4e2a-aa92-17d9848f2a96"
+        "dae33792-fddf-4ef1-b06f-aca2d8cf90e2, 2eaa5fee-b472-46b0-a79a-9df601646581, "
+        "5c1881f2-face-4e2a-aa92-17d9848f2a96"
     )
     found = Catalog(tables, "default").search(question, 3)
     assert "baseball.team" not in found, found
+
+
+def test_a_table_that_many_plain_columns_name_is_linked_to_none_of_them() -> None:
+    tables = [table("ops.status", "status description")]
+    tables += [table(f"ops.job_{n}", f"job_{n}_id:Int64 status") for n in range(8)]
+    tables += [table("ops.event", "event_id:Int64 name"), table("ops.ticket", "ticket_id:Int64 link_to_event")]
+    joins = JoinGraph(tables)
+    assert joins.neighbours("ops.status") == set()
+    assert joins.neighbours("ops.ticket") == {"ops.event"}

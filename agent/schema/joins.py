@@ -20,6 +20,7 @@ from agent.schema.tables import Table
 _KEY = re.compile(r"^(?P<entity>.+?)_?(?:id|key|code|uuid|no|num|number|ref)$", re.IGNORECASE)
 _GENERIC = frozenset({"id", "key", "code", "uuid", "no", "num", "number", "ref"})
 _WORDS = re.compile(r"_+")
+MIN_ENDING = 4  # `hero_id` finds `superhero`; an ending shorter than this (`id`, `no`) says nothing
 MAX_SHARING = 6  # a key column in more tables than this (`created_by_id`) says nothing about joins
 
 
@@ -48,16 +49,20 @@ class JoinGraph:
         for table in tables:
             for name in _entity_names(table.name):
                 named.setdefault(name, table.qualified)
+        endings = _endings(named)
         sharing: dict[str, set[str]] = defaultdict(set)
         naming: dict[str, set[str]] = defaultdict(set)  # a table -> the tables with a plain column naming it
+        targets: dict[str, frozenset[str]] = {}  # a column name -> the tables it may name (names repeat)
         for table in tables:
             keys = key_columns(table)
             for key in keys:
                 sharing[key].add(table.qualified)
             for column in (c.name.lower() for c in table.columns):
-                target = _target(column, named, table.qualified)
-                if target is None or target == table.qualified:
+                if column not in targets:
+                    targets[column] = _targets(column, named, endings)
+                if len(others := targets[column] - {table.qualified}) != 1:
                     continue
+                (target,) = others
                 if column in keys:
                     self._connect(table.qualified, target)
                 else:
@@ -85,19 +90,25 @@ def _entity_names(name: str) -> set[str]:
     return names
 
 
-def _target(column: str, named: dict[str, str], own: str) -> str | None:
+def _targets(column: str, named: dict[str, str], endings: dict[str, set[str]]) -> frozenset[str]:
     """The table a column names: by its whole name less a key suffix (`district_id`, `zip`), else by its
-    last word (`hair_colour_id` -> `colour`, `link_to_event` -> `event`); a key column, else by the one
-    table whose name ends with it (`power_id` -> `superpower`)."""
+    last word (`hair_colour_id` -> `colour`, `link_to_event` -> `event`); a key column, else by the
+    tables whose names end with it, of which one other than its own is taken (`power_id` -> `superpower`,
+    from `hero_power`)."""
     match = _KEY.match(column)
     entity = match.group("entity").rstrip("_") if match else column
     if entity in named:
-        return named[entity]
+        return frozenset({named[entity]})
     last = _WORDS.split(entity)[-1]
     if last != entity and len(last) >= 3 and last in named:
-        return named[last]
-    if match is None or len(entity) < 4:
-        return None
-    # `hero_id` -> `superhero`: the one other table whose name ends with the key's entity
-    ending = {qualified for name, qualified in named.items() if name.endswith(entity) and qualified != own}
-    return ending.pop() if len(ending) == 1 else None
+        return frozenset({named[last]})
+    return frozenset(endings.get(entity, ())) if match else frozenset()
+
+
+def _endings(named: dict[str, str]) -> dict[str, set[str]]:
+    """Each ending of four letters or more of the tables' names -> the tables whose names end so."""
+    endings: dict[str, set[str]] = defaultdict(set)
+    for name, qualified in named.items():
+        for start in range(1, len(name) - MIN_ENDING + 1):
+            endings[name[start:]].add(qualified)
+    return endings

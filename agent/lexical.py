@@ -59,8 +59,9 @@ K1, B = 1.2, 0.75
 def stem(word: str) -> str:
     """A light, predictable folding of English endings, the same for every form of a word (customers,
     customer -> customer; prices, priced, price -> pric; shipped, shipping -> ship; statuses, status ->
-    status)."""
-    for suffix, replacement in (("ies", "y"), ("sses", "ss"), ("ing", ""), ("ed", ""), ("es", ""), ("s", "")):
+    status; rulings, ruling -> rul)."""
+    endings = (("ies", "y"), ("sses", "ss"), ("ings", ""), ("ing", ""), ("ed", ""), ("es", ""), ("s", ""))
+    for suffix, replacement in endings:
         if word.endswith(suffix) and len(word) - len(suffix) >= 3 and not word.endswith(("ss", "us")):
             word = word[: len(word) - len(suffix)] + replacement
             break

@@ -10,6 +10,7 @@ def test_every_form_of_a_word_is_one_term() -> None:
     assert terms("customers customer") == ("customer", "customer")
     assert terms("shipped shipping ship") == ("ship", "ship", "ship")
     assert terms("business address") == ("business", "address")
+    assert terms("rulings ruling ratings rating") == ("rul", "rul", "rat", "rat")  # card_games' `rulings`
 
 
 def test_warehouse_names_read_as_words() -> None:

@@ -3,7 +3,7 @@
 A person asks in business words ("refunds last quarter"); a warehouse names things in its own
 (`fct_refund_txn`, "Refund transactions, one row per refund"). Both sides are cut into the same
 terms: lower case, split at `_`, `.` and camelCase, common warehouse abbreviations spelled out,
-plurals and verb endings folded. A question's two adjacent words also count as one where the index
+plurals (an acronym's too: "VMs" is `vm`) and verb endings folded. A question's two adjacent words also count as one where the index
 has that word ("high schoolers" finds `Highschooler`, "super power" finds `superpower`). Documents are
 scored with BM25 over weighted fields (a word in a table's name counts for more than one among its
 sampled values). A document may count each term once,
@@ -25,6 +25,7 @@ from itertools import pairwise
 
 _WORD = re.compile(r"[^\W\d_]+|\d+")  # letters of any script (Zürich, Москва), or digits
 _CAMEL = re.compile(r"(?<=[a-z])(?=[A-Z])")
+_ACRONYMS = re.compile(r"[A-Z]{2,}s")  # VMs, IPs, CPUs: the plural of what a schema writes `vm`, `ip`
 # Abbreviations warehouses use in names, read as the word a person would ask with.
 ABBREVIATIONS = {
     "acct": "account",
@@ -75,7 +76,7 @@ def terms(text: str) -> tuple[str, ...]:
     """The search terms of a text, in order, stopwords dropped (cached: warehouses repeat their comments)."""
     out = []
     for raw in _WORD.findall(_CAMEL.sub(" ", text)):
-        word = raw.lower()
+        word = (raw[:-1] if _ACRONYMS.fullmatch(raw) else raw).lower()
         word = ABBREVIATIONS.get(word, word)
         if word in STOPWORDS or len(word) < 2:
             continue

@@ -3,13 +3,13 @@
 A person asks in business words ("refunds last quarter"); a warehouse names things in its own
 (`fct_refund_txn`, "Refund transactions, one row per refund"). Both sides are cut into the same
 terms: lower case, split at `_`, `.` and camelCase, common warehouse abbreviations spelled out,
-plurals (an acronym's too: "VMs" is `vm`) and verb endings folded. A question's two adjacent words also count as one where the index
-has that word ("high schoolers" finds `Highschooler`, "super power" finds `superpower`). Documents are
-scored with BM25 over weighted fields (a word in a table's name counts for more than one among its
-sampled values). A document may count each term once,
-at its best field (`best_field=True`): a table of 300 columns then scores by the columns that match,
-not by how often a word recurs among them, so a wide table no longer outranks the narrow right one.
-An inverted index keeps a search over 5,000 tables to milliseconds; no dependency, no server, and the
+plurals (an acronym's too: "VMs" is `vm`) and verb endings folded. A question's two adjacent words
+also count as one where the index has that word ("high schoolers" finds `Highschooler`, "super
+power" finds `superpower`). Documents are scored with BM25 over weighted fields (a word in a table's
+name counts for more than one among its sampled values). A document may count each term once, at its
+best field (`best_field=True`): a table of 300 columns then scores by the columns that match, not by
+how often a word recurs among them, so a wide table no longer outranks the narrow right one. An
+inverted index keeps a search over 5,000 tables to milliseconds; no dependency, no server, and the
 same answer every time.
 """
 

@@ -19,7 +19,7 @@ from agent.schema.tables import Table
 
 _KEY = re.compile(r"^(?P<entity>.+?)_?(?:id|key|code|uuid|no|num|number|ref)$", re.IGNORECASE)
 _GENERIC = frozenset({"id", "key", "code", "uuid", "no", "num", "number", "ref"})
-_WORDS = re.compile(r"_+")
+_WORDS = re.compile(r"_+|(?<=[a-z])(?=[A-Z])")  # snake_case and camelCase
 MIN_ENDING = 4  # `hero_id` finds `superhero`; an ending shorter than this (`id`, `no`) says nothing
 MAX_SHARING = 6  # a key column in more tables than this (`created_by_id`) says nothing about joins
 
@@ -52,18 +52,18 @@ class JoinGraph:
         endings = _endings(named)
         sharing: dict[str, set[str]] = defaultdict(set)
         naming: dict[str, set[str]] = defaultdict(set)  # a table -> the tables with a plain column naming it
-        targets: dict[str, frozenset[str]] = {}  # a column name -> the tables it may name (names repeat)
+        targets: dict[str, frozenset[str]] = {}  # a column's name -> the tables it may name (names repeat)
         for table in tables:
             keys = key_columns(table)
             for key in keys:
                 sharing[key].add(table.qualified)
-            for column in (c.name.lower() for c in table.columns):
-                if column not in targets:
-                    targets[column] = _targets(column, named, endings)
-                if len(others := targets[column] - {table.qualified}) != 1:
+            for name in (c.name for c in table.columns):
+                if name not in targets:
+                    targets[name] = _targets(name, named, endings)
+                if len(others := targets[name] - {table.qualified}) != 1:
                     continue
                 (target,) = others
-                if column in keys:
+                if name.lower() in keys:
                     self._connect(table.qualified, target)
                 else:
                     naming[target].add(table.qualified)
@@ -92,14 +92,15 @@ def _entity_names(name: str) -> set[str]:
 
 def _targets(column: str, named: dict[str, str], endings: dict[str, set[str]]) -> frozenset[str]:
     """The table a column names: by its whole name less a key suffix (`district_id`, `zip`), else by its
-    last word (`hair_colour_id` -> `colour`, `link_to_event` -> `event`); a key column, else by the
-    tables whose names end with it, of which one other than its own is taken (`power_id` -> `superpower`,
-    from `hero_power`)."""
+    last word (`hair_colour_id` -> `colour`, `link_to_event` -> `event`, `DestAirport` -> `airports`); a
+    key column, else by the tables whose names end with it, of which one other than its own is taken
+    (`power_id` -> `superpower`, from `hero_power`)."""
     match = _KEY.match(column)
-    entity = match.group("entity").rstrip("_") if match else column
+    written = match.group("entity").rstrip("_") if match else column
+    entity = written.lower()
     if entity in named:
         return frozenset({named[entity]})
-    last = _WORDS.split(entity)[-1]
+    last = _WORDS.split(written)[-1].lower()
     if last != entity and len(last) >= 3 and last in named:
         return frozenset({named[last]})
     return frozenset(endings.get(entity, ())) if match else frozenset()

@@ -284,3 +284,15 @@ def test_a_table_that_many_plain_columns_name_is_linked_to_none_of_them() -> Non
     joins = JoinGraph(tables)
     assert joins.neighbours("ops.status") == set()
     assert joins.neighbours("ops.ticket") == {"ops.event"}
+
+
+def test_a_camel_case_column_joins_the_table_its_last_word_names() -> None:
+    """Spider's `flight_2`: `flights.SourceAirport` and `DestAirport` hold an `airports.AirportCode`."""
+    tables = [
+        table("flight_2.airlines", "uid:Int64 Airline Abbreviation Country"),
+        table("flight_2.airports", "City AirportCode AirportName Country CountryAbbrev"),
+        table("flight_2.flights", "Airline FlightNo:Int64 SourceAirport DestAirport"),
+    ]
+    assert "flight_2.airports" in JoinGraph(tables).neighbours("flight_2.flights")
+    found = Catalog(tables, "flight_2").search("How many flights fly from Aberdeen to Ashley?", 5)
+    assert {"flight_2.flights", "flight_2.airports"} <= set(found), found

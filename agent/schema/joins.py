@@ -96,7 +96,7 @@ def _targets(column: str, named: dict[str, str], endings: dict[str, set[str]]) -
     key column, else by the tables whose names end with it, of which one other than its own is taken
     (`power_id` -> `superpower`, from `hero_power`)."""
     match = _KEY.match(column)
-    written = match.group("entity").rstrip("_") if match else column
+    written = (match.group("entity") if match else column).rstrip("_0123456789")  # `home_player_1`: a player
     entity = written.lower()
     if entity in named:
         return frozenset({named[entity]})

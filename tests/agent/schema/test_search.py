@@ -294,5 +294,7 @@ def test_a_camel_case_column_joins_the_table_its_last_word_names() -> None:
         table("flight_2.flights", "Airline FlightNo:Int64 SourceAirport DestAirport"),
     ]
     assert "flight_2.airports" in JoinGraph(tables).neighbours("flight_2.flights")
+    football = [table("soccer.Player", "player_api_id:Int64 player_name"), table("soccer.Match", "home_player_1:Int64")]
+    assert JoinGraph(football).neighbours("soccer.Match") == {"soccer.Player"}  # a numbered column: a player
     found = Catalog(tables, "flight_2").search("How many flights fly from Aberdeen to Ashley?", 5)
     assert {"flight_2.flights", "flight_2.airports"} <= set(found), found

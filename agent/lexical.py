@@ -3,13 +3,13 @@
 A person asks in business words ("refunds last quarter"); a warehouse names things in its own
 (`fct_refund_txn`, "Refund transactions, one row per refund"). Both sides are cut into the same
 terms: lower case, split at `_`, `.` and camelCase, common warehouse abbreviations spelled out,
-plurals and verb endings folded. A question's two adjacent words also count as one where the index
-has that word ("high schoolers" finds `Highschooler`, "super power" finds `superpower`). Documents are
-scored with BM25 over weighted fields (a word in a table's name counts for more than one among its
-sampled values). A document may count each term once,
-at its best field (`best_field=True`): a table of 300 columns then scores by the columns that match,
-not by how often a word recurs among them, so a wide table no longer outranks the narrow right one.
-An inverted index keeps a search over 5,000 tables to milliseconds; no dependency, no server, and the
+plurals (an acronym's too: "VMs" is `vm`) and verb endings folded. A question's two adjacent words
+also count as one where the index has that word ("high schoolers" finds `Highschooler`, "super
+power" finds `superpower`). Documents are scored with BM25 over weighted fields (a word in a table's
+name counts for more than one among its sampled values). A document may count each term once, at its
+best field (`best_field=True`): a table of 300 columns then scores by the columns that match, not by
+how often a word recurs among them, so a wide table no longer outranks the narrow right one. An
+inverted index keeps a search over 5,000 tables to milliseconds; no dependency, no server, and the
 same answer every time.
 """
 
@@ -25,6 +25,7 @@ from itertools import pairwise
 
 _WORD = re.compile(r"[^\W\d_]+|\d+")  # letters of any script (Zürich, Москва), or digits
 _CAMEL = re.compile(r"(?<=[a-z])(?=[A-Z])")
+_ACRONYMS = re.compile(r"[A-Z]{2,}s")  # VMs, IPs, CPUs: the plural of what a schema writes `vm`, `ip`
 # Abbreviations warehouses use in names, read as the word a person would ask with.
 ABBREVIATIONS = {
     "acct": "account",
@@ -59,8 +60,9 @@ K1, B = 1.2, 0.75
 def stem(word: str) -> str:
     """A light, predictable folding of English endings, the same for every form of a word (customers,
     customer -> customer; prices, priced, price -> pric; shipped, shipping -> ship; statuses, status ->
-    status)."""
-    for suffix, replacement in (("ies", "y"), ("sses", "ss"), ("ing", ""), ("ed", ""), ("es", ""), ("s", "")):
+    status; rulings, ruling -> rul)."""
+    endings = (("ies", "y"), ("sses", "ss"), ("ings", ""), ("ing", ""), ("ed", ""), ("es", ""), ("s", ""))
+    for suffix, replacement in endings:
         if word.endswith(suffix) and len(word) - len(suffix) >= 3 and not word.endswith(("ss", "us")):
             word = word[: len(word) - len(suffix)] + replacement
             break
@@ -74,7 +76,7 @@ def terms(text: str) -> tuple[str, ...]:
     """The search terms of a text, in order, stopwords dropped (cached: warehouses repeat their comments)."""
     out = []
     for raw in _WORD.findall(_CAMEL.sub(" ", text)):
-        word = raw.lower()
+        word = (raw[:-1] if _ACRONYMS.fullmatch(raw) else raw).lower()
         word = ABBREVIATIONS.get(word, word)
         if word in STOPWORDS or len(word) < 2:
             continue

@@ -11,12 +11,15 @@ table misses in four ways, and each step below answers one:
   plain sum of the words it covers let the largest database (hundreds of tables, every word somewhere)
   win questions about small ones;
 - the lookup, link and concept tables a question never names are missing: a table gains from the
-  best hit it joins (agent/schema/joins.py), and the last places of a list go to the tables the first
-  two hits join;
+  best hit it joins (agent/schema/joins.py), the last places of a list go to the tables the first
+  two hits join, and places no table matched go to the tables the list joins, nearest first;
+- a table named by a word of the question loses to a shorter one that shares the word (`drivers` to
+  `driverStandings`): a table the question names whole gains half its score;
 - a family of split or copied tables fills the list with near-duplicates: it is one hit, and the
   member shown is the one the question's date names, else the newest (agent/schema/families.py).
 
-A question's leading command ("List the...", "Provide information about...") is not searched for.
+A question's leading command ("List the...", "Provide information about...") is not searched for, nor
+the ids it quotes (a UUID's pieces matched a baseball table's `ab` and `bb`).
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ import re
 from collections import defaultdict
 from collections.abc import Sequence
 
-from agent.lexical import Hit, LexicalIndex
+from agent.lexical import Hit, LexicalIndex, terms
 from agent.schema.families import Families, question_dates
 from agent.schema.joins import JoinGraph
 from agent.schema.tables import Table
@@ -35,9 +38,13 @@ TABLE_NAME, TABLE_COMMENT, COLUMN_NAME, COLUMN_COMMENT, SAMPLES = 3.0, 2.0, 1.0,
 LENGTH_DISCOUNT = 0.3  # BM25's b: a wide table is discounted, less than a long text would be
 DATABASE_WEIGHT = 2.0  # a table of the best-matching database gains twice the top score
 DATABASE_LENGTH_DISCOUNT = 0.3  # BM25's b over databases: a database of many words is discounted, mildly
+WHOLE_NAME = 0.5  # a table the question names whole gains half its score (`drivers` over `driverStandings`)
 JOIN_WEIGHT = 0.3  # a table gains this share of the score of the best hit it joins
 JOINED_PLACES = 3  # of ten hits, the last three are kept for tables the first two join
 CANDIDATES = 300
+# An id the question quotes (a UUID, a hash: `d052d786`, `bfd50153a2e9...`) names no table, but its pieces
+# of letters and digits match columns by chance (`ab`, `bb`, `A11`).
+VALUES = re.compile(r"\b(?=[0-9a-f-]{8})(?=[0-9a-f-]*\d)(?=[0-9a-f-]*[a-f])[0-9a-f]+(?:-[0-9a-f]+)*\b", re.IGNORECASE)
 # A question's leading command ("List the names...", "Please list...", "Can you show me...") names no table.
 COMMAND = re.compile(
     r"^\W*(?:(?:please|can|could|would|will|you|kindly)\b\W*)*"
@@ -50,6 +57,7 @@ COMMAND = re.compile(
 class TableSearch:
     def __init__(self, tables: Sequence[Table]) -> None:
         self._database = {t.qualified: t.database for t in tables}
+        self._name_terms = {t.qualified: frozenset(w for w in terms(t.name) if not w.isdigit()) for t in tables}
         self._index = LexicalIndex(((t.qualified, fields(t)) for t in tables), best_field=True, b=LENGTH_DISCOUNT)
         self.families = Families(tables)
         self._joins = JoinGraph(tables)
@@ -57,8 +65,9 @@ class TableSearch:
 
     def search(self, text: str, limit: int) -> list[str]:
         """Qualified names of the tables (one per family) that best match the text, best first; the
-        last places go to the tables the first two join that are not in the list yet."""
-        text = COMMAND.sub(" ", text)
+        last places go to the tables the first two join that are not in the list yet, and the places no
+        table matched to the tables the list joins."""
+        text = VALUES.sub(" ", COMMAND.sub(" ", text))
         hits = self._index.search(text, CANDIDATES)
         if not hits:
             return []
@@ -79,10 +88,31 @@ class TableSearch:
         joined = [key for key in order if any(key in self._joins.neighbours(first) for first in firsts)]
         kept = ranked[: max(limit - JOINED_PLACES, 5)]
         shown_joined = [self.families.representative(key, dates) for key in joined]
-        return list(dict.fromkeys(kept + shown_joined + ranked))[:limit]
+        found = list(dict.fromkeys(kept + shown_joined + ranked))[:limit]
+        return found + self._reachable(found, dates, limit - len(found))
+
+    def _named(self, hit: Hit) -> bool:
+        """Whether the question names the table whole (`drivers`, not only a word of `driverStandings`)."""
+        name = self._name_terms[hit.key]
+        return bool(name) and name <= hit.matched
+
+    def _reachable(self, found: list[str], dates: list[str], places: int) -> list[str]:
+        """Up to `places` tables joined to the found ones, nearest first (a short list's free places: the
+        link table between two hits, the lookup behind a link table)."""
+        seen, frontier, out = set(found), list(found), list[str]()
+        while frontier and len(out) < places:
+            step = []
+            for key in frontier:
+                for neighbour in sorted(self._joins.neighbours(key)):
+                    if (shown := self.families.representative(neighbour, dates)) not in seen:
+                        seen.add(shown)
+                        step.append(shown)
+            out += step
+            frontier = step
+        return out[:places]
 
     def _with_neighbours(self, hits: list[Hit]) -> dict[str, float]:
-        scores = {hit.key: hit.score for hit in hits}
+        scores = {hit.key: hit.score * (1 + WHOLE_NAME * self._named(hit)) for hit in hits}
         best_neighbour: dict[str, float] = defaultdict(float)
         for hit in hits:
             for neighbour in self._joins.neighbours(hit.key):

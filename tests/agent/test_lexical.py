@@ -10,6 +10,8 @@ def test_every_form_of_a_word_is_one_term() -> None:
     assert terms("customers customer") == ("customer", "customer")
     assert terms("shipped shipping ship") == ("ship", "ship", "ship")
     assert terms("business address") == ("business", "address")
+    assert terms("rulings ruling ratings rating") == ("rul", "rul", "rat", "rat")  # card_games' `rulings`
+    assert terms("VMs IPs vm_state ip STATUS") == ("vm", "ip", "vm", "stat", "ip", "status")  # an acronym's plural
 
 
 def test_warehouse_names_read_as_words() -> None:

@@ -4,6 +4,7 @@ question does not name, and the database a question belongs to."""
 from __future__ import annotations
 
 from agent.schema import Catalog, Column, Table
+from agent.schema.joins import JoinGraph
 
 
 def table(qualified: str, columns: str, comment: str = "") -> Table:
@@ -206,3 +207,94 @@ def test_a_large_database_that_has_every_word_somewhere_does_not_outrank_the_sma
     catalog = Catalog([*university_warehouse(), *club(), *small_databases()], "default")
     found = catalog.search("List the last names of the members who attended the women's soccer event.", 5)
     assert {"student_club.member", "student_club.event", "student_club.attendance"} <= set(found), found
+
+
+def heroes() -> list[Table]:
+    """BIRD's `superhero`: its keys name their tables by a word of them (`eye_colour_id` -> `colour`,
+    `hero_id` -> `superhero`, `power_id` -> `superpower`)."""
+    return [
+        table("superhero.superhero", "id:Int64 superhero_name full_name eye_colour_id:Int64 race_id:Int64"),
+        table("superhero.colour", "id:Int64 colour"),
+        table("superhero.race", "id:Int64 race"),
+        table("superhero.superpower", "id:Int64 power_name"),
+        table("superhero.hero_power", "hero_id:Int64 power_id:Int64"),
+        table("superhero.attribute", "id:Int64 attribute_name"),
+        table("superhero.hero_attribute", "hero_id:Int64 attribute_id:Int64 attribute_value:Int64"),
+    ]
+
+
+def test_a_key_column_joins_the_table_a_word_of_its_name_names() -> None:
+    joins = JoinGraph(heroes())
+    assert "superhero.colour" in joins.neighbours("superhero.superhero")  # eye_colour_id
+    assert "superhero.superhero" in joins.neighbours("superhero.hero_power")  # hero_id
+    assert "superhero.superpower" in joins.neighbours("superhero.hero_power")  # power_id, not hero_power itself
+    found = Catalog(heroes(), "superhero").search("What is Abomination's superpower?", 5)
+    assert {"superhero.superhero", "superhero.hero_power", "superhero.superpower"} <= set(found), found
+
+
+def test_a_link_column_without_a_key_suffix_joins_the_table_it_names() -> None:
+    """`student_club` links by `link_to_member`, `link_to_major`, and `zip` (to `zip_code`)."""
+    tables = [*club(), table("student_club.zip_code", "zip_code type city county state")]
+    tables[0].columns.append(Column("zip", "Int64", ""))
+    joins = JoinGraph(tables)
+    assert {"student_club.major", "student_club.zip_code"} <= joins.neighbours("student_club.member")
+    assert "student_club.member" in joins.neighbours("student_club.attendance")
+    found = Catalog(tables, "student_club").search("Which college is the vice president of the club from?", 5)
+    assert {"student_club.member", "student_club.major"} <= set(found), found
+    found = Catalog(tables, "student_club").search("What county did Sherri Ramsey grow up in?", 5)
+    assert {"student_club.member", "student_club.zip_code"} <= set(found), found
+
+
+def racing() -> list[Table]:
+    """BIRD's `formula_1`, where `driverStandings` is shorter than `drivers` and shares its word."""
+    return [
+        table("formula_1.drivers", "driverId:Int64 driverRef number code forename surname dob:Date nationality url"),
+        table("formula_1.driverStandings", "driverStandingsId:Int64 raceId:Int64 driverId:Int64 points position wins"),
+        table("formula_1.races", "raceId:Int64 year:Int64 round:Int64 circuitId:Int64 name date:Date url"),
+        table("formula_1.circuits", "circuitId:Int64 circuitRef name location country lat lng url"),
+    ]
+
+
+def test_a_table_the_question_names_whole_outranks_one_that_shares_a_word_of_its_name() -> None:
+    found = Catalog(racing(), "formula_1").search("Which drivers were born in 1985?", 1)
+    assert found == ["formula_1.drivers"], found
+
+
+def test_an_id_the_question_quotes_is_not_searched_for_its_pieces() -> None:
+    """A UUID's pieces (`ab`, `bb`, `ef`...) matched a baseball table's columns, pooled beside `nova`."""
+    tables = [
+        table("nova.instances", "id:Int64 uuid hostname vm_state"),
+        table("nova.instance_info_caches", "id:Int64 instance_uuid network_info"),
+        table("nova.security_groups", "id:Int64 name description project_id"),
+        table("baseball.team", "team_id year ab bb cf de ef fe cd ae af ba da"),
+    ]
+    question = (
+        "Provide information (including info caches and security groups) for these VMs "
+        "dae33792-fddf-4ef1-b06f-aca2d8cf90e2, 2eaa5fee-b472-46b0-a79a-9df601646581, "
+        "5c1881f2-face-4e2a-aa92-17d9848f2a96"
+    )
+    found = Catalog(tables, "default").search(question, 3)
+    assert "baseball.team" not in found, found
+
+
+def test_a_table_that_many_plain_columns_name_is_linked_to_none_of_them() -> None:
+    tables = [table("ops.status", "status description")]
+    tables += [table(f"ops.job_{n}", f"job_{n}_id:Int64 status") for n in range(8)]
+    tables += [table("ops.event", "event_id:Int64 name"), table("ops.ticket", "ticket_id:Int64 link_to_event")]
+    joins = JoinGraph(tables)
+    assert joins.neighbours("ops.status") == set()
+    assert joins.neighbours("ops.ticket") == {"ops.event"}
+
+
+def test_a_camel_case_column_joins_the_table_its_last_word_names() -> None:
+    """Spider's `flight_2`: `flights.SourceAirport` and `DestAirport` hold an `airports.AirportCode`."""
+    tables = [
+        table("flight_2.airlines", "uid:Int64 Airline Abbreviation Country"),
+        table("flight_2.airports", "City AirportCode AirportName Country CountryAbbrev"),
+        table("flight_2.flights", "Airline FlightNo:Int64 SourceAirport DestAirport"),
+    ]
+    assert "flight_2.airports" in JoinGraph(tables).neighbours("flight_2.flights")
+    football = [table("soccer.Player", "player_api_id:Int64 player_name"), table("soccer.Match", "home_player_1:Int64")]
+    assert JoinGraph(football).neighbours("soccer.Match") == {"soccer.Player"}  # a numbered column: a player
+    found = Catalog(tables, "flight_2").search("How many flights fly from Aberdeen to Ashley?", 5)
+    assert {"flight_2.flights", "flight_2.airports"} <= set(found), found

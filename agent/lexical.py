@@ -5,12 +5,13 @@ A person asks in business words ("refunds last quarter"); a warehouse names thin
 terms: lower case, split at `_`, `.` and camelCase, common warehouse abbreviations spelled out,
 plurals (an acronym's too: "VMs" is `vm`) and verb endings folded. A question's two adjacent words
 also count as one where the index has that word ("high schoolers" finds `Highschooler`, "super
-power" finds `superpower`). Documents are scored with BM25 over weighted fields (a word in a table's
-name counts for more than one among its sampled values). A document may count each term once, at its
-best field (`best_field=True`): a table of 300 columns then scores by the columns that match, not by
-how often a word recurs among them, so a wide table no longer outranks the narrow right one. An
-inverted index keeps a search over 5,000 tables to milliseconds; no dependency, no server, and the
-same answer every time.
+power" finds `superpower`), and a word finds the other words of its stem the index has, at half
+weight ("published" finds `publisher`, "migrated" `migrations`). Documents are scored with BM25 over
+weighted fields (a word in a table's name counts for more than one among its sampled values). A
+document may count each term once, at its best field (`best_field=True`): a table of 300 columns
+then scores by the columns that match, not by how often a word recurs among them, so a wide table no
+longer outranks the narrow right one. An inverted index keeps a search over 5,000 tables to
+milliseconds; no dependency, no server, and the same answer every time.
 """
 
 from __future__ import annotations
@@ -55,6 +56,7 @@ much of on or our per show that the their them there these this those to us was 
 whose why will with would you your each every most top than"""
 STOPWORDS = frozenset(_STOPWORDS_TEXT.split())
 K1, B = 1.2, 0.75
+DERIVED_WEIGHT = 0.5  # a derived form of the question's word counts half as much as the word itself
 
 
 def stem(word: str) -> str:
@@ -89,6 +91,22 @@ def compounds(text: str) -> tuple[str, ...]:
     "super power" where a schema has `highschool` and `superpower`."""
     words = [word.lower() for word in _WORD.findall(text) if not word.isdigit()]
     return tuple(stem(one + two) for one, two in pairwise(words))
+
+
+# Endings that make another word of the same stem: the one who does it (publish -> publisher, create ->
+# creator), the act (migrate -> migration, reserve -> reservation).
+DERIVATIONS = ("er", "or", "ion", "ation")
+
+
+def derived(term: str) -> tuple[str, ...]:
+    """The terms of the same stem's other words, both ways: "published" (`publish`) finds `publisher`,
+    "migrated" (`migrat`) `migration`, and "publishers" `publish`. Searched only where the index has them,
+    at DERIVED_WEIGHT: the question's own word still counts for more."""
+    out = [term + ending for ending in DERIVATIONS]
+    if len(term) >= 3 and term[-1] not in "aeiouwxy" and term[-2] in "aeiou" and term[-3] not in "aeiou":
+        out.append(term + term[-1] + "er")  # win -> winner, ship -> shipper
+    out += [term[: -len(ending)] for ending in DERIVATIONS if term.endswith(ending) and len(term) - len(ending) >= 4]
+    return tuple(out)
 
 
 @dataclass(frozen=True)
@@ -141,9 +159,13 @@ class LexicalIndex:
         """The best `limit` documents for the text, best first (ties by key, so results are stable)."""
         scores: dict[int, float] = defaultdict(float)
         matched: dict[int, set[str]] = defaultdict(set)
-        query = set(terms(text)) | {term for term in compounds(text) if term in self._postings}
-        for term in query:
-            idf = self.idf(term)
+        query = dict.fromkeys(terms(text), 1.0) | {term: 1.0 for term in compounds(text) if term in self._postings}
+        for term in list(query):
+            for form in derived(term):
+                if form in self._postings and form not in query:
+                    query[form] = DERIVED_WEIGHT
+        for term, factor in query.items():
+            idf = factor * self.idf(term)
             for doc, tf in self._postings.get(term, ()):
                 norm = K1 * (1 - self._b + self._b * self._lengths[doc] / self._average)
                 scores[doc] += idf * tf * (K1 + 1) / (tf + norm)

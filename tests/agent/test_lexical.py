@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from agent.lexical import LexicalIndex, terms
+from agent.lexical import LexicalIndex, derived, terms
 
 
 def test_every_form_of_a_word_is_one_term() -> None:
@@ -51,3 +51,31 @@ def test_two_words_of_a_question_find_the_name_that_writes_them_as_one() -> None
     )
     assert index.search("How many high schoolers are there?")[0].key == "network_1.Highschooler"
     assert index.search("super power") == []  # a compound the index lacks adds nothing
+
+
+def test_a_word_finds_the_other_words_of_its_stem_in_the_index() -> None:
+    # BIRD's superhero: "published by Marvel Comics" needs `publisher`; "migrated" needs `migrations`.
+    index = LexicalIndex(
+        [
+            ("superhero.publisher", [("publisher", 3.0), ("id", 1.0), ("publisher_name", 1.0)]),
+            ("superhero.superhero", [("superhero", 3.0), ("superhero_name", 1.0), ("height_cm", 1.0)]),
+            ("superhero.colour", [("colour", 3.0), ("id", 1.0)]),
+            ("nova.migrations", [("migrations", 3.0), ("source_compute", 1.0)]),
+        ]
+    )
+    assert [hit.key for hit in index.search("How many superheroes are published by Marvel?")] == [
+        "superhero.superhero",
+        "superhero.publisher",
+    ]
+    assert index.search("VMs that migrated")[0].key == "nova.migrations"
+    assert index.search("Which publishers are there?")[0].key == "superhero.publisher"
+    # the question's own word counts for more than a derived one
+    both = LexicalIndex([("a.creator", [("creator", 1.0)]), ("a.created", [("created", 1.0)])])
+    assert [hit.key for hit in both.search("created")] == ["a.created", "a.creator"]
+
+
+def test_derived_forms_are_only_those_of_the_same_stem() -> None:
+    assert set(derived("publish")) >= {"publisher", "publishor"}
+    assert "migration" in derived("migrat") and "winner" in derived("win")
+    assert "publish" in derived("publisher")
+    assert "us" not in derived("user") and "ord" not in derived("order")  # too short a stem to be one

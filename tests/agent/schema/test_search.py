@@ -298,3 +298,25 @@ def test_a_camel_case_column_joins_the_table_its_last_word_names() -> None:
     assert JoinGraph(football).neighbours("soccer.Match") == {"soccer.Player"}  # a numbered column: a player
     found = Catalog(tables, "flight_2").search("How many flights fly from Aberdeen to Ashley?", 5)
     assert {"flight_2.flights", "flight_2.airports"} <= set(found), found
+
+
+def all_heroes() -> list[Table]:
+    """BIRD's `superhero` whole: the hero table keys eight lookups, each of which is a plain join."""
+    hero = (
+        "id:Int64 superhero_name full_name gender_id:Int64 eye_colour_id:Int64 hair_colour_id:Int64 "
+        "skin_colour_id:Int64 race_id:Int64 publisher_id:Int64 alignment_id:Int64 height_cm:Int64 weight_kg:Int64"
+    )
+    lookups = ("alignment", "colour", "gender", "race")
+    return [
+        *heroes(),
+        table("superhero.superhero", hero),
+        table("superhero.publisher", "id:Int64 publisher_name"),
+        *(table(f"superhero.{name}", f"id:Int64 {name}") for name in lookups),
+    ]
+
+
+def test_a_question_s_verb_finds_the_table_named_by_its_agent_noun() -> None:
+    tables = list({t.qualified: t for t in all_heroes()}.values())  # the whole hero table replaces the short one
+    catalog = Catalog(tables, "superhero")
+    for question in ("How many superheroes did DC Comics publish?", "Rank heroes published by Marvel Comics"):
+        assert "superhero.publisher" in catalog.search(question, 5), catalog.search(question, 5)

@@ -35,6 +35,7 @@ class JoinGraph:
 
     def __init__(self, tables: Sequence[Table]) -> None:
         self._links: dict[str, set[str]] = defaultdict(set)
+        self._via: dict[str, dict[str, set[str]]] = defaultdict(lambda: defaultdict(set))
         by_database: dict[str, list[Table]] = defaultdict(list)
         for table in sorted(tables, key=lambda t: t.qualified):  # the same links whatever the tables' order
             by_database[table.database].append(table)
@@ -43,6 +44,11 @@ class JoinGraph:
 
     def neighbours(self, qualified: str) -> set[str]:
         return self._links.get(qualified, set())
+
+    def via(self, qualified: str) -> dict[str, set[str]]:
+        """The tables this one's columns name -> those columns (`superhero` -> `colour`: `eye_colour_id`,
+        `hair_colour_id`)."""
+        return self._via.get(qualified, {})
 
     def _link(self, tables: list[Table]) -> None:
         named: dict[str, str] = {}
@@ -63,6 +69,7 @@ class JoinGraph:
                 if len(others := targets[name] - {table.qualified}) != 1:
                     continue
                 (target,) = others
+                self._via[table.qualified][target].add(name)
                 if name.lower() in keys:
                     self._connect(table.qualified, target)
                 else:

@@ -11,8 +11,10 @@ table misses in four ways, and each step below answers one:
   plain sum of the words it covers let the largest database (hundreds of tables, every word somewhere)
   win questions about small ones;
 - the lookup, link and concept tables a question never names are missing: a table gains from the
-  best hit it joins (agent/schema/joins.py), the last places of a list go to the tables the first
-  two hits join, and places no table matched go to the tables the list joins, nearest first;
+  best hit it joins (agent/schema/joins.py), more where the hit's column that names it matched the
+  question ("blue eyes" matched `superhero.eye_colour_id`, which names `colour`); the last places of
+  a list go to the tables the first two hits join, and places no table matched go to the tables the
+  list joins, nearest first;
 - a table named by a word of the question loses to a shorter one that shares the word (`drivers` to
   `driverStandings`): a table the question names whole gains half its score;
 - a family of split or copied tables fills the list with near-duplicates: it is one hit, and the
@@ -39,7 +41,9 @@ LENGTH_DISCOUNT = 0.3  # BM25's b: a wide table is discounted, less than a long 
 DATABASE_WEIGHT = 2.0  # a table of the best-matching database gains twice the top score
 DATABASE_LENGTH_DISCOUNT = 0.3  # BM25's b over databases: a database of many words is discounted, mildly
 WHOLE_NAME = 0.5  # a table the question names whole gains half its score (`drivers` over `driverStandings`)
-JOIN_WEIGHT = 0.3  # a table gains this share of the score of the best hit it joins
+JOIN_WEIGHT = 0.3  # a table gains this share of the score of the best hit it joins,
+VIA_WEIGHT = 0.45  # or this share where the hit's column that names it matched the question (`eye_colour_id`)
+KEY_WORDS = frozenset(terms("id key code uuid no number ref"))  # a key's suffix says nothing of what it names
 JOINED_PLACES = 3  # of ten hits, the last three are kept for tables the first two join
 CANDIDATES = 300
 # An id the question quotes (a UUID, a hash: `d052d786`, `bfd50153a2e9...`) names no table, but its pieces
@@ -116,9 +120,12 @@ class TableSearch:
         best_neighbour: dict[str, float] = defaultdict(float)
         for hit in hits:
             for neighbour in self._joins.neighbours(hit.key):
-                best_neighbour[neighbour] = max(best_neighbour[neighbour], hit.score)
+                best_neighbour[neighbour] = max(best_neighbour[neighbour], JOIN_WEIGHT * hit.score)
+            for target, columns in self._joins.via(hit.key).items():
+                if any(hit.matched.intersection(terms(column)) - KEY_WORDS for column in columns):
+                    best_neighbour[target] = max(best_neighbour[target], VIA_WEIGHT * hit.score)
         for key, score in best_neighbour.items():
-            scores[key] = scores.get(key, 0.0) + JOIN_WEIGHT * score
+            scores[key] = scores.get(key, 0.0) + score
         return scores
 
 

@@ -320,3 +320,12 @@ def test_a_question_s_verb_finds_the_table_named_by_its_agent_noun() -> None:
     catalog = Catalog(tables, "superhero")
     for question in ("How many superheroes did DC Comics publish?", "Rank heroes published by Marvel Comics"):
         assert "superhero.publisher" in catalog.search(question, 5), catalog.search(question, 5)
+
+
+def test_the_lookup_a_matched_column_names_outranks_the_other_lookups() -> None:
+    # "blue eyes and blond hair" matched `eye_colour_id` and `hair_colour_id`: of the hero table's eight
+    # lookups, `colour` is the one the question goes through.
+    tables = list({t.qualified: t for t in all_heroes()}.values())
+    assert JoinGraph(tables).via("superhero.superhero")["superhero.colour"] >= {"eye_colour_id", "hair_colour_id"}
+    found = Catalog(tables, "superhero").search("List the superheroes that have blue eyes and blond hair.", 5)
+    assert found[:2] == ["superhero.superhero", "superhero.colour"], found

@@ -114,9 +114,9 @@ async def test_a_request_whose_client_has_gone_takes_no_reply_from_the_script(fa
         f"POST /v1/messages HTTP/1.1\r\nHost: {address.netloc}\r\nx-api-key: test-key\r\n"
         f"anthropic-version: 2023-06-01\r\ncontent-type: application/json\r\ncontent-length: {len(body)}\r\n\r\n"
     )
-    with fake_anthropic._lock:  # the fake's thread comes to the request only once its client has gone
-        with socket.create_connection((address.hostname, address.port)) as cancelled:
-            cancelled.sendall(head.encode() + body)
+    # The fake's thread comes to the request only once its client has gone (it waits for the lock held here).
+    with fake_anthropic._lock, socket.create_connection((address.hostname, address.port)) as cancelled:
+        cancelled.sendall(head.encode() + body)
     for _ in range(600):
         if fake_anthropic.hung_up or fake_anthropic.requests:
             break

@@ -21,9 +21,18 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
+# Ctrl-C at the terminal reaches make and the agent together: the agent cancels what runs, prints its one
+# line and exits 130; make then dies of the same SIGINT (130 in the shell) and says nothing more unless the
+# recipe failed ("make: *** [demo] Error 130"). So a recipe line ends well when the agent's 130 answers a
+# Ctrl-C its shell saw too (bash runs an INT trap once the command in the foreground has ended); any other
+# failure, a SIGINT sent to the agent alone included, stays one.
+interruptible = echo '$(1)'; trap 'ctrl_c=1' INT; $(1) || { status=$$?; [ $$status -eq 130 ] && [ -n "$${ctrl_c:-}" ] || exit $$status; }
+DEMO_PORT ?= 8000
+
+demo: SHELL := bash
 demo: install
-	$(BIN)/agent demo load
-	$(BIN)/agent web
+	@$(call interruptible,$(BIN)/agent demo load)
+	@$(call interruptible,$(BIN)/agent web --port $(DEMO_PORT))
 
 # Two workers: on two cores the suite takes about half the time; each worker has its own engine and fakes.
 TEST_WORKERS ?= 2

@@ -330,19 +330,27 @@ async def _knowledge_review(args: argparse.Namespace, settings: Settings) -> int
 
 def _ask(args: argparse.Namespace, settings: Settings) -> int:
     """One question, in a new conversation or one that goes on. Ctrl-C cancels the run: asyncio.run
-    cancels the task (its model call stops, its queries are killed) and raises KeyboardInterrupt (130)."""
+    cancels the task (its model call stops, its queries are killed) and raises KeyboardInterrupt (130).
+
+    The session is opened (its imports and the app built: seconds on a busy machine) before the event loop
+    runs: there asyncio's Ctrl-C only cancels the task at its next `await`, so a Ctrl-C during that work
+    waited for all of it; here it interrupts at once."""
+    from process.sessions import open_session
+
     question = args.question.strip()
     if not question:  # as the web refuses it, before anything starts
         raise UsageError('The question is empty: agent ask "How many flights left JFK in May?"')
-    return asyncio.run(_ask_once(args, settings, question))
-
-
-async def _ask_once(args: argparse.Namespace, settings: Settings, question: str) -> int:
-    from agent.runner import Outcome
-    from process.sessions import open_session, remember
-
     conversation_id = _conversation(args, settings)
     session = open_session(settings)
+    return asyncio.run(_ask_once(args, settings, session, question, conversation_id))
+
+
+async def _ask_once(
+    args: argparse.Namespace, settings: Settings, session: Session, question: str, conversation_id: str | None
+) -> int:
+    from agent.runner import Outcome
+    from process.sessions import remember
+
     try:
         await session.check()
         _say_where(session)

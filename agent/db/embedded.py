@@ -209,6 +209,10 @@ class EmbeddedBackend(Backend):
                 stdin=asyncio.subprocess.DEVNULL,
                 stdout=asyncio.subprocess.DEVNULL,
                 cwd=str(self.path),
+                # A group of its own: a terminal's Ctrl-C (SIGINT to the foreground group) is the app's to
+                # handle (it kills the queries, then stops the engine); it killed the engine mid-query with
+                # a traceback on the person's terminal.
+                process_group=0,
             )
         finally:
             theirs.close()

@@ -203,6 +203,31 @@ def test_ctrl_c_in_ask_cancels_the_run_prints_one_line_and_exits_130(fake: FakeA
     assert _outcomes(data_dir)[before:] == ["cancelled"]
 
 
+def test_ctrl_c_while_ask_starts_ends_it_at_once_with_one_line(fake: FakeAnthropic, data_dir: Path) -> None:
+    """Ctrl-C at several points of `agent ask`'s start-up (imports, the app built, the engine started): one
+    line, 130, at once. It used to wait for the whole start-up: asyncio's Ctrl-C only cancels the task at
+    its next `await`, and the app was built inside the task. Measured against the start-up itself."""
+    env = {"ANTHROPIC_API_KEY": "test-key", "ANTHROPIC_BASE_URL": fake.base_url}
+    hold = Hang()
+    fake.script(hold)
+    started = time.monotonic()
+    asking = _start(data_dir, "ask", "How many airlines are there?", **env)
+    try:
+        _wait(lambda: len(fake.requests) == 1, "the model was asked", asking)
+        start_up = time.monotonic() - started
+        _interrupt(asking)
+    finally:
+        hold.release.set()
+    for share in (0.2, 0.4):
+        asking = _start(data_dir, "ask", "How many airlines are there?", **env)
+        time.sleep(share * start_up)
+        interrupted = time.monotonic()
+        out, err = _interrupt(asking)
+        took = time.monotonic() - interrupted
+        assert asking.returncode == 130 and out == "" and err.splitlines() == ["interrupted"], (share, err)
+        assert took < start_up / 4, f"{took:.1f} s to stop, {share:.0%} into a start-up of {start_up:.1f} s"
+
+
 def test_ctrl_c_in_web_cancels_the_answer_at_once_and_exits_130(fake: FakeAnthropic, data_dir: Path) -> None:
     hold = Hang()
     fake.script(hold)

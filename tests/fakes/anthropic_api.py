@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler
 from typing import Any
 
-from tests.fakes.http_server import ScriptedFake
+from tests.fakes.http_server import HUNG_UP, ScriptedFake
 
 # Claude on Vertex AI (https://docs.anthropic.com/en/api/claude-on-vertex-ai): the model is in the path,
 # `:streamRawPredict` streams, `:rawPredict` does not, and the API version goes in the body.
@@ -380,7 +380,10 @@ class _Handler(BaseHTTPRequestHandler):
             return self._error(401, "authentication_error", str(exc))
         except (ValidationError, json.JSONDecodeError, AttributeError, KeyError, TypeError) as exc:
             return self._error(400, "invalid_request_error", str(exc))
-        reply = self.fake._next(body)
+        reply = self.fake._next(body, self.connection)
+        if reply is HUNG_UP:  # its client is gone: nothing to answer, and the script keeps its reply
+            self.close_connection = True
+            return None
         if callable(reply) and not isinstance(reply, Reply | Failure | MidStreamFailure | CutOff | Hang):
             try:
                 reply = reply(body)

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler
 from typing import Any
 
-from tests.fakes.http_server import ScriptedFake
+from tests.fakes.http_server import HUNG_UP, ScriptedFake
 
 # Prompt caching: automatic for prompts of 1,024 tokens or more, in 128-token steps
 # (https://platform.openai.com/docs/guides/prompt-caching).
@@ -398,7 +398,10 @@ class _Handler(BaseHTTPRequestHandler):
             return self._error(
                 Failure(400, "invalid_request_error", "We could not parse the JSON body of your request.")
             )
-        reply = self.fake._next(body)
+        reply = self.fake._next(body, self.connection)
+        if reply is HUNG_UP:  # its client is gone: nothing to answer, and the script keeps its reply
+            self.close_connection = True
+            return None
         if callable(reply) and not isinstance(reply, Reply | Failure | MidStreamError | CutOff):
             try:
                 reply = reply(body)

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
+import json
+import socket
 from typing import Any
+from urllib.parse import urlsplit
 
 import anthropic
 import pytest
@@ -98,6 +102,32 @@ async def test_a_valid_tool_round_trip_is_accepted_and_streamed(fake_anthropic: 
     finally:
         await client.close()
     assert "".join(chunks) == "Done." and final.stop_reason == "end_turn"
+
+
+async def test_a_request_whose_client_has_gone_takes_no_reply_from_the_script(fake_anthropic: FakeAnthropic) -> None:
+    """A cancelled run's last request can reach the fake's thread late, after the test has reset the fake and
+    scripted the next run (issue 27: on a loaded machine it took the resumed report's first reply)."""
+    fake_anthropic.script(Reply(text="For the next run."))
+    body = json.dumps({"model": "m", "max_tokens": 10, "messages": [{"role": "user", "content": "q"}]}).encode()
+    address = urlsplit(fake_anthropic.base_url)
+    head = (
+        f"POST /v1/messages HTTP/1.1\r\nHost: {address.netloc}\r\nx-api-key: test-key\r\n"
+        f"anthropic-version: 2023-06-01\r\ncontent-type: application/json\r\ncontent-length: {len(body)}\r\n\r\n"
+    )
+    # The fake's thread comes to the request only once its client has gone (it waits for the lock held here).
+    with fake_anthropic._lock, socket.create_connection((address.hostname, address.port)) as cancelled:
+        cancelled.sendall(head.encode() + body)
+    for _ in range(600):
+        if fake_anthropic.hung_up or fake_anthropic.requests:
+            break
+        await asyncio.sleep(0.05)
+    client = anthropic.AsyncAnthropic(api_key="test-key", base_url=fake_anthropic.base_url, max_retries=0)
+    try:
+        reply = await client.messages.create(model="m", max_tokens=10, messages=[{"role": "user", "content": "q"}])
+    finally:
+        await client.close()
+    assert [block.text for block in reply.content if block.type == "text"] == ["For the next run."]
+    assert fake_anthropic.hung_up == 1 and len(fake_anthropic.requests) == 1
 
 
 async def test_a_wrong_key_is_refused(fake_anthropic: FakeAnthropic) -> None:

@@ -568,15 +568,15 @@ class RunRegistry:
         assert self._shared is not None
         try:
             await self._shared.open(handle.run_id, handle.conversation_id, handle.policy)
-            beaten = time.monotonic()
+            beat_at = _next_tick(BEAT_S)
             while not handle.superseded:
                 ended = handle.done
-                beat = time.monotonic() - beaten >= BEAT_S
+                beat = time.monotonic() >= beat_at
                 await self._flush_shared(handle, beat=beat)
-                beaten = time.monotonic() if beat else beaten
+                beat_at = _next_tick(BEAT_S) if beat else beat_at
                 if ended:
                     break
-                await self._until_fresh(handle)
+                await self._until_fresh(handle, beat_at)
         except Exception:  # the run goes on; readers in other processes fall back to the stored turn
             log.exception("could not share run %s with other workers", handle.run_id)
         finally:
@@ -600,18 +600,20 @@ class RunRegistry:
                     return
                 handle.shared_upto += len(fresh)
 
-    async def _until_fresh(self, handle: RunHandle) -> None:
-        """Until the next copy: a fixed interval on SQLite, and on PostgreSQL while no reader on another host
-        follows the run; once one does (it is pushed to), as soon as there is something new (a few
-        milliseconds later, so a burst goes in one write), or a beat."""
+    async def _until_fresh(self, handle: RunHandle, beat_at: float) -> None:
+        """Until the next copy (at the latest `beat_at`, the next beat): every SHARED_FLUSH_S on SQLite, and on
+        PostgreSQL while no reader on another host follows the run; once one does (it is pushed to), as soon as
+        there is something new (a few milliseconds later, so a burst goes in one write). The intervals fall on
+        the host's ticks, the same for all its runs, so on PostgreSQL their copies go in one statement
+        (chats/shared_runs_postgres.py)."""
         assert self._shared is not None
         watched = self._shared.watched(handle.run_id)
         if watched is None or not watched.is_set():
-            pause = min(SHARED_FLUSH_S, BEAT_S)  # a beat is due every BEAT_S whatever the cadence
-            await (asyncio.sleep(pause) if watched is None else _woken_or_after(watched, pause))
+            until = min(_next_tick(SHARED_FLUSH_S), beat_at) - time.monotonic()
+            await (asyncio.sleep(until) if watched is None else _woken_or_after(watched, until))
             return
         async with handle.changed:
-            await _wait_for(handle.changed, partial(_fresh_or_done, handle), BEAT_S)
+            await _wait_for(handle.changed, partial(_fresh_or_done, handle), beat_at - time.monotonic())
         await asyncio.sleep(PUSH_COALESCE_S)
 
     @staticmethod
@@ -865,6 +867,11 @@ def _answer_shown(events: list[RunEvent]) -> bool:
     return False
 
 
+def _next_tick(period_s: float) -> float:
+    """The next multiple of `period_s` on the monotonic clock: every run of the host beats on the same ticks."""
+    return (time.monotonic() // period_s + 1) * period_s
+
+
 def _fresh_or_done(handle: RunHandle) -> bool:
     return len(handle.events) > handle.shared_upto or handle.done
 
@@ -872,12 +879,16 @@ def _fresh_or_done(handle: RunHandle) -> bool:
 async def _wait_for(changed: asyncio.Condition, ready: Callable[[], bool], timeout_s: float) -> None:
     """`changed.wait_for(ready)` (the condition held), giving up after `timeout_s`."""
     with contextlib.suppress(TimeoutError):
-        await asyncio.wait_for(changed.wait_for(ready), timeout_s)
+        async with asyncio.timeout(max(0.0, timeout_s)):  # not wait_for: that makes a task of each wait
+            await changed.wait_for(ready)
 
 
 async def _woken_or_after(woken: asyncio.Event, timeout_s: float) -> None:
+    if woken.is_set():
+        return
     with contextlib.suppress(TimeoutError):
-        await asyncio.wait_for(woken.wait(), max(0.0, timeout_s))
+        async with asyncio.timeout(max(0.0, timeout_s)):
+            await woken.wait()
 
 
 async def _each(sinks: Sequence[Callable[[Checkpoint], Awaitable[None]]], checkpoint: Checkpoint) -> None:

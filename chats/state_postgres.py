@@ -27,22 +27,26 @@ import re
 import sqlite3
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from functools import lru_cache, partial
-from typing import Any, TypeGuard, TypeVar, cast
+from typing import Any, Generic, TypeGuard, TypeVar, cast
 
 import psycopg
 from psycopg.conninfo import make_conninfo
+from psycopg.pq import TransactionStatus
 from psycopg.rows import RowMaker
 from psycopg_pool import ConnectionPool
 
 from agent.config import ConfigError, redacted_url
 
 T = TypeVar("T")
+Item = TypeVar("Item")
+Result = TypeVar("Result")
 log = logging.getLogger(__name__)
 
 # Every write transaction of the kit takes this lock (an arbitrary constant: "chats" in ASCII).
 WRITE_LOCK = 0x6368617473
+LOCKED = f"SELECT pg_advisory_xact_lock({WRITE_LOCK})"
 LOCK_WAIT = "10s"  # as SQLite's busy timeout (chats/state_file.py): then the write fails, as there
 POOL_SIZE = 16  # connections per process, and the threads that use them
 CONNECT_WAIT_S = 10
@@ -100,9 +104,19 @@ class PostgresConnection:
 
     @contextmanager
     def write_transaction(self) -> Iterator[None]:
-        with self._conn.transaction():
-            self._conn.execute("SELECT pg_advisory_xact_lock(%s)", (WRITE_LOCK,))
+        if self._conn.info.transaction_status != TransactionStatus.IDLE:  # within one already: a savepoint
+            with self._conn.transaction():
+                self._conn.execute(LOCKED)
+                yield
+            return
+        self._conn.execute(f"BEGIN; {LOCKED}")  # no parameters: one message, one round trip for both
+        try:
             yield
+        except BaseException:
+            with suppress(psycopg.Error):  # a connection gone with it: the pool discards it, the error stands
+                self._conn.execute("ROLLBACK")
+            raise
+        self._conn.execute("COMMIT")
 
 
 class PostgresFile:
@@ -138,6 +152,65 @@ class PostgresFile:
     def close(self) -> None:
         self._threads.shutdown(wait=False)
         self._pool.close()
+
+
+class GroupCalls(Generic[Item, Result]):
+    """Many tasks' calls of one kind made together (group commit): `fn` gets every item waiting and returns
+    one result per item, in one store function (one thread hop, one round trip). A call made while a group is
+    on its way goes in the next, which leaves as soon as that one is back: a quiet host waits for nothing, a
+    busy one makes one round trip for a hundred runs where it made a hundred. A group that fails is made
+    again one item at a time, so one bad item fails alone."""
+
+    def __init__(self, file: PostgresFile, fn: Callable[[sqlite3.Connection, list[Item]], list[Result]]) -> None:
+        self._file, self._fn = file, fn
+        self._waiting: list[tuple[Item, asyncio.Future[Result]]] = []
+        self._task: asyncio.Task[None] | None = None
+        self.groups = 0  # made so far (for tests and benchmarks)
+
+    async def __call__(self, item: Item) -> Result:
+        loop = asyncio.get_running_loop()
+        called: asyncio.Future[Result] = loop.create_future()
+        self._waiting.append((item, called))
+        if self._task is None or self._task.done() or self._task.get_loop() is not loop:
+            self._waiting = [(item, called) for item, called in self._waiting if called.get_loop() is loop]
+            self._task = loop.create_task(self._make_groups())  # starts after this turn's other callers
+        return await called
+
+    async def _make_groups(self) -> None:
+        while self._waiting:
+            group, self._waiting = self._waiting, []
+            self.groups += 1
+            try:
+                results = await self._file.run(partial(_each_of, self._fn, [item for item, _ in group]))
+            except Exception as exc:
+                if len(group) == 1:
+                    _settle(group[0][1], exc)
+                    continue
+                await asyncio.gather(*(self._alone(item, called) for item, called in group))
+                continue
+            for (_, called), result in zip(group, results, strict=True):
+                _settle(called, result)
+
+    async def _alone(self, item: Item, called: asyncio.Future[Result]) -> None:
+        try:
+            _settle(called, (await self._file.run(partial(_each_of, self._fn, [item])))[0])
+        except Exception as exc:
+            _settle(called, exc)
+
+
+def _each_of(
+    fn: Callable[[sqlite3.Connection, list[Item]], list[Result]], items: list[Item], c: sqlite3.Connection
+) -> list[Result]:
+    return fn(c, items)
+
+
+def _settle(called: asyncio.Future[Any], outcome: object) -> None:
+    if called.done():  # its caller was cancelled meanwhile
+        return
+    if isinstance(outcome, Exception):
+        called.set_exception(outcome)
+    else:
+        called.set_result(outcome)
 
 
 class Notices:

@@ -62,7 +62,6 @@ from chats.shared_runs import BEAT_S, LiveRun, SharedRunLog
 log = logging.getLogger(__name__)
 SHARED_FLUSH_S = 0.15  # how often a run's new events are copied for readers in other processes
 SHARED_POLL_S = 0.25  # how often a reader in another process looks for them (SQLite)
-PUSH_COALESCE_S = 0.005  # on PostgreSQL, events that come this close together are copied in one write
 PUSHED_CHECK_S = 1.0  # on PostgreSQL, how often a reader woken by nothing checks on the run's owner
 SHARED_APPEARS_S = 1.0  # how long a reader waits for a run started a moment ago to be shared
 DURABLE_INTERFACES = ("web", "slack")  # the runs kept for a takeover: a CLI or eval run has nobody to deliver to
@@ -603,9 +602,9 @@ class RunRegistry:
     async def _until_fresh(self, handle: RunHandle, beat_at: float) -> None:
         """Until the next copy (at the latest `beat_at`, the next beat): every SHARED_FLUSH_S on SQLite, and on
         PostgreSQL while no reader on another host follows the run; once one does (it is pushed to), as soon as
-        there is something new (a few milliseconds later, so a burst goes in one write). The intervals fall on
-        the host's ticks, the same for all its runs, so on PostgreSQL their copies go in one statement
-        (chats/shared_runs_postgres.py)."""
+        there is something new: what comes while a copy is on its way goes in the next, with other runs' copies
+        (chats/shared_runs_postgres.py), so no wait to gather a burst is needed. The intervals fall on the host's
+        ticks, the same for all its runs, so on PostgreSQL their copies go in one statement too."""
         assert self._shared is not None
         watched = self._shared.watched(handle.run_id)
         if watched is None or not watched.is_set():
@@ -614,7 +613,6 @@ class RunRegistry:
             return
         async with handle.changed:
             await _wait_for(handle.changed, partial(_fresh_or_done, handle), beat_at - time.monotonic())
-        await asyncio.sleep(PUSH_COALESCE_S)
 
     @staticmethod
     def _next(handle: RunHandle, body: WireEvent) -> RunEvent:

@@ -12,8 +12,9 @@ On PostgreSQL (several hosts) a reader is pushed to, not left to poll: each writ
 NOTIFYs its id, and `waiting(run_id)` is woken by it through the one listening connection of the
 process (chats/state_postgres.py Notices). A reader's heartbeat (`touch`) also NOTIFYs that the run is
 watched: from then on its owner copies events as they come (`watched`), not on its timer, which it
-keeps while nobody elsewhere watches. SQLite's workers keep polling: they share one machine and the
-file has no such signal.
+keeps while nobody elsewhere watches. Each kind of write and read is made for all of the process's runs
+at once (chats/shared_runs_postgres.py): a busy host's copies cost a few round trips, not one a run.
+SQLite's workers keep polling: they share one machine and the file has no such signal.
 """
 
 from __future__ import annotations

@@ -176,7 +176,7 @@ class GroupCalls(Generic[Item, Result]):
         called: asyncio.Future[Result] = loop.create_future()
         self._waiting.append((item, called))
         if self._task is None or self._task.done() or self._task.get_loop() is not loop:
-            self._waiting = [(item, called) for item, called in self._waiting if called.get_loop() is loop]
+            self._waiting = [waiting for waiting in self._waiting if waiting[1].get_loop() is loop]
             self._task = loop.create_task(self._make_groups())  # starts after this turn's other callers
         return await called
 

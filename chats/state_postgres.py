@@ -53,6 +53,7 @@ WRITE_LOCK = 0x6368617473
 LOCKED = f"SELECT pg_advisory_xact_lock({WRITE_LOCK})"
 LOCK_WAIT = "10s"  # as SQLite's busy timeout (chats/state_file.py): then the write fails, as there
 POOL_SIZE = 16  # connections per process, and the threads that use them
+GROUP_LANES = 4  # groups of one kind of call on their way at once (GroupCalls)
 CONNECT_WAIT_S = 10
 LISTEN_CHECK_S = 30.0  # a listening connection idle this long is asked whether it is still there
 RECONNECT_S = (0.1, 5.0)  # the first and the longest pause before listening again after a lost connection
@@ -160,27 +161,34 @@ class PostgresFile:
 
 class GroupCalls(Generic[Item, Result]):
     """Many tasks' calls of one kind made together (group commit): `fn` gets every item waiting and returns
-    one result per item, in one store function (one thread hop, one round trip). A call made while a group is
-    on its way goes in the next, which leaves as soon as that one is back: a quiet host waits for nothing, a
-    busy one makes one round trip for a hundred runs where it made a hundred. A group that fails is made
-    again one item at a time, so one bad item fails alone."""
+    one result per item, in one store function (one thread hop, one round trip). The calls made in one turn
+    of the event loop leave together at its end; those made while GROUP_LANES groups are on their way leave
+    together as soon as one is back. So a quiet host waits for nothing, and a busy one makes one round trip
+    for a hundred runs where it made a hundred, none waiting on a loop too busy to hear that the group before
+    it is back. A group that fails is made again one item at a time, so one bad item fails alone."""
 
     def __init__(self, file: PostgresFile, fn: Callable[[sqlite3.Connection, list[Item]], list[Result]]) -> None:
         self._file, self._fn = file, fn
         self._waiting: list[tuple[Item, asyncio.Future[Result]]] = []
-        self._task: asyncio.Task[None] | None = None
+        self._lanes: set[asyncio.Task[None]] = set()  # groups on their way, each lane taking the next
+        self._leaving: asyncio.Task[None] | None = None  # a lane started that has not yet taken what waits
         self.groups = 0  # made so far (for tests and benchmarks)
 
     async def __call__(self, item: Item) -> Result:
         loop = asyncio.get_running_loop()
         called: asyncio.Future[Result] = loop.create_future()
         self._waiting.append((item, called))
-        if self._task is None or self._task.done() or self._task.get_loop() is not loop:
+        self._lanes = {lane for lane in self._lanes if not lane.done() and lane.get_loop() is loop}
+        leaving = self._leaving is not None and not self._leaving.done() and self._leaving.get_loop() is loop
+        if not leaving and len(self._lanes) < GROUP_LANES:
             self._waiting = [waiting for waiting in self._waiting if waiting[1].get_loop() is loop]
-            self._task = loop.create_task(self._make_groups())  # starts after this turn's other callers
+            self._leaving = loop.create_task(self._make_groups())  # after the other calls of this turn
+            self._lanes.add(self._leaving)
         return await called
 
     async def _make_groups(self) -> None:
+        if self._leaving is asyncio.current_task():
+            self._leaving = None
         while self._waiting:
             group, self._waiting = self._waiting, []
             self.groups += 1

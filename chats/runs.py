@@ -567,7 +567,7 @@ class RunRegistry:
         assert self._shared is not None
         try:
             await self._shared.open(handle.run_id, handle.conversation_id, handle.policy)
-            beat_at = _next_tick(BEAT_S)
+            beat_at = _next_tick(BEAT_S, after=time.monotonic() + BEAT_S)  # as its opening was one
             while not handle.superseded:
                 ended = handle.done
                 beat = time.monotonic() >= beat_at
@@ -865,9 +865,10 @@ def _answer_shown(events: list[RunEvent]) -> bool:
     return False
 
 
-def _next_tick(period_s: float) -> float:
-    """The next multiple of `period_s` on the monotonic clock: every run of the host beats on the same ticks."""
-    return (time.monotonic() // period_s + 1) * period_s
+def _next_tick(period_s: float, *, after: float | None = None) -> float:
+    """The first multiple of `period_s` on the monotonic clock past `after` (now): every run of the host beats
+    and copies on the same ticks."""
+    return ((time.monotonic() if after is None else after) // period_s + 1) * period_s
 
 
 def _fresh_or_done(handle: RunHandle) -> bool:

@@ -62,7 +62,6 @@ from chats.shared_runs import BEAT_S, LiveRun, SharedRunLog
 log = logging.getLogger(__name__)
 SHARED_FLUSH_S = 0.15  # how often a run's new events are copied for readers in other processes
 SHARED_POLL_S = 0.25  # how often a reader in another process looks for them (SQLite)
-PUSH_COALESCE_S = 0.005  # on PostgreSQL, events that come this close together are copied in one write
 PUSHED_CHECK_S = 1.0  # on PostgreSQL, how often a reader woken by nothing checks on the run's owner
 SHARED_APPEARS_S = 1.0  # how long a reader waits for a run started a moment ago to be shared
 DURABLE_INTERFACES = ("web", "slack")  # the runs kept for a takeover: a CLI or eval run has nobody to deliver to
@@ -568,15 +567,15 @@ class RunRegistry:
         assert self._shared is not None
         try:
             await self._shared.open(handle.run_id, handle.conversation_id, handle.policy)
-            beaten = time.monotonic()
+            beat_at = _next_tick(BEAT_S, after=time.monotonic() + BEAT_S)  # as its opening was one
             while not handle.superseded:
                 ended = handle.done
-                beat = time.monotonic() - beaten >= BEAT_S
+                beat = time.monotonic() >= beat_at
                 await self._flush_shared(handle, beat=beat)
-                beaten = time.monotonic() if beat else beaten
+                beat_at = _next_tick(BEAT_S) if beat else beat_at
                 if ended:
                     break
-                await self._until_fresh(handle)
+                await self._until_fresh(handle, beat_at)
         except Exception:  # the run goes on; readers in other processes fall back to the stored turn
             log.exception("could not share run %s with other workers", handle.run_id)
         finally:
@@ -600,19 +599,20 @@ class RunRegistry:
                     return
                 handle.shared_upto += len(fresh)
 
-    async def _until_fresh(self, handle: RunHandle) -> None:
-        """Until the next copy: a fixed interval on SQLite, and on PostgreSQL while no reader on another host
-        follows the run; once one does (it is pushed to), as soon as there is something new (a few
-        milliseconds later, so a burst goes in one write), or a beat."""
+    async def _until_fresh(self, handle: RunHandle, beat_at: float) -> None:
+        """Until the next copy (at the latest `beat_at`, the next beat): every SHARED_FLUSH_S on SQLite, and on
+        PostgreSQL while no reader on another host follows the run; once one does (it is pushed to), as soon as
+        there is something new: what comes while a copy is on its way goes in the next, with other runs' copies
+        (chats/shared_runs_postgres.py), so no wait to gather a burst is needed. The intervals fall on the host's
+        ticks, the same for all its runs, so on PostgreSQL their copies go in one statement too."""
         assert self._shared is not None
         watched = self._shared.watched(handle.run_id)
         if watched is None or not watched.is_set():
-            pause = min(SHARED_FLUSH_S, BEAT_S)  # a beat is due every BEAT_S whatever the cadence
-            await (asyncio.sleep(pause) if watched is None else _woken_or_after(watched, pause))
+            until = min(_next_tick(SHARED_FLUSH_S), beat_at) - time.monotonic()
+            await (asyncio.sleep(until) if watched is None else _woken_or_after(watched, until))
             return
         async with handle.changed:
-            await _wait_for(handle.changed, partial(_fresh_or_done, handle), BEAT_S)
-        await asyncio.sleep(PUSH_COALESCE_S)
+            await _wait_for(handle.changed, partial(_fresh_or_done, handle), beat_at - time.monotonic())
 
     @staticmethod
     def _next(handle: RunHandle, body: WireEvent) -> RunEvent:
@@ -865,6 +865,12 @@ def _answer_shown(events: list[RunEvent]) -> bool:
     return False
 
 
+def _next_tick(period_s: float, *, after: float | None = None) -> float:
+    """The first multiple of `period_s` on the monotonic clock past `after` (now): every run of the host beats
+    and copies on the same ticks."""
+    return ((time.monotonic() if after is None else after) // period_s + 1) * period_s
+
+
 def _fresh_or_done(handle: RunHandle) -> bool:
     return len(handle.events) > handle.shared_upto or handle.done
 
@@ -872,12 +878,16 @@ def _fresh_or_done(handle: RunHandle) -> bool:
 async def _wait_for(changed: asyncio.Condition, ready: Callable[[], bool], timeout_s: float) -> None:
     """`changed.wait_for(ready)` (the condition held), giving up after `timeout_s`."""
     with contextlib.suppress(TimeoutError):
-        await asyncio.wait_for(changed.wait_for(ready), timeout_s)
+        async with asyncio.timeout(max(0.0, timeout_s)):  # not wait_for: that makes a task of each wait
+            await changed.wait_for(ready)
 
 
 async def _woken_or_after(woken: asyncio.Event, timeout_s: float) -> None:
+    if woken.is_set():
+        return
     with contextlib.suppress(TimeoutError):
-        await asyncio.wait_for(woken.wait(), max(0.0, timeout_s))
+        async with asyncio.timeout(max(0.0, timeout_s)):
+            await woken.wait()
 
 
 async def _each(sinks: Sequence[Callable[[Checkpoint], Awaitable[None]]], checkpoint: Checkpoint) -> None:

@@ -12,8 +12,9 @@ On PostgreSQL (several hosts) a reader is pushed to, not left to poll: each writ
 NOTIFYs its id, and `waiting(run_id)` is woken by it through the one listening connection of the
 process (chats/state_postgres.py Notices). A reader's heartbeat (`touch`) also NOTIFYs that the run is
 watched: from then on its owner copies events as they come (`watched`), not on its timer, which it
-keeps while nobody elsewhere watches. SQLite's workers keep polling: they share one machine and the
-file has no such signal.
+keeps while nobody elsewhere watches. Each kind of write and read is made for all of the process's runs
+at once (chats/shared_runs_postgres.py): a busy host's copies cost a few round trips, not one a run.
+SQLite's workers keep polling: they share one machine and the file has no such signal.
 """
 
 from __future__ import annotations
@@ -26,9 +27,9 @@ import time
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
-from functools import partial
 from typing import Any
 
+from chats.shared_runs_postgres import Copy, GroupedLog, Opening
 from chats.state_file import StateFile, write_transaction
 from chats.state_postgres import Notices, PostgresFile
 
@@ -57,6 +58,8 @@ class SharedRunLog:
     def __init__(self, file: StateFile) -> None:
         self._file = file  # the kit's state file (chats/state.py)
         self._notices: Notices | None = file.notices(CHANNEL) if isinstance(file, PostgresFile) else None
+        # On PostgreSQL every write and read of the log is made with other runs' (chats/shared_runs_postgres.py).
+        self._grouped = GroupedLog(file, CHANNEL) if isinstance(file, PostgresFile) else None
         self._watches: dict[str, tuple[ExitStack, asyncio.Event, float]] = {}  # this process's runs, opened when
         self._file.now(_forget_dead_owners)
 
@@ -92,6 +95,9 @@ class SharedRunLog:
             stack = ExitStack()
             watched = stack.enter_context(self._notices.waiting(WATCHED + run_id, on_reconnect=False))
             self._watches[run_id] = (stack, watched, now)
+        if self._grouped is not None:
+            await self._grouped.opens(Opening(run_id, conversation_id, now, policy))
+            return
 
         def write(c: sqlite3.Connection) -> None:
             c.execute(
@@ -111,10 +117,12 @@ class SharedRunLog:
         (a durable run's host, chats/durable.py), nothing is written once another host holds the run: a host
         that froze past its lease never writes into the log of the host that took it over. False then."""
         rows = [(run_id, number, name, json.dumps(data, ensure_ascii=False)) for number, name, data in events]
-        if self._notices is not None:
-            found = await self._file.run(partial(_add_and_notify, run_id, rows, time.time() if beat else None, holder))
-            self._seen_watched(run_id, found[1])
-            return found[0]
+        if self._grouped is not None:
+            if not rows and not beat:
+                return True
+            written, watched_at = await self._grouped.copies(Copy(run_id, rows, time.time() if beat else None, holder))
+            self._seen_watched(run_id, watched_at)
+            return written
 
         def write(c: sqlite3.Connection) -> bool:
             with write_transaction(c):
@@ -130,6 +138,9 @@ class SharedRunLog:
     async def close(self, run_id: str) -> None:
         if (watch := self._watches.pop(run_id, None)) is not None:
             watch[0].close()
+        if self._grouped is not None:
+            await self._grouped.closes(run_id)  # readers look for the stored turn now
+            return
 
         def write(c: sqlite3.Connection) -> None:
             _delete(c, run_id)
@@ -155,6 +166,9 @@ class SharedRunLog:
         return LiveRun(row[0], row[1], row[2], row[3]) if row else None
 
     async def events_after(self, run_id: str, after: int) -> list[tuple[int, str, dict[str, Any]]]:
+        if self._grouped is not None:
+            found = await self._grouped.reads((run_id, after))
+            return [(number, name, json.loads(data)) for number, name, data in found]
         rows = await self._file.run(
             lambda c: c.execute(
                 "SELECT id, event, data FROM live_events WHERE run_id = ? AND id > ? ORDER BY id", (run_id, after)
@@ -174,38 +188,6 @@ class SharedRunLog:
 
 # A durable run another host holds (its holder is not the writer): the writer's copy is fenced out.
 _TAKEN = "SELECT 1 FROM durable_runs WHERE run_id = ? AND holder <> ?"
-
-
-def _add_and_notify(
-    run_id: str, rows: list[tuple[str, int, str, str]], beat_at: float | None, holder: str | None, c: Any
-) -> tuple[bool, float | None]:
-    """PostgreSQL: the events, the beat and the notice in one statement, so one round trip; whether it was
-    written (not fenced out: see `add`) and, with a beat, the run's `watched_at`. Only the run's owner writes
-    its rows, so this takes no write lock (the kit's one lock would queue every run's copy behind every other
-    write of every host)."""
-    parts: list[str] = []
-    params: list[object] = []
-    if holder is not None:  # the fence, in the same statement (one snapshot) as the writes
-        parts.append(f"fenced AS ({_TAKEN})")
-        params += [run_id, holder]
-    free = " WHERE NOT EXISTS (SELECT 1 FROM fenced)" if holder is not None else ""
-    if rows:
-        values = ", ".join(["(?, CAST(? AS INTEGER), ?, ?)"] * len(rows))
-        parts.append(f"added AS (INSERT INTO live_events SELECT * FROM (VALUES {values}) AS v{free} "
-                     "ON CONFLICT DO NOTHING)")  # fmt: skip
-        params += [value for row in rows for value in row]
-    if beat_at is not None:
-        parts.append(f"beaten AS (UPDATE live_runs SET beat_at = ? WHERE run_id = ?{free.replace('WHERE', 'AND')} "
-                     "RETURNING watched_at)")  # fmt: skip
-        params += [beat_at, run_id]
-    if not rows and beat_at is None:
-        return True, None
-    notify = "pg_notify(?, ?)" if rows else "NULL"  # a beat alone is no news for the readers
-    watched = "(SELECT watched_at FROM beaten)" if beat_at is not None else "NULL"
-    taken = "EXISTS (SELECT 1 FROM fenced)" if holder is not None else "FALSE"
-    params += [CHANNEL, run_id] if rows else []
-    row = c.execute(f"WITH {', '.join(parts)} SELECT {notify}, {watched}, {taken}", params).fetchone()
-    return not row[2], float(row[1]) if row[1] is not None else None
 
 
 def _forget_dead_owners(c: sqlite3.Connection) -> None:

@@ -1,0 +1,126 @@
+"""The shared run log's statements on PostgreSQL (chats/shared_runs.py), each made for many runs at once.
+
+A host answering a hundred chats copies a hundred runs' events, beats for them, opens and closes them; its
+readers of other hosts' runs read as many logs. One statement and one round trip each would keep the host's
+threads and the server busy for what SQLite does in process: here every kind is a group call
+(chats/state_postgres.py `GroupCalls`), one statement per group over arrays of the runs' values, so the
+statement's text never changes (PostgreSQL prepares it once) and a busy host makes one round trip where it
+made a hundred. Each statement notifies the runs it wrote, as the single-run one did, and is atomic alone:
+only a run's owner writes its rows, so none takes the kit's write lock.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from dataclasses import dataclass
+
+from chats.state_postgres import GroupCalls, PostgresFile
+
+EventRow = tuple[str, int, str, str]  # run id, number, name, data as JSON
+
+
+@dataclass(frozen=True)
+class Copy:
+    """A run's new events (possibly none) and, with `beat_at`, its heartbeat; with `holder`, none of it once
+    another host holds the run (chats/durable.py)."""
+
+    run_id: str
+    rows: list[EventRow]
+    beat_at: float | None
+    holder: str | None
+
+
+@dataclass(frozen=True)
+class Opening:
+    run_id: str
+    conversation_id: str
+    at: float
+    policy: str
+
+
+class GroupedLog:
+    """The shared log's writes and reads of one process, each kind made in groups."""
+
+    def __init__(self, file: PostgresFile, channel: str) -> None:
+        self.channel = channel
+        self.opens = GroupCalls(file, self._open)
+        self.copies = GroupCalls(file, self._copy)
+        self.reads = GroupCalls(file, _read)
+        self.closes = GroupCalls(file, self._close)
+
+    def _open(self, c: sqlite3.Connection, items: list[Opening]) -> list[None]:
+        columns = [[getattr(item, name) for item in items] for name in ("run_id", "conversation_id", "at", "policy")]
+        c.execute(_OPEN, [*columns, self.channel])
+        return [None] * len(items)
+
+    def _copy(self, c: sqlite3.Connection, items: list[Copy]) -> list[tuple[bool, float | None]]:
+        """Each run's copy: whether it was written (not fenced out) and, with a beat, the run's `watched_at`."""
+        rows = [row for item in items for row in item.rows]
+        params = [
+            [item.run_id for item in items],
+            [item.holder for item in items],
+            [item.beat_at for item in items],
+            *([row[i] for row in rows] for i in range(4)),
+            self.channel,
+        ]
+        found = c.execute(_COPY, params).fetchall()
+        return [(not fenced, float(watched) if watched is not None else None) for _, watched, fenced, _ in found]
+
+    def _close(self, c: sqlite3.Connection, items: list[str]) -> list[None]:
+        c.execute(_CLOSE, [items, self.channel])
+        return [None] * len(items)
+
+
+def _read(c: sqlite3.Connection, items: list[tuple[str, int]]) -> list[list[tuple[int, str, str]]]:
+    """Each (run, after)'s events after `after`, in order."""
+    found: list[list[tuple[int, str, str]]] = [[] for _ in items]
+    for n, number, name, data in c.execute(_READ, [[run for run, _ in items], [after for _, after in items]]):
+        found[n - 1].append((number, name, data))
+    return found
+
+
+_OPEN = """WITH opened AS (
+    INSERT INTO live_runs (run_id, conversation_id, beat_at, watched_at, policy)
+    SELECT r.run_id, r.conversation_id, r.at, r.at, r.policy
+    FROM unnest(CAST(? AS TEXT[]), CAST(? AS TEXT[]), CAST(? AS DOUBLE PRECISION[]), CAST(? AS TEXT[]))
+        AS r(run_id, conversation_id, at, policy)
+    ON CONFLICT (run_id) DO UPDATE SET conversation_id = excluded.conversation_id, beat_at = excluded.beat_at,
+        watched_at = excluded.watched_at, policy = excluded.policy
+    RETURNING run_id
+) SELECT pg_notify(?, run_id) FROM opened"""
+
+# The fence (a durable run another host holds: its holder is not the writer) is read in the same statement,
+# one snapshot, as the writes it keeps out. A beat alone is no news for the readers: only runs with events
+# are notified.
+_COPY = """WITH batch AS (
+    SELECT * FROM unnest(CAST(? AS TEXT[]), CAST(? AS TEXT[]), CAST(? AS DOUBLE PRECISION[]))
+        WITH ORDINALITY AS b(run_id, holder, beat_at, n)
+), fenced AS (
+    SELECT DISTINCT b.run_id FROM batch b JOIN durable_runs d ON d.run_id = b.run_id AND d.holder <> b.holder
+), events AS (
+    SELECT * FROM unnest(CAST(? AS TEXT[]), CAST(? AS BIGINT[]), CAST(? AS TEXT[]), CAST(? AS TEXT[]))
+        AS e(run_id, id, event, data)
+    WHERE e.run_id NOT IN (SELECT run_id FROM fenced)
+), added AS (
+    INSERT INTO live_events (run_id, id, event, data) SELECT run_id, id, event, data FROM events
+    ON CONFLICT DO NOTHING
+), beaten AS (
+    UPDATE live_runs l SET beat_at = b.beat_at FROM batch b
+    WHERE l.run_id = b.run_id AND b.beat_at IS NOT NULL AND b.run_id NOT IN (SELECT run_id FROM fenced)
+    RETURNING l.run_id, l.watched_at
+), told AS (
+    SELECT pg_notify(?, run_id) FROM (SELECT DISTINCT run_id FROM events) AS news
+)
+SELECT b.n, (SELECT max(watched_at) FROM beaten WHERE beaten.run_id = b.run_id),
+    b.run_id IN (SELECT run_id FROM fenced), (SELECT count(*) FROM told)
+FROM batch b ORDER BY b.n"""
+
+_CLOSE = """WITH runs AS (SELECT DISTINCT unnest(CAST(? AS TEXT[])) AS run_id),
+gone AS (DELETE FROM live_events WHERE run_id IN (SELECT run_id FROM runs)),
+ended AS (DELETE FROM live_runs WHERE run_id IN (SELECT run_id FROM runs))
+SELECT pg_notify(?, run_id) FROM runs"""
+
+_READ = """SELECT r.n, e.id, e.event, e.data
+FROM unnest(CAST(? AS TEXT[]), CAST(? AS BIGINT[])) WITH ORDINALITY AS r(run_id, after, n)
+JOIN live_events e ON e.run_id = r.run_id AND e.id > r.after
+ORDER BY r.n, e.id"""

@@ -4,22 +4,35 @@ behaviour; those that fail name a finding of the review."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from typing import Any
 
 import pytest
 
-from agent.runner import Checkpoint
+from agent.runner import (
+    AnswerEvent,
+    Checkpoint,
+    CheckpointSink,
+    EventSink,
+    ExecutingEvent,
+    ResultEvent,
+    RunResult,
+    ignore_events,
+)
 from chats.audit import Origin
 from chats.durable import DurableRun, DurableRuns
 from chats.state_file import StateFile
+from tests.chats.test_runs_takeover import OPS, StoppingRunner, _started_and_stopped, hosts, lapse
+
+__all__ = ["hosts"]  # two hosts as two run registries over one state (tests/chats/test_runs_takeover.py)
 
 LEASE_S = 30.0  # long: a test lapses a lease by writing it, never by waiting
 QUESTION = "Which airport?"
 
 
 @pytest.fixture
-def hosts(state_files: Callable[[], StateFile]) -> Callable[[str], DurableRuns]:
+def stores(state_files: Callable[[], StateFile]) -> Callable[[str], DurableRuns]:
     """Each host's store over its own connection to the one state."""
     return lambda name: DurableRuns(state_files(), lease_s=LEASE_S, host=name)
 
@@ -36,7 +49,7 @@ def kept(run_id: str = "r1") -> DurableRun:
     )
 
 
-def lapse(store: DurableRuns, run_id: str = "r1") -> None:
+def lapse_store(store: DurableRuns, run_id: str = "r1") -> None:
     """The holder stopped renewing long enough ago (its host froze or died)."""
     store._file.now(lambda c: c.execute("UPDATE durable_runs SET lease_until = 1 WHERE run_id = ?", (run_id,)))
 
@@ -52,7 +65,7 @@ def tool_result(text: str) -> dict[str, Any]:
     return {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": text}]}
 
 
-async def test_a_host_that_lost_the_run_cannot_forget_it_under_the_host_that_took_it(hosts) -> None:
+async def test_a_host_that_lost_the_run_cannot_forget_it_under_the_host_that_took_it(stores) -> None:
     """Finding (fencing, medium): `DurableRuns.finish` deletes the run's row and parts by run id alone, not
     `AND holder = ?` as `save`, `renew`, `release` and `update_delivery` do. The registry's `_end` checks
     `_still_held` and only then stores the turn and calls `finish`, in separate transactions: a host that
@@ -62,10 +75,10 @@ async def test_a_host_that_lost_the_run_cannot_forget_it_under_the_host_that_too
     budget hold is never settled, and, should it die, no host can take the run over again (its row is gone).
     Safe: `finish` deletes only while this host holds the run (`WHERE run_id = ? AND holder = ?`, in one
     transaction with the turn's store, or fenced by the same check)."""
-    a, b = hosts("a"), hosts("b")
+    a, b = stores("a"), stores("b")
     await a.begin(kept())
     assert await a.save("r1", Checkpoint(question=QUESTION, policy="ops", rounds=1, thinking=["one"]))
-    lapse(a)
+    lapse_store(a)
     taken = await b.claim_lapsed({"web"})
     assert taken is not None and await b.held_here("r1")
     await a.finish("r1")  # the frozen host wakes past its `_still_held` check and ends the run it lost
@@ -74,7 +87,7 @@ async def test_a_host_that_lost_the_run_cannot_forget_it_under_the_host_that_too
     assert await b.save("r1", Checkpoint(question=QUESTION, policy="ops", rounds=2, thinking=["one", "two"]))
 
 
-async def test_a_part_missing_from_the_middle_ends_the_run_instead_of_folding_a_checkpoint_it_never_had(hosts) -> None:
+async def test_a_part_missing_from_the_middle_ends_the_run_instead_of_folding_a_checkpoint_it_never_had(stores) -> None:
     """Finding (torn store, low): `fold` (agent/checkpoint_form.py) detects a missing part only when a later
     part keeps more items than the parts before it hold. A part that rewrote from an earlier message (a result
     trimmed to save context) followed by one that rewrites from a later message folds without it into a
@@ -83,7 +96,7 @@ async def test_a_part_missing_from_the_middle_ends_the_run_instead_of_folding_a_
     log. The parts carry no sequence the fold checks (`seq` is read only to order them). Safe: each part
     names the part it follows (its seq, or the rounds of the checkpoint before it) and a gap makes the run
     unreadable, so it ends with a message."""
-    a, b = hosts("a"), hosts("b")
+    a, b = stores("a"), stores("b")
     await a.begin(kept())
     whole, trimmed = "Q1: " + "| JFK | 1 |\n" * 40, "Q1: | JFK | 1 |\n…[452 characters trimmed]…\n"
     question = {"role": "user", "content": QUESTION}
@@ -98,8 +111,74 @@ async def test_a_part_missing_from_the_middle_ends_the_run_instead_of_folding_a_
     assert len(written) == 3
     middle = written[1][0]
     a._file.now(lambda c: c.execute("DELETE FROM durable_run_parts WHERE run_id = 'r1' AND seq = ?", (middle,)))
-    lapse(a)
+    lapse_store(a)
     taken = await b.claim_lapsed({"web"})
     assert taken is not None
     saved = taken.saved()
-    assert saved is None, f"a run with a part missing resumed, its model now sent {saved.messages[1]!r}"
+    assert saved is None, f"a run with a part missing resumed, its model now sent {str(saved.messages[1])[:90]}"
+
+
+def executing(query_id: str, sql: str) -> ExecutingEvent:
+    return ExecutingEvent(query_id=query_id, question="Departures by airport", sql=sql)
+
+
+def result(query_id: str, origin: str) -> ResultEvent:
+    return ResultEvent(
+        query_id=query_id, columns=["origin"], rows=[[origin]], row_count=1, has_more=False, error=None, hint=None,
+        elapsed_ms=1,
+    )  # fmt: skip
+
+
+class LostRound(StoppingRunner):
+    """The first host's run: round one (Q1) and its checkpoint; then round two runs Q2, which readers are
+    shown (its events reach the shared log), and the host dies before round two's checkpoint. Resumed (on the
+    taker), round two is made again as the pipeline makes it: its first query numbered from the checkpoint's
+    `query_ids_taken` (agent/pipeline/state.py `take_query_id`), so Q2 again, with other SQL this time."""
+
+    async def run(self, question: str, **kwargs: Any) -> RunResult:
+        on_event: EventSink = kwargs.get("on_event", ignore_events)
+        checkpoint: CheckpointSink = kwargs["checkpoint"]
+        resume: Checkpoint | None = kwargs.get("resume")
+        if resume is not None:
+            query_id = f"Q{resume.query_ids_taken + 1}"
+            await on_event(executing(query_id, "SELECT origin FROM nycflights13.flights WHERE dep_delay > 60"))
+            await on_event(result(query_id, "EWR"))
+            await on_event(AnswerEvent(text=f"EWR [{query_id}]."))
+            return RunResult(question=question, answer=f"EWR [{query_id}].", resumed=resume.resumed + 1)
+        await on_event(executing("Q1", "SELECT count() FROM nycflights13.flights"))
+        await on_event(result("Q1", "336776"))
+        await checkpoint(Checkpoint(question=question, policy="ops", rounds=1, query_ids_taken=1))
+        await on_event(executing("Q2", "SELECT origin FROM nycflights13.flights WHERE carrier = 'UA'"))
+        await on_event(result("Q2", "JFK"))
+        self.checkpointed.set()
+        await asyncio.Event().wait()  # the host died
+        raise AssertionError("unreachable")
+
+
+async def test_a_resumed_run_does_not_reuse_the_query_ids_its_lost_round_already_showed(hosts) -> None:
+    """Finding (a resumed run shows results it did not use, medium): the taker's log is the shared log, which
+    holds the events of the round the first host lost (they are copied as they happen, not only at a
+    checkpoint). The takeover discards only the lost round's answer text (an `answer` restart); its
+    `executing` and `result` events stay, and the resumed round numbers its queries from the checkpoint's
+    counter again, so the one log, and the turn stored from it, holds two different Q2s: the lost round's
+    (SQL and rows the answer never used) and the resumed round's. A reader, live or replaying the stored
+    turn, is shown the lost Q2's table under the answer's [Q2] citation. Safe: the taker starts numbering
+    past every query id its log already shows (or the log marks the lost round's query events as discarded),
+    so one id names one query."""
+    runner_a, runner_b = LostRound(), LostRound()
+    a, b = hosts(runner_a), hosts(runner_b)
+    first = await _started_and_stopped(a, runner_a)
+    lapse(a)
+    assert b._durable is not None
+    kept = await b._durable.claim_lapsed({"web"})
+    assert kept is not None
+    taken = await b.take_over(kept, OPS)
+    assert taken is not None and taken.task is not None
+    await asyncio.wait_for(asyncio.gather(taken.task), 10)
+    stored = await b._store.run_events(first.run_id)
+    assert stored is not None
+    sql_by_id: dict[str, set[str]] = {}
+    for row in stored[1]:
+        if row["event"] == "executing":
+            sql_by_id.setdefault(row["data"]["query_id"], set()).add(row["data"]["sql"])
+    assert all(len(sqls) == 1 for sqls in sql_by_id.values()), f"one query id names two queries: {sql_by_id}"

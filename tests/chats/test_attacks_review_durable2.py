@@ -182,3 +182,60 @@ async def test_a_resumed_run_does_not_reuse_the_query_ids_its_lost_round_already
         if row["event"] == "executing":
             sql_by_id.setdefault(row["data"]["query_id"], set()).add(row["data"]["sql"])
     assert all(len(sqls) == 1 for sqls in sql_by_id.values()), f"one query id names two queries: {sql_by_id}"
+
+
+class Resumes(StoppingRunner):
+    """The taker's run: resumed, it thinks a while (`go`) before it answers."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.go = asyncio.Event()
+
+    async def run(self, question: str, **kwargs: Any) -> RunResult:
+        resume = kwargs["resume"]
+        assert resume is not None
+        await self.go.wait()
+        await kwargs["on_event"](AnswerEvent(text="EWR [Q1]."))
+        return RunResult(question=question, answer="EWR [Q1].", resumed=resume.resumed + 1)
+
+
+async def test_a_host_that_freezes_after_its_hold_check_does_not_store_over_the_run_another_host_took(
+    hosts, monkeypatch
+) -> None:
+    """Finding (fencing, medium): a run's end (chats/runs.py `_end`) checks `_still_held`, then stores the
+    turn, then forgets the durable row (`finish`), each its own transaction, none fenced by the holder. A host
+    that freezes right after the check (its answer ready) wakes after another host took the run over: it
+    stores its answer as the run's turn, and its `finish` deletes the taker's row and parts. The taker, the
+    rightful holder, then finds the run no longer held and ends silently: the person gets the frozen host's
+    answer, the taker's work is thrown away, the taker's `on_done` (the asker's budget settlement) is never
+    called, and a crash of the taker meanwhile would leave nothing to take over. Safe: the turn is stored and
+    the row deleted in one transaction that checks `holder = this host` (as `save` does), so a host that lost
+    the run writes nothing."""
+    runner_a, runner_b = StoppingRunner(answers_when_released=True), Resumes()
+    a, b = hosts(runner_a), hosts(runner_b)
+    first = await _started_and_stopped(a, runner_a)
+    frozen, woken = asyncio.Event(), asyncio.Event()
+    real_save = a._store.save_turn
+
+    async def freezes_first(*args: Any) -> None:  # the host froze between its hold check and its store
+        frozen.set()
+        await woken.wait()
+        await real_save(*args)
+
+    monkeypatch.setattr(a._store, "save_turn", freezes_first)
+    runner_a.more.set()  # the first host's answer is ready; it checks it still holds the run (it does)
+    await asyncio.wait_for(frozen.wait(), 10)
+    lapse(a)  # frozen past its lease
+    assert b._durable is not None
+    kept = await b._durable.claim_lapsed({"web"})
+    assert kept is not None
+    taken = await b.take_over(kept, OPS)
+    assert taken is not None and taken.task is not None
+    woken.set()  # the first host wakes
+    await asyncio.wait_for(asyncio.gather(first.task), 10)
+    runner_b.go.set()
+    await asyncio.wait_for(asyncio.gather(taken.task), 10)
+    stored = await b._store.run_events(first.run_id)
+    assert stored is not None
+    assert "A late answer." not in str(stored[1]), "the host that lost the run stored its answer as the turn"
+    assert not taken.superseded, "the host holding the run was made to drop it"

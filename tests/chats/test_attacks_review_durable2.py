@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from agent.reports.model import ReportRequest
 from agent.runner import (
     AnswerEvent,
     Checkpoint,
@@ -239,3 +240,70 @@ async def test_a_host_that_freezes_after_its_hold_check_does_not_store_over_the_
     assert stored is not None
     assert "A late answer." not in str(stored[1]), "the host that lost the run stored its answer as the turn"
     assert not taken.superseded, "the host holding the run was made to drop it"
+
+
+class ReportRounds(StoppingRunner):
+    """A report run. First host: round one's checkpoint, then frozen (`more`); woken, its round two's
+    checkpoint (thinking "frozen"). The taker: its own round two's checkpoint (thinking "taker"), then it
+    thinks on (`go`) and finishes."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.go = asyncio.Event()
+        self.woke_and_checkpointed = asyncio.Event()
+
+    async def run(self, question: str, **kwargs: Any) -> RunResult:
+        checkpoint: CheckpointSink = kwargs["checkpoint"]
+        resume: Checkpoint | None = kwargs.get("resume")
+        assert kwargs.get("report") is not None
+        if resume is not None:
+            await checkpoint(resume.model_copy(update={"rounds": 2, "thinking": ["taker"]}))
+            self.checkpointed.set()
+            await self.go.wait()
+            return RunResult(question=question, answer="The report.", resumed=resume.resumed + 1)
+        first = Checkpoint(question=question, policy="ops", rounds=1, thinking=["one"])
+        await checkpoint(first)
+        self.checkpointed.set()
+        await self.more.wait()
+        try:
+            await checkpoint(first.model_copy(update={"rounds": 2, "thinking": ["frozen"]}))
+        finally:
+            self.woke_and_checkpointed.set()
+        await asyncio.Event().wait()
+        raise AssertionError("unreachable")
+
+
+async def test_a_frozen_host_writes_no_report_checkpoint_into_the_report_run_another_host_took(hosts) -> None:
+    """Finding (fencing, medium): a report run's checkpoints go to two sinks (chats/runs.py `_each`): the
+    durable run's (fenced by holder) and the report's row (chats/reports.py `keep_checkpoint`, fenced only by
+    `run_id`). A takeover keeps the run id, so the report's fence cannot tell the frozen first host from the
+    taker: the first host, woken, finds its lease gone at the durable sink, but its `_lost_lease` only asks
+    for a cancel, and the report sink's write (a thread already handed the UPDATE) lands anyway, over the
+    taker's checkpoint. The report's stored checkpoint, what a Resume and a restarted host go on from, is
+    then the lost copy's, forked from what the taker has done and shown. Safe: a host that lost the run
+    writes nothing to the report either (its sink checks the durable hold, or runs only after a successful
+    durable save, or the report row is fenced by the holder)."""
+    runner_a, runner_b = ReportRounds(), ReportRounds()
+    a, b = hosts(runner_a), hosts(runner_b)
+    conversation = await a._store.create_conversation(QUESTION, owner="person:ann")
+    first = a.start(
+        conversation, QUESTION, [], platform="web", interface="web", origin=Origin("person:ann", "web", "", ""),
+        policy=OPS, report=ReportRequest(),
+    )  # fmt: skip
+    await asyncio.wait_for(runner_a.checkpointed.wait(), 10)
+    lapse(a)
+    assert b._durable is not None
+    kept = await b._durable.claim_lapsed({"web"})
+    assert kept is not None
+    taken = await b.take_over(kept, OPS)
+    assert taken is not None and taken.report_id == first.report_id
+    await asyncio.wait_for(runner_b.checkpointed.wait(), 10)
+    stored = await b.reports.checkpoint(first.report_id)
+    assert stored is not None and stored.thinking == ["taker"]
+    runner_a.more.set()  # the first host wakes and checkpoints its round two
+    await asyncio.wait_for(runner_a.woke_and_checkpointed.wait(), 10)
+    await asyncio.sleep(0.5)  # its writes, handed to a thread, land
+    stored = await b.reports.checkpoint(first.report_id)
+    assert stored is not None and stored.thinking == ["taker"], f"the report now goes on from {stored.thinking}"
+    runner_b.go.set()
+    await asyncio.wait_for(asyncio.gather(taken.task, return_exceptions=True), 10)

@@ -22,7 +22,7 @@ from agent.runner import (
     ignore_events,
 )
 from chats.audit import Origin
-from chats.durable import DurableRun, DurableRuns
+from chats.durable import DurableRun, DurableRuns, ResumeLimits
 from chats.state_file import StateFile
 from tests.chats.test_runs_takeover import OPS, StoppingRunner, _started_and_stopped, hosts, lapse
 
@@ -57,7 +57,9 @@ def lapse_store(store: DurableRuns, run_id: str = "r1") -> None:
 
 def parts(store: DurableRuns, run_id: str = "r1") -> list[tuple[int, str]]:
     rows = store._file.now(
-        lambda c: c.execute("SELECT seq, part FROM durable_run_parts WHERE run_id = ? ORDER BY seq", (run_id,)).fetchall()
+        lambda c: c.execute(
+            "SELECT seq, part FROM durable_run_parts WHERE run_id = ? ORDER BY seq", (run_id,)
+        ).fetchall()
     )
     return [(seq, part) for (seq, part) in rows]
 
@@ -307,3 +309,58 @@ async def test_a_frozen_host_writes_no_report_checkpoint_into_the_report_run_ano
     assert stored is not None and stored.thinking == ["taker"], f"the report now goes on from {stored.thinking}"
     runner_b.go.set()
     await asyncio.wait_for(asyncio.gather(taken.task, return_exceptions=True), 10)
+
+
+class ReportThenDies(StoppingRunner):
+    """A report run: its first checkpoint, then its host dies."""
+
+    async def run(self, question: str, **kwargs: Any) -> RunResult:
+        await kwargs["checkpoint"](Checkpoint(question=question, policy="ops", rounds=1))
+        self.checkpointed.set()
+        await asyncio.Event().wait()
+        raise AssertionError("unreachable")
+
+
+async def test_one_torn_report_row_does_not_stop_every_host_taking_over_every_other_run(hosts) -> None:
+    """Finding (availability, high): a takeover reads the report a run was writing (chats/runs.py `_report_of`,
+    chats/reports.py `_stored`) before it looks at whether the run may be resumed, and a report row this
+    release cannot read (a torn `request` or `delivery`, another release's request) raises there. `take_over`
+    then releases the run (`lease_until = 0`), and `claim_lapsed` takes the lapsed run of the smallest lease
+    first: every host's watcher, every third of a lease, claims that same run, fails, and leaves its loop
+    (`watch`), so no run of any dead host behind it is ever taken over again, and the torn run itself never
+    ends (its reader waits: `holds` stays true), its `takeovers` counting up for ever past AGENT_RUN_MAX_RESUMES.
+    Safe: a run whose report cannot be read ends with a message like any unreadable run (`_stored` failures
+    made `unreadable`, or the takeover's failure counted so the run is refused after its resumes), and one
+    failed takeover does not stop the watcher taking the others."""
+    runner_a, runner_b, runner_c = ReportThenDies(), StoppingRunner(), StoppingRunner()
+    a, b, c = hosts(runner_a), hosts(runner_b), hosts(runner_c)
+    assert a._durable is not None and b._durable is not None and c._durable is not None
+    conversation = await a._store.create_conversation(QUESTION, owner="person:ann")
+    report = a.start(
+        conversation, QUESTION, [], platform="web", interface="web", origin=Origin("person:ann", "web", "", ""),
+        policy=OPS, report=ReportRequest(),
+    )  # fmt: skip
+    await asyncio.wait_for(runner_a.checkpointed.wait(), 10)
+    a._store.file.now(
+        lambda conn: conn.execute("UPDATE reports SET request = '{\"budget\": ' WHERE id = ?", (report.report_id,))
+    )
+    lapse(a)  # the report's host died, its report row torn
+
+    async def take_over(kept: DurableRun) -> None:  # as process/service.py does
+        await b.take_over(kept, OPS, refused=ResumeLimits(2, 900).why_not(kept))
+
+    b._durable.lease_s = 0.6  # its watcher looks every 0.2 s
+    watcher = asyncio.create_task(b._durable.watch(take_over, {"web"}))
+    try:
+        await asyncio.sleep(1.0)  # the torn run's takeover has failed, more than once
+        healthy = await _started_and_stopped(c, runner_c)  # another host's run; that host dies too
+        c._durable._file.now(
+            lambda conn: conn.execute("UPDATE durable_runs SET lease_until = 1 WHERE run_id = ?", (healthy.run_id,))
+        )
+        await asyncio.sleep(2.0)  # ten looks of the watcher
+        taken = b.get(healthy.run_id)
+        assert taken is not None, "the run of a dead host was never taken over: a torn report row blocks them all"
+        assert not await b._durable.holds(report.run_id), "the torn run was neither resumed nor ended"
+    finally:
+        watcher.cancel()
+        await asyncio.gather(watcher, return_exceptions=True)

@@ -5,6 +5,7 @@ behaviour; those that fail name a finding of the review."""
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Callable
 from typing import Any
 
@@ -364,3 +365,39 @@ async def test_one_torn_report_row_does_not_stop_every_host_taking_over_every_ot
     finally:
         watcher.cancel()
         await asyncio.gather(watcher, return_exceptions=True)
+
+
+@pytest.mark.parametrize(
+    "torn",
+    [
+        {"type": "tool_result", "tool_use_id": "t1", "content": {"$pieces": ["Q1: ", {"$result": ["Q1"]}]}},
+        {"type": "tool_result", "tool_use_id": "t1", "content": {"$pieces": ["Q1: ", {"$result": {"id": "Q1"}}]}},
+    ],
+    ids=["reference-a-list", "reference-an-object"],
+)
+async def test_a_part_whose_reference_is_not_a_name_makes_the_run_unreadable_not_the_takeover_fail(
+    stores, torn
+) -> None:
+    """Finding (torn store, low alone; with the finding above, every takeover stops): `DurableRun.saved` turns
+    a checkpoint this release cannot read into None (the run ends with a message) by catching ValueError, which
+    a pydantic ValidationError is. A reference that is not a string (a torn or tampered part) makes
+    `_block_without_references` look an unhashable value up in a dict: a TypeError, which pydantic does not wrap,
+    so `saved()` raises, `take_over` fails and releases the run, and it is claimed and fails again for ever (a
+    `reused_from` or query `id` that is not a string does the same in `reused_restored`). Safe: any failure to
+    read the parts makes the run unreadable: `saved()` is None."""
+    a, b = stores("a"), stores("b")
+    await a.begin(kept())
+    assert await a.save("r1", Checkpoint(question=QUESTION, policy="ops", rounds=1))
+    part = {
+        "header": {"question": QUESTION, "policy": "ops", "rounds": 1, "result_chars": 8000},
+        "lists": {"messages": {"keep": 0, "items": [{"role": "user", "content": [torn]}]}},
+    }
+    a._file.now(lambda c: c.execute("UPDATE durable_run_parts SET part = ? WHERE run_id = 'r1'", (json.dumps(part),)))
+    lapse_store(a)
+    taken = await b.claim_lapsed({"web"})
+    assert taken is not None
+    try:
+        saved = taken.saved()
+    except TypeError as exc:
+        pytest.fail(f"reading the torn part raised {exc!r} instead of making the run unreadable")
+    assert saved is None

@@ -401,3 +401,26 @@ async def test_a_part_whose_reference_is_not_a_name_makes_the_run_unreadable_not
     except TypeError as exc:
         pytest.fail(f"reading the torn part raised {exc!r} instead of making the run unreadable")
     assert saved is None
+
+
+async def test_a_host_that_lost_a_run_stops_renewing_it(hosts) -> None:
+    """Finding (unbounded growth, low): a copy superseded by another host's takeover ends in `_end` without
+    `_forget_durable`, and its failed `save` drops it from `_written` only: the run id stays in the host's
+    `_driving` set for the life of the process. Every renewal (each third of a lease) sends it again in the
+    `IN (...)` list, and each run a host ever loses to a takeover (a host that freezes under load loses many)
+    adds one for good. Safe: a host that finds it no longer holds a run stops driving it (`save` returning
+    False, or `_end` finding it superseded, discards it)."""
+    runner_a, runner_b = StoppingRunner(answers_when_released=True), StoppingRunner()
+    a, b = hosts(runner_a), hosts(runner_b)
+    first = await _started_and_stopped(a, runner_a)
+    lapse(a)
+    assert a._durable is not None and b._durable is not None
+    kept = await b._durable.claim_lapsed({"web"})
+    assert kept is not None
+    taken = await b.take_over(kept, OPS)
+    assert taken is not None and taken.task is not None
+    await asyncio.wait_for(asyncio.gather(taken.task), 10)
+    runner_a.more.set()  # the first host wakes, answers, and finds the run is not its own any more
+    await asyncio.wait_for(asyncio.gather(first.task), 10)
+    assert first.superseded
+    assert first.run_id not in a._durable._driving, "the host renews a run it lost for the rest of its life"

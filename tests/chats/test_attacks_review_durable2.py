@@ -236,6 +236,7 @@ async def test_a_host_that_freezes_after_its_hold_check_does_not_store_over_the_
     taken = await b.take_over(kept, OPS)
     assert taken is not None and taken.task is not None
     woken.set()  # the first host wakes
+    assert first.task is not None
     await asyncio.wait_for(asyncio.gather(first.task), 10)
     runner_b.go.set()
     await asyncio.wait_for(asyncio.gather(taken.task), 10)
@@ -421,6 +422,7 @@ async def test_a_host_that_lost_a_run_stops_renewing_it(hosts) -> None:
     assert taken is not None and taken.task is not None
     await asyncio.wait_for(asyncio.gather(taken.task), 10)
     runner_a.more.set()  # the first host wakes, answers, and finds the run is not its own any more
+    assert first.task is not None
     await asyncio.wait_for(asyncio.gather(first.task), 10)
     assert first.superseded
     assert first.run_id not in a._durable._driving, "the host renews a run it lost for the rest of its life"

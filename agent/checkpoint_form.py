@@ -141,7 +141,7 @@ def _block_without_references(block: Any, texts: Mapping[str, str]) -> Any:
     for piece in block["content"][PIECES]:
         if isinstance(piece, str):
             text.append(piece)
-        elif isinstance(piece, dict) and piece.get(RESULT) in texts:
+        elif isinstance(piece, dict) and isinstance(piece.get(RESULT), str) and piece[RESULT] in texts:
             text.append(texts[piece[RESULT]])
         else:
             raise ValueError(f"a checkpoint's tool result refers to a result it does not hold: {piece!r}")
@@ -161,11 +161,15 @@ def reused_once(queries: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def reused_restored(queries: list[Any]) -> list[Any]:
-    """`reused_once` undone: a reused query without a result gets its original's."""
-    by_id = {query.get("id"): query for query in queries if isinstance(query, dict)}
+    """`reused_once` undone: a reused query without a result gets its original's. Ids that are not strings
+    (a torn or tampered form) name nothing: validation then refuses the form, never a TypeError here."""
+    by_id = {query["id"]: query for query in queries if isinstance(query, dict) and isinstance(query.get("id"), str)}
     return [
         {**query, "result": by_id[query["reused_from"]].get("result")}
-        if isinstance(query, dict) and query.get("result") is None and query.get("reused_from") in by_id
+        if isinstance(query, dict)
+        and query.get("result") is None
+        and isinstance(query.get("reused_from"), str)
+        and query["reused_from"] in by_id
         else query
         for query in queries
     ]

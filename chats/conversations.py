@@ -278,15 +278,24 @@ class ConversationStore:
         return await self._file.run(read) if run_ids else {}
 
     async def save_turn(
-        self, conversation_id: str, run_id: str, result: RunResult, events: list[dict[str, Any]]
-    ) -> None:
-        """Write the whole turn in one transaction, within the turn's byte cap."""
+        self,
+        conversation_id: str,
+        run_id: str,
+        result: RunResult,
+        events: list[dict[str, Any]],
+        fence: Callable[[sqlite3.Connection], bool] | None = None,
+    ) -> bool:
+        """Write the whole turn in one transaction, within the turn's byte cap. `fence`, run first in that
+        transaction, says whether this host may store it (a durable run's: it still holds the run, and forgets
+        it there): False, and nothing is written."""
         turn = _StoredTurn.of(result, events, self._limits.preview_bytes)
         turn.fit(self._limits.max_turn_bytes)
 
-        def write(c: sqlite3.Connection) -> None:
+        def write(c: sqlite3.Connection) -> bool:
             now = time.time()
             with write_transaction(c):
+                if fence is not None and not fence(c):
+                    return False
                 position = c.execute(
                     "SELECT count(*) FROM turns WHERE conversation_id = ?", (conversation_id,)
                 ).fetchone()[0]
@@ -332,8 +341,9 @@ class ConversationStore:
                         ),
                     )
                 c.execute("UPDATE conversations SET updated_at = ? WHERE id = ?", (now, conversation_id))
+                return True
 
-        await self._file.run(write)
+        return bool(await self._file.run(write))
 
     async def get_query(self, key: str) -> dict[str, Any] | None:
         """One executed query as the conversation view shows it, with the question its run answered and

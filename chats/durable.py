@@ -65,12 +65,16 @@ class DurableRun:
     unreadable: bool = False  # its row is torn, or another release's this one cannot read: it ends, not resumes
 
     def saved(self) -> Checkpoint | None:
-        """The checkpoint to resume from; None when there is none, or this release cannot read it."""
+        """The checkpoint to resume from; None when there is none, or this release cannot read it (parts
+        with one missing, torn or tampered ones: whatever fails, the run ends with a message, and a takeover
+        never fails on it)."""
+        if self.unreadable:
+            return None
         try:
             if self.parts:
                 return Checkpoint.model_validate(self.parts_form())
             return None if self.checkpoint is None else Checkpoint.model_validate_json(self.checkpoint)
-        except ValueError:  # a pydantic ValidationError too
+        except Exception:  # ValueError (pydantic's too), and a TypeError a torn part's odd types raise
             log.warning("run %s has a checkpoint this release cannot read", self.run_id)
             return None
 
@@ -96,6 +100,23 @@ class ResumeLimits:
         if (now if now is not None else time.time()) - run.created_at > self.max_age_s:
             return lost_message(f"it had been running for over {round(self.max_age_s / 60)} minutes")
         return None
+
+
+def numbered_past(checkpoint: Checkpoint, shown: list[dict[str, Any]]) -> Checkpoint:
+    """The checkpoint a takeover resumes, numbering its next query past every query id its log already shows
+    (`shown`: the events' data): the round its host lost showed queries the checkpoint does not hold, and one
+    id names one query."""
+    numbers = [int(qid[1:]) for data in shown if isinstance(qid := data.get("query_id"), str) and _is_query_id(qid)]
+    taken = max([checkpoint.query_ids_taken, *numbers])
+    return (
+        checkpoint if taken == checkpoint.query_ids_taken else checkpoint.model_copy(update={"query_ids_taken": taken})
+    )
+
+
+def _is_query_id(text: str) -> bool:
+    return (
+        text.startswith("Q") and text[1:].isascii() and text[1:].isdigit()
+    )  # agent/pipeline/state.py `take_query_id`: Q1, Q2, ...
 
 
 def lost_message(why: str) -> str:
@@ -164,6 +185,8 @@ class DurableRuns:
         held = bool(await self._file.run(write))
         if held:
             self._written[run_id] = form
+        else:
+            self.stop_driving(run_id)
         return held
 
     async def update_delivery(self, run_id: str, delivery: dict[str, Any]) -> None:
@@ -178,17 +201,46 @@ class DurableRuns:
 
         await self._file.run(write)
 
-    async def finish(self, run_id: str) -> None:
-        """The run ended (its turn is stored): nothing to take over."""
+    async def finish(self, run_id: str) -> bool:
+        """The run ended (its turn is stored): nothing to take over. Only while this host holds it: False
+        when another host took it over (this one froze past its lease), and nothing was deleted."""
+
+        def write(c: sqlite3.Connection) -> bool:
+            with write_transaction(c):
+                return self.finish_in(c, run_id)
+
+        held = bool(await self._file.run(write))
+        self.stop_driving(run_id)
+        return held
+
+    def finish_in(self, c: sqlite3.Connection, run_id: str) -> bool:
+        """`finish` inside a write transaction the caller holds (the turn's store: both land or neither)."""
+        held = c.execute("DELETE FROM durable_runs WHERE run_id = ? AND holder = ?", (run_id, self.host)).rowcount
+        if held:
+            c.execute("DELETE FROM durable_run_parts WHERE run_id = ?", (run_id,))
+        return bool(held)
+
+    def stop_driving(self, run_id: str) -> None:
+        """This host no longer drives the run (it ended, or another host holds it now): never renewed again."""
+        self._driving.discard(run_id)
+        self._written.pop(run_id, None)
+
+    async def let_lapse(self, run_id: str) -> None:
+        """A run this host claimed and could not take over: held by nobody, its lease lapsing a lease from now
+        (not at once: the watcher goes on to the other lapsed runs, never the same one again and again), when
+        another host (or this one) tries again; its `takeovers` counts this try, so it is refused past the
+        limit."""
 
         def write(c: sqlite3.Connection) -> None:
             with write_transaction(c):
-                c.execute("DELETE FROM durable_run_parts WHERE run_id = ?", (run_id,))
-                c.execute("DELETE FROM durable_runs WHERE run_id = ?", (run_id,))
+                c.execute(
+                    f"UPDATE durable_runs SET holder = '', lease_until = {self._now} + ? "
+                    "WHERE run_id = ? AND holder = ?",
+                    (self.lease_s, run_id, self.host),
+                )
 
+        self.stop_driving(run_id)  # first: should the write fail, the lease still lapses
         await self._file.run(write)
-        self._driving.discard(run_id)
-        self._written.pop(run_id, None)
 
     async def renew(self) -> int:
         """The lease of every run this host holds and drives, renewed; how many. A run it holds but does not
@@ -245,8 +297,8 @@ class DurableRuns:
                     "WHERE run_id = ?",
                     (self.host, self.lease_s, row[0]),
                 )
-                parts = c.execute("SELECT part FROM durable_run_parts WHERE run_id = ? ORDER BY seq", (row[0],))
-                return tuple(row), [part for (part,) in parts.fetchall()]
+                parts = c.execute("SELECT seq, part FROM durable_run_parts WHERE run_id = ? ORDER BY seq", (row[0],))
+                return tuple(row), [(seq, part) for (seq, part) in parts.fetchall()]
 
         claimed = await self._file.run(claim) if kinds else None
         if claimed is None:
@@ -262,16 +314,19 @@ class DurableRuns:
         try:
             if run.parts and (form := run.parts_form()) is not None:
                 self._written[run.run_id] = form
-        except ValueError:
+        except Exception:
             pass  # torn: the run is not resumed (`saved` says so), and a whole part would replace them
 
     async def held_here(self, run_id: str) -> bool:
-        """Whether this host holds the run (another may have taken it over after this one froze)."""
+        """Whether this host holds the run (another may have taken it over after this one froze); when it
+        does not, it stops driving it (never renews it again)."""
         row = await self._file.run(
             lambda c: c.execute(
                 "SELECT 1 FROM durable_runs WHERE run_id = ? AND holder = ?", (run_id, self.host)
             ).fetchone()
         )
+        if row is None:
+            self.stop_driving(run_id)
         return row is not None
 
     async def holds(self, run_id: str) -> bool:
@@ -296,12 +351,26 @@ class DurableRuns:
                 await self.renew()
                 while taking() and (run := await self.claim_lapsed(interfaces)) is not None:
                     log.info("taking over run %s (its host stopped renewing its lease)", run.run_id)
-                    await take_over(run)
+                    await self._take_over_one(take_over, run)
             except asyncio.CancelledError:
                 raise
             except Exception:
                 log.exception("could not renew leases or take over runs")
             await asyncio.sleep(self.lease_s / RENEWALS_PER_LEASE)
+
+    async def _take_over_one(self, take_over: Callable[[DurableRun], Awaitable[None]], run: DurableRun) -> None:
+        """One claimed run taken over; one that fails is left to lapse (counted among its takeovers), and the
+        watcher goes on with the other lapsed runs."""
+        try:
+            await take_over(run)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("could not take over run %s; its lease lapses for another try", run.run_id)
+            try:
+                await self.let_lapse(run.run_id)
+            except Exception:
+                log.exception("could not let run %s lapse; it lapses unrenewed", run.run_id)
 
 
 _COLUMNS = (
@@ -310,9 +379,11 @@ _COLUMNS = (
 )
 
 
-def _run_of(row: tuple[Any, ...], parts: list[str]) -> DurableRun:
+def _run_of(row: tuple[Any, ...], numbered: list[tuple[int, str]]) -> DurableRun:
     """The run as its row holds it. A row this release cannot read whole (a torn delivery, another release's
-    origin) is still a run, `unreadable`: it is ended with a message, never held by a host that cannot."""
+    origin, a part missing: `save` numbers them 1, 2, ... from the last whole one) is still a run,
+    `unreadable`: it is ended with a message, never held by a host that cannot."""
+    parts = [part for (_seq, part) in numbered]
     (run_id, conversation_id, interface, platform, question, policy, origin, delivery, followups, abandon, saved,
      _holder, _until, takeovers, created_at) = row  # fmt: skip
     run = DurableRun(
@@ -329,6 +400,9 @@ def _run_of(row: tuple[Any, ...], parts: list[str]) -> DurableRun:
         created_at=created_at,
         takeovers=takeovers,
     )
+    if [seq for (seq, _part) in numbered] != list(range(1, len(numbered) + 1)):
+        log.warning("run %s has a checkpoint part missing; it is ended, not resumed", run_id)
+        run.unreadable = True
     try:
         run.origin, run.delivery = _origin_of(json.loads(origin)), json.loads(delivery)
         if not isinstance(run.delivery, dict):

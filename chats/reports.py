@@ -100,26 +100,42 @@ class ReportStore:
 
         await self._file.run(write)
 
-    async def keep_checkpoint(self, report_id: str, run_id: str, checkpoint: Checkpoint) -> None:
+    async def keep_checkpoint(
+        self, report_id: str, run_id: str, checkpoint: Checkpoint, *, holder: str | None = None
+    ) -> None:
         """The latest checkpoint of the run writing the report (a sink for `Runner.run(checkpoint=)`): what a
-        Resume, or a host restarted meanwhile, goes on from. Another run's (one taken over) is not kept."""
+        Resume, or a host restarted meanwhile, goes on from. Another run's (one taken over) is not kept; nor,
+        for a durable run (`holder`: the host driving it), one from a host that no longer holds the run (a
+        takeover keeps the run id, so only the holder tells the frozen host from the one that took over)."""
         saved, now = checkpoint.model_dump_json(), self._clock()
+        fence, held = _held_by(run_id, holder)
         await self._file.run(
             lambda c: c.execute(
-                "UPDATE reports SET checkpoint = ?, updated_at = ? WHERE id = ? AND run_id = ?",
-                (saved, now, report_id, run_id),
+                f"UPDATE reports SET checkpoint = ?, updated_at = ? WHERE id = ? AND run_id = ?{fence}",
+                (saved, now, report_id, run_id, *held),
             )
         )
 
-    async def keep_delivery(self, report_id: str, run_id: str, delivery: dict[str, Any]) -> None:
+    async def keep_delivery(
+        self, report_id: str, run_id: str, delivery: dict[str, Any], *, holder: str | None = None
+    ) -> None:
         """What the adapter knows now of where the report goes (the messages it posted, say), while `run_id`
-        writes it: a host restarted meanwhile takes those messages back and posts the report once."""
+        writes it (and, for a durable run, `holder` holds it): a host restarted meanwhile takes those messages
+        back and posts the report once."""
         sent = json.dumps(delivery)
+        fence, held = _held_by(run_id, holder)
         await self._file.run(
             lambda c: c.execute(
-                "UPDATE reports SET delivery = ? WHERE id = ? AND run_id = ?", (sent, report_id, run_id)
+                f"UPDATE reports SET delivery = ? WHERE id = ? AND run_id = ?{fence}", (sent, report_id, run_id, *held)
             )
         )
+
+    async def id_of_run(self, run_id: str) -> str | None:
+        """The id of the report the run `run_id` is writing, read alone (its other columns may be torn)."""
+        row = await self._file.run(
+            lambda c: c.execute("SELECT id FROM reports WHERE run_id = ? AND state = ?", (run_id, RUNNING)).fetchone()
+        )
+        return str(row["id"]) if row else None
 
     async def checkpoint(self, report_id: str) -> Checkpoint | None:
         """The report's latest checkpoint; None when it has none this release can read."""
@@ -234,6 +250,14 @@ class ReportStore:
             lambda c: c.execute("DELETE FROM reports WHERE id = ? AND owner = ?", (report_id, owner))
         )
         return cursor.rowcount > 0
+
+
+def _held_by(run_id: str, holder: str | None) -> tuple[str, tuple[str, ...]]:
+    """The condition (and its values) that a durable run is still held by `holder` (chats/durable.py); none
+    for a run not kept there."""
+    if holder is None:
+        return "", ()
+    return " AND EXISTS (SELECT 1 FROM durable_runs WHERE run_id = ? AND holder = ?)", (run_id, holder)
 
 
 def _stored(row: sqlite3.Row) -> StoredReport:

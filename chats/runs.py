@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import sqlite3
 import time
 import uuid
 from collections import OrderedDict
@@ -55,7 +56,7 @@ from agent.runner import (
 )
 from chats.audit import AuditLog, Origin, entry_of
 from chats.conversations import ConversationStore
-from chats.durable import DurableRun, DurableRuns, lost_message
+from chats.durable import DurableRun, DurableRuns, lost_message, numbered_past
 from chats.reports import ReportStore
 from chats.shared_runs import BEAT_S, LiveRun, SharedRunLog
 
@@ -274,7 +275,9 @@ class RunRegistry:
             if report is not None:  # only for a report: Runners that write none work on unchanged
                 await self._begin_report(handle, question, report, delivery)
                 sinks = [partial(self._checkpointed, handle)] if handle.durable else []  # the takeover's first
-                sinks.append(partial(self._reports.keep_checkpoint, handle.report_id, handle.run_id))
+                sinks.append(
+                    partial(self._reports.keep_checkpoint, handle.report_id, handle.run_id, holder=self._holder(handle))
+                )  # a host that lost the run writes no checkpoint into the report either
                 durable = {"checkpoint": partial(_each, sinks), "resume": resume, "report": report}
             return await self._runner.run(
                 question,
@@ -303,7 +306,7 @@ class RunRegistry:
         may not be resumed), or with no checkpoint to resume from, it ends with that message instead, stored
         as failed: never silence. None when it had in fact ended (its turn is stored; `on_done` is told of its
         stored receipt, which its host died before it could). A takeover that fails to start (it raises)
-        releases the run for another host."""
+        is left to lapse for another host (its `takeovers` counted: past the limit it is refused)."""
         assert self._durable is not None
         try:
             if await self._store.run_events(kept.run_id) is not None:  # stored, then its host died
@@ -312,7 +315,7 @@ class RunRegistry:
             return await self._resume(kept, policy, refused, on_done)
         except Exception:
             self._runs.pop(kept.run_id, None)
-            await self._durable.release([kept.run_id])  # held by nobody: another host (or this one) tries again
+            await self._durable.let_lapse(kept.run_id)  # held by nobody: another host (or this one) tries again
             raise
 
     async def _settle_stored(self, kept: DurableRun, on_done: Callable[[RunResult], Awaitable[None]] | None) -> None:
@@ -350,14 +353,15 @@ class RunRegistry:
         if _answer_shown(handle.events):  # the lost round's words: readers discard them
             handle.events.append(self._next(handle, AnswerEvent(text="", restart=True)))
         self._runs[handle.run_id] = handle
-        report = await self._report_of(handle)  # a report run goes on writing its report
+        report, unreadable = await self._report_of(handle)  # a report run goes on writing its report
         saved = kept.saved()
-        message = refused or (None if saved is not None else lost_message("it had not begun"))
+        message = refused or unreadable or (None if saved is not None else lost_message("it had not begun"))
         if message is not None or saved is None:
             log.warning("run %s is not resumed: %s", handle.run_id, message)
             run = _ended_with(kept.question, message or "")
         else:
             platform = cast(Platform, kept.platform)
+            saved = numbered_past(saved, [e.data for e in handle.events])  # the lost round's query ids too
             run = self._run_of(
                 handle, kept.question, [], platform, kept.followups, policy, resume=saved, report=report,
                 delivery=kept.delivery,
@@ -381,7 +385,9 @@ class RunRegistry:
         for a run not kept; a failure is logged."""
         try:
             if handle.report_id:
-                await self._reports.keep_delivery(handle.report_id, handle.run_id, delivery)
+                await self._reports.keep_delivery(
+                    handle.report_id, handle.run_id, delivery, holder=self._holder(handle)
+                )
             if self._durable is not None and handle.durable:
                 await self._durable.update_delivery(handle.run_id, delivery)
         except Exception:
@@ -461,20 +467,25 @@ class RunRegistry:
         to store, and `done` says so. A copy superseded by another host's takeover ends here, silently (a host
         that froze past its lease finds so here if no checkpoint told it before)."""
         if handle.superseded or not await self._still_held(handle):
-            handle.superseded = True
+            self._superseded_at_end(handle)
             return
         done = [self._next(handle, done_event(result))]
         if (size := json_size(done[0].data)) > self._max_event_bytes:
             log.error("a done event of %d bytes was not sent (the cap is %d)", size, self._max_event_bytes)
             done = self._failed_end(handle, "Part of this answer was too large to show.")
+        stored: bool | None = None
         try:
             if result is not None:
                 record = [e.as_dict() for e in [*handle.events, *done]]
-                await self._store.save_turn(handle.conversation_id, handle.run_id, result, record)
+                stored = await self._store.save_turn(
+                    handle.conversation_id, handle.run_id, result, record, self._fence(handle)
+                )
         except Exception:
             log.exception("could not store run %s", handle.run_id)
             done = self._failed_end(handle, "Something went wrong on the server; try again.")
-        await self._forget_durable(handle)
+        if not await self._ended_here(handle, stored):
+            self._superseded_at_end(handle)  # another host took the run over after the check: it ends it
+            return
         if on_done is not None:  # e.g. the asker's daily budget settles to the answer's receipt
             try:
                 await on_done(result or RunResult(question=question))
@@ -486,13 +497,20 @@ class RunRegistry:
         for event in done:
             await self._append(handle, event)
 
-    async def _report_of(self, handle: RunHandle) -> ReportRequest | None:
-        """The report a run taken over was writing (its request, naming the report), if it was one."""
-        stored = await self._reports.of_run(handle.run_id)
+    async def _report_of(self, handle: RunHandle) -> tuple[ReportRequest | None, str | None]:
+        """The report a run taken over was writing (its request, naming the report), if it was one; and why
+        it may not be resumed when that report's row cannot be read (the run ends with that message, and the
+        report is failed)."""
+        try:
+            stored = await self._reports.of_run(handle.run_id)
+        except (ValueError, TypeError):  # a torn row, or another release's request
+            log.warning("run %s writes a report this release cannot read; it is ended", handle.run_id)
+            handle.report_id = await self._reports.id_of_run(handle.run_id) or ""
+            return None, lost_message("this server's release cannot read the report it was writing")
         if stored is None or stored.request is None:
-            return None
+            return None, None
         handle.report_id = stored.id
-        return stored.request.model_copy(update={"report_id": stored.id})
+        return stored.request.model_copy(update={"report_id": stored.id}), None
 
     async def _begin_report(
         self, handle: RunHandle, question: str, request: ReportRequest, delivery: dict[str, Any] | None
@@ -547,14 +565,44 @@ class RunRegistry:
             log.exception("could not tell whether this host still holds run %s", handle.run_id)
             return True
 
-    async def _forget_durable(self, handle: RunHandle) -> None:
-        """The run ended and is stored: no host is to take it over."""
+    async def _forget_durable(self, handle: RunHandle) -> bool:
+        """The run ended and is stored: no host is to take it over. False when another host holds it now."""
         if self._durable is None or not handle.durable:
-            return
+            return True
         try:
-            await self._durable.finish(handle.run_id)
+            return await self._durable.finish(handle.run_id)
         except Exception:
             log.exception("could not forget durable run %s", handle.run_id)
+            return True
+
+    def _fence(self, handle: RunHandle) -> Callable[[sqlite3.Connection], bool] | None:
+        """For a durable run, the check its turn's store makes in its own transaction: this host still holds
+        the run, and forgets it there (a host that froze past its lease stores nothing)."""
+        if self._durable is None or not handle.durable:
+            return None
+        return partial(self._durable.finish_in, run_id=handle.run_id)
+
+    def _holder(self, handle: RunHandle) -> str | None:
+        """The host a durable run's writes are fenced by (None for a run not kept)."""
+        return self._durable.host if self._durable is not None and handle.durable else None
+
+    async def _ended_here(self, handle: RunHandle, stored: bool | None) -> bool:
+        """Whether this host ended the run, its durable row gone: with its turn's store (`stored`, fenced), or
+        now (no turn stored). False: another host holds the run now, and nothing of this copy was kept."""
+        if stored is False:
+            return False
+        if stored and self._fence(handle) is not None:
+            self._stop_driving(handle)
+            return True
+        return await self._forget_durable(handle)
+
+    def _stop_driving(self, handle: RunHandle) -> None:
+        if self._durable is not None:
+            self._durable.stop_driving(handle.run_id)
+
+    def _superseded_at_end(self, handle: RunHandle) -> None:
+        handle.superseded = True
+        self._stop_driving(handle)  # never renewed again: its lease is the other host's now
 
     def _failed_end(self, handle: RunHandle, message: str) -> list[RunEvent]:
         error = self._next(handle, ErrorEvent(message=message))

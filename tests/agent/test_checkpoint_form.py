@@ -105,3 +105,13 @@ def test_a_reference_to_a_result_the_checkpoint_does_not_hold_is_refused() -> No
     stored["queries"] = []
     with pytest.raises(ValueError, match="does not hold"):
         Checkpoint.model_validate(stored)
+
+
+@pytest.mark.parametrize("field", ["id", "reused_from"])
+def test_a_query_id_that_is_not_a_name_is_refused_not_a_type_error(field: str) -> None:
+    """A torn or tampered stored form whose query id (or `reused_from`) is a list is refused as any form this
+    release cannot read (a ValueError a store turns into "not resumed"), never a TypeError out of the read."""
+    stored = checkpoint(1, [user_text("q"), *tool_round(1, [query(1)])], [query(1)]).model_dump(mode="json")
+    stored["queries"] = [{**stored["queries"][0], field: ["Q1"], "result": None}]
+    with pytest.raises(ValueError):
+        Checkpoint.model_validate(stored)

@@ -201,3 +201,32 @@ async def test_a_run_an_earlier_release_kept_whole_is_still_resumed(hosts) -> No
     assert await b.save("r1", saved.model_copy(update={"rounds": 3}))  # from here on, in parts
     assert len(parts(b)) == 1
     assert b._file.now(lambda c: c.execute("SELECT checkpoint FROM durable_runs").fetchone()[0]) is None
+
+
+async def test_a_takeover_that_fails_does_not_stop_the_watcher_taking_the_other_lapsed_runs(hosts) -> None:
+    """One run whose takeover raises every time (the review's finding 1): the watcher takes the other lapsed run
+    in the same look, and the failed one is held by nobody, lapsing a lease later, not claimed again at once."""
+    a, b = hosts("a"), hosts("b")
+    for run_id in ("bad", "good"):
+        await a.begin(run(run_id))
+    lapse(a, "bad")
+    a._file.now(lambda c: c.execute("UPDATE durable_runs SET lease_until = 2 WHERE run_id = 'good'"))  # after bad
+    tried: list[str] = []
+
+    async def take_over(kept: DurableRun) -> None:
+        tried.append(kept.run_id)
+        if kept.run_id == "bad":
+            raise RuntimeError("cannot take this one over")
+
+    watcher = asyncio.create_task(b.watch(take_over, {"slack"}))
+    try:
+        for _ in range(60):  # 3 s: well within one look (a look is a third of the 30 s lease apart)
+            if "good" in tried:
+                break
+            await asyncio.sleep(0.05)
+    finally:
+        watcher.cancel()
+        await asyncio.gather(watcher, return_exceptions=True)
+    assert tried == ["bad", "good"], "a failed takeover stopped the watcher, or it claimed the same run again"
+    assert not await b.held_here("bad") and "bad" not in b._driving
+    assert await hosts("c").claim_lapsed({"slack"}) is None, "the failed run lapses a lease later, not at once"

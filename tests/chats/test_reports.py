@@ -14,6 +14,7 @@ import pytest
 from agent.reports import Finding, Report, ReportOutcome, ReportRequest, ReportStatus
 from agent.runner import Checkpoint, EventSink, RunResult, Turn, ignore_events
 from chats.audiences import Audiences
+from chats.durable import DurableRun, DurableRuns
 from chats.people import Person
 from chats.reports import FAILED, RUNNING
 from chats.runs import RunRegistry
@@ -78,6 +79,24 @@ async def test_a_running_report_is_claimed_by_one_host_and_keeps_only_its_own_ru
     assert saved is not None and saved.rounds == 2
     claims = await asyncio.gather(*(reports.claim("r2", from_run="gone", to_run=f"host{n}") for n in range(3)))
     assert sorted(claims) == [False, False, True], "exactly one host takes a report over"
+
+
+async def test_a_host_that_lost_a_durable_report_run_writes_neither_its_checkpoint_nor_its_delivery(
+    state: ChatState,
+) -> None:
+    """A takeover keeps the run id, so only the durable run's holder tells the host that took the run over
+    from the one that froze: the report's writes are fenced by it (the review's finding 4)."""
+    reports = state.reports
+    await reports.begin("r3", run_id="run3", owner=ALICE.owner, interface="web", question="q", request=ReportRequest())
+    kept = DurableRun("run3", "c1", "web", "web", "q")
+    await DurableRuns(state.file, lease_s=30.0, host="taker").begin(kept)
+    await reports.keep_checkpoint("r3", "run3", Checkpoint(question="q", rounds=2), holder="taker")
+    await reports.keep_delivery("r3", "run3", {"thread": "taker's"}, holder="taker")
+    await reports.keep_checkpoint("r3", "run3", Checkpoint(question="q", rounds=9), holder="frozen")
+    await reports.keep_delivery("r3", "run3", {"thread": "frozen's"}, holder="frozen")
+    saved, stored = await reports.checkpoint("r3"), await reports.get("r3")
+    assert saved is not None and saved.rounds == 2, "the frozen host's checkpoint went into the report"
+    assert stored is not None and stored.delivery == {"thread": "taker's"}
 
 
 class ReportingRunner:

@@ -29,8 +29,8 @@ demo: install
 TEST_WORKERS ?= 2
 
 # Bytecode is cached even where the shell sets PYTHONDONTWRITEBYTECODE: otherwise every worker, and every process a
-# test starts (engines, CLI commands, servers, chart renderers), compiles all it imports from source again, a third
-# of the suite's CPU time. The files land in __pycache__ folders, which git ignores.
+# test starts (engines, CLI commands, servers, chart renderers), compiles all it imports from source again (a
+# third of the CPU of tests that start processes). The files land in __pycache__ folders, which git ignores.
 test: install
 	PYTHONDONTWRITEBYTECODE= $(BIN)/python -m pytest -q -rfEs -n $(TEST_WORKERS)
 

@@ -18,8 +18,8 @@ from prometheus_client import CollectorRegistry
 from agent.app import AgentApp
 from agent.config import Settings
 from agent.db import Database, open_database
-from agent.db.demo import load_demo
 from agent.metrics import Metrics
+from tests.demo_data import copy_demo
 from tests.fakes.anthropic_api import FakeAnthropic
 from tests.fakes.clickhouse_http import FakeClickHouse, default_users
 from tests.fakes.clients import make_llm
@@ -71,7 +71,7 @@ def _clean_environment() -> Iterator[None]:
 @pytest.fixture(scope="session")
 def data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("agent-data")
-    load_demo(path / "clickhouse")
+    copy_demo(tmp_path_factory, path / "clickhouse")
     return path
 
 
@@ -80,7 +80,7 @@ def cli_data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Demo data for commands run in-process (`agent sql`, `agent evals`): each command starts its
     own engine, and an engine process cannot share a data directory with the session's."""
     path = tmp_path_factory.mktemp("cli-data")
-    load_demo(path / "clickhouse")
+    copy_demo(tmp_path_factory, path / "clickhouse")
     return path
 
 
@@ -132,8 +132,7 @@ async def db(settings: Settings) -> AsyncIterator[Database]:
 def clickhouse_fake(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FakeClickHouse]:
     """A ClickHouse server for the server backend: the HTTP fake over demo data of its own, with the agent
     user docker/clickhouse/agent-user.xml ships."""
-    path = tmp_path_factory.mktemp("clickhouse-server") / "clickhouse"
-    load_demo(path)
+    path = copy_demo(tmp_path_factory, tmp_path_factory.mktemp("clickhouse-server") / "clickhouse")
     with FakeClickHouse(path, default_users(SERVER_PASSWORD)).start() as server:
         yield server
 

@@ -20,7 +20,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.end_to_end.processes import demo_loaded_by_a_child
+from tests.demo_data import copy_demo
 from tests.fakes import openai_api
 from tests.fakes.anthropic_api import FakeAnthropic, Reply
 from tests.fakes.openai_api import FakeOpenAI
@@ -62,8 +62,8 @@ def model() -> Iterator[FakeAnthropic]:
 
 @pytest.fixture(scope="module")
 def engine_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Demo data loaded by a child process, so this one never holds the directory."""
-    return demo_loaded_by_a_child(tmp_path_factory.mktemp("budget-data")) / "clickhouse"
+    """Demo data this process never opens, so the `agent web` under test claims it."""
+    return copy_demo(tmp_path_factory, tmp_path_factory.mktemp("budget-data") / "clickhouse")
 
 
 class Web:

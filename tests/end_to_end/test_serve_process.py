@@ -21,7 +21,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.end_to_end.processes import demo_loaded_by_a_child
+from tests.demo_data import copy_demo
 from tests.fakes.anthropic_api import FakeAnthropic, Reply
 from tests.fakes.clickhouse_http import FakeClickHouse, default_users
 from tests.fakes.sse_client import sse_events
@@ -51,9 +51,9 @@ def slow_model() -> Iterator[FakeAnthropic]:
 
 @pytest.fixture(scope="module")
 def engine_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Demo data loaded by a child process, so this one never holds the directory: the `agent serve`
+    """Demo data copied, never opened by this process, so the `agent serve`
     (or fake ClickHouse server) process under test claims it, one at a time."""
-    return demo_loaded_by_a_child(tmp_path_factory.mktemp("serve-data")) / "clickhouse"
+    return copy_demo(tmp_path_factory, tmp_path_factory.mktemp("serve-data") / "clickhouse")
 
 
 @pytest.fixture

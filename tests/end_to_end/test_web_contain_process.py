@@ -19,7 +19,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.end_to_end.processes import demo_loaded_by_a_child
+from tests.demo_data import copy_demo
 from tests.fakes import slack_events as events
 from tests.fakes.anthropic_api import FakeAnthropic, Reply
 from tests.fakes.slack_api import FakeSlack
@@ -46,8 +46,8 @@ def model(body: dict[str, Any]) -> Reply:
 
 @pytest.fixture(scope="module")
 def engine_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Demo data loaded by a child process, so the `agent serve` under test can claim the directory."""
-    return demo_loaded_by_a_child(tmp_path_factory.mktemp("contain-data")) / "clickhouse"
+    """Demo data never opened by this process, so the `agent serve` under test can claim the directory."""
+    return copy_demo(tmp_path_factory, tmp_path_factory.mktemp("contain-data") / "clickhouse")
 
 
 class Serving:

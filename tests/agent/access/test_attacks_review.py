@@ -17,11 +17,11 @@ import pytest
 
 from agent.access.policy import Policy
 from agent.db import Database, open_database
-from agent.db.demo import load_demo
 from agent.db.embedded import engine_environment
 from agent.db.estimate import estimate_reads
 from agent.schema.cache import SchemaCache
 from tests.conftest import Recorder, make_settings
+from tests.demo_data import copy_demo
 from tests.fakes.anthropic_api import FakeAnthropic, Reply
 
 JFK_ONLY = Policy(
@@ -111,7 +111,7 @@ WHOLE_FLIGHTS_VIEWS = Policy(
 async def views_db(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Database]:
     """The demo data with two views: one over flights (which A reads filtered), one over weather (B's)."""
     data_dir = tmp_path_factory.mktemp("views")
-    load_demo(data_dir / "clickhouse")
+    copy_demo(tmp_path_factory, data_dir / "clickhouse")
     subprocess.run(
         [sys.executable, "-c", _VIEWS, str(data_dir / "clickhouse")],
         check=True,
@@ -180,7 +180,7 @@ c.close()
 async def ua_only_db(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Database]:
     """The demo data as if only United's flights had ever been loaded."""
     data_dir = tmp_path_factory.mktemp("ua-only")
-    load_demo(data_dir / "clickhouse")
+    copy_demo(tmp_path_factory, data_dir / "clickhouse")
     subprocess.run(
         [sys.executable, "-c", _KEEP_UA_ONLY, str(data_dir / "clickhouse")],
         check=True,

@@ -26,11 +26,12 @@ from agent.db import Database, EngineError, QueryResult, new_query_id, open_data
 from agent.db.access import RowFilters
 from agent.db.demo import DATABASE as DEMO_DATABASE
 from agent.db.demo import TABLES as DEMO_TABLES
-from agent.db.demo import create_table_sql, load_demo, source_dir
+from agent.db.demo import create_table_sql, source_dir
 from agent.db.embedded import engine_environment
 from agent.db.hints import error_code
 from tests.agent.db.test_db_server import IMAGE, NO_DOCKER
 from tests.conftest import make_settings
+from tests.demo_data import copy_demo
 from tests.fakes.clickhouse_engine import User
 from tests.fakes.clickhouse_http import FakeClickHouse
 
@@ -60,7 +61,7 @@ c.close()
 async def a_only_db(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Database]:
     """The demo data as if B's rows and tables had never been loaded."""
     data_dir = tmp_path_factory.mktemp("a-only")
-    load_demo(data_dir / "clickhouse")
+    copy_demo(tmp_path_factory, data_dir / "clickhouse")
     subprocess.run(
         [sys.executable, "-c", _KEEP_A_ONLY, str(data_dir / "clickhouse")],
         check=True,
@@ -76,8 +77,7 @@ async def a_only_db(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[D
 def filtering_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FakeClickHouse]:
     """A server with a user whose profile lets the agent set readonly=1 itself, and so send a policy's
     filters with each query (the shipped read-only profile cannot: see test_row_access.py)."""
-    path = tmp_path_factory.mktemp("filtering-server") / "clickhouse"
-    load_demo(path)
+    path = copy_demo(tmp_path_factory, tmp_path_factory.mktemp("filtering-server") / "clickhouse")
     grants = ["GRANT SELECT, SHOW TABLES, SHOW COLUMNS ON nycflights13.* TO agent"]
     with FakeClickHouse(path, {"agent": User("password", {}, grants)}).start() as server:
         yield server

@@ -27,13 +27,13 @@ from prometheus_client import CollectorRegistry
 
 from agent.config import Settings
 from agent.db import Database, DatabaseUnavailable, EngineError, new_query_id, open_database
-from agent.db.demo import load_demo
 from agent.metrics import Metrics
 from agent.pipeline.preflight import Preflight
 from agent.prompts import prompt_library
 from tests.agent.db.test_fidelity import EXPRESSIONS, clickhouse_text
 from tests.agent.db.test_hostile_sql import HOSTILE, OUTFILE
 from tests.conftest import DEMO_COUNTS, HEAVY, make_settings, until_running
+from tests.demo_data import copy_demo
 from tests.fakes.clickhouse_http import FakeClickHouse, User, default_users
 
 PASSWORD = "password"
@@ -90,8 +90,7 @@ def _users() -> dict[str, User]:
 
 @pytest.fixture(scope="module")
 def fake(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FakeClickHouse]:
-    path = tmp_path_factory.mktemp("fake-clickhouse") / "clickhouse"
-    load_demo(path)
+    path = copy_demo(tmp_path_factory, tmp_path_factory.mktemp("fake-clickhouse") / "clickhouse")
     with FakeClickHouse(path, _users()).start() as server:
         yield server
 

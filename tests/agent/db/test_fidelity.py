@@ -9,9 +9,9 @@ from collections.abc import AsyncIterator
 import pytest
 
 from agent.db import Database, new_query_id, open_database
-from agent.db.demo import load_demo
 from agent.db.rendering import json_value
 from tests.conftest import make_settings
+from tests.demo_data import copy_demo
 
 EXPRESSIONS = [
     "toUInt8(255)",
@@ -73,7 +73,7 @@ EXPRESSIONS = [
 async def engine(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Database]:
     """An engine started under this time zone, with the demo data."""
     path = tmp_path_factory.mktemp(f"tz-{request.param.replace('/', '-')}")
-    load_demo(path / "clickhouse")
+    copy_demo(tmp_path_factory, path / "clickhouse")
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("TZ", request.param)
         database = open_database(make_settings(agent_data_dir=path))

@@ -36,8 +36,8 @@ demo: install
 
 # Three workers on two cores: tests wait (on servers, renders, timeouts) a third of their time, and a third worker
 # fills it (a full run beside others' load: 18 min on 3, 29 min on 2; memory used stayed under 7.2 GB of 24).
-# Each worker has its own engine and fakes.
-TEST_WORKERS ?= 3
+# Each worker has its own engine and fakes; a machine with under 8 GB available keeps to two.
+TEST_WORKERS ?= $(shell awk '/^MemAvailable:/ { print ($$2 > 8000000 ? 3 : 2); found = 1 } END { if (!found) print 2 }' /proc/meminfo 2>/dev/null || echo 2)
 
 # Bytecode is cached even where the shell sets PYTHONDONTWRITEBYTECODE: otherwise every worker, and every process a
 # test starts (engines, CLI commands, servers, chart renderers), compiles all it imports from source again (a

@@ -1,0 +1,98 @@
+"""An outside review's attacks on the shared run log's grouped statements on PostgreSQL
+(chats/shared_runs_postgres.py, chats/state_postgres.py `GroupCalls`): fencing a frozen host out of a run
+another host took, and one item's trouble staying its own. Against the real server tests/postgres.py starts."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from typing import Any
+
+import psycopg
+import pytest
+
+from chats.shared_runs import SharedRunLog
+from chats.state import ChatState
+from chats.state_postgres import LOCKED
+from tests.postgres import PostgresServer
+
+pytestmark = pytest.mark.timeout(120)
+
+
+@pytest.fixture
+def url(postgres_server: PostgresServer) -> str:
+    return postgres_server.new_database()
+
+
+@pytest.fixture
+def state(url: str) -> Iterator[ChatState]:
+    state = ChatState(url)
+    yield state
+    state.close()
+
+
+def _log(state: ChatState) -> SharedRunLog:
+    assert state.shared_runs is not None
+    return state.shared_runs
+
+
+def _held_by(run_id: str, host: str) -> Any:
+    def write(c: Any) -> None:
+        c.execute(
+            "INSERT INTO durable_runs (run_id, conversation_id, interface, platform, question, origin, delivery, "
+            "followups, holder, lease_until, created_at) VALUES (?, 'c', 'web', 'web', 'q', '{}', '{}', 1, ?, 0, 0)",
+            (run_id, host),
+        )
+
+    return write
+
+
+async def _until_waiting_on_a_lock(url: str) -> None:
+    """Until some statement of the server waits on a row lock (the frozen host's copy, stalled)."""
+    with psycopg.connect(url, autocommit=True) as watcher:
+        for _ in range(200):
+            waiting = watcher.execute("SELECT count(*) FROM pg_locks WHERE NOT granted").fetchone()
+            if waiting is not None and waiting[0] > 0:
+                return
+            await asyncio.sleep(0.05)
+    raise AssertionError("the copy never waited on the lock")
+
+
+async def test_a_copy_stalled_past_a_takeover_is_written_into_the_run_the_taker_holds(url: str) -> None:
+    """Finding (high): the grouped copy reads its fence (durable_runs.holder) in the statement's snapshot and
+    takes no lock, where the single-run copy took the kit's write lock, which the takeover's claim
+    (chats/durable.py `claim_lapsed`) also takes. A copy whose statement started before another host's claim
+    committed, and commits after it (a stall on the server: here a row lock on the run's live_runs row, as a
+    reader's touch or the taker's open holds), is written although the run is no longer its host's.
+    Impact: the frozen host's event lands in the log of the run the taker holds after the taker read that log
+    to go on from it; the taker's own event of that number is silently dropped (ON CONFLICT DO NOTHING), and
+    the frozen host is told its copy was written, so it goes on as if it still held the run (its beat is
+    written too). Readers see the stale host's answer in place of the taker's.
+    Safe: the copy is fenced against any claim that committed before it does (lock the durable row with
+    FOR SHARE in the fence, or take the write lock as before): False for the frozen host, the taker's event kept."""
+    host_a, host_b = ChatState(url), ChatState(url)
+    try:
+        log_a, log_b = _log(host_a), _log(host_b)
+        await log_a.open("r", "conversation")
+        await host_a.file.run(_held_by("r", "host-a"))
+        assert await log_a.add("r", [(1, "answer", {"from": "a"})], beat=True, holder="host-a")
+        with psycopg.connect(url) as blocker:  # a transaction holding the run's live_runs row a while
+            blocker.execute("SELECT 1 FROM live_runs WHERE run_id = 'r' FOR UPDATE")
+            stale = asyncio.ensure_future(log_a.add("r", [(2, "answer", {"from": "a"})], beat=True, holder="host-a"))
+            await _until_waiting_on_a_lock(url)
+            with psycopg.connect(url, autocommit=True) as taker:  # host B's claim, as claim_lapsed makes it
+                with taker.transaction():
+                    taker.execute(LOCKED)
+                    taker.execute("UPDATE durable_runs SET holder = 'host-b' WHERE run_id = 'r'")
+            so_far = await log_b.events_after("r", 0)  # the taker reads the log it goes on from
+            assert so_far == [(1, "answer", {"from": "a"})]
+            blocker.rollback()
+        written = await stale
+        assert await log_b.add("r", [(2, "answer", {"from": "b"})], beat=True, holder="host-b")
+        found = await log_b.events_after("r", 0)
+        assert (written, found) == (False, [(1, "answer", {"from": "a"}), (2, "answer", {"from": "b"})]), (
+            "the frozen host's copy was written into the run the taker holds"
+        )
+    finally:
+        host_a.close()
+        host_b.close()

@@ -14,7 +14,11 @@ import pytest
 from chats.shared_runs import SharedRunLog
 from chats.state import ChatState
 from chats.state_postgres import LOCKED
+from tests.chats.test_attacks_review_durable_takeover import SlowResume
+from tests.chats.test_runs_takeover import OPS, StoppingRunner, _started_and_stopped, hosts, lapse
 from tests.postgres import PostgresServer
+
+__all__ = ["hosts"]  # the fixture, shared with the takeover tests
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -109,3 +113,38 @@ async def test_a_copy_stalled_past_a_takeover_is_written_into_the_run_the_taker_
     finally:
         host_a.close()
         host_b.close()
+
+
+async def test_a_frozen_host_whose_copy_fails_takes_the_run_the_taker_holds_out_of_the_log(hosts) -> None:
+    """Finding (high): a host's sharing task (chats/runs.py `_share`) treats any failed copy as the end of its
+    share and then closes the run in the shared log, unless the copy said it was fenced out. The close is not
+    fenced at all (chats/shared_runs_postgres.py `_CLOSE`, SQLite's `_delete`: no holder). A host that froze
+    past its lease wakes with its connections gone (the server dropped them meanwhile): its first copy raises
+    instead of returning False, and it deletes the live_runs row and every event of the run the taker now
+    drives. Impact: the taker's readers on other hosts find no run and no stored turn, and are ended with an
+    error while the answer is still being written; the taker's later copies land in a log with no run row
+    (nothing ever sweeps those events). Safe: a close, like a copy, is fenced: a host that does not hold a
+    durable run never takes it out of the log (or a failed copy checks the lease before closing)."""
+    runner_a, runner_b = StoppingRunner(), SlowResume()
+    a, b = hosts(runner_a), hosts(runner_b)
+    first = await _started_and_stopped(a, runner_a)
+    lapse(a)
+    assert a._shared is not None and b._shared is not None and b._durable is not None
+    kept = await b._durable.claim_lapsed({"web"})
+    assert kept is not None
+    taken = await b.take_over(kept, OPS)
+    assert taken is not None and taken.task is not None
+    await asyncio.sleep(0.3)  # the taker has opened the run in the shared log again
+
+    async def gone(*args: Any, **kwargs: Any) -> bool:  # the frozen host wakes: its pooled connections are gone
+        raise psycopg.OperationalError("server closed the connection unexpectedly")
+
+    a._shared.add = gone  # type: ignore[method-assign]
+    await asyncio.sleep(2.5)  # its sharing task's next beat (every BEAT_S) fails
+    live = await b._shared.find(first.run_id)
+    events = await b._shared.events_after(first.run_id, 0)
+    runner_b.go.set()
+    await asyncio.wait_for(asyncio.gather(taken.task, return_exceptions=True), 10)
+    first.task.cancel() if first.task is not None else None
+    await asyncio.gather(*([first.task] if first.task is not None else []), return_exceptions=True)
+    assert live is not None and events, "the frozen host took the run the taker drives out of the shared log"

@@ -5,6 +5,7 @@ another host took, and one item's trouble staying its own. Against the real serv
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -148,3 +149,30 @@ async def test_a_frozen_host_whose_copy_fails_takes_the_run_the_taker_holds_out_
     first.task.cancel() if first.task is not None else None
     await asyncio.gather(*([first.task] if first.task is not None else []), return_exceptions=True)
     assert live is not None and events, "the frozen host took the run the taker drives out of the shared log"
+
+
+async def test_a_host_whose_clock_runs_ahead_sweeps_another_hosts_live_run_at_its_start(
+    url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Finding (medium): the shared log's heartbeats are stamped by the writing host's clock (`time.time()` in
+    chats/shared_runs.py `add`, the grouped `beat_at`) and judged by another host's (`_forget_dead_owners` at
+    every start, `LiveRun.owner_alive` for each reader), where leases use the database's clock precisely so
+    that "a host whose own clock runs ahead takes nothing early" (docs/operations.md). A host whose clock is
+    DEAD_AFTER_S (10 s) ahead, starting (a deploy, a restart of one worker), deletes every live run of the
+    other hosts that is not durable, with their events, though their owners beat a moment ago.
+    Impact: every reader following those runs from another host finds no run, and with no stored turn yet is
+    ended with an error mid-answer; the owners go on copying into a log with no run row.
+    Safe: beats stamped and judged by the database's clock (POSTGRES_NOW), as leases are."""
+    owner = ChatState(url)
+    try:
+        log = _log(owner)
+        await log.open("r", "conversation")
+        assert await log.add("r", [(1, "answer", {"text": "so far"})], beat=True)
+        ahead = time.time() + 15.0
+        monkeypatch.setattr(time, "time", lambda: ahead)  # the starting host's clock
+        ChatState(url).close()  # another host starts
+        monkeypatch.undo()
+        assert await log.find("r") is not None, "a live run whose owner beat a moment ago was swept"
+        assert await log.events_after("r", 0) == [(1, "answer", {"text": "so far"})]
+    finally:
+        owner.close()

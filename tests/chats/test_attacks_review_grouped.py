@@ -15,7 +15,7 @@ import pytest
 from chats.shared_runs import SharedRunLog
 from chats.state import ChatState
 from chats.state_postgres import LOCKED
-from tests.chats.test_attacks_review_durable_takeover import SlowResume
+from tests.chats.test_attacks_review_durable_takeover import SlowResume, WakingRunner
 from tests.chats.test_runs_takeover import OPS, StoppingRunner, _started_and_stopped, hosts, lapse
 from tests.postgres import PostgresServer
 
@@ -176,3 +176,35 @@ async def test_a_host_whose_clock_runs_ahead_sweeps_another_hosts_live_run_at_it
         assert await log.events_after("r", 0) == [(1, "answer", {"text": "so far"})]
     finally:
         owner.close()
+
+
+async def test_a_frozen_host_that_wakes_after_the_taker_finished_writes_orphan_events(hosts) -> None:
+    """Finding (low): the fence only keeps a copy out while the run's durable row names another holder. Once
+    the taker has finished the run (its row deleted, chats/durable.py `finish`) and closed its shared log, a
+    host that froze past its lease and wakes copies its late events with no fence at all: they are written
+    (the copy says True, so the frozen host goes on with the model, its queries and its spending, until its
+    next checkpoint), under the run id of an answer already stored, in a log with no live_runs row, which
+    nothing ever sweeps (`_forget_dead_owners` and the closes go by live_runs or by the closing host).
+    Impact: rows that live forever in live_events, and a frozen host's wasted model work; a reader that
+    reattaches meanwhile is woken by their notice for nothing.
+    Safe: a host that does not hold a durable run (no longer any row for it, and it was not the one that
+    finished it) writes nothing into its log and stops."""
+    runner_a, runner_b = WakingRunner(), SlowResume()
+    a, b = hosts(runner_a), hosts(runner_b)
+    first = await _started_and_stopped(a, runner_a)
+    lapse(a)
+    assert a._shared is not None and b._durable is not None
+    kept = await b._durable.claim_lapsed({"web"})
+    assert kept is not None
+    taken = await b.take_over(kept, OPS)
+    assert taken is not None and taken.task is not None
+    runner_b.go.set()
+    await asyncio.wait_for(asyncio.gather(taken.task), 10)  # the taker answered, stored, and closed the log
+    await asyncio.sleep(0.5)
+    runner_a.more.set()  # the first host wakes, its round going on
+    await asyncio.sleep(2.5)  # its sharing task's next copies
+    left = await a._shared.events_after(first.run_id, 0)
+    if first.task is not None:
+        first.task.cancel()
+        await asyncio.gather(first.task, return_exceptions=True)
+    assert left == [], "a frozen host wrote into the log of a run another host had finished"

@@ -208,3 +208,32 @@ async def test_a_frozen_host_that_wakes_after_the_taker_finished_writes_orphan_e
         first.task.cancel()
         await asyncio.gather(first.task, return_exceptions=True)
     assert left == [], "a frozen host wrote into the log of a run another host had finished"
+
+
+async def test_a_cancelled_copy_still_in_a_group_is_written_after_its_runs_close(state: ChatState, url: str) -> None:
+    """Finding (low): a copy whose caller is cancelled (chats/runs.py `_checkpointed` awaits `_flush_shared`
+    inside the run's task, which a person's stop, an abandon or a lost lease cancels) stays in its group and is
+    written whenever that group gets through; `handle.sharing` is released at once, so the run's last copy and
+    its close (a group call of another kind, in lanes of their own) may commit first. The group held up by
+    another run (here a row lock on that run's live_runs row) then writes the cancelled copy's events after
+    the close: rows under a finished run with no live_runs row, never swept, and a notice for a run that ended.
+    Safe: a run's close is not overtaken by its own earlier copies (a cancelled copy not yet written is dropped,
+    or the close waits for the run's copies on their way)."""
+    log = _log(state)
+    for run_id in ("slow", "r"):
+        await log.open(run_id, "conversation")
+    with psycopg.connect(url) as blocker:
+        blocker.execute("SELECT 1 FROM live_runs WHERE run_id = 'slow' FOR UPDATE")
+        held_up = asyncio.ensure_future(log.add("slow", [(1, "answer", {"text": "slow"})], beat=True))
+        checkpoint = asyncio.ensure_future(log.add("r", [(1, "answer", {"text": "one"})], beat=True))
+        await _until_waiting_on_a_lock(url)  # both in one group, held up by the other run's row
+        checkpoint.cancel()  # the run is stopped
+        last = [(1, "answer", {"text": "one"}), (2, "done", {})]
+        assert await asyncio.wait_for(log.add("r", last, beat=False), 15)
+        await asyncio.wait_for(log.close("r"), 15)  # the run ended: its log is taken out
+        blocker.rollback()
+    await held_up
+    await asyncio.sleep(0.2)
+    with psycopg.connect(url, autocommit=True) as c:
+        left = c.execute("SELECT count(*) FROM live_events WHERE run_id = 'r'").fetchone()
+    assert left == (0,), "a cancelled copy was written after its run's close"

@@ -237,3 +237,45 @@ async def test_a_cancelled_copy_still_in_a_group_is_written_after_its_runs_close
     with psycopg.connect(url, autocommit=True) as c:
         left = c.execute("SELECT count(*) FROM live_events WHERE run_id = 'r'").fetchone()
     assert left == (0,), "a cancelled copy was written after its run's close"
+
+
+async def test_reads_whose_readers_left_still_queue_and_run_while_postgres_is_slow(state: ChatState, url: str) -> None:
+    """Finding (medium): `GroupCalls` keeps every call in its queue until a group takes it, its caller cancelled
+    or not, and takes the whole queue as one group. While PostgreSQL is slow (here a table lock holds every
+    lane's read), a reader that connects and leaves again (a flaky client's reconnect loop, or a signed-in
+    person opening and closing event streams on purpose) adds a read each time that is never dropped: the
+    queue grows without bound, and once the server answers, all of them are sent in one statement, the work
+    done for nobody, ahead of the readers still there.
+    Safe: a call whose caller was cancelled before its group left is dropped (and the queue bounded), so the
+    work stays in proportion to the readers actually waiting."""
+    log = _log(state)
+    await log.open("r", "conversation")
+    assert await log.add("r", [(1, "answer", {"text": "one"})], beat=False)
+    assert log._grouped is not None
+    reads = log._grouped.reads
+    sent: list[int] = []
+    grouped = reads._fn
+
+    def counted(c: Any, items: list[Any]) -> Any:
+        sent.append(len(items))
+        return grouped(c, items)
+
+    reads._fn = counted  # type: ignore[method-assign]
+    with psycopg.connect(url) as blocker:
+        blocker.execute("LOCK TABLE live_events IN ACCESS EXCLUSIVE MODE")  # the server slow for a while
+        staying = []
+        for _ in range(4):  # a lane each, all held up
+            staying.append(asyncio.ensure_future(log.events_after("r", 0)))
+            await asyncio.sleep(0.05)
+        await _until_waiting_on_a_lock(url)
+        for _ in range(10):  # readers come and go
+            leaving = [asyncio.ensure_future(log.events_after("r", 0)) for _ in range(100)]
+            await asyncio.sleep(0)
+            for read in leaving:
+                read.cancel()
+            await asyncio.gather(*leaving, return_exceptions=True)
+        blocker.rollback()
+    found = await asyncio.gather(*staying)
+    assert found == [[(1, "answer", {"text": "one"})]] * 4
+    assert await log.events_after("r", 0) == [(1, "answer", {"text": "one"})]
+    assert sum(sent) <= 50, f"{sum(sent)} reads sent for 5 readers still there (in groups of {sent})"

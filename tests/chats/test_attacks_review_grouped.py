@@ -137,11 +137,15 @@ async def test_a_frozen_host_whose_copy_fails_takes_the_run_the_taker_holds_out_
     assert taken is not None and taken.task is not None
     await asyncio.sleep(0.3)  # the taker has opened the run in the shared log again
 
+    tried = asyncio.Event()
+
     async def gone(*args: Any, **kwargs: Any) -> bool:  # the frozen host wakes: its pooled connections are gone
+        tried.set()
         raise psycopg.OperationalError("server closed the connection unexpectedly")
 
     a._shared.add = gone  # type: ignore[method-assign]
-    await asyncio.sleep(2.5)  # its sharing task's next beat (every BEAT_S) fails
+    await asyncio.wait_for(tried.wait(), 10)  # its sharing task's next beat (every BEAT_S) fails
+    await asyncio.sleep(0.5)  # and what it does then
     live = await b._shared.find(first.run_id)
     events = await b._shared.events_after(first.run_id, 0)
     runner_b.go.set()
@@ -201,8 +205,18 @@ async def test_a_frozen_host_that_wakes_after_the_taker_finished_writes_orphan_e
     runner_b.go.set()
     await asyncio.wait_for(asyncio.gather(taken.task), 10)  # the taker answered, stored, and closed the log
     await asyncio.sleep(0.5)
+    copied = asyncio.Event()
+    add = a._shared.add
+
+    async def watched_add(*args: Any, **kwargs: Any) -> bool:
+        if args[1]:  # a copy with events
+            copied.set()
+        return await add(*args, **kwargs)
+
+    a._shared.add = watched_add  # type: ignore[method-assign]
     runner_a.more.set()  # the first host wakes, its round going on
-    await asyncio.sleep(2.5)  # its sharing task's next copies
+    await asyncio.wait_for(copied.wait(), 10)  # its sharing task copies its late events
+    await asyncio.sleep(0.5)
     left = await a._shared.events_after(first.run_id, 0)
     if first.task is not None:
         first.task.cancel()

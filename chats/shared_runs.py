@@ -135,15 +135,19 @@ class SharedRunLog:
 
         return bool(await self._file.run(write))
 
-    async def close(self, run_id: str) -> None:
+    async def close(self, run_id: str, *, holder: str | None = None) -> None:
+        """The run taken out of the log; with `holder`, not once another host holds it (as `add`)."""
         if (watch := self._watches.pop(run_id, None)) is not None:
             watch[0].close()
         if self._grouped is not None:
-            await self._grouped.closes(run_id)  # readers look for the stored turn now
+            await self._grouped.closes((run_id, holder))  # readers look for the stored turn now
             return
 
         def write(c: sqlite3.Connection) -> None:
-            _delete(c, run_id)
+            with write_transaction(c):
+                if holder is not None and c.execute(_TAKEN, (run_id, holder)).fetchone() is not None:
+                    return
+                _delete(c, run_id)
             self._notify(c, run_id)  # readers look for the stored turn now
 
         await self._file.run(write)
@@ -197,10 +201,11 @@ def _forget_dead_owners(c: sqlite3.Connection) -> None:
         (time.time() - DEAD_AFTER_S,),
     ).fetchall()
     for (run_id,) in dead:
-        _delete(c, run_id)
+        with write_transaction(c):
+            _delete(c, run_id)
 
 
 def _delete(c: sqlite3.Connection, run_id: str) -> None:
-    with write_transaction(c):
-        c.execute("DELETE FROM live_events WHERE run_id = ?", (run_id,))
-        c.execute("DELETE FROM live_runs WHERE run_id = ?", (run_id,))
+    """Inside a write transaction the caller holds."""
+    c.execute("DELETE FROM live_events WHERE run_id = ?", (run_id,))
+    c.execute("DELETE FROM live_runs WHERE run_id = ?", (run_id,))

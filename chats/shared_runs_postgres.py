@@ -66,8 +66,8 @@ class GroupedLog:
         found = c.execute(_COPY, params).fetchall()
         return [(not fenced, float(watched) if watched is not None else None) for _, watched, fenced, _ in found]
 
-    def _close(self, c: sqlite3.Connection, items: list[str]) -> list[None]:
-        c.execute(_CLOSE, [items, self.channel])
+    def _close(self, c: sqlite3.Connection, items: list[tuple[str, str | None]]) -> list[None]:
+        c.execute(_CLOSE, [[run for run, _ in items], [holder for _, holder in items], self.channel])
         return [None] * len(items)
 
 
@@ -89,14 +89,19 @@ _OPEN = """WITH opened AS (
     RETURNING run_id
 ) SELECT pg_notify(?, run_id) FROM opened"""
 
-# The fence (a durable run another host holds: its holder is not the writer) is read in the same statement,
-# one snapshot, as the writes it keeps out. A beat alone is no news for the readers: only runs with events
+# The fence (a durable run another host holds: its holder is not the writer) is read in the same statement as
+# the writes it keeps out, and its durable rows are locked (FOR SHARE, before any write): a claim committed
+# before the lock is seen (READ COMMITTED re-reads a locked row's newest version), and one after it waits for
+# the copy's commit, so a copy stalled on the server never lands past a takeover. A beat alone is no news for the readers: only runs with events
 # are notified.
 _COPY = """WITH batch AS (
     SELECT * FROM unnest(CAST(? AS TEXT[]), CAST(? AS TEXT[]), CAST(? AS DOUBLE PRECISION[]))
         WITH ORDINALITY AS b(run_id, holder, beat_at, n)
+), held AS (
+    SELECT d.run_id, d.holder FROM durable_runs d WHERE d.run_id IN (SELECT run_id FROM batch WHERE holder IS NOT NULL)
+    FOR SHARE OF d
 ), fenced AS (
-    SELECT DISTINCT b.run_id FROM batch b JOIN durable_runs d ON d.run_id = b.run_id AND d.holder <> b.holder
+    SELECT DISTINCT b.run_id FROM batch b JOIN held d ON d.run_id = b.run_id AND d.holder <> b.holder
 ), events AS (
     SELECT * FROM unnest(CAST(? AS TEXT[]), CAST(? AS BIGINT[]), CAST(? AS TEXT[]), CAST(? AS TEXT[]))
         AS e(run_id, id, event, data)
@@ -115,7 +120,16 @@ SELECT b.n, (SELECT max(watched_at) FROM beaten WHERE beaten.run_id = b.run_id),
     b.run_id IN (SELECT run_id FROM fenced), (SELECT count(*) FROM told)
 FROM batch b ORDER BY b.n"""
 
-_CLOSE = """WITH runs AS (SELECT DISTINCT unnest(CAST(? AS TEXT[])) AS run_id),
+# A close is fenced as a copy is: a host that froze past its lease never takes the taker's run out of the log.
+_CLOSE = """WITH batch AS (
+    SELECT * FROM unnest(CAST(? AS TEXT[]), CAST(? AS TEXT[])) AS b(run_id, holder)
+), held AS (
+    SELECT d.run_id, d.holder FROM durable_runs d WHERE d.run_id IN (SELECT run_id FROM batch WHERE holder IS NOT NULL)
+    FOR SHARE OF d
+), runs AS (
+    SELECT DISTINCT b.run_id FROM batch b
+    WHERE NOT EXISTS (SELECT 1 FROM held d WHERE d.run_id = b.run_id AND d.holder <> b.holder)
+),
 gone AS (DELETE FROM live_events WHERE run_id IN (SELECT run_id FROM runs)),
 ended AS (DELETE FROM live_runs WHERE run_id IN (SELECT run_id FROM runs))
 SELECT pg_notify(?, run_id) FROM runs"""

@@ -14,7 +14,7 @@ from __future__ import annotations
 import sqlite3
 from dataclasses import dataclass
 
-from chats.state_postgres import GroupCalls, PostgresFile
+from chats.state_postgres import POSTGRES_NOW, GroupCalls, PostgresFile
 
 EventRow = tuple[str, int, str, str]  # run id, number, name, data as JSON
 
@@ -79,9 +79,10 @@ def _read(c: sqlite3.Connection, items: list[tuple[str, int]]) -> list[list[tupl
     return found
 
 
-_OPEN = """WITH opened AS (
+# Beats are stamped by the database's clock, as they are judged (chats/shared_runs.py): the hosts' clocks differ.
+_OPEN = f"""WITH opened AS (
     INSERT INTO live_runs (run_id, conversation_id, beat_at, watched_at, policy)
-    SELECT r.run_id, r.conversation_id, r.at, r.at, r.policy
+    SELECT r.run_id, r.conversation_id, {POSTGRES_NOW}, r.at, r.policy
     FROM unnest(CAST(? AS TEXT[]), CAST(? AS TEXT[]), CAST(? AS DOUBLE PRECISION[]), CAST(? AS TEXT[]))
         AS r(run_id, conversation_id, at, policy)
     ON CONFLICT (run_id) DO UPDATE SET conversation_id = excluded.conversation_id, beat_at = excluded.beat_at,
@@ -94,7 +95,7 @@ _OPEN = """WITH opened AS (
 # before the lock is seen (READ COMMITTED re-reads a locked row's newest version), and one after it waits for
 # the copy's commit, so a copy stalled on the server never lands past a takeover. A beat alone is no news for the readers: only runs with events
 # are notified.
-_COPY = """WITH batch AS (
+_COPY = f"""WITH batch AS (
     SELECT * FROM unnest(CAST(? AS TEXT[]), CAST(? AS TEXT[]), CAST(? AS DOUBLE PRECISION[]))
         WITH ORDINALITY AS b(run_id, holder, beat_at, n)
 ), held AS (
@@ -110,7 +111,7 @@ _COPY = """WITH batch AS (
     INSERT INTO live_events (run_id, id, event, data) SELECT run_id, id, event, data FROM events
     ON CONFLICT DO NOTHING
 ), beaten AS (
-    UPDATE live_runs l SET beat_at = b.beat_at FROM batch b
+    UPDATE live_runs l SET beat_at = {POSTGRES_NOW} FROM batch b
     WHERE l.run_id = b.run_id AND b.beat_at IS NOT NULL AND b.run_id NOT IN (SELECT run_id FROM fenced)
     RETURNING l.run_id, l.watched_at
 ), told AS (

@@ -132,7 +132,7 @@ class SharedRunLog:
 
         def write(c: sqlite3.Connection) -> bool:
             with write_transaction(c):
-                if holder is not None and c.execute(_TAKEN, (run_id, holder)).fetchone() is not None:
+                if holder is not None and c.execute(_FENCED, {"run": run_id, "holder": holder}).fetchone():
                     return False
                 c.executemany("INSERT INTO live_events VALUES (?, ?, ?, ?) ON CONFLICT DO NOTHING", rows)
                 if beat:
@@ -199,6 +199,11 @@ class SharedRunLog:
 
 # A durable run another host holds (its holder is not the writer): the writer's copy is fenced out.
 _TAKEN = "SELECT 1 FROM durable_runs WHERE run_id = ? AND holder <> ?"
+# A copy is fenced out too once the durable run is over (no durable row, and its log closed): another host
+# finished it. Its own host's last copy comes before its close, while the live_runs row is there.
+_FENCED = """SELECT 1 WHERE EXISTS (SELECT 1 FROM durable_runs WHERE run_id = :run AND holder <> :holder)
+    OR (NOT EXISTS (SELECT 1 FROM durable_runs WHERE run_id = :run)
+        AND NOT EXISTS (SELECT 1 FROM live_runs WHERE run_id = :run))"""
 
 
 def _forget_dead_owners(c: sqlite3.Connection, *, now: str | None) -> None:

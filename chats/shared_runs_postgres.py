@@ -93,31 +93,39 @@ _OPEN = f"""WITH opened AS (
 # The fence (a durable run another host holds: its holder is not the writer) is read in the same statement as
 # the writes it keeps out, and its durable rows are locked (FOR SHARE, before any write): a claim committed
 # before the lock is seen (READ COMMITTED re-reads a locked row's newest version), and one after it waits for
-# the copy's commit, so a copy stalled on the server never lands past a takeover. A beat alone is no news for the readers: only runs with events
-# are notified.
+# the copy's commit, so a copy stalled on the server never lands past a takeover. A durable run with neither a
+# durable row nor a live_runs row is over (another host finished and closed it): fenced too. Events go only into
+# a run whose live_runs row is still there once it is locked (`live`): a run closed while its copy waited on the
+# server gets no orphan events (one not yet opened, as at a run's very start, gets its events as before). A beat
+# alone is no news for the readers: only runs with events are notified.
 _COPY = f"""WITH batch AS (
     SELECT * FROM unnest(CAST(? AS TEXT[]), CAST(? AS TEXT[]), CAST(? AS DOUBLE PRECISION[]))
         WITH ORDINALITY AS b(run_id, holder, beat_at, n)
 ), held AS (
     SELECT d.run_id, d.holder FROM durable_runs d WHERE d.run_id IN (SELECT run_id FROM batch WHERE holder IS NOT NULL)
     FOR SHARE OF d
+), seen AS (
+    SELECT l.run_id FROM live_runs l WHERE l.run_id IN (SELECT run_id FROM batch)
 ), fenced AS (
-    SELECT DISTINCT b.run_id FROM batch b JOIN held d ON d.run_id = b.run_id AND d.holder <> b.holder
+    SELECT DISTINCT b.run_id FROM batch b LEFT JOIN held d ON d.run_id = b.run_id
+    WHERE d.holder <> b.holder
+        OR (b.holder IS NOT NULL AND d.run_id IS NULL AND b.run_id NOT IN (SELECT run_id FROM seen))
+), live AS (
+    UPDATE live_runs l SET beat_at = CASE WHEN b.beat_at IS NULL THEN l.beat_at ELSE {POSTGRES_NOW} END
+    FROM batch b WHERE l.run_id = b.run_id AND b.run_id NOT IN (SELECT run_id FROM fenced)
+    RETURNING l.run_id, l.watched_at, b.beat_at
 ), events AS (
     SELECT * FROM unnest(CAST(? AS TEXT[]), CAST(? AS BIGINT[]), CAST(? AS TEXT[]), CAST(? AS TEXT[]))
         AS e(run_id, id, event, data)
     WHERE e.run_id NOT IN (SELECT run_id FROM fenced)
+        AND (e.run_id IN (SELECT run_id FROM live) OR e.run_id NOT IN (SELECT run_id FROM seen))
 ), added AS (
     INSERT INTO live_events (run_id, id, event, data) SELECT run_id, id, event, data FROM events
     ON CONFLICT DO NOTHING
-), beaten AS (
-    UPDATE live_runs l SET beat_at = {POSTGRES_NOW} FROM batch b
-    WHERE l.run_id = b.run_id AND b.beat_at IS NOT NULL AND b.run_id NOT IN (SELECT run_id FROM fenced)
-    RETURNING l.run_id, l.watched_at
 ), told AS (
     SELECT pg_notify(?, run_id) FROM (SELECT DISTINCT run_id FROM events) AS news
 )
-SELECT b.n, (SELECT max(watched_at) FROM beaten WHERE beaten.run_id = b.run_id),
+SELECT b.n, (SELECT max(watched_at) FROM live WHERE live.run_id = b.run_id AND live.beat_at IS NOT NULL),
     b.run_id IN (SELECT run_id FROM fenced), (SELECT count(*) FROM told)
 FROM batch b ORDER BY b.n"""
 

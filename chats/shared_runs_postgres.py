@@ -6,7 +6,8 @@ threads and the server busy for what SQLite does in process: here every kind is 
 (chats/state_postgres.py `GroupCalls`), one statement per group over arrays of the runs' values, so the
 statement's text never changes (PostgreSQL prepares it once) and a busy host makes one round trip where it
 made a hundred. Each statement notifies the runs it wrote, as the single-run one did, and is atomic alone:
-only a run's owner writes its rows, so none takes the kit's write lock.
+only a run's owner writes its rows, so none takes the kit's write lock (a copy's and a close's fence locks
+the durable rows it reads instead, so a takeover's claim is never overtaken).
 """
 
 from __future__ import annotations
@@ -21,8 +22,9 @@ EventRow = tuple[str, int, str, str]  # run id, number, name, data as JSON
 
 @dataclass(frozen=True)
 class Copy:
-    """A run's new events (possibly none) and, with `beat_at`, its heartbeat; with `holder`, none of it once
-    another host holds the run (chats/durable.py)."""
+    """A run's new events (possibly none) and, with `beat_at`, its heartbeat (stamped by the database's clock:
+    `beat_at` only says there is one); with `holder`, none of it once another host holds the run
+    (chats/durable.py)."""
 
     run_id: str
     rows: list[EventRow]

@@ -629,7 +629,7 @@ class RunRegistry:
         finally:
             try:
                 if not handle.superseded:
-                    await asyncio.shield(self._shared.close(handle.run_id))
+                    await asyncio.shield(self._shared.close(handle.run_id, holder=self._holder(handle)))
             except Exception:
                 log.exception("could not take run %s out of the shared log", handle.run_id)
 
@@ -641,8 +641,7 @@ class RunRegistry:
             fresh = handle.events[handle.shared_upto :]
             if fresh or beat:
                 rows = [(e.id, e.name, e.data) for e in fresh]
-                holder = self._durable.host if self._durable is not None and handle.durable else None
-                if not await self._shared.add(handle.run_id, rows, beat=beat, holder=holder):
+                if not await self._shared.add(handle.run_id, rows, beat=beat, holder=self._holder(handle)):
                     self._lost_lease(handle)  # another host took the run over: its log is that host's now
                     return
                 handle.shared_upto += len(fresh)

@@ -27,11 +27,12 @@ import time
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from chats.shared_runs_postgres import Copy, GroupedLog, Opening
 from chats.state_file import StateFile, write_transaction
-from chats.state_postgres import Notices, PostgresFile
+from chats.state_postgres import POSTGRES_NOW, Notices, PostgresFile
 
 log = logging.getLogger(__name__)
 
@@ -48,10 +49,12 @@ class LiveRun:
     beat_at: float
     watched_at: float
     policy: str = ""  # the name of the policy it runs under ("": none recorded, covered by no reader)
+    read_at: float | None = None  # the clock its beats are stamped by, when it was read (None: this host's)
 
     @property
     def owner_alive(self) -> bool:
-        return time.time() - self.beat_at < DEAD_AFTER_S
+        now = self.read_at if self.read_at is not None else time.time()
+        return now - self.beat_at < DEAD_AFTER_S
 
 
 class SharedRunLog:
@@ -61,7 +64,10 @@ class SharedRunLog:
         # On PostgreSQL every write and read of the log is made with other runs' (chats/shared_runs_postgres.py).
         self._grouped = GroupedLog(file, CHANNEL) if isinstance(file, PostgresFile) else None
         self._watches: dict[str, tuple[ExitStack, asyncio.Event, float]] = {}  # this process's runs, opened when
-        self._file.now(_forget_dead_owners)
+        # Beats are stamped and judged by one clock: the database's on PostgreSQL (hosts' clocks differ, and a
+        # host whose clock runs ahead would sweep others' live runs), this machine's on SQLite.
+        self._now = POSTGRES_NOW if isinstance(file, PostgresFile) else None
+        self._file.now(partial(_forget_dead_owners, now=self._now))
 
     @property
     def pushes(self) -> bool:
@@ -126,7 +132,7 @@ class SharedRunLog:
 
         def write(c: sqlite3.Connection) -> bool:
             with write_transaction(c):
-                if holder is not None and c.execute(_TAKEN, (run_id, holder)).fetchone() is not None:
+                if holder is not None and c.execute(_FENCED, {"run": run_id, "holder": holder}).fetchone():
                     return False
                 c.executemany("INSERT INTO live_events VALUES (?, ?, ?, ?) ON CONFLICT DO NOTHING", rows)
                 if beat:
@@ -135,15 +141,19 @@ class SharedRunLog:
 
         return bool(await self._file.run(write))
 
-    async def close(self, run_id: str) -> None:
+    async def close(self, run_id: str, *, holder: str | None = None) -> None:
+        """The run taken out of the log; with `holder`, not once another host holds it (as `add`)."""
         if (watch := self._watches.pop(run_id, None)) is not None:
             watch[0].close()
         if self._grouped is not None:
-            await self._grouped.closes(run_id)  # readers look for the stored turn now
+            await self._grouped.closes((run_id, holder))  # readers look for the stored turn now
             return
 
         def write(c: sqlite3.Connection) -> None:
-            _delete(c, run_id)
+            with write_transaction(c):
+                if holder is not None and c.execute(_TAKEN, (run_id, holder)).fetchone() is not None:
+                    return
+                _delete(c, run_id)
             self._notify(c, run_id)  # readers look for the stored turn now
 
         await self._file.run(write)
@@ -158,12 +168,13 @@ class SharedRunLog:
             self._notices.close()
 
     async def find(self, run_id: str) -> LiveRun | None:
+        now = self._now or "NULL"
         row = await self._file.run(
             lambda c: c.execute(
-                "SELECT conversation_id, beat_at, watched_at, policy FROM live_runs WHERE run_id = ?", (run_id,)
+                f"SELECT conversation_id, beat_at, watched_at, policy, {now} FROM live_runs WHERE run_id = ?", (run_id,)
             ).fetchone()
         )
-        return LiveRun(row[0], row[1], row[2], row[3]) if row else None
+        return LiveRun(row[0], row[1], row[2], row[3], row[4]) if row else None
 
     async def events_after(self, run_id: str, after: int) -> list[tuple[int, str, dict[str, Any]]]:
         if self._grouped is not None:
@@ -188,19 +199,27 @@ class SharedRunLog:
 
 # A durable run another host holds (its holder is not the writer): the writer's copy is fenced out.
 _TAKEN = "SELECT 1 FROM durable_runs WHERE run_id = ? AND holder <> ?"
+# A copy is fenced out too once the durable run is over (no durable row, and its log closed): another host
+# finished it. Its own host's last copy comes before its close, while the live_runs row is there.
+_FENCED = """SELECT 1 WHERE EXISTS (SELECT 1 FROM durable_runs WHERE run_id = :run AND holder <> :holder)
+    OR (NOT EXISTS (SELECT 1 FROM durable_runs WHERE run_id = :run)
+        AND NOT EXISTS (SELECT 1 FROM live_runs WHERE run_id = :run))"""
 
 
-def _forget_dead_owners(c: sqlite3.Connection) -> None:
+def _forget_dead_owners(c: sqlite3.Connection, *, now: str | None) -> None:
+    """`now`: the clock beats are stamped by, in SQL (None: this host's)."""
     # A run kept for a takeover (chats/durable.py) keeps its log: the host taking it over goes on with it.
     dead = c.execute(
-        "SELECT run_id FROM live_runs WHERE beat_at < ? AND run_id NOT IN (SELECT run_id FROM durable_runs)",
-        (time.time() - DEAD_AFTER_S,),
+        f"SELECT run_id FROM live_runs WHERE beat_at < {now or '?'} - ? "
+        "AND run_id NOT IN (SELECT run_id FROM durable_runs)",
+        (DEAD_AFTER_S,) if now else (time.time(), DEAD_AFTER_S),
     ).fetchall()
     for (run_id,) in dead:
-        _delete(c, run_id)
+        with write_transaction(c):
+            _delete(c, run_id)
 
 
 def _delete(c: sqlite3.Connection, run_id: str) -> None:
-    with write_transaction(c):
-        c.execute("DELETE FROM live_events WHERE run_id = ?", (run_id,))
-        c.execute("DELETE FROM live_runs WHERE run_id = ?", (run_id,))
+    """Inside a write transaction the caller holds."""
+    c.execute("DELETE FROM live_events WHERE run_id = ?", (run_id,))
+    c.execute("DELETE FROM live_runs WHERE run_id = ?", (run_id,))

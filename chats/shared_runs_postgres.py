@@ -6,7 +6,8 @@ threads and the server busy for what SQLite does in process: here every kind is 
 (chats/state_postgres.py `GroupCalls`), one statement per group over arrays of the runs' values, so the
 statement's text never changes (PostgreSQL prepares it once) and a busy host makes one round trip where it
 made a hundred. Each statement notifies the runs it wrote, as the single-run one did, and is atomic alone:
-only a run's owner writes its rows, so none takes the kit's write lock.
+only a run's owner writes its rows, so none takes the kit's write lock (a copy's and a close's fence locks
+the durable rows it reads instead, so a takeover's claim is never overtaken).
 """
 
 from __future__ import annotations
@@ -14,15 +15,16 @@ from __future__ import annotations
 import sqlite3
 from dataclasses import dataclass
 
-from chats.state_postgres import GroupCalls, PostgresFile
+from chats.state_postgres import POSTGRES_NOW, GroupCalls, PostgresFile
 
 EventRow = tuple[str, int, str, str]  # run id, number, name, data as JSON
 
 
 @dataclass(frozen=True)
 class Copy:
-    """A run's new events (possibly none) and, with `beat_at`, its heartbeat; with `holder`, none of it once
-    another host holds the run (chats/durable.py)."""
+    """A run's new events (possibly none) and, with `beat_at`, its heartbeat (stamped by the database's clock:
+    `beat_at` only says there is one); with `holder`, none of it once another host holds the run
+    (chats/durable.py)."""
 
     run_id: str
     rows: list[EventRow]
@@ -66,8 +68,8 @@ class GroupedLog:
         found = c.execute(_COPY, params).fetchall()
         return [(not fenced, float(watched) if watched is not None else None) for _, watched, fenced, _ in found]
 
-    def _close(self, c: sqlite3.Connection, items: list[str]) -> list[None]:
-        c.execute(_CLOSE, [items, self.channel])
+    def _close(self, c: sqlite3.Connection, items: list[tuple[str, str | None]]) -> list[None]:
+        c.execute(_CLOSE, [[run for run, _ in items], [holder for _, holder in items], self.channel])
         return [None] * len(items)
 
 
@@ -79,9 +81,10 @@ def _read(c: sqlite3.Connection, items: list[tuple[str, int]]) -> list[list[tupl
     return found
 
 
-_OPEN = """WITH opened AS (
+# Beats are stamped by the database's clock, as they are judged (chats/shared_runs.py): the hosts' clocks differ.
+_OPEN = f"""WITH opened AS (
     INSERT INTO live_runs (run_id, conversation_id, beat_at, watched_at, policy)
-    SELECT r.run_id, r.conversation_id, r.at, r.at, r.policy
+    SELECT r.run_id, r.conversation_id, {POSTGRES_NOW}, r.at, r.policy
     FROM unnest(CAST(? AS TEXT[]), CAST(? AS TEXT[]), CAST(? AS DOUBLE PRECISION[]), CAST(? AS TEXT[]))
         AS r(run_id, conversation_id, at, policy)
     ON CONFLICT (run_id) DO UPDATE SET conversation_id = excluded.conversation_id, beat_at = excluded.beat_at,
@@ -89,33 +92,55 @@ _OPEN = """WITH opened AS (
     RETURNING run_id
 ) SELECT pg_notify(?, run_id) FROM opened"""
 
-# The fence (a durable run another host holds: its holder is not the writer) is read in the same statement,
-# one snapshot, as the writes it keeps out. A beat alone is no news for the readers: only runs with events
-# are notified.
-_COPY = """WITH batch AS (
+# The fence (a durable run another host holds: its holder is not the writer) is read in the same statement as
+# the writes it keeps out, and its durable rows are locked (FOR SHARE, before any write): a claim committed
+# before the lock is seen (READ COMMITTED re-reads a locked row's newest version), and one after it waits for
+# the copy's commit, so a copy stalled on the server never lands past a takeover. A durable run with neither a
+# durable row nor a live_runs row is over (another host finished and closed it): fenced too. Events go only into
+# a run whose live_runs row is still there once it is locked (`live`): a run closed while its copy waited on the
+# server gets no orphan events (one not yet opened, as at a run's very start, gets its events as before). A beat
+# alone is no news for the readers: only runs with events are notified.
+_COPY = f"""WITH batch AS (
     SELECT * FROM unnest(CAST(? AS TEXT[]), CAST(? AS TEXT[]), CAST(? AS DOUBLE PRECISION[]))
         WITH ORDINALITY AS b(run_id, holder, beat_at, n)
+), held AS (
+    SELECT d.run_id, d.holder FROM durable_runs d WHERE d.run_id IN (SELECT run_id FROM batch WHERE holder IS NOT NULL)
+    FOR SHARE OF d
+), seen AS (
+    SELECT l.run_id FROM live_runs l WHERE l.run_id IN (SELECT run_id FROM batch)
 ), fenced AS (
-    SELECT DISTINCT b.run_id FROM batch b JOIN durable_runs d ON d.run_id = b.run_id AND d.holder <> b.holder
+    SELECT DISTINCT b.run_id FROM batch b LEFT JOIN held d ON d.run_id = b.run_id
+    WHERE d.holder <> b.holder
+        OR (b.holder IS NOT NULL AND d.run_id IS NULL AND b.run_id NOT IN (SELECT run_id FROM seen))
+), live AS (
+    UPDATE live_runs l SET beat_at = CASE WHEN b.beat_at IS NULL THEN l.beat_at ELSE {POSTGRES_NOW} END
+    FROM batch b WHERE l.run_id = b.run_id AND b.run_id NOT IN (SELECT run_id FROM fenced)
+    RETURNING l.run_id, l.watched_at, b.beat_at
 ), events AS (
     SELECT * FROM unnest(CAST(? AS TEXT[]), CAST(? AS BIGINT[]), CAST(? AS TEXT[]), CAST(? AS TEXT[]))
         AS e(run_id, id, event, data)
     WHERE e.run_id NOT IN (SELECT run_id FROM fenced)
+        AND (e.run_id IN (SELECT run_id FROM live) OR e.run_id NOT IN (SELECT run_id FROM seen))
 ), added AS (
     INSERT INTO live_events (run_id, id, event, data) SELECT run_id, id, event, data FROM events
     ON CONFLICT DO NOTHING
-), beaten AS (
-    UPDATE live_runs l SET beat_at = b.beat_at FROM batch b
-    WHERE l.run_id = b.run_id AND b.beat_at IS NOT NULL AND b.run_id NOT IN (SELECT run_id FROM fenced)
-    RETURNING l.run_id, l.watched_at
 ), told AS (
     SELECT pg_notify(?, run_id) FROM (SELECT DISTINCT run_id FROM events) AS news
 )
-SELECT b.n, (SELECT max(watched_at) FROM beaten WHERE beaten.run_id = b.run_id),
+SELECT b.n, (SELECT max(watched_at) FROM live WHERE live.run_id = b.run_id AND live.beat_at IS NOT NULL),
     b.run_id IN (SELECT run_id FROM fenced), (SELECT count(*) FROM told)
 FROM batch b ORDER BY b.n"""
 
-_CLOSE = """WITH runs AS (SELECT DISTINCT unnest(CAST(? AS TEXT[])) AS run_id),
+# A close is fenced as a copy is: a host that froze past its lease never takes the taker's run out of the log.
+_CLOSE = """WITH batch AS (
+    SELECT * FROM unnest(CAST(? AS TEXT[]), CAST(? AS TEXT[])) AS b(run_id, holder)
+), held AS (
+    SELECT d.run_id, d.holder FROM durable_runs d WHERE d.run_id IN (SELECT run_id FROM batch WHERE holder IS NOT NULL)
+    FOR SHARE OF d
+), runs AS (
+    SELECT DISTINCT b.run_id FROM batch b
+    WHERE NOT EXISTS (SELECT 1 FROM held d WHERE d.run_id = b.run_id AND d.holder <> b.holder)
+),
 gone AS (DELETE FROM live_events WHERE run_id IN (SELECT run_id FROM runs)),
 ended AS (DELETE FROM live_runs WHERE run_id IN (SELECT run_id FROM runs))
 SELECT pg_notify(?, run_id) FROM runs"""

@@ -54,6 +54,7 @@ LOCKED = f"SELECT pg_advisory_xact_lock({WRITE_LOCK})"
 LOCK_WAIT = "10s"  # as SQLite's busy timeout (chats/state_file.py): then the write fails, as there
 POOL_SIZE = 16  # connections per process, and the threads that use them
 GROUP_LANES = 4  # groups of one kind of call on their way at once (GroupCalls)
+GROUP_MAX = 256  # calls in one group at most: the rest leave in the next (one statement's work stays bounded)
 CONNECT_WAIT_S = 10
 LISTEN_CHECK_S = 30.0  # a listening connection idle this long is asked whether it is still there
 RECONNECT_S = (0.1, 5.0)  # the first and the longest pause before listening again after a lost connection
@@ -165,7 +166,9 @@ class GroupCalls(Generic[Item, Result]):
     of the event loop leave together at its end; those made while GROUP_LANES groups are on their way leave
     together as soon as one is back. So a quiet host waits for nothing, and a busy one makes one round trip
     for a hundred runs where it made a hundred, none waiting on a loop too busy to hear that the group before
-    it is back. A group that fails is made again one item at a time, so one bad item fails alone."""
+    it is back. A group that fails is made again one item at a time, so one bad item fails alone. A call whose
+    caller was cancelled before its group left is dropped (no work done for nobody, no queue growing while the
+    server is slow), and a group takes at most GROUP_MAX calls."""
 
     def __init__(self, file: PostgresFile, fn: Callable[[sqlite3.Connection, list[Item]], list[Result]]) -> None:
         self._file, self._fn = file, fn
@@ -177,20 +180,29 @@ class GroupCalls(Generic[Item, Result]):
     async def __call__(self, item: Item) -> Result:
         loop = asyncio.get_running_loop()
         called: asyncio.Future[Result] = loop.create_future()
-        self._waiting.append((item, called))
+        waiting = (item, called)
+        self._waiting.append(waiting)
         self._lanes = {lane for lane in self._lanes if not lane.done() and lane.get_loop() is loop}
         leaving = self._leaving is not None and not self._leaving.done() and self._leaving.get_loop() is loop
         if not leaving and len(self._lanes) < GROUP_LANES:
             self._waiting = [waiting for waiting in self._waiting if waiting[1].get_loop() is loop]
             self._leaving = loop.create_task(self._make_groups())  # after the other calls of this turn
             self._lanes.add(self._leaving)
-        return await called
+        try:
+            return await called
+        except asyncio.CancelledError:
+            with suppress(ValueError):  # not yet in a group: dropped
+                self._waiting.remove(waiting)
+            raise
 
     async def _make_groups(self) -> None:
         if self._leaving is asyncio.current_task():
             self._leaving = None
-        while self._waiting:
-            group, self._waiting = self._waiting, []
+        while True:
+            self._waiting = [waiting for waiting in self._waiting if not waiting[1].done()]
+            if not self._waiting:
+                return
+            group, self._waiting = self._waiting[:GROUP_MAX], self._waiting[GROUP_MAX:]
             self.groups += 1
             try:
                 results = await self._file.run(partial(_each_of, self._fn, [item for item, _ in group]))
@@ -204,6 +216,8 @@ class GroupCalls(Generic[Item, Result]):
                 _settle(called, result)
 
     async def _alone(self, item: Item, called: asyncio.Future[Result]) -> None:
+        if called.done():  # its caller was cancelled meanwhile
+            return
         try:
             _settle(called, (await self._file.run(partial(_each_of, self._fn, [item])))[0])
         except Exception as exc:

@@ -177,6 +177,7 @@ async def test_limits_are_enforced_by_the_engine(scratch_db: Database) -> None:
 
 
 async def test_the_engine_runs_confined(db: Database) -> None:
+    await db.execute("SELECT 1")  # the engine starts on demand: a test before this one may have stopped it
     status = db.backend.sandbox_status
     assert status.startswith("Landlock ABI"), status
     assert "no TCP" in status

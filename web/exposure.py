@@ -41,10 +41,17 @@ def check_exposure(settings: Settings, host: str) -> None:
         )
 
 
+# How long an idle kept-alive connection stays open. uvicorn's 5 s equals the idle expiry of httpx's (and
+# Slack's, and most proxies') connection pools, so a client could send on a connection in the instant the
+# server closed it: the request fails with a read error (a Slack event or button click lost under load).
+# Longer than common load balancers' 60 s idle time, as their guides ask of the servers behind them.
+KEEP_ALIVE_S = 75
+
+
 def server_options(settings: Settings) -> dict[str, Any]:
     """uvicorn options for the app. Forwarded headers are the app's to believe (`proxy_middleware`), never
     uvicorn's: the app must see the socket's peer first, to know whether a proxy's sign-in header counts."""
-    return {"proxy_headers": False, "server_header": False}
+    return {"proxy_headers": False, "server_header": False, "timeout_keep_alive": KEEP_ALIVE_S}
 
 
 PEER = "agent.peer"  # the scope's key for the socket's peer, before forwarded headers replace the client

@@ -18,7 +18,6 @@ from typing import Any
 
 import anthropic
 import httpx2
-import openai
 
 log = logging.getLogger(__name__)
 _primed = False
@@ -161,6 +160,8 @@ def _answer_openai(request: httpx2.Request) -> httpx2.Response:
 def prime_openai_parsers() -> None:
     """The same for the openai SDK (its first streamed reply costs about 60 ms of CPU otherwise)."""
     global _openai_primed
+    import openai  # here, not at the top: a process on Anthropic's models never loads the openai SDK (1 s of CPU)
+
     with _lock:
         if _openai_primed:
             return

@@ -12,7 +12,6 @@ import anthropic
 
 from agent.config import MISSING_ANTHROPIC_KEY, Provider, Settings
 from agent.llm.anthropic import AnthropicProvider, anthropic_client
-from agent.llm.openai_chat import OpenAIProvider, openai_client
 from agent.llm.turns import LLMConfigError, ModelTurn, RestartSink, TextSink, UsageSink, ignore_usage
 
 
@@ -88,6 +87,8 @@ def _build(settings: Settings, provider: Provider) -> ModelProvider:
         key = settings.openai_api_key.get_secret_value() if settings.openai_api_key else None
         if key is None and not settings.openai_base_url:
             return UnconfiguredProvider("OPENAI_API_KEY is not set; `openai:` models need it (or OPENAI_BASE_URL).")
+        from agent.llm.openai_chat import OpenAIProvider, openai_client  # the openai SDK only where it is used
+
         chat = openai_client(
             api_key=key or NO_KEY, base_url=settings.openai_base_url, max_retries=retries, timeout_s=timeout
         )

@@ -459,3 +459,16 @@ def test_the_content_security_policy_is_exactly_this() -> None:
         "default-src 'self'; img-src 'self' data:; script-src 'self'; style-src 'self'; connect-src 'self'; "
         "object-src 'none'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
     )
+
+
+def test_an_idle_connection_outlives_the_clients_pool_expiry() -> None:
+    """uvicorn's default (5 s) equals httpx's pool expiry: a client reusing its connection as the server
+    closed it lost the request (a Slack click failed with ReadError under load). The server now keeps an
+    idle connection far longer than a client keeps it for reuse, and longer than load balancers' 60 s."""
+    import uvicorn
+
+    from web.exposure import server_options
+
+    config = uvicorn.Config(app=None, **server_options(load_settings()))
+    pool_expiry = httpx.Limits().keepalive_expiry
+    assert pool_expiry is not None and config.timeout_keep_alive >= max(60, 2 * pool_expiry)

@@ -68,6 +68,24 @@ def _clean_environment() -> Iterator[None]:
         yield
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _one_tls_context_for_test_clients() -> Iterator[None]:
+    """The tests' own httpx clients (and Authlib's) talk plain HTTP to loopback, yet httpx builds a
+    verifying TLS context for each, reading the CA bundle: 14% of the web tests' CPU (py-spy). Clients
+    made with the defaults share one; any other TLS option is built as asked."""
+    import httpx._transports.default as transports
+
+    build = transports.create_ssl_context
+    shared = build()
+
+    def create(verify: Any = True, cert: Any = None, trust_env: bool = True) -> Any:
+        return shared if (verify, cert, trust_env) == (True, None, True) else build(verify, cert, trust_env)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(transports, "create_ssl_context", create)
+        yield
+
+
 @pytest.fixture(scope="session")
 def data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("agent-data")

@@ -22,7 +22,7 @@ import jiter
 from anthropic import AsyncAnthropic
 
 from agent.llm.priming import prime_sdk_parsers
-from agent.llm.reach import CONNECT_RETRIES, could_not_connect, unreachable
+from agent.llm.reach import CONNECT_RETRIES, could_not_connect, tls_context, unreachable
 from agent.llm.turns import (
     ContextOverflow,
     FallbackReason,
@@ -68,7 +68,7 @@ def anthropic_client(*, api_key: str, base_url: str | None, max_retries: int, ti
         base_url=base_url,
         max_retries=max_retries,
         timeout=timeout_s,
-        http_client=anthropic.DefaultAioHttpClient(timeout=timeout_s),
+        http_client=anthropic.DefaultAioHttpClient(timeout=timeout_s, verify=tls_context()),
     )
 
 

@@ -27,7 +27,7 @@ from openai import AsyncOpenAI
 
 from agent.llm.anthropic import _tool_input
 from agent.llm.priming import prime_openai_parsers
-from agent.llm.reach import CONNECT_RETRIES, could_not_connect, unreachable
+from agent.llm.reach import CONNECT_RETRIES, could_not_connect, tls_context, unreachable
 from agent.llm.turns import (
     ContextOverflow,
     FallbackReason,
@@ -80,7 +80,7 @@ def openai_client(*, api_key: str, base_url: str | None, max_retries: int, timeo
         base_url=base_url,
         max_retries=max_retries,
         timeout=timeout_s,
-        http_client=ConnectOnceAioHttpClient(timeout=timeout_s),
+        http_client=ConnectOnceAioHttpClient(timeout=timeout_s, verify=tls_context()),
     )
 
 

@@ -177,3 +177,30 @@ async def test_a_connection_dropped_mid_stream_is_asked_again(
         await other.close()
     assert first.text == second.text == "There are 16 airlines." and restarts == ["restart", "restart"]
     assert len(fake_anthropic.requests) == len(fake_openai.requests) == 2
+
+
+async def test_model_clients_share_one_verifying_tls_context(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each client read the system's CA bundle again (20-30 ms of CPU, two per app built): now once per
+    process, and still the SDKs' verifying default."""
+    import ssl
+
+    from agent.llm.anthropic import anthropic_client
+    from agent.llm.openai_chat import openai_client
+    from agent.llm.reach import tls_context
+
+    loads: list[object] = []
+    load = ssl.SSLContext.load_verify_locations
+
+    def counted(self: ssl.SSLContext, *args: Any, **kwargs: Any) -> None:
+        loads.append(args)
+        load(self, *args, **kwargs)
+
+    monkeypatch.setattr(ssl.SSLContext, "load_verify_locations", counted)
+    tls_context.cache_clear()
+    options = {"api_key": "k", "base_url": "http://127.0.0.1:9", "max_retries": 0, "timeout_s": 5}
+    clients = [anthropic_client(**options) for _ in range(3)] + [openai_client(**options) for _ in range(3)]
+    for client in clients:
+        await client.close()
+    assert len(loads) <= 1
+    context = tls_context()
+    assert context.verify_mode == ssl.CERT_REQUIRED and context.check_hostname

@@ -90,6 +90,7 @@ class SlackBot:
         if not any(isinstance(f, _TokenFromSettings) for f in bolt_log.filters):
             bolt_log.addFilter(_TokenFromSettings())
         self.app = AsyncApp(
+            name="clickhouse-analyst",  # unnamed, Bolt names it by walking the stack with its source (inspect.stack)
             client=TracedWebClient(base_url=self._api_url),  # Bolt's own; the token comes from authorize
             signing_secret=secret,
             authorize=authorize,

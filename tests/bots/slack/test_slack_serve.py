@@ -150,3 +150,21 @@ async def test_missing_or_refused_slack_settings_are_one_line_naming_the_variabl
             await refused.start()
     finally:
         state.close()
+
+
+async def test_the_bot_is_built_without_walking_the_stack(
+    make_app: Callable[..., AgentApp], fake_slack: FakeSlack, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Bolt names an unnamed app from `inspect.stack()`, which reads the source of every frame: a quarter
+    of a second of CPU per bot built under pytest's deep stacks (py-spy). The bot names itself."""
+    import inspect
+
+    walks: list[int] = []
+    stack = inspect.stack
+    monkeypatch.setattr(inspect, "stack", lambda *args, **kwargs: walks.append(1) or stack(*args, **kwargs))
+    state = ChatState(tmp_path / "c.sqlite3")
+    try:
+        bot = SlackBot(make_app(**slack_settings(fake_slack)), state)
+        assert walks == [] and bot.app.name == "clickhouse-analyst"
+    finally:
+        state.close()

@@ -64,7 +64,7 @@ class TableSearch:
         self._name_terms = {t.qualified: frozenset(w for w in terms(t.name) if not w.isdigit()) for t in tables}
         self._index = LexicalIndex(((t.qualified, fields(t)) for t in tables), best_field=True, b=LENGTH_DISCOUNT)
         self.families = Families(tables)
-        self._joins = JoinGraph(tables)
+        self._joins = JoinGraph(tables, self.families)
         self._databases = LexicalIndex(_database_documents(tables), best_field=True, b=DATABASE_LENGTH_DISCOUNT)
 
     def search(self, text: str, limit: int) -> list[str]:

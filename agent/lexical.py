@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 import re
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from itertools import pairwise
@@ -116,6 +116,11 @@ class Hit:
     matched: frozenset[str] = frozenset()  # the query's terms the document has
 
 
+# A field: its text and weight; a tuple of terms instead of a text is taken as it is (a tag no text
+# spells, such as `~date` for a table with a date column).
+Field = tuple[str | tuple[str, ...], float]
+
+
 class LexicalIndex:
     """BM25 over documents made of weighted fields: `[(text, weight), ...]` per key; `best_field`: a
     term counts once per document, at the weight of its best field (and `b` is then how much a long
@@ -123,7 +128,7 @@ class LexicalIndex:
 
     def __init__(
         self,
-        documents: Iterable[tuple[str, Sequence[tuple[str, float]]]],
+        documents: Iterable[tuple[str, Sequence[Field]]],
         *,
         best_field: bool = False,
         b: float = B,
@@ -134,12 +139,17 @@ class LexicalIndex:
         lengths: list[float] = []
         for key, fields in documents:
             weights: dict[str, float] = defaultdict(float)
+            tags: dict[str, float] = {}
             for text, weight in fields:
+                if not isinstance(text, str):
+                    tags.update((tag, max(weight, tags.get(tag, 0.0))) for tag in text)
+                    continue
                 for term in terms(text):
                     weights[term] = max(weights[term], weight) if best_field else weights[term] + weight
             doc = len(self._keys)
             self._keys.append(key)
-            lengths.append(sum(weights.values()))
+            lengths.append(sum(weights.values()))  # a tag is no text: it makes no document longer
+            weights.update(tags)
             for term, weight in weights.items():
                 self._postings[term].append((doc, weight))
         self._lengths = lengths
@@ -155,8 +165,9 @@ class LexicalIndex:
             return 0.0
         return math.log(1 + (len(self._keys) - len(postings) + 0.5) / (len(postings) + 0.5))
 
-    def search(self, text: str, limit: int = 10) -> list[Hit]:
-        """The best `limit` documents for the text, best first (ties by key, so results are stable)."""
+    def search(self, text: str, limit: int = 10, implied: Mapping[str, float] | None = None) -> list[Hit]:
+        """The best `limit` documents for the text, best first (ties by key, so results are stable);
+        `implied`: terms the text means without writing them (`date` for "in 2010"), with their weights."""
         scores: dict[int, float] = defaultdict(float)
         matched: dict[int, set[str]] = defaultdict(set)
         query = dict.fromkeys(terms(text), 1.0) | {term: 1.0 for term in compounds(text) if term in self._postings}
@@ -164,6 +175,8 @@ class LexicalIndex:
             for form in derived(term):
                 if form in self._postings and form not in query:
                     query[form] = DERIVED_WEIGHT
+        for term, factor in (implied or {}).items():
+            query.setdefault(term, factor)
         for term, factor in query.items():
             idf = factor * self.idf(term)
             for doc, tf in self._postings.get(term, ()):

@@ -30,10 +30,10 @@ import re
 from collections import defaultdict
 from collections.abc import Sequence
 
-from agent.lexical import Hit, LexicalIndex, terms
+from agent.lexical import Field, Hit, LexicalIndex, terms
 from agent.schema.families import Families, question_dates
 from agent.schema.joins import JoinGraph
-from agent.schema.tables import Table
+from agent.schema.tables import Column, Table
 
 # Field weights: a word in a table's name says more than one among its sampled values.
 TABLE_NAME, TABLE_COMMENT, COLUMN_NAME, COLUMN_COMMENT, SAMPLES = 3.0, 2.0, 1.0, 1.0, 0.5
@@ -46,6 +46,10 @@ VIA_WEIGHT = 0.45  # or this share where the hit's column that names it matched 
 KEY_WORDS = frozenset(terms("id key code uuid no number ref"))  # a key's suffix says nothing of what it names
 JOINED_PLACES = 3  # of ten hits, the last three are kept for tables the first two join
 CANDIDATES = 300
+DATED = "~date"  # the tag of a table with a date column (no text's term has a `~`)
+DATE_WORDS = frozenset(terms("date year"))
+DATE_TYPES = re.compile(r"\bDate(?:Time)?(?:32|64)?\b")
+DATE_WEIGHT = 1.0  # a question's date counts as one of its words
 # An id the question quotes (a UUID, a hash: `d052d786`, `bfd50153a2e9...`) names no table, but its pieces
 # of letters and digits match columns by chance (`ab`, `bb`, `A11`).
 VALUES = re.compile(r"\b(?=[0-9a-f-]{8})(?=[0-9a-f-]*\d)(?=[0-9a-f-]*[a-f])[0-9a-f]+(?:-[0-9a-f]+)*\b", re.IGNORECASE)
@@ -72,7 +76,8 @@ class TableSearch:
         last places go to the tables the first two join that are not in the list yet, and the places no
         table matched to the tables the list joins."""
         text = VALUES.sub(" ", COMMAND.sub(" ", text))
-        hits = self._index.search(text, CANDIDATES)
+        implied = {DATED: DATE_WEIGHT} if question_dates(text) else None
+        hits = self._index.search(text, CANDIDATES, implied)
         if not hits:
             return []
         scores = self._with_neighbours(hits)
@@ -129,17 +134,24 @@ class TableSearch:
         return scores
 
 
-def fields(table: Table) -> list[tuple[str, float]]:
-    out = [(table.name, TABLE_NAME), (table.comment, TABLE_COMMENT)]
+def fields(table: Table) -> list[Field]:
+    out: list[Field] = [(table.name, TABLE_NAME), (table.comment, TABLE_COMMENT)]
     for column in table.columns:
         out += [(column.name, COLUMN_NAME), (column.comment, COLUMN_COMMENT)]
         out += [(value, SAMPLES) for value in column.samples]
+    if any(_dated(column) for column in table.columns):
+        out.append(((DATED,), COLUMN_NAME))
     return out
 
 
-def _database_documents(tables: Sequence[Table]) -> list[tuple[str, list[tuple[str, float]]]]:
+def _dated(column: Column) -> bool:
+    """Whether a column holds dates: by its type, or by its name where types are not kept (`year`)."""
+    return bool(DATE_TYPES.search(column.type)) or bool(DATE_WORDS.intersection(terms(column.name)))
+
+
+def _database_documents(tables: Sequence[Table]) -> list[tuple[str, list[Field]]]:
     """One document per database: the fields of all its tables."""
-    documents: dict[str, list[tuple[str, float]]] = defaultdict(list)
+    documents: dict[str, list[Field]] = defaultdict(list)
     for table in sorted(tables, key=lambda t: t.qualified):
         documents[table.database] += fields(table)
     return list(documents.items())

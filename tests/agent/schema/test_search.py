@@ -329,3 +329,54 @@ def test_the_lookup_a_matched_column_names_outranks_the_other_lookups() -> None:
     assert JoinGraph(tables).via("superhero.superhero")["superhero.colour"] >= {"eye_colour_id", "hair_colour_id"}
     found = Catalog(tables, "superhero").search("List the superheroes that have blue eyes and blond hair.", 5)
     assert found[:2] == ["superhero.superhero", "superhero.colour"], found
+
+
+def test_a_key_column_joins_the_original_of_a_table_kept_with_shadow_copies() -> None:
+    # BEAVER's nova keeps a `shadow_` copy of every table: `usage_id` ends two table names, the original's
+    # and its copy's, and must still join the original.
+    reservations = "id:Int64 uuid usage_id:Int64 resource delta:Int64 expire:DateTime"
+    usages = "id:Int64 resource in_use:Int64 reserved:Int64 until_refresh:Int64"
+    tables = [
+        table("nova.reservations", reservations),
+        table("nova.shadow_reservations", reservations),
+        table("nova.quota_usages", usages),
+        table("nova.shadow_quota_usages", usages),
+        table("nova.instances", "id:Int64 uuid host reservation_id"),
+    ]
+    joins = JoinGraph(tables)
+    assert joins.neighbours("nova.reservations") == {"nova.quota_usages", "nova.instances"}
+    assert joins.neighbours("nova.shadow_reservations") == joins.neighbours("nova.reservations")  # as its original
+    found = Catalog(tables, "nova").search("Provide information about resource reservation expiring soon.", 2)
+    assert found == ["nova.reservations", "nova.quota_usages"], found
+
+
+def races() -> list[Table]:
+    """BIRD's `formula_1` as it is shaped: every table keys a race and a driver; only `races` has dates."""
+    return [
+        table("formula_1.races", "raceId:Int64 year:Int64 round:Int64 circuitId:Int64 name date time url"),
+        table("formula_1.drivers", "driverId:Int64 driverRef number code forename surname nationality url"),
+        table("formula_1.circuits", "circuitId:Int64 circuitRef name location country lat lng alt url"),
+        *(
+            table(f"formula_1.{name}", f"{name}Id:Int64 raceId:Int64 driverId:Int64 {columns}")
+            for name, columns in (
+                ("results", "grid position points laps time milliseconds fastestLap rank statusId:Int64"),
+                ("driverStandings", "points position positionText wins"),
+                ("lapTimes", "lap position time milliseconds"),
+                ("pitStops", "stop lap time duration milliseconds"),
+                ("qualifying", "constructorId:Int64 number position q1 q2 q3"),
+            )
+        ),
+    ]
+
+
+def test_a_date_in_the_question_finds_the_table_with_a_date_column() -> None:
+    # "the 2008 Australian Grand Prix": the race is named by values the schema does not have, and by a
+    # year, which only `races` holds (by a column's name here, by its type in a warehouse that keeps them).
+    catalog = Catalog(races(), "formula_1")
+    for question in (
+        "How many drivers managed to finish the race in the 2008 Australian Grand Prix?",
+        "Name the top 3 drivers and the points they scored in the 2017 Chinese Grand Prix.",
+    ):
+        assert "formula_1.races" in catalog.search(question, 3), catalog.search(question, 5)
+    typed = [table("shop.orders", "order_id:Int64 total:Float64 placed:DateTime"), *races()[1:]]
+    assert Catalog(typed, "shop").search("orders over 100 in 2019", 1) == ["shop.orders"]

@@ -15,6 +15,10 @@ table misses in four ways, and each step below answers one:
   question ("blue eyes" matched `superhero.eye_colour_id`, which names `colour`); the last places of
   a list go to the tables the first two hits join, and places no table matched go to the tables the
   list joins, nearest first;
+- the table that joins two of the first hits is missing when the question names neither it nor a word
+  of it ("info caches and security groups of VMs" needs `instances`, which both `instance_info_caches`
+  and `security_group_instance_association` join): of the first four hits, two that do not join each
+  other bring the best table that joins both, right after them, since a question's tables join up;
 - a table named by a word of the question loses to a shorter one that shares the word (`drivers` to
   `driverStandings`): a table the question names whole gains half its score;
 - a family of split or copied tables fills the list with near-duplicates: it is one hit, and the
@@ -46,6 +50,7 @@ VIA_WEIGHT = 0.45  # or this share where the hit's column that names it matched 
 KEY_WORDS = frozenset(terms("id key code uuid no number ref"))  # a key's suffix says nothing of what it names
 JOINED_PLACES = 3  # of ten hits, the last three are kept for tables the first two join
 CANDIDATES = 300
+CONNECTED_HITS = 4  # of the first hits, two that do not join bring the table both join
 DATED = "~date"  # the tag of a table with a date column (no text's term has a `~`)
 DATE_WORDS = frozenset(terms("date year"))
 DATE_TYPES = re.compile(r"\bDate(?:Time)?(?:32|64)?\b")
@@ -72,9 +77,10 @@ class TableSearch:
         self._databases = LexicalIndex(_database_documents(tables), best_field=True, b=DATABASE_LENGTH_DISCOUNT)
 
     def search(self, text: str, limit: int) -> list[str]:
-        """Qualified names of the tables (one per family) that best match the text, best first; the
-        last places go to the tables the first two join that are not in the list yet, and the places no
-        table matched to the tables the list joins."""
+        """Qualified names of the tables (one per family) that best match the text, best first; after
+        the first four, the tables that join two of them that do not join each other; the last places go
+        to the tables the first two join that are not in the list yet, and the places no table matched
+        to the tables the list joins."""
         text = VALUES.sub(" ", COMMAND.sub(" ", text))
         implied = {DATED: DATE_WEIGHT} if question_dates(text) else None
         hits = self._index.search(text, CANDIDATES, implied)
@@ -87,18 +93,40 @@ class TableSearch:
             scores[key] += DATABASE_WEIGHT * top * matching.get(self._database[key], 0.0) / best
         order = sorted(scores, key=lambda key: (-scores[key], key))
         dates = question_dates(text)
-        ranked: list[str] = []
-        for key in order:
-            if (shown := self.families.representative(key, dates)) not in ranked:
-                ranked.append(shown)
-            if len(ranked) == limit:
-                break
+        ranked = self._shown(order, dates, limit)
+        leading = ranked[:CONNECTED_HITS]
+        ranked = list(dict.fromkeys(leading + self._connectors(leading, scores, dates) + ranked))
         firsts = ranked[:2]
         joined = [key for key in order if any(key in self._joins.neighbours(first) for first in firsts)]
         kept = ranked[: max(limit - JOINED_PLACES, 5)]
         shown_joined = [self.families.representative(key, dates) for key in joined]
         found = list(dict.fromkeys(kept + shown_joined + ranked))[:limit]
         return found + self._reachable(found, dates, limit - len(found))
+
+    def _shown(self, order: list[str], dates: list[str], limit: int) -> list[str]:
+        """The first `limit` tables of the order, a family once, by the member the dates name."""
+        ranked: list[str] = []
+        for key in order:
+            if (shown := self.families.representative(key, dates)) not in ranked:
+                ranked.append(shown)
+            if len(ranked) == limit:
+                break
+        return ranked
+
+    def _connectors(self, firsts: list[str], scores: dict[str, float], dates: list[str]) -> list[str]:
+        """For each two of the first hits that do not join, the table both join, if any (best scored):
+        a question's tables join up, so what joins two of them is one too."""
+        out: list[str] = []
+        for i, one in enumerate(firsts):
+            near = self._joins.neighbours(one)
+            for other in firsts[i + 1 :]:
+                if other in near:
+                    continue
+                common = (near & self._joins.neighbours(other)) - set(firsts)
+                if common:
+                    best = min(common, key=lambda key: (-scores.get(key, 0.0), key))
+                    out.append(self.families.representative(best, dates))
+        return list(dict.fromkeys(out))
 
     def _named(self, hit: Hit) -> bool:
         """Whether the question names the table whole (`drivers`, not only a word of `driverStandings`)."""

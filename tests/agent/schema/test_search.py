@@ -380,3 +380,43 @@ def test_a_date_in_the_question_finds_the_table_with_a_date_column() -> None:
         assert "formula_1.races" in catalog.search(question, 3), catalog.search(question, 5)
     typed = [table("shop.orders", "order_id:Int64 total:Float64 placed:DateTime"), *races()[1:]]
     assert Catalog(typed, "shop").search("orders over 100 in 2019", 1) == ["shop.orders"]
+
+
+def compute() -> list[Table]:
+    """BEAVER's nova as it is shaped (its own columns): no comments, `instances` holds the VMs and is keyed
+    by `instance_uuid` everywhere; the question says "VMs", a word only two of its 55 columns hold."""
+    audit = "created_at:DateTime updated_at:DateTime deleted_at:DateTime id:Int64 deleted:Int64"
+    instance = (
+        "internal_id user_id project_id image_ref kernel_id ramdisk_id launch_index key_name key_data power_state "
+        "vm_state memory_mb vcpus hostname host user_data reservation_id scheduled_at launched_at terminated_at "
+        "display_name display_description availability_zone locked os_type launched_on instance_type_id vm_mode "
+        "uuid architecture root_device_name access_ip_v4 access_ip_v6 config_drive task_state "
+        "default_ephemeral_device default_swap_device progress auto_disk_config shutdown_terminate "
+        "disable_terminate root_gb ephemeral_gb cell_name node locked_by cleaned ephemeral_key_uuid"
+    )
+    nodes = (
+        "service_id vcpus memory_mb local_gb vcpus_used memory_mb_used local_gb_used hypervisor_type "
+        "hypervisor_version cpu_info disk_available_least free_ram_mb free_disk_gb current_workload running_vms "
+        "hypervisor_hostname host_ip supported_instances pci_stats metrics extra_resources stats numa_topology host"
+    )
+    tables = {
+        "instances": instance,
+        "instance_info_caches": "network_info instance_uuid",
+        "security_groups": "name description user_id project_id",
+        "security_group_instance_association": "security_group_id instance_uuid",
+        "security_group_rules": "parent_group_id protocol from_port to_port cidr group_id",
+        "security_group_default_rules": "protocol from_port to_port cidr",
+        "volume_usage_cache": "volume_id tot_reads curr_reads instance_uuid project_id user_id availability_zone",
+        "bw_usage_cache": "start_period last_refreshed bw_in bw_out mac uuid last_ctr_in last_ctr_out",
+        "compute_nodes": nodes,
+        "migrations": "source_compute dest_compute dest_host status instance_uuid source_node dest_node",
+        "services": "host binary topic report_count disabled disabled_reason last_seen_up forced_down version",
+    }
+    return [table(f"nova.{name}", f"{audit} {columns}") for name, columns in tables.items()]
+
+
+def test_the_table_two_first_hits_both_join_comes_right_after_them() -> None:
+    question = "Provide information (including info caches, and security groups) about VMs running on physical host star-76."
+    found = Catalog(compute(), "nova").search(question, 5)
+    needed = {"security_groups", "instance_info_caches", "security_group_instance_association", "instances"}
+    assert {f"nova.{name}" for name in needed} <= set(found), found  # `instances` joins the caches to the rest

@@ -86,6 +86,11 @@ def terms(text: str) -> tuple[str, ...]:
     return tuple(out)
 
 
+def words_of(text: str) -> list[str]:
+    """A text's words as written: split at `_`, `.`, camelCase and between letters and digits."""
+    return _WORD.findall(_CAMEL.sub(" ", text))
+
+
 def compounds(text: str) -> tuple[str, ...]:
     """Each two adjacent words of a text written as one, as a term: a person writes "high school" and
     "super power" where a schema has `highschool` and `superpower`."""
@@ -157,6 +162,9 @@ class LexicalIndex:
 
     def __len__(self) -> int:
         return len(self._keys)
+
+    def has(self, term: str) -> bool:
+        return term in self._postings
 
     def idf(self, term: str) -> float:
         """How rare a term is among the documents (0 for a term none has)."""

@@ -79,3 +79,13 @@ def test_derived_forms_are_only_those_of_the_same_stem() -> None:
     assert "migration" in derived("migrat") and "winner" in derived("win")
     assert "publish" in derived("publisher")
     assert "us" not in derived("user") and "ord" not in derived("order")  # too short a stem to be one
+
+
+def test_a_tag_is_found_only_when_implied_and_makes_no_document_longer() -> None:
+    # `~date`: what a table with a date column is known to hold, though no word of a question spells it.
+    plain = [("a.orders", [("orders", 3.0), ("total", 1.0)]), ("a.refunds", [("refunds", 3.0), ("total", 1.0)])]
+    tagged = [plain[0], ("a.refunds", [*plain[1][1], (("~date",), 1.0)])]
+    before, after = LexicalIndex(plain), LexicalIndex(tagged)
+    assert after.search("total") == before.search("total")  # the same scores: the tag adds no length
+    assert [hit.key for hit in after.search("total", implied={"~date": 1.0})] == ["a.refunds", "a.orders"]
+    assert after.search("~date") == []  # no text spells a tag

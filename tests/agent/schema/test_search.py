@@ -420,3 +420,28 @@ def test_the_table_two_first_hits_both_join_comes_right_after_them() -> None:
     found = Catalog(compute(), "nova").search(question, 5)
     needed = {"security_groups", "instance_info_caches", "security_group_instance_association", "instances"}
     assert {f"nova.{name}" for name in needed} <= set(found), found  # `instances` joins the caches to the rest
+
+
+def grand_prix() -> list[Table]:
+    """BIRD's `formula_1` whole: constructors, seasons and the status lookup beside the races' tables."""
+    return [
+        *races(),
+        table("formula_1.constructors", "constructorId:Int64 constructorRef name nationality url"),
+        table("formula_1.constructorResults", "constructorResultsId:Int64 raceId:Int64 constructorId:Int64 points"),
+        table("formula_1.constructorStandings", "constructorStandingsId:Int64 raceId:Int64 constructorId:Int64 points"),
+        table("formula_1.seasons", "year:Int64 url"),
+        table("formula_1.status", "statusId:Int64 status"),
+    ]
+
+
+def test_a_person_s_name_in_the_question_finds_the_table_of_named_people() -> None:
+    # The schema has no word of "Lewis Hamilton": he is a row of the one table with a name in two parts.
+    catalog = Catalog(grand_prix(), "formula_1")
+    for question in (
+        "What was the longest time that Lewis Hamilton had spent at a pit stop?",
+        "What is the lap record set by Lewis Hamilton in a Formula_1 race?",
+        "Which website should I go to if I want to know more about Anthony Davidson?",
+    ):
+        assert "formula_1.drivers" in catalog.search(question, 5), catalog.search(question, 5)
+    # Capitalised words the warehouse has are its words, not a name.
+    assert catalog.search("Longest Pit Stops and Lap Times", 5) == catalog.search("longest pit stops and lap times", 5)

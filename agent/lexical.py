@@ -6,7 +6,10 @@ terms: lower case, split at `_`, `.` and camelCase, common warehouse abbreviatio
 plurals (an acronym's too: "VMs" is `vm`) and verb endings folded. A question's two adjacent words
 also count as one where the index has that word ("high schoolers" finds `Highschooler`, "super
 power" finds `superpower`), and a word finds the other words of its stem the index has, at half
-weight ("published" finds `publisher`, "migrated" `migrations`). Documents are scored with BM25 over
+weight ("published" finds `publisher`, "migrated" `migrations`). A code of a letter or two and digits
+(`Q1`, `A11`) is also a term whole. A document may carry tags, terms no text spells (`~date` for a
+table with a date column), which a search finds only where the caller says the text implies them; tags
+and codes make no document longer. Documents are scored with BM25 over
 weighted fields (a word in a table's name counts for more than one among its sampled values). A
 document may count each term once, at its best field (`best_field=True`): a table of 300 columns
 then scores by the columns that match, not by how often a word recurs among them, so a wide table no
@@ -26,7 +29,13 @@ from itertools import pairwise
 
 _WORD = re.compile(r"[^\W\d_]+|\d+")  # letters of any script (Zürich, Москва), or digits
 _CAMEL = re.compile(r"(?<=[a-z])(?=[A-Z])")
-_ACRONYMS = re.compile(r"[A-Z]{2,}s")  # VMs, IPs, CPUs: the plural of what a schema writes `vm`, `ip`
+_ACRONYMS = re.compile(r"[A-Z]{2,}s")
+# A code of digits and a letter or two (`q1`, `A11`, `B365H`): cut, it is a letter and a digit, which say
+# nothing. Not an ordinal or a decade (`3rd`, `1990s`), nor a word with a number (`blitz1`).
+_CODE = re.compile(
+    r"(?<![^\W_])(?!\d+(?:st|nd|rd|th|s)(?![^\W_]))(?=[^\W_]*[^\W\d_])"
+    r"[^\W\d_]{0,2}(?:\d+[^\W\d_]{1,2})*\d+[^\W\d_]{0,2}(?![^\W_])"
+)  # VMs, IPs, CPUs: the plural of what a schema writes `vm`, `ip`
 # Abbreviations warehouses use in names, read as the word a person would ask with.
 ABBREVIATIONS = {
     "acct": "account",
@@ -84,6 +93,13 @@ def terms(text: str) -> tuple[str, ...]:
             continue
         out.append(stem(word))
     return tuple(out)
+
+
+@lru_cache(maxsize=65_536)
+def codes(text: str) -> tuple[str, ...]:
+    """The codes a text writes (`Q1` -> `q1`), kept whole beside its terms: a document has them as tags,
+    which make it no longer (a table of sixty `B365H`-like columns is no wider for them)."""
+    return tuple(code.lower() for code in _CODE.findall(text))
 
 
 def words_of(text: str) -> list[str]:
@@ -151,6 +167,7 @@ class LexicalIndex:
                     continue
                 for term in terms(text):
                     weights[term] = max(weights[term], weight) if best_field else weights[term] + weight
+                tags.update((code, max(weight, tags.get(code, 0.0))) for code in codes(text))
             doc = len(self._keys)
             self._keys.append(key)
             lengths.append(sum(weights.values()))  # a tag is no text: it makes no document longer
@@ -179,6 +196,7 @@ class LexicalIndex:
         scores: dict[int, float] = defaultdict(float)
         matched: dict[int, set[str]] = defaultdict(set)
         query = dict.fromkeys(terms(text), 1.0) | {term: 1.0 for term in compounds(text) if term in self._postings}
+        query |= dict.fromkeys(codes(text), 1.0)
         for term in list(query):
             for form in derived(term):
                 if form in self._postings and form not in query:

@@ -83,11 +83,12 @@ class TableSearch:
         self._database = {t.qualified: t.database for t in tables}
         self._name_terms = {t.qualified: frozenset(w for w in terms(t.name) if not w.isdigit()) for t in tables}
         entities = _entity_words(tables)
-        documents = ((t.qualified, fields(t, entities[t.database])) for t in tables)
-        self._index = LexicalIndex(documents, best_field=True, b=LENGTH_DISCOUNT)
+        documents = {t.qualified: fields(t, entities[t.database]) for t in tables}
+        self._index = LexicalIndex(documents.items(), best_field=True, b=LENGTH_DISCOUNT)
         self.families = Families(tables)
         self._joins = JoinGraph(tables, self.families)
-        self._databases = LexicalIndex(_database_documents(tables), best_field=True, b=DATABASE_LENGTH_DISCOUNT)
+        by_database = _database_documents(tables, documents)
+        self._databases = LexicalIndex(by_database, best_field=True, b=DATABASE_LENGTH_DISCOUNT)
 
     def search(self, text: str, limit: int) -> list[str]:
         """Qualified names of the tables (one per family) that best match the text, best first; after
@@ -203,8 +204,10 @@ def _dated(column: Column) -> bool:
 def _own_name(column: str, entities: frozenset[str]) -> bool:
     """Whether a column holds part of the name of the table's own rows: a name in two parts (`forename`,
     `last_name`, `FirstName`), whose first word names no other table (not `department_name`)."""
+    if not column.lower().endswith("name"):
+        return False
     words = [word.lower() for word in words_of(column)]
-    if not words or not words[-1].endswith("name") or words == ["name"]:
+    if not words[-1].endswith("name") or words == ["name"]:
         return False
     return not entities.intersection(term for word in words[:-1] for term in terms(word))
 
@@ -217,9 +220,9 @@ def _entity_words(tables: Sequence[Table]) -> dict[str, frozenset[str]]:
     return defaultdict(frozenset, {db: frozenset(words) for db, words in out.items()})
 
 
-def _database_documents(tables: Sequence[Table]) -> list[tuple[str, list[Field]]]:
+def _database_documents(tables: Sequence[Table], fields: dict[str, list[Field]]) -> list[tuple[str, list[Field]]]:
     """One document per database: the fields of all its tables."""
     documents: dict[str, list[Field]] = defaultdict(list)
     for table in sorted(tables, key=lambda t: t.qualified):
-        documents[table.database] += fields(table)
+        documents[table.database] += fields[table.qualified]
     return list(documents.items())

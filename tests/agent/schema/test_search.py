@@ -445,3 +445,13 @@ def test_a_person_s_name_in_the_question_finds_the_table_of_named_people() -> No
         assert "formula_1.drivers" in catalog.search(question, 5), catalog.search(question, 5)
     # Capitalised words the warehouse has are its words, not a name.
     assert catalog.search("Longest Pit Stops and Lap Times", 5) == catalog.search("longest pit stops and lap times", 5)
+
+
+def test_a_code_the_question_quotes_finds_the_column_of_that_name() -> None:
+    catalog = Catalog(grand_prix(), "formula_1")
+    for question in (
+        "For the driver who had the Q2 time as 0:01:15 in race No. 347, where is he from?",
+        "In the race No. 45, for the driver who had the Q3 time as 0:01:33, what is his abbreviated code?",
+    ):
+        found = catalog.search(question, 5)
+        assert {"formula_1.qualifying", "formula_1.drivers"} <= set(found), found

@@ -416,7 +416,9 @@ def compute() -> list[Table]:
 
 
 def test_the_table_two_first_hits_both_join_comes_right_after_them() -> None:
-    question = "Provide information (including info caches, and security groups) about VMs running on physical host star-76."
+    question = (
+        "Provide information (including info caches, and security groups) about VMs running on physical host star-76."
+    )
     found = Catalog(compute(), "nova").search(question, 5)
     needed = {"security_groups", "instance_info_caches", "security_group_instance_association", "instances"}
     assert {f"nova.{name}" for name in needed} <= set(found), found  # `instances` joins the caches to the rest

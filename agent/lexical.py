@@ -163,11 +163,13 @@ class LexicalIndex:
             tags: dict[str, float] = {}
             for text, weight in fields:
                 if not isinstance(text, str):
-                    tags.update((tag, max(weight, tags.get(tag, 0.0))) for tag in text)
+                    for tag in text:
+                        tags[tag] = max(weight, tags.get(tag, 0.0))
                     continue
                 for term in terms(text):
                     weights[term] = max(weights[term], weight) if best_field else weights[term] + weight
-                tags.update((code, max(weight, tags.get(code, 0.0))) for code in codes(text))
+                for code in codes(text):
+                    tags[code] = max(weight, tags.get(code, 0.0))
             doc = len(self._keys)
             self._keys.append(key)
             lengths.append(sum(weights.values()))  # a tag is no text: it makes no document longer

@@ -109,8 +109,8 @@ class TableSearch:
         ranked = self._shown(order, dates, limit)
         leading = ranked[:CONNECTED_HITS]
         ranked = list(dict.fromkeys(leading + self._connectors(leading, scores, dates) + ranked))
-        firsts = ranked[:2]
-        joined = [key for key in order if any(key in self._joins.neighbours(first) for first in firsts)]
+        near = set().union(*(self._joins.neighbours(first) for first in ranked[:2]))
+        joined = [key for key in order if key in near]
         kept = ranked[: max(limit - JOINED_PLACES, 5)]
         shown_joined = [self.families.representative(key, dates) for key in joined]
         found = list(dict.fromkeys(kept + shown_joined + ranked))[:limit]

@@ -6,7 +6,10 @@ terms: lower case, split at `_`, `.` and camelCase, common warehouse abbreviatio
 plurals (an acronym's too: "VMs" is `vm`) and verb endings folded. A question's two adjacent words
 also count as one where the index has that word ("high schoolers" finds `Highschooler`, "super
 power" finds `superpower`), and a word finds the other words of its stem the index has, at half
-weight ("published" finds `publisher`, "migrated" `migrations`). Documents are scored with BM25 over
+weight ("published" finds `publisher`, "migrated" `migrations`). A code of a letter or two and digits
+(`Q1`, `A11`) is also a term whole. A document may carry tags, terms no text spells (`~date` for a
+table with a date column), which a search finds only where the caller says the text implies them; tags
+and codes make no document longer. Documents are scored with BM25 over
 weighted fields (a word in a table's name counts for more than one among its sampled values). A
 document may count each term once, at its best field (`best_field=True`): a table of 300 columns
 then scores by the columns that match, not by how often a word recurs among them, so a wide table no
@@ -19,14 +22,20 @@ from __future__ import annotations
 import math
 import re
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from itertools import pairwise
 
 _WORD = re.compile(r"[^\W\d_]+|\d+")  # letters of any script (Zürich, Москва), or digits
 _CAMEL = re.compile(r"(?<=[a-z])(?=[A-Z])")
-_ACRONYMS = re.compile(r"[A-Z]{2,}s")  # VMs, IPs, CPUs: the plural of what a schema writes `vm`, `ip`
+_ACRONYMS = re.compile(r"[A-Z]{2,}s")
+# A code of digits and a letter or two (`q1`, `A11`, `B365H`): cut, it is a letter and a digit, which say
+# nothing. Not an ordinal or a decade (`3rd`, `1990s`), nor a word with a number (`blitz1`).
+_CODE = re.compile(
+    r"(?<![^\W_])(?!\d+(?:st|nd|rd|th|s)(?![^\W_]))(?=[^\W_]*[^\W\d_])"
+    r"[^\W\d_]{0,2}(?:\d+[^\W\d_]{1,2})*\d+[^\W\d_]{0,2}(?![^\W_])"
+)  # VMs, IPs, CPUs: the plural of what a schema writes `vm`, `ip`
 # Abbreviations warehouses use in names, read as the word a person would ask with.
 ABBREVIATIONS = {
     "acct": "account",
@@ -86,6 +95,18 @@ def terms(text: str) -> tuple[str, ...]:
     return tuple(out)
 
 
+@lru_cache(maxsize=65_536)
+def codes(text: str) -> tuple[str, ...]:
+    """The codes a text writes (`Q1` -> `q1`), kept whole beside its terms: a document has them as tags,
+    which make it no longer (a table of sixty `B365H`-like columns is no wider for them)."""
+    return tuple(code.lower() for code in _CODE.findall(text))
+
+
+def words_of(text: str) -> list[str]:
+    """A text's words as written: split at `_`, `.`, camelCase and between letters and digits."""
+    return _WORD.findall(_CAMEL.sub(" ", text))
+
+
 def compounds(text: str) -> tuple[str, ...]:
     """Each two adjacent words of a text written as one, as a term: a person writes "high school" and
     "super power" where a schema has `highschool` and `superpower`."""
@@ -116,6 +137,11 @@ class Hit:
     matched: frozenset[str] = frozenset()  # the query's terms the document has
 
 
+# A field: its text and weight; a tuple of terms instead of a text is taken as it is (a tag no text
+# spells, such as `~date` for a table with a date column).
+Field = tuple[str | tuple[str, ...], float]
+
+
 class LexicalIndex:
     """BM25 over documents made of weighted fields: `[(text, weight), ...]` per key; `best_field`: a
     term counts once per document, at the weight of its best field (and `b` is then how much a long
@@ -123,7 +149,7 @@ class LexicalIndex:
 
     def __init__(
         self,
-        documents: Iterable[tuple[str, Sequence[tuple[str, float]]]],
+        documents: Iterable[tuple[str, Sequence[Field]]],
         *,
         best_field: bool = False,
         b: float = B,
@@ -134,12 +160,20 @@ class LexicalIndex:
         lengths: list[float] = []
         for key, fields in documents:
             weights: dict[str, float] = defaultdict(float)
+            tags: dict[str, float] = {}
             for text, weight in fields:
+                if not isinstance(text, str):
+                    for tag in text:
+                        tags[tag] = max(weight, tags.get(tag, 0.0))
+                    continue
                 for term in terms(text):
                     weights[term] = max(weights[term], weight) if best_field else weights[term] + weight
+                for code in codes(text):
+                    tags[code] = max(weight, tags.get(code, 0.0))
             doc = len(self._keys)
             self._keys.append(key)
-            lengths.append(sum(weights.values()))
+            lengths.append(sum(weights.values()))  # a tag is no text: it makes no document longer
+            weights.update(tags)
             for term, weight in weights.items():
                 self._postings[term].append((doc, weight))
         self._lengths = lengths
@@ -148,6 +182,9 @@ class LexicalIndex:
     def __len__(self) -> int:
         return len(self._keys)
 
+    def has(self, term: str) -> bool:
+        return term in self._postings
+
     def idf(self, term: str) -> float:
         """How rare a term is among the documents (0 for a term none has)."""
         postings = self._postings.get(term)
@@ -155,15 +192,19 @@ class LexicalIndex:
             return 0.0
         return math.log(1 + (len(self._keys) - len(postings) + 0.5) / (len(postings) + 0.5))
 
-    def search(self, text: str, limit: int = 10) -> list[Hit]:
-        """The best `limit` documents for the text, best first (ties by key, so results are stable)."""
+    def search(self, text: str, limit: int = 10, implied: Mapping[str, float] | None = None) -> list[Hit]:
+        """The best `limit` documents for the text, best first (ties by key, so results are stable);
+        `implied`: terms the text means without writing them (`date` for "in 2010"), with their weights."""
         scores: dict[int, float] = defaultdict(float)
         matched: dict[int, set[str]] = defaultdict(set)
         query = dict.fromkeys(terms(text), 1.0) | {term: 1.0 for term in compounds(text) if term in self._postings}
+        query |= dict.fromkeys(codes(text), 1.0)
         for term in list(query):
             for form in derived(term):
                 if form in self._postings and form not in query:
                     query[form] = DERIVED_WEIGHT
+        for term, factor in (implied or {}).items():
+            query.setdefault(term, factor)
         for term, factor in query.items():
             idf = factor * self.idf(term)
             for doc, tf in self._postings.get(term, ()):

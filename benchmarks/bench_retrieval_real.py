@@ -18,10 +18,12 @@ Each figure is for every database alone (averaged over databases, and the worst 
 pooled scope of every database (1,400 tables). Databases are split by a hash of their name into a
 development part and a held-out part (a third) that nothing was tuned on; both are reported.
 
-    python -m benchmarks.bench_retrieval_real [--quick] [--data DIR]
+    python -m benchmarks.bench_retrieval_real [--quick] [--data DIR] [--misses DB,...]
 
 `--quick` takes BEAVER's databases and a few of the others (about a minute on two cores); `--data`
-keeps the created engine folder there and reuses it next time.
+keeps the created engine folder there and reuses it next time; `--misses` prints, for those databases
+(development ones only: the held-out part is not for reading), each question whose needed tables are
+not all in the first five hits of its own database's search, with the first ten.
 """
 
 from __future__ import annotations
@@ -346,9 +348,33 @@ def _weak(per_db: dict[tuple[str, str], Figures], databases: list[str], sizes: d
         )
 
 
+def misses(databases: Sequence[str], data: Path | None) -> None:
+    """Each question of these (development) databases short of what a perfect search scores at five."""
+    schemas, questions = load(False)
+    kept = {db: schemas[db] for db in databases if db in schemas and not is_heldout(db)}
+    with tempfile.TemporaryDirectory() as scratch:
+        tables = asyncio.run(introspected(kept, data or Path(scratch)))
+    for db in kept:
+        catalog = Catalog([t for t in tables if t.database == db], db)
+        asked = [q for q in questions if q.db == db]
+        short = 0
+        for question in asked:
+            hits = catalog.search(question.question, 10)
+            found = {t.split(".", 1)[1] for hit in hits[:5] for t in catalog.family(hit)}
+            if len(found & set(question.tables)) < min(5, len(question.tables)):
+                short += 1
+                print(f"\n{question.question}\n  needs {', '.join(sorted(question.tables))}")
+                print("  found " + ", ".join(("*" if h.split(".", 1)[1] in question.tables else "") + h for h in hits))
+        print(f"\n{db}: {short} of {len(asked)} questions short of the best at five")
+
+
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="BEAVER's databases and a few others")
     parser.add_argument("--data", type=Path, help="keep (and reuse) the engine's data folder here")
+    parser.add_argument("--misses", help="development databases (comma-separated) whose misses to print")
     arguments = parser.parse_args()
-    report(run(arguments.quick, arguments.data))
+    if arguments.misses:
+        misses(arguments.misses.split(","), arguments.data)
+    else:
+        report(run(arguments.quick, arguments.data))

@@ -54,6 +54,8 @@ class Families:
         for family in _dated(ordered) + sorted(_copies(ordered), key=lambda f: f.members):
             for member in family.members:
                 self._of.setdefault(member, family)
+        chosen = {family: self._chosen(family, ()) for family in set(self._of.values())}  # asked per table, kept
+        self._plain = {member: chosen[family] for member, family in self._of.items()}
 
     def of(self, qualified: str) -> Family | None:
         return self._of.get(qualified)
@@ -61,17 +63,20 @@ class Families:
     def representative(self, qualified: str, dates: Sequence[str] = ()) -> str:
         """The member that stands for the table's family: the one a date of the question names
         (`question_dates`), else the newest (dated families), or the original (copies)."""
+        if not dates:
+            return self._plain.get(qualified, qualified)
         family = self._of.get(qualified)
-        if family is None:
-            return qualified
+        return qualified if family is None else self._chosen(family, dates)
+
+    @staticmethod
+    def _chosen(family: Family, dates: Sequence[str]) -> str:
         if not family.dated:
             return min(family.members, key=lambda m: (len(m), m))
         return max(family.members, key=lambda m: (_date_match(_stamp(m), dates), _stamp(m), m))
 
     def hidden(self, qualified: str) -> bool:
         """Whether a catalogue leaves this table out for its family's newest (or original) member."""
-        family = self._of.get(qualified)
-        return family is not None and self.representative(qualified) != qualified
+        return self.representative(qualified) != qualified
 
 
 def _stamp(qualified: str) -> str:

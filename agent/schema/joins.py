@@ -6,6 +6,9 @@ Those share key columns with the tables the question does name: `instance_uuid` 
 two tables that both have `dlc_key` join on it, and a column named by a word of a table's name leads
 to it (`eye_colour_id` to `colour`, `link_to_member` to `member`, `zip` to `zip_code`, `hero_id` to the
 one table ending in `hero`); a table many plain columns name (`status`) is linked to none of them.
+A family of copies or split tables (agent/schema/families.py) joins as its one representative: the
+copies `shadow_quota_usages` and `shadow_reservations` beside the originals left `usage_id` naming
+two tables (so none) and doubled every group of tables sharing a key.
 The search adds the neighbours of its best hits, so a question's tables arrive together.
 """
 
@@ -15,6 +18,7 @@ import re
 from collections import defaultdict
 from collections.abc import Sequence
 
+from agent.schema.families import Families
 from agent.schema.tables import Table
 
 _KEY = re.compile(r"^(?P<entity>.+?)_?(?:id|key|code|uuid|no|num|number|ref)$", re.IGNORECASE)
@@ -33,22 +37,26 @@ class JoinGraph:
     """Tables of the same database linked by a key column they share, or by a column that names
     another table (`district_id` -> `district`, `link_to_event` -> `event`)."""
 
-    def __init__(self, tables: Sequence[Table]) -> None:
+    def __init__(self, tables: Sequence[Table], families: Families | None = None) -> None:
+        self._families = families if families is not None else Families(tables)
         self._links: dict[str, set[str]] = defaultdict(set)
         self._via: dict[str, dict[str, set[str]]] = defaultdict(lambda: defaultdict(set))
         by_database: dict[str, list[Table]] = defaultdict(list)
         for table in sorted(tables, key=lambda t: t.qualified):  # the same links whatever the tables' order
+            if self._families.hidden(table.qualified):
+                continue  # a family joins as its representative
             by_database[table.database].append(table)
         for members in by_database.values():
             self._link(members)
 
     def neighbours(self, qualified: str) -> set[str]:
-        return self._links.get(qualified, set())
+        """The tables joined to this one (to its family's representative); each one a representative."""
+        return self._links.get(self._families.representative(qualified), set())
 
     def via(self, qualified: str) -> dict[str, set[str]]:
         """The tables this one's columns name -> those columns (`superhero` -> `colour`: `eye_colour_id`,
         `hair_colour_id`)."""
-        return self._via.get(qualified, {})
+        return self._via.get(self._families.representative(qualified), {})
 
     def _link(self, tables: list[Table]) -> None:
         named: dict[str, str] = {}

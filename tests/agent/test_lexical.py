@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from agent.lexical import LexicalIndex, derived, terms
+from agent.lexical import LexicalIndex, codes, derived, terms
 
 
 def test_every_form_of_a_word_is_one_term() -> None:
@@ -79,3 +79,29 @@ def test_derived_forms_are_only_those_of_the_same_stem() -> None:
     assert "migration" in derived("migrat") and "winner" in derived("win")
     assert "publish" in derived("publisher")
     assert "us" not in derived("user") and "ord" not in derived("order")  # too short a stem to be one
+
+
+def test_a_tag_is_found_only_when_implied_and_makes_no_document_longer() -> None:
+    # `~date`: what a table with a date column is known to hold, though no word of a question spells it.
+    plain = [("a.orders", [("orders", 3.0), ("total", 1.0)]), ("a.refunds", [("refunds", 3.0), ("total", 1.0)])]
+    tagged = [plain[0], ("a.refunds", [*plain[1][1], (("~date",), 1.0)])]
+    before, after = LexicalIndex(plain), LexicalIndex(tagged)
+    assert after.search("total") == before.search("total")  # the same scores: the tag adds no length
+    assert [hit.key for hit in after.search("total", implied={"~date": 1.0})] == ["a.refunds", "a.orders"]
+    assert after.search("~date") == []  # no text spells a tag
+
+
+def test_a_code_of_a_letter_and_digits_is_found_whole() -> None:
+    # BIRD's formula_1: "Q1 result" is `qualifying.q1`; cut into `q` and `1`, it said nothing.
+    assert codes("Q1 result, A11 and B365H in the 3rd lap of the 1990s, host blitz1") == ("q1", "a11", "b365h")
+    index = LexicalIndex(
+        [
+            ("f1.qualifying", [("qualifying", 3.0), ("q1", 1.0), ("q2", 1.0), ("position", 1.0)]),
+            ("f1.results", [("results", 3.0), ("position", 1.0), ("points", 1.0)]),
+        ]
+    )
+    assert [hit.key for hit in index.search("What's his Q2 position?")] == ["f1.qualifying", "f1.results"]
+    team = ("m.team", [("team", 3.0), ("team_name", 1.0)])
+    wide = LexicalIndex([("m.match", [("match", 3.0), *((f"Q{n}", 1.0) for n in range(1, 10))]), team])
+    narrow = LexicalIndex([("m.match", [("match", 3.0), ("Q1", 1.0)]), team])
+    assert wide.search("match team") == narrow.search("match team")  # codes make a document no longer

@@ -115,6 +115,10 @@ class SharedRateLimit(RateLimit):
             if now - self._swept_at >= self.window_s:  # idle clients' takes
                 c.execute("DELETE FROM pace_takes WHERE scope = ? AND at <= ?", (self._scope, horizon))
                 self._swept_at = now
+            if not isinstance(c, sqlite3.Connection):  # PostgreSQL: the same in one statement, one round trip
+                take = {"scope": self._scope, "key": key, "horizon": horizon, "now": now, "limit": self.per_minute}
+                count, oldest = c.execute(_TAKE, take).fetchone()
+                return max(0.0, oldest - horizon) if count >= self.per_minute else None
             # Takes out of the window, and any "from the future" (the clock was stepped back), no longer count.
             c.execute(
                 "DELETE FROM pace_takes WHERE scope = ? AND key = ? AND (at <= ? OR at > ?)",
@@ -127,3 +131,17 @@ class SharedRateLimit(RateLimit):
                 return max(0.0, oldest - horizon)
             c.execute("INSERT INTO pace_takes VALUES (?, ?, ?)", (self._scope, key, now))
             return None
+
+
+# SharedRateLimit's take on PostgreSQL, under the write lock: the key's takes out of the window (or from the
+# future) deleted, those in it counted (the count reads the table as it was before the delete, so it counts only
+# those in the window), and this one added while under the limit.
+_TAKE = """WITH gone AS (
+    DELETE FROM pace_takes WHERE scope = :scope AND key = :key AND (at <= :horizon OR at > :now)
+), seen AS (
+    SELECT count(*) AS n, min(at) AS oldest FROM pace_takes
+    WHERE scope = :scope AND key = :key AND at > :horizon AND at <= :now
+), taken AS (
+    INSERT INTO pace_takes (scope, key, at) SELECT :scope, :key, :now FROM seen WHERE n < :limit
+)
+SELECT n, oldest FROM seen"""

@@ -234,6 +234,8 @@ class DurableRuns:
 
     def finish_in(self, c: sqlite3.Connection, run_id: str) -> bool:
         """`finish` inside a write transaction the caller holds (the turn's store: both land or neither)."""
+        if not isinstance(c, sqlite3.Connection):  # PostgreSQL: the row and its parts in one round trip
+            return bool(c.execute(_FINISHED, (run_id, self.host)).fetchone()[0])
         held = c.execute("DELETE FROM durable_runs WHERE run_id = ? AND holder = ?", (run_id, self.host)).rowcount
         if held:
             c.execute("DELETE FROM durable_run_parts WHERE run_id = ?", (run_id,))
@@ -432,6 +434,9 @@ _SAVED = f"""WITH batch AS (
     FROM batch b WHERE b.run_id IN (SELECT run_id FROM held)
 )
 SELECT b.n, b.run_id IN (SELECT run_id FROM held) FROM batch b ORDER BY b.n"""
+_FINISHED = """WITH gone AS (DELETE FROM durable_runs WHERE run_id = ? AND holder = ? RETURNING run_id),
+parts AS (DELETE FROM durable_run_parts WHERE run_id IN (SELECT run_id FROM gone))
+SELECT count(*) FROM gone"""
 _HELD = "SELECT run_id FROM durable_runs WHERE run_id = ANY(CAST(? AS TEXT[])) AND holder = ?"
 
 _COLUMNS = (

@@ -19,6 +19,7 @@ from typing import Any
 
 from agent.runner import Outcome, RunResult
 from chats.state_file import StateFile, write_transaction
+from chats.state_postgres import GroupCalls, PostgresFile
 
 FAILED = "failed"  # the outcome of a run that ended without a result (the runner raised: a bug)
 REFUSED = "refused"  # a question refused before it ran: its outcome is "refused: <reason>"
@@ -150,10 +151,14 @@ class AuditLog:
     def __init__(self, file: StateFile, *, clock: Callable[[], float] = time.time) -> None:
         self._file = file  # the kit's state file (chats/state.py), which makes the tables
         self.clock = clock
+        self._records = GroupCalls.each(file, _insert) if isinstance(file, PostgresFile) else None
 
     async def record(self, entry: AuditEntry) -> None:
         """Write the entry once (a run's id is written at most once; a second write is ignored)."""
-        await self._file.run(lambda c: _insert(c, entry))
+        if self._records is not None:  # PostgreSQL: the entries that come at once go together
+            await self._records(entry)
+        else:
+            await self._file.run(lambda c: _insert(c, entry))
 
     async def entries(self, which: AuditFilter = AuditFilter(), *, limit: int | None = None) -> list[AuditEntry]:
         """Entries matching `which`, oldest first."""

@@ -139,10 +139,11 @@ class DurableRuns:
         self._now = POSTGRES_NOW if isinstance(file, PostgresFile) else SQLITE_NOW
         self._driving: set[str] = set()  # the runs this host drives: the only leases it renews
         self._written: dict[str, dict[str, Any]] = {}  # by run, the stored form of its parts so far
-        # On PostgreSQL the saves and the "still mine?" of the host's runs that come at once go together.
-        grouped = isinstance(file, PostgresFile)
-        self._saves = GroupCalls(file, self._save_each) if grouped else None
-        self._asking = GroupCalls(file, self._held_of) if grouped else None
+        # On PostgreSQL the begins, saves and "still mine?" of the host's runs that come at once go together.
+        shared = file if isinstance(file, PostgresFile) else None
+        self._begins = GroupCalls.each(shared, self._insert) if shared else None
+        self._saves = GroupCalls(shared, self._save_each) if shared else None
+        self._asking = GroupCalls(shared, self._held_of) if shared else None
 
     async def begin(self, run: DurableRun) -> None:
         """Keep `run`, held by this host."""
@@ -151,15 +152,17 @@ class DurableRuns:
             json.dumps(asdict(run.origin)), json.dumps(run.delivery), int(run.followups), run.abandon_after_s,
             run.checkpoint, self.host, self.lease_s, run.takeovers, run.created_at,
         )  # fmt: skip
-        marks = ", ".join([*"?" * 12, f"{self._now} + ?", "?", "?"])
-
-        def write(c: sqlite3.Connection) -> None:
-            # One statement, atomic alone: a new row, with a lease from now on, that no claim can take, so
-            # it needs no write lock (on PostgreSQL one round trip, not three).
-            c.execute(f"INSERT INTO durable_runs ({_COLUMNS}) VALUES ({marks})", row)
-
-        await self._file.run(write)
+        if self._begins is not None:
+            await self._begins(row)
+        else:
+            await self._file.run(partial(self._insert, row=row))
         self._driving.add(run.run_id)
+
+    def _insert(self, c: sqlite3.Connection, row: tuple[Any, ...]) -> None:
+        # One statement, atomic alone: a new row, with a lease from now on, that no claim can take, so it
+        # needs no write lock (on PostgreSQL one round trip, not three).
+        marks = ", ".join([*"?" * 12, f"{self._now} + ?", "?", "?"])
+        c.execute(f"INSERT INTO durable_runs ({_COLUMNS}) VALUES ({marks})", row)
 
     async def save(self, run_id: str, checkpoint: Checkpoint) -> bool:
         """The run's latest checkpoint, its lease renewed: the part it adds to what this host wrote of it

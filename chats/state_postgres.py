@@ -177,6 +177,22 @@ class GroupCalls(Generic[Item, Result]):
         self._leaving: asyncio.Task[None] | None = None  # a lane started that has not yet taken what waits
         self.groups = 0  # made so far (for tests and benchmarks)
 
+    @classmethod
+    def each(
+        cls, file: PostgresFile, fn: Callable[[sqlite3.Connection, Item], Result], *, locked: bool = False
+    ) -> GroupCalls[Item, Result]:
+        """Calls of `fn` (one item each) made one after another on one connection, one thread hop for the group:
+        in one write transaction when the group has several (one fails, all are made again alone, so none may
+        land twice), or when `locked` (`fn` needs the kit's write lock, and gets it held)."""
+
+        def group(c: sqlite3.Connection, items: list[Item]) -> list[Result]:
+            if len(items) == 1 and not locked:
+                return [fn(c, items[0])]
+            with cast(PostgresConnection, c).write_transaction():
+                return [fn(c, item) for item in items]
+
+        return cls(file, group)
+
     async def __call__(self, item: Item) -> Result:
         loop = asyncio.get_running_loop()
         called: asyncio.Future[Result] = loop.create_future()

@@ -39,6 +39,7 @@ import psycopg
 from psycopg.conninfo import make_conninfo
 from psycopg.pq import TransactionStatus
 from psycopg.rows import RowMaker
+from psycopg.types.array import ListBinaryDumper
 from psycopg_pool import ConnectionPool
 
 from agent.config import ConfigError, redacted_url
@@ -347,6 +348,11 @@ def _reach(url: str) -> None:
 
 def _configure(conn: psycopg.Connection[Any]) -> None:
     conn.execute(f"SET lock_timeout = '{LOCK_WAIT}'")
+    # The grouped statements pass their items' values as arrays (GroupCalls). psycopg dumps a list in text by
+    # default, escaping each element in Python (a regular expression's substitution per quote: about 60 us for
+    # an event's JSON of 400 characters); in binary it copies each as it is (under 1 us). Every list goes to a
+    # CAST to its array type in the SQL, which reads either.
+    conn.adapters.register_dumper(list, ListBinaryDumper)
 
 
 def _adapt(params: Sequence[Any] | Mapping[str, Any]) -> Sequence[Any] | Mapping[str, Any]:

@@ -16,6 +16,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from psycopg.types.array import ListDumper
 
 from agent.runner import (
     AnswerEvent,
@@ -151,6 +152,34 @@ async def test_an_audit_entry_is_one_statement(state: ChatState, counted: Counts
     await state.audit.record(entry)  # a run's entry is written once
     [stored] = await state.audit.entries()
     assert stored.queries == queries
+
+
+async def test_grouped_values_go_in_binary_never_escaped_one_by_one(
+    state: ChatState, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The arrays of a grouped statement (events' and checkpoints' JSON) are not escaped element by element in
+    Python (psycopg's text arrays: a substitution per quote, about 60 us an event), and arrive as they were."""
+    escaped: list[int] = []
+    dump = ListDumper.dump
+
+    def counted(self: ListDumper, values: list[Any]) -> Any:
+        escaped.append(len(values))
+        return dump(self, values)
+
+    monkeypatch.setattr(ListDumper, "dump", counted)
+    log, durable = state.shared_runs, DurableRuns(state.file, lease_s=30.0, host="host-1")
+    assert log is not None
+    data = {"sql": "SELECT \"a\\b\" FROM t WHERE x = 'y'", "rows": [["9E", None, 1.5]]}
+    await durable.begin(durable_run("r1"))
+    await log.open("r1", "conversation")
+    assert await log.add("r1", [(1, "result", data), (2, "answer", {"text": "é \u2603"})], beat=True, holder="host-1")
+    assert await durable.save("r1", Checkpoint(question='say "hi"', rounds=1))
+    assert escaped == [], f"lists escaped in text, one element at a time: {escaped}"
+    assert await log.events_after("r1", 0) == [(1, "result", data), (2, "answer", {"text": "é \u2603"})]
+    other = DurableRuns(state.file, lease_s=30.0, host="host-2")
+    await state.file.run(lambda c: c.execute("UPDATE durable_runs SET lease_until = 0"))
+    claimed = await other.claim_lapsed({"web"})
+    assert claimed is not None and (saved := claimed.saved()) is not None and saved.question == 'say "hi"'
 
 
 class TwoRounds:

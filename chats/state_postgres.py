@@ -14,8 +14,10 @@ the message of the BEGIN: one round trip for both.
 The pool is psycopg_pool's synchronous one: the stores' functions are synchronous (SQLite has no async
 driver) and run in worker threads as on SQLite; an async pool would need every store written twice (and
 measured no cheaper: about 170 CPU us a statement through psycopg's async pool against 100-140 through the
-threads). What costs is the count of round trips: calls that many tasks make at once (a hundred runs' copies)
-are made as one (`GroupCalls`).
+threads). What costs is the count of thread hops and round trips: calls that many tasks make at once (a hundred
+runs' copies, saves, rate-limit takes, audit entries) are made as one (`GroupCalls`), and a store's transaction
+is as few statements as it can be (tests/chats/test_round_trips.py counts them). A grouped statement's arrays
+go in binary: psycopg escapes a text array's elements in Python, which cost more than the round trips.
 
 `Notices` is the push side: one connection per process that LISTENs on a channel and wakes the tasks
 waiting on a key (a run's id) when another host NOTIFYs it, so a reader on another host follows a run

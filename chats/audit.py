@@ -19,6 +19,7 @@ from typing import Any
 
 from agent.runner import Outcome, RunResult
 from chats.state_file import StateFile, write_transaction
+from chats.state_postgres import GroupCalls, PostgresFile
 
 FAILED = "failed"  # the outcome of a run that ended without a result (the runner raised: a bug)
 REFUSED = "refused"  # a question refused before it ran: its outcome is "refused: <reason>"
@@ -150,10 +151,14 @@ class AuditLog:
     def __init__(self, file: StateFile, *, clock: Callable[[], float] = time.time) -> None:
         self._file = file  # the kit's state file (chats/state.py), which makes the tables
         self.clock = clock
+        self._records = GroupCalls.each(file, _insert) if isinstance(file, PostgresFile) else None
 
     async def record(self, entry: AuditEntry) -> None:
         """Write the entry once (a run's id is written at most once; a second write is ignored)."""
-        await self._file.run(lambda c: _insert(c, entry))
+        if self._records is not None:  # PostgreSQL: the entries that come at once go together
+            await self._records(entry)
+        else:
+            await self._file.run(lambda c: _insert(c, entry))
 
     async def entries(self, which: AuditFilter = AuditFilter(), *, limit: int | None = None) -> list[AuditEntry]:
         """Entries matching `which`, oldest first."""
@@ -161,24 +166,11 @@ class AuditLog:
 
 
 def _insert(c: sqlite3.Connection, entry: AuditEntry) -> None:
+    if not isinstance(c, sqlite3.Connection):  # PostgreSQL: the entry and its queries in one statement
+        c.execute(_RECORDED, (*_entry_values(entry), *_query_columns(entry)))
+        return
     with write_transaction(c):
-        inserted = c.execute(
-            "INSERT INTO audit_entries (run_id, at, person, interface, channel, policy, conversation_id, question, "
-            "outcome) VALUES (?, ?, COALESCE(NULLIF(?, ''), (SELECT owner FROM conversations WHERE id = ?), ''), "
-            "?, ?, ?, ?, ?, ?) ON CONFLICT (run_id) DO NOTHING",
-            (
-                entry.run_id,
-                entry.at,
-                entry.person,
-                entry.conversation_id,
-                entry.interface,
-                entry.channel,
-                entry.policy,
-                entry.conversation_id,
-                entry.question,
-                entry.outcome,
-            ),
-        ).rowcount
+        inserted = c.execute(_ENTRY, _entry_values(entry)).rowcount
         if inserted:
             c.executemany(
                 "INSERT INTO audit_queries (run_id, position, label, sql, rows_read, bytes_read, error, reused_from) "
@@ -188,6 +180,49 @@ def _insert(c: sqlite3.Connection, entry: AuditEntry) -> None:
                     for n, q in enumerate(entry.queries)
                 ],
             )
+
+
+def _entry_values(entry: AuditEntry) -> tuple[Any, ...]:
+    return (
+        entry.run_id,
+        entry.at,
+        entry.person,
+        entry.conversation_id,
+        entry.interface,
+        entry.channel,
+        entry.policy,
+        entry.conversation_id,
+        entry.question,
+        entry.outcome,
+    )
+
+
+def _query_columns(entry: AuditEntry) -> tuple[list[Any], ...]:
+    queries = entry.queries
+    return (
+        list(range(len(queries))),
+        [q.label for q in queries],
+        [q.sql for q in queries],
+        [q.rows_read for q in queries],
+        [q.bytes_read for q in queries],
+        [q.error for q in queries],
+        [q.reused_from for q in queries],
+    )
+
+
+# A run's id is written at most once: a second entry, and its queries, are ignored.
+_ENTRY = (
+    "INSERT INTO audit_entries (run_id, at, person, interface, channel, policy, conversation_id, question, "
+    "outcome) VALUES (?, ?, COALESCE(NULLIF(?, ''), (SELECT owner FROM conversations WHERE id = ?), ''), "
+    "?, ?, ?, ?, ?, ?) ON CONFLICT (run_id) DO NOTHING"
+)
+# On PostgreSQL one statement, atomic alone (no write lock, one round trip): its queries go in only with the entry.
+_RECORDED = f"""WITH entry AS ({_ENTRY} RETURNING run_id)
+INSERT INTO audit_queries (run_id, position, label, sql, rows_read, bytes_read, error, reused_from)
+SELECT entry.run_id, q.position, q.label, q.sql, q.rows_read, q.bytes_read, q.error, q.reused_from
+FROM entry, unnest(CAST(? AS BIGINT[]), CAST(? AS TEXT[]), CAST(? AS TEXT[]), CAST(? AS BIGINT[]),
+    CAST(? AS BIGINT[]), CAST(? AS TEXT[]), CAST(? AS TEXT[]))
+    AS q(position, label, sql, rows_read, bytes_read, error, reused_from)"""
 
 
 def read_entries(c: sqlite3.Connection, which: AuditFilter, limit: int | None = None) -> list[AuditEntry]:

@@ -296,50 +296,19 @@ class ConversationStore:
             with write_transaction(c):
                 if fence is not None and not fence(c):
                     return False
+                row = _turn_row(run_id, conversation_id, result, turn, now)
+                queries = [_stored_query(run_id, q) for q in turn.queries]
+                if not isinstance(c, sqlite3.Connection):  # PostgreSQL: one statement, one round trip
+                    columns = [[query[i] for query in queries] for i in range(_QUERY_COLUMNS)]
+                    c.execute(_STORED, (*row, *columns, now, conversation_id))
+                    return True
                 position = c.execute(
                     "SELECT count(*) FROM turns WHERE conversation_id = ?", (conversation_id,)
                 ).fetchone()[0]
-                c.execute(
-                    "INSERT INTO turns (run_id, conversation_id, position, question, answer, outcome, followups, "
-                    "metrics, transcript, events, created_at, charts, figures, receipt, policy, classification) "
-                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                    (
-                        run_id,
-                        conversation_id,
-                        position,
-                        result.question,
-                        result.answer,
-                        result.outcome.value,
-                        _dumps(result.followups),
-                        result.metrics.model_dump_json(),
-                        _dumps(turn.transcript),
-                        _dumps(turn.events),
-                        now,
-                        _dumps(turn.charts),
-                        result.figures.model_dump_json() if result.figures else "null",
-                        result.receipt.model_dump_json() if result.receipt else "null",
-                        result.policy or "",
-                        result.classification.value,  # a clarification left unanswered is reviewed
-                    ),
-                )
-                for q in turn.queries:
-                    c.execute(
-                        "INSERT INTO queries VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                        (
-                            query_key(run_id, q.query_id),
-                            run_id,
-                            q.query_id,
-                            q.question,
-                            q.sql,
-                            _dumps(q.columns),
-                            _dumps(q.rows),
-                            q.row_count,
-                            int(q.has_more),
-                            q.error,
-                            q.hint,
-                            q.elapsed_ms,
-                        ),
-                    )
+                placed = (*row[:2], position, *row[3:])
+                c.execute(f"INSERT INTO turns ({_TURN_COLUMNS}) VALUES (?, ?, ?, {_TURN_MARKS})", placed)
+                for query in queries:
+                    c.execute("INSERT INTO queries VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", query)
                 c.execute("UPDATE conversations SET updated_at = ? WHERE id = ?", (now, conversation_id))
                 return True
 
@@ -522,6 +491,70 @@ def _history_turn(c: sqlite3.Connection, turn: sqlite3.Row, may_read: MayRead) -
 
 def _without(event: dict[str, Any], key: str, empty: Any) -> dict[str, Any]:
     return {**event, "data": {**event["data"], key: empty}}
+
+
+def _turn_row(run_id: str, conversation_id: str, result: RunResult, turn: _StoredTurn, now: float) -> tuple[Any, ...]:
+    """A turn's row, its position (the third value) to be filled in: the conversation's count of turns."""
+    return (
+        run_id,
+        conversation_id,
+        conversation_id,
+        result.question,
+        result.answer,
+        result.outcome.value,
+        _dumps(result.followups),
+        result.metrics.model_dump_json(),
+        _dumps(turn.transcript),
+        _dumps(turn.events),
+        now,
+        _dumps(turn.charts),
+        result.figures.model_dump_json() if result.figures else "null",
+        result.receipt.model_dump_json() if result.receipt else "null",
+        result.policy or "",
+        result.classification.value,  # a clarification left unanswered is reviewed
+    )
+
+
+def _stored_query(run_id: str, q: QueryView) -> tuple[Any, ...]:
+    return (
+        query_key(run_id, q.query_id),
+        run_id,
+        q.query_id,
+        q.question,
+        q.sql,
+        _dumps(q.columns),
+        _dumps(q.rows),
+        q.row_count,
+        int(q.has_more),
+        q.error,
+        q.hint,
+        q.elapsed_ms,
+    )
+
+
+_TURN_COLUMNS = (
+    "run_id, conversation_id, position, question, answer, outcome, followups, metrics, transcript, events, "
+    "created_at, charts, figures, receipt, policy, classification"
+)
+_TURN_MARKS = ", ".join("?" * 13)
+_QUERY_COLUMNS = 12
+# A turn's store on PostgreSQL in one statement (under the write lock its transaction holds): the turn at the
+# conversation's next position, its queries (checked against the turn at the statement's end), and the
+# conversation's time.
+_STORED = f"""WITH turn AS (
+    INSERT INTO turns ({_TURN_COLUMNS})
+    VALUES (?, ?, (SELECT count(*) FROM turns WHERE conversation_id = ?), {_TURN_MARKS}) RETURNING run_id
+), asked AS (
+    INSERT INTO queries (id, run_id, label, question, sql, columns, preview, row_count, has_more, error, hint,
+        elapsed_ms)
+    SELECT q.id, q.run_id, q.label, q.question, q.sql, q.columns, q.preview, q.row_count, q.has_more, q.error,
+        q.hint, q.elapsed_ms
+    FROM turn, unnest(CAST(? AS TEXT[]), CAST(? AS TEXT[]), CAST(? AS TEXT[]), CAST(? AS TEXT[]), CAST(? AS TEXT[]),
+        CAST(? AS TEXT[]), CAST(? AS TEXT[]), CAST(? AS BIGINT[]), CAST(? AS BIGINT[]), CAST(? AS TEXT[]),
+        CAST(? AS TEXT[]), CAST(? AS BIGINT[]))
+        AS q(id, run_id, label, question, sql, columns, preview, row_count, has_more, error, hint, elapsed_ms)
+)
+UPDATE conversations SET updated_at = ? WHERE id = ?"""
 
 
 def _dumps(value: Any) -> str:

@@ -32,13 +32,14 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable, Collection
 from dataclasses import asdict, dataclass, field, fields
+from functools import partial
 from typing import Any
 
 from agent.checkpoint_form import CheckpointPart, fold, part_between
 from agent.runner import Checkpoint
 from chats.audit import Origin
 from chats.state_file import SQLITE_NOW, StateFile, write_transaction
-from chats.state_postgres import POSTGRES_NOW, PostgresFile
+from chats.state_postgres import POSTGRES_NOW, GroupCalls, PostgresFile
 
 log = logging.getLogger(__name__)
 RENEWALS_PER_LEASE = 3  # a lease is renewed (and lapsed ones looked for) this many times per lease
@@ -138,6 +139,11 @@ class DurableRuns:
         self._now = POSTGRES_NOW if isinstance(file, PostgresFile) else SQLITE_NOW
         self._driving: set[str] = set()  # the runs this host drives: the only leases it renews
         self._written: dict[str, dict[str, Any]] = {}  # by run, the stored form of its parts so far
+        # On PostgreSQL the begins, saves and "still mine?" of the host's runs that come at once go together.
+        shared = file if isinstance(file, PostgresFile) else None
+        self._begins = GroupCalls.each(shared, self._insert) if shared else None
+        self._saves = GroupCalls(shared, self._save_each) if shared else None
+        self._asking = GroupCalls(shared, self._held_of) if shared else None
 
     async def begin(self, run: DurableRun) -> None:
         """Keep `run`, held by this host."""
@@ -146,48 +152,64 @@ class DurableRuns:
             json.dumps(asdict(run.origin)), json.dumps(run.delivery), int(run.followups), run.abandon_after_s,
             run.checkpoint, self.host, self.lease_s, run.takeovers, run.created_at,
         )  # fmt: skip
-        marks = ", ".join([*"?" * 12, f"{self._now} + ?", "?", "?"])
-
-        def write(c: sqlite3.Connection) -> None:
-            with write_transaction(c):
-                c.execute(f"INSERT INTO durable_runs ({_COLUMNS}) VALUES ({marks})", row)
-
-        await self._file.run(write)
+        if self._begins is not None:
+            await self._begins(row)
+        else:
+            await self._file.run(partial(self._insert, row=row))
         self._driving.add(run.run_id)
+
+    def _insert(self, c: sqlite3.Connection, row: tuple[Any, ...]) -> None:
+        # One statement, atomic alone: a new row, with a lease from now on, that no claim can take, so it
+        # needs no write lock (on PostgreSQL one round trip, not three).
+        marks = ", ".join([*"?" * 12, f"{self._now} + ?", "?", "?"])
+        c.execute(f"INSERT INTO durable_runs ({_COLUMNS}) VALUES ({marks})", row)
 
     async def save(self, run_id: str, checkpoint: Checkpoint) -> bool:
         """The run's latest checkpoint, its lease renewed: the part it adds to what this host wrote of it
         (all of it when that is unknown: the parts before go), written only while this host holds the run,
         in the same transaction. False: it no longer does (its lease lapsed and another host took it over),
-        and nothing was written."""
+        and nothing was written. On PostgreSQL the saves of the host's runs that come at once are made
+        together (`GroupCalls`): one transaction and three round trips for all of them."""
         form = checkpoint.model_dump(mode="json")
         before = self._written.pop(run_id, None)  # unknown until this write lands
-        part = part_between(before, form).model_dump_json()
-
-        def write(c: sqlite3.Connection) -> bool:
-            with write_transaction(c):
-                held = c.execute(
-                    f"UPDATE durable_runs SET lease_until = {self._now} + ? WHERE run_id = ? AND holder = ?",
-                    (self.lease_s, run_id, self.host),
-                ).rowcount
-                if not held:
-                    return False
-                if before is None:  # a whole part: nothing before it is read again
-                    c.execute("DELETE FROM durable_run_parts WHERE run_id = ?", (run_id,))
-                    c.execute("UPDATE durable_runs SET checkpoint = NULL WHERE run_id = ?", (run_id,))
-                c.execute(
-                    "INSERT INTO durable_run_parts (run_id, seq, part) VALUES (?, (SELECT COALESCE(MAX(seq), 0) + 1 "
-                    "FROM durable_run_parts WHERE run_id = ?), ?)",
-                    (run_id, run_id, part),
-                )
-                return True
-
-        held = bool(await self._file.run(write))
+        saving = _Saving(run_id, part_between(before, form).model_dump_json(), whole=before is None)
+        if self._saves is not None:
+            held = await self._saves(saving)
+        else:
+            held = (await self._file.run(partial(self._save_each, items=[saving])))[0]
         if held:
             self._written[run_id] = form
         else:
             self.stop_driving(run_id)
         return held
+
+    def _save_each(self, c: sqlite3.Connection, items: list[_Saving]) -> list[bool]:
+        """`save` for each item, in one write transaction; whether each run was held (and written)."""
+        with write_transaction(c):
+            if isinstance(c, sqlite3.Connection):
+                return [self._save_one(c, item) for item in items]
+            ids = [item.run_id for item in items]
+            if any(item.whole for item in items):  # a whole part: nothing before it is read again
+                c.execute(_CLEARED, ([item.run_id for item in items if item.whole], self.host))
+            found = c.execute(_SAVED, (ids, [item.part for item in items], self.lease_s, self.host)).fetchall()
+            return [bool(held) for (_n, held) in found]
+
+    def _save_one(self, c: sqlite3.Connection, item: _Saving) -> bool:
+        held = c.execute(
+            f"UPDATE durable_runs SET lease_until = {self._now} + ? WHERE run_id = ? AND holder = ?",
+            (self.lease_s, item.run_id, self.host),
+        ).rowcount
+        if not held:
+            return False
+        if item.whole:  # a whole part: nothing before it is read again
+            c.execute("DELETE FROM durable_run_parts WHERE run_id = ?", (item.run_id,))
+            c.execute("UPDATE durable_runs SET checkpoint = NULL WHERE run_id = ?", (item.run_id,))
+        c.execute(
+            "INSERT INTO durable_run_parts (run_id, seq, part) VALUES (?, (SELECT COALESCE(MAX(seq), 0) + 1 "
+            "FROM durable_run_parts WHERE run_id = ?), ?)",
+            (item.run_id, item.run_id, item.part),
+        )
+        return True
 
     async def update_delivery(self, run_id: str, delivery: dict[str, Any]) -> None:
         """What the adapter knows now of where the answer goes (say, the message it streams into)."""
@@ -215,6 +237,8 @@ class DurableRuns:
 
     def finish_in(self, c: sqlite3.Connection, run_id: str) -> bool:
         """`finish` inside a write transaction the caller holds (the turn's store: both land or neither)."""
+        if not isinstance(c, sqlite3.Connection):  # PostgreSQL: the row and its parts in one round trip
+            return bool(c.execute(_FINISHED, (run_id, self.host)).fetchone()[0])
         held = c.execute("DELETE FROM durable_runs WHERE run_id = ? AND holder = ?", (run_id, self.host)).rowcount
         if held:
             c.execute("DELETE FROM durable_run_parts WHERE run_id = ?", (run_id,))
@@ -319,15 +343,27 @@ class DurableRuns:
 
     async def held_here(self, run_id: str) -> bool:
         """Whether this host holds the run (another may have taken it over after this one froze); when it
-        does not, it stops driving it (never renews it again)."""
-        row = await self._file.run(
-            lambda c: c.execute(
-                "SELECT 1 FROM durable_runs WHERE run_id = ? AND holder = ?", (run_id, self.host)
-            ).fetchone()
-        )
-        if row is None:
+        does not, it stops driving it (never renews it again). On PostgreSQL the host's runs ask together."""
+        if self._asking is not None:
+            held = await self._asking(run_id)
+        else:
+            held = (await self._file.run(partial(self._held_of, items=[run_id])))[0]
+        if not held:
             self.stop_driving(run_id)
-        return row is not None
+        return held
+
+    def _held_of(self, c: sqlite3.Connection, items: list[str]) -> list[bool]:
+        if isinstance(c, sqlite3.Connection):
+            found = {
+                run_id
+                for run_id in items
+                if c.execute(
+                    "SELECT 1 FROM durable_runs WHERE run_id = ? AND holder = ?", (run_id, self.host)
+                ).fetchone()
+            }
+        else:
+            found = {row[0] for row in c.execute(_HELD, (items, self.host)).fetchall()}
+        return [run_id in found for run_id in items]
 
     async def holds(self, run_id: str) -> bool:
         """Whether some host holds the run (it is kept, and will be taken over if its host died)."""
@@ -372,6 +408,39 @@ class DurableRuns:
             except Exception:
                 log.exception("could not let run %s lapse; it lapses unrenewed", run.run_id)
 
+
+@dataclass(frozen=True)
+class _Saving:
+    """One run's part to append (`whole`: all of its checkpoint, replacing the parts before)."""
+
+    run_id: str
+    part: str
+    whole: bool
+
+
+# PostgreSQL's statements for many runs' saves at once, under the write lock the caller holds. A run's whole
+# part clears what came before (its own statement: the parts it deletes are the table the next one adds to).
+_CLEARED = """WITH held AS (
+    SELECT run_id FROM durable_runs WHERE run_id = ANY(CAST(? AS TEXT[])) AND holder = ?
+), parts AS (DELETE FROM durable_run_parts WHERE run_id IN (SELECT run_id FROM held))
+UPDATE durable_runs SET checkpoint = NULL WHERE run_id IN (SELECT run_id FROM held)"""
+# Each held run's lease renewed and its part appended after its last; one row per item: whether it was held.
+_SAVED = f"""WITH batch AS (
+    SELECT * FROM unnest(CAST(? AS TEXT[]), CAST(? AS TEXT[])) WITH ORDINALITY AS b(run_id, part, n)
+), held AS (
+    UPDATE durable_runs d SET lease_until = {POSTGRES_NOW} + CAST(? AS DOUBLE PRECISION)
+    WHERE d.run_id IN (SELECT run_id FROM batch) AND d.holder = ?
+    RETURNING d.run_id
+), added AS (
+    INSERT INTO durable_run_parts (run_id, seq, part)
+    SELECT b.run_id, COALESCE((SELECT max(p.seq) FROM durable_run_parts p WHERE p.run_id = b.run_id), 0) + 1, b.part
+    FROM batch b WHERE b.run_id IN (SELECT run_id FROM held)
+)
+SELECT b.n, b.run_id IN (SELECT run_id FROM held) FROM batch b ORDER BY b.n"""
+_FINISHED = """WITH gone AS (DELETE FROM durable_runs WHERE run_id = ? AND holder = ? RETURNING run_id),
+parts AS (DELETE FROM durable_run_parts WHERE run_id IN (SELECT run_id FROM gone))
+SELECT count(*) FROM gone"""
+_HELD = "SELECT run_id FROM durable_runs WHERE run_id = ANY(CAST(? AS TEXT[])) AND holder = ?"
 
 _COLUMNS = (
     "run_id, conversation_id, interface, platform, question, policy, origin, delivery, followups, "

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from functools import partial
 
 from chats.state_file import STATE_UNAVAILABLE, StateFile, write_transaction
+from chats.state_postgres import GroupCalls, PostgresFile
 
 log = logging.getLogger(__name__)
 
@@ -88,6 +89,8 @@ class SharedRateLimit(RateLimit):
         self._file, self._scope, self._clock = file, scope, clock
         self._refused_until: dict[str, float] = {}
         self._swept_at = 0.0
+        # On PostgreSQL the takes that come at once are made together, one after another under one lock.
+        self._takes = GroupCalls.each(file, self._take_in, locked=True) if isinstance(file, PostgresFile) else None
 
     async def take(self, key: str) -> float | None:
         # A refused client is answered from memory until its wait is over: a flood of refused requests
@@ -97,7 +100,7 @@ class SharedRateLimit(RateLimit):
                 return left_s
             del self._refused_until[key]
         try:
-            wait = await self._file.run(partial(self._take, key))
+            wait = await (self._takes(key) if self._takes is not None else self._file.run(partial(self._take, key)))
         except STATE_UNAVAILABLE:  # the shared file is locked or busy: serve the request, say so
             log.warning("could not count a request against its rate limit; letting it through", exc_info=True)
             return None
@@ -110,20 +113,42 @@ class SharedRateLimit(RateLimit):
 
     def _take(self, key: str, c: sqlite3.Connection) -> float | None:
         with write_transaction(c):  # count and add under one lock: two workers cannot both take the last
-            now = self._clock()  # under the lock, so no take is older than one counted before it
-            horizon = now - self.window_s
-            if now - self._swept_at >= self.window_s:  # idle clients' takes
-                c.execute("DELETE FROM pace_takes WHERE scope = ? AND at <= ?", (self._scope, horizon))
-                self._swept_at = now
-            # Takes out of the window, and any "from the future" (the clock was stepped back), no longer count.
-            c.execute(
-                "DELETE FROM pace_takes WHERE scope = ? AND key = ? AND (at <= ? OR at > ?)",
-                (self._scope, key, horizon, now),
-            )
-            count, oldest = c.execute(
-                "SELECT count(*), min(at) FROM pace_takes WHERE scope = ? AND key = ?", (self._scope, key)
-            ).fetchone()
-            if count >= self.per_minute:
-                return max(0.0, oldest - horizon)
-            c.execute("INSERT INTO pace_takes VALUES (?, ?, ?)", (self._scope, key, now))
-            return None
+            return self._take_in(c, key)
+
+    def _take_in(self, c: sqlite3.Connection, key: str) -> float | None:
+        """The take, inside the write transaction the caller holds."""
+        now = self._clock()  # under the lock, so no take is older than one counted before it
+        horizon = now - self.window_s
+        if now - self._swept_at >= self.window_s:  # idle clients' takes
+            c.execute("DELETE FROM pace_takes WHERE scope = ? AND at <= ?", (self._scope, horizon))
+            self._swept_at = now
+        if not isinstance(c, sqlite3.Connection):  # PostgreSQL: the same in one statement, one round trip
+            take = {"scope": self._scope, "key": key, "horizon": horizon, "now": now, "limit": self.per_minute}
+            count, oldest = c.execute(_TAKE, take).fetchone()
+            return max(0.0, oldest - horizon) if count >= self.per_minute else None
+        # Takes out of the window, and any "from the future" (the clock was stepped back), no longer count.
+        c.execute(
+            "DELETE FROM pace_takes WHERE scope = ? AND key = ? AND (at <= ? OR at > ?)",
+            (self._scope, key, horizon, now),
+        )
+        count, oldest = c.execute(
+            "SELECT count(*), min(at) FROM pace_takes WHERE scope = ? AND key = ?", (self._scope, key)
+        ).fetchone()
+        if count >= self.per_minute:
+            return max(0.0, oldest - horizon)
+        c.execute("INSERT INTO pace_takes VALUES (?, ?, ?)", (self._scope, key, now))
+        return None
+
+
+# SharedRateLimit's take on PostgreSQL, under the write lock: the key's takes out of the window (or from the
+# future) deleted, those in it counted (the count reads the table as it was before the delete, so it counts only
+# those in the window), and this one added while under the limit.
+_TAKE = """WITH gone AS (
+    DELETE FROM pace_takes WHERE scope = :scope AND key = :key AND (at <= :horizon OR at > :now)
+), seen AS (
+    SELECT count(*) AS n, min(at) AS oldest FROM pace_takes
+    WHERE scope = :scope AND key = :key AND at > :horizon AND at <= :now
+), taken AS (
+    INSERT INTO pace_takes (scope, key, at) SELECT :scope, :key, :now FROM seen WHERE n < :limit
+)
+SELECT n, oldest FROM seen"""

@@ -14,8 +14,10 @@ the message of the BEGIN: one round trip for both.
 The pool is psycopg_pool's synchronous one: the stores' functions are synchronous (SQLite has no async
 driver) and run in worker threads as on SQLite; an async pool would need every store written twice (and
 measured no cheaper: about 170 CPU us a statement through psycopg's async pool against 100-140 through the
-threads). What costs is the count of round trips: calls that many tasks make at once (a hundred runs' copies)
-are made as one (`GroupCalls`).
+threads). What costs is the count of thread hops and round trips: calls that many tasks make at once (a hundred
+runs' copies, saves, rate-limit takes, audit entries) are made as one (`GroupCalls`), and a store's transaction
+is as few statements as it can be (tests/chats/test_round_trips.py counts them). A grouped statement's arrays
+go in binary: psycopg escapes a text array's elements in Python, which cost more than the round trips.
 
 `Notices` is the push side: one connection per process that LISTENs on a channel and wakes the tasks
 waiting on a key (a run's id) when another host NOTIFYs it, so a reader on another host follows a run
@@ -39,6 +41,7 @@ import psycopg
 from psycopg.conninfo import make_conninfo
 from psycopg.pq import TransactionStatus
 from psycopg.rows import RowMaker
+from psycopg.types.array import ListBinaryDumper
 from psycopg_pool import ConnectionPool
 
 from agent.config import ConfigError, redacted_url
@@ -176,6 +179,22 @@ class GroupCalls(Generic[Item, Result]):
         self._lanes: set[asyncio.Task[None]] = set()  # groups on their way, each lane taking the next
         self._leaving: asyncio.Task[None] | None = None  # a lane started that has not yet taken what waits
         self.groups = 0  # made so far (for tests and benchmarks)
+
+    @classmethod
+    def each(
+        cls, file: PostgresFile, fn: Callable[[sqlite3.Connection, Item], Result], *, locked: bool = False
+    ) -> GroupCalls[Item, Result]:
+        """Calls of `fn` (one item each) made one after another on one connection, one thread hop for the group:
+        in one write transaction when the group has several (one fails, all are made again alone, so none may
+        land twice), or when `locked` (`fn` needs the kit's write lock, and gets it held)."""
+
+        def group(c: sqlite3.Connection, items: list[Item]) -> list[Result]:
+            if len(items) == 1 and not locked:
+                return [fn(c, items[0])]
+            with cast(PostgresConnection, c).write_transaction():
+                return [fn(c, item) for item in items]
+
+        return cls(file, group)
 
     async def __call__(self, item: Item) -> Result:
         loop = asyncio.get_running_loop()
@@ -331,6 +350,11 @@ def _reach(url: str) -> None:
 
 def _configure(conn: psycopg.Connection[Any]) -> None:
     conn.execute(f"SET lock_timeout = '{LOCK_WAIT}'")
+    # The grouped statements pass their items' values as arrays (GroupCalls). psycopg dumps a list in text by
+    # default, escaping each element in Python (a regular expression's substitution per quote: about 60 us for
+    # an event's JSON of 400 characters); in binary it copies each as it is (under 1 us). Every list goes to a
+    # CAST to its array type in the SQL, which reads either.
+    conn.adapters.register_dumper(list, ListBinaryDumper)
 
 
 def _adapt(params: Sequence[Any] | Mapping[str, Any]) -> Sequence[Any] | Mapping[str, Any]:

@@ -14,7 +14,7 @@ import sqlite3
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -204,12 +204,14 @@ def test_ctrl_c_in_ask_cancels_the_run_prints_one_line_and_exits_130(fake: FakeA
     assert _outcomes(data_dir)[before:] == ["cancelled"]
 
 
-# Shares of the command's start-up at which Ctrl-C is sent: dense early (the imports, where Python's own
-# handler lost or garbled it), then through the app built, the engine started and the model asked.
-START_UP_SHARES = (0.04, 0.08, 0.12, 0.16, 0.2, 0.3, 0.4, 0.55, 0.7, 0.85, 1.0)
+# Shares of a command's start-up at which Ctrl-C is sent: dense early (the imports, where Python's own
+# handler lost or garbled it; tests/process/test_cli_interrupts.py lands there every time), then through the
+# app built, the engine started and the model asked (or the server listening).
+ASK_SHARES = (0.04, 0.08, 0.12, 0.2, 0.3, 0.45, 0.65, 0.85, 1.0)
+WEB_SHARES = (0.05, 0.15, 0.3, 0.5, 0.75, 0.95)
 
 
-def _start_up(process: subprocess.Popen[str], started: Any, what: str) -> float:
+def _start_up(process: subprocess.Popen[str], started: Callable[[], bool], what: str) -> float:
     """How long `process` took until `started()`, then Ctrl-C to it (one line and 130, like any other)."""
     began = time.monotonic()
     _wait(started, what, process)
@@ -219,10 +221,16 @@ def _start_up(process: subprocess.Popen[str], started: Any, what: str) -> float:
     return took
 
 
-def _sweep(start: Any, start_up: float, *, alone: Any) -> None:
+def _sweep(
+    start: Callable[[], subprocess.Popen[str]],
+    start_up: float,
+    shares: tuple[float, ...],
+    *,
+    alone: Callable[[str, str], bool],
+) -> None:
     """Ctrl-C at each share of `start_up`: exit 130, the one line, no traceback, nothing ignored, and
     `alone(out, err)` for what else it may print. Those early in start-up end at once (a quarter of it)."""
-    for share in START_UP_SHARES:
+    for share in shares:
         process = start()
         time.sleep(share * start_up)
         interrupted = time.monotonic()
@@ -249,7 +257,7 @@ def test_ctrl_c_anywhere_in_ask_s_start_up_ends_it_with_one_line(fake: FakeAnthr
     asking = partial(_start, data_dir, "ask", "How many airlines are there?", **env)
     try:
         start_up = _start_up(asking(), lambda: len(fake.requests) >= 1, "the model was asked")
-        _sweep(asking, start_up, alone=lambda out, err: out == "" and err == "interrupted\n")
+        _sweep(asking, start_up, ASK_SHARES, alone=lambda out, err: out == "" and err == "interrupted\n")
     finally:
         hold.release.set()
         fake.always(None)
@@ -266,7 +274,12 @@ def test_ctrl_c_anywhere_in_web_s_start_up_ends_it_with_one_line(data_dir: Path)
 
     start_up = _start_up(serving(), lambda: _ready(f"http://127.0.0.1:{ports[-1]}"), "serving")
     # Before it serves, nothing else; once it serves, its one line on stdout and the server's log on stderr.
-    _sweep(serving, start_up, alone=lambda out, err: (out, err) == ("", "interrupted\n") or out.startswith("Serving"))
+    _sweep(
+        serving,
+        start_up,
+        WEB_SHARES,
+        alone=lambda out, err: (out, err) == ("", "interrupted\n") or out.startswith("Serving"),
+    )
     assert not (data_dir / "clickhouse" / "server.json").exists()
 
 

@@ -34,7 +34,7 @@ from process.errors import EXIT_INTERRUPTED
 
 LINE = "interrupted"
 T = TypeVar("T")
-_said = threading.Event()  # the line is printed once per process, whoever prints it
+_said = threading.Event()  # the line is printed once per command, whoever prints it
 
 
 def say() -> None:
@@ -50,10 +50,11 @@ def ending_at_once(*, for_good: bool = False) -> Iterator[None]:
     default handler in the main thread: a handler someone else set (a test runner's) is left alone. With
     `for_good` (the process's own command), it stays for the process's last moments (threads joined, files
     closed), which are not the command's to report twice."""
+    _said.clear()  # a new command (tests call `main` again and again in one process)
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    if signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+    if signal.getsignal(signal.SIGINT) is not signal.default_int_handler:  # SIG_IGN (nohup) stays ignored
         yield
         return
     signal.signal(signal.SIGINT, _end_now)
@@ -82,7 +83,9 @@ def handed_over() -> Iterator[None]:
 def run(work: Coroutine[Any, Any, T]) -> T:
     """`asyncio.run(work)`, a Ctrl-C cancelling `work` as asyncio does. The loop is made, and closed, while a
     Ctrl-C ends the process at once: asyncio has the handler only while `work` runs."""
-    import asyncio  # here: `agent --help`, and a Ctrl-C before `main`, meet a lighter import
+    # Not at the top: process/cli.py imports this module before `main` takes Ctrl-C over, and asyncio is a
+    # quarter of a second of imports on a busy machine, all of it under Python's own handler.
+    import asyncio
 
     with asyncio.Runner() as runner, handed_over():
         return runner.run(work)

@@ -283,6 +283,20 @@ def test_ctrl_c_anywhere_in_web_s_start_up_ends_it_with_one_line(data_dir: Path)
     assert not (data_dir / "clickhouse" / "server.json").exists()
 
 
+def test_ctrl_c_the_moment_web_says_it_serves_is_one_line(data_dir: Path) -> None:
+    """A person reads "Serving the chat on ..." and presses Ctrl-C: the server has the signal by then. The line
+    was printed before uvicorn took the signals over, so a Ctrl-C right after it cancelled uvicorn's start-up,
+    and its lifespan task, cancelled as the loop closed, logged a traceback (3 times in 4)."""
+    for _ in range(3):
+        serving = _start(data_dir, "web", "--port", str(_free_port()), ANTHROPIC_API_KEY="test-key")
+        assert serving.stdout is not None
+        line = serving.stdout.readline()
+        out, err = _interrupt(serving)
+        assert line.startswith("Serving the chat on ") and out == "", (line, out, err[-3000:])
+        assert serving.returncode == 130 and err.splitlines()[-1] == "interrupted", err[-3000:]
+        assert "Traceback" not in err and "ERROR" not in err, err[-3000:]
+
+
 def test_ctrl_c_in_web_cancels_the_answer_at_once_and_exits_130(fake: FakeAnthropic, data_dir: Path) -> None:
     hold = Hang()
     fake.script(hold)

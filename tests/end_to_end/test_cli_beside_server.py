@@ -82,7 +82,14 @@ def _start(data_dir: Path, *argv: str, **env: str) -> subprocess.Popen[str]:
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=_as_from_a_terminal,
     )
+
+
+def _as_from_a_terminal() -> None:
+    """SIGINT as a terminal's command has it, even when the tests run in the background (`cmd &` in a
+    script ignores SIGINT, children inherit that, and a command that ignores Ctrl-C rightly never stops)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def _run(data_dir: Path, *argv: str, **env: str) -> subprocess.CompletedProcess[str]:

@@ -76,7 +76,13 @@ def _command(tmp_path: Path, argv: list[str], at: str, how: str) -> subprocess.C
         "CTRL_C_HOW": how,
     }
     return subprocess.run(
-        [sys.executable, "-m", "process.cli", *argv], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=120
+        [sys.executable, "-m", "process.cli", *argv],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),  # not ignored, as from a terminal
     )
 
 
@@ -108,22 +114,35 @@ def test_the_import_hook_interrupts_where_python_would_have_raised(tmp_path: Pat
     env = {"PATH": os.environ.get("PATH", ""), "PYTHONPATH": str(tmp_path / "site")}
     env |= {"CTRL_C_AT": "json", "CTRL_C_HOW": "weakref"}
     done = subprocess.run(
-        [sys.executable, "-c", "import json; print('went on')"], env=env, capture_output=True, text=True, timeout=60
+        [sys.executable, "-c", "import json; print('went on')"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     assert done.stdout == "went on\n" and "Exception ignored in" in done.stderr and "KeyboardInterrupt" in done.stderr
 
 
 def test_after_main_the_handler_is_python_s_again() -> None:
     """In a process that called `main` (a test's), Ctrl-C is Python's again once it returns; inside, the
-    work had Python's handler for asyncio to take."""
+    work had Python's handler for asyncio to take. A SIGINT the process was started ignoring stays ignored."""
     seen: list[object] = []
 
     async def work() -> None:
         seen.append(signal.getsignal(signal.SIGINT))
 
-    with interrupts.ending_at_once():
-        assert signal.getsignal(signal.SIGINT) not in (signal.default_int_handler, signal.SIG_DFL)
-        interrupts.run(work())
-        assert signal.getsignal(signal.SIGINT) not in (signal.default_int_handler, signal.SIG_DFL)
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
-    assert len(seen) == 1 and seen[0] is not signal.default_int_handler  # asyncio's own, over the default
+    was = signal.signal(signal.SIGINT, signal.default_int_handler)  # as in a terminal, whatever ran these tests
+    try:
+        with interrupts.ending_at_once():
+            assert signal.getsignal(signal.SIGINT) not in (signal.default_int_handler, signal.SIG_DFL)
+            interrupts.run(work())
+            assert signal.getsignal(signal.SIGINT) not in (signal.default_int_handler, signal.SIG_DFL)
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+        assert len(seen) == 1 and seen[0] is not signal.default_int_handler  # asyncio's own, over the default
+
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # started in the background (`cmd &`): Ctrl-C is not ours
+        with interrupts.ending_at_once():
+            assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGINT, was)

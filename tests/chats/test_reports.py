@@ -172,3 +172,48 @@ async def test_an_answer_run_passes_no_report_and_a_failed_report_run_is_stored_
 async def handle_done(runs: RunRegistry, handle: Any) -> None:
     async for _ in runs.follow(handle):
         pass
+
+
+async def test_a_report_row_this_release_cannot_read_breaks_nothing_but_itself(state: ChatState, make_app: Any) -> None:
+    """A column torn, tampered with or in another release's shape made `_stored` raise: its owner's whole
+    list of reports and its page failed (500), and every restart's resume stopped at it. Now the row reads
+    without that column (a finished report that lost its text reads as failed), the others read whole, and
+    a running one that cannot be resumed is ended rather than left running for ever."""
+    from chats.report_runs import ReportRuns
+
+    reports, audiences = state.reports, Audiences()
+    for report_id in ("whole", "text", "asked", "delivery", "running"):
+        await reports.begin(
+            report_id,
+            run_id=f"run-{report_id}",
+            owner=ALICE.owner,
+            interface="web",
+            question="why?",
+            request=ReportRequest(),
+            delivery={"channel": "C1"},
+        )
+        if report_id != "running":
+            assert await reports.save(_report(report_id), run_id=f"run-{report_id}")
+
+    def tear(report_id: str, column: str, value: str) -> None:
+        reports._file.now(lambda c: c.execute(f"UPDATE reports SET {column} = ? WHERE id = ?", (value, report_id)))
+
+    tear("text", "report", '{"id": "text", "outcome": "complete", "summary": ')
+    tear("asked", "request", '{"budget": {"queries": "many"}}')
+    tear("delivery", "delivery", "[1, 2]")
+    tear("running", "request", "{not json")
+
+    listed = {r.id: r for r in await reports.of_owner(ALICE.owner)}
+    assert set(listed) == {"whole", "text", "asked", "delivery", "running"}
+    assert not listed["whole"].torn and listed["whole"].report is not None and listed["whole"].state == "complete"
+    assert listed["text"].torn and listed["text"].report is None and listed["text"].state == FAILED
+    assert listed["asked"].torn and listed["asked"].request is None and listed["asked"].report is not None
+    assert listed["delivery"].torn and listed["delivery"].delivery == {} and listed["delivery"].state == "complete"
+    shown = await reports.readable("text", ALICE, audiences)
+    assert shown is not None and shown.state == FAILED and await reports.readable("text", BOB, audiences) is None
+
+    assert [r.id for r in await reports.running()] == ["running"]
+    runs = RunRegistry(make_app().runner, state.conversations)
+    assert await ReportRuns(runs).resume_unfinished(lambda name: None) == []
+    ended = await reports.get("running")
+    assert ended is not None and ended.state == FAILED and await reports.running() == []

@@ -59,6 +59,7 @@ from chats.conversations import ConversationStore
 from chats.durable import DurableRun, DurableRuns, lost_message, numbered_past
 from chats.reports import ReportStore
 from chats.shared_runs import BEAT_S, LiveRun, SharedRunLog
+from chats.state_postgres import Woken
 
 log = logging.getLogger(__name__)
 SHARED_FLUSH_S = 0.15  # how often a run's new events are copied for readers in other processes
@@ -788,15 +789,19 @@ class RunRegistry:
             async for event in self._read_shared(run_id, after, woken):
                 yield event
 
-    async def _read_shared(self, run_id: str, after: int, woken: asyncio.Event) -> AsyncIterator[RunEvent]:
+    async def _read_shared(self, run_id: str, after: int, woken: Woken) -> AsyncIterator[RunEvent]:
         """The run's events from the shared log, read again whenever `woken` (PostgreSQL's push) or, unwoken,
-        every SHARED_POLL_S on SQLite (PUSHED_CHECK_S on PostgreSQL, to check on the owner)."""
+        every SHARED_POLL_S on SQLite (PUSHED_CHECK_S on PostgreSQL, to check on the owner). On PostgreSQL the
+        notices mostly carry the events themselves (chats/shared_runs.py `carried`): the table is read only
+        at first and after a gap or a bare notice, and unwoken there is nothing new to read (a lost connection
+        wakes every reader), so a quiet check on the owner is its heartbeat alone, one round trip."""
         assert self._shared is not None
         position, patience = after, PUSHED_CHECK_S if self._shared.pushes else SHARED_POLL_S
         touched = stored_checked = float("-inf")
+        first = True
         while True:
-            woken.clear()  # before the read: news during it wakes the next wait at once
-            fresh = await self._shared.events_after(run_id, position)
+            fresh = await self._fresh_shared(run_id, position, woken, first)
+            first = False
             for number, name, data in fresh:
                 if (event := RunEvent.from_dict({"id": number, "event": name, "data": data})) is not None:
                     yield event
@@ -804,7 +809,9 @@ class RunRegistry:
                 if name == "done":
                     return
             if not fresh:
-                live = await self._shared.find(run_id)
+                due = time.monotonic() - touched >= patience  # the reader's heartbeat reads the run's row too
+                live = await (self._shared.touch(run_id) if due else self._shared.find(run_id))
+                touched = time.monotonic() if due else touched
                 # done and taken out of the shared log, or its owner died and no host will take the run over
                 if live is None or (not live.owner_alive and not await self._taken_over_soon(run_id)):
                     async for event in self._rest_of(run_id, position, live):
@@ -822,6 +829,16 @@ class RunRegistry:
                 await self._shared.touch(run_id)
                 touched = time.monotonic()
             await _woken_or_after(woken, patience)
+
+    async def _fresh_shared(
+        self, run_id: str, position: int, woken: Woken, first: bool
+    ) -> list[tuple[int, str, dict[str, Any]]]:
+        """The run's events past `position`: read from the table on SQLite, on the first pass, and when the
+        notices that woke the reader leave a gap or say nothing of the events; taken from the notices otherwise."""
+        assert self._shared is not None
+        woken.clear()  # before the read: news during it wakes the next wait at once
+        carried = self._shared.carried(woken, position) if self._shared.pushes and not first else None
+        return carried if carried is not None else await self._shared.events_after(run_id, position)
 
     async def _taken_over_soon(self, run_id: str) -> bool:
         """A run whose host died but that another host will take over (chats/durable.py): its reader waits."""

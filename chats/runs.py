@@ -800,7 +800,7 @@ class RunRegistry:
         touched = stored_checked = float("-inf")
         first = True
         while True:
-            fresh = await self._fresh_shared(run_id, position, woken, first)
+            fresh, heard = await self._fresh_shared(run_id, position, woken, first)
             first = False
             for number, name, data in fresh:
                 if (event := RunEvent.from_dict({"id": number, "event": name, "data": data})) is not None:
@@ -808,7 +808,7 @@ class RunRegistry:
                 position = number
                 if name == "done":
                     return
-            if not fresh:
+            if not fresh and not heard:  # (a notice with events only this reader had: its owner is there)
                 due = time.monotonic() - touched >= patience  # the reader's heartbeat reads the run's row too
                 live = await (self._shared.touch(run_id) if due else self._shared.find(run_id))
                 touched = time.monotonic() if due else touched
@@ -832,13 +832,14 @@ class RunRegistry:
 
     async def _fresh_shared(
         self, run_id: str, position: int, woken: Woken, first: bool
-    ) -> list[tuple[int, str, dict[str, Any]]]:
-        """The run's events past `position`: read from the table on SQLite, on the first pass, and when the
-        notices that woke the reader leave a gap or say nothing of the events; taken from the notices otherwise."""
+    ) -> tuple[list[tuple[int, str, dict[str, Any]]], bool]:
+        """The run's events past `position`, and whether a notice carried events (its owner is there): read from
+        the table on SQLite, on the first pass, and when the notices that woke the reader leave a gap or say
+        nothing of the events; taken from the notices otherwise."""
         assert self._shared is not None
         woken.clear()  # before the read: news during it wakes the next wait at once
         carried = self._shared.carried(woken, position) if self._shared.pushes and not first else None
-        return carried if carried is not None else await self._shared.events_after(run_id, position)
+        return carried if carried is not None else (await self._shared.events_after(run_id, position), False)
 
     async def _taken_over_soon(self, run_id: str) -> bool:
         """A run whose host died but that another host will take over (chats/durable.py): its reader waits."""

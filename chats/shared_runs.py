@@ -191,14 +191,14 @@ class SharedRunLog:
         return [(number, name, json.loads(data)) for number, name, data in rows]
 
     @staticmethod
-    def carried(woken: Woken, after: int) -> list[tuple[int, str, dict[str, Any]]] | None:
+    def carried(woken: Woken, after: int) -> tuple[list[tuple[int, str, dict[str, Any]]], bool] | None:
         """The events after `after` that the notices which woke `woken` carried, if they go on from `after` with
-        none missing ([] if the reader had them all already, or nothing woke it: a notice would have); None if
+        none missing ([] if the reader had them all already, or nothing woke it: a notice would have), and
+        whether any notice carried events at all (its owner wrote them: it is there, and the run open); None if
         the reader must read the table (a bare notice: a close, an opening or a reconnect; or a gap: a notice
-        too large to carry its events, or one dropped)."""
+        too large to carry its events, or one dropped). Carried events up to `done` need no read whatever else
+        came: nothing after it matters (a run's last copy and its close come together)."""
         texts, bare = woken.take()
-        if bare:
-            return None
         fresh, position = [], after
         for number, name, data in (event for text in texts for event in json.loads(text)):
             if number == position + 1:
@@ -206,7 +206,8 @@ class SharedRunLog:
                 position = number
             elif number > position:
                 return None
-        return fresh
+        ended = any(name == "done" for _, name, _ in fresh)
+        return (fresh, bool(texts)) if ended or not bare else None
 
     async def touch(self, run_id: str) -> LiveRun | None:
         """A reader in another process is watching: the owner must not cancel the run as abandoned (and, on

@@ -108,7 +108,9 @@ _OPEN = f"""WITH opened AS (
 # the copy's commit, so a copy stalled on the server never lands past a takeover. A durable run with neither a
 # durable row nor a live_runs row is over (another host finished and closed it): fenced too. Events go only into
 # a run whose live_runs row is still there once it is locked (`live`): a run closed while its copy waited on the
-# server gets no orphan events (one not yet opened, as at a run's very start, gets its events as before). A beat
+# server gets no orphan events (one not yet opened, as at a run's very start, gets its events as before). A copy
+# without a beat locks that row FOR KEY SHARE rather than updating it: as a close's DELETE waits for it, but no
+# new row version a copy (no dead rows for the vacuum), and no wait behind a reader's heartbeat on the row. A beat
 # alone is no news for the readers: only runs with events are notified, and each notice carries the events this
 # copy added (not one already there), in order, when they fit in the payload: the readers need not read them.
 # Built here from what was inserted, a notice says exactly what the table has; too large, it is the run's id alone.
@@ -124,10 +126,16 @@ _COPY = f"""WITH batch AS (
     SELECT DISTINCT b.run_id FROM batch b LEFT JOIN held d ON d.run_id = b.run_id
     WHERE d.holder <> b.holder
         OR (b.holder IS NOT NULL AND d.run_id IS NULL AND b.run_id NOT IN (SELECT run_id FROM seen))
+), beaten AS (
+    UPDATE live_runs l SET beat_at = {POSTGRES_NOW}
+    FROM batch b WHERE l.run_id = b.run_id AND b.beat_at IS NOT NULL AND b.run_id NOT IN (SELECT run_id FROM fenced)
+    RETURNING l.run_id, l.watched_at
+), kept AS (
+    SELECT l.run_id FROM live_runs l
+    WHERE l.run_id IN (SELECT run_id FROM batch WHERE beat_at IS NULL) AND l.run_id NOT IN (SELECT run_id FROM fenced)
+    FOR KEY SHARE OF l
 ), live AS (
-    UPDATE live_runs l SET beat_at = CASE WHEN b.beat_at IS NULL THEN l.beat_at ELSE {POSTGRES_NOW} END
-    FROM batch b WHERE l.run_id = b.run_id AND b.run_id NOT IN (SELECT run_id FROM fenced)
-    RETURNING l.run_id, l.watched_at, b.beat_at
+    SELECT run_id, watched_at FROM beaten UNION ALL SELECT run_id, NULL FROM kept
 ), events AS (
     SELECT * FROM unnest(CAST(? AS TEXT[]), CAST(? AS BIGINT[]), CAST(? AS TEXT[]), CAST(? AS TEXT[]))
         AS e(run_id, id, event, data)
@@ -145,7 +153,7 @@ _COPY = f"""WITH batch AS (
 ), told AS (
     SELECT pg_notify(?, CASE WHEN octet_length(payload) < {PAYLOAD_MAX_BYTES} THEN payload ELSE run_id END) FROM news
 )
-SELECT b.n, (SELECT max(watched_at) FROM live WHERE live.run_id = b.run_id AND live.beat_at IS NOT NULL),
+SELECT b.n, (SELECT max(watched_at) FROM beaten WHERE beaten.run_id = b.run_id),
     b.run_id IN (SELECT run_id FROM fenced), (SELECT count(*) FROM told)
 FROM batch b ORDER BY b.n"""
 

@@ -253,9 +253,11 @@ class Woken(asyncio.Event):
         self._bare = False
 
     def nudge(self, data: str = "") -> None:
-        if data and len(self._carried) < CARRIED_MAX:
+        if not data:
+            self._bare = True
+        elif len(self._carried) < CARRIED_MAX:
             self._carried.append(data)
-        else:  # bare, or a waiter that has not taken its data for long: it reads instead
+        else:  # a waiter that has not taken its data for long: it reads instead
             self._carried, self._bare = [], True
         self.set()
 

@@ -174,6 +174,16 @@ def _count_calls(state: ChatState, monkeypatch: pytest.MonkeyPatch, *names: str)
     return calls
 
 
+async def _caught_up(reader: ChatState, followed: AsyncIterator[RunEvent], runner: SteppedRunner) -> None:
+    """The reader past the run's start and, once its host listens, its first piece: what woke it before (its
+    LISTEN taking effect, the run's opening) has made it read by then."""
+    assert (await _next(followed)).name == "started"
+    assert reader.shared_runs is not None and reader.shared_runs._notices is not None
+    await asyncio.wait_for(reader.shared_runs._notices.listening.wait(), WITHIN_S)
+    runner.step.put_nowait(None)
+    assert (await _next(followed)).data["text"] == f"piece 0 {runner.padding}"
+
+
 def _counted(call: Any, calls: dict[str, int], name: str) -> Any:
     async def counted(*args: Any) -> Any:
         calls[name] += 1
@@ -187,12 +197,12 @@ async def test_events_the_notice_carries_reach_a_reader_on_another_host_without_
     hosts: tuple[ChatState, ChatState], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     owner, reader = hosts
-    runner = SteppedRunner(3, padding="é" * 100)  # not ASCII: the payload's limit is in bytes
+    runner = SteppedRunner(4, padding="é" * 100)  # not ASCII: the payload's limit is in bytes
     _, run_id = await _started(owner, runner)
     followed = await _follow_elsewhere(reader, run_id)
-    assert (await _next(followed)).name == "started"  # the first read, from the table
+    await _caught_up(reader, followed, runner)
     calls = _count_calls(reader, monkeypatch, "events_after", "find")
-    for n in range(3):
+    for n in range(1, 4):
         runner.step.put_nowait(None)
         event = await _next(followed)
         assert (event.id, event.name, event.data["text"]) == (n + 2, "answer", f"piece {n} {runner.padding}")
@@ -205,12 +215,12 @@ async def test_an_event_too_large_for_the_notice_is_read_from_the_table_in_order
     hosts: tuple[ChatState, ChatState], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     owner, reader = hosts
-    runner = SteppedRunner(3, padding="é" * 4000)  # 8000 bytes and more: over PostgreSQL's payload limit
+    runner = SteppedRunner(4, padding="é" * 4000)  # 8000 bytes and more: over PostgreSQL's payload limit
     _, run_id = await _started(owner, runner)
     followed = await _follow_elsewhere(reader, run_id)
-    assert (await _next(followed)).name == "started"
+    await _caught_up(reader, followed, runner)
     calls = _count_calls(reader, monkeypatch, "events_after")
-    for n in range(3):
+    for n in range(1, 4):
         runner.step.put_nowait(None)
         event = await _next(followed)
         assert (event.id, event.data["text"]) == (n + 2, f"piece {n} {runner.padding}")
@@ -224,13 +234,16 @@ def test_a_gap_in_the_carried_events_or_a_bare_notice_means_a_read() -> None:
     assert SharedRunLog.carried(woken, 1) is None, "event 2 was not carried (its notice was too large)"
     woken.nudge('[[1,"started",{}],[2,"answer",{"text":"b"}]]')
     woken.nudge('[[3,"answer",{"text":"c"}]]')
-    assert SharedRunLog.carried(woken, 1) == [(2, "answer", {"text": "b"}), (3, "answer", {"text": "c"})]
-    assert SharedRunLog.carried(woken, 3) == [], "nothing since: nothing new (a timer woke it)"
+    assert SharedRunLog.carried(woken, 1) == ([(2, "answer", {"text": "b"}), (3, "answer", {"text": "c"})], True)
+    assert SharedRunLog.carried(woken, 3) == ([], False), "nothing since: nothing new (a timer woke it)"
     woken.nudge('[[2,"answer",{"text":"b"}]]')
-    assert SharedRunLog.carried(woken, 3) == [], "only what the reader had already"
+    assert SharedRunLog.carried(woken, 3) == ([], True), "only what the reader had already (from its owner)"
     woken.nudge('[[4,"answer",{"text":"d"}]]')
     woken.nudge()  # a notice without events (a close), or the connection back: what came is unknown
     assert SharedRunLog.carried(woken, 3) is None
+    woken.nudge('[[4,"done",{}]]')
+    woken.nudge()  # the run's close, after its last copy: nothing after `done` matters
+    assert SharedRunLog.carried(woken, 3) == ([(4, "done", {})], True)
     for n in range(CARRIED_MAX + 1):  # a reader that took nothing for long: its notices are dropped
         woken.nudge(f'[[{4 + n},"answer",{{}}]]')
     assert SharedRunLog.carried(woken, 3) is None
@@ -266,10 +279,10 @@ async def test_a_quiet_reader_checks_on_the_owner_with_its_heartbeat_alone(
     run's row in the same round trip: one round trip a check on the owner, where it took three."""
     monkeypatch.setattr(runs_module, "PUSHED_CHECK_S", 0.05)
     owner, reader = hosts
-    runner = SteppedRunner(1)
+    runner = SteppedRunner(2)
     _, run_id = await _started(owner, runner)
     followed = await _follow_elsewhere(reader, run_id)
-    assert (await _next(followed)).name == "started"
+    await _caught_up(reader, followed, runner)
     calls = _count_calls(reader, monkeypatch, "events_after", "find", "touch")
     waiting = asyncio.create_task(_next(followed))
     await asyncio.sleep(0.6)  # some ten checks on the owner

@@ -316,3 +316,41 @@ async def test_many_readers_heartbeats_go_in_a_few_round_trips_each_its_own_run(
     assert [live.conversation_id if live else None for live in found] == [*(f"conversation-{n}" for n in range(20)), None]
     assert all(live.owner_alive for live in found if live), "read by the database's clock"
     assert len(trips) <= 4, f"{len(trips)} round trips for 21 heartbeats"
+
+
+@pytest.mark.usefixtures("no_timers")
+async def test_the_owner_hears_of_a_reader_with_its_first_read(hosts: tuple[ChatState, ChatState]) -> None:
+    """The reader's first heartbeat goes with its first read, not after it has handed on what it read: the owner
+    copies events as they come (not on its timer) from the reader's first event on."""
+    owner, reader = hosts
+    runner = SteppedRunner(1)
+    registry, run_id = await _started(owner, runner)
+    followed = await _follow_elsewhere(reader, run_id)
+    assert (await _next(followed)).name == "started"  # and the reader asked for nothing more
+    assert owner.shared_runs is not None
+    watched = owner.shared_runs.watched(run_id)
+    assert watched is not None
+    await asyncio.wait_for(watched.wait(), WITHIN_S)
+    runner.step.put_nowait(None)
+    assert [(await _next(followed)).name for _ in range(2)] == ["answer", "done"]
+
+
+async def test_a_copy_without_a_beat_neither_rewrites_the_runs_row_nor_waits_behind_a_heartbeat(
+    hosts: tuple[ChatState, ChatState],
+) -> None:
+    """A copy locks its run's row against a close (FOR KEY SHARE) rather than updating it: no new row version a
+    copy, and a reader's heartbeat holding the row (its transaction not yet committed) does not hold it up."""
+    owner, _ = hosts
+    log = owner.shared_runs
+    assert log is not None
+    url = owner.file._url  # type: ignore[union-attr]
+    await log.open("run-1", "conversation-1")
+    async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
+        version = await (await conn.execute("SELECT xmin::text FROM live_runs WHERE run_id = 'run-1'")).fetchone()
+        assert await log.add("run-1", [(1, "started", {})], beat=False)
+        again = await (await conn.execute("SELECT xmin::text FROM live_runs WHERE run_id = 'run-1'")).fetchone()
+        assert again == version, "the run's row was not written again"
+        async with conn.transaction():  # a reader's heartbeat, under way
+            await conn.execute("UPDATE live_runs SET watched_at = watched_at + 1 WHERE run_id = 'run-1'")
+            assert await asyncio.wait_for(log.add("run-1", [(2, "answer", {"text": "a"})], beat=False), WITHIN_S / 2)
+    assert [number for number, _, _ in await log.events_after("run-1", 0)] == [1, 2]

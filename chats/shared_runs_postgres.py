@@ -75,7 +75,6 @@ class GroupedLog:
         c.execute(_CLOSE, [[run for run, _ in items], [holder for _, holder in items], self.channel])
         return [None] * len(items)
 
-
     def _touch(self, c: sqlite3.Connection, items: list[tuple[str, float, str]]) -> list[tuple[Any, ...] | None]:
         """Each (run, at, notice)'s reader heartbeat, the owner told by `notice`; the run's row as `find` reads
         it (with the database's clock), or None where there is none."""

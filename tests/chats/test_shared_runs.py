@@ -313,7 +313,8 @@ async def test_many_readers_heartbeats_go_in_a_few_round_trips_each_its_own_run(
 
     monkeypatch.setattr(file, "run", counted)
     found = await asyncio.gather(*(reader_log.touch(run_id) for run_id in [*ids, "run-unknown"]))
-    assert [live.conversation_id if live else None for live in found] == [*(f"conversation-{n}" for n in range(20)), None]
+    expected = [*(f"conversation-{n}" for n in range(20)), None]
+    assert [live.conversation_id if live else None for live in found] == expected
     assert all(live.owner_alive for live in found if live), "read by the database's clock"
     assert len(trips) <= 4, f"{len(trips)} round trips for 21 heartbeats"
 
@@ -324,7 +325,7 @@ async def test_the_owner_hears_of_a_reader_with_its_first_read(hosts: tuple[Chat
     copies events as they come (not on its timer) from the reader's first event on."""
     owner, reader = hosts
     runner = SteppedRunner(1)
-    registry, run_id = await _started(owner, runner)
+    _, run_id = await _started(owner, runner)
     followed = await _follow_elsewhere(reader, run_id)
     assert (await _next(followed)).name == "started"  # and the reader asked for nothing more
     assert owner.shared_runs is not None

@@ -59,6 +59,7 @@ from chats.conversations import ConversationStore
 from chats.durable import DurableRun, DurableRuns, lost_message, numbered_past
 from chats.reports import ReportStore
 from chats.shared_runs import BEAT_S, LiveRun, SharedRunLog
+from chats.state_postgres import Woken
 
 log = logging.getLogger(__name__)
 SHARED_FLUSH_S = 0.15  # how often a run's new events are copied for readers in other processes
@@ -793,40 +794,63 @@ class RunRegistry:
             async for event in self._read_shared(run_id, after, woken):
                 yield event
 
-    async def _read_shared(self, run_id: str, after: int, woken: asyncio.Event) -> AsyncIterator[RunEvent]:
+    async def _read_shared(self, run_id: str, after: int, woken: Woken) -> AsyncIterator[RunEvent]:
         """The run's events from the shared log, read again whenever `woken` (PostgreSQL's push) or, unwoken,
-        every SHARED_POLL_S on SQLite (PUSHED_CHECK_S on PostgreSQL, to check on the owner)."""
+        every SHARED_POLL_S on SQLite (PUSHED_CHECK_S on PostgreSQL, to check on the owner). On PostgreSQL the
+        notices mostly carry the events themselves (chats/shared_runs.py `carried`): the table is read only
+        at first and after a gap or a bare notice, and unwoken there is nothing new to read (a lost connection
+        wakes every reader), so a quiet check on the owner is its heartbeat alone, one round trip."""
         assert self._shared is not None
         position, patience = after, PUSHED_CHECK_S if self._shared.pushes else SHARED_POLL_S
-        touched = stored_checked = float("-inf")
+        # On PostgreSQL the first read goes with the first heartbeat: the owner copies as events come from then on.
+        touched = time.monotonic() if self._shared.pushes else float("-inf")
+        stored_checked, first = float("-inf"), True
         while True:
-            woken.clear()  # before the read: news during it wakes the next wait at once
-            fresh = await self._shared.events_after(run_id, position)
+            fresh, heard = await self._fresh_shared(run_id, position, woken, first)
+            first = False
             for number, name, data in fresh:
                 if (event := RunEvent.from_dict({"id": number, "event": name, "data": data})) is not None:
                     yield event
                 position = number
                 if name == "done":
                     return
-            if not fresh:
-                live = await self._shared.find(run_id)
-                # done and taken out of the shared log, or its owner died and no host will take the run over
-                if live is None or (not live.owner_alive and not await self._taken_over_soon(run_id)):
+            if not fresh and not heard:  # (a notice with events only this reader had: its owner is there)
+                due = time.monotonic() - touched >= patience  # the reader's heartbeat reads the run's row too
+                live = await (self._shared.touch(run_id) if due else self._shared.find(run_id))
+                touched = time.monotonic() if due else touched
+                look_for_stored = time.monotonic() - stored_checked >= STORED_CHECK_S
+                stored_checked = time.monotonic() if look_for_stored else stored_checked
+                if await self._over_elsewhere(run_id, live, look_for_stored):
                     async for event in self._rest_of(run_id, position, live):
                         yield event
                     return
-                # Its owner is alive but its copy may have been left behind (a failed close): now and then,
-                # look for the stored turn, which ends the run for its readers whatever the copy says.
-                if time.monotonic() - stored_checked >= STORED_CHECK_S:
-                    stored_checked = time.monotonic()
-                    if await self._store.run_events(run_id) is not None:
-                        async for event in self._rest_of(run_id, position, live):
-                            yield event
-                        return
             if time.monotonic() - touched >= patience:  # the owner must not cancel it as abandoned
                 await self._shared.touch(run_id)
                 touched = time.monotonic()
             await _woken_or_after(woken, patience)
+
+    async def _fresh_shared(
+        self, run_id: str, position: int, woken: Woken, first: bool
+    ) -> tuple[list[tuple[int, str, dict[str, Any]]], bool]:
+        """The run's events past `position`, and whether a notice carried events (its owner is there): read from
+        the table on SQLite, on the first pass (with the first heartbeat, on PostgreSQL), and when the notices
+        that woke the reader leave a gap or say nothing of the events; taken from the notices otherwise."""
+        assert self._shared is not None
+        woken.clear()  # before the read: news during it wakes the next wait at once
+        if first and self._shared.pushes:
+            _, fresh = await asyncio.gather(self._shared.touch(run_id), self._shared.events_after(run_id, position))
+            return fresh, False
+        carried = self._shared.carried(woken, position) if self._shared.pushes and not first else None
+        return carried if carried is not None else (await self._shared.events_after(run_id, position), False)
+
+    async def _over_elsewhere(self, run_id: str, live: LiveRun | None, look_for_stored: bool) -> bool:
+        """Whether a quiet run in the shared log is over for its readers: done and taken out of the log, or its
+        owner dead with no host to take it over; or, with `look_for_stored` (now and then: its owner is alive
+        but its copy may have been left behind by a failed close), its turn stored, which ends the run for
+        its readers whatever the copy says."""
+        if live is None or (not live.owner_alive and not await self._taken_over_soon(run_id)):
+            return True
+        return look_for_stored and await self._store.run_events(run_id) is not None
 
     async def _taken_over_soon(self, run_id: str) -> bool:
         """A run whose host died but that another host will take over (chats/durable.py): its reader waits."""

@@ -13,8 +13,11 @@ NOTIFYs its id, and `waiting(run_id)` is woken by it through the one listening c
 process (chats/state_postgres.py Notices). A reader's heartbeat (`touch`) also NOTIFYs that the run is
 watched: from then on its owner copies events as they come (`watched`), not on its timer, which it
 keeps while nobody elsewhere watches. Each kind of write and read is made for all of the process's runs
-at once (chats/shared_runs_postgres.py): a busy host's copies cost a few round trips, not one a run.
-SQLite's workers keep polling: they share one machine and the file has no such signal.
+at once (chats/shared_runs_postgres.py): a busy host's copies cost a few round trips, not one a run. The
+notice of a copy carries its events when they fit in PostgreSQL's payload (8000 bytes), so a reader that
+has every event before them needs no read at all (`carried`); one that missed a notice (a gap in the
+numbers, one too large, a reconnect) reads the table. SQLite's workers keep polling: they share one
+machine and the file has no such signal.
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ from typing import Any
 
 from chats.shared_runs_postgres import Copy, GroupedLog, Opening
 from chats.state_file import StateFile, write_transaction
-from chats.state_postgres import POSTGRES_NOW, Notices, PostgresFile
+from chats.state_postgres import POSTGRES_NOW, Notices, PostgresFile, Woken
 
 log = logging.getLogger(__name__)
 
@@ -75,10 +78,10 @@ class SharedRunLog:
         return self._notices is not None
 
     @contextmanager
-    def waiting(self, run_id: str) -> Iterator[asyncio.Event]:
+    def waiting(self, run_id: str) -> Iterator[Woken]:
         """An event set when the run has news for its readers (never, on SQLite: there they poll)."""
         if self._notices is None:
-            yield asyncio.Event()
+            yield Woken()
             return
         with self._notices.waiting(run_id) as woken:
             yield woken
@@ -187,14 +190,42 @@ class SharedRunLog:
         )
         return [(number, name, json.loads(data)) for number, name, data in rows]
 
-    async def touch(self, run_id: str) -> None:
-        """A reader in another process is watching: the owner must not cancel the run as abandoned."""
+    @staticmethod
+    def carried(woken: Woken, after: int) -> tuple[list[tuple[int, str, dict[str, Any]]], bool] | None:
+        """The events after `after` that the notices which woke `woken` carried, if they go on from `after` with
+        none missing ([] if the reader had them all already, or nothing woke it: a notice would have), and
+        whether any notice carried events at all (its owner wrote them: it is there, and the run open); None if
+        the reader must read the table (a bare notice: a close, an opening or a reconnect; or a gap: a notice
+        too large to carry its events, or one dropped). Carried events up to `done` need no read whatever else
+        came: nothing after it matters (a run's last copy and its close come together)."""
+        texts, bare = woken.take()
+        fresh, position = [], after
+        for number, name, data in (event for text in texts for event in json.loads(text)):
+            if number == position + 1:
+                fresh.append((number, name, data))
+                position = number
+            elif number > position:
+                return None
+        ended = any(name == "done" for _, name, _ in fresh)
+        return (fresh, bool(texts)) if ended or not bare else None
 
-        def write(c: sqlite3.Connection) -> None:
-            c.execute("UPDATE live_runs SET watched_at = ? WHERE run_id = ?", (time.time(), run_id))
-            self._notify(c, WATCHED + run_id)  # its owner copies as events come from now on
+    async def touch(self, run_id: str) -> LiveRun | None:
+        """A reader in another process is watching: the owner must not cancel the run as abandoned (and, on
+        PostgreSQL, copies its events as they come from now on). Returns the run as `find` does: one round
+        trip for both."""
+        if self._grouped is not None:
+            row = await self._grouped.touches((run_id, time.time(), WATCHED + run_id))
+            return LiveRun(*row) if row is not None else None
 
-        await self._file.run(write)
+        def write(c: sqlite3.Connection) -> Any:
+            return c.execute(
+                "UPDATE live_runs SET watched_at = ? WHERE run_id = ? "
+                "RETURNING conversation_id, beat_at, watched_at, policy",
+                (time.time(), run_id),
+            ).fetchone()
+
+        row = await self._file.run(write)
+        return LiveRun(row[0], row[1], row[2], row[3]) if row else None
 
 
 # A durable run another host holds (its holder is not the writer): the writer's copy is fenced out.

@@ -14,10 +14,12 @@ from __future__ import annotations
 
 import sqlite3
 from dataclasses import dataclass
+from typing import Any
 
 from chats.state_postgres import POSTGRES_NOW, GroupCalls, PostgresFile
 
 EventRow = tuple[str, int, str, str]  # run id, number, name, data as JSON
+PAYLOAD_MAX_BYTES = 8000  # PostgreSQL's limit on a notice's payload: a copy's events past it are read instead
 
 
 @dataclass(frozen=True)
@@ -49,6 +51,7 @@ class GroupedLog:
         self.copies = GroupCalls(file, self._copy)
         self.reads = GroupCalls(file, _read)
         self.closes = GroupCalls(file, self._close)
+        self.touches = GroupCalls(file, self._touch)
 
     def _open(self, c: sqlite3.Connection, items: list[Opening]) -> list[None]:
         columns = [[getattr(item, name) for item in items] for name in ("run_id", "conversation_id", "at", "policy")]
@@ -71,6 +74,12 @@ class GroupedLog:
     def _close(self, c: sqlite3.Connection, items: list[tuple[str, str | None]]) -> list[None]:
         c.execute(_CLOSE, [[run for run, _ in items], [holder for _, holder in items], self.channel])
         return [None] * len(items)
+
+    def _touch(self, c: sqlite3.Connection, items: list[tuple[str, float, str]]) -> list[tuple[Any, ...] | None]:
+        """Each (run, at, notice)'s reader heartbeat, the owner told by `notice`; the run's row as `find` reads
+        it (with the database's clock), or None where there is none."""
+        columns = [[item[i] for item in items] for i in range(3)]
+        return [None if row[1] is None else tuple(row[1:6]) for row in c.execute(_TOUCH, [*columns, self.channel])]
 
 
 def _read(c: sqlite3.Connection, items: list[tuple[str, int]]) -> list[list[tuple[int, str, str]]]:
@@ -98,8 +107,12 @@ _OPEN = f"""WITH opened AS (
 # the copy's commit, so a copy stalled on the server never lands past a takeover. A durable run with neither a
 # durable row nor a live_runs row is over (another host finished and closed it): fenced too. Events go only into
 # a run whose live_runs row is still there once it is locked (`live`): a run closed while its copy waited on the
-# server gets no orphan events (one not yet opened, as at a run's very start, gets its events as before). A beat
-# alone is no news for the readers: only runs with events are notified.
+# server gets no orphan events (one not yet opened, as at a run's very start, gets its events as before). A copy
+# without a beat locks that row FOR KEY SHARE rather than updating it: as a close's DELETE waits for it, but no
+# new row version a copy (no dead rows for the vacuum), and no wait behind a reader's heartbeat on the row. A beat
+# alone is no news for the readers: only runs with events are notified, and each notice carries the events this
+# copy added (not one already there), in order, when they fit in the payload: the readers need not read them.
+# Built here from what was inserted, a notice says exactly what the table has; too large, it is the run's id alone.
 _COPY = f"""WITH batch AS (
     SELECT * FROM unnest(CAST(? AS TEXT[]), CAST(? AS TEXT[]), CAST(? AS DOUBLE PRECISION[]))
         WITH ORDINALITY AS b(run_id, holder, beat_at, n)
@@ -112,10 +125,16 @@ _COPY = f"""WITH batch AS (
     SELECT DISTINCT b.run_id FROM batch b LEFT JOIN held d ON d.run_id = b.run_id
     WHERE d.holder <> b.holder
         OR (b.holder IS NOT NULL AND d.run_id IS NULL AND b.run_id NOT IN (SELECT run_id FROM seen))
+), beaten AS (
+    UPDATE live_runs l SET beat_at = {POSTGRES_NOW}
+    FROM batch b WHERE l.run_id = b.run_id AND b.beat_at IS NOT NULL AND b.run_id NOT IN (SELECT run_id FROM fenced)
+    RETURNING l.run_id, l.watched_at
+), kept AS (
+    SELECT l.run_id FROM live_runs l
+    WHERE l.run_id IN (SELECT run_id FROM batch WHERE beat_at IS NULL) AND l.run_id NOT IN (SELECT run_id FROM fenced)
+    FOR KEY SHARE OF l
 ), live AS (
-    UPDATE live_runs l SET beat_at = CASE WHEN b.beat_at IS NULL THEN l.beat_at ELSE {POSTGRES_NOW} END
-    FROM batch b WHERE l.run_id = b.run_id AND b.run_id NOT IN (SELECT run_id FROM fenced)
-    RETURNING l.run_id, l.watched_at, b.beat_at
+    SELECT run_id, watched_at FROM beaten UNION ALL SELECT run_id, NULL FROM kept
 ), events AS (
     SELECT * FROM unnest(CAST(? AS TEXT[]), CAST(? AS BIGINT[]), CAST(? AS TEXT[]), CAST(? AS TEXT[]))
         AS e(run_id, id, event, data)
@@ -124,10 +143,16 @@ _COPY = f"""WITH batch AS (
 ), added AS (
     INSERT INTO live_events (run_id, id, event, data) SELECT run_id, id, event, data FROM events
     ON CONFLICT DO NOTHING
+    RETURNING run_id, id, event, data
+), news AS (
+    SELECT run_id,
+        run_id || E'\n[' || string_agg('[' || id || ',' || to_json(event) || ',' || data || ']', ',' ORDER BY id) || ']'
+        AS payload
+    FROM added GROUP BY run_id
 ), told AS (
-    SELECT pg_notify(?, run_id) FROM (SELECT DISTINCT run_id FROM events) AS news
+    SELECT pg_notify(?, CASE WHEN octet_length(payload) < {PAYLOAD_MAX_BYTES} THEN payload ELSE run_id END) FROM news
 )
-SELECT b.n, (SELECT max(watched_at) FROM live WHERE live.run_id = b.run_id AND live.beat_at IS NOT NULL),
+SELECT b.n, (SELECT max(watched_at) FROM beaten WHERE beaten.run_id = b.run_id),
     b.run_id IN (SELECT run_id FROM fenced), (SELECT count(*) FROM told)
 FROM batch b ORDER BY b.n"""
 
@@ -144,6 +169,20 @@ _CLOSE = """WITH batch AS (
 gone AS (DELETE FROM live_events WHERE run_id IN (SELECT run_id FROM runs)),
 ended AS (DELETE FROM live_runs WHERE run_id IN (SELECT run_id FROM runs))
 SELECT pg_notify(?, run_id) FROM runs"""
+
+# A reader's heartbeat tells the run's owner that it is followed, and reads the run's row back: one round trip
+# for the check a quiet reader makes on the owner now and then (chats/runs.py).
+_TOUCH = f"""WITH batch AS (
+    SELECT * FROM unnest(CAST(? AS TEXT[]), CAST(? AS DOUBLE PRECISION[]), CAST(? AS TEXT[]))
+        WITH ORDINALITY AS b(run_id, at, notice, n)
+), touched AS (
+    UPDATE live_runs l SET watched_at = b.at FROM batch b WHERE l.run_id = b.run_id
+    RETURNING l.run_id, l.conversation_id, l.beat_at, l.watched_at, l.policy
+), told AS (
+    SELECT pg_notify(?, b.notice) FROM batch b WHERE b.run_id IN (SELECT run_id FROM touched)
+)
+SELECT b.n, t.conversation_id, t.beat_at, t.watched_at, t.policy, {POSTGRES_NOW}, (SELECT count(*) FROM told)
+FROM batch b LEFT JOIN touched t ON t.run_id = b.run_id ORDER BY b.n"""
 
 _READ = """SELECT r.n, e.id, e.event, e.data
 FROM unnest(CAST(? AS TEXT[]), CAST(? AS BIGINT[])) WITH ORDINALITY AS r(run_id, after, n)

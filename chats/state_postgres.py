@@ -22,7 +22,9 @@ go in binary: psycopg escapes a text array's elements in Python, which cost more
 `Notices` is the push side: one connection per process that LISTENs on a channel and wakes the tasks
 waiting on a key (a run's id) when another host NOTIFYs it, so a reader on another host follows a run
 without polling. A notice is only a nudge to re-read the table: one sent while the connection was down
-is not lost, since every waiter is woken (and re-reads) when it is back.
+is not lost, since every waiter is woken (and re-reads) when it is back. A notice may carry what it is
+about after its key (`key` newline `data`, within PostgreSQL's 8000 bytes): each waiter is handed the data
+(`Woken.take`), so it can often skip the read; what it makes of a gap is its own affair.
 """
 
 from __future__ import annotations
@@ -59,6 +61,7 @@ POOL_SIZE = 16  # connections per process, and the threads that use them
 GROUP_LANES = 4  # groups of one kind of call on their way at once (GroupCalls)
 GROUP_MAX = 256  # calls in one group at most: the rest leave in the next (one statement's work stays bounded)
 CONNECT_WAIT_S = 10
+CARRIED_MAX = 64  # notices' data a waiter holds untaken at most: past that it is dropped, and the waiter reads
 LISTEN_CHECK_S = 30.0  # a listening connection idle this long is asked whether it is still there
 RECONNECT_S = (0.1, 5.0)  # the first and the longest pause before listening again after a lost connection
 KEEPALIVE = {"keepalives": 1, "keepalives_idle": 10, "keepalives_interval": 5, "keepalives_count": 3}
@@ -258,6 +261,31 @@ def _settle(called: asyncio.Future[Any], outcome: object) -> None:
         called.set_result(outcome)
 
 
+class Woken(asyncio.Event):
+    """Set when a notice on its key came. `take` hands over the data the notices carried since it was last
+    called, and whether one came bare (no data, or the connection came back: what was said meanwhile is
+    unknown), so the waiter must read what the notice is about."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._carried: list[str] = []
+        self._bare = False
+
+    def nudge(self, data: str = "") -> None:
+        if not data:
+            self._bare = True
+        elif len(self._carried) < CARRIED_MAX:
+            self._carried.append(data)
+        else:  # a waiter that has not taken its data for long: it reads instead
+            self._carried, self._bare = [], True
+        self.set()
+
+    def take(self) -> tuple[list[str], bool]:
+        taken = self._carried, self._bare
+        self._carried, self._bare = [], False
+        return taken
+
+
 class Notices:
     """LISTEN on one channel over one connection of this process's own, fanning each notice out to the
     tasks waiting on its payload. The connection is opened by the first waiter, in its event loop."""
@@ -266,19 +294,19 @@ class Notices:
         if not re.fullmatch(r"[a-z_]+", channel):
             raise ValueError(f"not a channel name: {channel!r}")
         self._url, self.channel = url, channel
-        self._waiting: dict[str, set[asyncio.Event]] = {}
-        self._waiting_quietly: dict[str, set[asyncio.Event]] = {}  # not woken when the connection comes back
+        self._waiting: dict[str, set[Woken]] = {}
+        self._waiting_quietly: dict[str, set[Woken]] = {}  # not woken when the connection comes back
         self._task: asyncio.Task[None] | None = None
         self.listening = asyncio.Event()  # set while LISTEN is in effect (for tests and benchmarks)
 
     @contextmanager
-    def waiting(self, key: str, *, on_reconnect: bool = True) -> Iterator[asyncio.Event]:
+    def waiting(self, key: str, *, on_reconnect: bool = True) -> Iterator[Woken]:
         """An event set whenever `key` is notified (and, with `on_reconnect`, when the connection came back:
         what it would have said meanwhile is unknown), from now until the block ends. Register before reading
         what the notice is about, and clear the event before each read, so a notice between the read and the
         wait is not missed. Without `on_reconnect`, a notice sent while the connection was down is lost."""
         self._listen_in_background()
-        woken = asyncio.Event()
+        woken = Woken()
         waiting = self._waiting if on_reconnect else self._waiting_quietly
         waiting.setdefault(key, set()).add(woken)
         try:
@@ -318,15 +346,19 @@ class Notices:
             self._wake_all()  # anything notified before LISTEN took effect: read again
             while True:
                 async for notice in conn.notifies(timeout=LISTEN_CHECK_S):
-                    for waiting in (self._waiting, self._waiting_quietly):
-                        for woken in waiting.get(notice.payload, ()):
-                            woken.set()
+                    self._deliver(notice.payload)
                 await conn.execute("SELECT 1")  # quiet for a while: is the server still there?
+
+    def _deliver(self, payload: str) -> None:
+        key, _, data = payload.partition("\n")
+        for waiting in (self._waiting, self._waiting_quietly):
+            for woken in waiting.get(key, ()):
+                woken.nudge(data)
 
     def _wake_all(self) -> None:
         for waiters in self._waiting.values():
             for woken in waiters:
-                woken.set()
+                woken.nudge()
 
     def close(self) -> None:
         """Stop listening: the connection closes as its task ends, on its loop."""

@@ -404,13 +404,14 @@ _DDL_TYPES = {"REAL": "DOUBLE PRECISION", "INTEGER": "BIGINT"}
 @lru_cache(maxsize=512)
 def postgres_sql(sql: str) -> str:
     """`sql` as PostgreSQL reads it: psycopg's placeholders, and in a table's definition SQLite's
-    8-byte REAL and INTEGER as PostgreSQL's (its own REAL and INTEGER are 4 bytes). Quoted text is kept."""
+    8-byte REAL and INTEGER as PostgreSQL's (its own REAL and INTEGER are 4 bytes). Quoted text is kept,
+    its `%` doubled as psycopg asks."""
     ddl = bool(_DDL.match(sql))
 
     def token(match: re.Match[str]) -> str:
         text = match.group(0)
         if text.startswith("'"):
-            return text
+            return text.replace("%", "%%")  # psycopg reads `%` in quoted text too, when there are parameters
         if text == "?":
             return "%s"
         if text == "%":

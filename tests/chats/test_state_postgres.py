@@ -126,8 +126,9 @@ def test_the_state_url_names_the_backend_and_its_password_is_never_shown(
 
 
 def test_placeholders_become_psycopgs_outside_quoted_text() -> None:
+    """psycopg reads `%` anywhere in a statement with parameters, quoted text included: there it is doubled."""
     assert postgres_sql("SELECT ? WHERE a = :name AND b = '?:x%' AND c LIKE '%'") == (
-        "SELECT %s WHERE a = %(name)s AND b = '?:x%' AND c LIKE '%'"
+        "SELECT %s WHERE a = %(name)s AND b = '?:x%%' AND c LIKE '%%'"
     )
     assert postgres_sql("SELECT x % 2, y::text FROM t") == "SELECT x %% 2, y::text FROM t"
     assert postgres_sql("CREATE TABLE t (a REAL, b INTEGER, c TEXT DEFAULT 'REAL')") == (
@@ -188,3 +189,13 @@ def test_the_stores_keep_to_sql_both_backends_read() -> None:
         if path.name not in backends
     }
     assert {name: words for name, words in found.items() if words} == {}
+
+
+def test_a_percent_sign_in_quoted_text_reaches_postgresql_as_it_is_written(postgres_server: PostgresServer) -> None:
+    """Kept single, psycopg took `'%'` for a placeholder: "only '%s', '%b', '%t' are allowed"."""
+    state = ChatState(postgres_server.new_database())
+    try:
+        rows = state.file.now(lambda c: c.execute("SELECT 'a%b' AS v, ? AS w WHERE 'x' LIKE '%'", ("5%",)).fetchall())
+        assert [(row["v"], row["w"]) for row in rows] == [("a%b", "5%")]
+    finally:
+        state.close()

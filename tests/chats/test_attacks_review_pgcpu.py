@@ -12,6 +12,7 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
+import psycopg
 import pytest
 
 from agent.runner import Checkpoint
@@ -19,7 +20,7 @@ from chats.audit import AuditEntry, AuditFilter, AuditQuery
 from chats.durable import DurableRun, DurableRuns
 from chats.rate_limits import SharedRateLimit
 from chats.state import ChatState
-from chats.state_postgres import PostgresFile
+from chats.state_postgres import LOCKED, PostgresFile
 from tests.postgres import PostgresServer
 
 pytestmark = pytest.mark.timeout(120)
@@ -214,5 +215,36 @@ async def test_a_frozen_hosts_grouped_save_lands_only_in_the_run_it_still_holds(
         parts = dict(_one(url, "SELECT run_id, count(*) FROM durable_run_parts GROUP BY run_id"))
         assert parts == {"kept": 2, "taken": 1}
         assert not await frozen.held_here("taken") and await frozen.held_here("kept")
+    finally:
+        state.close()
+
+
+async def test_a_group_whose_connection_is_killed_waiting_on_the_lock_lands_nothing_twice(url: str) -> None:
+    """The group's backend is terminated while it waits on the write lock another host holds: its takes either
+    landed once or not at all, and the next caller's connection works."""
+    state = ChatState(url)
+    try:
+        limit = SharedRateLimit(state.file, "web", per_minute=2)
+        with psycopg.connect(url, autocommit=True) as holder, psycopg.connect(url, autocommit=True) as killer:
+            holder.execute(f"BEGIN; {LOCKED}")
+            takes = asyncio.gather(limit.take("ann"), limit.take("bob"), return_exceptions=True)
+            for _ in range(200):
+                waiting = killer.execute(
+                    "SELECT pid FROM pg_locks WHERE NOT granted AND locktype = 'advisory'"
+                ).fetchall()
+                if waiting:
+                    break
+                await asyncio.sleep(0.05)
+            assert waiting, "the group never waited on the lock"
+            killer.execute("SELECT pg_terminate_backend(%s)", (waiting[0][0],))
+            outcomes = await takes
+            holder.execute("COMMIT")
+        assert outcomes == [None, None]  # the state was unavailable: the requests are let through
+        counted = dict(_one(url, "SELECT key, count(*) FROM pace_takes GROUP BY key"))
+        assert all(n <= 1 for n in counted.values()), counted
+        assert [await limit.take("ann") for _ in range(2 - counted.get("ann", 0))] == [None] * (
+            2 - counted.get("ann", 0)
+        )
+        assert (await limit.take("ann") or 0) > 0  # exactly two a minute
     finally:
         state.close()

@@ -44,7 +44,7 @@ from psycopg.conninfo import make_conninfo
 from psycopg.pq import TransactionStatus
 from psycopg.rows import RowMaker
 from psycopg.types.array import ListBinaryDumper
-from psycopg_pool import ConnectionPool
+from psycopg_pool import ConnectionPool, PoolTimeout
 
 from agent.config import ConfigError, redacted_url
 
@@ -172,9 +172,10 @@ class GroupCalls(Generic[Item, Result]):
     of the event loop leave together at its end; those made while GROUP_LANES groups are on their way leave
     together as soon as one is back. So a quiet host waits for nothing, and a busy one makes one round trip
     for a hundred runs where it made a hundred, none waiting on a loop too busy to hear that the group before
-    it is back. A group that fails is made again one item at a time, so one bad item fails alone. A call whose
-    caller was cancelled before its group left is dropped (no work done for nobody, no queue growing while the
-    server is slow), and a group takes at most GROUP_MAX calls."""
+    it is back. A group that fails is made again one item at a time, so one bad item fails alone; not one whose
+    connection was lost (its COMMIT may have landed): each of its callers gets the error. A call whose caller
+    was cancelled before its group left is dropped (no work done for nobody, no queue growing while the server
+    is slow), and a group takes at most GROUP_MAX calls."""
 
     def __init__(self, file: PostgresFile, fn: Callable[[sqlite3.Connection, list[Item]], list[Result]]) -> None:
         self._file, self._fn = file, fn
@@ -229,8 +230,9 @@ class GroupCalls(Generic[Item, Result]):
             try:
                 results = await self._file.run(partial(_each_of, self._fn, [item for item, _ in group]))
             except Exception as exc:
-                if len(group) == 1:
-                    _settle(group[0][1], exc)
+                if len(group) == 1 or _outcome_unknown(exc):  # each caller hears it, as from a call of its own
+                    for _, called in group:
+                        _settle(called, exc)
                     continue
                 await asyncio.gather(*(self._alone(item, called) for item, called in group))
                 continue
@@ -250,6 +252,14 @@ def _each_of(
     fn: Callable[[sqlite3.Connection, list[Item]], list[Result]], items: list[Item], c: sqlite3.Connection
 ) -> list[Result]:
     return fn(c, items)
+
+
+def _outcome_unknown(exc: Exception) -> bool:
+    """The group's connection was lost: its COMMIT may have landed, so no call of it may be made again (a
+    rate-limit take would count twice)."""
+    if not isinstance(exc, psycopg.OperationalError) or isinstance(exc, PoolTimeout):  # a pool's: nothing ran
+        return False
+    return exc.sqlstate is None or exc.sqlstate.startswith(("08", "57P"))  # gone, or the server shut it
 
 
 def _settle(called: asyncio.Future[Any], outcome: object) -> None:

@@ -1,0 +1,85 @@
+"""Attacks on the notices that carry a run's events to readers on other hosts (chats/shared_runs.py `carried`,
+chats/shared_runs_postgres.py's copy): what a notice carries must be exactly what the table holds."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from chats.shared_runs import SharedRunLog
+from chats.state import ChatState
+from tests.postgres import PostgresServer
+
+pytestmark = pytest.mark.timeout(120)
+
+
+@pytest.fixture
+def state(postgres_server: PostgresServer) -> Iterator[ChatState]:
+    state = ChatState(postgres_server.new_database())
+    yield state
+    state.close()
+
+
+def _log(state: ChatState) -> SharedRunLog:
+    assert state.shared_runs is not None
+    return state.shared_runs
+
+
+async def _carried_after_copy(log: SharedRunLog, run_id: str, events: list[tuple[int, str, dict[str, Any]]]) -> Any:
+    with log.waiting(run_id) as woken:
+        await log._notices.listening.wait()  # type: ignore[union-attr]
+        await asyncio.sleep(0.05)
+        woken.take()
+        woken.clear()
+        assert await log.add(run_id, events, beat=False)
+        await asyncio.wait_for(woken.wait(), 10)
+        return log.carried(woken, 0)
+
+
+TRICKY = ['quote " and \' ', "back\\slash \\n \\u0000", "nul \u0000 here", "new\nline\r\ttab", "sep \n[ ], \u2028\u2029",
+          "emoji \U0001F600 中文", "]\n", "\\", '"]]', "%s %% ?"]
+
+
+async def test_quotes_backslashes_nul_newlines_and_unicode_are_carried_as_the_table_holds_them(state: ChatState) -> None:
+    log = _log(state)
+    await log.open("r1", "c")
+    events = [(n, "answer", {"text": t, "n": [t]}) for n, t in enumerate(TRICKY, 1)]
+    got = await _carried_after_copy(log, "r1", events)
+    table = await log.events_after("r1", 0)
+    assert table == events
+    assert got == (events, True)
+
+
+@pytest.mark.parametrize("size", [7900, 7950, 7960, 7970, 7980, 7990, 8000, 8010])
+async def test_an_event_near_the_payload_limit_is_carried_exactly_or_read(state: ChatState, size: int) -> None:
+    log = _log(state)
+    await log.open("r1", "c")
+    events = [(1, "answer", {"text": "é" * (size // 2)})]
+    got = await _carried_after_copy(log, "r1", events)
+    table = await log.events_after("r1", 0)
+    assert table == events
+    assert got is None or got == (events, True)
+
+
+
+async def test_a_lone_surrogate_in_an_events_text_is_copied_and_carried_as_it_was(state: ChatState) -> None:
+    """JSON may name a lone surrogate (a person's question or a model's answer, "\\ud800"), and Python keeps it
+    in a str: copied without escaping, it cannot be encoded for the server, so the run's copy failed at every
+    flush (its readers on other hosts saw nothing more) and made its group fail with it."""
+    log = _log(state)
+    await log.open("r1", "c")
+    events = [(1, "answer", {"text": "lone \ud800 and \udfff, then é"}), (2, "answer", {"text": "after"})]
+    got = await _carried_after_copy(log, "r1", events)
+    assert await log.events_after("r1", 0) == events
+    assert got == (events, True)
+
+
+async def test_many_events_in_one_copy_are_read_not_carried(state: ChatState) -> None:
+    log = _log(state)
+    await log.open("r1", "c")
+    events = [(n, "delta", {"text": "x"}) for n in range(1, 600)]
+    assert await _carried_after_copy(log, "r1", events) is None  # too large for a notice: a bare one
+    assert await log.events_after("r1", 0) == events

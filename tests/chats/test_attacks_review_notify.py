@@ -9,8 +9,11 @@ from typing import Any
 
 import pytest
 
+from chats import runs as runs_module
+from chats.runs import RunRegistry
 from chats.shared_runs import SharedRunLog
 from chats.state import ChatState
+from tests.chats.test_shared_runs import SteppedRunner
 from tests.postgres import PostgresServer
 
 pytestmark = pytest.mark.timeout(120)
@@ -83,3 +86,43 @@ async def test_many_events_in_one_copy_are_read_not_carried(state: ChatState) ->
     events = [(n, "delta", {"text": "x"}) for n in range(1, 600)]
     assert await _carried_after_copy(log, "r1", events) is None  # too large for a notice: a bare one
     assert await log.events_after("r1", 0) == events
+
+
+@pytest.fixture
+def hosts(postgres_server: PostgresServer) -> Iterator[tuple[ChatState, ChatState]]:
+    url = postgres_server.new_database()
+    owner, reader = ChatState(url), ChatState(url)
+    yield owner, reader
+    owner.close()
+    reader.close()
+
+
+@pytest.mark.parametrize("units", [10, 200, 990, 1000])
+async def test_a_reader_that_takes_nothing_while_200_copies_come_gets_each_once_in_order(
+    hosts: tuple[ChatState, ChatState], monkeypatch: pytest.MonkeyPatch, units: int
+) -> None:
+    """Past 64 notices untaken the waiter drops their data and reads; events near and over the payload limit
+    (quotes, backslashes, newlines, two-byte characters) come carried or read, never twice or out of order."""
+    for name in ("SHARED_FLUSH_S", "SHARED_POLL_S", "PUSHED_CHECK_S"):
+        monkeypatch.setattr(runs_module, name, 3600.0, raising=False)
+    owner, reader = hosts
+    pieces = 200
+    runner = SteppedRunner(pieces, padding="é\"\\\n" * units)
+    registry = RunRegistry(runner, owner.conversations, shared=owner.shared_runs)
+    conversation = await owner.conversations.create_conversation("hi")
+    run_id = registry.start(conversation, "hi", [], platform="web", interface="web").run_id
+    other = RunRegistry(SteppedRunner(0), reader.conversations, shared=reader.shared_runs)
+    followed = await other.follow_elsewhere(run_id)
+    assert followed is not None
+    seen = [await asyncio.wait_for(anext(followed), 10)]
+    for n in range(pieces):
+        runner.step.put_nowait(None)
+        await asyncio.sleep(0.01 if n % 3 else 0.05)
+    async for event in followed:
+        seen.append(event)
+    ids = [e.id for e in seen]
+    assert ids == list(range(1, len(ids) + 1))
+    texts = [e.data["text"] for e in seen if e.name == "answer"]
+    assert texts == [f"piece {n} " + "é\"\\\n" * units for n in range(pieces)]
+    assert seen[-1].name == "done"
+    await registry.shutdown()

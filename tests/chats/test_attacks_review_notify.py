@@ -126,3 +126,33 @@ async def test_a_reader_that_takes_nothing_while_200_copies_come_gets_each_once_
     assert texts == [f"piece {n} " + "é\"\\\n" * units for n in range(pieces)]
     assert seen[-1].name == "done"
     await registry.shutdown()
+
+
+async def test_two_readers_on_one_host_and_one_joining_late_each_get_the_whole_run(
+    hosts: tuple[ChatState, ChatState], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Their heartbeats go in one statement (the run's row once in the batch twice); the late one starts at
+    the beginning although the notices before it are gone."""
+    for name in ("SHARED_FLUSH_S", "SHARED_POLL_S"):
+        monkeypatch.setattr(runs_module, name, 3600.0, raising=False)
+    monkeypatch.setattr(runs_module, "PUSHED_CHECK_S", 0.05)
+    owner, reader = hosts
+    runner = SteppedRunner(20)
+    registry = RunRegistry(runner, owner.conversations, shared=owner.shared_runs)
+    conversation = await owner.conversations.create_conversation("hi")
+    run_id = registry.start(conversation, "hi", [], platform="web", interface="web").run_id
+    other = RunRegistry(SteppedRunner(0), reader.conversations, shared=reader.shared_runs)
+
+    async def whole(delay: float) -> list[int]:
+        await asyncio.sleep(delay)
+        followed = await other.follow_elsewhere(run_id)
+        assert followed is not None
+        return [event.id async for event in followed]
+
+    readers = [asyncio.create_task(whole(delay)) for delay in (0.0, 0.0, 0.5)]
+    for _ in range(20):
+        runner.step.put_nowait(None)
+        await asyncio.sleep(0.05)
+    got = await asyncio.wait_for(asyncio.gather(*readers), 30)
+    assert got[0] == got[1] == got[2] == list(range(1, len(got[0]) + 1))
+    await registry.shutdown()

@@ -42,11 +42,23 @@ async def _carried_after_copy(log: SharedRunLog, run_id: str, events: list[tuple
         return log.carried(woken, 0)
 
 
-TRICKY = ['quote " and \' ', "back\\slash \\n \\u0000", "nul \u0000 here", "new\nline\r\ttab", "sep \n[ ], \u2028\u2029",
-          "emoji \U0001F600 中文", "]\n", "\\", '"]]', "%s %% ?"]
+TRICKY = [
+    "quote \" and ' ",
+    "back\\slash \\n \\u0000",
+    "nul \u0000 here",
+    "new\nline\r\ttab",
+    "sep \n[ ], \u2028\u2029",
+    "emoji \U0001f600 中文",
+    "]\n",
+    "\\",
+    '"]]',
+    "%s %% ?",
+]
 
 
-async def test_quotes_backslashes_nul_newlines_and_unicode_are_carried_as_the_table_holds_them(state: ChatState) -> None:
+async def test_quotes_backslashes_nul_newlines_and_unicode_are_carried_as_the_table_holds_them(
+    state: ChatState,
+) -> None:
     log = _log(state)
     await log.open("r1", "c")
     events = [(n, "answer", {"text": t, "n": [t]}) for n, t in enumerate(TRICKY, 1)]
@@ -65,7 +77,6 @@ async def test_an_event_near_the_payload_limit_is_carried_exactly_or_read(state:
     table = await log.events_after("r1", 0)
     assert table == events
     assert got is None or got == (events, True)
-
 
 
 async def test_a_lone_surrogate_in_an_events_text_is_copied_and_carried_as_it_was(state: ChatState) -> None:
@@ -107,7 +118,7 @@ async def test_a_reader_that_takes_nothing_while_200_copies_come_gets_each_once_
         monkeypatch.setattr(runs_module, name, 3600.0, raising=False)
     owner, reader = hosts
     pieces = 200
-    runner = SteppedRunner(pieces, padding="é\"\\\n" * units)
+    runner = SteppedRunner(pieces, padding='é"\\\n' * units)
     registry = RunRegistry(runner, owner.conversations, shared=owner.shared_runs)
     conversation = await owner.conversations.create_conversation("hi")
     run_id = registry.start(conversation, "hi", [], platform="web", interface="web").run_id
@@ -123,7 +134,7 @@ async def test_a_reader_that_takes_nothing_while_200_copies_come_gets_each_once_
     ids = [e.id for e in seen]
     assert ids == list(range(1, len(ids) + 1))
     texts = [e.data["text"] for e in seen if e.name == "answer"]
-    assert texts == [f"piece {n} " + "é\"\\\n" * units for n in range(pieces)]
+    assert texts == [f"piece {n} " + 'é"\\\n' * units for n in range(pieces)]
     assert seen[-1].name == "done"
     await registry.shutdown()
 

@@ -125,7 +125,7 @@ class SharedRunLog:
         """New events of a run (possibly none), and with `beat`, a heartbeat, in one transaction. With `holder`
         (a durable run's host, chats/durable.py), nothing is written once another host holds the run: a host
         that froze past its lease never writes into the log of the host that took it over. False then."""
-        rows = [(run_id, number, name, json.dumps(data, ensure_ascii=False)) for number, name, data in events]
+        rows = [(run_id, number, name, _as_json(data)) for number, name, data in events]
         if self._grouped is not None:
             if not rows and not beat:
                 return True
@@ -226,6 +226,17 @@ class SharedRunLog:
 
         row = await self._file.run(write)
         return LiveRun(row[0], row[1], row[2], row[3]) if row else None
+
+
+def _as_json(data: dict[str, Any]) -> str:
+    """An event's data as JSON text the database can hold: as written, but with every non-ASCII character
+    escaped when it has a lone surrogate (JSON may name one, and Python keeps it; UTF-8 cannot encode it)."""
+    text = json.dumps(data, ensure_ascii=False)
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return json.dumps(data)  # read back as the same str
+    return text
 
 
 # A durable run another host holds (its holder is not the writer): the writer's copy is fenced out.

@@ -105,6 +105,15 @@ class Served:
                 await asyncio.sleep(0.1)
         raise AssertionError(f"not ready in {timeout_s} s ({last}): {self.finish()}")
 
+    async def all_listening(self, workers: int, timeout_s: float = 60) -> None:
+        """Until `workers` sockets listen on the port. `ready` is the first worker's answer; connections made
+        before the others listen all reach it (SO_REUSEPORT spreads them over the sockets listening then)."""
+        deadline = time.monotonic() + timeout_s
+        while _listening(self.port) < workers:
+            assert time.monotonic() < deadline, f"{_listening(self.port)} of {workers} workers listen: {self.finish()}"
+            assert self.process.poll() is None, self.finish()
+            await asyncio.sleep(0.1)
+
     def terminate(self) -> None:
         self.process.send_signal(signal.SIGTERM)
 
@@ -123,6 +132,12 @@ class Served:
 
     def said(self) -> list[str]:
         return [line["message"] for line in self.log_lines()]
+
+
+def _listening(port: int) -> int:
+    """Sockets listening on the IPv4 `port` (the kernel's table: state 0A is LISTEN)."""
+    rows = Path("/proc/net/tcp").read_text().splitlines()[1:]
+    return sum(1 for row in rows if row.split()[1].endswith(f":{port:04X}") and row.split()[3] == "0A")
 
 
 async def _chat(url: str, question: str) -> list[Any]:
@@ -244,6 +259,7 @@ async def test_several_workers_share_the_port_the_runs_and_the_metrics(
     chats = 24
     try:
         assert (await served.ready())["database"] == "ok"
+        await served.all_listening(2)
         results = await asyncio.gather(*(_chat_and_reattach(served.url, f"Airlines? ({i})") for i in range(chats)))
         over_budget = await asyncio.gather(*(_refused(served.url) for _ in range(6)))
         async with httpx.AsyncClient(base_url=served.url, timeout=10) as client:

@@ -6,8 +6,9 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-import yaml
 from jinja2 import Environment, FileSystemLoader, StrictUndefined, TemplateNotFound
+
+from agent import safe_yaml
 
 PLATFORMS = ("slack", "web", "cli")
 
@@ -35,8 +36,7 @@ class PromptLibrary:
             raise PromptError(f"Prompt file {self.directory / name} is missing.") from None
 
     def tools(self, **variables: Any) -> list[dict[str, Any]]:
-        # libyaml's safe parser where PyYAML has it: the pure-Python one was 9% of a web test's CPU (py-spy)
-        loaded = yaml.load(self.render("TOOLS.yaml", **variables), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+        loaded = safe_yaml.load(self.render("TOOLS.yaml", **variables))  # libyaml's parser (agent/safe_yaml.py)
         return [dict(tool) for tool in loaded]
 
     def format_guidance(self, platform: str) -> str:

@@ -12,11 +12,11 @@ from typing import Any
 import psycopg
 import pytest
 
-from chats.shared_runs import SharedRunLog
 from chats.state import ChatState
 from chats.state_postgres import LOCKED
 from tests.chats.test_attacks_review_durable_takeover import SlowResume, WakingRunner
 from tests.chats.test_runs_takeover import OPS, StoppingRunner, _started_and_stopped, hosts, lapse
+from tests.chats.test_shared_runs_postgres import _held_by, _log
 from tests.postgres import PostgresServer
 
 __all__ = ["hosts"]  # the fixture, shared with the takeover tests
@@ -34,22 +34,6 @@ def state(url: str) -> Iterator[ChatState]:
     state = ChatState(url)
     yield state
     state.close()
-
-
-def _log(state: ChatState) -> SharedRunLog:
-    assert state.shared_runs is not None
-    return state.shared_runs
-
-
-def _held_by(run_id: str, host: str) -> Any:
-    def write(c: Any) -> None:
-        c.execute(
-            "INSERT INTO durable_runs (run_id, conversation_id, interface, platform, question, origin, delivery, "
-            "followups, holder, lease_until, created_at) VALUES (?, 'c', 'web', 'web', 'q', '{}', '{}', 1, ?, 0, 0)",
-            (run_id, host),
-        )
-
-    return write
 
 
 def _claim(url: str, run_id: str, host: str) -> bool:

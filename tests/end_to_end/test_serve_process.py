@@ -108,11 +108,12 @@ class Served:
     async def all_listening(self, workers: int, timeout_s: float = 60) -> None:
         """Until `workers` sockets listen on the port. `ready` is the first worker's answer; connections made
         before the others listen all reach it (SO_REUSEPORT spreads them over the sockets listening then)."""
-        deadline = time.monotonic() + timeout_s
-        while _listening(self.port) < workers:
-            assert time.monotonic() < deadline, f"{_listening(self.port)} of {workers} workers listen: {self.finish()}"
+        for _ in range(int(timeout_s / 0.1)):  # a limit on waiting, counted in polls
+            if _listening(self.port) >= workers:
+                return
             assert self.process.poll() is None, self.finish()
             await asyncio.sleep(0.1)
+        raise AssertionError(f"{_listening(self.port)} of {workers} workers listen: {self.finish()}")
 
     def terminate(self) -> None:
         self.process.send_signal(signal.SIGTERM)
